@@ -1,0 +1,13 @@
+// The `streamlab` subcommands. Each lives in its own cmd_*.cpp and registers itself on the
+// CLI11 app; main.cpp only builds the app and reports errors.
+#pragma once
+#include <CLI/CLI.hpp>
+
+namespace sl::cli {
+
+void add_run_command(CLI::App& app);       // cmd_run.cpp: run the model (prefill + decode + drafts)
+void add_schedule_command(CLI::App& app);  // cmd_schedule.cpp: print a policy's streams and fork/join structure
+void add_analyze_command(CLI::App& app);   // cmd_analyze.cpp: analyse a trace file
+void add_export_command(CLI::App& app);    // cmd_export.cpp: convert a trace to kineto / sqlite / csv
+
+}  // namespace sl::cli

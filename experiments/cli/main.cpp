@@ -1,0 +1,28 @@
+// streamlab: what do my streams actually buy me? Entry point; subcommands in cmd_*.cpp.
+#include <cstdio>
+#include <exception>
+
+#include "core/error.h"
+#include "experiments/cli/commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"streamlab: DeepSeek V4 + MTP forward under CUPTI tracing, comparing CUDA stream policies"};
+  app.set_version_flag("--version", STREAMLAB_VERSION);
+  app.require_subcommand(1);
+  sl::cli::add_run_command(app);
+  sl::cli::add_schedule_command(app);
+  sl::cli::add_analyze_command(app);
+  sl::cli::add_export_command(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const sl::Error& e) {
+    std::fprintf(stderr, "streamlab: error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "streamlab: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

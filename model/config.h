@@ -1,0 +1,88 @@
+// Model configuration: the DeepSeek V4 config.json keys (MODEL.md section 1) plus streamlab's
+// run knobs. Loaded from JSON (a built-in name such as `tiny`, or a path), overridden from the
+// command line, then validated: a bad config is rejected with the key and the broken constraint.
+#pragma once
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace sl {
+
+// Per-layer attention type (MODEL.md 1.2). Stored as a type, not inferred from the ratio
+// value at use sites: the HCA ratio may be shrunk (tiny uses 16) while c4a stays 4.
+enum class LayerType { Sliding, C4A, C128A };
+const char* layer_type_name(LayerType t);  // "sliding", "c4a", "c128a"
+
+struct ModelConfig {
+  std::string name = "custom";
+
+  // ---- DeepSeek config.json keys (MODEL.md 1.1) ----
+  int vocab_size = 0;
+  int hidden_size = 0;                 // D
+  int num_hidden_layers = 0;           // L
+  int num_attention_heads = 0;         // H
+  int head_dim = 0;                    // Dh
+  int qk_rope_head_dim = 64;           // R
+  int q_lora_rank = 0;                 // Lq
+  int o_groups = 0;                    // G
+  int o_lora_rank = 0;                 // Lo
+  int sliding_window = 0;              // W
+  int index_n_heads = 0;               // Hi
+  int index_head_dim = 0;              // di
+  int index_topk = 0;                  // K_idx
+  int n_routed_experts = 0;            // E
+  int num_experts_per_tok = 0;         // k
+  int moe_intermediate_size = 0;       // F
+  int n_shared_experts = 1;
+  double routed_scaling_factor = 1.5;
+  int num_hash_layers = 0;
+  double swiglu_limit = 10.0;
+  int hc_mult = 4;
+  int hc_sinkhorn_iters = 20;
+  double hc_eps = 1e-6;
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  double compress_rope_theta = 160000.0;
+  double yarn_factor = 16.0;                   // rope_scaling.factor
+  int yarn_original_max_position = 65536;      // rope_scaling.original_max_position_embeddings
+  double yarn_beta_fast = 32.0;
+  double yarn_beta_slow = 1.0;
+  int max_position_embeddings = 1048576;
+  std::vector<int> compress_ratios;            // L + 1 entries; the last is the MTP slot
+  int num_nextn_predict_layers = 1;            // N, the number of MTP layers
+
+  // ---- streamlab knobs (file or command line) ----
+  int mtp_compress_ratio = 0;        // 0 (the real checkpoint: sliding-window MTP), 4 or 128
+  bool swa_layers_use_yarn = true;   // MODEL.md 3.2 [DIFF]: true = vLLM, false = reference/HF
+  bool mtp_zero_embed_pos0 = true;   // MODEL.md 7 [vLLM only]
+  int batch = 1;                     // sequences per step
+  int context_length = 32;           // prompt tokens per sequence
+  int draft_steps = 1;               // k, MTP draft steps per decode step
+  int prefill_chunk = 4096;          // prefill runs in chunks of at most this many tokens per sequence
+  unsigned long long seed = 0;       // weight initialisation
+
+  // ---- derived ----
+  int n_layers_total() const { return num_hidden_layers + num_nextn_predict_layers; }
+  int nope_dim() const { return head_dim - qk_rope_head_dim; }
+  int hc_mix() const { return (2 + hc_mult) * hc_mult; }  // 24 for hc = 4
+  // Ratio as the attention uses it: 1 for sliding-only layers (vLLM's max(1, r)).
+  int layer_ratio(int layer) const;            // layer in [0, L) target, [L, L+N) MTP
+  LayerType layer_type(int layer) const;
+  bool layer_is_hash_routed(int layer) const { return layer < num_hash_layers; }
+  int max_compressed_entries(int layer, int max_positions) const;
+};
+
+// Resolves a built-in config name (`tiny`, `flash`, `flash-6l`, ...) or a path to a JSON
+// file. Throws sl::Error naming the file and the key on any problem.
+ModelConfig load_config(const std::string& name_or_path);
+ModelConfig config_from_json(const nlohmann::json& j, const std::string& source);
+// Validates every constraint of MODEL.md section 11; throws naming the key and constraint.
+void validate(const ModelConfig& c);
+// DeepSeek layout (the keys of MODEL.md 1.1, plus streamlab's knobs under their own names).
+nlohmann::json config_to_json(const ModelConfig& c);
+// Names of the built-in configs (files in model/configs).
+std::vector<std::string> builtin_config_names();
+std::string builtin_config_dir();
+
+}  // namespace sl
