@@ -76,6 +76,7 @@ class Schedule {
   // happen-before-or-equal entry e.
   mutable std::vector<std::vector<int>> clock_;
   mutable std::vector<int> seq_in_stream_;
+  mutable std::vector<int> comp_of_entry_;  // clock component of each entry's stream
   mutable bool order_built_ = false;
 };
 

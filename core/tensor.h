@@ -88,6 +88,14 @@ struct Tensor {
     t.shape = s;
     return t;
   }
+  // The first s.numel() elements, shaped s: a buffer sized for the largest step serves every
+  // smaller one.
+  Tensor prefix(Shape s) const {
+    SL_CHECK(s.numel() <= numel(), "Tensor::prefix: ", s.str(), " does not fit in ", shape.str());
+    Tensor t = *this;
+    t.shape = s;
+    return t;
+  }
   // Rows [begin, end) along dim 0 (contiguous).
   Tensor rows(int64_t begin, int64_t end) const {
     SL_CHECK(shape.n >= 1 && begin >= 0 && begin <= end && end <= shape.d[0], "Tensor::rows: [", begin, ", ", end,

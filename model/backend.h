@@ -120,6 +120,8 @@ class Backend {
   // h[t, :] = sum_s (sigmoid(m_s * scale[0] + base[s]) + hc_eps) * X[t, s, :]; fn F32 [hc, hc*D].
   virtual void hc_head(Stream s, const Tensor& h, const Tensor& X, const Tensor& fn, const Tensor& scale,
                        const Tensor& base, float hc_eps, float rms_eps) = 0;
+  // Residual expansion (MODEL.md 2): X[t, s, :] = e[t, :] for every stream s.
+  virtual void hc_expand(Stream s, const Tensor& X, const Tensor& e) = 0;
   // MTP input (MODEL.md 7): X[t, s, :] = hp[t, s, :] + ep[t, :].
   virtual void mtp_combine(Stream s, const Tensor& X, const Tensor& hp, const Tensor& ep) = 0;
 

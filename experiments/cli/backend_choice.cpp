@@ -1,0 +1,25 @@
+#include "experiments/cli/backend_choice.h"
+
+#include "core/error.h"
+#include "model/cpu/cpu_backend.h"
+#if STREAMLAB_HAVE_CUDA
+#include "model/cuda/cuda_backend.h"
+#endif
+
+namespace sl::cli {
+
+std::unique_ptr<Backend> make_backend(const std::string& name) {
+  if (name == "cpu") return make_cpu_backend();
+  if (name == "cuda") {
+#if STREAMLAB_HAVE_CUDA
+    std::string why;
+    if (!cuda_available(&why)) fail("--backend cuda: no usable CUDA device (", why, ")");
+    return make_cuda_backend(CudaBackendOptions{});
+#else
+    fail("--backend cuda: this streamlab was built without CUDA (configure with -DSTREAMLAB_CUDA=ON)");
+#endif
+  }
+  fail("unknown backend '", name, "' (expected cpu or cuda)");
+}
+
+}  // namespace sl::cli

@@ -1,0 +1,187 @@
+// `streamlab run`: build the model on a backend, prefill a prompt batch, then decode steps
+// with MTP drafts; print per-step timing, tokens and a checksum of the logits.
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/npy.h"
+#include "core/rng.h"
+#include "experiments/cli/backend_choice.h"
+#include "experiments/cli/commands.h"
+#include "experiments/cli/model_options.h"
+#include "model/deepseek_v4.h"
+#include "model/weights.h"
+
+namespace sl::cli {
+namespace {
+
+struct RunOptions {
+  ModelOptions model;
+  std::string backend = "cpu";
+  int steps = 4;
+  std::string checkpoint, tokens_file, dump_logits, save_checkpoint;
+  std::string save_dtype = "bf16";
+  bool json = false;
+};
+
+double mib(size_t bytes) { return double(bytes) / (1024.0 * 1024.0); }
+
+// The prompt: from a .npy of token ids ([T0] for every sequence, or [B, T0]), or
+// deterministic pseudo-random ids from the seed.
+std::vector<int32_t> prompt_tokens(const RunOptions& o, ModelConfig& cfg) {
+  const int B = cfg.batch;
+  std::vector<int32_t> out;
+  if (!o.tokens_file.empty()) {
+    std::vector<int64_t> shape;
+    std::vector<int64_t> ids = read_npy_int64(o.tokens_file, &shape);
+    int64_t T0 = 0;
+    if (shape.size() == 1) {
+      T0 = shape[0];
+      for (int b = 0; b < B; ++b) out.insert(out.end(), ids.begin(), ids.end());
+    } else if (shape.size() == 2 && shape[0] == B) {
+      T0 = shape[1];
+      out.assign(ids.begin(), ids.end());
+    } else {
+      fail(o.tokens_file, ": expected token ids of shape [T] or [batch=", B, ", T]");
+    }
+    SL_CHECK(T0 >= 1, o.tokens_file, ": the prompt is empty");
+    for (int64_t id : ids)
+      SL_CHECK(id >= 0 && id < cfg.vocab_size, o.tokens_file, ": token id ", id, " outside the vocabulary [0, ",
+               cfg.vocab_size, ")");
+    cfg.context_length = int(T0);
+    return out;
+  }
+  const uint64_t key = hash_name("prompt");
+  for (int64_t i = 0; i < int64_t(B) * cfg.context_length; ++i)
+    out.push_back(int32_t(splitmix64(cfg.seed ^ splitmix64(key ^ uint64_t(i))) % uint64_t(cfg.vocab_size)));
+  return out;
+}
+
+std::string tokens_str(const std::vector<int32_t>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
+void run(const RunOptions& o) {
+  const std::string cfg_path = o.checkpoint.empty() ? "" : (std::filesystem::path(o.checkpoint) / "config.json").string();
+  if (!o.checkpoint.empty())
+    SL_CHECK(std::filesystem::exists(cfg_path), "--checkpoint ", o.checkpoint, ": no config.json in that directory");
+  ModelConfig cfg = resolve_config(o.model, cfg_path);
+  SL_CHECK(o.steps >= 0, "--steps must be >= 0");
+  const std::vector<int32_t> prompt = prompt_tokens(o, cfg);
+  validate(cfg);
+  const StreamPolicy policy = resolve_policy(o.model);
+  const RunShape shape = run_shape(cfg, o.steps, !o.dump_logits.empty());
+  FILE* info = o.json ? stderr : stdout;  // keep stdout parseable under --json
+
+  auto be = make_backend(o.backend);
+  std::fprintf(info, "streamlab run: config %s (%d layers + %d MTP), backend %s, policy %s, batch %d, context %d, "
+               "draft steps %d, decode steps %d\n",
+               cfg.name.c_str(), cfg.num_hidden_layers, cfg.num_nextn_predict_layers, be->name().c_str(),
+               policy.str().c_str(), cfg.batch, cfg.context_length, cfg.draft_steps, o.steps);
+  std::fprintf(info, "weights: %.1f MiB in %s (allocating)\n", mib(weight_bytes(cfg, be->weight_dtype())),
+               dtype_name(be->weight_dtype()));
+  std::fflush(info);
+
+  DeepSeekV4 model(*be, cfg, policy, shape);
+  if (o.checkpoint.empty()) {
+    std::fprintf(info, "initialising weights from seed %llu\n", cfg.seed);
+    model.init_random(cfg.seed);
+  } else {
+    std::fprintf(info, "loading %s\n", o.checkpoint.c_str());
+    model.load(o.checkpoint);
+  }
+  if (!o.save_checkpoint.empty()) {
+    std::fprintf(info, "saving checkpoint to %s (%s)\n", o.save_checkpoint.c_str(), o.save_dtype.c_str());
+    save_checkpoint(*be, cfg, model.weights(), o.save_checkpoint, o.save_dtype == "f32" ? DType::F32 : DType::BF16);
+  }
+  std::fprintf(info, "streams created: %zu aux (+ main)\n", model.created_streams().size());
+  std::fflush(info);
+
+  using clock = std::chrono::steady_clock;
+  nlohmann::json steps = nlohmann::json::array();
+  auto report = [&](int idx, const char* kind, int tokens, double ms, const StepOutput& out) {
+    nlohmann::json j{{"step", idx}, {"kind", kind}, {"tokens", tokens}, {"ms", ms}, {"sampled", out.sampled},
+                     {"drafts", out.drafts}, {"logits_checksum", out.logits_checksum}};
+    steps.push_back(j);
+    if (!o.json) {
+      std::string drafts = "[";
+      for (size_t s = 0; s < out.drafts.size(); ++s) drafts += (s ? "," : "") + tokens_str(out.drafts[s]);
+      drafts += "]";
+      std::printf("%-4d %-8s %7d %10.3f  sampled %s  drafts %s  logits checksum %.6e\n", idx, kind, tokens, ms,
+                  tokens_str(out.sampled).c_str(), drafts.c_str(), out.logits_checksum);
+      std::fflush(stdout);
+    }
+  };
+  if (!o.json) std::printf("%-4s %-8s %7s %10s\n", "step", "kind", "tokens", "ms");
+
+  auto t0 = clock::now();
+  StepOutput pre = model.prefill(prompt, cfg.context_length);
+  double ms = std::chrono::duration<double, std::milli>(clock::now() - t0).count();
+  report(0, "prefill", cfg.batch * cfg.context_length, ms, pre);
+  if (!o.dump_logits.empty()) {
+    write_npy(o.dump_logits, DType::F32, {int64_t(cfg.batch) * cfg.context_length, cfg.vocab_size},
+              pre.all_logits.data());
+    std::fprintf(info, "prefill logits [%d, %d] written to %s\n", cfg.batch * cfg.context_length, cfg.vocab_size,
+                 o.dump_logits.c_str());
+  }
+  for (int s = 1; s <= o.steps; ++s) {
+    t0 = clock::now();
+    StepOutput out = model.decode_step();
+    ms = std::chrono::duration<double, std::milli>(clock::now() - t0).count();
+    report(s, "decode", cfg.batch, ms, out);
+  }
+  const MemoryStats mem = be->memory();
+  if (o.json) {
+    nlohmann::json j{{"config", cfg.name},
+                     {"backend", be->name()},
+                     {"policy", policy.str()},
+                     {"batch", cfg.batch},
+                     {"context", cfg.context_length},
+                     {"draft_steps", cfg.draft_steps},
+                     {"mtp_layers", cfg.num_nextn_predict_layers},
+                     {"mtp_compress_ratio", cfg.mtp_compress_ratio},
+                     {"aux_streams", model.created_streams().size()},
+                     {"steps", steps},
+                     {"memory",
+                      {{"weights_bytes", mem.weights_bytes},
+                       {"activations_bytes", mem.activations_bytes},
+                       {"peak_bytes", mem.peak_bytes},
+                       {"library_bytes", mem.library_bytes}}}};
+    std::printf("%s\n", j.dump(2).c_str());
+  } else {
+    std::printf("memory: weights %.1f MiB, activations + caches %.1f MiB, peak %.1f MiB, libraries %.1f MiB\n",
+                mib(mem.weights_bytes), mib(mem.activations_bytes), mib(mem.peak_bytes), mib(mem.library_bytes));
+  }
+}
+
+}  // namespace
+
+void add_run_command(CLI::App& app) {
+  auto o = std::make_shared<RunOptions>();
+  CLI::App* cmd = app.add_subcommand("run", "Run the model: prefill a prompt batch, then decode steps with MTP drafts");
+  add_model_options(cmd, o->model);
+  cmd->add_option("--backend", o->backend, "cpu (fp32 reference) or cuda (H200, bf16)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
+  cmd->add_option("--steps", o->steps, "decode steps after the prefill")->capture_default_str();
+  cmd->add_option("--checkpoint", o->checkpoint,
+                  "load weights from a DeepSeek-layout directory (config.json + *.safetensors); the config then "
+                  "comes from DIR/config.json");
+  cmd->add_option("--tokens", o->tokens_file, "prompt token ids from a .npy file ([T] or [batch, T], int32/int64)");
+  cmd->add_option("--dump-logits", o->dump_logits, "write the prefill logits [batch*T, vocab] as float32 .npy");
+  cmd->add_option("--save-checkpoint", o->save_checkpoint, "save the weights in DeepSeek's layout to this directory");
+  cmd->add_option("--save-dtype", o->save_dtype, "dtype of saved float tensors: bf16 or f32")
+      ->check(CLI::IsMember({"bf16", "f32"}))
+      ->capture_default_str();
+  cmd->add_flag("--json", o->json, "print the result as JSON on stdout (progress goes to stderr)");
+  cmd->callback([o] { run(*o); });
+}
+
+}  // namespace sl::cli

@@ -1,0 +1,178 @@
+// `streamlab schedule`: which streams a policy creates (count, names, owners) and the per-layer
+// fork/join structure of one decode step, recorded on the null backend (no GPU, no weight
+// memory: any config, flash included).
+#include <cstdio>
+#include <map>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/schedule.h"
+#include "experiments/cli/commands.h"
+#include "experiments/cli/model_options.h"
+#include "model/deepseek_v4.h"
+#include "model/null_backend.h"
+
+namespace sl::cli {
+namespace {
+
+struct ScheduleOptions {
+  ModelOptions model;
+  bool json = false;
+  bool full = false;
+};
+
+// Groups the recorded entries by (forward, layer, phase) using the scope path the model writes
+// ("decode/target/L3.c4a/attn/phase_a", "decode/draft1/mtp1.sliding/ffn/moe").
+nlohmann::json layer_structure(const Schedule& sched) {
+  static const std::regex layer_re(R"(^(L\d+|mtp\d+)\.(\w+)$)");
+  struct Phase {
+    nlohmann::json forks = nlohmann::json::array(), joins = nlohmann::json::array();
+    std::map<std::string, nlohmann::json> branches;  // aux stream -> {ops, waits, records}
+    int main_ops = 0;
+  };
+  struct Layer {
+    std::string forward, layer, type;
+    std::vector<std::string> order;
+    std::map<std::string, Phase> phases;
+  };
+  std::vector<Layer> layers;
+  for (const auto& e : sched.entries()) {
+    std::vector<std::string> parts;
+    size_t start = 0;
+    for (size_t i = 0; i <= e.scope.size(); ++i)
+      if (i == e.scope.size() || e.scope[i] == '/') {
+        parts.push_back(e.scope.substr(start, i - start));
+        start = i + 1;
+      }
+    int li = -1;
+    for (size_t i = 0; i < parts.size(); ++i)
+      if (std::regex_match(parts[i], layer_re)) li = int(i);
+    if (li < 1) continue;  // not inside a layer
+    std::smatch lm;
+    std::regex_match(parts[size_t(li)], lm, layer_re);
+    const std::string forward = parts[size_t(li) - 1];
+    std::string phase = "other";
+    for (size_t i = size_t(li) + 1; i < parts.size(); ++i)
+      if (parts[i] == "phase_a" || parts[i] == "phase_b" || parts[i] == "moe") phase = parts[i];
+    if (layers.empty() || layers.back().forward != forward || layers.back().layer != lm[1].str())
+      layers.push_back({forward, lm[1].str(), lm[2].str(), {}, {}});
+    Layer& L = layers.back();
+    if (!L.phases.count(phase)) L.order.push_back(phase);
+    Phase& P = L.phases[phase];
+    const std::string stream = sched.stream_name(e.stream);
+    const bool on_main = e.stream == 0;
+    if (on_main) {
+      if (e.kind == ScheduleEntry::Record) P.forks.push_back(sched.event_name(e.event));
+      else if (e.kind == ScheduleEntry::Wait) P.joins.push_back(sched.event_name(e.event));
+      else ++P.main_ops;
+      continue;
+    }
+    auto& br = P.branches[stream];
+    if (br.is_null()) br = {{"stream", stream}, {"waits", nlohmann::json::array()}, {"ops", nlohmann::json::array()},
+                            {"records", nlohmann::json::array()}};
+    if (e.kind == ScheduleEntry::Op) br["ops"].push_back(e.name);
+    else br[e.kind == ScheduleEntry::Wait ? "waits" : "records"].push_back(sched.event_name(e.event));
+  }
+  nlohmann::json out = nlohmann::json::array();
+  for (auto& L : layers) {
+    nlohmann::json phases = nlohmann::json::array();
+    for (const auto& name : L.order) {
+      Phase& P = L.phases[name];
+      if (name == "other" && P.branches.empty()) continue;
+      nlohmann::json br = nlohmann::json::array();
+      for (auto& [s, b] : P.branches) br.push_back(b);
+      phases.push_back({{"phase", name}, {"forks", P.forks}, {"branches", br}, {"joins", P.joins},
+                        {"main_ops", P.main_ops}});
+    }
+    out.push_back({{"forward", L.forward}, {"layer", L.layer}, {"type", L.type}, {"phases", phases}});
+  }
+  return out;
+}
+
+std::string join(const nlohmann::json& a, const char* sep = " ") {
+  std::string s;
+  for (const auto& x : a) s += (s.empty() ? "" : sep) + x.get<std::string>();
+  return s;
+}
+
+void schedule(const ScheduleOptions& o) {
+  ModelConfig cfg = resolve_config(o.model);
+  const StreamPolicy policy = resolve_policy(o.model);
+  // A short prompt suffices: the decode step's structure does not depend on its length.
+  cfg.context_length = std::min(cfg.context_length, 8);
+  auto be = make_null_backend();
+  DeepSeekV4 model(*be, cfg, policy, run_shape(cfg, 1, false));
+  std::vector<int32_t> prompt(size_t(cfg.batch) * size_t(cfg.context_length), 1);
+  model.prefill(prompt, cfg.context_length);
+  Schedule sched;
+  model.describe_streams(sched);
+  model.ops().attach_schedule(&sched);
+  model.decode_step();
+  model.ops().attach_schedule(nullptr);
+
+  const auto& plan = model.stream_plan();
+  const auto hazards = sched.hazards();
+  const nlohmann::json layers = layer_structure(sched);
+  size_t events = sched.events().size();
+  if (o.json) {
+    nlohmann::json j;
+    j["config"] = cfg.name;
+    j["policy"] = policy.str();
+    j["target_layers"] = cfg.num_hidden_layers;
+    j["mtp_layers"] = cfg.num_nextn_predict_layers;
+    j["mtp_compress_ratio"] = cfg.mtp_compress_ratio;
+    j["streams_created"] = plan.streams.size();
+    j["aux_streams_created"] = plan.streams.size() - (plan.shared_expert >= 0 ? 1 : 0);
+    j["streams"] = nlohmann::json::array();
+    for (const auto& s : plan.streams) j["streams"].push_back({{"name", s.name}, {"owner", s.owner}});
+    j["events_created"] = events;
+    j["layers"] = layers;
+    j["hazards"] = hazards;
+    if (o.full) j["schedule"] = sched.to_json();
+    std::printf("%s\n", j.dump(2).c_str());
+    return;
+  }
+  std::printf("policy %s, config %s: %d target layers, %d MTP layers (compress ratio %d)\n", policy.str().c_str(),
+              cfg.name.c_str(), cfg.num_hidden_layers, cfg.num_nextn_predict_layers, cfg.mtp_compress_ratio);
+  std::printf("streams created: %zu (%zu aux", plan.streams.size(),
+              plan.streams.size() - (plan.shared_expert >= 0 ? 1 : 0));
+  std::printf(plan.shared_expert >= 0 ? " + shared_expert)\n" : ")\n");
+  for (const auto& s : plan.streams) std::printf("  %-16s owner %s\n", s.name.c_str(), s.owner.c_str());
+  std::printf("events created: %zu\n\nfork/join structure of one decode step:\n", events);
+  for (const auto& L : layers) {
+    std::printf("  %s %s (%s)\n", L["forward"].get<std::string>().c_str(), L["layer"].get<std::string>().c_str(),
+                L["type"].get<std::string>().c_str());
+    for (const auto& P : L["phases"]) {
+      std::printf("    %-8s", P["phase"].get<std::string>().c_str());
+      if (P["branches"].empty()) {
+        std::printf(" serial on main (%d ops)\n", P["main_ops"].get<int>());
+        continue;
+      }
+      std::printf(" fork %s |", join(P["forks"]).c_str());
+      for (const auto& b : P["branches"])
+        std::printf(" %s: %s -> %s |", b["stream"].get<std::string>().c_str(), join(b["ops"], ",").c_str(),
+                    join(b["records"]).c_str());
+      std::printf(" join %s\n", join(P["joins"]).c_str());
+    }
+  }
+  std::printf("\nhazards (unordered cross-stream buffer accesses): %zu\n", hazards.size());
+  for (const auto& h : hazards) std::printf("  %s\n", h.c_str());
+  if (o.full) std::printf("\n%s", sched.to_text().c_str());
+}
+
+}  // namespace
+
+void add_schedule_command(CLI::App& app) {
+  auto o = std::make_shared<ScheduleOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "schedule", "Print the streams a policy creates and the per-layer fork/join structure of a decode step");
+  add_model_options(cmd, o->model);
+  cmd->add_flag("--json", o->json, "print as JSON");
+  cmd->add_flag("--full", o->full, "also print every recorded op, record and wait");
+  cmd->callback([o] { schedule(*o); });
+}
+
+}  // namespace sl::cli

@@ -1,0 +1,69 @@
+#include "experiments/cli/model_options.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace sl::cli {
+
+void add_model_options(CLI::App* cmd, ModelOptions& o) {
+  cmd->add_option("--config", o.config, "built-in config name (" + [] {
+    std::string s;
+    for (const auto& n : builtin_config_names()) s += (s.empty() ? "" : ", ") + n;
+    return s;
+  }() + ") or a path to a config.json")->capture_default_str();
+  cmd->add_option("--policy", o.policy, "stream policy: serial, per-layer, shared, global, per-layer-all, pool:K")
+      ->capture_default_str();
+  cmd->add_option("--aux-priority", o.aux_priority, "priority of the aux streams: default or highest")
+      ->check(CLI::IsMember({"default", "highest"}))
+      ->capture_default_str();
+  cmd->add_flag("--no-shared-expert-stream", o.no_shared_expert_stream,
+                "run the MoE shared expert on the main stream even when the batch has <= 256 tokens");
+  cmd->add_option("--mtp-layers", o.mtp_layers, "number of MTP layers N (config: num_nextn_predict_layers)");
+  cmd->add_option("--mtp-compress", o.mtp_compress, "compress ratio of the MTP layers: 0 (as the real checkpoint), 4 or 128");
+  cmd->add_option("--batch", o.batch, "sequences per step");
+  cmd->add_option("--context", o.context, "prompt tokens per sequence");
+  cmd->add_option("--draft-steps", o.draft_steps, "MTP draft steps k per decode step");
+  cmd->add_option("--prefill-chunk", o.prefill_chunk, "most prompt tokens per step, over the whole batch");
+  cmd->add_option("--seed", o.seed, "seed of the random weights");
+  cmd->add_option("--rope", o.rope,
+                  "RoPE of sliding-window and MTP layers: yarn (vLLM) or plain (DeepSeek reference / HF)")
+      ->check(CLI::IsMember({"yarn", "plain"}));
+}
+
+ModelConfig resolve_config(const ModelOptions& o, const std::string& config_override_path) {
+  ModelConfig c = load_config(config_override_path.empty() ? o.config : config_override_path);
+  if (o.mtp_layers) c.num_nextn_predict_layers = *o.mtp_layers;
+  if (o.mtp_compress) c.mtp_compress_ratio = *o.mtp_compress;
+  if (o.batch) c.batch = *o.batch;
+  if (o.context) c.context_length = *o.context;
+  if (o.draft_steps) c.draft_steps = *o.draft_steps;
+  if (o.prefill_chunk) c.prefill_chunk = *o.prefill_chunk;
+  if (o.seed) c.seed = *o.seed;
+  if (o.rope) c.swa_layers_use_yarn = *o.rope == "yarn";
+  // compress_ratios' last entry is the MTP slot; keep it in step with the knob.
+  if (!c.compress_ratios.empty()) c.compress_ratios.back() = c.mtp_compress_ratio;
+  validate(c);
+  return c;
+}
+
+StreamPolicy resolve_policy(const ModelOptions& o) {
+  StreamPolicy p = StreamPolicy::parse(o.policy);
+  // CUDA: lower numbers are higher priority; -5 is the highest on current GPUs (the CUDA
+  // backend clamps to the device's range).
+  p.aux_priority = o.aux_priority == "highest" ? -5 : 0;
+  if (o.no_shared_expert_stream) p.shared_expert_stream = false;
+  return p;
+}
+
+RunShape run_shape(const ModelConfig& cfg, int decode_steps, bool all_logits) {
+  RunShape s;
+  s.batch = cfg.batch;
+  s.max_positions = cfg.context_length + decode_steps + cfg.draft_steps + 1;
+  const int per_seq_chunk = std::max(1, cfg.prefill_chunk / cfg.batch);
+  s.max_seq_tokens = all_logits ? cfg.context_length : std::min(cfg.context_length, per_seq_chunk);
+  s.all_logits = all_logits;
+  return s;
+}
+
+}  // namespace sl::cli

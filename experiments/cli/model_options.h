@@ -1,0 +1,32 @@
+// Options shared by the subcommands that build a model (`run`, `schedule`): the config and
+// its command-line overrides, and the stream policy.
+#pragma once
+#include <optional>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "model/config.h"
+#include "model/deepseek_v4.h"
+#include "model/stream_policy.h"
+
+namespace sl::cli {
+
+struct ModelOptions {
+  std::string config = "tiny";
+  std::string policy = "shared";
+  std::string aux_priority = "default";
+  bool no_shared_expert_stream = false;
+  std::optional<int> mtp_layers, mtp_compress, batch, context, draft_steps, prefill_chunk;
+  std::optional<unsigned long long> seed;
+  std::optional<std::string> rope;  // "yarn" | "plain": the RoPE of sliding-window layers
+};
+
+void add_model_options(CLI::App* cmd, ModelOptions& o);
+// The config after overrides, validated (throws naming the key on a bad value).
+ModelConfig resolve_config(const ModelOptions& o, const std::string& config_override_path = "");
+StreamPolicy resolve_policy(const ModelOptions& o);
+// Shapes for a run of `decode_steps` steps after a prompt of cfg.context_length tokens.
+RunShape run_shape(const ModelConfig& cfg, int decode_steps, bool all_logits);
+
+}  // namespace sl::cli

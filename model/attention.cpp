@@ -1,0 +1,104 @@
+// Attention for all three layer types (MODEL.md 5) with vLLM's aux-stream placement
+// (MODEL.md 10 / STREAMS.md): phase A overlaps the input GEMMs, phase B overlaps the indexer
+// (c4a) or the main compressor (c128a) with the query path, and everything joins before the
+// sparse attention.
+#include "model/model_internal.h"
+#include "model/parallel.h"
+
+namespace sl {
+
+void DeepSeekV4::attention(int layer, const AttentionWeights& aw, LayerCache& cache, const Tensor& a,
+                           const Tensor& out, const Step& st) {
+  const LayerType type = cache.type;
+  const LayerStreams& ls = layer_streams_[size_t(layer)];
+  const auto& ev = events_[size_t(layer)].attn;
+  const Tensor& table = rope_tables_[size_t(layer)];
+  const float eps = float(cfg_.rms_norm_eps);
+  const int64_t T = st.T, H = cfg_.num_attention_heads, Dh = cfg_.head_dim;
+  const int64_t Hi = cfg_.index_n_heads, di = cfg_.index_head_dim;
+  const Buffers& b = *buf_;
+
+  const Tensor qr_raw = b.qr_raw.rows(0, T), qr = b.qr.rows(0, T), kv = b.kv.rows(0, T);
+  const Tensor q = b.q.rows(0, T), o = b.o.rows(0, T), z = b.z.rows(0, T);
+  const int64_t comp_width = (type == LayerType::C4A ? 2 : 1) * Dh;
+  const Tensor comp_u = b.comp_u.prefix({T, comp_width}), comp_g = b.comp_g.prefix({T, comp_width});
+  const Tensor idx_w = b.idx_w.rows(0, T), idx_u = b.idx_u.prefix({T, 2 * di}), idx_g = b.idx_g.prefix({T, 2 * di});
+  const Tensor idx_q = b.idx_q.rows(0, T), sel = b.sel.rows(0, T);
+
+  // ---- Phase A: input GEMMs. vLLM runs it multi-stream only up to 1024 tokens: above that
+  // the big projection fills the GPU and the overlap stops paying.
+  {
+    Ops::Scope scope(ops_, "phase_a");
+    const bool parallel = T <= policy_.phase_a_max_tokens;
+    StreamFn main_fn = [&](Stream s) {
+      ops_.gemm(s, "wq_a", qr_raw, a, aw.wq_a);  // vLLM fuses wq_a and wkv ("fused_wqa_wkv")
+      ops_.gemm(s, "wkv", kv, a, aw.wkv);
+    };
+    std::array<StreamFn, 3> aux{};
+    if (type != LayerType::Sliding)
+      aux[0] = [&](Stream s) {
+        ops_.gemm(s, "compressor.wkv", comp_u, a, aw.compressor.wkv);
+        ops_.gemm(s, "compressor.wgate", comp_g, a, aw.compressor.wgate);
+      };
+    if (type == LayerType::C4A) {
+      aux[1] = [&](Stream s) { ops_.gemm(s, "indexer.weights_proj", idx_w, a, aw.idx_weights_proj); };
+      aux[2] = [&](Stream s) {
+        ops_.gemm(s, "indexer.compressor.wkv", idx_u, a, aw.idx_compressor.wkv);
+        ops_.gemm(s, "indexer.compressor.wgate", idx_g, a, aw.idx_compressor.wgate);
+      };
+    }
+    execute_in_parallel(ops_, ls, ev, parallel, main_fn, aux);
+  }
+  ops_.rmsnorm(Stream{}, "q_norm", qr, qr_raw, aw.q_norm, eps);
+  ops_.rmsnorm(Stream{}, "kv_norm", kv, kv, aw.kv_norm, eps);
+
+  // ---- Phase B (vLLM 6fb3f7b46): the query path on the main stream; the whole indexer (c4a)
+  // or the main compressor (c128a) on aux0.
+  auto main_compressor = [&](Stream s) {
+    CompressorCache& cc = cache.comp;
+    ops_.compressor_save(s, "compressor.save", cc.state_u, cc.state_g, cc.state_tags, comp_u, comp_g,
+                         aw.compressor.ape, st.pos, st.seq, cc.ratio);
+    ops_.compressor_pool(s, "compressor.pool", cc.entries, cc.state_u, cc.state_g, cc.state_tags, aw.compressor.norm,
+                         table, st.pos, st.seq, cc.ratio, cc.overlap, eps);
+  };
+  {
+    Ops::Scope scope(ops_, "phase_b");
+    StreamFn main_fn = [&](Stream s) {
+      ops_.gemm(s, "wq_b", q.view({T, H * Dh}), qr, aw.wq_b);
+      ops_.rmsnorm(s, "q_head_norm", q.view({T * H, Dh}), q.view({T * H, Dh}), Tensor{}, eps);
+      ops_.rope(s, "rope_q", q, st.pos, table, false);
+      ops_.rope(s, "rope_k", kv.view({T, 1, Dh}), st.pos, table, false);
+      ops_.swa_insert(s, cache.swa, cache.swa_tags, kv, st.pos, st.seq);
+      if (type == LayerType::C4A) main_compressor(s);
+    };
+    StreamFn aux_fn;
+    if (type == LayerType::C4A)
+      aux_fn = [&](Stream s) {
+        CompressorCache& ic = cache.indexer;
+        ops_.gemm(s, "indexer.wq_b", idx_q.view({T, Hi * di}), qr, aw.idx_wq_b);
+        ops_.rope(s, "indexer.rope_q", idx_q, st.pos, table, false);
+        ops_.compressor_save(s, "indexer.compressor.save", ic.state_u, ic.state_g, ic.state_tags, idx_u, idx_g,
+                             aw.idx_compressor.ape, st.pos, st.seq, ic.ratio);
+        ops_.compressor_pool(s, "indexer.compressor.pool", ic.entries, ic.state_u, ic.state_g, ic.state_tags,
+                             aw.idx_compressor.norm, table, st.pos, st.seq, ic.ratio, ic.overlap, eps);
+        ops_.indexer_topk(s, sel, idx_q, idx_w, ic.entries, st.pos, st.seq, ic.ratio);
+      };
+    else if (type == LayerType::C128A)
+      aux_fn = main_compressor;
+    maybe_execute_in_parallel(ops_, ls.aux[0], ev[0], ev[1], main_fn, aux_fn);
+  }
+
+  // ---- After the join: sparse attention over window + compressed keys, inverse RoPE,
+  // grouped low-rank output projection (MODEL.md 5.5, 5.6).
+  const CompressedKeys mode = type == LayerType::C4A     ? CompressedKeys::Selected
+                              : type == LayerType::C128A ? CompressedKeys::All
+                                                         : CompressedKeys::None;
+  const Tensor comp = type == LayerType::Sliding ? Tensor{} : cache.comp.entries;
+  ops_.sparse_attention(Stream{}, o, q, cache.swa, cache.swa_tags, comp, mode == CompressedKeys::Selected ? sel : Tensor{},
+                        aw.attn_sink, st.pos, st.seq, cfg_.sliding_window, mode, cfg_.layer_ratio(layer));
+  ops_.rope(Stream{}, "rope_inv_o", o, st.pos, table, true);
+  ops_.gemm_grouped(Stream{}, "wo_a", z, o.view({T, H * Dh}), aw.wo_a, cfg_.o_groups);
+  ops_.gemm(Stream{}, "wo_b", out, z, aw.wo_b);
+}
+
+}  // namespace sl

@@ -1,0 +1,235 @@
+// Private to model/cpu: the CpuBackend class and the small loops its op files share.
+//
+// The CPU backend is the fp32 reference: every op is a plain loop nest in program order,
+// accumulating in fp32. It is the yardstick the CUDA backend is compared against, so clarity
+// beats speed everywhere except the GEMM (which dominates a forward pass).
+//
+// File layout (one concept per file):
+//   cpu_backend.cpp    memory, streams-as-labels, events, init/fill/copy, embed/argmax/gather/shift
+//   cpu_dense.cpp      gemm, gemm_grouped, rmsnorm, add, rope, swiglu (+ the shared GEMM loop)
+//   cpu_mhc.cpp        hc_pre, hc_post, hc_head, mtp_combine
+//   cpu_attention.cpp  swa_insert, compressor_save/pool, indexer_topk, sparse_attention
+//   cpu_moe.cpp        route, moe_experts, moe_workspace_bytes
+#pragma once
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/tensor.h"
+#include "model/backend.h"
+
+namespace sl::cpu {
+
+// ---------------------------------------------------------------- argument checks
+// Every op validates its arguments before touching memory and throws sl::Error naming the
+// op, the argument and the offending shape/dtype.
+
+inline std::string describe(const Tensor& t) {
+  if (t.empty()) return "(none)";
+  return t.shape.str() + " " + dtype_name(t.dtype);
+}
+
+inline void check_present(const char* op, const char* arg, const Tensor& t) {
+  SL_CHECK(!t.empty(), op, ": ", arg, " is missing (empty tensor)");
+}
+
+inline void check_dtype(const char* op, const char* arg, const Tensor& t, DType want) {
+  check_present(op, arg, t);
+  SL_CHECK(t.dtype == want, op, ": ", arg, " is ", describe(t), ", expected dtype ", dtype_name(want));
+}
+
+inline void check_ndim(const char* op, const char* arg, const Tensor& t, int n) {
+  check_present(op, arg, t);
+  SL_CHECK(t.ndim() == n, op, ": ", arg, " is ", describe(t), ", expected ", n, " dims");
+}
+
+// Exact shape (and presence). `want` may be built from other arguments' dims.
+inline void check_shape(const char* op, const char* arg, const Tensor& t, const Shape& want) {
+  check_present(op, arg, t);
+  SL_CHECK(t.shape == want, op, ": ", arg, " is ", describe(t), ", expected shape ", want.str());
+}
+
+inline void check_f32(const char* op, const char* arg, const Tensor& t, const Shape& want) {
+  check_dtype(op, arg, t, DType::F32);
+  check_shape(op, arg, t, want);
+}
+
+inline void check_i32(const char* op, const char* arg, const Tensor& t, const Shape& want) {
+  check_dtype(op, arg, t, DType::I32);
+  check_shape(op, arg, t, want);
+}
+
+// True if the byte ranges of two tensors overlap: an output that aliases an input the op
+// still has to read after writing.
+inline bool overlaps(const Tensor& x, const Tensor& y) {
+  const char* xb = static_cast<const char*>(x.data);
+  const char* yb = static_cast<const char*>(y.data);
+  return xb < yb + y.bytes() && yb < xb + x.bytes();
+}
+
+// ---------------------------------------------------------------- shared loops
+
+// sum_i a[i] * b[i] in fp32. Eight independent partial sums: lets the compiler keep them in
+// SIMD registers (a single running sum is a serial dependency chain it may not reorder),
+// and as a side effect the rounding error grows like n/8 rather than n.
+inline float dot(const float* a, const float* b, int64_t n) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int l = 0; l < 8; ++l) acc[l] += a[i + l] * b[i + l];
+  float tail = 0.f;
+  for (; i < n; ++i) tail += a[i] * b[i];
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])) + tail;
+}
+
+inline float sigmoid(float z) { return 1.f / (1.f + std::exp(-z)); }
+
+// out[m, n] = dot(a[m, :K], w[n, :K]) for m < M, n < N; row strides lda, ldw, ldo (elements).
+// Defined in cpu_dense.cpp; also used by moe_experts on its per-expert row blocks.
+void matmul_nt(float* out, int64_t ldo, const float* a, int64_t lda, const float* w, int64_t ldw, int64_t M,
+               int64_t N, int64_t K);
+
+// out[i] = w[i] * x[i] / sqrt(mean(x^2) + eps) over one row of n values (w may be null:
+// no weight). out may alias x.
+inline void rmsnorm_row(float* out, const float* x, const float* w, int64_t n, float eps) {
+  float ms = dot(x, x, n) / float(n);
+  float r = 1.f / std::sqrt(ms + eps);
+  for (int64_t i = 0; i < n; ++i) out[i] = (w ? w[i] : 1.f) * (x[i] * r);
+}
+
+// Interleaved RoPE on the last R values of v[0..len): pair i is (v[N'+2i], v[N'+2i+1]) with
+// N' = len - R, rotated by the angle whose cos/sin are angles[i] / angles[R/2 + i]
+// (one row of the [P, R] table). inverse rotates by -angle (sin -> -sin).
+inline void rope_vec(float* v, int64_t len, const float* angles, int64_t R, bool inverse) {
+  float* r = v + (len - R);
+  const int64_t half = R / 2;
+  for (int64_t i = 0; i < half; ++i) {
+    float c = angles[i];
+    float s = inverse ? -angles[half + i] : angles[half + i];
+    float e = r[2 * i], o = r[2 * i + 1];
+    r[2 * i] = e * c - o * s;
+    r[2 * i + 1] = o * c + e * s;
+  }
+}
+
+// The SwiGLU-with-clamp activation of one value pair (MODEL.md 3.3): the gate is clamped
+// above only, the up projection on both sides.
+inline float swiglu_clamped(float g, float u, float limit) {
+  g = std::min(g, limit);
+  u = std::min(std::max(u, -limit), limit);
+  return g * sigmoid(g) * u;
+}
+
+}  // namespace sl::cpu
+
+namespace sl {
+
+class CpuBackend final : public Backend {
+ public:
+  CpuBackend() = default;
+  ~CpuBackend() override;
+
+  std::string name() const override { return "cpu"; }
+  DType act_dtype() const override { return DType::F32; }
+  DType weight_dtype() const override { return DType::F32; }
+
+  // memory (cpu_backend.cpp)
+  Tensor alloc(const std::string& name, DType dtype, Shape shape, AllocKind kind) override;
+  std::string buffer_name(int buffer) const override;
+  void upload(Stream s, const Tensor& dst, const void* host, size_t bytes) override;
+  void download(void* host, const Tensor& src, size_t bytes) override;
+  MemoryStats memory() const override;
+
+  // streams and events: labels only (cpu_backend.cpp)
+  Stream create_stream(const std::string& name, int priority) override;
+  void destroy_stream(Stream s) override;
+  Event create_event(const std::string& name) override;
+  void record(Event e, Stream s) override;
+  void wait(Stream s, Event e) override;
+  void synchronize() override {}
+
+  // initialisation (cpu_backend.cpp)
+  void init_uniform(Stream s, const Tensor& t, uint64_t seed, uint64_t key, float scale, float offset) override;
+  void fill(Stream s, const Tensor& t, float value) override;
+  void copy(Stream s, const Tensor& dst, const Tensor& src) override;
+
+  // dense math (cpu_dense.cpp)
+  void gemm(Stream s, const Tensor& out, const Tensor& a, const Tensor& w) override;
+  void gemm_grouped(Stream s, const Tensor& out, const Tensor& a, const Tensor& w, int groups) override;
+  void rmsnorm(Stream s, const Tensor& out, const Tensor& x, const Tensor& w, float eps) override;
+  void add(Stream s, const Tensor& out, const Tensor& a, const Tensor& b) override;
+  void rope(Stream s, const Tensor& x, const Tensor& pos, const Tensor& table, bool inverse) override;
+  void swiglu(Stream s, const Tensor& out, const Tensor& g, const Tensor& u, float limit) override;
+
+  // embedding, sampling (cpu_backend.cpp)
+  void embed(Stream s, const Tensor& out, const Tensor& ids, const Tensor& table, const Tensor& pos,
+             bool zero_pos0) override;
+  void argmax(Stream s, const Tensor& out, const Tensor& logits) override;
+  void gather_rows(Stream s, const Tensor& out, const Tensor& in, const Tensor& rows) override;
+  void shift_tokens(Stream s, const Tensor& out, const Tensor& tokens, const Tensor& sampled) override;
+
+  // mHC (cpu_mhc.cpp)
+  void hc_pre(Stream s, const Tensor& y, const Tensor& post, const Tensor& comb, const Tensor& X, const Tensor& fn,
+              const Tensor& scale, const Tensor& base, int sinkhorn_iters, float hc_eps, float rms_eps) override;
+  void hc_post(Stream s, const Tensor& X_out, const Tensor& f, const Tensor& res, const Tensor& post,
+               const Tensor& comb) override;
+  void hc_head(Stream s, const Tensor& h, const Tensor& X, const Tensor& fn, const Tensor& scale, const Tensor& base,
+               float hc_eps, float rms_eps) override;
+  void hc_expand(Stream s, const Tensor& X, const Tensor& e) override;
+  void mtp_combine(Stream s, const Tensor& X, const Tensor& hp, const Tensor& ep) override;
+
+  // attention (cpu_attention.cpp)
+  void swa_insert(Stream s, const Tensor& cache, const Tensor& tags, const Tensor& k, const Tensor& pos,
+                  const Tensor& seq) override;
+  void compressor_save(Stream s, const Tensor& state_u, const Tensor& state_g, const Tensor& state_tags,
+                       const Tensor& u, const Tensor& g, const Tensor& ape, const Tensor& pos, const Tensor& seq,
+                       int ratio) override;
+  void compressor_pool(Stream s, const Tensor& entries, const Tensor& state_u, const Tensor& state_g,
+                       const Tensor& state_tags, const Tensor& norm_w, const Tensor& table, const Tensor& pos,
+                       const Tensor& seq, int ratio, bool overlap, float rms_eps) override;
+  void indexer_topk(Stream s, const Tensor& sel, const Tensor& q, const Tensor& w, const Tensor& keys,
+                    const Tensor& pos, const Tensor& seq, int ratio) override;
+  void sparse_attention(Stream s, const Tensor& o, const Tensor& q, const Tensor& swa, const Tensor& swa_tags,
+                        const Tensor& comp, const Tensor& sel, const Tensor& sink, const Tensor& pos,
+                        const Tensor& seq, int window, CompressedKeys mode, int ratio) override;
+
+  // MoE (cpu_moe.cpp)
+  void route(Stream s, const Tensor& ids, const Tensor& weights, const Tensor& logits, const Tensor& bias,
+             const Tensor& tid2eid, const Tensor& tokens, float scaling) override;
+  void moe_experts(Stream s, const Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
+                   const Tensor& w1, const Tensor& w2, const Tensor& w3, float swiglu_limit,
+                   const Tensor& workspace) override;
+  size_t moe_workspace_bytes(int64_t tokens, int k, int D, int F, int E) const override;
+
+ private:
+  void check_stream(const char* op, Stream s) const;
+  void check_event(const char* op, Event e) const;
+
+  struct Buffer {
+    void* data = nullptr;  // 64-byte aligned, freed with std::free
+    size_t bytes = 0;
+    std::string name;
+    AllocKind kind = AllocKind::Activation;
+  };
+  std::vector<Buffer> buffers_;  // index = buffer id
+  std::array<size_t, 4> bytes_by_kind_{};
+  size_t total_bytes_ = 0, peak_bytes_ = 0;
+
+  std::vector<std::string> stream_names_{"main"};  // index = stream id; 0 is the main stream
+  std::set<int> live_streams_{0};
+  std::vector<std::string> event_names_;  // index = event id
+
+  // Host scratch reused across calls (the ops themselves allocate no backend memory).
+  std::vector<float> scratch_f_;
+  std::vector<int32_t> scratch_i_;
+  std::vector<const float*> scratch_keys_;
+};
+
+}  // namespace sl

@@ -1,0 +1,168 @@
+// Dense math of the CPU backend: GEMM (plain and grouped), RMSNorm, add, RoPE, SwiGLU.
+#include "model/cpu/cpu_backend_impl.h"
+
+namespace sl {
+
+using namespace cpu;
+
+namespace cpu {
+
+// Four dot products of a0..a3 with the same w row, so that w is read once for four rows of
+// a. The per-row arithmetic (eight lane sums, the same final reduction order) is exactly
+// dot()'s, so a row's result does not depend on how many rows are in the batch or where the
+// row falls in a tile: prefill and token-by-token decode give bit-identical GEMM outputs.
+static inline void dot4(const float* a0, const float* a1, const float* a2, const float* a3, const float* w,
+                        int64_t K, float* r0, float* r1, float* r2, float* r3) {
+  float acc0[8] = {}, acc1[8] = {}, acc2[8] = {}, acc3[8] = {};
+  int64_t k = 0;
+  for (; k + 8 <= K; k += 8) {
+    for (int l = 0; l < 8; ++l) {
+      const float wv = w[k + l];
+      acc0[l] += a0[k + l] * wv;
+      acc1[l] += a1[k + l] * wv;
+      acc2[l] += a2[k + l] * wv;
+      acc3[l] += a3[k + l] * wv;
+    }
+  }
+  float t0 = 0.f, t1 = 0.f, t2 = 0.f, t3 = 0.f;
+  for (; k < K; ++k) {
+    t0 += a0[k] * w[k];
+    t1 += a1[k] * w[k];
+    t2 += a2[k] * w[k];
+    t3 += a3[k] * w[k];
+  }
+  auto reduce = [](const float* acc, float tail) {
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])) + tail;
+  };
+  *r0 = reduce(acc0, t0);
+  *r1 = reduce(acc1, t1);
+  *r2 = reduce(acc2, t2);
+  *r3 = reduce(acc3, t3);
+}
+
+void matmul_nt(float* out, int64_t ldo, const float* a, int64_t lda, const float* w, int64_t ldw, int64_t M,
+               int64_t N, int64_t K) {
+  // Blocking: a panel of kPanel rows of w (64 x K floats, 64 KiB for K = 256) stays in cache
+  // while every row of a streams past it, four rows at a time.
+  constexpr int64_t kPanel = 64;
+  for (int64_t n0 = 0; n0 < N; n0 += kPanel) {
+    const int64_t n1 = std::min(N, n0 + kPanel);
+    int64_t m = 0;
+    for (; m + 4 <= M; m += 4) {
+      const float* a0 = a + m * lda;
+      float* o0 = out + m * ldo;
+      for (int64_t n = n0; n < n1; ++n)
+        dot4(a0, a0 + lda, a0 + 2 * lda, a0 + 3 * lda, w + n * ldw, K, o0 + n, o0 + ldo + n, o0 + 2 * ldo + n,
+             o0 + 3 * ldo + n);
+    }
+    for (; m < M; ++m)
+      for (int64_t n = n0; n < n1; ++n) out[m * ldo + n] = dot(a + m * lda, w + n * ldw, K);
+  }
+}
+
+}  // namespace cpu
+
+void CpuBackend::gemm(Stream s, const Tensor& out, const Tensor& a, const Tensor& w) {
+  const char* op = "gemm";
+  check_stream(op, s);
+  check_dtype(op, "w", w, DType::F32);
+  check_ndim(op, "w", w, 2);
+  check_dtype(op, "a", a, DType::F32);
+  check_dtype(op, "out", out, DType::F32);
+  const int64_t N = w.dim(0), K = w.dim(1);
+  // a and out may be any-rank views whose last dim is K (resp. N); leading dims are rows.
+  SL_CHECK(a.ndim() >= 1 && a.dim(-1) == K, op, ": a ", describe(a), " does not end in K = ", K, " (w ",
+           describe(w), ")");
+  const int64_t M = K ? a.numel() / K : 0;
+  SL_CHECK(out.ndim() >= 1 && out.dim(-1) == N && out.numel() == M * N, op, ": out ", describe(out),
+           " is not [M = ", M, ", N = ", N, "] for a ", describe(a), " and w ", describe(w));
+  SL_CHECK(!overlaps(out, a) && !overlaps(out, w), op, ": out may not alias a or w");
+  matmul_nt(out.ptr<float>(), N, a.ptr<float>(), K, w.ptr<float>(), K, M, N, K);
+}
+
+void CpuBackend::gemm_grouped(Stream s, const Tensor& out, const Tensor& a, const Tensor& w, int groups) {
+  const char* op = "gemm_grouped";
+  check_stream(op, s);
+  check_dtype(op, "w", w, DType::F32);
+  check_ndim(op, "w", w, 2);
+  check_dtype(op, "a", a, DType::F32);
+  check_dtype(op, "out", out, DType::F32);
+  const int64_t G = groups;
+  SL_CHECK(G >= 1 && w.dim(0) % G == 0, op, ": w ", describe(w), " rows are not ", G, " equal groups");
+  const int64_t N = w.dim(0) / G, K = w.dim(1);
+  // a [M, G*K] (any leading dims; the flat row is G*K), out [M, G*N].
+  SL_CHECK(a.ndim() >= 1 && (G * K == 0 || a.numel() % (G * K) == 0), op, ": a ", describe(a),
+           " is not rows of G*K = ", G * K, " (w ", describe(w), ", groups ", G, ")");
+  const int64_t M = G * K != 0 ? a.numel() / (G * K) : 0;
+  SL_CHECK(out.ndim() >= 1 && out.dim(-1) == G * N && out.numel() == M * G * N, op, ": out ", describe(out),
+           " is not [M = ", M, ", G*N = ", G * N, "] for a ", describe(a), " and w ", describe(w));
+  SL_CHECK(!overlaps(out, a) && !overlaps(out, w), op, ": out may not alias a or w");
+  // Group g maps its K-slice of every row of a to its N-slice of out with its own N rows of
+  // w: one strided GEMM per group (MODEL.md 5.6, the contiguous head groups of wo_a).
+  for (int64_t g = 0; g < G; ++g)
+    matmul_nt(out.ptr<float>() + g * N, G * N, a.ptr<float>() + g * K, G * K, w.ptr<float>() + g * N * K, K, M, N,
+              K);
+}
+
+void CpuBackend::rmsnorm(Stream s, const Tensor& out, const Tensor& x, const Tensor& w, float eps) {
+  const char* op = "rmsnorm";
+  check_stream(op, s);
+  check_dtype(op, "x", x, DType::F32);
+  check_dtype(op, "out", out, DType::F32);
+  SL_CHECK(x.ndim() >= 1 && x.dim(-1) > 0, op, ": x ", describe(x), " has no last dim");
+  const int64_t dim = x.dim(-1), rows = x.numel() / dim;
+  SL_CHECK(out.numel() == x.numel(), op, ": out ", describe(out), " and x ", describe(x), " differ in size");
+  if (!w.empty()) check_f32(op, "w", w, {dim});
+  const float* wp = w.empty() ? nullptr : w.ptr<float>();
+  for (int64_t r = 0; r < rows; ++r) rmsnorm_row(out.ptr<float>() + r * dim, x.ptr<float>() + r * dim, wp, dim, eps);
+}
+
+void CpuBackend::add(Stream s, const Tensor& out, const Tensor& a, const Tensor& b) {
+  const char* op = "add";
+  check_stream(op, s);
+  check_dtype(op, "a", a, DType::F32);
+  check_dtype(op, "b", b, DType::F32);
+  check_dtype(op, "out", out, DType::F32);
+  SL_CHECK(a.numel() == b.numel() && out.numel() == a.numel(), op, ": out ", describe(out), ", a ", describe(a),
+           " and b ", describe(b), " differ in size");
+  const float* pa = a.ptr<float>();
+  const float* pb = b.ptr<float>();
+  float* po = out.ptr<float>();
+  for (int64_t i = 0, n = a.numel(); i < n; ++i) po[i] = pa[i] + pb[i];
+}
+
+void CpuBackend::rope(Stream s, const Tensor& x, const Tensor& pos, const Tensor& table, bool inverse) {
+  const char* op = "rope";
+  check_stream(op, s);
+  check_dtype(op, "x", x, DType::F32);
+  SL_CHECK(x.ndim() == 2 || x.ndim() == 3, op, ": x ", describe(x), " is not [T, heads, dim] or [T, dim]");
+  check_dtype(op, "table", table, DType::F32);
+  check_ndim(op, "table", table, 2);
+  const int64_t T = x.dim(0), dim = x.dim(-1), heads = x.ndim() == 3 ? x.dim(1) : 1;
+  const int64_t P = table.dim(0), R = table.dim(1);
+  SL_CHECK(R % 2 == 0 && R <= dim, op, ": table ", describe(table), " rotates R = ", R,
+           " dims; R must be even and fit the head dim of x ", describe(x));
+  check_i32(op, "pos", pos, {T});
+  for (int64_t t = 0; t < T; ++t) {
+    const int32_t p = pos.ptr<int32_t>()[t];
+    SL_CHECK(p >= 0 && p < P, op, ": pos[", t, "] = ", p, " outside the table's ", P, " positions");
+    const float* angles = table.ptr<float>() + int64_t(p) * R;
+    for (int64_t h = 0; h < heads; ++h) rope_vec(x.ptr<float>() + (t * heads + h) * dim, dim, angles, R, inverse);
+  }
+}
+
+void CpuBackend::swiglu(Stream s, const Tensor& out, const Tensor& g, const Tensor& u, float limit) {
+  const char* op = "swiglu";
+  check_stream(op, s);
+  check_dtype(op, "g", g, DType::F32);
+  check_dtype(op, "u", u, DType::F32);
+  check_dtype(op, "out", out, DType::F32);
+  SL_CHECK(g.numel() == u.numel() && out.numel() == g.numel(), op, ": out ", describe(out), ", g ", describe(g),
+           " and u ", describe(u), " differ in size");
+  const float* pg = g.ptr<float>();
+  const float* pu = u.ptr<float>();
+  float* po = out.ptr<float>();
+  for (int64_t i = 0, n = g.numel(); i < n; ++i) po[i] = swiglu_clamped(pg[i], pu[i], limit);
+}
+
+}  // namespace sl

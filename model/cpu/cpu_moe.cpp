@@ -1,0 +1,184 @@
+// MoE (MODEL.md 6): the router (sqrt-softplus scores, hash or biased top-k selection) and
+// the routed experts (SwiGLU with clamp, MODEL.md 3.3).
+#include <cstring>
+#include <numeric>
+
+#include "model/cpu/cpu_backend_impl.h"
+
+namespace sl {
+
+using namespace cpu;
+
+namespace {
+
+// softplus with PyTorch's threshold: above 20 it is z to fp32 precision, and exp would
+// overflow for large z anyway.
+inline float softplus(float z) { return z > 20.f ? z : std::log1p(std::exp(z)); }
+
+inline size_t align64(size_t n) { return (n + 63) / 64 * 64; }
+
+// The workspace of moe_experts, carved into 64-byte aligned sections. P = tokens * k is the
+// number of (token, expert) pairs; each pair becomes one row in expert order.
+struct MoeWorkspace {
+  size_t xs = 0, gate = 0, up = 0, ys = 0, pair_row = 0, offsets = 0, total = 0;
+  MoeWorkspace(int64_t P, int64_t D, int64_t F, int64_t E) {
+    size_t at = 0;
+    auto take = [&](size_t bytes) {
+      size_t here = at;
+      at += align64(bytes);
+      return here;
+    };
+    xs = take(size_t(P * D) * 4);        // F32 [P, D]  the permuted token rows
+    gate = take(size_t(P * F) * 4);      // F32 [P, F]  w1 x, then the SwiGLU output
+    up = take(size_t(P * F) * 4);        // F32 [P, F]  w3 x
+    ys = take(size_t(P * D) * 4);        // F32 [P, D]  w2 (...) per row
+    pair_row = take(size_t(P) * 4);      // I32 [P]     pair t*k + i -> its row
+    offsets = take(size_t(E + 1) * 4);   // I32 [E+1]   rows [offsets[e], offsets[e+1]) are expert e's
+    total = at;
+  }
+};
+
+}  // namespace
+
+void CpuBackend::route(Stream s, const Tensor& ids, const Tensor& weights, const Tensor& logits, const Tensor& bias,
+                       const Tensor& tid2eid, const Tensor& tokens, float scaling) {
+  const char* op = "route";
+  check_stream(op, s);
+  check_dtype(op, "logits", logits, DType::F32);
+  check_ndim(op, "logits", logits, 2);
+  const int64_t T = logits.dim(0), E = logits.dim(1);
+  check_dtype(op, "ids", ids, DType::I32);
+  check_ndim(op, "ids", ids, 2);
+  const int64_t k = ids.dim(1);
+  check_i32(op, "ids", ids, {T, k});
+  check_f32(op, "weights", weights, {T, k});
+  SL_CHECK(k >= 1 && k <= E, op, ": k = ", k, " experts per token out of E = ", E, " (ids ", describe(ids), ")");
+  const bool hashed = !tid2eid.empty();
+  int64_t V = 0;
+  if (hashed) {
+    check_dtype(op, "tid2eid", tid2eid, DType::I32);
+    check_ndim(op, "tid2eid", tid2eid, 2);
+    V = tid2eid.dim(0);
+    check_i32(op, "tid2eid", tid2eid, {V, k});
+    check_i32(op, "tokens", tokens, {T});
+  } else if (!bias.empty()) {
+    check_f32(op, "bias", bias, {E});
+  }
+
+  scratch_f_.resize(size_t(2 * E));
+  float* score = scratch_f_.data();  // s = sqrt(softplus(z)): the unbiased routing score
+  float* key = score + E;            // s + bias: what the top-k selects on
+  scratch_i_.resize(size_t(E));
+  for (int64_t t = 0; t < T; ++t) {
+    const float* z = logits.ptr<float>() + t * E;
+    for (int64_t e = 0; e < E; ++e) score[e] = std::sqrt(softplus(z[e]));
+    int32_t* id = ids.ptr<int32_t>() + t * k;
+    if (hashed) {
+      // Hash layers: the experts are a fixed function of the token id.
+      const int32_t tok = tokens.ptr<int32_t>()[t];
+      SL_CHECK(tok >= 0 && tok < V, op, ": tokens[", t, "] = ", tok, " outside tid2eid ", describe(tid2eid));
+      for (int64_t i = 0; i < k; ++i) {
+        id[i] = tid2eid.ptr<int32_t>()[int64_t(tok) * k + i];
+        SL_CHECK(id[i] >= 0 && id[i] < E, op, ": tid2eid[", tok, ", ", i, "] = ", id[i], " outside [0, ", E, ")");
+      }
+    } else {
+      // noaux_tc: the bias steers WHICH experts are picked (load balancing) but not how much
+      // they weigh. Ties go to the lower expert index.
+      for (int64_t e = 0; e < E; ++e) key[e] = score[e] + (bias.empty() ? 0.f : bias.ptr<float>()[e]);
+      std::iota(scratch_i_.begin(), scratch_i_.end(), 0);
+      std::partial_sort(scratch_i_.begin(), scratch_i_.begin() + k, scratch_i_.end(), [&](int32_t x, int32_t y) {
+        return key[x] > key[y] || (key[x] == key[y] && x < y);
+      });
+      for (int64_t i = 0; i < k; ++i) id[i] = scratch_i_[size_t(i)];
+    }
+    // Weights from the unbiased scores, renormalised over the chosen k (norm_topk_prob),
+    // then scaled once by routed_scaling_factor.
+    float sum = 0.f;
+    for (int64_t i = 0; i < k; ++i) sum += score[id[i]];
+    if (sum <= 0.f) sum = 1.f;  // vLLM's guard; only reachable if every chosen score is 0
+    float* wt = weights.ptr<float>() + t * k;
+    for (int64_t i = 0; i < k; ++i) wt[i] = score[id[i]] / sum * scaling;
+  }
+}
+
+size_t CpuBackend::moe_workspace_bytes(int64_t tokens, int k, int D, int F, int E) const {
+  return MoeWorkspace(tokens * k, D, F, E).total;
+}
+
+void CpuBackend::moe_experts(Stream s, const Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
+                             const Tensor& w1, const Tensor& w2, const Tensor& w3, float swiglu_limit,
+                             const Tensor& workspace) {
+  const char* op = "moe_experts";
+  check_stream(op, s);
+  check_dtype(op, "x", x, DType::F32);
+  check_ndim(op, "x", x, 2);
+  const int64_t T = x.dim(0), D = x.dim(1);
+  check_f32(op, "out", out, {T, D});
+  SL_CHECK(!overlaps(out, x), op, ": out may not alias x");
+  check_dtype(op, "w1", w1, DType::F32);
+  check_ndim(op, "w1", w1, 3);
+  const int64_t E = w1.dim(0), F = w1.dim(1);
+  check_f32(op, "w1", w1, {E, F, D});
+  check_f32(op, "w3", w3, {E, F, D});
+  check_f32(op, "w2", w2, {E, D, F});
+  check_dtype(op, "ids", ids, DType::I32);
+  check_ndim(op, "ids", ids, 2);
+  const int64_t k = ids.dim(1);
+  check_i32(op, "ids", ids, {T, k});
+  check_f32(op, "weights", weights, {T, k});
+  const MoeWorkspace ws(T * k, D, F, E);
+  check_dtype(op, "workspace", workspace, DType::U8);
+  SL_CHECK(workspace.bytes() >= ws.total, op, ": workspace ", describe(workspace), " is smaller than the ", ws.total,
+           " bytes moe_workspace_bytes(", T, ", ", k, ", ", D, ", ", F, ", ", E, ") asks for");
+
+  char* base = static_cast<char*>(workspace.data);
+  float* xs = reinterpret_cast<float*>(base + ws.xs);
+  float* gate = reinterpret_cast<float*>(base + ws.gate);
+  float* up = reinterpret_cast<float*>(base + ws.up);
+  float* ys = reinterpret_cast<float*>(base + ws.ys);
+  int32_t* pair_row = reinterpret_cast<int32_t*>(base + ws.pair_row);
+  int32_t* offsets = reinterpret_cast<int32_t*>(base + ws.offsets);
+  const int32_t* id = ids.ptr<int32_t>();
+  const int64_t P = T * k;
+
+  // 1. Permute: a counting sort of the (token, slot) pairs by expert (stable, so within an
+  //    expert rows keep token order). Each expert then owns a contiguous block of rows, the
+  //    layout a grouped GEMM on the GPU consumes.
+  std::fill_n(offsets, E + 1, 0);
+  for (int64_t pr = 0; pr < P; ++pr) {
+    SL_CHECK(id[pr] >= 0 && id[pr] < E, op, ": ids[", pr / k, ", ", pr % k, "] = ", id[pr], " outside [0, ", E, ")");
+    ++offsets[id[pr] + 1];
+  }
+  for (int64_t e = 0; e < E; ++e) offsets[e + 1] += offsets[e];
+  scratch_i_.assign(offsets, offsets + E);  // next free row per expert
+  for (int64_t pr = 0; pr < P; ++pr) {
+    const int32_t row = scratch_i_[size_t(id[pr])]++;
+    pair_row[pr] = row;
+    std::memcpy(xs + int64_t(row) * D, x.ptr<float>() + (pr / k) * D, size_t(D) * sizeof(float));
+  }
+
+  // 2. Per expert, over its block of rows: gate and up projections, SwiGLU-with-clamp, down
+  //    projection.
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t r0 = offsets[e], rows = offsets[e + 1] - offsets[e];
+    if (rows == 0) continue;
+    matmul_nt(gate + r0 * F, F, xs + r0 * D, D, w1.ptr<float>() + e * F * D, D, rows, F, D);
+    matmul_nt(up + r0 * F, F, xs + r0 * D, D, w3.ptr<float>() + e * F * D, D, rows, F, D);
+    for (int64_t i = r0 * F; i < (r0 + rows) * F; ++i) gate[i] = swiglu_clamped(gate[i], up[i], swiglu_limit);
+    matmul_nt(ys + r0 * D, D, gate + r0 * F, F, w2.ptr<float>() + e * D * F, F, rows, D, F);
+  }
+
+  // 3. Un-permute and combine: out[t] = sum_i weights[t, i] * y(t, i), summed in slot order i
+  //    (independent of which experts were chosen).
+  for (int64_t t = 0; t < T; ++t) {
+    float* o = out.ptr<float>() + t * D;
+    std::fill_n(o, D, 0.f);
+    for (int64_t i = 0; i < k; ++i) {
+      const float w = weights.ptr<float>()[t * k + i];
+      const float* y = ys + int64_t(pair_row[t * k + i]) * D;
+      for (int64_t d = 0; d < D; ++d) o[d] += w * y[d];
+    }
+  }
+}
+
+}  // namespace sl

@@ -1,0 +1,255 @@
+// Construction (streams, events, weights, caches, buffers) and the prefill / decode loops.
+// The forward itself is in decoder_layer.cpp, attention.cpp, moe.cpp and mtp.cpp.
+#include "model/deepseek_v4.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "core/error.h"
+#include "model/model_internal.h"
+#include "model/rope_table.h"
+
+namespace sl {
+
+DeepSeekV4::DeepSeekV4(Backend& be, const ModelConfig& cfg, const StreamPolicy& policy, const RunShape& shape)
+    : be_(be), cfg_(cfg), policy_(policy), shape_(shape), ops_(be) {
+  validate(cfg_);
+  SL_CHECK(shape_.batch >= 1 && shape_.max_seq_tokens >= 1 && shape_.max_positions >= 1,
+           "DeepSeekV4: batch, max_seq_tokens and max_positions must be >= 1");
+  SL_CHECK(shape_.max_positions <= cfg_.max_position_embeddings, "DeepSeekV4: ", shape_.max_positions,
+           " positions exceed max_position_embeddings (", cfg_.max_position_embeddings, ")");
+  const int L = cfg_.num_hidden_layers, N = cfg_.num_nextn_predict_layers;
+  const Stream main{};
+
+  // Streams, created by their owners in the order the policy's plan gives.
+  plan_ = StreamPlan::make(policy_, L, N);
+  for (const auto& spec : plan_.streams) streams_.push_back(be_.create_stream(spec.name, policy_.aux_priority));
+  layer_streams_.resize(size_t(L + N));
+  for (int l = 0; l < L + N; ++l)
+    for (int r = 0; r < 3; ++r) {
+      const int idx = plan_.roles[size_t(l)][size_t(r)];
+      layer_streams_[size_t(l)].aux[size_t(r)] = idx >= 0 ? streams_[size_t(idx)] : main;
+    }
+  shared_expert_stream_ = plan_.shared_expert >= 0 ? streams_[size_t(plan_.shared_expert)] : main;
+
+  // Events: every layer owns its fork/join events (vLLM: 4 per attention layer) and a pair
+  // for the MoE shared-expert stream.
+  events_.resize(size_t(L + N));
+  for (int l = 0; l < L + N; ++l) {
+    const std::string p = layer_label(cfg_, l);
+    for (int i = 0; i < 4; ++i) events_[size_t(l)].attn[size_t(i)] = be_.create_event(p + ".ev" + std::to_string(i));
+    events_[size_t(l)].moe_fork = be_.create_event(p + ".moe_fork");
+    events_[size_t(l)].moe_join = be_.create_event(p + ".moe_join");
+  }
+
+  allocate_weights(be_, cfg_, w_);
+
+  // Caches and RoPE tables per layer (equal tables are shared).
+  for (int l = 0; l < L + N; ++l)
+    caches_.push_back(make_layer_cache(be_, main, cfg_, l, shape_.batch, shape_.max_positions, shape_.max_seq_tokens,
+                                       layer_label(cfg_, l)));
+  std::vector<std::pair<std::pair<double, bool>, Tensor>> made;
+  for (int l = 0; l < L + N; ++l) {
+    const double base = rope_base_for_layer(cfg_, l);
+    const bool yarn = rope_uses_yarn(cfg_, l);
+    Tensor t;
+    for (auto& m : made)
+      if (m.first == std::make_pair(base, yarn)) t = m.second;
+    if (t.empty()) {
+      std::vector<float> host = build_rope_table(cfg_.qk_rope_head_dim, base, yarn, cfg_, shape_.max_positions);
+      t = be_.alloc(std::string("rope.") + (yarn ? "yarn." : "plain.") + std::to_string(int64_t(base)), DType::F32,
+                    {shape_.max_positions, cfg_.qk_rope_head_dim}, AllocKind::Activation);
+      be_.upload(main, t, host.data(), host.size() * sizeof(float));
+      made.push_back({{base, yarn}, t});
+    }
+    rope_tables_.push_back(t);
+  }
+
+  buf_ = std::make_unique<Buffers>(be_, cfg_, shape_);
+  // Constant index tensors: draft_seq[b] = b, draft_rows[b] = b.
+  std::vector<int32_t> iota(size_t(shape_.batch));
+  std::iota(iota.begin(), iota.end(), 0);
+  be_.upload(main, buf_->draft_seq, iota.data(), iota.size() * 4);
+  be_.upload(main, buf_->draft_rows, iota.data(), iota.size() * 4);
+  be_.synchronize();
+}
+
+DeepSeekV4::~DeepSeekV4() {
+  try {
+    be_.synchronize();
+    for (Stream s : streams_) be_.destroy_stream(s);
+  } catch (...) {
+    // Destructors must not throw; a failing device is reported by the next call.
+  }
+}
+
+void DeepSeekV4::init_random(uint64_t seed) { init_weights(be_, cfg_, w_, seed); }
+
+void DeepSeekV4::load(const std::string& dir) { load_checkpoint(be_, cfg_, w_, dir); }
+
+void DeepSeekV4::describe_streams(Schedule& sched) const {
+  sched.add_stream({0, "main", "process", 0});
+  for (size_t i = 0; i < streams_.size(); ++i)
+    sched.add_stream({streams_[i].id, plan_.streams[i].name, plan_.streams[i].owner, policy_.aux_priority});
+  for (size_t l = 0; l < events_.size(); ++l) {
+    const std::string p = layer_label(cfg_, int(l));
+    for (int i = 0; i < 4; ++i) sched.add_event({events_[l].attn[size_t(i)].id, p + ".ev" + std::to_string(i), p});
+    sched.add_event({events_[l].moe_fork.id, p + ".moe_fork", p});
+    sched.add_event({events_[l].moe_join.id, p + ".moe_join", p});
+  }
+}
+
+DeepSeekV4::Step DeepSeekV4::make_step(int T, int T0) const {
+  Step st;
+  st.T = T;
+  st.T0 = T0;
+  st.tokens = buf_->tok.rows(0, T);
+  st.pos = buf_->pos.rows(0, T);
+  st.seq = buf_->seq.rows(0, T);
+  st.last_rows = buf_->last_rows;
+  return st;
+}
+
+StepOutput DeepSeekV4::prefill(const std::vector<int32_t>& tokens, int T0) {
+  const int B = shape_.batch;
+  SL_CHECK(T0 >= 1 && tokens.size() == size_t(B) * size_t(T0), "prefill: expected ", B, " x ", T0, " tokens, got ",
+           tokens.size());
+  SL_CHECK(T0 + cfg_.draft_steps <= shape_.max_positions, "prefill: a prompt of ", T0, " tokens plus ",
+           cfg_.draft_steps, " draft steps exceeds the model's ", shape_.max_positions, " positions");
+  SL_CHECK(!shape_.all_logits || T0 <= shape_.max_seq_tokens,
+           "prefill: keeping all logits needs the prompt in one chunk (", T0, " > ", shape_.max_seq_tokens, ")");
+  for (int32_t t : tokens)
+    SL_CHECK(t >= 0 && t < cfg_.vocab_size, "prefill: token id ", t, " outside the vocabulary [0, ", cfg_.vocab_size,
+             ")");
+  const Stream main{};
+  StepOutput out;
+  for (int start = 0; start < T0; start += shape_.max_seq_tokens) {
+    const int n = std::min(shape_.max_seq_tokens, T0 - start);
+    const bool last_chunk = start + n == T0;
+    const int T = B * n;
+    std::vector<int32_t> tok(static_cast<size_t>(T)), pos(static_cast<size_t>(T)), seq(static_cast<size_t>(T));
+    std::vector<int32_t> last(static_cast<size_t>(B)), next(static_cast<size_t>(B));
+    for (int b = 0; b < B; ++b) {
+      for (int i = 0; i < n; ++i) {
+        tok[size_t(b * n + i)] = tokens[size_t(b * T0 + start + i)];
+        pos[size_t(b * n + i)] = start + i;
+        seq[size_t(b * n + i)] = b;
+      }
+      last[size_t(b)] = b * n + n - 1;
+      if (!last_chunk) next[size_t(b)] = tokens[size_t(b * T0 + start + n)];
+    }
+    be_.upload(main, buf_->tok, tok.data(), tok.size() * 4);
+    be_.upload(main, buf_->pos, pos.data(), pos.size() * 4);
+    be_.upload(main, buf_->seq, seq.data(), seq.size() * 4);
+    be_.upload(main, buf_->last_rows, last.data(), last.size() * 4);
+    if (!last_chunk) be_.upload(main, buf_->next_tok, next.data(), next.size() * 4);
+    if (last_chunk) upload_draft_positions(T0);
+
+    Step st = make_step(T, n);
+    Ops::Scope scope(ops_, "prefill");
+    target_forward(st);
+    if (last_chunk) {
+      if (shape_.all_logits) {
+        lm_head(main, buf_->x.rows(0, T), T, w_.hc_head_fn, w_.hc_head_scale, w_.hc_head_base, w_.norm, buf_->logits);
+        ops_.gather_rows(main, "gather_last_logits", buf_->last_logits, buf_->logits.rows(0, T), buf_->last_rows);
+      } else {
+        ops_.gather_rows(main, "gather_last", buf_->xlast.rows(0, B), buf_->x.rows(0, T), buf_->last_rows);
+        lm_head(main, buf_->xlast.rows(0, B), B, w_.hc_head_fn, w_.hc_head_scale, w_.hc_head_base, w_.norm,
+                buf_->last_logits);
+      }
+      ops_.argmax(main, buf_->sampled, buf_->last_logits);
+      ops_.copy(main, "next_token", buf_->next_tok, buf_->sampled);
+    }
+    if (cfg_.num_nextn_predict_layers > 0 && (cfg_.draft_steps > 0 || !last_chunk)) {
+      // Draft step 0 runs over every prompt token (it fills the MTP layer's cache); its
+      // draft only matters for the last chunk.
+      ops_.shift_tokens(main, buf_->mtp_tok.rows(0, T), st.tokens, buf_->next_tok);
+      mtp_step(0, buf_->x.rows(0, T), buf_->mtp_tok.rows(0, T), st);
+      if (last_chunk) run_drafts(st);
+    }
+    if (last_chunk) {
+      be_.synchronize();
+      out = collect(true, T);
+    }
+  }
+  prompt_len_ = T0;
+  cur_len_ = T0;
+  return out;
+}
+
+void DeepSeekV4::decode_prepare() {
+  const int B = shape_.batch;
+  SL_CHECK(cur_len_ > 0, "decode_step: prefill a prompt first");
+  SL_CHECK(cur_len_ + 1 + cfg_.draft_steps <= shape_.max_positions, "decode_step: position ", cur_len_,
+           " plus draft steps exceeds the model's ", shape_.max_positions, " positions (raise --steps or context)");
+  std::vector<int32_t> pos(static_cast<size_t>(B), cur_len_), seq(static_cast<size_t>(B)), last(static_cast<size_t>(B));
+  for (int b = 0; b < B; ++b) seq[size_t(b)] = last[size_t(b)] = b;
+  const Stream main{};
+  be_.upload(main, buf_->pos, pos.data(), pos.size() * 4);
+  be_.upload(main, buf_->seq, seq.data(), seq.size() * 4);
+  be_.upload(main, buf_->last_rows, last.data(), last.size() * 4);
+  upload_draft_positions(cur_len_ + 1);
+}
+
+void DeepSeekV4::decode_enqueue() {
+  const int B = shape_.batch;
+  const Stream main{};
+  Step st = make_step(B, 1);
+  Ops::Scope scope(ops_, "decode");
+  // The input of this step is the previous step's greedy token, already on the device.
+  ops_.copy(main, "input_tokens", st.tokens, buf_->sampled);
+  target_forward(st);
+  lm_head(main, buf_->x.rows(0, B), B, w_.hc_head_fn, w_.hc_head_scale, w_.hc_head_base, w_.norm, buf_->last_logits);
+  ops_.argmax(main, buf_->sampled, buf_->last_logits);
+  if (cfg_.num_nextn_predict_layers > 0 && cfg_.draft_steps > 0) {
+    ops_.shift_tokens(main, buf_->mtp_tok.rows(0, B), st.tokens, buf_->sampled);
+    mtp_step(0, buf_->x.rows(0, B), buf_->mtp_tok.rows(0, B), st);
+    run_drafts(st);
+  }
+}
+
+StepOutput DeepSeekV4::decode_collect() {
+  be_.synchronize();
+  cur_len_ += 1;
+  return collect(false, shape_.batch);
+}
+
+StepOutput DeepSeekV4::decode_step() {
+  decode_prepare();
+  decode_enqueue();
+  return decode_collect();
+}
+
+// Positions of draft steps: row s (s >= 1) holds first_pos + s - 1 for every sequence, where
+// first_pos is the position after the target's last token (step 0 reuses the target's
+// positions; row 0 is unused).
+void DeepSeekV4::upload_draft_positions(int first_pos) {
+  const int B = shape_.batch, k = std::max(cfg_.draft_steps, 1);
+  std::vector<int32_t> pos(size_t(k) * size_t(B));
+  for (int s = 0; s < k; ++s)
+    for (int b = 0; b < B; ++b) pos[size_t(s * B + b)] = first_pos + s - 1;
+  be_.upload(Stream{}, buf_->draft_pos, pos.data(), pos.size() * 4);
+}
+
+StepOutput DeepSeekV4::collect(bool prefill, int T) {
+  const int B = shape_.batch, V = cfg_.vocab_size;
+  StepOutput out;
+  out.sampled.resize(size_t(B));
+  be_.download(out.sampled.data(), buf_->sampled, size_t(B) * 4);
+  const int k = cfg_.num_nextn_predict_layers > 0 ? cfg_.draft_steps : 0;
+  if (k > 0) {
+    std::vector<int32_t> d(size_t(k) * size_t(B));
+    be_.download(d.data(), buf_->draft_tok, d.size() * 4);
+    for (int s = 0; s < k; ++s) out.drafts.emplace_back(d.begin() + s * B, d.begin() + (s + 1) * B);
+  }
+  out.last_logits.resize(size_t(B) * size_t(V));
+  be_.download(out.last_logits.data(), buf_->last_logits, out.last_logits.size() * 4);
+  out.logits_checksum = std::accumulate(out.last_logits.begin(), out.last_logits.end(), 0.0);
+  if (prefill && shape_.all_logits) {
+    out.all_logits.resize(size_t(T) * size_t(V));
+    be_.download(out.all_logits.data(), buf_->logits, out.all_logits.size() * 4);
+  }
+  return out;
+}
+
+}  // namespace sl

@@ -1,0 +1,119 @@
+// DeepSeek V4 (Flash-shaped) target model + MTP drafter, written once against the backend
+// interface (model/backend.h) through the op facade (model/ops.h).
+//
+// Lifecycle: construct (creates the policy's streams and the per-layer events, allocates
+// weights, caches and every activation buffer: nothing is allocated afterwards), fill the
+// weights (init_random or load), prefill a prompt batch, then decode steps. A decode step is
+// the target forward on the batch (one token per sequence) followed by `draft_steps` MTP
+// draft steps (MTP layer index = draft step mod N), all greedy.
+//
+// Nothing in a step reads device memory on the host: tokens flow on the device (argmax ->
+// next step's input), and positions are uploaded before the step, so a decode step can be
+// captured as one CUDA graph.
+#pragma once
+#include <array>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/schedule.h"
+#include "model/backend.h"
+#include "model/config.h"
+#include "model/kv_cache.h"
+#include "model/ops.h"
+#include "model/stream_policy.h"
+#include "model/weights.h"
+
+namespace sl {
+
+// The shapes a model instance is built for (buffers are sized from these up front).
+struct RunShape {
+  int batch = 1;
+  int max_positions = 64;    // positions [0, max_positions) may be used
+  int max_seq_tokens = 64;   // most tokens of one sequence in one step (prefill chunk)
+  bool all_logits = false;   // keep prefill logits for every token (--dump-logits)
+};
+
+// What one step produced (host copies).
+struct StepOutput {
+  std::vector<int32_t> sampled;             // [B] greedy token of the target at each sequence's last position
+  std::vector<std::vector<int32_t>> drafts;  // [draft_steps][B]
+  double logits_checksum = 0;               // sum of the target logits at the last positions
+  std::vector<float> last_logits;            // [B, vocab] target logits at the last positions
+  std::vector<float> all_logits;             // [tokens, vocab] when RunShape::all_logits (prefill)
+};
+
+class DeepSeekV4 {
+ public:
+  DeepSeekV4(Backend& be, const ModelConfig& cfg, const StreamPolicy& policy, const RunShape& shape);
+  ~DeepSeekV4();
+  DeepSeekV4(const DeepSeekV4&) = delete;
+  DeepSeekV4& operator=(const DeepSeekV4&) = delete;
+
+  void init_random(uint64_t seed);
+  void load(const std::string& checkpoint_dir);
+
+  // Prefill: tokens holds B sequences of T0 tokens each (row-major [B, T0]). Runs in chunks
+  // of RunShape::max_seq_tokens, then the first draft steps.
+  StepOutput prefill(const std::vector<int32_t>& tokens, int T0);
+  // One decode step at the current positions; inputs are the previous step's greedy tokens.
+  StepOutput decode_step();
+  // The two halves of decode_step, for callers that capture or time the device part alone:
+  // upload this step's positions, then enqueue the device work (no host reads), then collect.
+  void decode_prepare();
+  void decode_enqueue();
+  StepOutput decode_collect();
+
+  const ModelConfig& config() const { return cfg_; }
+  const StreamPlan& stream_plan() const { return plan_; }
+  const std::vector<Stream>& created_streams() const { return streams_; }
+  Ops& ops() { return ops_; }
+  ModelWeights& weights() { return w_; }
+  Backend& backend() { return be_; }
+  int position() const { return cur_len_; }
+  // Fills sched with the streams and events this model created (called by the constructor's
+  // owner before recording a step).
+  void describe_streams(Schedule& sched) const;
+
+ private:
+  struct Step;  // the tensors of one forward (views of the buffers below), see deepseek_v4.cpp
+  struct Buffers;
+  struct LayerEvents {
+    std::array<Event, 4> attn;  // [0] fork, [1..3] joins; [0]/[1] reused in phase B (vLLM)
+    Event moe_fork, moe_join;
+  };
+
+  // Forward pieces (decoder_layer.cpp, attention.cpp, moe.cpp, mtp.cpp).
+  void target_forward(const Step& st);
+  void decoder_layer(int layer, const BlockWeights& bw, LayerCache& cache, const Tensor& X, const Tensor& Xtmp,
+                     const Step& st);
+  void attention(int layer, const AttentionWeights& aw, LayerCache& cache, const Tensor& a, const Tensor& out,
+                 const Step& st);
+  void moe(int layer, const MoeWeights& mw, const Tensor& b, const Tensor& out, const Step& st);
+  void mtp_step(int draft_step, const Tensor& Hprev, const Tensor& tokens, const Step& st);
+  void lm_head(Stream s, const Tensor& X, int rows, const Tensor& hc_fn, const Tensor& hc_scale,
+               const Tensor& hc_base, const Tensor& norm_w, const Tensor& logits);
+  void run_drafts(const Step& target_step);
+  Step make_step(int T, int T0) const;
+  void upload_draft_positions(int first_pos);
+  StepOutput collect(bool prefill, int T);
+
+  Backend& be_;
+  ModelConfig cfg_;
+  StreamPolicy policy_;
+  RunShape shape_;
+  Ops ops_;
+  StreamPlan plan_;
+  std::vector<Stream> streams_;             // created, in plan order
+  std::vector<LayerStreams> layer_streams_; // L + N
+  Stream shared_expert_stream_{};           // == main when off
+  std::vector<LayerEvents> events_;         // L + N
+  ModelWeights w_;
+  std::vector<LayerCache> caches_;          // L + N
+  std::vector<Tensor> rope_tables_;         // per layer (shared tensors for equal tables)
+  std::unique_ptr<Buffers> buf_;
+  int cur_len_ = 0;                         // positions filled per sequence
+  int prompt_len_ = 0;
+};
+
+}  // namespace sl

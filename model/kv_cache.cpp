@@ -1,0 +1,74 @@
+#include "model/kv_cache.h"
+
+namespace sl {
+
+namespace {
+
+struct CacheDims {
+  int64_t swa_cap = 0;  // sliding-window ring slots
+  int ratio = 1;
+  bool overlap = false;
+  int64_t state_slots = 0;  // compressor state ring slots
+  int64_t n_max = 0;        // compressed entries
+};
+
+// A step brings up to `max_seq_tokens` tokens of one sequence; all are inserted before the
+// first is read, so the ring must still hold the window of the step's first token:
+// W - 1 older positions + the step's tokens. The compressor pools up to c*ratio tokens ending
+// at a block end, so its state ring needs c*ratio - 1 older positions + the step's tokens.
+CacheDims dims(const ModelConfig& c, int layer, int max_positions, int max_seq_tokens) {
+  CacheDims d;
+  d.swa_cap = int64_t(c.sliding_window) - 1 + max_seq_tokens;
+  d.ratio = c.layer_ratio(layer);
+  d.overlap = c.layer_type(layer) == LayerType::C4A;
+  const int span = (d.overlap ? 2 : 1) * d.ratio;
+  d.state_slots = span + max_seq_tokens;
+  d.n_max = c.max_compressed_entries(layer, max_positions);
+  return d;
+}
+
+CompressorCache make_compressor(Backend& be, Stream s, const std::string& name, int64_t B, const CacheDims& d,
+                                int64_t width) {
+  CompressorCache cc;
+  const int64_t cd = (d.overlap ? 2 : 1) * width;
+  cc.ratio = d.ratio;
+  cc.overlap = d.overlap;
+  cc.state_u = be.alloc(name + ".state_u", DType::F32, {B, d.state_slots, cd}, AllocKind::Cache);
+  cc.state_g = be.alloc(name + ".state_g", DType::F32, {B, d.state_slots, cd}, AllocKind::Cache);
+  cc.state_tags = be.alloc(name + ".state_tags", DType::I32, {B, d.state_slots}, AllocKind::Cache);
+  cc.entries = be.alloc(name + ".entries", be.act_dtype(), {B, std::max<int64_t>(d.n_max, 1), width}, AllocKind::Cache);
+  be.fill(s, cc.state_tags, -1.f);
+  return cc;
+}
+
+}  // namespace
+
+LayerCache make_layer_cache(Backend& be, Stream s, const ModelConfig& c, int layer, int batch, int max_positions,
+                            int max_seq_tokens, const std::string& prefix) {
+  const CacheDims d = dims(c, layer, max_positions, max_seq_tokens);
+  LayerCache lc;
+  lc.type = c.layer_type(layer);
+  lc.swa = be.alloc(prefix + ".swa", be.act_dtype(), {batch, d.swa_cap, c.head_dim}, AllocKind::Cache);
+  lc.swa_tags = be.alloc(prefix + ".swa_tags", DType::I32, {batch, d.swa_cap}, AllocKind::Cache);
+  be.fill(s, lc.swa_tags, -1.f);
+  if (lc.type != LayerType::Sliding) lc.comp = make_compressor(be, s, prefix + ".compressor", batch, d, c.head_dim);
+  if (lc.type == LayerType::C4A) lc.indexer = make_compressor(be, s, prefix + ".indexer", batch, d, c.index_head_dim);
+  return lc;
+}
+
+size_t layer_cache_bytes(const ModelConfig& c, int layer, int batch, int max_positions, int max_seq_tokens,
+                         DType act) {
+  const CacheDims d = dims(c, layer, max_positions, max_seq_tokens);
+  const size_t a = dtype_size(act);
+  size_t bytes = size_t(batch) * d.swa_cap * (c.head_dim * a + 4);
+  auto comp = [&](int64_t width) {
+    const int64_t cd = (d.overlap ? 2 : 1) * width;
+    return size_t(batch) * (d.state_slots * (2 * cd * 4 + 4) + std::max<int64_t>(d.n_max, 1) * width * a);
+  };
+  const LayerType t = c.layer_type(layer);
+  if (t != LayerType::Sliding) bytes += comp(c.head_dim);
+  if (t == LayerType::C4A) bytes += comp(c.index_head_dim);
+  return bytes;
+}
+
+}  // namespace sl

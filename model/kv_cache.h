@@ -1,0 +1,38 @@
+// Per-layer caches (MODEL.md 5.2-5.4), one row per sequence:
+// - the sliding-window cache: a ring of K (= V) vectors with a position tag per slot;
+// - for compressed layers, the compressor's state ring (u and g of recent tokens, fp32) and
+//   the compressed entries;
+// - for c4a layers, the same two for the lightning indexer (d = index_head_dim).
+// Ring capacities cover the window (or the pooling span) plus the most tokens one sequence
+// brings in one step, so a step can insert all its tokens before any of them is read.
+#pragma once
+#include <string>
+
+#include "core/tensor.h"
+#include "model/backend.h"
+#include "model/config.h"
+
+namespace sl {
+
+struct CompressorCache {
+  Tensor state_u, state_g;  // F32 [B, S, c*d]
+  Tensor state_tags;        // I32 [B, S]
+  Tensor entries;           // act [B, n_max, d]
+  bool overlap = false;
+  int ratio = 0;
+};
+
+struct LayerCache {
+  LayerType type = LayerType::Sliding;
+  Tensor swa, swa_tags;      // act [B, cap, Dh], I32 [B, cap]
+  CompressorCache comp;      // c4a, c128a
+  CompressorCache indexer;   // c4a
+};
+
+// Allocates the caches of one layer and marks every tag slot empty (-1).
+LayerCache make_layer_cache(Backend& be, Stream s, const ModelConfig& c, int layer, int batch, int max_positions,
+                            int max_seq_tokens, const std::string& prefix);
+size_t layer_cache_bytes(const ModelConfig& c, int layer, int batch, int max_positions, int max_seq_tokens,
+                         DType act);
+
+}  // namespace sl

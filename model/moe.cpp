@@ -1,0 +1,43 @@
+// MoE (MODEL.md 6): router + routed experts on the main stream, the shared expert on the
+// process-global shared-expert stream when the batch is small (vLLM's rule), joined before the
+// sum.
+#include "model/model_internal.h"
+
+namespace sl {
+
+void DeepSeekV4::moe(int layer, const MoeWeights& mw, const Tensor& x, const Tensor& out, const Step& st) {
+  const Stream main{};
+  const int64_t T = st.T;
+  const Buffers& b = *buf_;
+  const float limit = float(cfg_.swiglu_limit);
+  const Tensor logits = b.router_logits.rows(0, T), ids = b.route_ids.rows(0, T), rw = b.route_w.rows(0, T);
+  const Tensor routed = b.moe_out.rows(0, T);
+  const Tensor g = b.sh_g.rows(0, T), u = b.sh_u.rows(0, T), act = b.sh_act.rows(0, T), shared = b.sh_out.rows(0, T);
+  Ops::Scope scope(ops_, "moe");
+
+  // vLLM: the shared-expert stream is used when T <= 256; it forks before the router, and the
+  // shared MLP is enqueued after the routed experts.
+  const Stream side = T <= policy_.shared_expert_max_tokens ? shared_expert_stream_ : main;
+  const auto& ev = events_[size_t(layer)];
+  if (side != main) {
+    ops_.record(ev.moe_fork, main);
+    ops_.wait(side, ev.moe_fork);
+  }
+  ops_.gemm(main, "gate", logits, x, mw.gate);
+  const bool hash = cfg_.layer_is_hash_routed(layer);
+  ops_.route(main, ids, rw, logits, hash ? Tensor{} : mw.gate_bias, hash ? mw.tid2eid : Tensor{}, st.tokens,
+             float(cfg_.routed_scaling_factor));
+  ops_.moe_experts(main, routed, x, ids, rw, mw.w1, mw.w2, mw.w3, limit, b.moe_ws);
+
+  ops_.gemm(side, "shared_experts.w1", g, x, mw.sh_w1);
+  ops_.gemm(side, "shared_experts.w3", u, x, mw.sh_w3);
+  ops_.swiglu(side, "shared_experts.swiglu", act, g, u, limit);
+  ops_.gemm(side, "shared_experts.w2", shared, act, mw.sh_w2);
+  if (side != main) {
+    ops_.record(ev.moe_join, side);
+    ops_.wait(main, ev.moe_join);
+  }
+  ops_.add(main, "moe_combine", out, routed, shared);
+}
+
+}  // namespace sl

@@ -1,0 +1,72 @@
+// Fork/join over a layer's aux streams, as vLLM's two primitives do it (MODEL.md section 10):
+//
+// execute_in_parallel (phase A): record the fork event on the main stream; for each aux
+// function, switch to its stream, wait on the fork, run it, record its done event (aux work
+// is enqueued BEFORE the main work); run the main function; the main stream waits on every
+// done event.
+//
+// maybe_execute_in_parallel (phase B): record the fork event; run the main function FIRST;
+// then on the aux stream wait, run, record done; the main stream waits on done.
+//
+// With no aux stream for a role (serial policy, or a gate such as phase A's token threshold),
+// everything runs on the main stream: main first, then the aux functions in order.
+#pragma once
+#include <array>
+#include <functional>
+
+#include "model/ops.h"
+#include "model/stream_policy.h"
+
+namespace sl {
+
+using StreamFn = std::function<void(Stream)>;
+
+inline void execute_in_parallel(Ops& ops, const LayerStreams& ls, const std::array<Event, 4>& ev, bool parallel,
+                                const StreamFn& main_fn, const std::array<StreamFn, 3>& aux_fn) {
+  const Stream main{};
+  bool any = false;
+  for (int r = 0; r < 3; ++r) any |= aux_fn[size_t(r)] && parallel && ls.has_aux(r);
+  if (!any) {
+    main_fn(main);
+    for (const auto& f : aux_fn)
+      if (f) f(main);
+    return;
+  }
+  ops.record(ev[0], main);
+  std::array<bool, 3> forked{};
+  for (int r = 0; r < 3; ++r) {
+    if (!aux_fn[size_t(r)] || !ls.has_aux(r)) continue;
+    const Stream aux = ls.aux[size_t(r)];
+    ops.wait(aux, ev[0]);
+    aux_fn[size_t(r)](aux);
+    ops.record(ev[size_t(r) + 1], aux);
+    forked[size_t(r)] = true;
+  }
+  main_fn(main);
+  for (int r = 0; r < 3; ++r) {
+    if (forked[size_t(r)]) ops.wait(main, ev[size_t(r) + 1]);
+    else if (aux_fn[size_t(r)]) aux_fn[size_t(r)](main);  // a role without a stream of its own
+  }
+}
+
+inline void maybe_execute_in_parallel(Ops& ops, Stream aux, Event fork, Event done, const StreamFn& main_fn,
+                                      const StreamFn& aux_fn) {
+  const Stream main{};
+  if (!aux_fn) {
+    main_fn(main);
+    return;
+  }
+  if (aux == main) {
+    main_fn(main);
+    aux_fn(main);
+    return;
+  }
+  ops.record(fork, main);
+  main_fn(main);
+  ops.wait(aux, fork);
+  aux_fn(aux);
+  ops.record(done, aux);
+  ops.wait(main, done);
+}
+
+}  // namespace sl

@@ -1,0 +1,565 @@
+// Weight specs (MODEL.md section 9), deterministic initialisation, and checkpoint I/O in
+// DeepSeek's safetensors layout.
+#include "model/weights.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "core/bf16.h"
+#include "core/error.h"
+#include "core/rng.h"
+#include "core/safetensors.h"
+
+namespace sl {
+
+namespace fs = std::filesystem;
+
+// ------------------------------------------------------------------------------------ specs
+//
+// Initialisation scales. The goal is a random model whose activations stay finite and
+// non-degenerate through all 43 + 1 layers at flash dimensions (and in bf16), so that every
+// op sees realistic, well-spread inputs and the CPU/GPU comparison is meaningful:
+//
+// - Linear weights [out, in]: U(-a, a) with a = sqrt(3 / in), i.e. variance 1/in, so a
+//   unit-variance input gives a unit-variance output (LeCun scaling). Every linear in the
+//   model follows an RMSNorm (unit RMS input) or a linear/pooling of unit-RMS vectors, so
+//   q, kv, the compressor's u/g, the router logits and the expert gate/up values are all
+//   ~N(0, 1): attention scores q.k/sqrt(Dh) are O(1) (softmax neither one-hot nor flat),
+//   router scores sqrt(softplus(z)) are spread, and the SwiGLU clamp (10) is rarely hit.
+// - RMSNorm weights: 1 + 0.1 U, close to the trained regime (identity-like) but not
+//   uniform, so a missing or transposed weight shows up in comparisons.
+// - embed: U(-1, 1) (the first hc_pre and attn_norm normalise it anyway); head: sqrt(3/D)
+//   so logits are ~N(0, 1) and the argmax is well separated from ties.
+// - mHC: fn U with a = sqrt(3 / (hc*D)) gives mix logits m ~ N(0, 1) (x is RMS-normalised
+//   first); scale = 0.5 + 0.05 U and base = 0.1 U keep pre ~ sigmoid(N(0, 0.25)) ~ 0.5,
+//   post ~ 1 and the Sinkhorn input near-uniform, so the residual grows additively
+//   (~sqrt(layers)) rather than exponentially, and the streams stay distinct.
+// - attn_sink, compressor ape, gate.bias: 0.1 U (small offsets, same order as trained
+//   models; they perturb but do not dominate the softmaxes / the top-k).
+// - tid2eid: k distinct expert ids per vocabulary row (MODEL.md 11.6 [ASSUMED]).
+namespace {
+
+constexpr float kNormScale = 0.1f, kNormOffset = 1.0f;
+constexpr float kSmall = 0.1f;
+constexpr float kHcScaleOffset = 0.5f, kHcScaleNoise = 0.05f;
+
+struct SpecBuilder {
+  const ModelConfig& c;
+  std::vector<WeightSpec>& out;
+
+  WeightSpec& add(std::string name, Shape shape, Tensor* dst, float scale, float offset = 0.f, bool f32 = false) {
+    WeightSpec s;
+    s.name = std::move(name);
+    s.shape = shape;
+    s.dst = dst;
+    s.keep_f32 = f32;
+    s.scale = scale;
+    s.offset = offset;
+    out.push_back(std::move(s));
+    return out.back();
+  }
+  void linear(const std::string& name, int64_t o, int64_t i, Tensor* dst) {
+    add(name, Shape{o, i}, dst, std::sqrt(3.0f / float(i)));
+  }
+  void norm(const std::string& name, int64_t d, Tensor* dst) { add(name, Shape{d}, dst, kNormScale, kNormOffset); }
+  void hc(const std::string& prefix, int mix, Tensor* fn, Tensor* base, Tensor* scale, int nscale) {
+    const int64_t hcD = int64_t(c.hc_mult) * c.hidden_size;
+    add(prefix + "fn", Shape{mix, hcD}, fn, std::sqrt(3.0f / float(hcD)), 0.f, true);
+    add(prefix + "base", Shape{mix}, base, kSmall, 0.f, true);
+    add(prefix + "scale", Shape{nscale}, scale, kHcScaleNoise, kHcScaleOffset, true);
+  }
+  void compressor(const std::string& p, int ratio, int d, CompressorWeights& w) {
+    const int cc = ratio == 4 ? 2 : 1;  // overlap doubles the channels (MODEL.md 5.3)
+    linear(p + "wkv.weight", int64_t(cc) * d, c.hidden_size, &w.wkv);
+    linear(p + "wgate.weight", int64_t(cc) * d, c.hidden_size, &w.wgate);
+    add(p + "ape", Shape{ratio, int64_t(cc) * d}, &w.ape, kSmall, 0.f, true);
+    norm(p + "norm.weight", d, &w.norm);
+  }
+  // One decoder block; `p` is "layers.N." or "mtp.I.", `layer` the layer index (MTP: L + I).
+  void block(const std::string& p, int layer, BlockWeights& b) {
+    const int64_t D = c.hidden_size, H = c.num_attention_heads, Dh = c.head_dim, Lq = c.q_lora_rank;
+    const int64_t G = c.o_groups, Lo = c.o_lora_rank, E = c.n_routed_experts, F = c.moe_intermediate_size;
+    const int64_t Fs = F * c.n_shared_experts;
+    const LayerType type = c.layer_type(layer);
+    AttentionWeights& a = b.attn;
+    linear(p + "attn.wq_a.weight", Lq, D, &a.wq_a);
+    linear(p + "attn.wq_b.weight", H * Dh, Lq, &a.wq_b);
+    linear(p + "attn.wkv.weight", Dh, D, &a.wkv);
+    linear(p + "attn.wo_a.weight", G * Lo, H * Dh / G, &a.wo_a);
+    linear(p + "attn.wo_b.weight", D, G * Lo, &a.wo_b);
+    norm(p + "attn.q_norm.weight", Lq, &a.q_norm);
+    norm(p + "attn.kv_norm.weight", Dh, &a.kv_norm);
+    add(p + "attn.attn_sink", Shape{H}, &a.attn_sink, kSmall, 0.f, true);
+    if (type != LayerType::Sliding) compressor(p + "attn.compressor.", c.layer_ratio(layer), c.head_dim, a.compressor);
+    if (type == LayerType::C4A) {
+      const int64_t Hi = c.index_n_heads, di = c.index_head_dim;
+      linear(p + "attn.indexer.wq_b.weight", Hi * di, Lq, &a.idx_wq_b);
+      linear(p + "attn.indexer.weights_proj.weight", Hi, D, &a.idx_weights_proj);
+      compressor(p + "attn.indexer.compressor.", 4, c.index_head_dim, a.idx_compressor);
+    }
+    MoeWeights& m = b.ffn;
+    add(p + "ffn.gate.weight", Shape{E, D}, &m.gate, std::sqrt(3.0f / float(D)), 0.f, true);
+    if (c.layer_is_hash_routed(layer)) {
+      WeightSpec& s = add(p + "ffn.gate.tid2eid", Shape{c.vocab_size, c.num_experts_per_tok}, &m.tid2eid, 0.f);
+      s.is_index = true;
+      s.init = WeightSpec::Init::Tid2eid;
+    } else {
+      add(p + "ffn.gate.bias", Shape{E}, &m.gate_bias, kSmall, 0.f, true);
+    }
+    for (int64_t e = 0; e < E; ++e) {
+      const std::string ep = p + "ffn.experts." + std::to_string(e) + ".";
+      linear(ep + "w1.weight", F, D, &m.w1);
+      out.back().stack_index = int(e);
+      linear(ep + "w2.weight", D, F, &m.w2);
+      out.back().stack_index = int(e);
+      linear(ep + "w3.weight", F, D, &m.w3);
+      out.back().stack_index = int(e);
+    }
+    linear(p + "ffn.shared_experts.w1.weight", Fs, D, &m.sh_w1);
+    linear(p + "ffn.shared_experts.w2.weight", D, Fs, &m.sh_w2);
+    linear(p + "ffn.shared_experts.w3.weight", Fs, D, &m.sh_w3);
+    norm(p + "attn_norm.weight", D, &b.attn_norm);
+    norm(p + "ffn_norm.weight", D, &b.ffn_norm);
+    hc(p + "hc_attn_", c.hc_mix(), &b.hc_attn_fn, &b.hc_attn_base, &b.hc_attn_scale, 3);
+    hc(p + "hc_ffn_", c.hc_mix(), &b.hc_ffn_fn, &b.hc_ffn_base, &b.hc_ffn_scale, 3);
+  }
+};
+
+// "layers.3.ffn.experts.17.w1.weight" -> "layers.3.ffn.experts.w1" (the stacked tensor).
+std::string stacked_name(const std::string& n) {
+  auto p = n.find(".experts.");
+  SL_CHECK(p != std::string::npos, "stacked_name: ", n, " is not an expert tensor");
+  auto q = n.find('.', p + 9);  // end of the expert number
+  std::string tail = n.substr(q + 1);
+  if (tail.size() > 7 && tail.compare(tail.size() - 7, 7, ".weight") == 0) tail.resize(tail.size() - 7);
+  return n.substr(0, p) + ".experts." + tail;
+}
+
+Shape alloc_shape(const ModelConfig& c, const WeightSpec& s) {
+  if (s.stack_index < 0) return s.shape;
+  return Shape{c.n_routed_experts, s.shape[0], s.shape[1]};
+}
+
+DType spec_dtype(const WeightSpec& s, DType wdt) {
+  if (s.is_index) return DType::I32;
+  if (s.keep_f32) return DType::F32;
+  return wdt;
+}
+
+// The tensor a spec fills: the dst itself, or its slice for a stacked expert.
+Tensor spec_view(const WeightSpec& s) {
+  SL_CHECK(s.dst && !s.dst->empty(), "weights: ", s.name, " is not allocated (call allocate_weights first)");
+  Tensor t = s.stack_index >= 0 ? s.dst->rows(s.stack_index, s.stack_index + 1) : *s.dst;
+  SL_CHECK(t.numel() == s.shape.numel(), "weights: ", s.name, " has ", t.numel(), " elements allocated, spec ",
+           s.shape.str());
+  return t.view(s.shape);
+}
+
+std::vector<int64_t> shape_vec(const Shape& s) { return std::vector<int64_t>(s.d.begin(), s.d.begin() + s.n); }
+
+// k distinct ids in [0, E) per row v: a partial Fisher-Yates shuffle of 0..E-1 whose j-th
+// swap uses the random word of element v*k + j of stream `key` (the same splitmix chain as
+// uniform_pm1), so the table depends only on (seed, name).
+std::vector<int32_t> make_tid2eid(uint64_t seed, uint64_t key, int64_t V, int k, int E) {
+  SL_CHECK(k >= 1 && k <= E, "tid2eid: need 1 <= num_experts_per_tok (", k, ") <= n_routed_experts (", E, ")");
+  std::vector<int32_t> ids(size_t(V) * k);
+  std::vector<int32_t> perm(E);
+  for (int e = 0; e < E; ++e) perm[e] = e;
+  std::vector<std::pair<int, int>> swaps(k);
+  for (int64_t v = 0; v < V; ++v) {
+    for (int j = 0; j < k; ++j) {
+      uint64_t i = uint64_t(v) * uint64_t(k) + uint64_t(j);
+      uint64_t r = splitmix64(seed ^ splitmix64(key ^ splitmix64(i)));
+      int pick = j + int((r >> 11) % uint64_t(E - j));
+      std::swap(perm[j], perm[pick]);
+      swaps[j] = {j, pick};
+      ids[size_t(i)] = perm[j];
+    }
+    for (int j = k - 1; j >= 0; --j) std::swap(perm[swaps[j].first], perm[swaps[j].second]);  // restore 0..E-1
+  }
+  return ids;
+}
+
+}  // namespace
+
+std::vector<WeightSpec> weight_specs(const ModelConfig& c, ModelWeights& w) {
+  const int L = c.num_hidden_layers, N = c.num_nextn_predict_layers;
+  SL_CHECK(L >= 0 && N >= 0, "weight_specs: config ", c.name, " has negative layer counts");
+  w.layers.resize(size_t(L));
+  w.mtp.resize(size_t(N));
+  std::vector<WeightSpec> out;
+  SpecBuilder b{c, out};
+  const int64_t D = c.hidden_size, V = c.vocab_size;
+  b.add("embed.weight", Shape{V, D}, &w.embed, 1.0f);
+  b.add("head.weight", Shape{V, D}, &w.head, std::sqrt(3.0f / float(D)));
+  b.norm("norm.weight", D, &w.norm);
+  b.hc("hc_head_", c.hc_mult, &w.hc_head_fn, &w.hc_head_base, &w.hc_head_scale, 1);
+  for (int l = 0; l < L; ++l) b.block("layers." + std::to_string(l) + ".", l, w.layers[l]);
+  for (int i = 0; i < N; ++i) {
+    const std::string p = "mtp." + std::to_string(i) + ".";
+    MtpWeights& m = w.mtp[i];
+    b.linear(p + "e_proj.weight", D, D, &m.e_proj);
+    b.linear(p + "h_proj.weight", D, D, &m.h_proj);
+    b.norm(p + "enorm.weight", D, &m.enorm);
+    b.norm(p + "hnorm.weight", D, &m.hnorm);
+    b.norm(p + "norm.weight", D, &m.norm);
+    b.hc(p + "hc_head_", c.hc_mult, &m.hc_head_fn, &m.hc_head_base, &m.hc_head_scale, 1);
+    b.block(p, L + i, m.block);
+  }
+  return out;
+}
+
+size_t weight_bytes(const ModelConfig& c, DType wdt) {
+  ModelWeights tmp;
+  size_t total = 0;
+  for (const auto& s : weight_specs(c, tmp)) total += size_t(s.shape.numel()) * dtype_size(spec_dtype(s, wdt));
+  return total;
+}
+
+void allocate_weights(Backend& be, const ModelConfig& c, ModelWeights& w) {
+  std::set<const Tensor*> done;
+  for (const auto& s : weight_specs(c, w)) {
+    if (!done.insert(s.dst).second) continue;
+    const std::string name = s.stack_index >= 0 ? stacked_name(s.name) : s.name;
+    *s.dst = be.alloc(name, spec_dtype(s, be.weight_dtype()), alloc_shape(c, s), AllocKind::Weight);
+  }
+}
+
+void init_weights(Backend& be, const ModelConfig& c, ModelWeights& w, uint64_t seed) {
+  const Stream s0{0};
+  std::vector<std::vector<int32_t>> host;  // kept alive until the uploads complete
+  for (const auto& s : weight_specs(c, w)) {
+    Tensor t = spec_view(s);
+    const uint64_t key = hash_name(s.name);
+    if (s.init == WeightSpec::Init::Tid2eid) {
+      host.push_back(make_tid2eid(seed, key, s.shape[0], int(s.shape[1]), c.n_routed_experts));
+      be.upload(s0, t, host.back().data(), host.back().size() * sizeof(int32_t));
+    } else {
+      be.init_uniform(s0, t, seed, key, s.scale, s.offset);
+    }
+  }
+  be.synchronize();
+}
+
+// ------------------------------------------------------------------------------------ checkpoints
+
+namespace {
+
+constexpr size_t kChunkBytes = size_t(32) << 20;  // host staging per transfer
+
+size_t shard_limit_bytes() {
+  // 4 GiB per shard like HF's default max_shard_size ("5GB"-ish); the environment variable
+  // lets tests exercise multi-shard checkpoints with tiny models.
+  if (const char* e = std::getenv("STREAMLAB_SHARD_BYTES"); e && *e) {
+    char* end = nullptr;
+    unsigned long long v = std::strtoull(e, &end, 10);
+    if (end && *end == '\0' && v > 0) return size_t(v);
+  }
+  return size_t(4) << 30;
+}
+
+StDType file_dtype_of(const WeightSpec& s, DType file_dtype) {
+  if (s.is_index) return StDType::I64;
+  if (s.keep_f32) return StDType::F32;
+  return file_dtype == DType::BF16 ? StDType::BF16 : StDType::F32;
+}
+
+float half_to_float(uint16_t h) {
+  uint32_t sign = uint32_t(h >> 15) << 31, exp = (h >> 10) & 0x1f, man = h & 0x3ff, u;
+  if (exp == 0) {
+    if (man == 0) u = sign;
+    else {  // subnormal: renormalise
+      int e = -1;
+      do {
+        ++e;
+        man <<= 1;
+      } while (!(man & 0x400));
+      u = sign | uint32_t(127 - 15 - e) << 23 | (man & 0x3ff) << 13;
+    }
+  } else if (exp == 31) {
+    u = sign | 0x7f800000u | man << 13;
+  } else {
+    u = sign | (exp - 15 + 127) << 23 | man << 13;
+  }
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// Converts n elements from `src` (file dtype) into `dst` (backend dtype).
+void convert_to_backend(void* dst, DType bdt, const void* src, StDType fdt, size_t n) {
+  auto rd = [&](size_t i) -> float {
+    switch (fdt) {
+      case StDType::F32: {
+        float f;
+        std::memcpy(&f, static_cast<const char*>(src) + 4 * i, 4);
+        return f;
+      }
+      case StDType::BF16: {
+        uint16_t h;
+        std::memcpy(&h, static_cast<const char*>(src) + 2 * i, 2);
+        return bf16_to_float(h);
+      }
+      case StDType::F16: {
+        uint16_t h;
+        std::memcpy(&h, static_cast<const char*>(src) + 2 * i, 2);
+        return half_to_float(h);
+      }
+      default: return 0.f;
+    }
+  };
+  if (bdt == DType::F32) {
+    if (fdt == StDType::F32) std::memcpy(dst, src, n * 4);
+    else
+      for (size_t i = 0; i < n; ++i) static_cast<float*>(dst)[i] = rd(i);
+  } else if (bdt == DType::BF16) {
+    if (fdt == StDType::BF16) std::memcpy(dst, src, n * 2);
+    else
+      for (size_t i = 0; i < n; ++i) static_cast<uint16_t*>(dst)[i] = float_to_bf16(rd(i));
+  } else {
+    fail("load_checkpoint: unsupported backend weight dtype ", dtype_name(bdt));
+  }
+}
+
+// Rows of `t` per staging chunk (at least one).
+int64_t rows_per_chunk(const Tensor& t, size_t elem_bytes) {
+  int64_t row = t.dim(0) ? t.numel() / t.dim(0) : 1;
+  return std::max<int64_t>(1, int64_t(kChunkBytes / (size_t(std::max<int64_t>(row, 1)) * elem_bytes)));
+}
+
+std::string shard_name(int k, int n) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "model-%05d-of-%05d.safetensors", k, n);
+  return buf;
+}
+
+}  // namespace
+
+void save_checkpoint(Backend& be, const ModelConfig& c, ModelWeights& w, const std::string& dir, DType file_dtype) {
+  SL_CHECK(file_dtype == DType::BF16 || file_dtype == DType::F32, "save_checkpoint: file dtype must be bf16 or f32, got ",
+           dtype_name(file_dtype));
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  SL_CHECK(!ec && fs::is_directory(dir), "save_checkpoint: cannot create directory ", dir, ": ", ec.message());
+  {
+    std::ofstream cfg(fs::path(dir) / "config.json");
+    SL_CHECK(bool(cfg), "save_checkpoint: cannot write ", (fs::path(dir) / "config.json").string());
+    cfg << config_to_json(c).dump(2) << "\n";
+    SL_CHECK(bool(cfg), "save_checkpoint: write failed: ", (fs::path(dir) / "config.json").string());
+  }
+
+  const std::vector<WeightSpec> specs = weight_specs(c, w);
+  // Greedy sharding in spec order.
+  const size_t limit = shard_limit_bytes();
+  std::vector<std::vector<size_t>> shards(1);
+  size_t cur = 0, total = 0;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    size_t b = size_t(specs[i].shape.numel()) * st_dtype_size(file_dtype_of(specs[i], file_dtype));
+    if (cur > 0 && cur + b > limit) {
+      shards.emplace_back();
+      cur = 0;
+    }
+    shards.back().push_back(i);
+    cur += b;
+    total += b;
+  }
+
+  nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
+  const int n = int(shards.size());
+  for (int k = 0; k < n; ++k) {
+    const std::string fname = shard_name(k + 1, n);
+    SafetensorsWriter wr((fs::path(dir) / fname).string());
+    for (size_t i : shards[k]) {
+      const WeightSpec& s = specs[i];
+      const StDType fdt = file_dtype_of(s, file_dtype);
+      weight_map[s.name] = fname;
+      wr.add(s.name, fdt, shape_vec(s.shape), [&be, &s, fdt](const SafetensorsWriter::Sink& sink) {
+        const Tensor t = spec_view(s);
+        const size_t ebytes = dtype_size(t.dtype);
+        const int64_t step = rows_per_chunk(t, std::max(ebytes, st_dtype_size(fdt)));
+        std::vector<uint8_t> raw, conv;
+        for (int64_t r = 0; r < t.dim(0); r += step) {
+          const Tensor part = t.rows(r, std::min(r + step, t.dim(0)));
+          const size_t ne = size_t(part.numel());
+          raw.resize(part.bytes());
+          be.download(raw.data(), part, part.bytes());
+          if (t.dtype == DType::I32) {
+            SL_CHECK(fdt == StDType::I64, "save_checkpoint: ", s.name, ": i32 tensor must be saved as I64");
+            conv.resize(ne * 8);
+            for (size_t e = 0; e < ne; ++e) {
+              int32_t v;
+              std::memcpy(&v, raw.data() + 4 * e, 4);
+              int64_t v64 = v;
+              std::memcpy(conv.data() + 8 * e, &v64, 8);
+            }
+            sink(conv.data(), conv.size());
+          } else if ((t.dtype == DType::F32 && fdt == StDType::F32) || (t.dtype == DType::BF16 && fdt == StDType::BF16)) {
+            sink(raw.data(), raw.size());
+          } else if (t.dtype == DType::F32 && fdt == StDType::BF16) {
+            conv.resize(ne * 2);
+            for (size_t e = 0; e < ne; ++e) {
+              float f;
+              std::memcpy(&f, raw.data() + 4 * e, 4);
+              uint16_t h = float_to_bf16(f);
+              std::memcpy(conv.data() + 2 * e, &h, 2);
+            }
+            sink(conv.data(), conv.size());
+          } else if (t.dtype == DType::BF16 && fdt == StDType::F32) {
+            conv.resize(ne * 4);
+            for (size_t e = 0; e < ne; ++e) {
+              uint16_t h;
+              std::memcpy(&h, raw.data() + 2 * e, 2);
+              float f = bf16_to_float(h);
+              std::memcpy(conv.data() + 4 * e, &f, 4);
+            }
+            sink(conv.data(), conv.size());
+          } else {
+            fail("save_checkpoint: ", s.name, ": cannot convert ", dtype_name(t.dtype), " to ", st_dtype_name(fdt));
+          }
+        }
+      });
+    }
+    wr.finish();
+  }
+
+  nlohmann::ordered_json index;
+  index["metadata"] = {{"total_size", total}};
+  index["weight_map"] = weight_map;
+  const std::string ipath = (fs::path(dir) / "model.safetensors.index.json").string();
+  std::ofstream out(ipath);
+  SL_CHECK(bool(out), "save_checkpoint: cannot write ", ipath);
+  out << index.dump(2) << "\n";
+  SL_CHECK(bool(out), "save_checkpoint: write failed: ", ipath);
+}
+
+void load_checkpoint(Backend& be, const ModelConfig& c, ModelWeights& w, const std::string& dir) {
+  const std::string where = "checkpoint " + dir;
+  std::error_code ec;
+  SL_CHECK(fs::is_directory(dir, ec), where, ": not a directory");
+
+  // The files: those the index names, else every *.safetensors in the directory.
+  std::vector<std::unique_ptr<SafetensorsFile>> files;
+  std::map<std::string, std::pair<const StTensor*, const SafetensorsFile*>> found;
+  const fs::path ipath = fs::path(dir) / "model.safetensors.index.json";
+  std::map<std::string, std::string> index_map;  // tensor -> file (when there is an index)
+  std::vector<std::string> fnames;
+  if (fs::is_regular_file(ipath, ec)) {
+    nlohmann::json j;
+    try {
+      std::ifstream in(ipath);
+      j = nlohmann::json::parse(in);
+    } catch (const nlohmann::json::exception& e) {
+      fail(ipath.string(), ": invalid JSON: ", e.what());
+    }
+    if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
+      fail(ipath.string(), ": expected an object with a \"weight_map\" object");
+    std::set<std::string> seen;
+    for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
+      if (!it.value().is_string()) fail(ipath.string(), ": weight_map[\"", it.key(), "\"] must be a file name");
+      const std::string f = it.value().get<std::string>();
+      index_map[it.key()] = f;
+      if (seen.insert(f).second) fnames.push_back(f);
+    }
+  } else {
+    for (const auto& e : fs::directory_iterator(dir))
+      if (e.is_regular_file() && e.path().extension() == ".safetensors") fnames.push_back(e.path().filename().string());
+    std::sort(fnames.begin(), fnames.end());
+  }
+  if (fnames.empty()) fail(where, ": no *.safetensors files (and no model.safetensors.index.json)");
+  for (const auto& f : fnames) {
+    files.push_back(std::make_unique<SafetensorsFile>((fs::path(dir) / f).string()));
+    const SafetensorsFile& sf = *files.back();
+    for (const auto& t : sf.tensors()) {
+      auto [it, fresh] = found.emplace(t.name, std::make_pair(&t, &sf));
+      if (!fresh)
+        fail(where, ": tensor ", t.name, " appears in both ", it->second.second->path(), " and ", sf.path());
+    }
+  }
+  for (const auto& [name, f] : index_map) {
+    auto it = found.find(name);
+    if (it == found.end() || fs::path(it->second.second->path()).filename() != f)
+      fail(where, ": the index maps ", name, " to ", f, " but that file has no such tensor");
+  }
+  for (const auto& [name, tf] : found)
+    if (st_dtype_is_fp8(tf.first->dtype))
+      fail(where, ": FP8 checkpoints are not supported yet (", name, " in ", tf.second->path(), " is ",
+           st_dtype_name(tf.first->dtype), "); convert to bf16 first");
+
+  const std::vector<WeightSpec> specs = weight_specs(c, w);
+  std::set<std::string> wanted;
+  std::vector<std::string> missing;
+  for (const auto& s : specs) {
+    wanted.insert(s.name);
+    if (!found.count(s.name)) missing.push_back(s.name);
+  }
+  if (!missing.empty())
+    fail(where, ": missing tensor ", missing[0],
+         missing.size() > 1 ? " (and " + std::to_string(missing.size() - 1) + " more)" : std::string(),
+         " for config ", c.name);
+  for (const auto& [name, tf] : found)
+    if (!wanted.count(name))
+      fail(where, ": unexpected tensor ", name, " in ", tf.second->path(), " (not a weight of config ", c.name, ")");
+
+  // Check every tensor before touching the backend.
+  for (const auto& s : specs) {
+    const StTensor& t = *found[s.name].first;
+    const std::string& fp = found[s.name].second->path();
+    if (t.shape != shape_vec(s.shape))
+      fail(where, ": tensor ", s.name, " in ", fp, " has shape ", t.shape_str(), ", expected ", s.shape.str());
+    if (s.is_index) {
+      if (t.dtype != StDType::I64 && t.dtype != StDType::I32)
+        fail(where, ": tensor ", s.name, " in ", fp, " has dtype ", st_dtype_name(t.dtype), ", expected I64 or I32");
+    } else if (t.dtype != StDType::F32 && t.dtype != StDType::BF16 && t.dtype != StDType::F16) {
+      fail(where, ": tensor ", s.name, " in ", fp, " has dtype ", st_dtype_name(t.dtype), ", expected BF16, F32 or F16");
+    }
+    spec_view(s);  // allocated, right size
+  }
+
+  const Stream s0{0};
+  std::vector<uint8_t> buf;
+  for (const auto& s : specs) {
+    const StTensor& t = *found[s.name].first;
+    const Tensor dst = spec_view(s);
+    const size_t fe = st_dtype_size(t.dtype);
+    const int64_t step = rows_per_chunk(dst, std::max(fe, dtype_size(dst.dtype)));
+    const int64_t row = dst.dim(0) ? dst.numel() / dst.dim(0) : 0;
+    for (int64_t r = 0; r < dst.dim(0); r += step) {
+      const Tensor part = dst.rows(r, std::min(r + step, dst.dim(0)));
+      const size_t ne = size_t(part.numel());
+      const uint8_t* src = t.data + size_t(r * row) * fe;
+      buf.resize(part.bytes());
+      if (s.is_index) {
+        SL_CHECK(dst.dtype == DType::I32, where, ": ", s.name, " must be allocated as i32");
+        int32_t* o = reinterpret_cast<int32_t*>(buf.data());
+        for (size_t e = 0; e < ne; ++e) {
+          int64_t v;
+          if (t.dtype == StDType::I64) std::memcpy(&v, src + 8 * e, 8);
+          else {
+            int32_t v32;
+            std::memcpy(&v32, src + 4 * e, 4);
+            v = v32;
+          }
+          if (v < 0 || v >= c.n_routed_experts)
+            fail(where, ": tensor ", s.name, ": expert id ", v, " at row ", r + int64_t(e) / std::max<int64_t>(row, 1),
+                 " is outside [0, ", c.n_routed_experts, ")");
+          o[e] = int32_t(v);
+        }
+      } else {
+        convert_to_backend(buf.data(), dst.dtype, src, t.dtype, ne);
+      }
+      be.upload(s0, part, buf.data(), part.bytes());
+      be.synchronize();  // the staging buffer is reused by the next chunk
+    }
+  }
+}
+
+}  // namespace sl
