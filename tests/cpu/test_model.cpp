@@ -20,10 +20,10 @@ std::vector<int32_t> prompt(int B, int T0, int vocab, uint64_t seed = 7) {
   return t;
 }
 
-struct Run {
+struct ModelRun {
   std::unique_ptr<Backend> be = make_cpu_backend();
   std::unique_ptr<DeepSeekV4> model;
-  Run(const ModelConfig& c, const std::string& policy, RunShape shape) {
+  ModelRun(const ModelConfig& c, const std::string& policy, RunShape shape) {
     model = std::make_unique<DeepSeekV4>(*be, c, StreamPolicy::parse(policy), shape);
     model->init_random(c.seed);
   }
@@ -71,7 +71,7 @@ TEST(Model, TinyHasEveryLayerType) {
 TEST(Model, SameSeedSameLogitsAndDrafts) {
   ModelConfig c = tiny();
   const auto p = prompt(1, c.context_length, c.vocab_size);
-  Run a(c, "shared", shape_for(c, c.context_length)), b(c, "shared", shape_for(c, c.context_length));
+  ModelRun a(c, "shared", shape_for(c, c.context_length)), b(c, "shared", shape_for(c, c.context_length));
   StepOutput oa = a.model->prefill(p, c.context_length), ob = b.model->prefill(p, c.context_length);
   EXPECT_EQ(oa.last_logits, ob.last_logits);
   EXPECT_EQ(oa.drafts, ob.drafts);
@@ -90,7 +90,7 @@ TEST(Model, DifferentSeedDifferentLogits) {
   ModelConfig c2 = c;
   c2.seed = c.seed + 1;
   const auto p = prompt(1, c.context_length, c.vocab_size);
-  Run a(c, "serial", shape_for(c, c.context_length)), b(c2, "serial", shape_for(c2, c.context_length));
+  ModelRun a(c, "serial", shape_for(c, c.context_length)), b(c2, "serial", shape_for(c2, c.context_length));
   EXPECT_NE(a.model->prefill(p, c.context_length).last_logits, b.model->prefill(p, c.context_length).last_logits);
 }
 
@@ -100,11 +100,11 @@ void expect_decode_equals_prefill(int n, int mtp_layers, int draft_steps, int mt
   ModelConfig c = tiny(mtp_layers, draft_steps, mtp_compress);
   c.context_length = n + 1;
   std::vector<int32_t> p = prompt(1, n, c.vocab_size);
-  Run a(c, "shared", shape_for(c, chunk));
+  ModelRun a(c, "shared", shape_for(c, chunk));
   StepOutput pre = a.model->prefill(p, n);
   StepOutput dec = a.model->decode_step();
   p.push_back(pre.sampled[0]);
-  Run b(c, "shared", shape_for(c, n + 1));
+  ModelRun b(c, "shared", shape_for(c, n + 1));
   StepOutput full = b.model->prefill(p, n + 1);
   EXPECT_LT(max_rel_diff(dec.last_logits, full.last_logits), 2e-5)
       << "n=" << n << " mtp_layers=" << mtp_layers << " chunk=" << chunk;
@@ -134,7 +134,7 @@ TEST(Model, DraftsDeterministicForOneToThreeSteps) {
     const auto p = prompt(2, 20, c.vocab_size);
     c.batch = 2;
     c.context_length = 20;
-    Run a(c, "per-layer", shape_for(c, 20)), b(c, "per-layer", shape_for(c, 20));
+    ModelRun a(c, "per-layer", shape_for(c, 20)), b(c, "per-layer", shape_for(c, 20));
     StepOutput oa = a.model->prefill(p, 20), ob = b.model->prefill(p, 20);
     ASSERT_EQ(oa.drafts.size(), size_t(k));
     EXPECT_EQ(oa.drafts, ob.drafts);
@@ -155,7 +155,7 @@ TEST(Model, BatchRowsAreIndependent) {
   std::vector<int32_t> p1(p2.begin() + 21, p2.end());
   ModelConfig c2 = c;
   c2.batch = 2;
-  Run a(c2, "shared", shape_for(c2, 21)), b(c, "shared", shape_for(c, 21));
+  ModelRun a(c2, "shared", shape_for(c2, 21)), b(c, "shared", shape_for(c, 21));
   StepOutput oa = a.model->prefill(p2, 21), ob = b.model->prefill(p1, 21);
   const size_t V = size_t(c.vocab_size);
   std::vector<float> row1(oa.last_logits.begin() + long(V), oa.last_logits.end());
@@ -172,7 +172,7 @@ TEST(Model, AllPoliciesGiveIdenticalLogits) {
   std::vector<float> ref;
   std::vector<std::vector<int32_t>> ref_drafts;
   for (const char* pol : {"serial", "per-layer", "shared", "global", "per-layer-all", "pool:1", "pool:5"}) {
-    Run r(c, pol, shape_for(c, c.context_length));
+    ModelRun r(c, pol, shape_for(c, c.context_length));
     r.model->prefill(p, c.context_length);
     StepOutput o = r.model->decode_step();
     if (ref.empty()) {
@@ -187,7 +187,7 @@ TEST(Model, AllPoliciesGiveIdenticalLogits) {
 
 TEST(Model, BadPromptIsRejected) {
   ModelConfig c = tiny();
-  Run r(c, "shared", shape_for(c, c.context_length));
+  ModelRun r(c, "shared", shape_for(c, c.context_length));
   std::vector<int32_t> p = prompt(1, 10, c.vocab_size);
   p[3] = c.vocab_size;  // out of range
   EXPECT_THROW(r.model->prefill(p, 10), Error);
