@@ -69,6 +69,16 @@ class Backend {
   virtual void record(Event e, Stream s) = 0;  // e completes when s reaches this point
   virtual void wait(Stream s, Event e) = 0;    // later work on s waits for e
   virtual void synchronize() = 0;              // host waits for all streams
+  // CUDA graphs: capture everything enqueued on the main stream (and the streams it forks to)
+  // between begin and end into graph `slot`, instantiate it, and replay it later. Backends
+  // without graphs throw.
+  struct GraphStats {
+    double capture_ms = 0, instantiate_ms = 0;
+    size_t nodes = 0, edges = 0;
+  };
+  virtual void graph_begin_capture(int slot) { fail(name(), " backend: CUDA graphs are not supported"); }
+  virtual GraphStats graph_end_capture(int slot) { fail(name(), " backend: CUDA graphs are not supported"); }
+  virtual void graph_replay(int slot) { fail(name(), " backend: CUDA graphs are not supported"); }
   // Annotation ranges (NVTX on CUDA; no-op on CPU). Names follow MODEL.md.
   virtual void range_push(const char* name) {}
   virtual void range_pop() {}

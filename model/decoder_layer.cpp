@@ -77,7 +77,7 @@ DeepSeekV4::Buffers::Buffers(Backend& be, const ModelConfig& c, const RunShape& 
   hnorm = A("head.hnorm", act, {head_rows, D});
   logits = A("logits", DType::F32, {head_rows, V});
   last_logits = A("logits.last", DType::F32, {B, V});
-  draft_logits = A("mtp.logits", DType::F32, {B, V});
+  draft_logits = A("mtp.logits", DType::F32, {shape.draft_logits ? k : 1, B, V});
 }
 
 void DeepSeekV4::target_forward(const Step& st) {

@@ -220,6 +220,18 @@ StepOutput DeepSeekV4::decode_step() {
   return decode_collect();
 }
 
+StepOutput DeepSeekV4::decode_step_graph() {
+  decode_prepare();
+  if (!graph_captured_) {
+    be_.graph_begin_capture(0);
+    decode_enqueue();
+    graph_stats_ = be_.graph_end_capture(0);
+    graph_captured_ = true;
+  }
+  be_.graph_replay(0);
+  return decode_collect();
+}
+
 // Positions of draft steps: row s (s >= 1) holds first_pos + s - 1 for every sequence, where
 // first_pos is the position after the target's last token (step 0 reuses the target's
 // positions; row 0 is unused).
@@ -245,6 +257,10 @@ StepOutput DeepSeekV4::collect(bool prefill, int T) {
   out.last_logits.resize(size_t(B) * size_t(V));
   be_.download(out.last_logits.data(), buf_->last_logits, out.last_logits.size() * 4);
   out.logits_checksum = std::accumulate(out.last_logits.begin(), out.last_logits.end(), 0.0);
+  if (k > 0 && shape_.draft_logits) {
+    out.draft_logits.resize(size_t(k) * size_t(B) * size_t(V));
+    be_.download(out.draft_logits.data(), buf_->draft_logits, out.draft_logits.size() * 4);
+  }
   if (prefill && shape_.all_logits) {
     out.all_logits.resize(size_t(T) * size_t(V));
     be_.download(out.all_logits.data(), buf_->logits, out.all_logits.size() * 4);

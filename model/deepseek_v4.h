@@ -32,6 +32,7 @@ struct RunShape {
   int max_positions = 64;    // positions [0, max_positions) may be used
   int max_seq_tokens = 64;   // most tokens of one sequence in one step (prefill chunk)
   bool all_logits = false;   // keep prefill logits for every token (--dump-logits)
+  bool draft_logits = false; // keep every draft step's logits (for comparisons; costs a download)
 };
 
 // What one step produced (host copies).
@@ -41,6 +42,7 @@ struct StepOutput {
   double logits_checksum = 0;               // sum of the target logits at the last positions
   std::vector<float> last_logits;            // [B, vocab] target logits at the last positions
   std::vector<float> all_logits;             // [tokens, vocab] when RunShape::all_logits (prefill)
+  std::vector<float> draft_logits;           // [draft_steps, B, vocab] when RunShape::draft_logits
 };
 
 class DeepSeekV4 {
@@ -63,6 +65,11 @@ class DeepSeekV4 {
   void decode_prepare();
   void decode_enqueue();
   StepOutput decode_collect();
+  // decode_step through a CUDA graph: the first call captures decode_enqueue() once, every call
+  // replays it (positions are uploaded before each replay).
+  StepOutput decode_step_graph();
+  bool graph_captured() const { return graph_captured_; }
+  const Backend::GraphStats& graph_stats() const { return graph_stats_; }
 
   const ModelConfig& config() const { return cfg_; }
   const StreamPlan& stream_plan() const { return plan_; }
@@ -114,6 +121,8 @@ class DeepSeekV4 {
   std::unique_ptr<Buffers> buf_;
   int cur_len_ = 0;                         // positions filled per sequence
   int prompt_len_ = 0;
+  bool graph_captured_ = false;
+  Backend::GraphStats graph_stats_;
 };
 
 }  // namespace sl

@@ -30,8 +30,10 @@ void DeepSeekV4::mtp_step(int draft_step, const Tensor& Hprev, const Tensor& tok
   // Only each sequence's last token drafts. Its residual (xlast) is also the next draft
   // step's Hprev.
   ops_.gather_rows(main, "gather_last", b.xlast.rows(0, B), X, st.last_rows);
-  lm_head(main, b.xlast.rows(0, B), B, mw.hc_head_fn, mw.hc_head_scale, mw.hc_head_base, mw.norm, b.draft_logits);
-  ops_.argmax(main, b.draft_tok.rows(draft_step, draft_step + 1).view({B}), b.draft_logits);
+  const int slot = shape_.draft_logits ? draft_step : 0;
+  const Tensor logits = b.draft_logits.rows(slot, slot + 1).view({B, cfg_.vocab_size});
+  lm_head(main, b.xlast.rows(0, B), B, mw.hc_head_fn, mw.hc_head_scale, mw.hc_head_base, mw.norm, logits);
+  ops_.argmax(main, b.draft_tok.rows(draft_step, draft_step + 1).view({B}), logits);
 }
 
 void DeepSeekV4::run_drafts(const Step&) {

@@ -27,6 +27,7 @@ struct RunOptions {
   std::string checkpoint, tokens_file, dump_logits, save_checkpoint;
   std::string save_dtype = "bf16";
   bool json = false;
+  bool graph = false;
 };
 
 double mib(size_t bytes) { return double(bytes) / (1024.0 * 1024.0); }
@@ -133,9 +134,15 @@ void run(const RunOptions& o) {
   }
   for (int s = 1; s <= o.steps; ++s) {
     t0 = clock::now();
-    StepOutput out = model.decode_step();
+    const bool capturing = o.graph && !model.graph_captured();
+    StepOutput out = o.graph ? model.decode_step_graph() : model.decode_step();
     ms = std::chrono::duration<double, std::milli>(clock::now() - t0).count();
-    report(s, "decode", cfg.batch, ms, out);
+    if (capturing) {
+      const auto& g = model.graph_stats();
+      std::fprintf(info, "graph captured: capture %.3f ms, instantiate %.3f ms, %zu nodes, %zu edges\n", g.capture_ms,
+                   g.instantiate_ms, g.nodes, g.edges);
+    }
+    report(s, capturing ? "capture" : o.graph ? "replay" : "decode", cfg.batch, ms, out);
   }
   const MemoryStats mem = be->memory();
   if (o.json) {
@@ -149,6 +156,11 @@ void run(const RunOptions& o) {
                      {"mtp_compress_ratio", cfg.mtp_compress_ratio},
                      {"aux_streams", model.created_streams().size()},
                      {"steps", steps},
+                     {"graph", o.graph ? nlohmann::json{{"capture_ms", model.graph_stats().capture_ms},
+                                                        {"instantiate_ms", model.graph_stats().instantiate_ms},
+                                                        {"nodes", model.graph_stats().nodes},
+                                                        {"edges", model.graph_stats().edges}}
+                                       : nlohmann::json(nullptr)},
                      {"memory",
                       {{"weights_bytes", mem.weights_bytes},
                        {"activations_bytes", mem.activations_bytes},
@@ -180,6 +192,8 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--save-dtype", o->save_dtype, "dtype of saved float tensors: bf16 or f32")
       ->check(CLI::IsMember({"bf16", "f32"}))
       ->capture_default_str();
+  cmd->add_flag("--graph", o->graph,
+                "decode steps through a CUDA graph: captured once (first decode step), then replayed (cuda backend)");
   cmd->add_flag("--json", o->json, "print the result as JSON on stdout (progress goes to stderr)");
   cmd->callback([o] { run(*o); });
 }
