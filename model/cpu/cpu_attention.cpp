@@ -124,7 +124,9 @@ void CpuBackend::compressor_pool(Stream s, const Tensor& entries, const Tensor& 
   const int64_t P = table.dim(0), R = table.dim(1);
   SL_CHECK(R % 2 == 0 && R <= d, op, ": table ", describe(table), " rotates R = ", R,
            " dims; R must be even and at most d = ", d);
-  const int64_t T = pos.ndim() == 1 ? pos.dim(0) : -1;
+  check_dtype(op, "pos", pos, DType::I32);
+  check_ndim(op, "pos", pos, 1);
+  const int64_t T = pos.dim(0);
   check_tokens(op, pos, seq, T, B);
 
   scratch_f_.resize(size_t(2 * d));

@@ -7,37 +7,27 @@ using namespace cpu;
 
 namespace cpu {
 
-// Four dot products of a0..a3 with the same w row, so that w is read once for four rows of
-// a. The per-row arithmetic (eight lane sums, the same final reduction order) is exactly
-// dot()'s, so a row's result does not depend on how many rows are in the batch or where the
-// row falls in a tile: prefill and token-by-token decode give bit-identical GEMM outputs.
-static inline void dot4(const float* a0, const float* a1, const float* a2, const float* a3, const float* w,
-                        int64_t K, float* r0, float* r1, float* r2, float* r3) {
-  float acc0[8] = {}, acc1[8] = {}, acc2[8] = {}, acc3[8] = {};
+// Four dot products of rows a[0..3] with the same w row, so that w is loaded once for four
+// rows of a (4 rows x 8 lanes of partial sums fit the 16 SSE registers). The per-row
+// arithmetic (eight lane sums, reduce8) is exactly dot()'s, so a row's result does not
+// depend on how many rows are in the batch or where it falls in a tile: prefill and
+// token-by-token decode give bit-identical GEMM outputs.
+static inline void dot4(const float* const a[4], const float* w, int64_t K, float* const r[4]) {
+  f32x4 lo[4], hi[4];
+  for (int q = 0; q < 4; ++q) lo[q] = hi[q] = f32x4{0, 0, 0, 0};
   int64_t k = 0;
   for (; k + 8 <= K; k += 8) {
-    for (int l = 0; l < 8; ++l) {
-      const float wv = w[k + l];
-      acc0[l] += a0[k + l] * wv;
-      acc1[l] += a1[k + l] * wv;
-      acc2[l] += a2[k + l] * wv;
-      acc3[l] += a3[k + l] * wv;
+    const f32x4 w_lo = load4(w + k), w_hi = load4(w + k + 4);
+    for (int q = 0; q < 4; ++q) {
+      lo[q] += load4(a[q] + k) * w_lo;
+      hi[q] += load4(a[q] + k + 4) * w_hi;
     }
   }
-  float t0 = 0.f, t1 = 0.f, t2 = 0.f, t3 = 0.f;
-  for (; k < K; ++k) {
-    t0 += a0[k] * w[k];
-    t1 += a1[k] * w[k];
-    t2 += a2[k] * w[k];
-    t3 += a3[k] * w[k];
+  for (int q = 0; q < 4; ++q) {
+    float tail = 0.f;
+    for (int64_t kk = k; kk < K; ++kk) tail += a[q][kk] * w[kk];
+    *r[q] = reduce8(lo[q], hi[q], tail);
   }
-  auto reduce = [](const float* acc, float tail) {
-    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])) + tail;
-  };
-  *r0 = reduce(acc0, t0);
-  *r1 = reduce(acc1, t1);
-  *r2 = reduce(acc2, t2);
-  *r3 = reduce(acc3, t3);
 }
 
 void matmul_nt(float* out, int64_t ldo, const float* a, int64_t lda, const float* w, int64_t ldw, int64_t M,
@@ -49,11 +39,11 @@ void matmul_nt(float* out, int64_t ldo, const float* a, int64_t lda, const float
     const int64_t n1 = std::min(N, n0 + kPanel);
     int64_t m = 0;
     for (; m + 4 <= M; m += 4) {
-      const float* a0 = a + m * lda;
-      float* o0 = out + m * ldo;
-      for (int64_t n = n0; n < n1; ++n)
-        dot4(a0, a0 + lda, a0 + 2 * lda, a0 + 3 * lda, w + n * ldw, K, o0 + n, o0 + ldo + n, o0 + 2 * ldo + n,
-             o0 + 3 * ldo + n);
+      const float* rows[4] = {a + m * lda, a + (m + 1) * lda, a + (m + 2) * lda, a + (m + 3) * lda};
+      for (int64_t n = n0; n < n1; ++n) {
+        float* o[4] = {out + m * ldo + n, out + (m + 1) * ldo + n, out + (m + 2) * ldo + n, out + (m + 3) * ldo + n};
+        dot4(rows, w + n * ldw, K, o);
+      }
     }
     for (; m < M; ++m)
       for (int64_t n = n0; n < n1; ++n) out[m * ldo + n] = dot(a + m * lda, w + n * ldw, K);
