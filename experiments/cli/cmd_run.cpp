@@ -74,6 +74,7 @@ void run(const RunOptions& o) {
   if (!o.checkpoint.empty())
     SL_CHECK(std::filesystem::exists(cfg_path), "--checkpoint ", o.checkpoint, ": no config.json in that directory");
   ModelConfig cfg = resolve_config(o.model, cfg_path);
+  if (!o.checkpoint.empty()) cfg.name = std::filesystem::path(o.checkpoint).lexically_normal().filename().string();
   SL_CHECK(o.steps >= 0, "--steps must be >= 0");
   const std::vector<int32_t> prompt = prompt_tokens(o, cfg);
   validate(cfg);
@@ -102,7 +103,9 @@ void run(const RunOptions& o) {
     std::fprintf(info, "saving checkpoint to %s (%s)\n", o.save_checkpoint.c_str(), o.save_dtype.c_str());
     save_checkpoint(*be, cfg, model.weights(), o.save_checkpoint, o.save_dtype == "f32" ? DType::F32 : DType::BF16);
   }
-  std::fprintf(info, "streams created: %zu aux (+ main)\n", model.created_streams().size());
+  const size_t shared_expert = model.stream_plan().shared_expert >= 0 ? 1 : 0;
+  std::fprintf(info, "streams created: %zu (%zu aux%s) besides main\n", model.created_streams().size(),
+               model.created_streams().size() - shared_expert, shared_expert ? " + shared_expert" : "");
   std::fflush(info);
 
   using clock = std::chrono::steady_clock;

@@ -8,7 +8,7 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 
 # Text output: a prefill row and 2 decode rows with a checksum each.
 "$bin" run --config tiny --backend cpu --steps 2 > "$tmp/text.txt"
-grep -q "^0 *prefill" "$tmp/text.txt" || fail "no prefill row"; grep -c " decode " "$tmp/text.txt" | grep -qx 2 || fail "want 2 decode rows"
+grep -q "^0 *prefill" "$tmp/text.txt" || fail "no prefill row"; grep -cE "^[0-9]+ +decode " "$tmp/text.txt" | grep -qx 2 || fail "want 2 decode rows"
 grep -q "logits checksum" "$tmp/text.txt" || fail "no checksum"
 grep -q "^weights: .* MiB" "$tmp/text.txt" || fail "weight memory not printed"
 

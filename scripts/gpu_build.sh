@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Builds, on the development machine, what a GPU round needs (preset `gpu`: CUDA + CUPTI, no
+# viewer) and gathers the stripped binaries into .gpu/ (git-ignored), the folder the device
+# tool carries to the H200 machine (binaries built on Debian 12 with CUDA 13.0 run there).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="/usr/local/cuda/bin:$PATH"
+cmake --preset gpu >/dev/null
+targets=(streamlab test_cuda_ops test_cuda_model ${EXTRA_TARGETS:-})
+cmake --build build-gpu -j "$(nproc)" --target "${targets[@]}"
+rm -rf .gpu && mkdir -p .gpu
+for t in "${targets[@]}"; do
+  [ -f "build-gpu/$t" ] && cp "build-gpu/$t" .gpu/ && strip .gpu/"$t"
+done
+git rev-parse HEAD > .gpu/COMMIT
+git diff --quiet HEAD || echo "dirty" >> .gpu/COMMIT
+du -sh .gpu; ls -la .gpu
