@@ -244,7 +244,7 @@ namespace {
 
 void validate_with(const ModelConfig& c, const std::string& prefix) {
   auto bad = [&](const auto&... pieces) { fail(prefix, ": ", pieces...); };
-  auto positive = [&](const char* key, double v) {
+  auto positive = [&](const char* key, auto v) {
     if (!(v > 0)) bad(key, " (", v, ") must be > 0");
   };
 

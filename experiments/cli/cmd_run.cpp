@@ -74,7 +74,11 @@ void run(const RunOptions& o) {
   if (!o.checkpoint.empty())
     SL_CHECK(std::filesystem::exists(cfg_path), "--checkpoint ", o.checkpoint, ": no config.json in that directory");
   ModelConfig cfg = resolve_config(o.model, cfg_path);
-  if (!o.checkpoint.empty()) cfg.name = std::filesystem::path(o.checkpoint).lexically_normal().filename().string();
+  if (!o.checkpoint.empty()) {
+    auto dir = std::filesystem::path(o.checkpoint).lexically_normal();
+    if (dir.filename().empty()) dir = dir.parent_path();  // "ckpt/"
+    cfg.name = dir.filename().string();
+  }
   SL_CHECK(o.steps >= 0, "--steps must be >= 0");
   const std::vector<int32_t> prompt = prompt_tokens(o, cfg);
   validate(cfg);
