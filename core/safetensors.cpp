@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <limits>
@@ -224,6 +225,18 @@ void SafetensorsWriter::add(const std::string& name, StDType dtype, const std::v
 void SafetensorsWriter::finish() {
   SL_CHECK(!finished_, path_, ": finish() called twice");
   finished_ = true;
+  // Lay the data out by element size, largest first (as HF's writer does), so that every
+  // tensor starts at a multiple of its element size: with the 8-aligned header, views into
+  // the mapping are naturally aligned for their dtype.
+  std::stable_sort(entries_.begin(), entries_.end(),
+                   [](const Entry& a, const Entry& b) { return st_dtype_size(a.dtype) > st_dtype_size(b.dtype); });
+  size_t off = 0;
+  for (auto& e : entries_) {
+    const size_t bytes = e.end - e.begin;
+    e.begin = off;
+    e.end = off + bytes;
+    off += bytes;
+  }
   nlohmann::ordered_json h;
   nlohmann::ordered_json meta = nlohmann::ordered_json::object();
   for (const auto& [k, v] : metadata_) meta[k] = v;

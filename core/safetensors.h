@@ -68,7 +68,9 @@ class SafetensorsFile {
 // finish() writes the header and calls each producer in declaration order. A producer must
 // hand exactly dtype_size x numel bytes to `sink` (in as many pieces as it likes); anything
 // else is an error naming the tensor. The header is padded with spaces to a multiple of 8
-// bytes (as HF's writer does) and carries __metadata__ {"format": "pt"}.
+// bytes (as HF's writer does) and carries __metadata__ {"format": "pt"}. The data is laid
+// out by element size, largest first (also as HF does), so every tensor in the file is
+// aligned to its element size; producers run in that order (declaration order within a size).
 class SafetensorsWriter {
  public:
   using Sink = std::function<void(const void* data, size_t bytes)>;
