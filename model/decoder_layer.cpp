@@ -58,6 +58,7 @@ DeepSeekV4::Buffers::Buffers(Backend& be, const ModelConfig& c, const RunShape& 
   const int64_t E = c.n_routed_experts, F = c.moe_intermediate_size, kk = c.num_experts_per_tok;
   router_logits = A("moe.router_logits", DType::F32, {T, E});
   route_ids = A("moe.ids", DType::I32, {T, kk});
+  if (shape.record_routing) route_log = A("moe.ids.log", DType::I32, {c.num_hidden_layers + k, T, kk});
   route_w = A("moe.weights", DType::F32, {T, kk});
   moe_out = A("moe.routed_out", act, {T, D});
   sh_g = A("moe.shared.g", act, {T, F});

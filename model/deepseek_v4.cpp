@@ -66,6 +66,7 @@ DeepSeekV4::DeepSeekV4(Backend& be, const ModelConfig& cfg, const StreamPolicy& 
   }
 
   buf_ = std::make_unique<Buffers>(be_, cfg_, shape_);
+  if (shape_.record_routing) routing_meta_.resize(size_t(L + std::max(cfg_.draft_steps, 1)));
   // Constant index tensors: draft_seq[b] = b, draft_rows[b] = b.
   std::vector<int32_t> iota(size_t(shape_.batch));
   std::iota(iota.begin(), iota.end(), 0);
@@ -230,6 +231,22 @@ StepOutput DeepSeekV4::decode_step_graph() {
   }
   be_.graph_replay(0);
   return decode_collect();
+}
+
+std::vector<RoutingRecord> DeepSeekV4::routing() {
+  SL_CHECK(shape_.record_routing, "routing(): build the model with RunShape::record_routing");
+  const int kk = cfg_.num_experts_per_tok;
+  std::vector<int32_t> log(size_t(buf_->route_log.numel()));
+  be_.download(log.data(), buf_->route_log, log.size() * 4);
+  std::vector<RoutingRecord> out;
+  for (size_t slot = 0; slot < routing_meta_.size(); ++slot) {
+    RoutingRecord r = routing_meta_[slot];
+    if (r.tokens == 0) continue;  // not executed
+    const size_t base = slot * size_t(buf_->Tmax) * size_t(kk);
+    r.ids.assign(log.begin() + long(base), log.begin() + long(base + size_t(r.tokens) * size_t(kk)));
+    out.push_back(std::move(r));
+  }
+  return out;
 }
 
 // Positions of draft steps: row s (s >= 1) holds first_pos + s - 1 for every sequence, where

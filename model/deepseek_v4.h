@@ -33,6 +33,16 @@ struct RunShape {
   int max_seq_tokens = 64;   // most tokens of one sequence in one step (prefill chunk)
   bool all_logits = false;   // keep prefill logits for every token (--dump-logits)
   bool draft_logits = false; // keep every draft step's logits (for comparisons; costs a download)
+  bool record_routing = false;  // keep every MoE execution's expert ids (for the bytes floor)
+};
+
+// The experts one MoE execution routed to (RunShape::record_routing): target layer l, or the
+// MTP layer of draft step s.
+struct RoutingRecord {
+  int layer = 0;       // model layer index (L + i for MTP layer i)
+  int draft_step = -1; // -1: the target forward
+  int tokens = 0;
+  std::vector<int32_t> ids;  // [tokens, experts_per_tok]
 };
 
 // What one step produced (host copies).
@@ -69,6 +79,8 @@ class DeepSeekV4 {
   // replays it (positions are uploaded before each replay).
   StepOutput decode_step_graph();
   bool graph_captured() const { return graph_captured_; }
+  // The routing of the last step's MoE executions (needs RunShape::record_routing).
+  std::vector<RoutingRecord> routing();
   const Backend::GraphStats& graph_stats() const { return graph_stats_; }
 
   const ModelConfig& config() const { return cfg_; }
@@ -121,6 +133,7 @@ class DeepSeekV4 {
   std::unique_ptr<Buffers> buf_;
   int cur_len_ = 0;                         // positions filled per sequence
   int prompt_len_ = 0;
+  std::vector<RoutingRecord> routing_meta_;  // layer / draft step / tokens per log slot, last step
   bool graph_captured_ = false;
   Backend::GraphStats graph_stats_;
 };

@@ -16,6 +16,7 @@ struct DeepSeekV4::Step {
   int T0 = 0;
   Tensor tokens, pos, seq;  // I32 [T]
   Tensor last_rows;         // I32 [B]: row of each sequence's last token
+  int draft_step = -1;      // -1: the target forward; s: MTP draft step s
 };
 
 // Every activation buffer of a step. Views of the first T rows serve smaller steps.
@@ -37,6 +38,7 @@ struct DeepSeekV4::Buffers {
   Tensor comp_u, comp_g;  // F32 [T, 2*Dh]
   Tensor idx_w, idx_u, idx_g, idx_q, sel;
   // MoE.
+  Tensor route_log;  // I32 [L + k, T, experts_per_tok] when RunShape::record_routing
   Tensor router_logits, route_ids, route_w, moe_out, sh_g, sh_u, sh_act, sh_out, moe_ws;
   // MTP input.
   Tensor e, hn, hp, ep;

@@ -10,7 +10,13 @@ void DeepSeekV4::moe(int layer, const MoeWeights& mw, const Tensor& x, const Ten
   const int64_t T = st.T;
   const Buffers& b = *buf_;
   const float limit = float(cfg_.swiglu_limit);
-  const Tensor logits = b.router_logits.rows(0, T), ids = b.route_ids.rows(0, T), rw = b.route_w.rows(0, T);
+  // With routing recorded, each execution (target layer, or draft step) keeps its own ids.
+  const int slot = st.draft_step < 0 ? layer : cfg_.num_hidden_layers + st.draft_step;
+  const Tensor ids = shape_.record_routing
+                         ? b.route_log.rows(slot, slot + 1).view({b.Tmax, cfg_.num_experts_per_tok}).rows(0, T)
+                         : b.route_ids.rows(0, T);
+  if (shape_.record_routing) routing_meta_[size_t(slot)] = {layer, st.draft_step, int(T), {}};
+  const Tensor logits = b.router_logits.rows(0, T), rw = b.route_w.rows(0, T);
   const Tensor routed = b.moe_out.rows(0, T);
   const Tensor g = b.sh_g.rows(0, T), u = b.sh_u.rows(0, T), act = b.sh_act.rows(0, T), shared = b.sh_out.rows(0, T);
   Ops::Scope scope(ops_, "moe");

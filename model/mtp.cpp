@@ -17,6 +17,7 @@ void DeepSeekV4::mtp_step(int draft_step, const Tensor& Hprev, const Tensor& tok
 
   Step ms = st;
   ms.tokens = tokens;
+  ms.draft_step = draft_step;
   const Tensor e = b.e.rows(0, T), hn = b.hn.rows(0, T), hp = b.hp.rows(0, T), ep = b.ep.rows(0, T);
   const Tensor X = b.mx.rows(0, T), Xtmp = b.mxtmp.rows(0, T);
   ops_.embed(main, e, tokens, w_.embed, st.pos, cfg_.mtp_zero_embed_pos0);

@@ -197,3 +197,39 @@ TEST(Model, BadPromptIsRejected) {
 
 }  // namespace
 }  // namespace sl
+
+namespace sl {
+namespace {
+
+// Recording the routing changes nothing in the results, and gives one record per MoE
+// execution: every target layer, then every draft step; hash layers follow tid2eid.
+TEST(Model, RoutingRecord) {
+  ModelConfig c = tiny(2, 3);
+  const auto p = prompt(1, c.context_length, c.vocab_size);
+  RunShape rec = shape_for(c, c.context_length);
+  rec.record_routing = true;
+  ModelRun a(c, "shared", rec), b(c, "shared", shape_for(c, c.context_length));
+  const StepOutput pa = a.model->prefill(p, c.context_length);
+  b.model->prefill(p, c.context_length);
+  StepOutput oa = a.model->decode_step(), ob = b.model->decode_step();
+  EXPECT_EQ(oa.last_logits, ob.last_logits);
+  const auto r = a.model->routing();
+  ASSERT_EQ(r.size(), size_t(c.num_hidden_layers + c.draft_steps));
+  std::vector<int32_t> tid2eid(size_t(c.vocab_size) * size_t(c.num_experts_per_tok));
+  a.be->download(tid2eid.data(), a.model->weights().layers[0].ffn.tid2eid, tid2eid.size() * 4);
+  for (size_t i = 0; i < r.size(); ++i) {
+    EXPECT_EQ(r[i].tokens, 1);
+    EXPECT_EQ(r[i].draft_step, i < size_t(c.num_hidden_layers) ? -1 : int(i) - c.num_hidden_layers);
+    for (int32_t e : r[i].ids) EXPECT_TRUE(e >= 0 && e < c.n_routed_experts);
+  }
+  // Layer 0 is hash-routed: its experts are the table row of the decode input token (the
+  // token the prefill sampled).
+  const size_t k = size_t(c.num_experts_per_tok), row = size_t(pa.sampled[0]);
+  EXPECT_EQ(r[0].ids, std::vector<int32_t>(tid2eid.begin() + long(row * k), tid2eid.begin() + long((row + 1) * k)));
+  EXPECT_EQ(r[c.num_hidden_layers].layer, c.num_hidden_layers);      // draft 0 -> mtp0
+  EXPECT_EQ(r[c.num_hidden_layers + 1].layer, c.num_hidden_layers + 1);  // draft 1 -> mtp1
+  EXPECT_EQ(r[c.num_hidden_layers + 2].layer, c.num_hidden_layers);  // draft 2 -> mtp0 (2 mod 2)
+}
+
+}  // namespace
+}  // namespace sl

@@ -1,0 +1,1052 @@
+// Attention-side ops on the GPU (MODEL.md 5): the sliding-window cache insert, the compressor
+// (state save + pooling into compressed entries), the lightning indexer's scoring and top-k,
+// and the sparse attention with sink.
+//
+// Ring caches carry a position tag per slot (-1 = empty); a reader uses a slot only if its tag
+// is exactly the position it wants, as on the CPU. Inserts follow the CPU's program order:
+// when two tokens of one batch map to the same slot, the later token (in batch order) wins.
+// That is made deterministic with integer claims (atomicMax of the token index per slot, in the
+// stream's scratch), then a write pass where only each slot's winner writes.
+#include <mma.h>
+
+#include <cfloat>
+#include <cmath>
+#include <map>
+#include <mutex>
+
+#include "model/cuda/cuda_common.cuh"
+
+namespace sl {
+
+using namespace cuda;
+using namespace nvcuda;
+
+namespace {
+
+constexpr float kNegInf = -INFINITY;
+
+// Raises a kernel's dynamic shared memory limit (once per kernel and size). Host-side state,
+// guarded: ops may be issued from several host threads.
+template <class K>
+void allow_smem(const char* op, K* kernel, size_t bytes, size_t optin) {
+  SL_CHECK(bytes <= optin, op, ": needs ", bytes, " bytes of shared memory per block; the device allows ", optin,
+           " (shape too large for this kernel)");
+  if (bytes <= 48 * 1024) return;
+  static std::mutex mu;
+  static std::map<const void*, size_t> set;
+  std::lock_guard<std::mutex> lock(mu);
+  size_t& cur = set[reinterpret_cast<const void*>(kernel)];
+  if (bytes > cur) {
+    CUDA_CHECK(op, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+    cur = bytes;
+  }
+}
+
+__host__ __device__ __forceinline__ size_t align128(size_t n) { return (n + 127) / 128 * 128; }
+__host__ __device__ __forceinline__ int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+// ================================================================ ring inserts
+
+// winner[b, slot] = max token index t claiming that slot (integer atomics: the result is the
+// same whatever the order). One thread per token.
+__global__ void ring_claim_kernel(int* winner, const int32_t* pos, const int32_t* seq, int64_t T, int64_t B,
+                                  int64_t cap) {
+  for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < T; t += int64_t(gridDim.x) * blockDim.x) {
+    const int32_t p = pos[t], b = seq[t];
+    if (p < 0 || b < 0 || b >= B) continue;
+    atomicMax(&winner[int64_t(b) * cap + p % cap], int(t));
+  }
+}
+
+// One block per token: the slot's winner copies its row and sets the tag.
+__global__ void swa_write_kernel(void* cache, int dtc, int32_t* tags, const void* k, int dtk, const int32_t* pos,
+                                 const int32_t* seq, const int* winner, int64_t B, int64_t cap, int64_t d) {
+  const int64_t t = blockIdx.x;
+  const int32_t p = pos[t], b = seq[t];
+  if (p < 0 || b < 0 || b >= B) return;
+  const int64_t slot = int64_t(b) * cap + p % cap;
+  if (winner[slot] != int(t)) return;
+  #pragma unroll 4
+  for (int64_t c = threadIdx.x; c < d; c += blockDim.x) stf(cache, dtc, slot * d + c, ldf(k, dtk, t * d + c));
+  if (threadIdx.x == 0) tags[slot] = p;
+}
+
+// One block per token: the winner writes u, g + ape[p % ratio] and the tag.
+__global__ void compressor_save_kernel(float* su, float* sg, int32_t* tags, const float* u, const float* g,
+                                       const float* ape, const int32_t* pos, const int32_t* seq, const int* winner,
+                                       int64_t B, int64_t S, int64_t cd, int ratio) {
+  const int64_t t = blockIdx.x;
+  const int32_t p = pos[t], b = seq[t];
+  if (p < 0 || b < 0 || b >= B) return;
+  const int64_t slot = int64_t(b) * S + p % S;
+  if (winner[slot] != int(t)) return;
+  const float* ap = ape + int64_t(p % ratio) * cd;
+  #pragma unroll 4
+  for (int64_t c = threadIdx.x; c < cd; c += blockDim.x) {
+    su[slot * cd + c] = u[t * cd + c];
+    sg[slot * cd + c] = g[t * cd + c] + ap[c];
+  }
+  if (threadIdx.x == 0) tags[slot] = p;
+}
+
+// ================================================================ compressor pooling
+
+struct PoolArgs {
+  void* entries;
+  int dte;
+  const float* su;
+  const float* sg;
+  const int32_t* tags;
+  const void* norm_w;
+  int dtw;
+  const float* table;
+  const int32_t* pos;
+  const int32_t* seq;
+  int64_t T, B, S, cd, d, n_max, P, R;
+  int ratio, overlap;
+  float eps;
+};
+
+// One block (256 threads) per token; only tokens completing a block ((pos+1) % ratio == 0) do
+// work. Candidates (<= 256): overlap = the previous block through channels [0, d) and the
+// current block through [d, 2d); tag-checked, absent ones skipped (all absent: the entry is left
+// unchanged, as on the CPU). Per channel (a thread per channel, coalesced over channels): max,
+// then exp-weighted sum over the candidates in order. Then RMSNorm over d (block reduction) and
+// RoPE of the last R dims at position j * ratio, in shared memory, and one store of the entry.
+__global__ __launch_bounds__(256) void compressor_pool_kernel(PoolArgs a) {
+  extern __shared__ float pool_smem[];
+  float* es = pool_smem;                                  // [d]
+  int* cslot = reinterpret_cast<int*>(es + a.d);          // [256] slot row (b*S + q%S) or -1
+  int* coff = cslot + 256;                                // [256] channel offset (0 or d)
+  __shared__ float red[32];
+  const int64_t t = blockIdx.x;
+  const int32_t p = a.pos[t], b = a.seq[t];
+  if (p < 0 || b < 0 || b >= a.B || (int64_t(p) + 1) % a.ratio != 0) return;
+  const int64_t j = p / a.ratio;
+  if (j >= a.n_max || j * a.ratio >= a.P) return;
+  const int ncand = (a.overlap ? 2 : 1) * a.ratio;
+  bool ok = false;
+  if (threadIdx.x < ncand) {
+    const int i = threadIdx.x;
+    int64_t q;
+    int off;
+    if (a.overlap && i < a.ratio) {
+      q = (j - 1) * a.ratio + i;
+      off = 0;
+    } else {
+      q = j * a.ratio + (a.overlap ? i - a.ratio : i);
+      off = a.overlap ? int(a.d) : 0;
+    }
+    ok = q >= 0 && a.tags[int64_t(b) * a.S + q % a.S] == q;
+    cslot[i] = ok ? int(int64_t(b) * a.S + q % a.S) : -1;
+    coff[i] = off;
+  }
+  const int n = __syncthreads_count(ok);
+  if (n == 0) return;
+  #pragma unroll 4
+  for (int64_t ch = threadIdx.x; ch < a.d; ch += blockDim.x) {
+    float mx = kNegInf;
+    #pragma unroll 4
+    for (int i = 0; i < ncand; ++i)
+      if (cslot[i] >= 0) mx = fmaxf(mx, a.sg[int64_t(cslot[i]) * a.cd + coff[i] + ch]);
+    float den = 0.f, acc = 0.f;
+    #pragma unroll 4
+    for (int i = 0; i < ncand; ++i) {
+      if (cslot[i] < 0) continue;
+      const int64_t at = int64_t(cslot[i]) * a.cd + coff[i] + ch;
+      const float w = expf(a.sg[at] - mx);
+      den += w;
+      acc += w * a.su[at];
+    }
+    es[ch] = acc / den;
+  }
+  float ss = 0.f;
+  for (int64_t ch = threadIdx.x; ch < a.d; ch += blockDim.x) ss += es[ch] * es[ch];
+  ss = block_sum(ss, red);  // contains the barrier that makes es visible
+  const float r = 1.f / sqrtf(ss / float(a.d) + a.eps);
+  for (int64_t ch = threadIdx.x; ch < a.d; ch += blockDim.x) es[ch] = ldf(a.norm_w, a.dtw, ch) * (es[ch] * r);
+  __syncthreads();
+  const int64_t half = a.R / 2;
+  const float* ang = a.table + j * a.ratio * a.R;
+  for (int64_t i = threadIdx.x; i < half; i += blockDim.x) {
+    const int64_t at = a.d - a.R + 2 * i;
+    const float c = ang[i], s = ang[half + i];
+    const float e = es[at], o = es[at + 1];
+    es[at] = e * c - o * s;
+    es[at + 1] = o * c + e * s;
+  }
+  __syncthreads();
+  for (int64_t ch = threadIdx.x; ch < a.d; ch += blockDim.x)
+    stf(a.entries, a.dte, (int64_t(b) * a.n_max + j) * a.d + ch, es[ch]);
+}
+
+// ================================================================ indexer scoring + top-k
+
+struct IdxArgs {
+  int32_t* sel;
+  const bf16* q;
+  const void* w;
+  int dtw;
+  const bf16* keys;
+  const int32_t* pos;
+  const int32_t* seq;
+  int64_t T, B, n_max;
+  int Hi, HP, di, ld, K, Kp, ratio;
+  float wscale;
+  float* scores;        // split mode: [T, n_max] in the stream's scratch
+  int tiles_per_block;  // split mode
+};
+
+// Total order key of a score: larger float -> larger key; -0 counts as +0 (the CPU's == ties
+// them); NaN sorts below everything.
+__device__ __forceinline__ unsigned score_key(float f) {
+  if (f != f) return 0u;
+  const unsigned u = f == 0.f ? 0u : __float_as_uint(f);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+// Exclusive prefix sum of v over a 256-thread block (in thread order); *total gets the block's
+// sum. wsum: 8 ints of shared memory. All threads must call.
+__device__ __forceinline__ int block_excl_scan256(int v, int* wsum, int* total) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  int x = v;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int y = __shfl_up_sync(0xffffffffu, x, o);
+    if (lane >= o) x += y;
+  }
+  if (lane == 31) wsum[warp] = x;
+  __syncthreads();
+  int off = 0, tot = 0;
+#pragma unroll
+  for (int w = 0; w < 8; ++w) {
+    off += w < warp ? wsum[w] : 0;
+    tot += wsum[w];
+  }
+  __syncthreads();
+  *total = tot;
+  return off + x - v;
+}
+
+// Scoring of the causal keys j in [j_begin, j_end) (j < n_c) for token t, by one block of 256
+// threads (8 warps): the token's Hi query heads (padded to HP, a multiple of 16) sit in shared
+// memory; the keys stream through in tiles of 64 rows (16-byte loads; each key row read once);
+// tensor cores (WMMA bf16, fp32 accumulate) give the [HP x 64] logits, and 64 threads reduce
+// score[j] = sum_h w_h * relu(logit) over h in order into sc[j]. Ends with a barrier.
+// Shared memory at `smem`: Qs [HP][ld] bf16, Ks [64][ld] bf16, Sp [HP][64] f32, wv [HP] f32.
+__host__ __device__ inline size_t idx_score_smem(int HP, int ld) {
+  return align128(size_t(HP) * ld * 2) + align128(size_t(64) * ld * 2) + align128(size_t(HP) * 64 * 4) +
+         align128(size_t(HP) * 4);
+}
+// Shared memory of the selection: sortb [Kp] u64, hist [256] u32, misc [16] i32.
+__host__ __device__ inline size_t idx_select_smem(int Kp) { return align128(size_t(Kp) * 8) + align128(256 * 4) + 128; }
+
+__device__ void idx_score(const IdxArgs& a, unsigned char* smem, int64_t t, int32_t b, int64_t n_c, int64_t j_begin,
+                          int64_t j_end, float* sc) {
+  unsigned char* ptr = smem;
+  bf16* Qs = reinterpret_cast<bf16*>(ptr);
+  ptr += align128(size_t(a.HP) * a.ld * 2);
+  bf16* Ks = reinterpret_cast<bf16*>(ptr);
+  ptr += align128(size_t(64) * a.ld * 2);
+  float* Sp = reinterpret_cast<float*>(ptr);
+  ptr += align128(size_t(a.HP) * 64 * 4);
+  float* wv = reinterpret_cast<float*>(ptr);
+  const int tid = threadIdx.x, warp = tid >> 5;
+  const int cpr = a.di / 8;  // 16-byte chunks per row
+  #pragma unroll 4
+  for (int e = tid; e < a.HP * cpr; e += 256) {
+    const int r = e / cpr, c = e % cpr;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (r < a.Hi) v = reinterpret_cast<const uint4*>(a.q + (t * a.Hi + r) * a.di)[c];
+    *reinterpret_cast<uint4*>(Qs + r * a.ld + c * 8) = v;
+  }
+  for (int h = tid; h < a.HP; h += 256) wv[h] = h < a.Hi ? ldf(a.w, a.dtw, t * a.Hi + h) * a.wscale : 0.f;
+  __syncthreads();
+  const int nfr = (a.HP / 16) * 4;
+  const int64_t jend = min64(j_end, n_c);
+  for (int64_t j0 = j_begin; j0 < jend; j0 += 64) {
+    #pragma unroll 4
+    for (int e = tid; e < 64 * cpr; e += 256) {
+      const int r = e / cpr, c = e % cpr;
+      const int64_t j = j0 + r;
+      uint4 v = make_uint4(0, 0, 0, 0);
+      if (j < jend) v = __ldg(reinterpret_cast<const uint4*>(a.keys + (int64_t(b) * a.n_max + j) * a.di) + c);
+      *reinterpret_cast<uint4*>(Ks + r * a.ld + c * 8) = v;
+    }
+    __syncthreads();
+    for (int f = warp; f < nfr; f += 8) {
+      const int fm = f / 4, fn = f % 4;
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> af;
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> bfr;
+      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+      wmma::fill_fragment(acc, 0.f);
+      for (int kk = 0; kk < a.di / 16; ++kk) {
+        wmma::load_matrix_sync(af, Qs + fm * 16 * a.ld + kk * 16, a.ld);
+        wmma::load_matrix_sync(bfr, Ks + fn * 16 * a.ld + kk * 16, a.ld);
+        wmma::mma_sync(acc, af, bfr, acc);
+      }
+      wmma::store_matrix_sync(Sp + fm * 16 * 64 + fn * 16, acc, 64, wmma::mem_row_major);
+    }
+    __syncthreads();
+    if (tid < 64 && j0 + tid < jend) {
+      float s = 0.f;
+      for (int h = 0; h < a.Hi; ++h) s += wv[h] * fmaxf(Sp[h * 64 + tid], 0.f);
+      sc[j0 + tid] = s;
+    }
+    // The next tile's loads touch Ks only; Sp is rewritten after the barrier that follows them.
+  }
+  __syncthreads();
+}
+
+// Top-k of sc[0..n_c) for token t, by one block of 256 threads: if n_c <= K all are taken; else
+// a 4-pass 8-bit radix select finds the K-th largest score key, and an ordered compaction takes
+// every key above it plus the lowest-index keys equal to it. The taken (key, index) pairs are
+// bitonic-sorted (score descending, index ascending) and written, padded with -1.
+__device__ void idx_select(const IdxArgs& a, unsigned char* smem, int64_t t, int64_t n_c, const float* sc) {
+  unsigned char* ptr = smem;
+  unsigned long long* sortb = reinterpret_cast<unsigned long long*>(ptr);
+  ptr += align128(size_t(a.Kp) * 8);
+  unsigned* hist = reinterpret_cast<unsigned*>(ptr);
+  ptr += align128(256 * 4);
+  int* misc = reinterpret_cast<int*>(ptr);  // [0..7] scan partials, [8..9] radix results
+  const int tid = threadIdx.x;
+  const int take = int(min64(a.K, n_c));
+  if (n_c > a.K) {
+    unsigned prefix = 0, mask = 0;
+    int remaining = a.K;
+    for (int shift = 24; shift >= 0; shift -= 8) {
+      hist[tid] = 0;
+      __syncthreads();
+            // Warp-aggregated counting (scores crowd into few bins in the first passes).
+      for (int64_t j0 = 0; j0 < n_c; j0 += 256) {
+        const int64_t j = j0 + tid;
+        const unsigned u = j < n_c ? score_key(sc[j]) : 0u;
+        const bool in = j < n_c && (u & mask) == prefix;
+        const unsigned bin = in ? ((u >> shift) & 255u) : 256u;
+        const unsigned peers = __match_any_sync(0xffffffffu, bin);
+        if (in && __ffs(peers) - 1 == (tid & 31)) atomicAdd(&hist[bin], unsigned(__popc(peers)));
+      }
+      __syncthreads();
+      if (tid < 32) {
+        // Find the bin holding the remaining-th largest key: lane l sums bins 255-8l .. 248-8l
+        // (descending), a warp scan of the lane sums, the first lane reaching `remaining`
+        // walks its 8 bins.
+        int h[8], local = 0;
+#pragma unroll
+        for (int q = 0; q < 8; ++q) {
+          h[q] = int(hist[255 - 8 * tid - q]);
+          local += h[q];
+        }
+        int incl = local;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+          const int y = __shfl_up_sync(0xffffffffu, incl, o);
+          if (tid >= o) incl += y;
+        }
+        const unsigned hit = __ballot_sync(0xffffffffu, incl >= remaining);
+        if (tid == __ffs(hit) - 1) {
+          int cum = incl - local;
+#pragma unroll
+          for (int q = 0; q < 8; ++q) {
+            if (cum + h[q] >= remaining) {
+              misc[8] = 255 - 8 * tid - q;
+              misc[9] = remaining - cum;
+              break;
+            }
+            cum += h[q];
+          }
+        }
+      }
+      __syncthreads();
+      prefix |= unsigned(misc[8]) << shift;
+      mask |= 0xFFu << shift;
+      remaining = misc[9];
+    }
+    // Keys > prefix are all taken; `remaining` of the keys == prefix, lowest indices first. Each
+    // thread owns a contiguous index range; two block scans place its picks in index order.
+    const int64_t per = (n_c + 255) / 256;
+    const int64_t jlo = min64(n_c, tid * per), jhi = min64(n_c, jlo + per);
+    int my_gt = 0, my_eq = 0;
+    for (int64_t j = jlo; j < jhi; ++j) {
+      const unsigned u = score_key(sc[j]);
+      my_gt += u > prefix;
+      my_eq += u == prefix;
+    }
+    int tot = 0;
+    const int eq_before = block_excl_scan256(my_eq, misc, &tot);
+    const int take_eq = max(0, min(my_eq, remaining - eq_before));
+    int at = block_excl_scan256(my_gt + take_eq, misc, &tot);
+    int eq_taken = 0;
+    for (int64_t j = jlo; j < jhi; ++j) {
+      const unsigned u = score_key(sc[j]);
+      if (u > prefix || (u == prefix && eq_taken++ < take_eq))
+        sortb[at++] = (static_cast<unsigned long long>(u) << 32) | (0xFFFFFFFFull - unsigned(j));
+    }
+  } else {
+    for (int64_t j = tid; j < n_c; j += 256)
+      sortb[j] = (static_cast<unsigned long long>(score_key(sc[j])) << 32) | (0xFFFFFFFFull - unsigned(j));
+  }
+  int np2 = 2;
+  while (np2 < take) np2 <<= 1;
+  for (int i = take + tid; i < np2; i += 256) sortb[i] = 0ull;  // below any real key
+  __syncthreads();
+  // Bitonic sort, descending, of np2 (<= Kp) elements.
+  for (int size = 2; size <= np2; size <<= 1) {
+    for (int stride = size >> 1; stride > 0; stride >>= 1) {
+      for (int i = tid; i < np2 / 2; i += 256) {
+        const int lo = 2 * stride * (i / stride) + (i % stride), hi = lo + stride;
+        const unsigned long long x = sortb[lo], y = sortb[hi];
+        const bool desc = (lo & size) == 0;
+        if (desc ? x < y : x > y) {
+          sortb[lo] = y;
+          sortb[hi] = x;
+        }
+      }
+      __syncthreads();
+    }
+  }
+  for (int i = tid; i < a.K; i += 256)
+    a.sel[t * a.K + i] = i < take ? int32_t(0xFFFFFFFFull - (sortb[i] & 0xFFFFFFFFull)) : -1;
+}
+
+__device__ __forceinline__ int64_t idx_nc(const IdxArgs& a, int64_t t, int32_t* b_out) {
+  const int32_t p = a.pos[t], b = a.seq[t];
+  *b_out = b;
+  const bool ok = p >= 0 && b >= 0 && b < a.B;
+  return ok ? min64((int64_t(p) + 1) / a.ratio, a.n_max) : 0;
+}
+
+// Fused (many tokens): one block per token scores all its causal keys into shared memory and
+// selects. Shared memory: scoring | sc [n_max] | selection.
+__global__ __launch_bounds__(256) void indexer_topk_kernel(IdxArgs a) {
+  extern __shared__ __align__(128) unsigned char idx_smem[];
+  const int64_t t = blockIdx.x;
+  int32_t b;
+  const int64_t n_c = idx_nc(a, t, &b);
+  const size_t s1 = idx_score_smem(a.HP, a.ld);
+  float* sc = reinterpret_cast<float*>(idx_smem + s1);
+  unsigned char* sel_smem = idx_smem + s1 + align128(size_t(a.n_max) * 4);
+  idx_score(a, idx_smem, t, b, n_c, 0, n_c, sc);
+  idx_select(a, sel_smem, t, n_c, sc);
+}
+
+// Split (decode: few tokens): the causal keys of token blockIdx.y are scored by gridDim.x blocks,
+// each a contiguous range of `tiles_per_block` 64-key tiles, into a.scores [T, n_max] (the
+// stream's scratch); then indexer_select_kernel selects.
+__global__ __launch_bounds__(256) void indexer_score_kernel(IdxArgs a) {
+  extern __shared__ __align__(128) unsigned char idx_smem[];
+  const int64_t t = blockIdx.y;
+  int32_t b;
+  const int64_t n_c = idx_nc(a, t, &b);
+  const int64_t jb = int64_t(blockIdx.x) * a.tiles_per_block * 64;
+  if (jb >= n_c) return;
+  idx_score(a, idx_smem, t, b, n_c, jb, jb + int64_t(a.tiles_per_block) * 64, a.scores + t * a.n_max);
+}
+
+__global__ __launch_bounds__(256) void indexer_select_kernel(IdxArgs a) {
+  extern __shared__ __align__(128) unsigned char idx_smem[];
+  const int64_t t = blockIdx.x;
+  int32_t b;
+  const int64_t n_c = idx_nc(a, t, &b);
+  float* sc = reinterpret_cast<float*>(idx_smem);
+  #pragma unroll 4
+  for (int64_t j = threadIdx.x; j < n_c; j += 256) sc[j] = a.scores[t * a.n_max + j];
+  __syncthreads();
+  idx_select(a, idx_smem + align128(size_t(a.n_max) * 4), t, n_c, sc);
+}
+
+// ================================================================ sparse attention
+
+constexpr int AHG = 16;   // heads per block (the WMMA M dimension; fewer heads are zero-padded)
+constexpr int AKT = 32;   // keys per tile
+constexpr int ACH = 512;  // candidates per chunk (scores of a chunk are held in shared memory)
+
+struct AttnArgs {
+  bf16* o;
+  const bf16* q;
+  const bf16* swa;
+  const int32_t* swa_tags;
+  const bf16* comp;
+  const int32_t* sel;
+  const float* sink;
+  const int32_t* pos;
+  const int32_t* seq;
+  float* part;  // split-KV partials: [T, HP, nsplit] x (Dh values, m, l); null = no split
+  int64_t T, B, cap, n_max;
+  int H, HP, Dh, ld, ldS, ldP, Ksel, window, mode, ratio, nsplit;
+  float scale;
+};
+
+struct AttnSmem {
+  bf16* Qs;  // [16][ld]
+  bf16* Ks;  // [AKT][ld]
+  float* Sp; // [4][16][AKT]
+  float* S;  // [16][ldS]
+  bf16* P;   // [16][ldP]
+  float* rowm;
+  float* rowl;
+  float* rowa;
+  const bf16** cptr;  // [ACH] the chunk's candidate rows (null: absent)
+};
+
+__host__ __device__ inline size_t attn_smem_bytes(int Dh) {
+  const size_t ld = size_t(Dh) + 8, ldS = size_t(Dh > ACH ? Dh : ACH), ldP = ACH + 8;
+  size_t n = 0;
+  n += (16 * ld * 2 + 127) / 128 * 128;
+  n += (AKT * ld * 2 + 127) / 128 * 128;
+  n += (4 * 16 * AKT * 4 + 127) / 128 * 128;
+  n += (16 * ldS * 4 + 127) / 128 * 128;
+  n += (16 * ldP * 2 + 127) / 128 * 128;
+  n += 3 * 16 * 4 + 128;
+  n += ACH * 8 + 128;
+  return n;
+}
+
+// The chunk's candidate rows: candidate i (of the token's list) is, for i < nwin, the window
+// position p0 + i (tag-checked); after that a compressed entry (All: j = i - nwin; Selected:
+// j = sel[t, i - nwin]). cptr[i - c0] = its key row, or null when absent. All threads; ends with
+// a barrier.
+__device__ __forceinline__ void attn_chunk_rows(const AttnArgs& a, const AttnSmem& sm, int64_t t, int32_t b,
+                                                int64_t p0, int64_t nwin, int64_t c0, int nc, int ncp) {
+  #pragma unroll 4
+  for (int r = threadIdx.x; r < ncp; r += blockDim.x) {
+    const bf16* ptr = nullptr;
+    if (r < nc) {
+      const int64_t i = c0 + r;
+      if (i < nwin) {
+        const int64_t qp = p0 + i, slot = int64_t(b) * a.cap + qp % a.cap;
+        if (a.swa_tags[slot] == qp) ptr = a.swa + slot * a.Dh;
+      } else {
+        const int64_t i2 = i - nwin;
+        const int64_t j = a.mode == 1 ? i2 : int64_t(a.sel[t * a.Ksel + i2]);
+        if (j >= 0 && j < a.n_max) ptr = a.comp + (int64_t(b) * a.n_max + j) * a.Dh;
+      }
+    }
+    sm.cptr[r] = ptr;
+  }
+  __syncthreads();
+}
+
+// Loads the AKT key rows cptr[k0 .. k0 + AKT) into Ks (16-byte loads; absent rows are zeros).
+__device__ __forceinline__ void attn_load_tile(const AttnArgs& a, const AttnSmem& sm, int k0) {
+  const int cpr = a.Dh / 8;
+  #pragma unroll 4
+  for (int e = threadIdx.x; e < AKT * cpr; e += blockDim.x) {
+    const int r = e / cpr, cc = e % cpr;
+    const bf16* row = sm.cptr[k0 + r];
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (row) v = __ldg(reinterpret_cast<const uint4*>(row) + cc);
+    *reinterpret_cast<uint4*>(sm.Ks + r * a.ld + cc * 8) = v;
+  }
+  __syncthreads();
+}
+
+// One block (256 threads, 8 warps) per (16-head group, token, KV split). All heads of the group
+// share every key tile: per chunk of up to 512 candidates,
+//   pass 1: S[16 x chunk] = scale * Q K^T on tensor cores (each warp: one 16-key half of the
+//           32-key tile over a quarter of Dh; the 4 quarter partials are added in order);
+//   softmax: per head row (a warp per 2 rows) the chunk max, online rescale of the running
+//           (m, l), P = exp(S - m) rounded to bf16 (l sums the rounded values);
+//   pass 2: O[16 x Dh] += P K on tensor cores (each warp owns Dh/8 output columns as FPW 16x16
+//           accumulator fragments, kept in registers across tiles and chunks).
+// Keys are values (K = V), so each key row is read twice per head group (once per pass, the
+// second mostly from L2). The sink adds exp(sink - m) to the denominator only. With nsplit > 1
+// (decode: few tokens) the candidates are split over blockIdx.z and the unnormalised (O, m, l)
+// go to a.part for attn_combine_kernel.
+template <int FPW>
+__global__ __launch_bounds__(256, 2) void sparse_attention_kernel(AttnArgs a) {
+  extern __shared__ __align__(128) unsigned char attn_smem[];
+  unsigned char* ptr = attn_smem;
+  AttnSmem sm;
+  sm.Qs = reinterpret_cast<bf16*>(ptr);
+  ptr += align128(size_t(16) * a.ld * 2);
+  sm.Ks = reinterpret_cast<bf16*>(ptr);
+  ptr += align128(size_t(AKT) * a.ld * 2);
+  sm.Sp = reinterpret_cast<float*>(ptr);
+  ptr += align128(size_t(4) * 16 * AKT * 4);
+  sm.S = reinterpret_cast<float*>(ptr);
+  ptr += align128(size_t(16) * a.ldS * 4);
+  sm.P = reinterpret_cast<bf16*>(ptr);
+  ptr += align128(size_t(16) * a.ldP * 2);
+  sm.rowm = reinterpret_cast<float*>(ptr);
+  sm.rowl = sm.rowm + 16;
+  sm.rowa = sm.rowl + 16;
+  ptr += 128 * 2;
+  sm.cptr = reinterpret_cast<const bf16**>(ptr);
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int h0 = blockIdx.x * AHG;
+  const int64_t t = blockIdx.y;
+  const int z = blockIdx.z;
+  const int32_t p = a.pos[t], b = a.seq[t];
+  const bool tok_ok = p >= 0 && b >= 0 && b < a.B;
+  const int64_t nwin = tok_ok ? min64(int64_t(p) + 1, a.window) : 0;
+  const int64_t p0 = int64_t(p) - nwin + 1;
+  int64_t ncomp = 0;
+  if (tok_ok && a.mode == 1) ncomp = min64((int64_t(p) + 1) / a.ratio, a.n_max);
+  if (tok_ok && a.mode == 2) ncomp = a.Ksel;
+  const int64_t ntot = nwin + ncomp;
+  // This block's candidate range.
+  int64_t cb = 0, ce = ntot;
+  if (a.nsplit > 1) {
+    const int64_t per = (((ntot + a.nsplit - 1) / a.nsplit) + AKT - 1) / AKT * AKT;
+    cb = min64(ntot, z * per);
+    ce = min64(ntot, cb + per);
+  }
+
+  const int cpr = a.Dh / 8;
+  #pragma unroll 4
+  for (int e = tid; e < 16 * cpr; e += 256) {
+    const int r = e / cpr, c = e % cpr;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (h0 + r < a.H) v = reinterpret_cast<const uint4*>(a.q + (t * a.H + h0 + r) * a.Dh)[c];
+    *reinterpret_cast<uint4*>(sm.Qs + r * a.ld + c * 8) = v;
+  }
+  if (tid < 16) {
+    // Unsplit: the running max starts at the sink (M = max(max_j s_j, sink)). Split: at -inf; the
+    // combine kernel brings the sink in.
+    sm.rowm[tid] = (a.nsplit > 1 || h0 + tid >= a.H) ? kNegInf : a.sink[h0 + tid];
+    sm.rowl[tid] = 0.f;
+  }
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[FPW];
+#pragma unroll
+  for (int f = 0; f < FPW; ++f) wmma::fill_fragment(acc[f], 0.f);
+  __syncthreads();
+
+  const int nsteps = a.Dh / 16;
+  for (int64_t c0 = cb; c0 < ce; c0 += ACH) {
+    const int nc = int(min64(ACH, ce - c0));
+    const int ncp = (nc + AKT - 1) / AKT * AKT;
+    attn_chunk_rows(a, sm, t, b, p0, nwin, c0, nc, ncp);
+    // ---- pass 1: scores
+    for (int k0 = 0; k0 < ncp; k0 += AKT) {
+      attn_load_tile(a, sm, k0);
+      {
+        const int nf = warp & 1, part = warp >> 1;
+        const int kb = part * nsteps / 4, ke = (part + 1) * nsteps / 4;
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> af;
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> bfr;
+        wmma::fragment<wmma::accumulator, 16, 16, 16, float> sacc;
+        wmma::fill_fragment(sacc, 0.f);
+        for (int kk = kb; kk < ke; ++kk) {
+          wmma::load_matrix_sync(af, sm.Qs + kk * 16, a.ld);
+          wmma::load_matrix_sync(bfr, sm.Ks + nf * 16 * a.ld + kk * 16, a.ld);
+          wmma::mma_sync(sacc, af, bfr, sacc);
+        }
+        wmma::store_matrix_sync(sm.Sp + part * 16 * AKT + nf * 16, sacc, AKT, wmma::mem_row_major);
+      }
+      __syncthreads();
+      for (int e = tid; e < 16 * AKT; e += 256) {
+        const int r = e / AKT, n = e % AKT;
+        const float s = ((sm.Sp[r * AKT + n] + sm.Sp[16 * AKT + r * AKT + n]) +
+                         (sm.Sp[2 * 16 * AKT + r * AKT + n] + sm.Sp[3 * 16 * AKT + r * AKT + n])) *
+                        a.scale;
+        sm.S[r * a.ldS + k0 + n] = sm.cptr[k0 + n] ? s : kNegInf;
+      }
+      __syncthreads();
+    }
+    // ---- softmax over the chunk, online across chunks
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) {
+      const int r = warp * 2 + rr;
+      float mx = kNegInf;
+      for (int i = lane; i < nc; i += 32) mx = fmaxf(mx, sm.S[r * a.ldS + i]);
+      mx = warp_max(mx);
+      const float m_old = sm.rowm[r];
+      const float m_new = fmaxf(m_old, mx);
+      const float alpha = m_new == kNegInf ? 1.f : expf(m_old - m_new);
+      float sum = 0.f;
+      for (int i = lane; i < ncp; i += 32) {
+        const float s = i < nc ? sm.S[r * a.ldS + i] : kNegInf;
+        const bf16 pb = __float2bfloat16_rn(s == kNegInf ? 0.f : expf(s - m_new));
+        sm.P[r * a.ldP + i] = pb;
+        sum += __bfloat162float(pb);
+      }
+      sum = warp_sum(sum);
+      __syncwarp();
+      if (lane == 0) {
+        sm.rowl[r] = sm.rowl[r] * alpha + sum;
+        sm.rowm[r] = m_new;
+        sm.rowa[r] = alpha;
+      }
+    }
+    __syncthreads();
+    if (c0 > cb) {
+      // Rescale the running O by alpha (per head row) through shared memory (S is free now).
+#pragma unroll
+      for (int f = 0; f < FPW; ++f) {
+        const int cf = warp * FPW + f;
+        if (cf * 16 < a.Dh) wmma::store_matrix_sync(sm.S + cf * 16, acc[f], a.ldS, wmma::mem_row_major);
+      }
+      __syncthreads();
+      for (int e = tid; e < 16 * a.Dh; e += 256) {
+        const int r = e / a.Dh, d = e % a.Dh;
+        sm.S[r * a.ldS + d] *= sm.rowa[r];
+      }
+      __syncthreads();
+#pragma unroll
+      for (int f = 0; f < FPW; ++f) {
+        const int cf = warp * FPW + f;
+        if (cf * 16 < a.Dh) wmma::load_matrix_sync(acc[f], sm.S + cf * 16, a.ldS, wmma::mem_row_major);
+      }
+      __syncthreads();
+    }
+    // ---- pass 2: O += P K
+    for (int k0 = 0; k0 < ncp; k0 += AKT) {
+      attn_load_tile(a, sm, k0);
+#pragma unroll
+      for (int f = 0; f < FPW; ++f) {
+        const int cf = warp * FPW + f;
+        if (cf * 16 >= a.Dh) continue;
+#pragma unroll
+        for (int ks = 0; ks < AKT / 16; ++ks) {
+          wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> af;
+          wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> bfr;
+          wmma::load_matrix_sync(af, sm.P + k0 + ks * 16, a.ldP);
+          wmma::load_matrix_sync(bfr, sm.Ks + ks * 16 * a.ld + cf * 16, a.ld);
+          wmma::mma_sync(acc[f], af, bfr, acc[f]);
+        }
+      }
+      __syncthreads();
+    }
+  }
+
+  // ---- epilogue
+#pragma unroll
+  for (int f = 0; f < FPW; ++f) {
+    const int cf = warp * FPW + f;
+    if (cf * 16 < a.Dh) wmma::store_matrix_sync(sm.S + cf * 16, acc[f], a.ldS, wmma::mem_row_major);
+  }
+  __syncthreads();
+  if (a.nsplit > 1) {
+    // Unnormalised partials for the combine kernel.
+    const int64_t rec = a.Dh + 2;
+    for (int e = tid; e < 16 * (a.Dh + 2); e += 256) {
+      const int r = e / (a.Dh + 2), d = e % (a.Dh + 2);
+      float* dst = a.part + ((t * a.HP + h0 + r) * a.nsplit + z) * rec;
+      dst[d] = d < a.Dh ? sm.S[r * a.ldS + d] : (d == a.Dh ? sm.rowm[r] : sm.rowl[r]);
+    }
+    return;
+  }
+  for (int e = tid; e < 16 * a.Dh; e += 256) {
+    const int r = e / a.Dh, d = e % a.Dh, h = h0 + r;
+    if (h >= a.H) continue;
+    const float M = sm.rowm[r];
+    float den = sm.rowl[r];
+    if (M != kNegInf) den += expf(a.sink[h] - M);
+    const float v = den == 0.f ? 0.f : sm.S[r * a.ldS + d] / den;
+    a.o[(t * a.H + h) * a.Dh + d] = __float2bfloat16_rn(v);
+  }
+}
+
+// Split-KV combine: one block per (head, token); the nsplit (<= 16) partials (O_z, m_z, l_z) are
+// merged in split order: M = max(sink, m_z), w_z = e^(m_z - M),
+// o = sum_z w_z O_z / (sum_z w_z l_z + e^(sink - M)).
+__global__ void attn_combine_kernel(AttnArgs a) {
+  __shared__ float wz[16];
+  __shared__ float den_s;
+  const int h = blockIdx.x;
+  const int64_t t = blockIdx.y;
+  const int64_t rec = a.Dh + 2;
+  const float* base = a.part + (t * a.HP + h) * a.nsplit * rec;
+  if (threadIdx.x < 32) {
+    const int z = threadIdx.x;
+    const float mz = z < a.nsplit ? base[z * rec + a.Dh] : kNegInf;
+    const float lz = z < a.nsplit ? base[z * rec + a.Dh + 1] : 0.f;
+    const float sink = a.sink[h];
+    float M = sink;
+    for (int q = 0; q < a.nsplit; ++q) M = fmaxf(M, __shfl_sync(0xffffffffu, mz, q));
+    const float w = (mz == kNegInf) ? 0.f : expf(mz - M);
+    if (z < a.nsplit) wz[z] = w;
+    float den = M != kNegInf ? expf(sink - M) : 0.f;
+    for (int q = 0; q < a.nsplit; ++q) den += __shfl_sync(0xffffffffu, w, q) * __shfl_sync(0xffffffffu, lz, q);
+    if (z == 0) den_s = den;
+  }
+  __syncthreads();
+  const float den = den_s;
+  for (int d = threadIdx.x; d < a.Dh; d += blockDim.x) {
+    float acc = 0.f;
+    #pragma unroll 4
+    for (int z = 0; z < a.nsplit; ++z) acc += wz[z] * base[z * rec + d];
+    a.o[(t * a.H + h) * a.Dh + d] = __float2bfloat16_rn(den == 0.f ? 0.f : acc / den);
+  }
+}
+
+void check_tokens(const char* op, const Tensor& pos, const Tensor& seq, int64_t T) {
+  check_i32(op, "pos", pos, {T});
+  check_i32(op, "seq", seq, {T});
+}
+
+}  // namespace
+
+// ================================================================ ops
+
+void CudaBackend::swa_insert(Stream s, const Tensor& cache, const Tensor& tags, const Tensor& k, const Tensor& pos,
+                             const Tensor& seq) {
+  const char* op = "swa_insert";
+  cudaStream_t st = stream(s, op);
+  check_float(op, "cache", cache);
+  check_ndim(op, "cache", cache, 3);
+  const int64_t B = cache.dim(0), cap = cache.dim(1), d = cache.dim(2);
+  SL_CHECK(cap >= 1, op, ": cache ", describe(cache), " has no slots");
+  check_i32(op, "tags", tags, {B, cap});
+  check_float(op, "k", k);
+  check_ndim(op, "k", k, 2);
+  const int64_t T = k.dim(0);
+  check_shape(op, "k", k, {T, d});
+  check_tokens(op, pos, seq, T);
+  if (T == 0) return;
+  const size_t need = size_t(B * cap) * sizeof(int);
+  int* winner = static_cast<int*>(scratch(s, op, need).ptr);
+  CUDA_CHECK(op, cudaMemsetAsync(winner, 0xFF, need, st));
+  ring_claim_kernel<<<grid_for(T, 256), 256, 0, st>>>(winner, pos.ptr<int32_t>(), seq.ptr<int32_t>(), T, B, cap);
+  CUDA_LAUNCH_CHECK(op, st);
+  swa_write_kernel<<<unsigned(T), 128, 0, st>>>(cache.data, fcode(cache.dtype), tags.ptr<int32_t>(), k.data,
+                                                 fcode(k.dtype), pos.ptr<int32_t>(), seq.ptr<int32_t>(), winner, B, cap,
+                                                 d);
+  CUDA_LAUNCH_CHECK(op, st);
+}
+
+void CudaBackend::compressor_save(Stream s, const Tensor& state_u, const Tensor& state_g, const Tensor& state_tags,
+                                  const Tensor& u, const Tensor& g, const Tensor& ape, const Tensor& pos,
+                                  const Tensor& seq, int ratio) {
+  const char* op = "compressor_save";
+  cudaStream_t st = stream(s, op);
+  check_dtype(op, "state_u", state_u, DType::F32);
+  check_ndim(op, "state_u", state_u, 3);
+  const int64_t B = state_u.dim(0), S = state_u.dim(1), cd = state_u.dim(2);
+  SL_CHECK(S >= 1, op, ": state_u ", describe(state_u), " has no slots");
+  check_f32(op, "state_g", state_g, {B, S, cd});
+  check_i32(op, "state_tags", state_tags, {B, S});
+  check_dtype(op, "u", u, DType::F32);
+  check_ndim(op, "u", u, 2);
+  const int64_t T = u.dim(0);
+  check_f32(op, "u", u, {T, cd});
+  check_f32(op, "g", g, {T, cd});
+  SL_CHECK(ratio >= 1, op, ": ratio = ", ratio, ", expected >= 1");
+  check_f32(op, "ape", ape, {ratio, cd});
+  check_tokens(op, pos, seq, T);
+  if (T == 0) return;
+  const size_t need = size_t(B * S) * sizeof(int);
+  int* winner = static_cast<int*>(scratch(s, op, need).ptr);
+  CUDA_CHECK(op, cudaMemsetAsync(winner, 0xFF, need, st));
+  ring_claim_kernel<<<grid_for(T, 256), 256, 0, st>>>(winner, pos.ptr<int32_t>(), seq.ptr<int32_t>(), T, B, S);
+  CUDA_LAUNCH_CHECK(op, st);
+  compressor_save_kernel<<<unsigned(T), 256, 0, st>>>(state_u.ptr<float>(), state_g.ptr<float>(),
+                                                       state_tags.ptr<int32_t>(), u.ptr<float>(), g.ptr<float>(),
+                                                       ape.ptr<float>(), pos.ptr<int32_t>(), seq.ptr<int32_t>(), winner,
+                                                       B, S, cd, ratio);
+  CUDA_LAUNCH_CHECK(op, st);
+}
+
+void CudaBackend::compressor_pool(Stream s, const Tensor& entries, const Tensor& state_u, const Tensor& state_g,
+                                  const Tensor& state_tags, const Tensor& norm_w, const Tensor& table,
+                                  const Tensor& pos, const Tensor& seq, int ratio, bool overlap, float rms_eps) {
+  const char* op = "compressor_pool";
+  cudaStream_t st = stream(s, op);
+  check_dtype(op, "state_u", state_u, DType::F32);
+  check_ndim(op, "state_u", state_u, 3);
+  const int64_t B = state_u.dim(0), S = state_u.dim(1), cd = state_u.dim(2);
+  const int64_t c = overlap ? 2 : 1;
+  SL_CHECK(cd % c == 0, op, ": state_u ", describe(state_u), " last dim is not ", c, " * d");
+  const int64_t d = cd / c;
+  check_f32(op, "state_g", state_g, {B, S, cd});
+  check_i32(op, "state_tags", state_tags, {B, S});
+  SL_CHECK(ratio >= 1, op, ": ratio = ", ratio, ", expected >= 1");
+  SL_CHECK(S >= c * ratio, op, ": state ring of ", S, " slots (state_u ", describe(state_u), ") cannot hold ",
+           c * ratio, " positions (ratio ", ratio, overlap ? ", overlap)" : ")");
+  SL_CHECK(c * ratio <= 256, op, ": ratio ", ratio, " with overlap ", overlap, " exceeds 256 candidates");
+  check_float(op, "entries", entries);
+  check_ndim(op, "entries", entries, 3);
+  const int64_t n_max = entries.dim(1);
+  check_shape(op, "entries", entries, {B, n_max, d});
+  check_float(op, "norm_w", norm_w);
+  check_numel(op, "norm_w", norm_w, d);
+  check_dtype(op, "table", table, DType::F32);
+  check_ndim(op, "table", table, 2);
+  const int64_t P = table.dim(0), R = table.dim(1);
+  SL_CHECK(R % 2 == 0 && R <= d, op, ": table ", describe(table), " rotates R = ", R,
+           " dims; R must be even and at most d = ", d);
+  SL_CHECK(pos.ndim() == 1, op, ": pos ", describe(pos), " is not [T]");
+  const int64_t T = pos.dim(0);
+  check_tokens(op, pos, seq, T);
+  if (T == 0) return;
+  PoolArgs a{entries.data, fcode(entries.dtype), state_u.ptr<float>(), state_g.ptr<float>(),
+             state_tags.ptr<int32_t>(), norm_w.data, fcode(norm_w.dtype), table.ptr<float>(), pos.ptr<int32_t>(),
+             seq.ptr<int32_t>(), T, B, S, cd, d, n_max, P, R, ratio, overlap ? 1 : 0, rms_eps};
+  const size_t smem = size_t(d) * 4 + 2 * 256 * 4;
+  allow_smem(op, compressor_pool_kernel, smem, smem_optin());
+  compressor_pool_kernel<<<unsigned(T), 256, smem, st>>>(a);
+  CUDA_LAUNCH_CHECK(op, st);
+}
+
+void CudaBackend::indexer_topk(Stream s, const Tensor& sel, const Tensor& q, const Tensor& w, const Tensor& keys,
+                               const Tensor& pos, const Tensor& seq, int ratio) {
+  const char* op = "indexer_topk";
+  cudaStream_t st = stream(s, op);
+  check_dtype(op, "q", q, DType::BF16);
+  check_ndim(op, "q", q, 3);
+  const int64_t T = q.dim(0), Hi = q.dim(1), di = q.dim(2);
+  SL_CHECK(Hi >= 1 && di >= 1, op, ": q ", describe(q), " has no heads");
+  SL_CHECK(di % 16 == 0 && di <= 1024, op, ": q ", describe(q), " head dim ", di,
+           " must be a multiple of 16 (tensor-core tiles) and at most 1024");
+  check_float(op, "w", w);
+  check_shape(op, "w", w, {T, Hi});
+  check_dtype(op, "keys", keys, DType::BF16);
+  check_ndim(op, "keys", keys, 3);
+  const int64_t B = keys.dim(0), n_max = keys.dim(1);
+  check_shape(op, "keys", keys, {B, n_max, di});
+  check_dtype(op, "sel", sel, DType::I32);
+  check_ndim(op, "sel", sel, 2);
+  const int64_t K = sel.dim(1);
+  check_i32(op, "sel", sel, {T, K});
+  SL_CHECK(ratio >= 1, op, ": ratio = ", ratio, ", expected >= 1");
+  check_tokens(op, pos, seq, T);
+  check_aligned(op, "q", q.data, 16);
+  check_aligned(op, "keys", keys.data, 16);
+  if (T == 0 || K == 0) return;
+  IdxArgs a{};
+  a.sel = sel.ptr<int32_t>();
+  a.q = static_cast<const bf16*>(q.data);
+  a.w = w.data;
+  a.dtw = fcode(w.dtype);
+  a.keys = static_cast<const bf16*>(keys.data);
+  a.pos = pos.ptr<int32_t>();
+  a.seq = seq.ptr<int32_t>();
+  a.T = T;
+  a.B = B;
+  a.n_max = n_max;
+  a.Hi = int(Hi);
+  a.HP = int(cdiv(Hi, 16) * 16);
+  a.di = int(di);
+  a.ld = int(di) + 8;
+  a.K = int(K);
+  int Kp = 2;
+  while (Kp < K) Kp <<= 1;
+  a.Kp = Kp;
+  a.ratio = ratio;
+  a.wscale = float(1.0 / std::sqrt(double(di) * double(Hi)));
+  const size_t s_score = idx_score_smem(a.HP, a.ld), s_sel = idx_select_smem(Kp);
+  const size_t s_sc = align128(size_t(n_max) * 4);
+  // Few tokens (decode): one block per token would stream all its keys through one SM; split
+  // the scoring over several blocks per token (scores through the stream's scratch).
+  const size_t score_bytes = size_t(T) * size_t(n_max) * 4;
+  if (T < 2 * sm_count() && n_max > 128 && score_bytes <= kScratchBytes) {
+    const int64_t tiles = cdiv(n_max, 64);
+    const int64_t splits = std::max<int64_t>(1, std::min<int64_t>(cdiv(2 * sm_count(), T), cdiv(tiles, 2)));
+    a.tiles_per_block = int(cdiv(tiles, splits));
+    a.scores = static_cast<float*>(scratch(s, op, score_bytes).ptr);
+    allow_smem(op, indexer_score_kernel, s_score, smem_optin());
+    indexer_score_kernel<<<dim3{unsigned(cdiv(tiles, a.tiles_per_block)), unsigned(T), 1u}, 256, s_score, st>>>(a);
+    CUDA_LAUNCH_CHECK(op, st);
+    allow_smem(op, indexer_select_kernel, s_sc + s_sel, smem_optin());
+    indexer_select_kernel<<<unsigned(T), 256, s_sc + s_sel, st>>>(a);
+    CUDA_LAUNCH_CHECK(op, st);
+    return;
+  }
+  allow_smem(op, indexer_topk_kernel, s_score + s_sc + s_sel, smem_optin());
+  indexer_topk_kernel<<<unsigned(T), 256, s_score + s_sc + s_sel, st>>>(a);
+  CUDA_LAUNCH_CHECK(op, st);
+}
+
+void CudaBackend::sparse_attention(Stream s, const Tensor& o, const Tensor& q, const Tensor& swa,
+                                   const Tensor& swa_tags, const Tensor& comp, const Tensor& sel, const Tensor& sink,
+                                   const Tensor& pos, const Tensor& seq, int window, CompressedKeys mode, int ratio) {
+  const char* op = "sparse_attention";
+  cudaStream_t st = stream(s, op);
+  check_dtype(op, "q", q, DType::BF16);
+  check_ndim(op, "q", q, 3);
+  const int64_t T = q.dim(0), H = q.dim(1), Dh = q.dim(2);
+  SL_CHECK(Dh % 16 == 0 && Dh <= 512, op, ": q ", describe(q), " head dim ", Dh,
+           " must be a multiple of 16 and at most 512");
+  check_dtype(op, "o", o, DType::BF16);
+  check_shape(op, "o", o, {T, H, Dh});
+  SL_CHECK(!overlaps(o, q), op, ": o may not alias q (the CUDA kernel reads q while other blocks write o)");
+  check_dtype(op, "swa", swa, DType::BF16);
+  check_ndim(op, "swa", swa, 3);
+  const int64_t B = swa.dim(0), cap = swa.dim(1);
+  SL_CHECK(cap >= 1, op, ": swa ", describe(swa), " has no slots");
+  check_shape(op, "swa", swa, {B, cap, Dh});
+  check_i32(op, "swa_tags", swa_tags, {B, cap});
+  check_f32(op, "sink", sink, {H});
+  SL_CHECK(window >= 1, op, ": window = ", window, ", expected >= 1");
+  check_tokens(op, pos, seq, T);
+  int64_t n_max = 0, K = 0;
+  if (mode != CompressedKeys::None) {
+    check_dtype(op, "comp", comp, DType::BF16);
+    check_ndim(op, "comp", comp, 3);
+    n_max = comp.dim(1);
+    check_shape(op, "comp", comp, {B, n_max, Dh});
+    check_aligned(op, "comp", comp.data, 16);
+  }
+  if (mode == CompressedKeys::All) SL_CHECK(ratio >= 1, op, ": ratio = ", ratio, ", expected >= 1");
+  if (mode == CompressedKeys::Selected) {
+    check_dtype(op, "sel", sel, DType::I32);
+    check_ndim(op, "sel", sel, 2);
+    K = sel.dim(1);
+    check_i32(op, "sel", sel, {T, K});
+  }
+  check_aligned(op, "q", q.data, 16);
+  check_aligned(op, "swa", swa.data, 16);
+  if (T == 0 || H == 0) return;
+
+  AttnArgs a{};
+  a.o = static_cast<bf16*>(o.data);
+  a.q = static_cast<const bf16*>(q.data);
+  a.swa = static_cast<const bf16*>(swa.data);
+  a.swa_tags = swa_tags.ptr<int32_t>();
+  a.comp = mode == CompressedKeys::None ? nullptr : static_cast<const bf16*>(comp.data);
+  a.sel = mode == CompressedKeys::Selected ? sel.ptr<int32_t>() : nullptr;
+  a.sink = sink.ptr<float>();
+  a.pos = pos.ptr<int32_t>();
+  a.seq = seq.ptr<int32_t>();
+  a.T = T;
+  a.B = B;
+  a.cap = cap;
+  a.n_max = n_max;
+  a.H = int(H);
+  a.HP = int(cdiv(H, AHG) * AHG);
+  a.Dh = int(Dh);
+  a.ld = int(Dh) + 8;
+  a.ldS = int(std::max<int64_t>(Dh, ACH));
+  a.ldP = ACH + 8;
+  a.Ksel = int(K);
+  a.window = window;
+  a.mode = mode == CompressedKeys::None ? 0 : mode == CompressedKeys::All ? 1 : 2;
+  a.ratio = std::max(ratio, 1);
+  a.scale = 1.f / std::sqrt(float(Dh));
+
+  // Split the candidates over several blocks when the (head group, token) grid alone would leave
+  // most SMs idle (decode), as far as the partials fit the stream's scratch.
+  const int64_t groups = cdiv(H, AHG);
+  int nsplit = 1;
+  if (groups * T < sm_count()) {
+    const int64_t want = std::min<int64_t>(16, cdiv(sm_count(), groups * T));
+    const size_t per_split = size_t(T) * a.HP * size_t(Dh + 2) * 4;
+    const int64_t fit = int64_t(kScratchBytes / per_split);
+    nsplit = int(std::max<int64_t>(1, std::min(want, fit)));
+  }
+  a.nsplit = nsplit;
+  if (nsplit > 1) a.part = static_cast<float*>(scratch(s, op, size_t(T) * a.HP * nsplit * size_t(Dh + 2) * 4).ptr);
+
+  const size_t smem = attn_smem_bytes(int(Dh));
+  const int nfrag = int(Dh / 16), fpw = int(cdiv(nfrag, 8));
+  const dim3 grid{unsigned(groups), unsigned(T), unsigned(nsplit)};
+  if (fpw <= 1) {
+    allow_smem(op, sparse_attention_kernel<1>, smem, smem_optin());
+    sparse_attention_kernel<1><<<grid, 256, smem, st>>>(a);
+  } else if (fpw <= 2) {
+    allow_smem(op, sparse_attention_kernel<2>, smem, smem_optin());
+    sparse_attention_kernel<2><<<grid, 256, smem, st>>>(a);
+  } else {
+    allow_smem(op, sparse_attention_kernel<4>, smem, smem_optin());
+    sparse_attention_kernel<4><<<grid, 256, smem, st>>>(a);
+  }
+  CUDA_LAUNCH_CHECK(op, st);
+  if (nsplit > 1) {
+    attn_combine_kernel<<<dim3(unsigned(H), unsigned(T)), 128, 0, st>>>(a);
+    CUDA_LAUNCH_CHECK(op, st);
+  }
+}
+
+}  // namespace sl

@@ -1,0 +1,536 @@
+// CudaBackend: the arena, streams (each with its cuBLAS handle and workspace), events, NVTX
+// annotations, host <-> device copies, initialisation (init_uniform / fill / copy) and the
+// error helpers of cuda_check.h.
+#include <nvtx3/nvToolsExt.h>
+#include <nvtx3/nvToolsExtCudaRt.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+
+#include "core/rng.h"
+#include "model/cuda/cuda_common.cuh"
+
+namespace sl {
+
+// ================================================================ error helpers (cuda_check.h)
+namespace cuda {
+
+namespace {
+thread_local std::vector<std::string> t_ranges;
+}
+
+std::string range_path() {
+  std::string s;
+  for (const std::string& r : t_ranges) s += (s.empty() ? "" : "/") + r;
+  return s;
+}
+
+bool sync_after_launch() {
+  static const bool on = [] {
+    const char* v = std::getenv("STREAMLAB_CUDA_SYNC");
+    return v && *v && std::strcmp(v, "0") != 0;
+  }();
+  return on;
+}
+
+const char* cublas_status_name(cublasStatus_t s) {
+  switch (s) {
+    case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
+    case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case CUBLAS_STATUS_ALLOC_FAILED: return "CUBLAS_STATUS_ALLOC_FAILED";
+    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_ARCH_MISMATCH: return "CUBLAS_STATUS_ARCH_MISMATCH";
+    case CUBLAS_STATUS_MAPPING_ERROR: return "CUBLAS_STATUS_MAPPING_ERROR";
+    case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
+    case CUBLAS_STATUS_INTERNAL_ERROR: return "CUBLAS_STATUS_INTERNAL_ERROR";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
+    case CUBLAS_STATUS_LICENSE_ERROR: return "CUBLAS_STATUS_LICENSE_ERROR";
+    default: return "CUBLAS_STATUS_?";
+  }
+}
+
+static std::string where(const std::string& op) {
+  const std::string path = range_path();
+  return path.empty() ? op : op + " [" + path + "]";
+}
+
+void fail_cuda(const std::string& op, const char* call, cudaError_t e, const char* file, int line) {
+  const char* base = std::strrchr(file, '/');
+  // A kernel fault is sticky and reported by whichever call comes next: say so.
+  const bool sticky = e == cudaErrorIllegalAddress || e == cudaErrorLaunchFailure || e == cudaErrorIllegalInstruction ||
+                      e == cudaErrorMisalignedAddress || e == cudaErrorHardwareStackError ||
+                      e == cudaErrorAssert;
+  fail("CUDA error in ", where(op), ": ", call, " returned ", cudaGetErrorName(e), " (", cudaGetErrorString(e),
+       ") at ", base ? base + 1 : file, ":", line,
+       sticky ? "; a kernel faulted, possibly in an earlier op: rerun with STREAMLAB_CUDA_SYNC=1 or under "
+                "compute-sanitizer to find it"
+              : "");
+}
+
+void fail_cublas(const std::string& op, const char* call, cublasStatus_t s, const char* file, int line) {
+  const char* base = std::strrchr(file, '/');
+  fail("cuBLAS error in ", where(op), ": ", call, " returned ", cublas_status_name(s), " at ", base ? base + 1 : file,
+       ":", line);
+}
+
+void check_launch(const std::string& op, cudaStream_t stream, const char* file, int line) {
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) fail_cuda(op, "kernel launch (cudaGetLastError)", e, file, line);
+  if (sync_after_launch()) {
+    cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    cudaStreamIsCapturing(stream, &cap);
+    if (cap == cudaStreamCaptureStatusNone) {
+      e = cudaStreamSynchronize(stream);
+      if (e != cudaSuccess) fail_cuda(op, "cudaStreamSynchronize after the launch (STREAMLAB_CUDA_SYNC)", e, file, line);
+    }
+  }
+}
+
+}  // namespace cuda
+
+using namespace cuda;
+
+// ================================================================ availability, factory
+
+bool cuda_available(std::string* why) {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    if (why) *why = cudaGetErrorString(e);
+    cudaGetLastError();  // clear
+    return false;
+  }
+  if (n == 0) {
+    if (why) *why = "no CUDA device found";
+    return false;
+  }
+  cudaDeviceProp p{};
+  e = cudaGetDeviceProperties(&p, 0);
+  if (e != cudaSuccess) {
+    if (why) *why = cudaGetErrorString(e);
+    cudaGetLastError();
+    return false;
+  }
+  if (p.major < 9) {
+    if (why)
+      *why = std::string("device 0 (") + p.name + ") is sm_" + std::to_string(p.major) + std::to_string(p.minor) +
+             "; streamlab's CUDA backend is built for sm_90";
+    return false;
+  }
+  return true;
+}
+
+std::unique_ptr<Backend> make_cuda_backend(const CudaBackendOptions& opt) { return std::make_unique<CudaBackend>(opt); }
+
+// ================================================================ construction
+
+CudaBackend::CudaBackend(const CudaBackendOptions& opt) : opt_(opt) {
+  const char* op = "cuda backend init";
+  std::string why;
+  SL_CHECK(cuda_available(&why), "CUDA backend: no usable device: ", why);
+  CUDA_CHECK(op, cudaSetDevice(opt.device));
+  cudaDeviceProp p{};
+  CUDA_CHECK(op, cudaGetDeviceProperties(&p, opt.device));
+  sm_count_ = p.multiProcessorCount;
+  smem_optin_ = p.sharedMemPerBlockOptin;
+  CUDA_CHECK(op, cudaDeviceGetStreamPriorityRange(&prio_least_, &prio_greatest_));
+  nvtx_ = nvtxDomainCreateA("streamlab");
+
+  if (opt_.arena_bytes > 0) {
+    // One fixed arena, reserved up front.
+    Chunk c;
+    c.size = opt_.arena_bytes;
+    cudaError_t e = cudaMalloc(reinterpret_cast<void**>(&c.base), c.size);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      size_t fr = 0, tot = 0;
+      cudaMemGetInfo(&fr, &tot);
+      fail("CUDA backend: cannot reserve the arena of ", opt_.arena_bytes, " bytes (", cudaGetErrorString(e), "; ",
+           fr, " of ", tot, " bytes free)");
+    }
+    chunks_.push_back(c);
+    reserved_bytes_ = c.size;
+  }
+
+  // Stream 0: the backend's own non-blocking "main" stream.
+  streams_.push_back(make_stream_rec("main", 0));
+}
+
+CudaBackend::~CudaBackend() {
+  // Never throws: errors during teardown are ignored (the process may be exiting after a fault).
+  cudaDeviceSynchronize();
+  for (GraphRec& g : graphs_) {
+    if (g.exec) cudaGraphExecDestroy(g.exec);
+    if (g.graph) cudaGraphDestroy(g.graph);
+  }
+  for (StreamRec& r : streams_)
+    if (r.live) release_stream_rec(r);
+  for (cudaEvent_t e : events_) cudaEventDestroy(e);
+  for (Chunk& c : chunks_) cudaFree(c.base);
+  if (nvtx_) nvtxDomainDestroy(nvtx_);
+  cudaGetLastError();
+}
+
+// ================================================================ memory
+// The arena: with opt.arena_bytes > 0 one cudaMalloc of that size up front; with 0 (default)
+// chunks of max(1 GiB, request) reserved lazily, first fit. Allocations are bump-allocated at
+// 256-byte alignment and never freed (the model allocates everything once, at construction), so
+// the high-water mark is the bytes handed out. Each allocation is zeroed (cudaMemsetAsync on the
+// main stream, then a sync of that stream, so that work on any other stream sees zeros).
+
+void* CudaBackend::arena_take(size_t bytes, const std::string& name) {
+  const size_t need = (std::max<size_t>(bytes, 1) + 255) / 256 * 256;
+  for (Chunk& c : chunks_) {
+    if (c.size - c.used >= need) {
+      void* p = c.base + c.used;
+      c.used += need;
+      used_bytes_ += need;
+      return p;
+    }
+  }
+  if (opt_.arena_bytes > 0)
+    fail("alloc '", name, "': the CUDA arena of ", opt_.arena_bytes, " bytes is exhausted (", used_bytes_,
+         " bytes in use, ", need, " more needed); raise CudaBackendOptions::arena_bytes or pass 0 (grow on demand)");
+  Chunk c;
+  c.size = std::max<size_t>(need, size_t(1) << 30);
+  cudaError_t e = cudaMalloc(reinterpret_cast<void**>(&c.base), c.size);
+  if (e != cudaSuccess && c.size > need) {  // retry with exactly what is needed
+    cudaGetLastError();
+    c.size = need;
+    e = cudaMalloc(reinterpret_cast<void**>(&c.base), c.size);
+  }
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    size_t fr = 0, tot = 0;
+    cudaMemGetInfo(&fr, &tot);
+    fail("alloc '", name, "': out of device memory reserving ", c.size, " bytes (", cudaGetErrorString(e), "; ",
+         used_bytes_, " bytes allocated so far, ", fr, " of ", tot, " bytes free on the device)");
+  }
+  c.used = need;
+  chunks_.push_back(c);
+  reserved_bytes_ += c.size;
+  used_bytes_ += need;
+  return c.base;
+}
+
+Tensor CudaBackend::alloc(const std::string& name, DType dtype, Shape shape, AllocKind kind) {
+  for (int i = 0; i < shape.n; ++i)
+    SL_CHECK(shape[i] >= 0, "alloc '", name, "': negative dimension in shape ", shape.str());
+  const size_t bytes = size_t(shape.numel()) * dtype_size(dtype);
+  void* p = arena_take(bytes, name);
+  const std::string op = "alloc '" + name + "'";
+  const size_t padded = (std::max<size_t>(bytes, 1) + 255) / 256 * 256;
+  CUDA_CHECK(op, cudaMemsetAsync(p, 0, padded, streams_[0].stream));
+  CUDA_CHECK(op, cudaStreamSynchronize(streams_[0].stream));
+
+  BufferRec b;
+  b.name = name;
+  b.bytes = bytes;
+  b.kind = kind;
+  buffers_.push_back(std::move(b));
+  bytes_by_kind_[size_t(kind)] += bytes;
+
+  Tensor t;
+  t.data = p;
+  t.dtype = dtype;
+  t.shape = shape;
+  t.buffer = int(buffers_.size()) - 1;
+  return t;
+}
+
+std::string CudaBackend::buffer_name(int buffer) const {
+  SL_CHECK(buffer >= 0 && size_t(buffer) < buffers_.size(), "buffer_name: no buffer with id ", buffer, " (",
+           buffers_.size(), " allocated)");
+  return buffers_[size_t(buffer)].name;
+}
+
+void CudaBackend::upload(Stream s, const Tensor& dst, const void* host, size_t bytes) {
+  const char* op = "upload";
+  cudaStream_t st = stream(s, op);
+  SL_CHECK(!dst.empty(), "upload: dst is missing (empty tensor)");
+  SL_CHECK(bytes <= dst.bytes(), "upload: ", bytes, " bytes do not fit dst ", describe(dst), " (", dst.bytes(),
+           " bytes)");
+  if (!bytes) return;
+  // From pageable memory: the copy is staged by the driver; the sync makes the host buffer
+  // reusable on return.
+  CUDA_CHECK(op, cudaMemcpyAsync(dst.data, host, bytes, cudaMemcpyHostToDevice, st));
+  CUDA_CHECK(op, cudaStreamSynchronize(st));
+}
+
+void CudaBackend::download(void* host, const Tensor& src, size_t bytes) {
+  const char* op = "download";
+  SL_CHECK(!src.empty(), "download: src is missing (empty tensor)");
+  SL_CHECK(bytes <= src.bytes(), "download: ", bytes, " bytes requested from src ", describe(src), " (", src.bytes(),
+           " bytes)");
+  CUDA_CHECK(op, cudaDeviceSynchronize());
+  if (bytes) CUDA_CHECK(op, cudaMemcpy(host, src.data, bytes, cudaMemcpyDeviceToHost));
+}
+
+MemoryStats CudaBackend::memory() const {
+  MemoryStats m;
+  m.weights_bytes = bytes_by_kind_[size_t(AllocKind::Weight)];
+  m.activations_bytes = bytes_by_kind_[size_t(AllocKind::Activation)] + bytes_by_kind_[size_t(AllocKind::Cache)] +
+                        bytes_by_kind_[size_t(AllocKind::Workspace)];
+  m.peak_bytes = used_bytes_;  // nothing is freed: the high-water mark is what was handed out
+  m.library_bytes = library_bytes_;
+  return m;
+}
+
+// ================================================================ streams and events
+// Stream ids index streams_; a destroyed stream's id is never reused. Each stream owns a cuBLAS
+// handle bound to it and a 32 MiB workspace (library_bytes), plus an 8 MiB op scratch from the
+// arena; see cuda_backend_impl.h.
+
+CudaBackend::StreamRec CudaBackend::make_stream_rec(const std::string& name, int priority) {
+  const std::string op = "create_stream '" + name + "'";
+  StreamRec r;
+  r.name = name;
+  // Clamp to the device's range ([greatest, least] = [-5, 0] on Hopper; lower = higher priority).
+  const int prio = std::min(std::max(priority, prio_greatest_), prio_least_);
+  CUDA_CHECK(op, cudaStreamCreateWithPriority(&r.stream, cudaStreamNonBlocking, prio));
+  nvtxNameCudaStreamA(r.stream, name.c_str());
+  CUBLAS_CHECK(op, cublasCreate(&r.blas));
+  CUBLAS_CHECK(op, cublasSetStream(r.blas, r.stream));
+  CUDA_CHECK(op, cudaMalloc(&r.blas_ws, kCublasWorkspaceBytes));
+  CUBLAS_CHECK(op, cublasSetWorkspace(r.blas, r.blas_ws, kCublasWorkspaceBytes));
+  library_bytes_ += kCublasWorkspaceBytes;
+  // The op scratch comes from the arena (zeroed, like every allocation).
+  const std::string sname = name + ".scratch";
+  r.scratch = arena_take(kScratchBytes, sname);
+  CUDA_CHECK(op, cudaMemsetAsync(r.scratch, 0, kScratchBytes, r.stream));
+  CUDA_CHECK(op, cudaStreamSynchronize(r.stream));
+  BufferRec b;
+  b.name = sname;
+  b.bytes = kScratchBytes;
+  b.kind = AllocKind::Workspace;
+  buffers_.push_back(std::move(b));
+  bytes_by_kind_[size_t(AllocKind::Workspace)] += kScratchBytes;
+  r.live = true;
+  return r;
+}
+
+void CudaBackend::release_stream_rec(StreamRec& r) {
+  // Best effort (also runs from the destructor): no throwing.
+  if (r.stream) cudaStreamSynchronize(r.stream);
+  if (r.blas) cublasDestroy(r.blas);
+  if (r.blas_ws) {
+    cudaFree(r.blas_ws);
+    library_bytes_ -= kCublasWorkspaceBytes;
+  }
+  if (r.stream) cudaStreamDestroy(r.stream);
+  r = StreamRec{};  // the arena scratch stays reserved (the arena never frees)
+}
+
+Stream CudaBackend::create_stream(const std::string& name, int priority) {
+  streams_.push_back(make_stream_rec(name, priority));
+  return Stream{int(streams_.size()) - 1};
+}
+
+void CudaBackend::destroy_stream(Stream s) {
+  SL_CHECK(s.id != 0, "destroy_stream: the main stream (0) cannot be destroyed");
+  stream(s, "destroy_stream");
+  StreamRec& r = streams_[size_t(s.id)];
+  CUDA_CHECK("destroy_stream", cudaStreamSynchronize(r.stream));
+  release_stream_rec(r);
+}
+
+cudaStream_t CudaBackend::stream(Stream s, const char* op) const {
+  SL_CHECK(s.id >= 0 && size_t(s.id) < streams_.size() && streams_[size_t(s.id)].live, op, ": stream ", s.id,
+           " does not exist (never created or destroyed)");
+  return streams_[size_t(s.id)].stream;
+}
+
+cublasHandle_t CudaBackend::blas(Stream s, const char* op) const {
+  stream(s, op);
+  return streams_[size_t(s.id)].blas;
+}
+
+CudaBackend::Scratch CudaBackend::scratch(Stream s, const char* op, size_t need) const {
+  stream(s, op);
+  SL_CHECK(need <= kScratchBytes, op, ": needs ", need, " bytes of per-stream scratch, more than the ", kScratchBytes,
+           " reserved per stream (batch too large for this op's temporary)");
+  return Scratch{streams_[size_t(s.id)].scratch, kScratchBytes};
+}
+
+Event CudaBackend::create_event(const std::string& name) {
+  cudaEvent_t e = nullptr;
+  CUDA_CHECK("create_event '" + name + "'", cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  events_.push_back(e);
+  event_names_.push_back(name);
+  return Event{int(events_.size()) - 1};
+}
+
+void CudaBackend::record(Event e, Stream s) {
+  SL_CHECK(e.id >= 0 && size_t(e.id) < events_.size(), "record: event ", e.id, " does not exist");
+  CUDA_CHECK("record '" + event_names_[size_t(e.id)] + "'", cudaEventRecord(events_[size_t(e.id)], stream(s, "record")));
+}
+
+void CudaBackend::wait(Stream s, Event e) {
+  SL_CHECK(e.id >= 0 && size_t(e.id) < events_.size(), "wait: event ", e.id, " does not exist");
+  CUDA_CHECK("wait '" + event_names_[size_t(e.id)] + "'",
+             cudaStreamWaitEvent(stream(s, "wait"), events_[size_t(e.id)], 0));
+}
+
+void CudaBackend::synchronize() { CUDA_CHECK("synchronize", cudaDeviceSynchronize()); }
+
+// NVTX v3, domain "streamlab". The names are also kept on a host stack so that errors say
+// where in the model they happened.
+void CudaBackend::range_push(const char* name) {
+  nvtxEventAttributes_t a{};
+  a.version = NVTX_VERSION;
+  a.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
+  a.messageType = NVTX_MESSAGE_TYPE_ASCII;
+  a.message.ascii = name;
+  nvtxDomainRangePushEx(nvtx_, &a);
+  t_ranges.emplace_back(name ? name : "");
+}
+
+void CudaBackend::range_pop() {
+  nvtxDomainRangePop(nvtx_);
+  if (!t_ranges.empty()) t_ranges.pop_back();
+}
+
+// ================================================================ CUDA graphs
+
+static double now_ms() {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+void CudaBackend::capture_begin(Stream s) {
+  const char* op = "cuda_capture_begin";
+  capture_t0_ = now_ms();
+  CUDA_CHECK(op, cudaStreamBeginCapture(stream(s, op), cudaStreamCaptureModeThreadLocal));
+}
+
+CudaGraphInfo CudaBackend::capture_end(Stream s) {
+  const char* op = "cuda_capture_end";
+  GraphRec g;
+  CUDA_CHECK(op, cudaStreamEndCapture(stream(s, op), &g.graph));
+  CudaGraphInfo info;
+  info.capture_ms = now_ms() - capture_t0_;
+  CUDA_CHECK(op, cudaGraphGetNodes(g.graph, nullptr, &info.nodes));
+  CUDA_CHECK(op, cudaGraphGetEdges(g.graph, nullptr, nullptr, nullptr, &info.edges));
+  const double t1 = now_ms();
+  CUDA_CHECK(op, cudaGraphInstantiate(&g.exec, g.graph, 0));
+  info.instantiate_ms = now_ms() - t1;
+  graphs_.push_back(g);
+  info.id = int(graphs_.size()) - 1;
+  return info;
+}
+
+void CudaBackend::graph_launch(int graph, Stream s) {
+  const char* op = "cuda_graph_launch";
+  SL_CHECK(graph >= 0 && size_t(graph) < graphs_.size(), op, ": no graph with id ", graph);
+  CUDA_CHECK(op, cudaGraphLaunch(graphs_[size_t(graph)].exec, stream(s, op)));
+  if (sync_after_launch()) CUDA_LAUNCH_CHECK(op, stream(s, op));
+}
+
+static CudaBackend& as_cuda(Backend& be, const char* op) {
+  CudaBackend* c = dynamic_cast<CudaBackend*>(&be);
+  SL_CHECK(c != nullptr, op, ": backend '", be.name(), "' is not the CUDA backend");
+  return *c;
+}
+
+bool is_cuda_backend(const Backend& be) { return dynamic_cast<const CudaBackend*>(&be) != nullptr; }
+void cuda_capture_begin(Backend& be, Stream s) { as_cuda(be, "cuda_capture_begin").capture_begin(s); }
+CudaGraphInfo cuda_capture_end(Backend& be, Stream s) { return as_cuda(be, "cuda_capture_end").capture_end(s); }
+void cuda_graph_launch(Backend& be, int graph, Stream s) {
+  as_cuda(be, "cuda_graph_launch").graph_launch(graph, s);
+}
+
+// ================================================================ initialisation kernels
+
+namespace {
+
+// One thread per element (grid-stride). uniform_pm1 is the host's function compiled for the
+// device; the scale and offset are applied as two separately rounded operations (__fmul_rn /
+// __fadd_rn are never contracted into an FMA), exactly as the CPU does, so F32 values are
+// bit-identical and BF16 values are the same round-to-nearest-even of them.
+__global__ void init_uniform_kernel(void* t, int dt, int64_t n, uint64_t seed, uint64_t key, float scale, float offset) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const float u = uniform_pm1(seed, key, uint64_t(i));
+    const float v = __fadd_rn(__fmul_rn(scale, u), offset);
+    stf(t, dt, i, v);
+  }
+}
+
+// One thread per element (grid-stride); F32 / BF16 / I32.
+__global__ void fill_kernel(void* t, int kind, int64_t n, float value) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    if (kind == 2)
+      static_cast<int32_t*>(t)[i] = int32_t(value);
+    else
+      stf(t, kind, i, value);
+  }
+}
+
+}  // namespace
+
+void CudaBackend::init_uniform(Stream s, const Tensor& t, uint64_t seed, uint64_t key, float scale, float offset) {
+  const char* op = "init_uniform";
+  cudaStream_t st = stream(s, op);
+  check_float(op, "t", t);
+  const int64_t n = t.numel();
+  if (n == 0) return;
+  init_uniform_kernel<<<grid_for(n, 256), 256, 0, st>>>(t.data, fcode(t.dtype), n, seed, key, scale, offset);
+  CUDA_LAUNCH_CHECK(op, st);
+}
+
+void CudaBackend::fill(Stream s, const Tensor& t, float value) {
+  const char* op = "fill";
+  cudaStream_t st = stream(s, op);
+  check_present(op, "t", t);
+  int kind = 0;
+  switch (t.dtype) {
+    case DType::F32: kind = kF32; break;
+    case DType::BF16: kind = kBF16; break;
+    case DType::I32: kind = 2; break;
+    default: fail("fill: t is ", describe(t), ", expected f32, bf16 or i32");
+  }
+  const int64_t n = t.numel();
+  if (n == 0) return;
+  fill_kernel<<<grid_for(n, 256), 256, 0, st>>>(t.data, kind, n, value);
+  CUDA_LAUNCH_CHECK(op, st);
+}
+
+void CudaBackend::copy(Stream s, const Tensor& dst, const Tensor& src) {
+  const char* op = "copy";
+  cudaStream_t st = stream(s, op);
+  check_present(op, "dst", dst);
+  check_present(op, "src", src);
+  SL_CHECK(dst.dtype == src.dtype && dst.numel() == src.numel(), "copy: dst ", describe(dst), " and src ",
+           describe(src), " differ in dtype or element count");
+  const size_t bytes = src.bytes();
+  if (bytes == 0 || dst.data == src.data) return;
+  if (!overlaps(dst, src)) {
+    CUDA_CHECK(op, cudaMemcpyAsync(dst.data, src.data, bytes, cudaMemcpyDeviceToDevice, st));
+    return;
+  }
+  // Overlapping views of one buffer (memmove semantics). Through the scratch when it fits, else
+  // in pieces no longer than the distance between the two ranges, ordered so that no piece
+  // reads bytes an earlier piece wrote.
+  if (bytes <= kScratchBytes) {
+    Scratch sc = scratch(s, op, bytes);
+    CUDA_CHECK(op, cudaMemcpyAsync(sc.ptr, src.data, bytes, cudaMemcpyDeviceToDevice, st));
+    CUDA_CHECK(op, cudaMemcpyAsync(dst.data, sc.ptr, bytes, cudaMemcpyDeviceToDevice, st));
+    return;
+  }
+  char* d = static_cast<char*>(dst.data);
+  const char* sp = static_cast<const char*>(src.data);
+  const size_t dist = size_t(d > sp ? d - sp : sp - d);
+  const size_t piece = std::min(dist, kScratchBytes);
+  if (d < sp) {
+    for (size_t off = 0; off < bytes; off += piece)
+      CUDA_CHECK(op, cudaMemcpyAsync(d + off, sp + off, std::min(piece, bytes - off), cudaMemcpyDeviceToDevice, st));
+  } else {
+    for (size_t end = bytes; end > 0;) {
+      const size_t len = std::min(piece, end);
+      end -= len;
+      CUDA_CHECK(op, cudaMemcpyAsync(d + end, sp + end, len, cudaMemcpyDeviceToDevice, st));
+    }
+  }
+}
+
+}  // namespace sl

@@ -1,0 +1,262 @@
+// Private to model/cuda: the CudaBackend class and the host-side helpers its op files share.
+//
+// File layout (one op group per file):
+//   cuda_backend.cu    the class: arena, streams (+ their cuBLAS handles), events, NVTX,
+//                      upload/download, init_uniform/fill/copy, error helpers
+//   cuda_dense.cu      gemm, gemm_grouped (cuBLAS; a SIMT kernel for mixed dtypes), rmsnorm, add,
+//                      rope, swiglu, embed, argmax, gather_rows, shift_tokens
+//   cuda_mhc.cu        hc_pre, hc_post, hc_head, hc_expand, mtp_combine
+//   cuda_attention.cu  swa_insert, compressor_save, compressor_pool, indexer_topk,
+//                      sparse_attention
+//   cuda_moe.cu        route, moe_experts (device-side permutation + grouped tensor-core GEMM),
+//                      moe_workspace_bytes
+//
+// Memory model. Everything lives in one arena (see CudaBackend::alloc). Nothing is allocated
+// inside a forward step: the model preallocates every buffer at construction, and the ops only
+// use the tensors they are given plus the per-stream scratch below (also allocated up front, by
+// create_stream). This keeps every op CUDA-graph capturable (no host synchronisation either:
+// ops never read device memory on the host; indices are validated on the device, where an
+// out-of-range position / sequence / id is skipped rather than reported).
+//
+// Per-stream resources (they grow with the number of streams, which is what the stream-policy
+// memory comparison measures):
+//   - one cuBLAS handle, cublasSetStream'ed once to its stream, with its own 32 MiB workspace
+//     (cublasSetWorkspace; PyTorch's size on Hopper). Reported as MemoryStats::library_bytes.
+//     Every handle has the same workspace size, so cuBLAS picks the same algorithm whatever
+//     stream a GEMM runs on: results are bit-identical across stream policies.
+//   - an 8 MiB op scratch from the arena (AllocKind::Workspace, named "<stream>.scratch"): small
+//     device temporaries of ops on that stream (partial sums of the split hc reductions, the
+//     "last writer wins" claims of the ring-cache inserts, split-KV partials of the decode
+//     attention, staging of overlapping copies). Ops on one stream run in order, so they can
+//     share it; ops on different streams never do.
+#pragma once
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <nvtx3/nvToolsExt.h>
+
+#include <array>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/tensor.h"
+#include "model/backend.h"
+#include "model/cuda/cuda_backend.h"
+#include "model/cuda/cuda_check.h"
+
+namespace sl::cuda {
+
+// ---------------------------------------------------------------- argument checks (host side)
+// Shapes and dtypes only: device memory is never read on the host.
+
+inline std::string describe(const Tensor& t) {
+  if (t.empty()) return "(none)";
+  return t.shape.str() + " " + dtype_name(t.dtype);
+}
+inline void check_present(const char* op, const char* arg, const Tensor& t) {
+  SL_CHECK(!t.empty() || t.numel() == 0, op, ": ", arg, " is missing (empty tensor)");
+  SL_CHECK(t.shape.n > 0, op, ": ", arg, " is missing (no shape)");
+}
+inline void check_dtype(const char* op, const char* arg, const Tensor& t, DType want) {
+  check_present(op, arg, t);
+  SL_CHECK(t.dtype == want, op, ": ", arg, " is ", describe(t), ", expected dtype ", dtype_name(want));
+}
+// F32 or BF16 (activations, weights, and anything the interface lets be either).
+inline void check_float(const char* op, const char* arg, const Tensor& t) {
+  check_present(op, arg, t);
+  SL_CHECK(t.dtype == DType::F32 || t.dtype == DType::BF16, op, ": ", arg, " is ", describe(t),
+           ", expected f32 or bf16");
+}
+inline void check_ndim(const char* op, const char* arg, const Tensor& t, int n) {
+  check_present(op, arg, t);
+  SL_CHECK(t.ndim() == n, op, ": ", arg, " is ", describe(t), ", expected ", n, " dims");
+}
+inline void check_shape(const char* op, const char* arg, const Tensor& t, const Shape& want) {
+  check_present(op, arg, t);
+  SL_CHECK(t.shape == want, op, ": ", arg, " is ", describe(t), ", expected shape ", want.str());
+}
+inline void check_numel(const char* op, const char* arg, const Tensor& t, int64_t n) {
+  check_present(op, arg, t);
+  SL_CHECK(t.numel() == n, op, ": ", arg, " is ", describe(t), ", expected ", n, " elements");
+}
+inline void check_i32(const char* op, const char* arg, const Tensor& t, const Shape& want) {
+  check_dtype(op, arg, t, DType::I32);
+  check_shape(op, arg, t, want);
+}
+inline void check_f32(const char* op, const char* arg, const Tensor& t, const Shape& want) {
+  check_dtype(op, arg, t, DType::F32);
+  check_shape(op, arg, t, want);
+}
+inline void check_aligned(const char* op, const char* arg, const void* p, size_t align) {
+  SL_CHECK(reinterpret_cast<uintptr_t>(p) % align == 0, op, ": ", arg, " is not ", align,
+           "-byte aligned (a view at an odd offset); this kernel needs aligned rows");
+}
+inline bool overlaps(const Tensor& x, const Tensor& y) {
+  const char* xb = static_cast<const char*>(x.data);
+  const char* yb = static_cast<const char*>(y.data);
+  return xb < yb + y.bytes() && yb < xb + x.bytes();
+}
+
+// Device-side dtype codes for kernels that take "f32 or bf16" at run time.
+enum : int { kF32 = 0, kBF16 = 1 };
+inline int fcode(DType t) { return t == DType::BF16 ? kBF16 : kF32; }
+
+inline int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+// Blocks for a grid-stride loop over n items: enough to fill the GPU, never more than needed.
+inline unsigned grid_for(int64_t n, int threads, int max_blocks = 132 * 16) {
+  int64_t b = cdiv(n, threads);
+  if (b < 1) b = 1;
+  if (b > max_blocks) b = max_blocks;
+  return unsigned(b);
+}
+
+}  // namespace sl::cuda
+
+namespace sl {
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(const CudaBackendOptions& opt);
+  ~CudaBackend() override;
+
+  std::string name() const override { return "cuda"; }
+  DType act_dtype() const override { return DType::BF16; }
+  DType weight_dtype() const override { return DType::BF16; }
+
+  // memory (cuda_backend.cu)
+  Tensor alloc(const std::string& name, DType dtype, Shape shape, AllocKind kind) override;
+  std::string buffer_name(int buffer) const override;
+  void upload(Stream s, const Tensor& dst, const void* host, size_t bytes) override;
+  void download(void* host, const Tensor& src, size_t bytes) override;
+  MemoryStats memory() const override;
+
+  // streams and events (cuda_backend.cu)
+  Stream create_stream(const std::string& name, int priority) override;
+  void destroy_stream(Stream s) override;
+  Event create_event(const std::string& name) override;
+  void record(Event e, Stream s) override;
+  void wait(Stream s, Event e) override;
+  void synchronize() override;
+  void range_push(const char* name) override;
+  void range_pop() override;
+
+  // initialisation (cuda_backend.cu)
+  void init_uniform(Stream s, const Tensor& t, uint64_t seed, uint64_t key, float scale, float offset) override;
+  void fill(Stream s, const Tensor& t, float value) override;
+  void copy(Stream s, const Tensor& dst, const Tensor& src) override;
+
+  // dense math (cuda_dense.cu)
+  void gemm(Stream s, const Tensor& out, const Tensor& a, const Tensor& w) override;
+  void gemm_grouped(Stream s, const Tensor& out, const Tensor& a, const Tensor& w, int groups) override;
+  void rmsnorm(Stream s, const Tensor& out, const Tensor& x, const Tensor& w, float eps) override;
+  void add(Stream s, const Tensor& out, const Tensor& a, const Tensor& b) override;
+  void rope(Stream s, const Tensor& x, const Tensor& pos, const Tensor& table, bool inverse) override;
+  void swiglu(Stream s, const Tensor& out, const Tensor& g, const Tensor& u, float limit) override;
+
+  // embedding, sampling (cuda_dense.cu)
+  void embed(Stream s, const Tensor& out, const Tensor& ids, const Tensor& table, const Tensor& pos,
+             bool zero_pos0) override;
+  void argmax(Stream s, const Tensor& out, const Tensor& logits) override;
+  void gather_rows(Stream s, const Tensor& out, const Tensor& in, const Tensor& rows) override;
+  void shift_tokens(Stream s, const Tensor& out, const Tensor& tokens, const Tensor& sampled) override;
+
+  // mHC (cuda_mhc.cu)
+  void hc_pre(Stream s, const Tensor& y, const Tensor& post, const Tensor& comb, const Tensor& X, const Tensor& fn,
+              const Tensor& scale, const Tensor& base, int sinkhorn_iters, float hc_eps, float rms_eps) override;
+  void hc_post(Stream s, const Tensor& X_out, const Tensor& f, const Tensor& res, const Tensor& post,
+               const Tensor& comb) override;
+  void hc_head(Stream s, const Tensor& h, const Tensor& X, const Tensor& fn, const Tensor& scale, const Tensor& base,
+               float hc_eps, float rms_eps) override;
+  void hc_expand(Stream s, const Tensor& X, const Tensor& e) override;
+  void mtp_combine(Stream s, const Tensor& X, const Tensor& hp, const Tensor& ep) override;
+
+  // attention (cuda_attention.cu)
+  void swa_insert(Stream s, const Tensor& cache, const Tensor& tags, const Tensor& k, const Tensor& pos,
+                  const Tensor& seq) override;
+  void compressor_save(Stream s, const Tensor& state_u, const Tensor& state_g, const Tensor& state_tags,
+                       const Tensor& u, const Tensor& g, const Tensor& ape, const Tensor& pos, const Tensor& seq,
+                       int ratio) override;
+  void compressor_pool(Stream s, const Tensor& entries, const Tensor& state_u, const Tensor& state_g,
+                       const Tensor& state_tags, const Tensor& norm_w, const Tensor& table, const Tensor& pos,
+                       const Tensor& seq, int ratio, bool overlap, float rms_eps) override;
+  void indexer_topk(Stream s, const Tensor& sel, const Tensor& q, const Tensor& w, const Tensor& keys,
+                    const Tensor& pos, const Tensor& seq, int ratio) override;
+  void sparse_attention(Stream s, const Tensor& o, const Tensor& q, const Tensor& swa, const Tensor& swa_tags,
+                        const Tensor& comp, const Tensor& sel, const Tensor& sink, const Tensor& pos,
+                        const Tensor& seq, int window, CompressedKeys mode, int ratio) override;
+
+  // MoE (cuda_moe.cu)
+  void route(Stream s, const Tensor& ids, const Tensor& weights, const Tensor& logits, const Tensor& bias,
+             const Tensor& tid2eid, const Tensor& tokens, float scaling) override;
+  void moe_experts(Stream s, const Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
+                   const Tensor& w1, const Tensor& w2, const Tensor& w3, float swiglu_limit,
+                   const Tensor& workspace) override;
+  size_t moe_workspace_bytes(int64_t tokens, int k, int D, int F, int E) const override;
+
+  // ---------------------------------------------------------------- for the op files
+  cudaStream_t stream(Stream s, const char* op) const;  // checked lookup
+  cublasHandle_t blas(Stream s, const char* op) const;
+  struct Scratch {
+    void* ptr = nullptr;
+    size_t bytes = 0;
+  };
+  Scratch scratch(Stream s, const char* op, size_t need) const;  // throws if `need` does not fit
+  int sm_count() const { return sm_count_; }
+
+  // CUDA graphs (cuda_backend.h).
+  void capture_begin(Stream s);
+  CudaGraphInfo capture_end(Stream s);
+  void graph_launch(int graph, Stream s);
+  size_t smem_optin() const { return smem_optin_; }
+
+  // Per-stream op scratch and cuBLAS workspace sizes (documented in the header comment).
+  static constexpr size_t kScratchBytes = size_t(8) << 20;
+  static constexpr size_t kCublasWorkspaceBytes = size_t(32) << 20;
+
+ private:
+  struct StreamRec {
+    cudaStream_t stream = nullptr;
+    cublasHandle_t blas = nullptr;
+    void* blas_ws = nullptr;  // cudaMalloc'ed separately (library memory, not the arena)
+    void* scratch = nullptr;  // from the arena
+    std::string name;
+    bool live = false;
+  };
+  struct Chunk {
+    char* base = nullptr;
+    size_t size = 0, used = 0;
+  };
+  struct BufferRec {
+    std::string name;
+    size_t bytes = 0;
+    AllocKind kind = AllocKind::Activation;
+  };
+
+  void* arena_take(size_t bytes, const std::string& name);
+  StreamRec make_stream_rec(const std::string& name, int priority);
+  void release_stream_rec(StreamRec& r);
+
+  CudaBackendOptions opt_;
+  int sm_count_ = 0;
+  size_t smem_optin_ = 0;
+  int prio_least_ = 0, prio_greatest_ = 0;
+
+  std::vector<Chunk> chunks_;
+  std::vector<BufferRec> buffers_;
+  std::array<size_t, 4> bytes_by_kind_{};
+  size_t used_bytes_ = 0, reserved_bytes_ = 0;
+  size_t library_bytes_ = 0;
+
+  std::vector<StreamRec> streams_;  // index = Stream::id; 0 = "main"
+  struct GraphRec {
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+  };
+  std::vector<GraphRec> graphs_;
+  double capture_t0_ = 0;  // ms, steady clock
+  std::vector<cudaEvent_t> events_;
+  std::vector<std::string> event_names_;
+  nvtxDomainHandle_t nvtx_ = nullptr;
+};
+
+}  // namespace sl

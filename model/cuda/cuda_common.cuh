@@ -1,0 +1,99 @@
+// Private to model/cuda: device helpers shared by the kernel files (dtype-agnostic loads and
+// stores, deterministic warp / block reductions, cp.async), and the few launchers one op file
+// borrows from another.
+//
+// Determinism: every reduction here combines values in a fixed order (butterfly shuffles, then
+// warps in index order). There are no floating-point atomics anywhere in the backend, so a
+// kernel's result depends only on its inputs and launch shape, never on scheduling.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "model/cuda/cuda_backend_impl.h"
+
+namespace sl::cuda {
+
+using bf16 = __nv_bfloat16;
+
+// ---------------------------------------------------------------- run-time dtype loads/stores
+// `dt` is kF32 or kBF16 (uniform across the grid, so the branch costs nothing measurable in the
+// memory-bound kernels that use these).
+__device__ __forceinline__ float ldf(const void* p, int dt, int64_t i) {
+  return dt == kBF16 ? __bfloat162float(static_cast<const bf16*>(p)[i]) : static_cast<const float*>(p)[i];
+}
+__device__ __forceinline__ void stf(void* p, int dt, int64_t i, float v) {
+  if (dt == kBF16)
+    static_cast<bf16*>(p)[i] = __float2bfloat16_rn(v);
+  else
+    static_cast<float*>(p)[i] = v;
+}
+
+template <class T>
+__device__ __forceinline__ float to_f(T v);
+template <>
+__device__ __forceinline__ float to_f<float>(float v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ float to_f<bf16>(bf16 v) {
+  return __bfloat162float(v);
+}
+template <class T>
+__device__ __forceinline__ T from_f(float v);
+template <>
+__device__ __forceinline__ float from_f<float>(float v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ bf16 from_f<bf16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+
+// ---------------------------------------------------------------- reductions (fixed order)
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+// Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the result.
+// `red` is 32 floats of shared memory. Contains __syncthreads: call from all threads.
+__device__ __forceinline__ float block_sum(float v, float* red) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  v = warp_sum(v);
+  __syncthreads();  // red may still be read by a previous call
+  if (lane == 0) red[warp] = v;
+  __syncthreads();
+  float t = 0.f;
+  for (int w = 0; w < nw; ++w) t += red[w];
+  return t;
+}
+
+__device__ __forceinline__ float sigmoidf_(float z) { return 1.f / (1.f + expf(-z)); }
+
+// ---------------------------------------------------------------- cp.async (sm_80+)
+// 16-byte global -> shared copy; src_bytes < 16 zero-fills the rest (0 = pure zero fill, and
+// the source is then not read).
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, int src_bytes) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// ---------------------------------------------------------------- shared launchers
+// out[i] = silu(min(g, L)) * clamp(u, -L, L) over n elements (cuda_dense.cu; also used by
+// moe_experts on its permuted rows).
+void launch_swiglu(const char* op, cudaStream_t st, void* out, int dto, const void* g, int dtg, const void* u,
+                   int dtu, int64_t n, float limit);
+
+}  // namespace sl::cuda

@@ -1,0 +1,561 @@
+// Dense math and the small token ops of the CUDA backend: gemm / gemm_grouped (cuBLAS, with a
+// SIMT kernel for dtype mixes cuBLAS does not take), rmsnorm, add, rope, swiglu, embed,
+// argmax, gather_rows, shift_tokens.
+#include <algorithm>
+#include <cfloat>
+
+#include "model/cuda/cuda_common.cuh"
+
+namespace sl {
+
+using namespace cuda;
+
+namespace {
+
+// ================================================================ GEMM fallback kernels
+// out[b][m, n] = sum_k a[b][m, k] * w[b][n, k], fp32 accumulation, for dtype mixes that
+// cublasGemmEx has no kernel for (e.g. the router: bf16 activations times an F32 gate weight ->
+// F32 logits). Batch b (blockIdx.z) offsets a, w, out by their strides (gemm_grouped).
+
+struct GemmArgs {
+  void* out;
+  const void* a;
+  const void* w;
+  int64_t M, N, K;
+  int64_t lda, ldw, ldo;      // row strides (elements)
+  int64_t sa, sw, so;         // batch strides (elements)
+};
+
+// Tiled SIMT kernel: a 64x64 output tile per block of 256 threads, each thread a 4x4 sub-tile;
+// K in steps of 16 through shared memory (a and w tiles stored k-major, as fp32). Each w element
+// is read from global memory once per 64-row tile of a.
+template <class TA, class TW, class TO>
+__global__ __launch_bounds__(256) void gemm_nt_tiled_kernel(GemmArgs g) {
+  constexpr int BM = 64, BN = 64, BK = 16;
+  __shared__ float As[BK][BM + 4];
+  __shared__ float Ws[BK][BN + 4];
+  const TA* a = static_cast<const TA*>(g.a) + blockIdx.z * g.sa;
+  const TW* w = static_cast<const TW*>(g.w) + blockIdx.z * g.sw;
+  TO* out = static_cast<TO*>(g.out) + blockIdx.z * g.so;
+  const int64_t m0 = int64_t(blockIdx.y) * BM, n0 = int64_t(blockIdx.x) * BN;
+  const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
+  float acc[4][4] = {};
+  for (int64_t k0 = 0; k0 < g.K; k0 += BK) {
+    // 64 rows x 16 k of each operand: 1024 elements, 4 per thread; consecutive threads read
+    // consecutive k of one row.
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int e = tid + 256 * r, row = e / BK, kk = e % BK;
+      const int64_t k = k0 + kk;
+      const int64_t m = m0 + row, n = n0 + row;
+      As[kk][row] = (m < g.M && k < g.K) ? to_f(a[m * g.lda + k]) : 0.f;
+      Ws[kk][row] = (n < g.N && k < g.K) ? to_f(w[n * g.ldw + k]) : 0.f;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < BK; ++kk) {
+      float av[4], wv[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) av[i] = As[kk][ty * 4 + i];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) wv[j] = Ws[kk][tx * 4 + j];
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) acc[i][j] += av[i] * wv[j];
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int64_t m = m0 + ty * 4 + i;
+    if (m >= g.M) continue;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int64_t n = n0 + tx * 4 + j;
+      if (n < g.N) out[m * g.ldo + n] = from_f<TO>(acc[i][j]);
+    }
+  }
+}
+
+// Skinny kernel for M <= 16 (decode): one block (8 warps) per output column n and chunk of 8
+// rows; the 256 threads stride over K together (coalesced reads of the w row, each w element read
+// once per row chunk), butterfly sums per warp, then the 8 warps added in order.
+template <class TA, class TW, class TO>
+__global__ __launch_bounds__(256) void gemm_nt_skinny_kernel(GemmArgs g) {
+  constexpr int MR = 8;
+  __shared__ float red[8][MR];
+  const TA* a = static_cast<const TA*>(g.a) + blockIdx.z * g.sa;
+  const TW* w = static_cast<const TW*>(g.w) + blockIdx.z * g.sw;
+  TO* out = static_cast<TO*>(g.out) + blockIdx.z * g.so;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t n = blockIdx.x, r0 = int64_t(blockIdx.y) * MR;
+  const int64_t nr = min(int64_t(MR), g.M - r0);
+  float acc[MR] = {};
+  const TW* wr = w + n * g.ldw;
+  #pragma unroll 4
+  for (int64_t k = threadIdx.x; k < g.K; k += 256) {
+    const float wv = to_f(wr[k]);
+#pragma unroll
+    for (int r = 0; r < MR; ++r)
+      if (r < nr) acc[r] += to_f(a[(r0 + r) * g.lda + k]) * wv;
+  }
+#pragma unroll
+  for (int r = 0; r < MR; ++r) {
+    const float v = warp_sum(acc[r]);
+    if (lane == 0) red[warp][r] = v;
+  }
+  __syncthreads();
+  if (threadIdx.x < nr) {
+    float s = 0.f;
+#pragma unroll
+    for (int ww = 0; ww < 8; ++ww) s += red[ww][threadIdx.x];
+    out[(r0 + threadIdx.x) * g.ldo + n] = from_f<TO>(s);
+  }
+}
+
+// bf16 -> f32 of rows [0, rows) of a (row stride lda) into a dense [rows, K] buffer.
+__global__ void rows_to_f32_kernel(float* dst, const bf16* src, int64_t rows, int64_t K, int64_t lda) {
+  const int64_t n = rows * K;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    dst[i] = __bfloat162float(src[(i / K) * lda + i % K]);
+}
+
+template <class TA, class TW, class TO>
+void launch_gemm_fallback(const char* op, cudaStream_t st, const GemmArgs& g, int batch) {
+  if (g.M <= 16) {
+    const dim3 grid{unsigned(g.N), unsigned(cdiv(g.M, 8)), unsigned(batch)};
+    gemm_nt_skinny_kernel<TA, TW, TO><<<grid, 256, 0, st>>>(g);
+  } else {
+    const dim3 grid{unsigned(cdiv(g.N, 64)), unsigned(cdiv(g.M, 64)), unsigned(batch)};
+    gemm_nt_tiled_kernel<TA, TW, TO><<<grid, 256, 0, st>>>(g);
+  }
+  CUDA_LAUNCH_CHECK(op, st);
+}
+
+template <class TA, class TW>
+void dispatch_out(const char* op, cudaStream_t st, const GemmArgs& g, int batch, DType to) {
+  if (to == DType::F32)
+    launch_gemm_fallback<TA, TW, float>(op, st, g, batch);
+  else
+    launch_gemm_fallback<TA, TW, bf16>(op, st, g, batch);
+}
+template <class TA>
+void dispatch_w(const char* op, cudaStream_t st, const GemmArgs& g, int batch, DType tw, DType to) {
+  if (tw == DType::F32)
+    dispatch_out<TA, float>(op, st, g, batch, to);
+  else
+    dispatch_out<TA, bf16>(op, st, g, batch, to);
+}
+
+cudaDataType_t cuda_type(DType t) { return t == DType::BF16 ? CUDA_R_16BF : CUDA_R_32F; }
+
+}  // namespace
+
+// Row-major out[M, N] = a[M, K] . w[N, K]^T is, read column-major, out^T[N, M] = w . a^T: cuBLAS
+// computes C = op(A) op(B) with A = w (column-major [K, N], ld K, transposed -> [N, K]) and
+// B = a (column-major [K, M], ld K) and C = out (column-major [N, M], ld N). Batched over the
+// groups of gemm_grouped with strides.
+static void gemm_any(CudaBackend& be, const char* op, Stream s, const GemmArgs& g, DType to, DType ta, DType tw,
+                     int batch) {
+  cudaStream_t st = be.stream(s, op);
+  if (g.M == 0 || g.N == 0) return;
+  const bool cublas_ok = (ta == DType::BF16 && tw == DType::BF16 && (to == DType::BF16 || to == DType::F32)) ||
+                         (ta == DType::F32 && tw == DType::F32 && to == DType::F32);
+  const bool fits_int = g.M < (1ll << 31) && g.N < (1ll << 31) && g.K < (1ll << 31) && g.lda < (1ll << 31) &&
+                        g.ldw < (1ll << 31) && g.ldo < (1ll << 31);
+  if (cublas_ok && fits_int && g.K > 0) {
+    cublasHandle_t h = be.blas(s, op);
+    const float alpha = 1.f, beta = 0.f;
+    if (batch == 1) {
+      CUBLAS_CHECK(op, cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, int(g.N), int(g.M), int(g.K), &alpha, g.w,
+                                    cuda_type(tw), int(g.ldw), g.a, cuda_type(ta), int(g.lda), &beta, g.out,
+                                    cuda_type(to), int(g.ldo), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    } else {
+      CUBLAS_CHECK(op, cublasGemmStridedBatchedEx(h, CUBLAS_OP_T, CUBLAS_OP_N, int(g.N), int(g.M), int(g.K), &alpha,
+                                                  g.w, cuda_type(tw), int(g.ldw), g.sw, g.a, cuda_type(ta),
+                                                  int(g.lda), g.sa, &beta, g.out, cuda_type(to), int(g.ldo), g.so,
+                                                  batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    }
+    if (sync_after_launch()) CUDA_LAUNCH_CHECK(op, st);
+    return;
+  }
+  if (ta == DType::BF16 && tw == DType::F32 && to == DType::F32 && batch == 1 && g.M > 16 && fits_int && g.K > 0) {
+    // The router (bf16 activations x F32 gate -> F32 logits) at prefill sizes: the activation
+    // rows are widened to F32 in the stream's scratch, in chunks, and each chunk is one cuBLAS
+    // SGEMM (full fp32, no TF32). Few rows (decode) take the skinny kernel instead.
+    CudaBackend::Scratch sc = be.scratch(s, op, size_t(g.K) * 4);
+    const int64_t chunk = std::max<int64_t>(1, int64_t(sc.bytes / (size_t(g.K) * 4)));
+    float* buf = static_cast<float*>(sc.ptr);
+    cublasHandle_t h = be.blas(s, op);
+    const float alpha = 1.f, beta = 0.f;
+    for (int64_t m0 = 0; m0 < g.M; m0 += chunk) {
+      const int64_t mc = std::min(chunk, g.M - m0);
+      rows_to_f32_kernel<<<grid_for(mc * g.K, 256), 256, 0, st>>>(buf, static_cast<const bf16*>(g.a) + m0 * g.lda, mc,
+                                                                   g.K, g.lda);
+      CUDA_LAUNCH_CHECK(op, st);
+      CUBLAS_CHECK(op, cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, int(g.N), int(mc), int(g.K), &alpha, g.w, CUDA_R_32F,
+                                    int(g.ldw), buf, CUDA_R_32F, int(g.K), &beta,
+                                    static_cast<float*>(g.out) + m0 * g.ldo, CUDA_R_32F, int(g.ldo),
+                                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    }
+    if (sync_after_launch()) CUDA_LAUNCH_CHECK(op, st);
+    return;
+  }
+  if (ta == DType::F32)
+    dispatch_w<float>(op, st, g, batch, tw, to);
+  else
+    dispatch_w<bf16>(op, st, g, batch, tw, to);
+}
+
+void CudaBackend::gemm(Stream s, const Tensor& out, const Tensor& a, const Tensor& w) {
+  const char* op = "gemm";
+  check_float(op, "w", w);
+  check_ndim(op, "w", w, 2);
+  check_float(op, "a", a);
+  check_float(op, "out", out);
+  const int64_t N = w.dim(0), K = w.dim(1);
+  SL_CHECK(a.ndim() >= 1 && a.dim(-1) == K, op, ": a ", describe(a), " does not end in K = ", K, " (w ",
+           describe(w), ")");
+  const int64_t M = K ? a.numel() / K : 0;
+  SL_CHECK(out.ndim() >= 1 && out.dim(-1) == N && out.numel() == M * N, op, ": out ", describe(out),
+           " is not [M = ", M, ", N = ", N, "] for a ", describe(a), " and w ", describe(w));
+  SL_CHECK(!overlaps(out, a) && !overlaps(out, w), op, ": out may not alias a or w");
+  if (K == 0) {
+    fill(s, out, 0.f);
+    return;
+  }
+  GemmArgs g{out.data, a.data, w.data, M, N, K, K, K, N, 0, 0, 0};
+  gemm_any(*this, op, s, g, out.dtype, a.dtype, w.dtype, 1);
+}
+
+void CudaBackend::gemm_grouped(Stream s, const Tensor& out, const Tensor& a, const Tensor& w, int groups) {
+  const char* op = "gemm_grouped";
+  check_float(op, "w", w);
+  check_ndim(op, "w", w, 2);
+  check_float(op, "a", a);
+  check_float(op, "out", out);
+  const int64_t G = groups;
+  SL_CHECK(G >= 1 && w.dim(0) % G == 0, op, ": w ", describe(w), " rows are not ", G, " equal groups");
+  const int64_t N = w.dim(0) / G, K = w.dim(1);
+  SL_CHECK(a.ndim() >= 1 && (G * K == 0 || a.numel() % (G * K) == 0), op, ": a ", describe(a),
+           " is not rows of G*K = ", G * K, " (w ", describe(w), ", groups ", G, ")");
+  const int64_t M = G * K != 0 ? a.numel() / (G * K) : 0;
+  SL_CHECK(out.ndim() >= 1 && out.dim(-1) == G * N && out.numel() == M * G * N, op, ": out ", describe(out),
+           " is not [M = ", M, ", G*N = ", G * N, "] for a ", describe(a), " and w ", describe(w));
+  SL_CHECK(!overlaps(out, a) && !overlaps(out, w), op, ": out may not alias a or w");
+  if (K == 0) {
+    fill(s, out, 0.f);
+    return;
+  }
+  // Group g: out[:, g*N:(g+1)*N] (ld G*N, stride N) = a[:, g*K:(g+1)*K] (ld G*K, stride K)
+  //          . w[g*N:(g+1)*N, :]^T (ld K, stride N*K).
+  GemmArgs g{out.data, a.data, w.data, M, N, K, G * K, K, G * N, K, N * K, N};
+  gemm_any(*this, op, s, g, out.dtype, a.dtype, w.dtype, int(G));
+}
+
+// ================================================================ rmsnorm
+
+namespace {
+
+// out[r, i] = w[i] * (x[r, i] * rsq) with rsq = 1/sqrt(mean(x[r]^2) + eps), fp32 statistics.
+// TPR threads per row: 32 (a warp per row, 8 rows per 256-thread block) for dim <= 1024, else
+// 256 (a block per row). Two passes over the row (the second hits L1/L2); each element is read
+// and written by the same thread, so out may alias x.
+template <int TPR>
+__global__ __launch_bounds__(256) void rmsnorm_kernel(void* out, int dto, const void* x, int dtx, const void* w,
+                                                      int dtw, int64_t rows, int64_t dim, float eps) {
+  __shared__ float red[32];
+  const int64_t row = int64_t(blockIdx.x) * (256 / TPR) + threadIdx.x / TPR;
+  const int lane = threadIdx.x % TPR;
+  const bool active = row < rows;
+  float ss = 0.f;
+  if (active)
+    #pragma unroll 4
+    for (int64_t i = lane; i < dim; i += TPR) {
+      const float v = ldf(x, dtx, row * dim + i);
+      ss += v * v;
+    }
+  if constexpr (TPR == 32) {
+    ss = warp_sum(ss);
+  } else {
+    ss = block_sum(ss, red);
+  }
+  if (!active) return;
+  const float r = 1.f / sqrtf(ss / float(dim) + eps);
+  #pragma unroll 4
+  for (int64_t i = lane; i < dim; i += TPR) {
+    const float v = ldf(x, dtx, row * dim + i);
+    const float wi = w ? ldf(w, dtw, i) : 1.f;
+    stf(out, dto, row * dim + i, wi * (v * r));
+  }
+}
+
+// out = a + b, elementwise (grid-stride, one element per thread per step).
+__global__ void add_kernel(void* out, int dto, const void* a, int dta, const void* b, int dtb, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    stf(out, dto, i, ldf(a, dta, i) + ldf(b, dtb, i));
+}
+
+// Interleaved RoPE in place on the last R dims of each [dim] head vector: one thread per
+// (token, head, pair). Tokens whose position is outside the table are left unrotated.
+__global__ void rope_kernel(void* x, int dtx, const int32_t* pos, const float* table, int64_t T, int64_t heads,
+                            int64_t dim, int64_t R, int64_t P, int inverse) {
+  const int64_t half = R / 2, n = T * heads * half;
+  for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < n;
+       idx += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t i = idx % half, th = idx / half, t = th / heads;
+    const int32_t p = pos[t];
+    if (p < 0 || p >= P) continue;
+    const float c = table[int64_t(p) * R + i];
+    const float sn = inverse ? -table[int64_t(p) * R + half + i] : table[int64_t(p) * R + half + i];
+    const int64_t base = th * dim + (dim - R) + 2 * i;
+    const float e = ldf(x, dtx, base), o = ldf(x, dtx, base + 1);
+    stf(x, dtx, base, e * c - o * sn);
+    stf(x, dtx, base + 1, o * c + e * sn);
+  }
+}
+
+// out = silu(min(g, L)) * clamp(u, -L, L), elementwise.
+__global__ void swiglu_kernel(void* out, int dto, const void* g, int dtg, const void* u, int dtu, int64_t n,
+                              float limit) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const float gv = fminf(ldf(g, dtg, i), limit);
+    const float uv = fminf(fmaxf(ldf(u, dtu, i), -limit), limit);
+    stf(out, dto, i, gv * sigmoidf_(gv) * uv);
+  }
+}
+
+// out[t, :] = table[ids[t], :] (zeros when zero_pos0 and pos[t] == 0, or the id is outside the
+// vocabulary): one block per token row, threads striding over D.
+__global__ void embed_kernel(void* out, int dto, const int32_t* ids, const void* table, int dtt, const int32_t* pos,
+                             int zero_pos0, int64_t V, int64_t D) {
+  const int64_t t = blockIdx.x;
+  const int32_t id = ids[t];
+  const bool zero = (zero_pos0 && pos[t] == 0) || id < 0 || id >= V;
+  #pragma unroll 4
+  for (int64_t d = threadIdx.x; d < D; d += blockDim.x)
+    stf(out, dto, t * D + d, zero ? 0.f : ldf(table, dtt, int64_t(id) * D + d));
+}
+
+// argmax of each F32 row: one block (512 threads) per row, each thread scans a strided subset
+// keeping the first maximum (strict '>' in index order), then a tree over (value, index) pairs
+// where equal values keep the lower index. NaN never wins (as on the CPU, unless it is at
+// index 0: the CPU starts from element 0, and so does this).
+__global__ __launch_bounds__(512) void argmax_kernel(int32_t* out, const float* logits, int64_t V) {
+  __shared__ float sv[512];
+  __shared__ int64_t si[512];
+  const float* row = logits + int64_t(blockIdx.x) * V;
+  float bv = row[0];
+  int64_t bi = 0;
+  #pragma unroll 4
+  for (int64_t v = threadIdx.x; v < V; v += blockDim.x) {
+    const float x = row[v];
+    if (x > bv || (x == bv && v < bi)) {
+      bv = x;
+      bi = v;
+    }
+  }
+  sv[threadIdx.x] = bv;
+  si[threadIdx.x] = bi;
+  __syncthreads();
+  for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) {
+      const float ov = sv[threadIdx.x + s];
+      const int64_t oi = si[threadIdx.x + s];
+      const float mv = sv[threadIdx.x];
+      const int64_t mi = si[threadIdx.x];
+      if (ov > mv || (ov == mv && oi < mi)) {
+        sv[threadIdx.x] = ov;
+        si[threadIdx.x] = oi;
+      }
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) out[blockIdx.x] = int32_t(si[0]);
+}
+
+// out[i, :] = in[rows[i], :] as raw bytes: one block per output row; 16-byte words when the row
+// size and both bases allow, else 4-byte, else single bytes. Rows outside [0, m) give zeros.
+__global__ void gather_rows_kernel(char* out, const char* in, const int32_t* rows, int64_t m, int64_t row_bytes,
+                                   int width) {
+  const int64_t i = blockIdx.x;
+  const int32_t r = rows[i];
+  const bool ok = r >= 0 && r < m;
+  char* dst = out + i * row_bytes;
+  const char* src = in + int64_t(ok ? r : 0) * row_bytes;
+  if (width == 16) {
+    #pragma unroll 4
+    for (int64_t b = threadIdx.x; b < row_bytes / 16; b += blockDim.x)
+      reinterpret_cast<uint4*>(dst)[b] = ok ? reinterpret_cast<const uint4*>(src)[b] : make_uint4(0, 0, 0, 0);
+  } else if (width == 4) {
+    #pragma unroll 4
+    for (int64_t b = threadIdx.x; b < row_bytes / 4; b += blockDim.x)
+      reinterpret_cast<uint32_t*>(dst)[b] = ok ? reinterpret_cast<const uint32_t*>(src)[b] : 0u;
+  } else {
+    for (int64_t b = threadIdx.x; b < row_bytes; b += blockDim.x) dst[b] = ok ? src[b] : 0;
+  }
+}
+
+// out[b*T0 + i] = tokens[b*T0 + i + 1] (i < T0-1), sampled[b] (i = T0-1): one thread each.
+__global__ void shift_tokens_kernel(int32_t* out, const int32_t* tokens, const int32_t* sampled, int64_t n,
+                                    int64_t T0) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t b = i / T0, j = i % T0;
+    out[i] = j + 1 < T0 ? tokens[i + 1] : sampled[b];
+  }
+}
+
+}  // namespace
+
+namespace cuda {
+void launch_swiglu(const char* op, cudaStream_t st, void* out, int dto, const void* g, int dtg, const void* u,
+                   int dtu, int64_t n, float limit) {
+  if (n == 0) return;
+  swiglu_kernel<<<grid_for(n, 256), 256, 0, st>>>(out, dto, g, dtg, u, dtu, n, limit);
+  CUDA_LAUNCH_CHECK(op, st);
+}
+}  // namespace cuda
+
+void CudaBackend::rmsnorm(Stream s, const Tensor& out, const Tensor& x, const Tensor& w, float eps) {
+  const char* op = "rmsnorm";
+  cudaStream_t st = stream(s, op);
+  check_float(op, "x", x);
+  check_float(op, "out", out);
+  SL_CHECK(x.ndim() >= 1 && x.dim(-1) > 0, op, ": x ", describe(x), " has no last dim");
+  const int64_t dim = x.dim(-1), rows = x.numel() / dim;
+  SL_CHECK(out.numel() == x.numel(), op, ": out ", describe(out), " and x ", describe(x), " differ in size");
+  SL_CHECK(out.data == x.data || !overlaps(out, x), op, ": out partially overlaps x");
+  if (!w.empty()) {
+    check_float(op, "w", w);
+    check_numel(op, "w", w, dim);
+  }
+  if (rows == 0) return;
+  const void* wp = w.empty() ? nullptr : w.data;
+  const int dtw = w.empty() ? kF32 : fcode(w.dtype);
+  if (dim <= 1024) {
+    rmsnorm_kernel<32><<<unsigned(cdiv(rows, 8)), 256, 0, st>>>(out.data, fcode(out.dtype), x.data, fcode(x.dtype),
+                                                                  wp, dtw, rows, dim, eps);
+  } else {
+    rmsnorm_kernel<256><<<unsigned(rows), 256, 0, st>>>(out.data, fcode(out.dtype), x.data, fcode(x.dtype), wp, dtw,
+                                                          rows, dim, eps);
+  }
+  CUDA_LAUNCH_CHECK(op, st);
+}
+
+void CudaBackend::add(Stream s, const Tensor& out, const Tensor& a, const Tensor& b) {
+  const char* op = "add";
+  cudaStream_t st = stream(s, op);
+  check_float(op, "a", a);
+  check_float(op, "b", b);
+  check_float(op, "out", out);
+  SL_CHECK(a.numel() == b.numel() && out.numel() == a.numel(), op, ": out ", describe(out), ", a ", describe(a),
+           " and b ", describe(b), " differ in size");
+  const int64_t n = a.numel();
+  if (n == 0) return;
+  add_kernel<<<grid_for(n, 256), 256, 0, st>>>(out.data, fcode(out.dtype), a.data, fcode(a.dtype), b.data,
+                                                fcode(b.dtype), n);
+  CUDA_LAUNCH_CHECK(op, st);
+}
+
+void CudaBackend::rope(Stream s, const Tensor& x, const Tensor& pos, const Tensor& table, bool inverse) {
+  const char* op = "rope";
+  cudaStream_t st = stream(s, op);
+  check_float(op, "x", x);
+  SL_CHECK(x.ndim() == 2 || x.ndim() == 3, op, ": x ", describe(x), " is not [T, heads, dim] or [T, dim]");
+  check_dtype(op, "table", table, DType::F32);
+  check_ndim(op, "table", table, 2);
+  const int64_t T = x.dim(0), dim = x.dim(-1), heads = x.ndim() == 3 ? x.dim(1) : 1;
+  const int64_t P = table.dim(0), R = table.dim(1);
+  SL_CHECK(R % 2 == 0 && R <= dim, op, ": table ", describe(table), " rotates R = ", R,
+           " dims; R must be even and fit the head dim of x ", describe(x));
+  check_i32(op, "pos", pos, {T});
+  const int64_t n = T * heads * (R / 2);
+  if (n == 0) return;
+  rope_kernel<<<grid_for(n, 256), 256, 0, st>>>(x.data, fcode(x.dtype), pos.ptr<int32_t>(), table.ptr<float>(), T,
+                                                 heads, dim, R, P, inverse ? 1 : 0);
+  CUDA_LAUNCH_CHECK(op, st);
+}
+
+void CudaBackend::swiglu(Stream s, const Tensor& out, const Tensor& g, const Tensor& u, float limit) {
+  const char* op = "swiglu";
+  cudaStream_t st = stream(s, op);
+  check_float(op, "g", g);
+  check_float(op, "u", u);
+  check_float(op, "out", out);
+  SL_CHECK(g.numel() == u.numel() && out.numel() == g.numel(), op, ": out ", describe(out), ", g ", describe(g),
+           " and u ", describe(u), " differ in size");
+  launch_swiglu(op, st, out.data, fcode(out.dtype), g.data, fcode(g.dtype), u.data, fcode(u.dtype), g.numel(), limit);
+}
+
+void CudaBackend::embed(Stream s, const Tensor& out, const Tensor& ids, const Tensor& table, const Tensor& pos,
+                        bool zero_pos0) {
+  const char* op = "embed";
+  cudaStream_t st = stream(s, op);
+  check_float(op, "table", table);
+  check_ndim(op, "table", table, 2);
+  check_dtype(op, "ids", ids, DType::I32);
+  check_ndim(op, "ids", ids, 1);
+  const int64_t T = ids.dim(0), V = table.dim(0), D = table.dim(1);
+  check_float(op, "out", out);
+  check_shape(op, "out", out, {T, D});
+  if (zero_pos0) check_i32(op, "pos", pos, {T});
+  if (T == 0) return;
+  embed_kernel<<<unsigned(T), 256, 0, st>>>(out.data, fcode(out.dtype), ids.ptr<int32_t>(), table.data,
+                                             fcode(table.dtype), zero_pos0 ? pos.ptr<int32_t>() : nullptr,
+                                             zero_pos0 ? 1 : 0, V, D);
+  CUDA_LAUNCH_CHECK(op, st);
+}
+
+void CudaBackend::argmax(Stream s, const Tensor& out, const Tensor& logits) {
+  const char* op = "argmax";
+  cudaStream_t st = stream(s, op);
+  check_dtype(op, "logits", logits, DType::F32);
+  check_ndim(op, "logits", logits, 2);
+  const int64_t n = logits.dim(0), V = logits.dim(1);
+  SL_CHECK(V > 0, op, ": logits ", describe(logits), " has no columns");
+  check_i32(op, "out", out, {n});
+  if (n == 0) return;
+  argmax_kernel<<<unsigned(n), 512, 0, st>>>(out.ptr<int32_t>(), logits.ptr<float>(), V);
+  CUDA_LAUNCH_CHECK(op, st);
+}
+
+void CudaBackend::gather_rows(Stream s, const Tensor& out, const Tensor& in, const Tensor& rows) {
+  const char* op = "gather_rows";
+  cudaStream_t st = stream(s, op);
+  check_present(op, "in", in);
+  check_present(op, "out", out);
+  check_dtype(op, "rows", rows, DType::I32);
+  check_ndim(op, "rows", rows, 1);
+  const int64_t n = rows.dim(0), m = in.dim(0);
+  SL_CHECK(out.dtype == in.dtype && out.ndim() >= 1 && out.dim(0) == n && in.ndim() >= 1 &&
+               (m == 0 ? out.numel() == 0 : out.numel() == n * (in.numel() / m)),
+           op, ": out ", describe(out), " does not hold ", n, " rows of in ", describe(in));
+  SL_CHECK(!overlaps(out, in), op, ": out may not alias in");
+  const int64_t row_bytes = m ? int64_t(in.bytes()) / m : 0;
+  if (n == 0 || row_bytes == 0) return;
+  const uintptr_t ab = reinterpret_cast<uintptr_t>(out.data) | reinterpret_cast<uintptr_t>(in.data);
+  const int width = (row_bytes % 16 == 0 && ab % 16 == 0) ? 16 : (row_bytes % 4 == 0 && ab % 4 == 0) ? 4 : 1;
+  gather_rows_kernel<<<unsigned(n), 256, 0, st>>>(static_cast<char*>(out.data), static_cast<const char*>(in.data),
+                                                   rows.ptr<int32_t>(), m, row_bytes, width);
+  CUDA_LAUNCH_CHECK(op, st);
+}
+
+void CudaBackend::shift_tokens(Stream s, const Tensor& out, const Tensor& tokens, const Tensor& sampled) {
+  const char* op = "shift_tokens";
+  cudaStream_t st = stream(s, op);
+  check_dtype(op, "sampled", sampled, DType::I32);
+  check_ndim(op, "sampled", sampled, 1);
+  check_dtype(op, "tokens", tokens, DType::I32);
+  const int64_t B = sampled.dim(0), n = tokens.numel();
+  SL_CHECK(B > 0 && n % B == 0, op, ": tokens ", describe(tokens), " is not B = ", B, " equal sequences (sampled ",
+           describe(sampled), ")");
+  check_i32(op, "out", out, {n});
+  SL_CHECK(!overlaps(out, tokens), op, ": out may not alias tokens");
+  if (n == 0) return;
+  shift_tokens_kernel<<<grid_for(n, 256), 256, 0, st>>>(out.ptr<int32_t>(), tokens.ptr<int32_t>(),
+                                                         sampled.ptr<int32_t>(), n, n / B);
+  CUDA_LAUNCH_CHECK(op, st);
+}
+
+}  // namespace sl

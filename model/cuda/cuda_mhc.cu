@@ -1,0 +1,345 @@
+// mHC on the GPU (MODEL.md 3.4): hc_pre (RMS + 24 mix logits + sigmoids + Sinkhorn + the
+// pre-weighted collapse), hc_post, hc_head, hc_expand, mtp_combine. hc = 4 is baked in (the
+// spec keeps it fixed; MODEL.md 11.4).
+//
+// The expensive part of hc_pre / hc_head is the mix GEMM m[T, mix] = X[T, 4D] . fn[mix, 4D]^T
+// (fn F32, 1.5 MiB for hc_pre at D = 4096). It runs on the tensor cores, exactly enough for
+// fp32: fn is split into bf16 hi = bf16(fn) and lo = bf16(fn - hi) (hi + lo carries 16 mantissa
+// bits, relative error ~1e-5), stacked as a bf16 [2 mix, 4D] matrix in the stream's scratch, and
+// one cuBLAS GEMM (bf16 in, fp32 accumulate and out; X is bf16 already, so exact) gives both
+// halves; m = hi part + lo part. (vLLM runs this GEMM in TF32, which is less exact.) Then one
+// block per token: the sum of squares of its 4D values, the sigmoids and the Sinkhorn (one
+// warp), and the pre-weighted collapse of the streams. Every sum is in a fixed order, so results
+// do not depend on scheduling (they do depend on T through cuBLAS's choice of kernel, like any
+// GEMM).
+#include "model/cuda/cuda_common.cuh"
+
+namespace sl {
+
+using namespace cuda;
+
+namespace {
+
+constexpr int HC = 4;
+
+struct HcArgs {
+  const void* X;
+  int dtx;
+  const float* fn;
+  int64_t T, D;
+  const float* mm;   // [rows, 2 * MIX]: the hi and lo halves of the mix logits (raw dots)
+  const float* scale;
+  const float* base;
+  int iters;
+  float hc_eps, rms_eps;
+  void* y;           // [T, D] (hc_pre's y or hc_head's h)
+  int dty;
+  float* post;       // [T, 4] (hc_pre only)
+  float* comb;       // [T, 4, 4] (hc_pre only)
+};
+
+// From a token's MIX raw dots and its sum of squares (tot, shared memory): the stream weights
+// wts[4] (hc_pre: pre; hc_head: w), and for hc_pre also post[4] and the Sinkhorn-normalised
+// comb[16], written to global memory. Called by one full warp. Sinkhorn runs on 16 lanes, one
+// comb element C[i][j] per lane (lane & 15 = 4i + j; lanes 16..31 mirror 0..15); row and column
+// sums gather the 4 values by shuffles and add them in index order, so every operation rounds as
+// in the CPU reference's serial loops.
+template <int MIX, bool HEAD>
+__device__ void hc_finish_warp(const HcArgs& a, int64_t t, const float* tot, float* wts) {
+  const int lane = threadIdx.x & 31;
+  const float r = 1.f / sqrtf(tot[MIX] / float(HC * a.D) + a.rms_eps);
+  if (lane < HC) wts[lane] = sigmoidf_(tot[lane] * r * a.scale[0] + a.base[lane]) + a.hc_eps;
+  if constexpr (!HEAD) {
+    if (lane >= HC && lane < 2 * HC)
+      a.post[t * HC + (lane - HC)] = 2.f * sigmoidf_(tot[lane] * r * a.scale[1] + a.base[lane]);
+    const int e = lane & 15, half = lane & 16;
+    const int row0 = half | (e & ~3), col = half | (e & 3);  // first lane of my row / my column
+    const float eps = a.hc_eps;
+    float c = tot[2 * HC + e] * r * a.scale[2] + a.base[2 * HC + e];
+    auto row_val = [&](float v, int q) { return __shfl_sync(0xffffffffu, v, row0 + q); };
+    auto col_val = [&](float v, int q) { return __shfl_sync(0xffffffffu, v, col + 4 * q); };
+    // Row softmax + eps.
+    {
+      float mx = row_val(c, 0);
+#pragma unroll
+      for (int q = 1; q < HC; ++q) mx = fmaxf(mx, row_val(c, q));
+      c = expf(c - mx);
+      float sum = 0.f;
+#pragma unroll
+      for (int q = 0; q < HC; ++q) sum += row_val(c, q);
+      c = c / sum + eps;
+    }
+    auto cols = [&] {
+      float sum = 0.f;
+#pragma unroll
+      for (int q = 0; q < HC; ++q) sum += col_val(c, q);
+      c /= sum + eps;
+    };
+    auto rows = [&] {
+      float sum = 0.f;
+#pragma unroll
+      for (int q = 0; q < HC; ++q) sum += row_val(c, q);
+      c /= sum + eps;
+    };
+    cols();
+    for (int it = 1; it < a.iters; ++it) {
+      rows();
+      cols();
+    }
+    if (lane < HC * HC) a.comb[t * HC * HC + lane] = c;
+  }
+  __syncwarp();
+}
+
+// y[t, d] = sum_s wts[s] * X[t, s, d] for one token, threads striding over d.
+__device__ __forceinline__ void hc_collapse(const HcArgs& a, int64_t t, const float* wts) {
+  const int64_t HD = HC * a.D;
+  #pragma unroll 4
+  for (int64_t d = threadIdx.x; d < a.D; d += blockDim.x) {
+    float acc = 0.f;
+#pragma unroll
+    for (int s = 0; s < HC; ++s) acc += wts[s] * ldf(a.X, a.dtx, t * HD + s * a.D + d);
+    stf(a.y, a.dty, t * a.D + d, acc);
+  }
+}
+
+// fn F32 [n] -> W bf16 [2, n]: W[0] = bf16(fn), W[1] = bf16(fn - W[0]) (one thread per element).
+__global__ void split_bf16_kernel(bf16* W, const float* fn, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const float f = fn[i];
+    const bf16 hi = __float2bfloat16_rn(f);
+    W[i] = hi;
+    W[n + i] = __float2bfloat16_rn(f - __bfloat162float(hi));
+  }
+}
+
+// One block (256 threads) per token t = t0 + blockIdx.x: the sum of squares of its 4D values
+// (block reduction), the MIX raw dots (hi + lo from the GEMM), then warp 0 finishes (sigmoids,
+// Sinkhorn) and all threads collapse the streams.
+template <int MIX, bool HEAD>
+__global__ __launch_bounds__(256) void hc_finish_kernel(HcArgs a, int64_t t0) {
+  __shared__ float tot[MIX + 1];
+  __shared__ float wts[HC];
+  __shared__ float red[32];
+  const int64_t t = t0 + blockIdx.x;
+  const int64_t HD = HC * a.D;
+  float ss = 0.f;
+  #pragma unroll 4
+  for (int64_t c = threadIdx.x; c < HD; c += blockDim.x) {
+    const float v = ldf(a.X, a.dtx, t * HD + c);
+    ss += v * v;
+  }
+  ss = block_sum(ss, red);
+  if (threadIdx.x < MIX) {
+    const float* row = a.mm + int64_t(blockIdx.x) * 2 * MIX;
+    tot[threadIdx.x] = row[threadIdx.x] + row[MIX + threadIdx.x];
+  }
+  if (threadIdx.x == 0) tot[MIX] = ss;
+  __syncthreads();
+  if (threadIdx.x < 32) hc_finish_warp<MIX, HEAD>(a, t, tot, wts);
+  __syncthreads();
+  hc_collapse(a, t, wts);
+}
+
+template <int MIX, bool HEAD>
+void launch_hc(CudaBackend& be, const char* op, Stream s, HcArgs a, DType xdt) {
+  cudaStream_t st = be.stream(s, op);
+  if (a.T == 0) return;
+  const int64_t HD = HC * a.D;
+  // Scratch: W (bf16 [2 MIX, HD]) then the GEMM output for a chunk of rows (F32 [rows, 2 MIX]).
+  const size_t wbytes = (size_t(2 * MIX) * HD * 2 + 255) / 256 * 256;
+  const size_t row_bytes = size_t(2 * MIX) * 4;
+  CudaBackend::Scratch sc = be.scratch(s, op, wbytes + row_bytes);
+  bf16* W = static_cast<bf16*>(sc.ptr);
+  float* mm = reinterpret_cast<float*>(static_cast<char*>(sc.ptr) + wbytes);
+  const int64_t chunk = int64_t((sc.bytes - wbytes) / row_bytes);
+  split_bf16_kernel<<<grid_for(MIX * HD, 256), 256, 0, st>>>(W, a.fn, MIX * HD);
+  CUDA_LAUNCH_CHECK(op, st);
+  Tensor wt;
+  wt.data = W;
+  wt.dtype = DType::BF16;
+  wt.shape = Shape{2 * MIX, HD};
+  for (int64_t t0 = 0; t0 < a.T; t0 += chunk) {
+    const int64_t rows = std::min(chunk, a.T - t0);
+    Tensor xt, ot;
+    xt.data = const_cast<char*>(static_cast<const char*>(a.X) + size_t(t0 * HD) * dtype_size(xdt));
+    xt.dtype = xdt;
+    xt.shape = Shape{rows, HD};
+    ot.data = mm;
+    ot.dtype = DType::F32;
+    ot.shape = Shape{rows, 2 * MIX};
+    be.gemm(s, ot, xt, wt);
+    a.mm = mm;
+    hc_finish_kernel<MIX, HEAD><<<unsigned(rows), 256, 0, st>>>(a, t0);
+    CUDA_LAUNCH_CHECK(op, st);
+  }
+}
+
+// X_out[t, j, d] = post[t, j] * f[t, d] + sum_i comb[t, i, j] * res[t, i, d]: one thread per
+// (t, d) computes all 4 destinations from the 4 sources it read first (so X_out may alias res).
+__global__ void hc_post_kernel(void* xo, int dto, const void* f, int dtf, const void* res, int dtr, const float* post,
+                               const float* comb, int64_t T, int64_t D) {
+  const int64_t n = T * D;
+  for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < n;
+       idx += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t t = idx / D, d = idx % D;
+    float old[HC];
+#pragma unroll
+    for (int i = 0; i < HC; ++i) old[i] = ldf(res, dtr, (t * HC + i) * D + d);
+    const float fv = ldf(f, dtf, idx);
+#pragma unroll
+    for (int j = 0; j < HC; ++j) {
+      float acc = post[t * HC + j] * fv;
+#pragma unroll
+      for (int i = 0; i < HC; ++i) acc += comb[t * HC * HC + i * HC + j] * old[i];
+      stf(xo, dto, (t * HC + j) * D + d, acc);
+    }
+  }
+}
+
+// X[t, s, d] = e[t, d] for every stream s: one thread per (t, d).
+__global__ void hc_expand_kernel(void* X, int dtx, const void* e, int dte, int64_t T, int64_t hc, int64_t D) {
+  const int64_t n = T * D;
+  for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < n;
+       idx += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t t = idx / D, d = idx % D;
+    const float v = ldf(e, dte, idx);
+    for (int64_t s = 0; s < hc; ++s) stf(X, dtx, (t * hc + s) * D + d, v);
+  }
+}
+
+// X[t, s, d] = hp[t, s, d] + ep[t, d]: one thread per element of X (X may alias hp).
+__global__ void mtp_combine_kernel(void* X, int dtx, const void* hp, int dth, const void* ep, int dte, int64_t T,
+                                   int64_t hc, int64_t D) {
+  const int64_t n = T * hc * D;
+  for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < n;
+       idx += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t d = idx % D, t = idx / (hc * D);
+    stf(X, dtx, idx, ldf(hp, dth, idx) + ldf(ep, dte, t * D + d));
+  }
+}
+
+}  // namespace
+
+void CudaBackend::hc_pre(Stream s, const Tensor& y, const Tensor& post, const Tensor& comb, const Tensor& X,
+                         const Tensor& fn, const Tensor& scale, const Tensor& base, int sinkhorn_iters, float hc_eps,
+                         float rms_eps) {
+  const char* op = "hc_pre";
+  check_float(op, "X", X);
+  check_ndim(op, "X", X, 3);
+  const int64_t T = X.dim(0), hc = X.dim(1), D = X.dim(2);
+  SL_CHECK(hc == HC, op, ": X ", describe(X), " has hc = ", hc, " streams; the CUDA backend supports hc = 4");
+  const int64_t mix = (2 + hc) * hc;
+  check_f32(op, "fn", fn, {mix, hc * D});
+  check_f32(op, "scale", scale, {3});
+  check_f32(op, "base", base, {mix});
+  check_float(op, "y", y);
+  check_shape(op, "y", y, {T, D});
+  check_f32(op, "post", post, {T, hc});
+  check_f32(op, "comb", comb, {T, hc, hc});
+  SL_CHECK(sinkhorn_iters >= 1, op, ": sinkhorn_iters = ", sinkhorn_iters, ", expected >= 1");
+  SL_CHECK(!overlaps(y, X), op, ": y may not alias X");
+  HcArgs a{};
+  a.X = X.data;
+  a.dtx = fcode(X.dtype);
+  a.fn = fn.ptr<float>();
+  a.T = T;
+  a.D = D;
+  a.scale = scale.ptr<float>();
+  a.base = base.ptr<float>();
+  a.iters = sinkhorn_iters;
+  a.hc_eps = hc_eps;
+  a.rms_eps = rms_eps;
+  a.y = y.data;
+  a.dty = fcode(y.dtype);
+  a.post = post.ptr<float>();
+  a.comb = comb.ptr<float>();
+  launch_hc<(2 + HC) * HC, false>(*this, op, s, a, X.dtype);
+}
+
+void CudaBackend::hc_head(Stream s, const Tensor& h, const Tensor& X, const Tensor& fn, const Tensor& scale,
+                          const Tensor& base, float hc_eps, float rms_eps) {
+  const char* op = "hc_head";
+  check_float(op, "X", X);
+  check_ndim(op, "X", X, 3);
+  const int64_t T = X.dim(0), hc = X.dim(1), D = X.dim(2);
+  SL_CHECK(hc == HC, op, ": X ", describe(X), " has hc = ", hc, " streams; the CUDA backend supports hc = 4");
+  check_f32(op, "fn", fn, {hc, hc * D});
+  check_f32(op, "scale", scale, {1});
+  check_f32(op, "base", base, {hc});
+  check_float(op, "h", h);
+  check_shape(op, "h", h, {T, D});
+  SL_CHECK(!overlaps(h, X), op, ": h may not alias X");
+  HcArgs a{};
+  a.X = X.data;
+  a.dtx = fcode(X.dtype);
+  a.fn = fn.ptr<float>();
+  a.T = T;
+  a.D = D;
+  a.scale = scale.ptr<float>();
+  a.base = base.ptr<float>();
+  a.iters = 0;
+  a.hc_eps = hc_eps;
+  a.rms_eps = rms_eps;
+  a.y = h.data;
+  a.dty = fcode(h.dtype);
+  launch_hc<HC, true>(*this, op, s, a, X.dtype);
+}
+
+void CudaBackend::hc_post(Stream s, const Tensor& X_out, const Tensor& f, const Tensor& res, const Tensor& post,
+                          const Tensor& comb) {
+  const char* op = "hc_post";
+  cudaStream_t st = stream(s, op);
+  check_float(op, "res", res);
+  check_ndim(op, "res", res, 3);
+  const int64_t T = res.dim(0), hc = res.dim(1), D = res.dim(2);
+  SL_CHECK(hc == HC, op, ": res ", describe(res), " has hc = ", hc, " streams; the CUDA backend supports hc = 4");
+  check_float(op, "X_out", X_out);
+  check_shape(op, "X_out", X_out, {T, hc, D});
+  check_float(op, "f", f);
+  check_shape(op, "f", f, {T, D});
+  check_f32(op, "post", post, {T, hc});
+  check_f32(op, "comb", comb, {T, hc, hc});
+  SL_CHECK(!overlaps(X_out, f), op, ": X_out may not alias f");
+  SL_CHECK(X_out.data == res.data || !overlaps(X_out, res), op, ": X_out partially overlaps res");
+  if (T * D == 0) return;
+  hc_post_kernel<<<grid_for(T * D, 256), 256, 0, st>>>(X_out.data, fcode(X_out.dtype), f.data, fcode(f.dtype),
+                                                        res.data, fcode(res.dtype), post.ptr<float>(),
+                                                        comb.ptr<float>(), T, D);
+  CUDA_LAUNCH_CHECK(op, st);
+}
+
+void CudaBackend::hc_expand(Stream s, const Tensor& X, const Tensor& e) {
+  const char* op = "hc_expand";
+  cudaStream_t st = stream(s, op);
+  check_float(op, "X", X);
+  check_ndim(op, "X", X, 3);
+  const int64_t T = X.dim(0), hc = X.dim(1), D = X.dim(2);
+  check_float(op, "e", e);
+  check_shape(op, "e", e, {T, D});
+  SL_CHECK(!overlaps(X, e), op, ": X may not alias e");
+  if (T * D == 0) return;
+  hc_expand_kernel<<<grid_for(T * D, 256), 256, 0, st>>>(X.data, fcode(X.dtype), e.data, fcode(e.dtype), T, hc, D);
+  CUDA_LAUNCH_CHECK(op, st);
+}
+
+void CudaBackend::mtp_combine(Stream s, const Tensor& X, const Tensor& hp, const Tensor& ep) {
+  const char* op = "mtp_combine";
+  cudaStream_t st = stream(s, op);
+  check_float(op, "hp", hp);
+  check_ndim(op, "hp", hp, 3);
+  const int64_t T = hp.dim(0), hc = hp.dim(1), D = hp.dim(2);
+  check_float(op, "X", X);
+  check_shape(op, "X", X, {T, hc, D});
+  check_float(op, "ep", ep);
+  check_shape(op, "ep", ep, {T, D});
+  SL_CHECK(X.data == hp.data || !overlaps(X, hp), op, ": X partially overlaps hp");
+  SL_CHECK(!overlaps(X, ep), op, ": X may not alias ep");
+  const int64_t n = T * hc * D;
+  if (n == 0) return;
+  mtp_combine_kernel<<<grid_for(n, 256), 256, 0, st>>>(X.data, fcode(X.dtype), hp.data, fcode(hp.dtype), ep.data,
+                                                        fcode(ep.dtype), T, hc, D);
+  CUDA_LAUNCH_CHECK(op, st);
+}
+
+}  // namespace sl

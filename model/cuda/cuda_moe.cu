@@ -1,0 +1,626 @@
+// MoE on the GPU (MODEL.md 6): routing, and the routed experts as a device-side permutation
+// plus one grouped tensor-core GEMM launch per expert matrix. Nothing here reads device memory
+// on the host, so the whole MoE is CUDA-graph capturable.
+//
+// moe_experts, for P = T * k (token, slot) pairs:
+//   1. moe_permute_kernel (one block): counts per expert, exclusive scans -> each expert's row
+//      range and first BM-row tile; a stable scatter (pairs keep token order within an expert):
+//      src_row[row] = token, inv[pair] = row.
+//   2. moe_gemm_kernel for w1 (gathering x rows through src_row) and for w3: one launch each over
+//      all experts. A block is one (expert, BM-row tile) x 64 output columns [x one K split]; it
+//      finds its expert by a binary search over the tile starts (device memory) and exits if past
+//      the last tile, so the host needs no counts. K streams through a 4-stage cp.async pipeline;
+//      each expert weight byte is read once per row tile (decode: one tile per expert).
+//   3. SwiGLU with clamp on the permuted rows.
+//   4. moe_gemm_kernel for w2 -> y (F32).
+//   5. moe_combine_kernel: out[t] = sum_{i < k} weights[t, i] * y[inv[t*k + i]], in slot order.
+// Decode (P <= 64 pairs: few rows per expert, a handful of experts) is memory-bound on the expert
+// weights and would leave most SMs idle, so K is split SK ways (blockIdx.z): each split writes
+// F32 partial sums, and the consumer (the SwiGLU step for w1/w3, the combine for w2) adds the SK
+// partials in split order. Every output element is a fixed-order fp32 sum that does not depend on
+// which other rows share its tile: results do not depend on scheduling.
+#include <mma.h>
+
+#include <algorithm>
+#include <climits>
+#include <map>
+#include <mutex>
+
+#include "model/cuda/cuda_common.cuh"
+
+namespace sl {
+
+using namespace cuda;
+using namespace nvcuda;
+
+namespace {
+
+template <class K>
+void allow_smem(const char* op, K* kernel, size_t bytes, size_t optin) {
+  SL_CHECK(bytes <= optin, op, ": needs ", bytes, " bytes of shared memory per block; the device allows ", optin);
+  if (bytes <= 48 * 1024) return;
+  static std::mutex mu;
+  static std::map<const void*, size_t> set;
+  std::lock_guard<std::mutex> lock(mu);
+  size_t& cur = set[reinterpret_cast<const void*>(kernel)];
+  if (bytes > cur) {
+    CUDA_CHECK(op, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+    cur = bytes;
+  }
+}
+
+inline size_t al256(size_t n) { return (n + 255) / 256 * 256; }
+
+// Split-K for decode: at most this many pairs, SK = kMaxSplit ways.
+constexpr int64_t kSplitMaxPairs = 64;
+constexpr int kMaxSplit = 4;
+
+// The workspace of moe_experts (256-byte aligned sections).
+struct MoeLayout {
+  size_t counts = 0, offsets = 0, tiles = 0, src_row = 0, inv = 0, h1 = 0, h3 = 0, y = 0, p1 = 0, p3 = 0, py = 0,
+         total = 0;
+  MoeLayout(int64_t P, int64_t D, int64_t F, int64_t E) {
+    size_t at = 0;
+    auto take = [&](size_t bytes) {
+      const size_t here = at;
+      at += al256(bytes);
+      return here;
+    };
+    const int64_t Ps = std::min(P, kSplitMaxPairs);
+    counts = take(size_t(E) * 4);        // I32 [E]     rows per expert
+    offsets = take(size_t(E + 1) * 4);   // I32 [E+1]   first row of each expert
+    tiles = take(size_t(E + 1) * 4);     // I32 [E+1]   first BM-row tile of each expert
+    src_row = take(size_t(P) * 4);       // I32 [P]     row -> token
+    inv = take(size_t(P) * 4);           // I32 [P]     pair t*k+i -> row (-1: invalid id)
+    h1 = take(size_t(P * F) * 2);        // BF16 [P, F] w1 x, then the SwiGLU output
+    h3 = take(size_t(P * F) * 2);        // BF16 [P, F] w3 x
+    y = take(size_t(P * D) * 4);         // F32 [P, D]  w2 (...)
+    p1 = take(size_t(kMaxSplit * Ps * F) * 4);  // F32 [SK, Ps, F] split-K partials of w1 x (decode)
+    p3 = take(size_t(kMaxSplit * Ps * F) * 4);  // F32 [SK, Ps, F] ... of w3 x
+    py = take(size_t(kMaxSplit * Ps * D) * 4);  // F32 [SK, Ps, D] ... of w2 (...)
+    total = at;
+  }
+};
+
+// ================================================================ routing
+
+// One block (256 threads) per token; its E scores and keys live in shared memory. s =
+// sqrt(softplus(z)); hash layers take ids from tid2eid[token]; otherwise k rounds of a block
+// argmax over the untaken keys s + bias (per thread, then butterfly per warp, then the 8 warps in
+// order; ties -> lower index; NaN counts as -inf). Thread 0 then normalises the chosen unbiased
+// scores in slot order and scales them.
+struct RouteArgs {
+  int32_t* ids;
+  float* weights;
+  const float* logits;
+  const float* bias;     // may be null
+  const int32_t* tid2eid;  // may be null
+  const int32_t* tokens;
+  int64_t T, V;
+  int E, k;
+  float scaling;
+};
+
+__device__ __forceinline__ bool route_better(float v, int i, float bv, int bi) {
+  return v > bv || (v == bv && i < bi);
+}
+
+__global__ __launch_bounds__(256) void route_kernel(RouteArgs a) {
+  extern __shared__ float route_smem[];
+  __shared__ int chosen[64];
+  __shared__ float wv[8];
+  __shared__ int wi[8];
+  float* sc = route_smem;
+  float* ky = sc + a.E;
+  unsigned char* taken = reinterpret_cast<unsigned char*>(ky + a.E);
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int64_t t = blockIdx.x;
+  for (int e = tid; e < a.E; e += 256) {
+    const float z = a.logits[t * a.E + e];
+    const float s = sqrtf(z > 20.f ? z : log1pf(expf(z)));
+    sc[e] = s;
+    ky[e] = s + (a.bias ? a.bias[e] : 0.f);
+    taken[e] = 0;
+  }
+  __syncthreads();
+  if (a.tid2eid) {
+    const int32_t tok = a.tokens[t];
+    if (tid < a.k) chosen[tid] = (tok >= 0 && tok < a.V) ? a.tid2eid[int64_t(tok) * a.k + tid] : -1;
+  } else {
+    for (int i = 0; i < a.k; ++i) {
+      float bv = -INFINITY;
+      int bi = INT_MAX;
+      for (int e = tid; e < a.E; e += 256) {
+        if (taken[e]) continue;
+        float v = ky[e];
+        if (v != v) v = -INFINITY;
+        if (route_better(v, e, bv, bi)) {
+          bv = v;
+          bi = e;
+        }
+      }
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (route_better(ov, oi, bv, bi)) {
+          bv = ov;
+          bi = oi;
+        }
+      }
+      if (lane == 0) {
+        wv[warp] = bv;
+        wi[warp] = bi;
+      }
+      __syncthreads();
+      if (tid == 0) {
+        float b = wv[0];
+        int ix = wi[0];
+        for (int w = 1; w < 8; ++w)
+          if (route_better(wv[w], wi[w], b, ix)) {
+            b = wv[w];
+            ix = wi[w];
+          }
+        chosen[i] = ix == INT_MAX ? -1 : ix;
+        if (ix != INT_MAX) taken[ix] = 1;
+      }
+      __syncthreads();
+    }
+  }
+  __syncthreads();
+  if (tid == 0) {
+    float sum = 0.f;
+    for (int i = 0; i < a.k; ++i) {
+      const int id = chosen[i];
+      sum += (id >= 0 && id < a.E) ? sc[id] : 0.f;
+    }
+    if (sum <= 0.f) sum = 1.f;
+    for (int i = 0; i < a.k; ++i) {
+      const int id = chosen[i];
+      a.ids[t * a.k + i] = id;
+      a.weights[t * a.k + i] = (id >= 0 && id < a.E) ? sc[id] / sum * a.scaling : 0.f;
+    }
+  }
+}
+
+// ================================================================ permutation
+
+// Exclusive prefix sum of v over a 1024-thread block (thread order); *total gets the sum.
+// wsum: 32 ints of shared memory. All threads must call.
+__device__ __forceinline__ int block_excl_scan1024(int v, int* wsum, int* total) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  int x = v;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int y = __shfl_up_sync(0xffffffffu, x, o);
+    if (lane >= o) x += y;
+  }
+  if (lane == 31) wsum[warp] = x;
+  __syncthreads();
+  if (warp == 0) {
+    int w = wsum[lane];
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int y = __shfl_up_sync(0xffffffffu, w, o);
+      if (lane >= o) w += y;
+    }
+    wsum[lane] = w;
+  }
+  __syncthreads();
+  const int excl = x - v + (warp > 0 ? wsum[warp - 1] : 0);
+  *total = wsum[31];
+  __syncthreads();
+  return excl;
+}
+
+// One block of 1024 threads (E <= 1024). Counts (shared-memory integer atomics), two block scans
+// (rows and BM-row tiles per expert), then a stable scatter in chunks of 1024 pairs: a pair's rank
+// among the chunk's earlier pairs of its expert is counted directly (shared-memory broadcast
+// reads), and each expert's running base advances by its count in the chunk.
+__global__ __launch_bounds__(1024) void moe_permute_kernel(const int32_t* ids, int64_t P, int k, int E, int BM,
+                                                          int* counts, int* offsets, int* tiles, int* src_row,
+                                                          int* inv) {
+  extern __shared__ int perm_smem[];
+  int* cnt = perm_smem;  // [E]
+  int* base = cnt + E;   // [E]
+  __shared__ int cid[1024];
+  __shared__ int wsum[32];
+  const int tid = threadIdx.x;
+  for (int e = tid; e < E; e += blockDim.x) cnt[e] = 0;
+  __syncthreads();
+  for (int64_t i = tid; i < P; i += blockDim.x) {
+    const int e = ids[i];
+    if (e >= 0 && e < E) atomicAdd(&cnt[e], 1);
+  }
+  __syncthreads();
+  const int c = tid < E ? cnt[tid] : 0;
+  int total_rows = 0, total_tiles = 0;
+  const int off = block_excl_scan1024(c, wsum, &total_rows);
+  const int toff = block_excl_scan1024((c + BM - 1) / BM, wsum, &total_tiles);
+  if (tid < E) {
+    counts[tid] = c;
+    offsets[tid] = off;
+    tiles[tid] = toff;
+    base[tid] = off;
+  }
+  if (tid == 0) {
+    offsets[E] = total_rows;
+    tiles[E] = total_tiles;
+  }
+  __syncthreads();
+  for (int64_t c0 = 0; c0 < P; c0 += 1024) {
+    const int64_t i = c0 + tid;
+    int e = i < P ? ids[i] : -1;
+    if (e < 0 || e >= E) e = -1;
+    cid[tid] = e;
+    __syncthreads();
+    if (e >= 0) {
+      int rank = 0;
+      for (int j = 0; j < tid; ++j) rank += cid[j] == e;
+      const int dst = base[e] + rank;
+      src_row[dst] = int(i / k);
+      inv[i] = dst;
+    } else if (i < P) {
+      inv[i] = -1;
+    }
+    __syncthreads();
+    if (c0 + 1024 < P) {
+      for (int e2 = tid; e2 < E; e2 += blockDim.x) {
+        int n = 0;
+        for (int j = 0; j < 1024; ++j) n += cid[j] == e2;
+        base[e2] += n;
+      }
+      __syncthreads();
+    }
+  }
+}
+
+// ================================================================ grouped GEMM
+
+struct MoeGemmArgs {
+  void* out;             // [P, N] (bf16 or f32), permuted rows
+  const bf16* A;         // rows of K values
+  const int* a_rows;     // permuted row -> A row (null: identity)
+  int64_t lda;
+  const bf16* W;         // [E, N, K]
+  int N, K, E;
+  const int* counts;
+  const int* offsets;
+  const int* tiles;
+  int64_t split_stride;  // elements between the K splits' outputs (blockIdx.z)
+};
+
+constexpr int GBN = 64, GBK = 64, GSTAGES = 4, GLDS = GBK + 8;
+
+__host__ __device__ constexpr size_t moe_gemm_smem(int BM) {
+  return size_t(GSTAGES) * BM * GLDS * 2 + size_t(GSTAGES) * GBN * GLDS * 2 + size_t(BM) * (GBN + 4) * 4;
+}
+
+// 128 threads (4 warps). Tile = BM rows of one expert x 64 columns; K in steps of 64 through a
+// 4-stage cp.async pipeline (rows past the expert's count are zero-filled, never read). Each warp
+// owns BM/16 of the (BM/16 x 4) 16x16 accumulator fragments, all in one fragment row (so its A
+// fragment is loaded once per k-step). Epilogue through shared memory, rows past the count
+// dropped.
+template <int BM, class OutT>
+__global__ __launch_bounds__(128) void moe_gemm_kernel(MoeGemmArgs g) {
+  extern __shared__ __align__(128) unsigned char gemm_smem[];
+  bf16* As = reinterpret_cast<bf16*>(gemm_smem);
+  bf16* Bs = As + size_t(GSTAGES) * BM * GLDS;
+  float* Cs = reinterpret_cast<float*>(Bs + size_t(GSTAGES) * GBN * GLDS);
+  constexpr int FPW = BM / 16;  // fragments per warp (1..4)
+  const int tid = threadIdx.x, warp = tid >> 5;
+  const int bx = blockIdx.x;
+  if (bx >= g.tiles[g.E]) return;
+  int lo = 0, hi = g.E;  // tiles[lo] <= bx < tiles[hi]
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) >> 1;
+    if (g.tiles[mid] <= bx)
+      lo = mid;
+    else
+      hi = mid;
+  }
+  const int e = lo;
+  const int mt = bx - g.tiles[e];
+  const int row0 = g.offsets[e] + mt * BM;
+  const int rows = min(BM, g.counts[e] - mt * BM);
+  const int n0 = blockIdx.y * GBN;
+  const bf16* Wb = g.W + (int64_t(e) * g.N + n0) * g.K;
+  const int KT = g.K / GBK / int(gridDim.z);  // k-tiles of this K split
+  const int kt0 = int(blockIdx.z) * KT;
+
+  auto load_stage = [&](int s, int kt) {
+    const int k0 = (kt0 + kt) * GBK;
+    bf16* as = As + size_t(s) * BM * GLDS;
+    bf16* bs = Bs + size_t(s) * GBN * GLDS;
+    for (int c = tid; c < BM * 8; c += 128) {
+      const int r = c >> 3, cc = c & 7;
+      const bool ok = r < rows;
+      const bf16* src = g.A;
+      if (ok) {
+        const int64_t ar = g.a_rows ? int64_t(g.a_rows[row0 + r]) : int64_t(row0 + r);
+        src = g.A + ar * g.lda + k0 + cc * 8;
+      }
+      cp_async16(as + r * GLDS + cc * 8, src, ok ? 16 : 0);
+    }
+    for (int c = tid; c < GBN * 8; c += 128) {
+      const int r = c >> 3, cc = c & 7;
+      cp_async16(bs + r * GLDS + cc * 8, Wb + int64_t(r) * g.K + k0 + cc * 8, 16);
+    }
+  };
+
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[FPW];
+#pragma unroll
+  for (int f = 0; f < FPW; ++f) wmma::fill_fragment(acc[f], 0.f);
+  const int fm = (warp * FPW) / 4;  // the warp's fragment row
+  const int fn0 = (warp * FPW) % 4;
+
+#pragma unroll
+  for (int s = 0; s < GSTAGES - 1; ++s) {
+    if (s < KT) load_stage(s, s);
+    cp_async_commit();
+  }
+  for (int kt = 0; kt < KT; ++kt) {
+    cp_async_wait<GSTAGES - 2>();
+    __syncthreads();
+    const int s = kt % GSTAGES;
+    const bf16* as = As + size_t(s) * BM * GLDS;
+    const bf16* bs = Bs + size_t(s) * GBN * GLDS;
+#pragma unroll
+    for (int kk = 0; kk < GBK / 16; ++kk) {
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> af;
+      wmma::load_matrix_sync(af, as + fm * 16 * GLDS + kk * 16, GLDS);
+#pragma unroll
+      for (int f = 0; f < FPW; ++f) {
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> bfr;
+        wmma::load_matrix_sync(bfr, bs + (fn0 + f) * 16 * GLDS + kk * 16, GLDS);
+        wmma::mma_sync(acc[f], af, bfr, acc[f]);
+      }
+    }
+    const int nk = kt + GSTAGES - 1;
+    if (nk < KT) load_stage(nk % GSTAGES, nk);
+    cp_async_commit();
+  }
+  cp_async_wait<0>();
+#pragma unroll
+  for (int f = 0; f < FPW; ++f)
+    wmma::store_matrix_sync(Cs + fm * 16 * (GBN + 4) + (fn0 + f) * 16, acc[f], GBN + 4, wmma::mem_row_major);
+  __syncthreads();
+  OutT* out = static_cast<OutT*>(g.out) + int64_t(blockIdx.z) * g.split_stride;
+  for (int i = tid; i < BM * GBN; i += 128) {
+    const int r = i / GBN, c = i % GBN;
+    if (r < rows) out[int64_t(row0 + r) * g.N + n0 + c] = from_f<OutT>(Cs[r * (GBN + 4) + c]);
+  }
+}
+
+template <int BM, class OutT>
+void launch_moe_gemm(const char* op, cudaStream_t st, const MoeGemmArgs& g, int64_t P, int sk, size_t optin) {
+  const int64_t max_tiles = cdiv(P, BM) + std::min<int64_t>(P, g.E);
+  const size_t smem = moe_gemm_smem(BM);
+  allow_smem(op, moe_gemm_kernel<BM, OutT>, smem, optin);
+  const dim3 grid{unsigned(max_tiles), unsigned(g.N / GBN), unsigned(sk)};
+  moe_gemm_kernel<BM, OutT><<<grid, 128, smem, st>>>(g);
+  CUDA_LAUNCH_CHECK(op, st);
+}
+
+// out[t, d] = sum_{i < k} weights[t, i] * y[inv[t*k + i], d] (fp32, slot order), where y is the
+// sum of the sk K-split partials (split order). Grid (T, D / 256): the block first stages the
+// token's k rows and weights in shared memory, then one thread per d.
+__global__ __launch_bounds__(256) void moe_combine_kernel(void* out, int dto, const float* y, int64_t split_stride,
+                                                          int sk, const int* inv, const float* weights, int k,
+                                                          int64_t D) {
+  __shared__ int ri[64];
+  __shared__ float rw[64];
+  const int64_t t = blockIdx.x;
+  if (threadIdx.x < k) {
+    ri[threadIdx.x] = inv[t * k + threadIdx.x];
+    rw[threadIdx.x] = weights[t * k + threadIdx.x];
+  }
+  __syncthreads();
+  const int64_t d = int64_t(blockIdx.y) * blockDim.x + threadIdx.x;
+  if (d >= D) return;
+  float acc = 0.f;
+  for (int i = 0; i < k; ++i) {
+    const int r = ri[i];
+    if (r < 0) continue;
+    float v = 0.f;
+    #pragma unroll 4
+    for (int z = 0; z < sk; ++z) v += y[z * split_stride + int64_t(r) * D + d];
+    acc += rw[i] * v;
+  }
+  stf(out, dto, t * D + d, acc);
+}
+
+// Decode: h[r, f] = swiglu(sum_z p1[z, r, f], sum_z p3[z, r, f]) over the split-K partials (split
+// order), one thread per element.
+__global__ void moe_swiglu_splitk_kernel(bf16* h, const float* p1, const float* p3, int64_t n, int sk,
+                                         int64_t stride, float limit) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    float g = 0.f, u = 0.f;
+    #pragma unroll 4
+    for (int z = 0; z < sk; ++z) {
+      g += p1[z * stride + i];
+      u += p3[z * stride + i];
+    }
+    g = fminf(g, limit);
+    u = fminf(fmaxf(u, -limit), limit);
+    h[i] = __float2bfloat16_rn(g * sigmoidf_(g) * u);
+  }
+}
+
+}  // namespace
+
+// ================================================================ ops
+
+void CudaBackend::route(Stream s, const Tensor& ids, const Tensor& weights, const Tensor& logits, const Tensor& bias,
+                        const Tensor& tid2eid, const Tensor& tokens, float scaling) {
+  const char* op = "route";
+  cudaStream_t st = stream(s, op);
+  check_dtype(op, "logits", logits, DType::F32);
+  check_ndim(op, "logits", logits, 2);
+  const int64_t T = logits.dim(0), E = logits.dim(1);
+  check_dtype(op, "ids", ids, DType::I32);
+  check_ndim(op, "ids", ids, 2);
+  const int64_t k = ids.dim(1);
+  check_i32(op, "ids", ids, {T, k});
+  check_f32(op, "weights", weights, {T, k});
+  SL_CHECK(k >= 1 && k <= E, op, ": k = ", k, " experts per token out of E = ", E, " (ids ", describe(ids), ")");
+  SL_CHECK(k <= 64, op, ": k = ", k, " experts per token; the CUDA backend supports at most 64");
+  SL_CHECK(E <= 2048, op, ": E = ", E, " experts; the CUDA backend supports at most 2048");
+  const bool hashed = !tid2eid.empty();
+  int64_t V = 0;
+  if (hashed) {
+    check_dtype(op, "tid2eid", tid2eid, DType::I32);
+    check_ndim(op, "tid2eid", tid2eid, 2);
+    V = tid2eid.dim(0);
+    check_i32(op, "tid2eid", tid2eid, {V, k});
+    check_i32(op, "tokens", tokens, {T});
+  } else if (!bias.empty()) {
+    check_f32(op, "bias", bias, {E});
+  }
+  if (T == 0) return;
+  RouteArgs a{ids.ptr<int32_t>(),
+              weights.ptr<float>(),
+              logits.ptr<float>(),
+              (!hashed && !bias.empty()) ? bias.ptr<float>() : nullptr,
+              hashed ? tid2eid.ptr<int32_t>() : nullptr,
+              hashed ? tokens.ptr<int32_t>() : nullptr,
+              T,
+              V,
+              int(E),
+              int(k),
+              scaling};
+  const size_t smem = size_t(2) * E * 4 + size_t(E);
+  allow_smem(op, route_kernel, smem, smem_optin());
+  route_kernel<<<unsigned(T), 256, smem, st>>>(a);
+  CUDA_LAUNCH_CHECK(op, st);
+}
+
+size_t CudaBackend::moe_workspace_bytes(int64_t tokens, int k, int D, int F, int E) const {
+  return MoeLayout(tokens * k, D, F, E).total;
+}
+
+void CudaBackend::moe_experts(Stream s, const Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
+                              const Tensor& w1, const Tensor& w2, const Tensor& w3, float swiglu_limit,
+                              const Tensor& workspace) {
+  const char* op = "moe_experts";
+  cudaStream_t st = stream(s, op);
+  check_dtype(op, "x", x, DType::BF16);
+  check_ndim(op, "x", x, 2);
+  const int64_t T = x.dim(0), D = x.dim(1);
+  check_float(op, "out", out);
+  check_shape(op, "out", out, {T, D});
+  SL_CHECK(!overlaps(out, x), op, ": out may not alias x");
+  check_dtype(op, "w1", w1, DType::BF16);
+  check_ndim(op, "w1", w1, 3);
+  const int64_t E = w1.dim(0), F = w1.dim(1);
+  check_shape(op, "w1", w1, {E, F, D});
+  check_dtype(op, "w3", w3, DType::BF16);
+  check_shape(op, "w3", w3, {E, F, D});
+  check_dtype(op, "w2", w2, DType::BF16);
+  check_shape(op, "w2", w2, {E, D, F});
+  check_dtype(op, "ids", ids, DType::I32);
+  check_ndim(op, "ids", ids, 2);
+  const int64_t k = ids.dim(1);
+  check_i32(op, "ids", ids, {T, k});
+  check_f32(op, "weights", weights, {T, k});
+  SL_CHECK(D % 64 == 0 && F % 64 == 0, op, ": D = ", D, " and F = ", F,
+           " must be multiples of 64 (the grouped GEMM's tiles)");
+  SL_CHECK(E >= 1 && E <= 1024, op, ": E = ", E, " experts; the CUDA backend supports 1..1024");
+  SL_CHECK(k <= 64, op, ": k = ", k, " experts per token; the CUDA backend supports at most 64");
+  SL_CHECK(T * k < (int64_t(1) << 31), op, ": too many (token, expert) pairs");
+  const MoeLayout L(T * k, D, F, E);
+  check_dtype(op, "workspace", workspace, DType::U8);
+  SL_CHECK(workspace.bytes() >= L.total, op, ": workspace ", describe(workspace), " is smaller than the ", L.total,
+           " bytes moe_workspace_bytes(", T, ", ", k, ", ", D, ", ", F, ", ", E, ") asks for");
+  check_aligned(op, "x", x.data, 16);
+  check_aligned(op, "workspace", workspace.data, 256);
+  if (T == 0) return;
+
+  const int64_t P = T * k;
+  char* ws = static_cast<char*>(workspace.data);
+  int* counts = reinterpret_cast<int*>(ws + L.counts);
+  int* offsets = reinterpret_cast<int*>(ws + L.offsets);
+  int* tiles = reinterpret_cast<int*>(ws + L.tiles);
+  int* src_row = reinterpret_cast<int*>(ws + L.src_row);
+  int* inv = reinterpret_cast<int*>(ws + L.inv);
+  bf16* h1 = reinterpret_cast<bf16*>(ws + L.h1);
+  bf16* h3 = reinterpret_cast<bf16*>(ws + L.h3);
+  float* y = reinterpret_cast<float*>(ws + L.y);
+
+  // Row tile height: 16 when experts get a few rows each (decode), else 64. K splits for decode.
+  int sk = 1;
+  if (P <= kSplitMaxPairs)
+    for (int c : {kMaxSplit, 2})
+      if ((D / GBK) % c == 0 && (F / GBK) % c == 0) {
+        sk = c;
+        break;
+      }
+  const int BM = (sk > 1 || P <= 4 * E) ? 16 : 64;
+  float* p1 = reinterpret_cast<float*>(ws + L.p1);
+  float* p3 = reinterpret_cast<float*>(ws + L.p3);
+  float* py = reinterpret_cast<float*>(ws + L.py);
+
+  const size_t psmem = size_t(2) * E * 4;
+  allow_smem(op, moe_permute_kernel, psmem, smem_optin());
+  moe_permute_kernel<<<1, 1024, psmem, st>>>(ids.ptr<int32_t>(), P, int(k), int(E), BM, counts, offsets, tiles,
+                                              src_row, inv);
+  CUDA_LAUNCH_CHECK(op, st);
+
+  MoeGemmArgs g{};
+  g.counts = counts;
+  g.offsets = offsets;
+  g.tiles = tiles;
+  g.E = int(E);
+  // w1 x, w3 x over the gathered token rows.
+  g.A = static_cast<const bf16*>(x.data);
+  g.a_rows = src_row;
+  g.lda = D;
+  g.N = int(F);
+  g.K = int(D);
+  if (sk > 1) {
+    g.split_stride = P * F;
+    g.out = p1;
+    g.W = static_cast<const bf16*>(w1.data);
+    launch_moe_gemm<16, float>(op, st, g, P, sk, smem_optin());
+    g.out = p3;
+    g.W = static_cast<const bf16*>(w3.data);
+    launch_moe_gemm<16, float>(op, st, g, P, sk, smem_optin());
+    moe_swiglu_splitk_kernel<<<grid_for(P * F, 256), 256, 0, st>>>(h1, p1, p3, P * F, sk, P * F, swiglu_limit);
+    CUDA_LAUNCH_CHECK(op, st);
+  } else {
+    g.split_stride = 0;
+    g.out = h1;
+    g.W = static_cast<const bf16*>(w1.data);
+    if (BM == 16)
+      launch_moe_gemm<16, bf16>(op, st, g, P, 1, smem_optin());
+    else
+      launch_moe_gemm<64, bf16>(op, st, g, P, 1, smem_optin());
+    g.out = h3;
+    g.W = static_cast<const bf16*>(w3.data);
+    if (BM == 16)
+      launch_moe_gemm<16, bf16>(op, st, g, P, 1, smem_optin());
+    else
+      launch_moe_gemm<64, bf16>(op, st, g, P, 1, smem_optin());
+    // SwiGLU with clamp on the permuted rows, in place into h1.
+    launch_swiglu(op, st, h1, kBF16, h1, kBF16, h3, kBF16, P * F, swiglu_limit);
+  }
+  // y = w2 h1 (contiguous permuted rows), F32 (split: sk partials).
+  g.A = h1;
+  g.a_rows = nullptr;
+  g.lda = F;
+  g.N = int(D);
+  g.K = int(F);
+  g.W = static_cast<const bf16*>(w2.data);
+  float* yout = sk > 1 ? py : y;
+  g.out = yout;
+  g.split_stride = sk > 1 ? P * D : 0;
+  if (BM == 16)
+    launch_moe_gemm<16, float>(op, st, g, P, sk, smem_optin());
+  else
+    launch_moe_gemm<64, float>(op, st, g, P, sk, smem_optin());
+  moe_combine_kernel<<<dim3{unsigned(T), unsigned(cdiv(D, 256)), 1u}, 256, 0, st>>>(
+      out.data, fcode(out.dtype), yout, P * D, sk, inv, weights.ptr<float>(), int(k), D);
+  CUDA_LAUNCH_CHECK(op, st);
+}
+
+}  // namespace sl
