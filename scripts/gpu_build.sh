@@ -6,12 +6,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="/usr/local/cuda/bin:$PATH"
 cmake --preset gpu >/dev/null
-targets=(streamlab test_cuda_ops test_cuda_model ${EXTRA_TARGETS:-})
+targets=(streamlab test_cuda_ops test_cuda_model bench_decode ${EXTRA_TARGETS:-})
 cmake --build build-gpu -j "$(nproc)" --target "${targets[@]}"
 rm -rf .gpu && mkdir -p .gpu
 for t in "${targets[@]}"; do
   [ -f "build-gpu/$t" ] && cp "build-gpu/$t" .gpu/ && strip .gpu/"$t"
 done
+# Google Benchmark is a shared library on Debian; the GPU machine may have another soname.
+cp -L /usr/lib/x86_64-linux-gnu/libbenchmark.so.1debian .gpu/ 2>/dev/null || true
 git rev-parse HEAD > .gpu/COMMIT
 git diff --quiet HEAD || echo "dirty" >> .gpu/COMMIT
 du -sh .gpu; ls -la .gpu

@@ -11,7 +11,9 @@ mkdir -p "$OUT"
 export PATH="/usr/local/cuda/bin:$PATH"
 export STREAMLAB_CONFIG_DIR="$PWD/model/configs"
 B=.gpu
-stages=${STAGES:-"env tests sanitizer tiny flash"}
+export LD_LIBRARY_PATH="$PWD/$B${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export STREAMLAB_COMMIT="$(head -c 40 $B/COMMIT)"
+stages=${STAGES:-"env tests sanitizer tiny flash bench"}
 declare -A rc
 run() { local name=$1; shift; echo "=== $name: $*"; "$@" > "$OUT/$name.log" 2>&1; rc[$name]=$?; tail -n 25 "$OUT/$name.log"; }
 
@@ -33,6 +35,9 @@ for st in $stages; do case $st in
     run flash6l $B/streamlab run --config flash-6l --backend cuda --policy shared --mtp-layers 4 --mtp-compress 4 \
       --batch 8 --steps 4 --json
     cp "$OUT/flash6l.log" "$OUT/flash6l.json" ;;
+  bench)
+    run bench_decode $B/bench_decode --config=flash-6l --batches=1,8 --policy=shared --context=4096 --mtp-layers=1 \
+      --draft-steps=1 --steps=20 --out="$OUT/decode_floor.json" ;;
   *) echo "unknown stage $st" ;;
 esac; done
 echo "=== summary (exit codes)"

@@ -1,0 +1,313 @@
+// Decode step time against the bytes floor (issue 3, item 7a), on the CUDA backend.
+//
+// floor = bytes a decode step must read / measured device-to-device copy bandwidth, where the
+// bytes are: every dense weight of each layer execution (target layers once, the MTP layer of
+// each draft step), the routed experts actually used (distinct experts of the execution x 3
+// matrices), the LM head once per head call, the embedding rows, and the KV each query must
+// read (its window, its compressed entries, and the indexer keys). The ratio printed is the
+// median step time over that floor, measured in this run.
+//
+//   bench_decode [--config=flash-6l] [--batches=1,8] [--policy=shared] [--context=4096]
+//                [--mtp-layers=1] [--draft-steps=1] [--steps=20] [--out=FILE.json]
+//                [google-benchmark flags]
+#include <benchmark/benchmark.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "model/cuda/cuda_backend.h"
+#include "model/deepseek_v4.h"
+#include "model/weights.h"
+
+namespace sl {
+namespace {
+
+struct Options {
+  std::string config = "flash-6l", policy = "shared", out;
+  std::vector<int> batches{1, 8};
+  int context = 4096, mtp_layers = 1, draft_steps = 1, steps = 20;
+  std::string command_line;
+};
+
+#define BENCH_CUDA(call)                                                                     \
+  do {                                                                                       \
+    cudaError_t e_ = (call);                                                                 \
+    SL_CHECK(e_ == cudaSuccess, "bench_decode: ", #call, " failed: ", cudaGetErrorString(e_)); \
+  } while (0)
+
+// Device-to-device copy bandwidth, counting bytes read plus bytes written (METHOD.md).
+double copy_bandwidth_bytes_per_s(std::vector<double>* samples_out) {
+  const size_t bytes = size_t(2) << 30;
+  void *a = nullptr, *b = nullptr;
+  BENCH_CUDA(cudaMalloc(&a, bytes));
+  BENCH_CUDA(cudaMalloc(&b, bytes));
+  BENCH_CUDA(cudaMemset(a, 1, bytes));
+  cudaEvent_t e0, e1;
+  BENCH_CUDA(cudaEventCreate(&e0));
+  BENCH_CUDA(cudaEventCreate(&e1));
+  std::vector<double> bw;
+  for (int i = 0; i < 23; ++i) {
+    BENCH_CUDA(cudaEventRecord(e0));
+    BENCH_CUDA(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice));
+    BENCH_CUDA(cudaEventRecord(e1));
+    BENCH_CUDA(cudaEventSynchronize(e1));
+    float ms = 0;
+    BENCH_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+    if (i >= 3) bw.push_back(2.0 * double(bytes) / (double(ms) * 1e-3));
+  }
+  BENCH_CUDA(cudaFree(a));
+  BENCH_CUDA(cudaFree(b));
+  BENCH_CUDA(cudaEventDestroy(e0));
+  BENCH_CUDA(cudaEventDestroy(e1));
+  std::sort(bw.begin(), bw.end());
+  if (samples_out) *samples_out = bw;
+  return bw[bw.size() / 2];
+}
+
+// Bytes of the dense (non-routed-expert) weights under a name prefix, as the backend holds
+// them; the routing table is read one row per token, counted separately.
+size_t dense_bytes(const std::vector<WeightSpec>& specs, const std::string& prefix, DType wdt) {
+  size_t n = 0;
+  for (const auto& s : specs) {
+    if (s.name.rfind(prefix, 0) != 0) continue;
+    if (s.name.find(".ffn.experts.") != std::string::npos || s.name.find("tid2eid") != std::string::npos) continue;
+    n += size_t(s.shape.numel()) * (s.keep_f32 ? 4 : dtype_size(wdt));
+  }
+  return n;
+}
+
+struct Floor {
+  size_t weights = 0, experts = 0, head = 0, kv = 0;
+  size_t total() const { return weights + experts + head + kv; }
+};
+
+// The bytes one decode step must read, from the recorded routing and the positions.
+Floor decode_floor(const ModelConfig& c, const std::vector<RoutingRecord>& routing, int B, int pos, DType wdt) {
+  ModelWeights w;
+  const auto specs = weight_specs(c, w);
+  const size_t a = dtype_size(wdt);
+  const size_t D = size_t(c.hidden_size), Dh = size_t(c.head_dim);
+  Floor f;
+  const size_t expert_bytes = 3 * size_t(c.moe_intermediate_size) * D * a;
+  for (const auto& r : routing) {
+    const bool mtp = r.layer >= c.num_hidden_layers;
+    const std::string prefix =
+        mtp ? "mtp." + std::to_string(r.layer - c.num_hidden_layers) + "." : "layers." + std::to_string(r.layer) + ".";
+    f.weights += dense_bytes(specs, prefix, wdt);
+    if (c.layer_is_hash_routed(r.layer)) f.weights += size_t(r.tokens) * size_t(c.num_experts_per_tok) * 4;
+    std::set<int32_t> distinct(r.ids.begin(), r.ids.end());
+    f.experts += distinct.size() * expert_bytes;
+    // KV read by each query at its position p (target: pos; draft step s: pos + s).
+    const int p = pos + std::max(r.draft_step, 0);
+    const int ratio = c.layer_ratio(r.layer);
+    const size_t window = size_t(std::min(p + 1, c.sliding_window));
+    const size_t n_c = size_t((p + 1) / ratio);
+    size_t per_query = window * Dh * a;
+    switch (c.layer_type(r.layer)) {
+      case LayerType::C128A: per_query += n_c * Dh * a; break;
+      case LayerType::C4A:
+        per_query += std::min(n_c, size_t(c.index_topk)) * Dh * a + n_c * size_t(c.index_head_dim) * a;
+        break;
+      default: break;
+    }
+    f.kv += size_t(B) * per_query;
+  }
+  // LM head (target + each draft step), the final norms and hc_head, the embedding rows.
+  const int head_calls = 1 + (c.num_nextn_predict_layers > 0 ? c.draft_steps : 0);
+  f.head += size_t(head_calls) * (size_t(c.vocab_size) * D * a + size_t(B) * D * a);
+  f.head += dense_bytes(specs, "norm.", wdt) + dense_bytes(specs, "hc_head_", wdt);
+  return f;
+}
+
+std::string now_utc() {
+  std::time_t t = std::time(nullptr);
+  char buf[64];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+nlohmann::json provenance(const Options& o) {
+  cudaDeviceProp prop{};
+  int dev = 0, drv = 0, rt = 0;
+  BENCH_CUDA(cudaGetDevice(&dev));
+  BENCH_CUDA(cudaGetDeviceProperties(&prop, dev));
+  BENCH_CUDA(cudaDriverGetVersion(&drv));
+  BENCH_CUDA(cudaRuntimeGetVersion(&rt));
+  std::string commit = "unknown";
+  if (const char* c = std::getenv("STREAMLAB_COMMIT")) commit = c;
+  return {{"gpu", prop.name},
+          {"sm_count", prop.multiProcessorCount},
+          {"memory_bytes", prop.totalGlobalMem},
+          {"cuda_driver_version", drv},
+          {"cuda_runtime_version", rt},
+          {"commit", commit},
+          {"date", now_utc()},
+          {"command", o.command_line}};
+}
+
+struct BatchResult {
+  int batch = 0;
+  std::vector<double> step_ms;
+  Floor floor;
+};
+
+void run(const Options& o) {
+  std::string why;
+  if (!cuda_available(&why)) {
+    std::fprintf(stderr, "bench_decode: no CUDA device (%s); nothing measured\n", why.c_str());
+    std::exit(2);
+  }
+  std::vector<double> bw_samples;
+  const double bw = copy_bandwidth_bytes_per_s(&bw_samples);
+  std::printf("device-to-device copy: median %.1f GB/s (read + write), %zu samples, min %.1f max %.1f\n", bw / 1e9,
+              bw_samples.size(), bw_samples.front() / 1e9, bw_samples.back() / 1e9);
+  std::vector<BatchResult> results;
+  for (int B : o.batches) {
+    ModelConfig c = load_config(o.config);
+    c.batch = B;
+    c.context_length = o.context;
+    c.num_nextn_predict_layers = o.mtp_layers;
+    c.draft_steps = o.draft_steps;
+    validate(c);
+    RunShape shape;
+    shape.batch = B;
+    shape.max_positions = o.context + o.steps + 8 + c.draft_steps + 2;
+    shape.max_seq_tokens = std::min(o.context, std::max(1, c.prefill_chunk / B));
+    shape.record_routing = true;
+    auto be = make_cuda_backend({});
+    DeepSeekV4 model(*be, c, StreamPolicy::parse(o.policy), shape);
+    model.init_random(c.seed);
+    std::vector<int32_t> prompt(size_t(B) * size_t(o.context));
+    for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t(splitmix64(i + 17) % uint64_t(c.vocab_size));
+    std::fprintf(stderr, "batch %d: prefill of %d tokens per sequence...\n", B, o.context);
+    model.prefill(prompt, o.context);
+    BatchResult r;
+    r.batch = B;
+    // Warm-up steps, then measured steps; only the device work (enqueue + completion) is timed.
+    auto step = [&]() {
+      model.decode_prepare();
+      be->synchronize();
+      auto t0 = std::chrono::steady_clock::now();
+      model.decode_enqueue();
+      be->synchronize();
+      double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      model.decode_collect();
+      return ms;
+    };
+    for (int i = 0; i < 3; ++i) step();
+    const int pos = model.position();
+    const std::string name = "decode/" + o.config + "/" + o.policy + "/batch:" + std::to_string(B);
+    benchmark::RegisterBenchmark(name.c_str(), [&](benchmark::State& st) {
+      for (auto _ : st) {
+        const double ms = step();
+        r.step_ms.push_back(ms);
+        st.SetIterationTime(ms * 1e-3);
+      }
+    })->UseManualTime()->Iterations(o.steps)->Unit(benchmark::kMillisecond);
+    benchmark::RunSpecifiedBenchmarks();
+    benchmark::ClearRegisteredBenchmarks();
+    // The routing of the last measured step (positions pos + steps - 1).
+    r.floor = decode_floor(c, model.routing(), B, pos + o.steps - 1, be->weight_dtype());
+    results.push_back(r);
+  }
+
+  nlohmann::json out;
+  out["provenance"] = provenance(o);
+  out["copy_bandwidth_GBps"] = {{"median", bw / 1e9}, {"samples", bw_samples}};
+  out["config"] = o.config;
+  out["policy"] = o.policy;
+  out["context"] = o.context;
+  out["mtp_layers"] = o.mtp_layers;
+  out["draft_steps"] = o.draft_steps;
+  std::printf("\n%-6s %12s %12s %12s %12s %8s\n", "batch", "median ms", "floor GB", "floor ms", "experts GB", "ratio");
+  for (auto& r : results) {
+    std::vector<double> s = r.step_ms;
+    std::sort(s.begin(), s.end());
+    const double med = s[s.size() / 2];
+    const double floor_ms = double(r.floor.total()) / bw * 1e3;
+    std::printf("%-6d %12.3f %12.3f %12.3f %12.3f %8.2f\n", r.batch, med, r.floor.total() / 1e9, floor_ms,
+                r.floor.experts / 1e9, med / floor_ms);
+    out["batches"].push_back({{"batch", r.batch},
+                              {"step_ms", r.step_ms},
+                              {"median_ms", med},
+                              {"floor_bytes",
+                               {{"total", r.floor.total()},
+                                {"dense_weights", r.floor.weights},
+                                {"routed_experts", r.floor.experts},
+                                {"head_and_embedding", r.floor.head},
+                                {"kv", r.floor.kv}}},
+                              {"floor_ms", floor_ms},
+                              {"ratio_to_floor", med / floor_ms}});
+  }
+  if (!o.out.empty()) {
+    const std::string tmp = o.out + ".tmp";
+    std::ofstream f(tmp);
+    f << out.dump(2) << "\n";
+    f.close();
+    SL_CHECK(f.good(), "bench_decode: could not write ", tmp);
+    SL_CHECK(std::rename(tmp.c_str(), o.out.c_str()) == 0, "bench_decode: could not rename ", tmp, " to ", o.out);
+    std::printf("wrote %s\n", o.out.c_str());
+  }
+}
+
+std::vector<int> parse_ints(const std::string& s) {
+  std::vector<int> v;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) v.push_back(std::stoi(item));
+  return v;
+}
+
+}  // namespace
+}  // namespace sl
+
+int main(int argc, char** argv) {
+  sl::Options o;
+  for (int i = 0; i < argc; ++i) o.command_line += (i ? " " : "") + std::string(argv[i]);
+  // Our flags first; the rest go to Google Benchmark.
+  std::vector<char*> rest{argv[0]};
+  try {
+    for (int i = 1; i < argc; ++i) {
+      std::string a = argv[i];
+      auto val = [&](const char* key) -> const char* {
+        const size_t n = std::strlen(key);
+        return a.compare(0, n, key) == 0 ? argv[i] + n : nullptr;
+      };
+      if (auto v = val("--config=")) o.config = v;
+      else if (auto v = val("--policy=")) o.policy = v;
+      else if (auto v = val("--out=")) o.out = v;
+      else if (auto v = val("--batches=")) o.batches = sl::parse_ints(v);
+      else if (auto v = val("--context=")) o.context = std::stoi(v);
+      else if (auto v = val("--mtp-layers=")) o.mtp_layers = std::stoi(v);
+      else if (auto v = val("--draft-steps=")) o.draft_steps = std::stoi(v);
+      else if (auto v = val("--steps=")) o.steps = std::stoi(v);
+      else if (a == "--help") {
+        std::printf("bench_decode [--config=flash-6l] [--batches=1,8] [--policy=shared] [--context=4096]\n"
+                    "             [--mtp-layers=1] [--draft-steps=1] [--steps=20] [--out=FILE.json]\n"
+                    "Decode step time (CUDA) against the bytes floor; see the header of bench_decode.cpp.\n");
+        return 0;
+      } else rest.push_back(argv[i]);
+    }
+    int rc = int(rest.size());
+    benchmark::Initialize(&rc, rest.data());
+    sl::run(o);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_decode: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
