@@ -161,7 +161,7 @@ CudaBackend::CudaBackend(const CudaBackendOptions& opt) : opt_(opt) {
 CudaBackend::~CudaBackend() {
   // Never throws: errors during teardown are ignored (the process may be exiting after a fault).
   cudaDeviceSynchronize();
-  for (GraphRec& g : graphs_) {
+  for (auto& [slot, g] : graphs_) {
     if (g.exec) cudaGraphExecDestroy(g.exec);
     if (g.graph) cudaGraphDestroy(g.graph);
   }
@@ -398,46 +398,48 @@ static double now_ms() {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-void CudaBackend::capture_begin(Stream s) {
-  const char* op = "cuda_capture_begin";
+void CudaBackend::graph_begin_capture(int slot) {
+  const std::string op = "graph_begin_capture(" + std::to_string(slot) + ")";
+  SL_CHECK(capturing_slot_ < 0, op, ": graph ", capturing_slot_, " is still being captured");
   capture_t0_ = now_ms();
-  CUDA_CHECK(op, cudaStreamBeginCapture(stream(s, op), cudaStreamCaptureModeThreadLocal));
+  CUDA_CHECK(op, cudaStreamBeginCapture(streams_[0].stream, cudaStreamCaptureModeThreadLocal));
+  capturing_slot_ = slot;
 }
 
-CudaGraphInfo CudaBackend::capture_end(Stream s) {
-  const char* op = "cuda_capture_end";
+Backend::GraphStats CudaBackend::graph_end_capture(int slot) {
+  const std::string op = "graph_end_capture(" + std::to_string(slot) + ")";
+  SL_CHECK(capturing_slot_ == slot, op, ": no capture of graph ", slot, " is in progress");
+  capturing_slot_ = -1;
   GraphRec g;
-  CUDA_CHECK(op, cudaStreamEndCapture(stream(s, op), &g.graph));
-  CudaGraphInfo info;
-  info.capture_ms = now_ms() - capture_t0_;
-  CUDA_CHECK(op, cudaGraphGetNodes(g.graph, nullptr, &info.nodes));
-  CUDA_CHECK(op, cudaGraphGetEdges(g.graph, nullptr, nullptr, nullptr, &info.edges));
+  // An op that failed mid-capture leaves the capture invalidated: this reports it.
+  CUDA_CHECK(op, cudaStreamEndCapture(streams_[0].stream, &g.graph));
+  GraphStats st;
+  st.capture_ms = now_ms() - capture_t0_;
+  CUDA_CHECK(op, cudaGraphGetNodes(g.graph, nullptr, &st.nodes));
+  CUDA_CHECK(op, cudaGraphGetEdges(g.graph, nullptr, nullptr, nullptr, &st.edges));
   const double t1 = now_ms();
-  CUDA_CHECK(op, cudaGraphInstantiate(&g.exec, g.graph, 0));
-  info.instantiate_ms = now_ms() - t1;
-  graphs_.push_back(g);
-  info.id = int(graphs_.size()) - 1;
-  return info;
+  cudaError_t e = cudaGraphInstantiate(&g.exec, g.graph, 0);
+  if (e != cudaSuccess) {
+    cudaGraphDestroy(g.graph);
+    fail_cuda(op, "cudaGraphInstantiate(&exec, graph, 0)", e, __FILE__, __LINE__);
+  }
+  st.instantiate_ms = now_ms() - t1;
+  auto it = graphs_.find(slot);
+  if (it != graphs_.end()) {  // re-capture of a slot: the old graph goes
+    CUDA_CHECK(op, cudaStreamSynchronize(streams_[0].stream));
+    cudaGraphExecDestroy(it->second.exec);
+    cudaGraphDestroy(it->second.graph);
+  }
+  graphs_[slot] = g;
+  return st;
 }
 
-void CudaBackend::graph_launch(int graph, Stream s) {
-  const char* op = "cuda_graph_launch";
-  SL_CHECK(graph >= 0 && size_t(graph) < graphs_.size(), op, ": no graph with id ", graph);
-  CUDA_CHECK(op, cudaGraphLaunch(graphs_[size_t(graph)].exec, stream(s, op)));
-  if (sync_after_launch()) CUDA_LAUNCH_CHECK(op, stream(s, op));
-}
-
-static CudaBackend& as_cuda(Backend& be, const char* op) {
-  CudaBackend* c = dynamic_cast<CudaBackend*>(&be);
-  SL_CHECK(c != nullptr, op, ": backend '", be.name(), "' is not the CUDA backend");
-  return *c;
-}
-
-bool is_cuda_backend(const Backend& be) { return dynamic_cast<const CudaBackend*>(&be) != nullptr; }
-void cuda_capture_begin(Backend& be, Stream s) { as_cuda(be, "cuda_capture_begin").capture_begin(s); }
-CudaGraphInfo cuda_capture_end(Backend& be, Stream s) { return as_cuda(be, "cuda_capture_end").capture_end(s); }
-void cuda_graph_launch(Backend& be, int graph, Stream s) {
-  as_cuda(be, "cuda_graph_launch").graph_launch(graph, s);
+void CudaBackend::graph_replay(int slot) {
+  const std::string op = "graph_replay(" + std::to_string(slot) + ")";
+  auto it = graphs_.find(slot);
+  SL_CHECK(it != graphs_.end(), op, ": graph ", slot, " was never captured");
+  CUDA_CHECK(op, cudaGraphLaunch(it->second.exec, streams_[0].stream));
+  if (sync_after_launch()) CUDA_LAUNCH_CHECK(op, streams_[0].stream);
 }
 
 // ================================================================ initialisation kernels

@@ -22,23 +22,4 @@ struct CudaBackendOptions {
 bool cuda_available(std::string* why);
 std::unique_ptr<Backend> make_cuda_backend(const CudaBackendOptions& opt);
 
-// ---------------------------------------------------------------- CUDA graphs
-// Until backend.h has capture hooks: capture the work issued on stream `s` (and on every stream
-// that joins it through an event recorded on it: the stream policy's fork/join) between
-// cuda_capture_begin and cuda_capture_end into a CUDA graph, instantiate it, and replay it with
-// cuda_graph_launch. Capture mode is thread-local. Ops never synchronise or allocate, so a whole
-// step can be captured; every forked stream must have joined `s` again before the end. `be`
-// must be the CUDA backend (sl::Error otherwise).
-struct CudaGraphInfo {
-  int id = -1;            // for cuda_graph_launch
-  size_t nodes = 0;       // kernel, memset, memcpy, event nodes of the captured graph
-  size_t edges = 0;       // dependency edges
-  double capture_ms = 0;  // host time from begin to end of capture
-  double instantiate_ms = 0;
-};
-bool is_cuda_backend(const Backend& be);
-void cuda_capture_begin(Backend& be, Stream s);
-CudaGraphInfo cuda_capture_end(Backend& be, Stream s);
-void cuda_graph_launch(Backend& be, int graph, Stream s);
-
 }  // namespace sl

@@ -35,6 +35,7 @@
 #include <nvtx3/nvToolsExt.h>
 
 #include <array>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -137,6 +138,11 @@ class CudaBackend final : public Backend {
   void record(Event e, Stream s) override;
   void wait(Stream s, Event e) override;
   void synchronize() override;
+  // CUDA graphs: stream capture on the main stream (thread-local mode); the aux streams join the
+  // capture through the policy's fork events and must have joined back before the end.
+  void graph_begin_capture(int slot) override;
+  GraphStats graph_end_capture(int slot) override;
+  void graph_replay(int slot) override;
   void range_push(const char* name) override;
   void range_pop() override;
 
@@ -203,10 +209,6 @@ class CudaBackend final : public Backend {
   Scratch scratch(Stream s, const char* op, size_t need) const;  // throws if `need` does not fit
   int sm_count() const { return sm_count_; }
 
-  // CUDA graphs (cuda_backend.h).
-  void capture_begin(Stream s);
-  CudaGraphInfo capture_end(Stream s);
-  void graph_launch(int graph, Stream s);
   size_t smem_optin() const { return smem_optin_; }
 
   // Per-stream op scratch and cuBLAS workspace sizes (documented in the header comment).
@@ -252,7 +254,8 @@ class CudaBackend final : public Backend {
     cudaGraph_t graph = nullptr;
     cudaGraphExec_t exec = nullptr;
   };
-  std::vector<GraphRec> graphs_;
+  std::map<int, GraphRec> graphs_;  // by slot
+  int capturing_slot_ = -1;
   double capture_t0_ = 0;  // ms, steady clock
   std::vector<cudaEvent_t> events_;
   std::vector<std::string> event_names_;

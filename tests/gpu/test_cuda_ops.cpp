@@ -1,0 +1,829 @@
+// Every op of the CUDA backend against the fp32 CPU reference, on fresh random inputs.
+//
+// Each test builds the same inputs on both backends (values rounded to bf16 first wherever either
+// side stores bf16, so both compute from identical numbers), runs the op on each, downloads the
+// outputs and compares: float outputs by relative error ||gpu - cpu|| / ||cpu|| (bf16 bound,
+// 1e-2 unless stated) and no NaN; integer outputs (argmax, top-k, routing ids, tags) exactly,
+// where the inputs make the answer unambiguous.
+//
+// Label `gpu`: without a usable CUDA device every test skips, saying why. For checking the test
+// harness itself on a machine without a GPU, STREAMLAB_TEST_CPU_PAIR=1 runs the same tests with a
+// second CPU backend in place of the CUDA one (every comparison must then pass trivially).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/bf16.h"
+#include "core/rng.h"
+#include "model/backend.h"
+#include "model/cpu/cpu_backend.h"
+#include "model/cuda/cuda_backend.h"
+
+namespace sl {
+namespace {
+
+// What a tensor is, which fixes its dtype on each backend.
+enum class Kind { Act, Wt, F32, I32 };
+
+DType dtype_on(const Backend& be, Kind k) {
+  switch (k) {
+    case Kind::Act: return be.act_dtype();
+    case Kind::Wt: return be.weight_dtype();
+    case Kind::F32: return DType::F32;
+    case Kind::I32: return DType::I32;
+  }
+  return DType::F32;
+}
+
+bool cpu_pair_mode() {
+  const char* v = std::getenv("STREAMLAB_TEST_CPU_PAIR");
+  return v && *v && std::strcmp(v, "0") != 0;
+}
+
+// A tensor on both backends.
+struct T2 {
+  Tensor c, g;
+  Kind kind = Kind::F32;
+};
+
+double rel_err(const std::vector<float>& got, const std::vector<float>& ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double d = double(got[i]) - double(ref[i]);
+    num += d * d;
+    den += double(ref[i]) * double(ref[i]);
+  }
+  return den == 0 ? std::sqrt(num) : std::sqrt(num / den);
+}
+
+class CudaOps : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (cpu_pair_mode()) {
+      gpu_ = make_cpu_backend();
+    } else {
+      std::string why;
+      if (!cuda_available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
+      gpu_ = make_cuda_backend(CudaBackendOptions{});
+    }
+    cpu_ = make_cpu_backend();
+    // A fresh, reproducible stream of inputs per test.
+    const std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    rng_.seed(uint32_t(hash_name(name)));
+  }
+
+  // ---------------------------------------------------------------- inputs
+  std::vector<float> rand(size_t n, float lo = -1.f, float hi = 1.f) {
+    std::uniform_real_distribution<float> d(lo, hi);
+    std::vector<float> v(n);
+    for (float& x : v) x = d(rng_);
+    return v;
+  }
+  std::vector<int32_t> randi(size_t n, int32_t lo, int32_t hi) {  // [lo, hi]
+    std::uniform_int_distribution<int32_t> d(lo, hi);
+    std::vector<int32_t> v(n);
+    for (int32_t& x : v) x = d(rng_);
+    return v;
+  }
+
+  static void upload_floats(Backend& be, const Tensor& t, const std::vector<float>& v) {
+    ASSERT_EQ(size_t(t.numel()), v.size());
+    if (t.dtype == DType::BF16) {
+      std::vector<uint16_t> h(v.size());
+      for (size_t i = 0; i < v.size(); ++i) h[i] = float_to_bf16(v[i]);
+      be.upload(Stream{}, t, h.data(), h.size() * 2);
+    } else {
+      ASSERT_EQ(t.dtype, DType::F32);
+      be.upload(Stream{}, t, v.data(), v.size() * 4);
+    }
+  }
+
+  // The same values on both backends; rounded through bf16 when either side stores bf16.
+  T2 make(const std::string& name, Kind k, Shape s, std::vector<float> v) {
+    T2 t;
+    t.kind = k;
+    t.c = cpu_->alloc(name, dtype_on(*cpu_, k), s, AllocKind::Activation);
+    t.g = gpu_->alloc(name, dtype_on(*gpu_, k), s, AllocKind::Activation);
+    if (t.c.dtype == DType::BF16 || t.g.dtype == DType::BF16)
+      for (float& x : v) x = round_bf16(x);
+    upload_floats(*cpu_, t.c, v);
+    upload_floats(*gpu_, t.g, v);
+    return t;
+  }
+  T2 make_rand(const std::string& name, Kind k, Shape s, float lo = -1.f, float hi = 1.f) {
+    return make(name, k, s, rand(size_t(s.numel()), lo, hi));
+  }
+  T2 zeros(const std::string& name, Kind k, Shape s) {
+    T2 t;
+    t.kind = k;
+    t.c = cpu_->alloc(name, dtype_on(*cpu_, k), s, AllocKind::Activation);
+    t.g = gpu_->alloc(name, dtype_on(*gpu_, k), s, AllocKind::Activation);
+    return t;
+  }
+  T2 make_i32(const std::string& name, Shape s, const std::vector<int32_t>& v) {
+    T2 t;
+    t.kind = Kind::I32;
+    t.c = cpu_->alloc(name, DType::I32, s, AllocKind::Activation);
+    t.g = gpu_->alloc(name, DType::I32, s, AllocKind::Activation);
+    EXPECT_EQ(size_t(s.numel()), v.size());
+    cpu_->upload(Stream{}, t.c, v.data(), v.size() * 4);
+    gpu_->upload(Stream{}, t.g, v.data(), v.size() * 4);
+    return t;
+  }
+  T2 workspace(int64_t T, int k, int D, int F, int E) {
+    T2 t;
+    t.kind = Kind::I32;
+    t.c = cpu_->alloc("ws", DType::U8, {int64_t(cpu_->moe_workspace_bytes(T, k, D, F, E))}, AllocKind::Workspace);
+    t.g = gpu_->alloc("ws", DType::U8, {int64_t(gpu_->moe_workspace_bytes(T, k, D, F, E))}, AllocKind::Workspace);
+    return t;
+  }
+
+  // ---------------------------------------------------------------- outputs
+  static std::vector<float> get(Backend& be, const Tensor& t) {
+    std::vector<float> v(size_t(t.numel()));
+    if (t.dtype == DType::BF16) {
+      std::vector<uint16_t> h(v.size());
+      be.download(h.data(), t, h.size() * 2);
+      for (size_t i = 0; i < v.size(); ++i) v[i] = bf16_to_float(h[i]);
+    } else {
+      EXPECT_EQ(t.dtype, DType::F32);
+      be.download(v.data(), t, v.size() * 4);
+    }
+    return v;
+  }
+  static std::vector<int32_t> geti(Backend& be, const Tensor& t) {
+    std::vector<int32_t> v(size_t(t.numel()));
+    be.download(v.data(), t, v.size() * 4);
+    return v;
+  }
+  std::vector<float> gc(const T2& t) { return get(*cpu_, t.c); }
+  std::vector<float> gg(const T2& t) { return get(*gpu_, t.g); }
+
+  void expect_close(const T2& t, const std::string& what, double tol = 1e-2) {
+    const std::vector<float> c = gc(t), g = gg(t);
+    ASSERT_EQ(c.size(), g.size());
+    size_t nan = 0;
+    for (float x : g) nan += std::isnan(x) ? 1 : 0;
+    EXPECT_EQ(nan, 0u) << what << ": NaN in the CUDA output";
+    double ref_norm = 0;
+    for (float x : c) ref_norm += double(x) * double(x);
+    EXPECT_GT(ref_norm, 0.0) << what << ": the reference output is all zeros (a vacuous comparison)";
+    const double e = rel_err(g, c);
+    EXPECT_LT(e, tol) << what << ": relative error " << e;
+    std::printf("  [rel err] %-60s %.3e\n", what.c_str(), e);
+  }
+  void expect_equal_i32(const T2& t, const std::string& what) {
+    EXPECT_EQ(geti(*cpu_, t.c), geti(*gpu_, t.g)) << what;
+  }
+
+  std::unique_ptr<Backend> cpu_, gpu_;
+  std::mt19937 rng_;
+};
+
+// RoPE table like model/rope_table.h: row p = cos(p * f_i) then sin(p * f_i).
+std::vector<float> rope_table(int P, int R) {
+  std::vector<float> t(size_t(P) * R);
+  for (int p = 0; p < P; ++p)
+    for (int i = 0; i < R / 2; ++i) {
+      const float th = float(p) * std::pow(10000.f, -2.f * float(i) / float(R));
+      t[size_t(p) * R + i] = std::cos(th);
+      t[size_t(p) * R + R / 2 + i] = std::sin(th);
+    }
+  return t;
+}
+
+// ================================================================ initialisation, memory, streams
+
+TEST_F(CudaOps, InitUniformMatchesCpuBitForBit) {
+  const int64_t n = 100003;
+  const uint64_t seed = 1234, key = hash_name("layers.0.attn.wq_a.weight");
+  for (float scale : {1.f, 0.02f, 3.5f}) {
+    T2 w = zeros("w", Kind::Wt, {n});
+    T2 f = zeros("f", Kind::F32, {n});
+    cpu_->init_uniform(Stream{}, w.c, seed, key, scale, 0.25f);
+    gpu_->init_uniform(Stream{}, w.g, seed, key, scale, 0.25f);
+    cpu_->init_uniform(Stream{}, f.c, seed, key, scale, 0.25f);
+    gpu_->init_uniform(Stream{}, f.g, seed, key, scale, 0.25f);
+    const std::vector<float> wc = gc(w), wg = gg(w), fc = gc(f), fg = gg(f);
+    size_t bad_w = 0, bad_f = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const float want = w.g.dtype == DType::BF16 ? round_bf16(wc[size_t(i)]) : wc[size_t(i)];
+      bad_w += want != wg[size_t(i)];
+      bad_f += std::memcmp(&fc[size_t(i)], &fg[size_t(i)], 4) != 0;
+    }
+    EXPECT_EQ(bad_w, 0u) << "scale " << scale << ": weight-dtype values differ after bf16 rounding";
+    EXPECT_EQ(bad_f, 0u) << "scale " << scale << ": F32 values differ";
+  }
+}
+
+TEST_F(CudaOps, FillAndCopy) {
+  T2 a = zeros("a", Kind::Act, {1000});
+  T2 f = zeros("f", Kind::F32, {1000});
+  T2 i = zeros("i", Kind::I32, {1000});
+  for (Backend* be : {cpu_.get(), gpu_.get()}) {
+    const bool g = be == gpu_.get();
+    be->fill(Stream{}, g ? a.g : a.c, 1.5f);
+    be->fill(Stream{}, g ? f.g : f.c, -2.25f);
+    be->fill(Stream{}, g ? i.g : i.c, -1.f);
+  }
+  EXPECT_EQ(gc(a), gg(a));
+  EXPECT_EQ(gc(f), gg(f));
+  expect_equal_i32(i, "fill i32");
+  EXPECT_EQ(geti(*gpu_, i.g)[7], -1);
+  // Plain copy and an overlapping (memmove) copy within one buffer, both directions.
+  T2 x = make_rand("x", Kind::Act, {64, 33});
+  T2 y = zeros("y", Kind::Act, {64, 33});
+  for (Backend* be : {cpu_.get(), gpu_.get()}) {
+    const bool g = be == gpu_.get();
+    const Tensor& xs = g ? x.g : x.c;
+    be->copy(Stream{}, g ? y.g : y.c, xs);
+    be->copy(Stream{}, xs.rows(3, 64), xs.rows(0, 61));
+    be->copy(Stream{}, xs.rows(0, 50), xs.rows(10, 60));
+  }
+  EXPECT_EQ(gc(y), gg(y));
+  EXPECT_EQ(gc(x), gg(x));
+}
+
+TEST_F(CudaOps, StreamsEventsAndMemory) {
+  const MemoryStats before = gpu_->memory();
+  Stream aux = gpu_->create_stream("test.aux0", -1);
+  Event ev = gpu_->create_event("fork");
+  Event done = gpu_->create_event("join");
+  const MemoryStats after = gpu_->memory();
+  if (!cpu_pair_mode()) {
+    EXPECT_GT(after.library_bytes, before.library_bytes) << "each stream has its own cuBLAS workspace";
+  }
+  T2 x = make_rand("x", Kind::Act, {8, 256});
+  T2 y = zeros("y", Kind::Act, {8, 256});
+  // main: fill x; aux waits, adds x + x into y; main waits for aux.
+  gpu_->range_push("test");
+  gpu_->record(ev, Stream{});
+  gpu_->wait(aux, ev);
+  gpu_->add(aux, y.g, x.g, x.g);
+  gpu_->record(done, aux);
+  gpu_->wait(Stream{}, done);
+  gpu_->range_pop();
+  gpu_->synchronize();
+  cpu_->add(Stream{}, y.c, x.c, x.c);
+  expect_close(y, "add on an aux stream", 1e-6);
+  gpu_->destroy_stream(aux);
+  EXPECT_EQ(gpu_->buffer_name(x.g.buffer), "x");
+  EXPECT_GT(gpu_->memory().peak_bytes, 0u);
+}
+
+// A fork/join across two streams captured into a CUDA graph and replayed on new inputs: the
+// same bits as eager execution, and the CPU's values.
+TEST_F(CudaOps, GraphCaptureReplay) {
+  if (gpu_->name() != "cuda") GTEST_SKIP() << "CUDA graphs need the CUDA backend";
+  const int64_t T = 8, D = 512, N = 256;
+  Stream aux = gpu_->create_stream("test.aux0", 0);
+  Event fork = gpu_->create_event("fork"), join = gpu_->create_event("join");
+  T2 x = make_rand("x", Kind::Act, {T, D});
+  T2 w = make_rand("w", Kind::Wt, {N, D}, -0.1f, 0.1f);
+  T2 nw = make_rand("nw", Kind::Wt, {D}, 0.5f, 1.5f);
+  T2 y = zeros("y", Kind::Act, {T, N}), xn = zeros("xn", Kind::Act, {T, D}), s = zeros("s", Kind::Act, {T, D});
+  auto step = [&](Backend& be, const Tensor& xs, const Tensor& ys, const Tensor& xns, const Tensor& ss,
+                  const Tensor& ws, const Tensor& nws, Stream side) {
+    be.record(fork, Stream{});
+    be.wait(side, fork);
+    be.add(side, ss, xs, xs);  // aux branch
+    be.rmsnorm(Stream{}, xns, xs, nws, 1e-6f);
+    be.gemm(Stream{}, ys, xns, ws);
+    be.record(join, side);
+    be.wait(Stream{}, join);
+  };
+  gpu_->graph_begin_capture(3);
+  step(*gpu_, x.g, y.g, xn.g, s.g, w.g, nw.g, aux);
+  const Backend::GraphStats info = gpu_->graph_end_capture(3);
+  EXPECT_GE(info.nodes, 3u);
+  std::printf("  graph: %zu nodes, %zu edges, capture %.3f ms, instantiate %.3f ms\n", info.nodes, info.edges,
+              info.capture_ms, info.instantiate_ms);
+  // New inputs after capture: the graph reads the buffers at replay time.
+  const std::vector<float> xv = rand(size_t(T * D));
+  std::vector<float> xr = xv;
+  for (float& v : xr) v = round_bf16(v);
+  upload_floats(*cpu_, x.c, xr);
+  upload_floats(*gpu_, x.g, xr);
+  gpu_->graph_replay(3);
+  gpu_->synchronize();
+  const std::vector<float> yg = gg(y), sg = gg(s);
+  step(*cpu_, x.c, y.c, xn.c, s.c, w.c, nw.c, Stream{});
+  expect_close(y, "graph replay: rmsnorm + gemm");
+  expect_close(s, "graph replay: add on the aux stream");
+  // Eager on the GPU: bit-identical to the replay.
+  step(*gpu_, x.g, y.g, xn.g, s.g, w.g, nw.g, aux);
+  gpu_->synchronize();
+  EXPECT_EQ(yg, gg(y)) << "graph replay and eager execution differ";
+  EXPECT_EQ(sg, gg(s));
+}
+
+// ================================================================ dense math
+
+TEST_F(CudaOps, Gemm) {
+  struct Case {
+    int64_t M, N, K;
+    Kind out, a, w;
+  };
+  const std::vector<Case> cases = {
+      {1, 96, 64, Kind::Act, Kind::Act, Kind::Wt},      {5, 130, 72, Kind::Act, Kind::Act, Kind::Wt},
+      {37, 200, 128, Kind::Act, Kind::Act, Kind::Wt},   {300, 64, 256, Kind::Act, Kind::Act, Kind::Wt},
+      {9, 256, 192, Kind::F32, Kind::Act, Kind::Wt},    // compressor: bf16 x bf16 -> F32
+      {3, 64, 512, Kind::F32, Kind::Act, Kind::F32},    // router (decode): act x F32 gate -> F32
+      {70, 40, 96, Kind::F32, Kind::Act, Kind::F32},    // router (prefill shape)
+      {33, 48, 80, Kind::F32, Kind::F32, Kind::F32},    // all F32
+      {12, 64, 300, Kind::F32, Kind::Act, Kind::F32},   // router, two row chunks of the skinny kernel
+      {6, 50, 64, Kind::Act, Kind::F32, Kind::F32},     // F32 in, act out (fallback kernels)
+      {90, 70, 40, Kind::Act, Kind::F32, Kind::F32},
+  };
+  for (const Case& c : cases) {
+    T2 a = make_rand("a", c.a, {c.M, c.K});
+    T2 w = make_rand("w", c.w, {c.N, c.K}, -0.2f, 0.2f);
+    T2 o = zeros("o", c.out, {c.M, c.N});
+    cpu_->gemm(Stream{}, o.c, a.c, w.c);
+    gpu_->gemm(Stream{}, o.g, a.g, w.g);
+    expect_close(o, "gemm M=" + std::to_string(c.M) + " N=" + std::to_string(c.N) + " K=" + std::to_string(c.K));
+  }
+}
+
+TEST_F(CudaOps, GemmGrouped) {
+  for (int64_t M : {1, 7, 70}) {
+    const int64_t G = 4, N = 32, K = 48;
+    T2 a = make_rand("a", Kind::Act, {M, G * K});
+    T2 w = make_rand("w", Kind::Wt, {G * N, K}, -0.3f, 0.3f);
+    T2 o = zeros("o", Kind::Act, {M, G * N});
+    cpu_->gemm_grouped(Stream{}, o.c, a.c, w.c, int(G));
+    gpu_->gemm_grouped(Stream{}, o.g, a.g, w.g, int(G));
+    expect_close(o, "gemm_grouped M=" + std::to_string(M));
+  }
+}
+
+TEST_F(CudaOps, RmsNorm) {
+  for (int64_t dim : {64, 512, 2048, 4096}) {
+    const int64_t rows = 19;
+    T2 x = make_rand("x", Kind::Act, {rows, dim}, -3.f, 3.f);
+    T2 w = make_rand("w", Kind::Wt, {dim}, 0.5f, 1.5f);
+    T2 o = zeros("o", Kind::Act, {rows, dim});
+    cpu_->rmsnorm(Stream{}, o.c, x.c, w.c, 1e-6f);
+    gpu_->rmsnorm(Stream{}, o.g, x.g, w.g, 1e-6f);
+    expect_close(o, "rmsnorm dim " + std::to_string(dim));
+    // No weight, in place (the per-head q norm).
+    cpu_->rmsnorm(Stream{}, x.c, x.c, Tensor{}, 1e-6f);
+    gpu_->rmsnorm(Stream{}, x.g, x.g, Tensor{}, 1e-6f);
+    expect_close(x, "rmsnorm in place, no weight, dim " + std::to_string(dim));
+  }
+}
+
+TEST_F(CudaOps, AddAndSwiglu) {
+  T2 a = make_rand("a", Kind::Act, {13, 100});
+  T2 b = make_rand("b", Kind::Act, {13, 100});
+  T2 o = zeros("o", Kind::Act, {13, 100});
+  cpu_->add(Stream{}, o.c, a.c, b.c);
+  gpu_->add(Stream{}, o.g, a.g, b.g);
+  expect_close(o, "add");
+  for (float limit : {10.f, 0.5f}) {
+    T2 g = make_rand("g", Kind::Act, {9, 128}, -30.f, 30.f);
+    T2 u = make_rand("u", Kind::Act, {9, 128}, -30.f, 30.f);
+    T2 s = zeros("s", Kind::Act, {9, 128});
+    cpu_->swiglu(Stream{}, s.c, g.c, u.c, limit);
+    gpu_->swiglu(Stream{}, s.g, g.g, u.g, limit);
+    expect_close(s, "swiglu limit " + std::to_string(limit));
+  }
+}
+
+TEST_F(CudaOps, Rope) {
+  const int64_t T = 11, H = 3, dim = 128, R = 64, P = 300;
+  T2 table = make("table", Kind::F32, {P, R}, rope_table(int(P), int(R)));
+  T2 pos = make_i32("pos", {T}, randi(size_t(T), 0, int32_t(P - 1)));
+  for (bool inverse : {false, true}) {
+    T2 x = make_rand("x", Kind::Act, {T, H, dim});
+    cpu_->rope(Stream{}, x.c, pos.c, table.c, inverse);
+    gpu_->rope(Stream{}, x.g, pos.g, table.g, inverse);
+    expect_close(x, inverse ? "rope inverse" : "rope");
+  }
+  T2 k = make_rand("k", Kind::Act, {T, dim});
+  cpu_->rope(Stream{}, k.c.view({T, 1, dim}), pos.c, table.c, false);
+  gpu_->rope(Stream{}, k.g.view({T, 1, dim}), pos.g, table.g, false);
+  expect_close(k, "rope [T, 1, dim]");
+}
+
+// ================================================================ embedding, sampling
+
+TEST_F(CudaOps, EmbedGatherShift) {
+  const int64_t V = 50, D = 72, T = 9;
+  T2 table = make_rand("table", Kind::Wt, {V, D});
+  T2 ids = make_i32("ids", {T}, randi(size_t(T), 0, int32_t(V - 1)));
+  T2 pos = make_i32("pos", {T}, {0, 1, 2, 0, 5, 6, 0, 8, 9});
+  for (bool zero : {false, true}) {
+    T2 e = zeros("e", Kind::Act, {T, D});
+    cpu_->embed(Stream{}, e.c, ids.c, table.c, pos.c, zero);
+    gpu_->embed(Stream{}, e.g, ids.g, table.g, pos.g, zero);
+    EXPECT_EQ(gc(e), gg(e)) << "embed zero_pos0=" << zero;
+  }
+  T2 in = make_rand("in", Kind::Act, {20, 3, 16});
+  T2 rows = make_i32("rows", {6}, {19, 0, 4, 4, 7, 12});
+  T2 out = zeros("out", Kind::Act, {6, 3, 16});
+  cpu_->gather_rows(Stream{}, out.c, in.c, rows.c);
+  gpu_->gather_rows(Stream{}, out.g, in.g, rows.g);
+  EXPECT_EQ(gc(out), gg(out));
+  T2 ri = make_i32("ri", {7}, randi(7, -100, 100));
+  T2 ri_rows = make_i32("ri_rows", {3}, {6, 0, 3});
+  T2 ri_out = make_i32("ri_out", {3}, {0, 0, 0});
+  cpu_->gather_rows(Stream{}, ri_out.c, ri.c, ri_rows.c);
+  gpu_->gather_rows(Stream{}, ri_out.g, ri.g, ri_rows.g);
+  expect_equal_i32(ri_out, "gather_rows i32");
+  const int64_t B = 3, T0 = 4;
+  T2 tok = make_i32("tok", {B * T0}, randi(size_t(B * T0), 0, 999));
+  T2 smp = make_i32("smp", {B}, randi(size_t(B), 0, 999));
+  T2 sh = make_i32("sh", {B * T0}, std::vector<int32_t>(size_t(B * T0), 0));
+  cpu_->shift_tokens(Stream{}, sh.c, tok.c, smp.c);
+  gpu_->shift_tokens(Stream{}, sh.g, tok.g, smp.g);
+  expect_equal_i32(sh, "shift_tokens");
+}
+
+TEST_F(CudaOps, Argmax) {
+  const int64_t n = 6, V = 5000;
+  std::vector<float> v = rand(size_t(n * V), -10.f, 10.f);
+  // Row 1: a tie for the maximum (the lower index must win); row 2: the maximum at the end;
+  // row 3: all equal.
+  v[size_t(1 * V + 700)] = 50.f;
+  v[size_t(1 * V + 3000)] = 50.f;
+  v[size_t(2 * V + V - 1)] = 99.f;
+  for (int64_t i = 0; i < V; ++i) v[size_t(3 * V + i)] = 1.f;
+  T2 logits = make("logits", Kind::F32, {n, V}, v);
+  T2 out = make_i32("out", {n}, std::vector<int32_t>(size_t(n), -7));
+  cpu_->argmax(Stream{}, out.c, logits.c);
+  gpu_->argmax(Stream{}, out.g, logits.g);
+  expect_equal_i32(out, "argmax");
+  const std::vector<int32_t> r = geti(*gpu_, out.g);
+  EXPECT_EQ(r[1], 700);
+  EXPECT_EQ(r[2], V - 1);
+  EXPECT_EQ(r[3], 0);
+}
+
+// ================================================================ mHC
+
+TEST_F(CudaOps, HcPreAndHead) {
+  // T = 3 and 40 take the split path (partials in scratch), T = 300 the fused 4-tokens-per-block
+  // path; D = 1024 splits further.
+  struct Case {
+    int64_t T, D;
+  };
+  for (const Case& c : {Case{3, 256}, Case{40, 256}, Case{300, 256}, Case{2, 1024}}) {
+    const int64_t hc = 4, mix = 24, T = c.T, D = c.D;
+    T2 X = make_rand("X", Kind::Act, {T, hc, D}, -2.f, 2.f);
+    T2 fn = make_rand("fn", Kind::F32, {mix, hc * D}, -0.1f, 0.1f);
+    T2 scale = make("scale", Kind::F32, {3}, {0.7f, 1.3f, 0.9f});
+    T2 base = make_rand("base", Kind::F32, {mix}, -0.5f, 0.5f);
+    T2 y = zeros("y", Kind::Act, {T, D});
+    T2 post = zeros("post", Kind::F32, {T, hc});
+    T2 comb = zeros("comb", Kind::F32, {T, hc, hc});
+    cpu_->hc_pre(Stream{}, y.c, post.c, comb.c, X.c, fn.c, scale.c, base.c, 20, 1e-6f, 1e-6f);
+    gpu_->hc_pre(Stream{}, y.g, post.g, comb.g, X.g, fn.g, scale.g, base.g, 20, 1e-6f, 1e-6f);
+    const std::string tag = " T=" + std::to_string(T) + " D=" + std::to_string(D);
+    expect_close(y, "hc_pre y" + tag);
+    expect_close(post, "hc_pre post" + tag, 1e-4);
+    expect_close(comb, "hc_pre comb" + tag, 1e-4);
+
+    T2 hfn = make_rand("hfn", Kind::F32, {hc, hc * D}, -0.1f, 0.1f);
+    T2 hscale = make("hscale", Kind::F32, {1}, {1.1f});
+    T2 hbase = make_rand("hbase", Kind::F32, {hc}, -0.5f, 0.5f);
+    T2 h = zeros("h", Kind::Act, {T, D});
+    cpu_->hc_head(Stream{}, h.c, X.c, hfn.c, hscale.c, hbase.c, 1e-6f, 1e-6f);
+    gpu_->hc_head(Stream{}, h.g, X.g, hfn.g, hscale.g, hbase.g, 1e-6f, 1e-6f);
+    expect_close(h, "hc_head" + tag);
+  }
+}
+
+TEST_F(CudaOps, HcPostExpandCombine) {
+  const int64_t T = 7, hc = 4, D = 96;
+  T2 f = make_rand("f", Kind::Act, {T, D});
+  T2 res = make_rand("res", Kind::Act, {T, hc, D});
+  T2 post = make_rand("post", Kind::F32, {T, hc}, 0.f, 2.f);
+  T2 comb = make_rand("comb", Kind::F32, {T, hc, hc}, 0.f, 0.5f);
+  T2 xo = zeros("xo", Kind::Act, {T, hc, D});
+  cpu_->hc_post(Stream{}, xo.c, f.c, res.c, post.c, comb.c);
+  gpu_->hc_post(Stream{}, xo.g, f.g, res.g, post.g, comb.g);
+  expect_close(xo, "hc_post");
+  // In place (X_out aliases res).
+  cpu_->hc_post(Stream{}, res.c, f.c, res.c, post.c, comb.c);
+  gpu_->hc_post(Stream{}, res.g, f.g, res.g, post.g, comb.g);
+  expect_close(res, "hc_post in place");
+
+  T2 e = make_rand("e", Kind::Act, {T, D});
+  T2 X = zeros("X", Kind::Act, {T, hc, D});
+  cpu_->hc_expand(Stream{}, X.c, e.c);
+  gpu_->hc_expand(Stream{}, X.g, e.g);
+  EXPECT_EQ(gc(X), gg(X));
+  T2 hp = make_rand("hp", Kind::Act, {T, hc, D});
+  T2 ep = make_rand("ep", Kind::Act, {T, D});
+  cpu_->mtp_combine(Stream{}, X.c, hp.c, ep.c);
+  gpu_->mtp_combine(Stream{}, X.g, hp.g, ep.g);
+  expect_close(X, "mtp_combine");
+}
+
+// ================================================================ attention
+
+TEST_F(CudaOps, SwaInsertLastWriterWins) {
+  const int64_t B = 2, cap = 8, d = 64;
+  // Sequence 0 brings positions 0..11 (more than the ring holds: slots are overwritten, the later
+  // token wins); sequence 1 positions 3, 4.
+  std::vector<int32_t> pos, seq;
+  for (int p = 0; p < 12; ++p) {
+    pos.push_back(p);
+    seq.push_back(0);
+  }
+  pos.push_back(3);
+  seq.push_back(1);
+  pos.push_back(4);
+  seq.push_back(1);
+  const int64_t T = int64_t(pos.size());
+  T2 cache = zeros("cache", Kind::Act, {B, cap, d});
+  T2 tags = make_i32("tags", {B, cap}, std::vector<int32_t>(size_t(B * cap), -1));
+  T2 k = make_rand("k", Kind::Act, {T, d});
+  T2 tp = make_i32("pos", {T}, pos), ts = make_i32("seq", {T}, seq);
+  cpu_->swa_insert(Stream{}, cache.c, tags.c, k.c, tp.c, ts.c);
+  gpu_->swa_insert(Stream{}, cache.g, tags.g, k.g, tp.g, ts.g);
+  EXPECT_EQ(gc(cache), gg(cache));
+  expect_equal_i32(tags, "swa tags");
+}
+
+TEST_F(CudaOps, CompressorSave) {
+  const int64_t B = 2, S = 12, cd = 64, ratio = 4;
+  std::vector<int32_t> pos, seq;
+  for (int p = 0; p < 15; ++p) {
+    pos.push_back(p);
+    seq.push_back(1);
+  }
+  pos.push_back(2);
+  seq.push_back(0);
+  const int64_t T = int64_t(pos.size());
+  T2 su = zeros("su", Kind::F32, {B, S, cd}), sg = zeros("sg", Kind::F32, {B, S, cd});
+  T2 tags = make_i32("tags", {B, S}, std::vector<int32_t>(size_t(B * S), -1));
+  T2 u = make_rand("u", Kind::F32, {T, cd}), g = make_rand("g", Kind::F32, {T, cd});
+  T2 ape = make_rand("ape", Kind::F32, {ratio, cd});
+  T2 tp = make_i32("pos", {T}, pos), ts = make_i32("seq", {T}, seq);
+  cpu_->compressor_save(Stream{}, su.c, sg.c, tags.c, u.c, g.c, ape.c, tp.c, ts.c, int(ratio));
+  gpu_->compressor_save(Stream{}, su.g, sg.g, tags.g, u.g, g.g, ape.g, tp.g, ts.g, int(ratio));
+  EXPECT_EQ(gc(su), gg(su));
+  EXPECT_EQ(gc(sg), gg(sg));
+  expect_equal_i32(tags, "compressor state tags");
+}
+
+TEST_F(CudaOps, CompressorPool) {
+  struct Case {
+    int ratio;
+    bool overlap;
+    int64_t d;
+  };
+  for (const Case& c : {Case{4, true, 128}, Case{8, false, 128}, Case{4, true, 512}, Case{16, false, 64}}) {
+    const int64_t B = 2, R = 64, cdim = (c.overlap ? 2 : 1) * c.d;
+    const int64_t span = (c.overlap ? 2 : 1) * c.ratio, S = span + 40, n_max = 16, P = 512;
+    // Sequence 0: positions 0..39 in one step; sequence 1: positions 20..39 only (its earlier
+    // blocks are absent from the ring: partial or empty pools).
+    std::vector<int32_t> pos, seq;
+    for (int p = 0; p < 40; ++p) {
+      pos.push_back(p);
+      seq.push_back(0);
+    }
+    for (int p = 20; p < 40; ++p) {
+      pos.push_back(p);
+      seq.push_back(1);
+    }
+    const int64_t T = int64_t(pos.size());
+    T2 tp = make_i32("pos", {T}, pos), ts = make_i32("seq", {T}, seq);
+    T2 su = zeros("su", Kind::F32, {B, S, cdim}), sg = zeros("sg", Kind::F32, {B, S, cdim});
+    T2 tags = make_i32("tags", {B, S}, std::vector<int32_t>(size_t(B * S), -1));
+    T2 u = make_rand("u", Kind::F32, {T, cdim}, -2.f, 2.f), g = make_rand("g", Kind::F32, {T, cdim}, -3.f, 3.f);
+    T2 ape = make_rand("ape", Kind::F32, {c.ratio, cdim});
+    cpu_->compressor_save(Stream{}, su.c, sg.c, tags.c, u.c, g.c, ape.c, tp.c, ts.c, c.ratio);
+    gpu_->compressor_save(Stream{}, su.g, sg.g, tags.g, u.g, g.g, ape.g, tp.g, ts.g, c.ratio);
+    T2 entries = zeros("entries", Kind::Act, {B, n_max, c.d});
+    T2 nw = make_rand("norm_w", Kind::Wt, {c.d}, 0.5f, 1.5f);
+    T2 table = make("table", Kind::F32, {P, R}, rope_table(int(P), int(R)));
+    cpu_->compressor_pool(Stream{}, entries.c, su.c, sg.c, tags.c, nw.c, table.c, tp.c, ts.c, c.ratio, c.overlap,
+                          1e-6f);
+    gpu_->compressor_pool(Stream{}, entries.g, su.g, sg.g, tags.g, nw.g, table.g, tp.g, ts.g, c.ratio, c.overlap,
+                          1e-6f);
+    expect_close(entries, "compressor_pool ratio " + std::to_string(c.ratio) + " d " + std::to_string(c.d));
+  }
+}
+
+// Host recomputation of the indexer scores (double), for judging near-ties.
+std::vector<double> indexer_scores_host(const std::vector<float>& q, const std::vector<float>& w,
+                                        const std::vector<float>& keys, int64_t t, int64_t b, int64_t Hi, int64_t di,
+                                        int64_t n_max, int64_t n_c) {
+  std::vector<double> s(static_cast<size_t>(n_c));
+  const double ws = 1.0 / std::sqrt(double(di) * double(Hi));
+  for (int64_t j = 0; j < n_c; ++j) {
+    double acc = 0;
+    for (int64_t h = 0; h < Hi; ++h) {
+      double dot = 0;
+      for (int64_t c = 0; c < di; ++c)
+        dot += double(q[size_t((t * Hi + h) * di + c)]) * double(keys[size_t((b * n_max + j) * di + c)]);
+      acc += double(w[size_t(t * Hi + h)]) * ws * std::max(dot, 0.0);
+    }
+    s[size_t(j)] = acc;
+  }
+  return s;
+}
+
+TEST_F(CudaOps, IndexerTopk) {
+  struct Case {
+    int64_t Hi, di, n_max, K, T;
+  };
+  // n_max <= 128 or T >= 2 * SMs: one fused kernel; otherwise the scoring is split over blocks.
+  for (const Case& c : {Case{4, 64, 64, 8, 24}, Case{64, 128, 700, 512, 6}, Case{20, 128, 300, 40, 10},
+                        Case{8, 64, 200, 16, 300}}) {
+    const int64_t B = 2, ratio = 4;
+    std::vector<int32_t> pos = randi(size_t(c.T), 0, int32_t(c.n_max * ratio - 1));
+    pos[0] = 2;  // n_c = 0
+    pos[1] = int32_t(c.n_max * ratio - 1);  // all entries
+    std::vector<int32_t> seq = randi(size_t(c.T), 0, int32_t(B - 1));
+    T2 tp = make_i32("pos", {c.T}, pos), ts = make_i32("seq", {c.T}, seq);
+    T2 q = make_rand("q", Kind::Act, {c.T, c.Hi, c.di});
+    T2 w = make_rand("w", Kind::Act, {c.T, c.Hi}, -1.f, 2.f);
+    T2 keys = make_rand("keys", Kind::Act, {B, c.n_max, c.di});
+    T2 sel = make_i32("sel", {c.T, c.K}, std::vector<int32_t>(size_t(c.T * c.K), 7));
+    cpu_->indexer_topk(Stream{}, sel.c, q.c, w.c, keys.c, tp.c, ts.c, int(ratio));
+    gpu_->indexer_topk(Stream{}, sel.g, q.g, w.g, keys.g, tp.g, ts.g, int(ratio));
+    const std::vector<int32_t> sc = geti(*cpu_, sel.c), sg = geti(*gpu_, sel.g);
+    const std::vector<float> hq = gc(q), hw = gc(w), hk = gc(keys);
+    size_t mismatches = 0, ties = 0;
+    for (int64_t t = 0; t < c.T; ++t) {
+      const int64_t n_c = std::min<int64_t>((pos[size_t(t)] + 1) / ratio, c.n_max);
+      const std::vector<double> s = indexer_scores_host(hq, hw, hk, t, seq[size_t(t)], c.Hi, c.di, c.n_max, n_c);
+      double smax = 1e-30;
+      for (double v : s) smax = std::max(smax, std::abs(v));
+      std::set<int32_t> seen;
+      for (int64_t i = 0; i < c.K; ++i) {
+        const int32_t a = sc[size_t(t * c.K + i)], g = sg[size_t(t * c.K + i)];
+        if (i >= std::min(c.K, n_c)) {
+          EXPECT_EQ(g, -1) << "token " << t << " slot " << i << " should be padding";
+          continue;
+        }
+        ASSERT_GE(g, 0) << "token " << t << " slot " << i;
+        ASSERT_LT(g, n_c) << "token " << t << " slot " << i << ": not causal";
+        EXPECT_TRUE(seen.insert(g).second) << "token " << t << ": entry " << g << " selected twice";
+        if (a != g) {
+          // Only acceptable between (near-)equal scores.
+          if (std::abs(s[size_t(a)] - s[size_t(g)]) <= 1e-4 * smax)
+            ++ties;
+          else
+            ++mismatches;
+        }
+      }
+    }
+    EXPECT_EQ(mismatches, 0u) << "indexer_topk Hi=" << c.Hi << " K=" << c.K << " (" << ties << " near-tie swaps)";
+  }
+}
+
+// Many exactly equal scores at the cut: half the keys are zero vectors (score exactly 0) and the
+// head weights are negative (every other score < 0), so the top K are the lowest-index zero keys.
+TEST_F(CudaOps, IndexerTopkTies) {
+  const int64_t T = 6, Hi = 16, di = 64, n_max = 300, K = 40, B = 1, ratio = 4;
+  std::vector<float> kv = rand(size_t(B * n_max * di));
+  for (int64_t j = 0; j < n_max; ++j)
+    if (j % 2 == 1 || j % 7 == 0)
+      for (int64_t c = 0; c < di; ++c) kv[size_t(j * di + c)] = 0.f;
+  T2 keys = make("keys", Kind::Act, {B, n_max, di}, kv);
+  T2 q = make_rand("q", Kind::Act, {T, Hi, di});
+  T2 w = make_rand("w", Kind::Act, {T, Hi}, -2.f, -0.5f);
+  std::vector<int32_t> pos = {1199, 700, 400, 50, 160, 1000};
+  T2 tp = make_i32("pos", {T}, pos), ts = make_i32("seq", {T}, std::vector<int32_t>(size_t(T), 0));
+  T2 sel = make_i32("sel", {T, K}, std::vector<int32_t>(size_t(T * K), 7));
+  cpu_->indexer_topk(Stream{}, sel.c, q.c, w.c, keys.c, tp.c, ts.c, int(ratio));
+  gpu_->indexer_topk(Stream{}, sel.g, q.g, w.g, keys.g, tp.g, ts.g, int(ratio));
+  expect_equal_i32(sel, "indexer_topk with ties at the cut");
+}
+
+TEST_F(CudaOps, SparseAttention) {
+  struct Case {
+    int64_t H, Dh, T, n_max, K;
+    int window;
+    CompressedKeys mode;
+    int ratio;
+  };
+  const std::vector<Case> cases = {
+      {4, 128, 5, 40, 8, 16, CompressedKeys::None, 1},       // decode-like: split-KV path
+      {4, 128, 5, 40, 8, 16, CompressedKeys::All, 4},
+      {4, 128, 5, 40, 8, 16, CompressedKeys::Selected, 4},
+      {20, 512, 3, 64, 16, 32, CompressedKeys::Selected, 4},  // 2 head groups, flash head dim
+      {4, 128, 160, 40, 8, 16, CompressedKeys::All, 4},      // many tokens: unsplit path
+      {2, 64, 150, 800, 8, 16, CompressedKeys::All, 1},      // > 512 candidates: several chunks
+      {64, 512, 2, 128, 64, 32, CompressedKeys::Selected, 4},  // flash-like heads, decode
+  };
+  for (const Case& c : cases) {
+    const int64_t B = 2, cap = c.window + 8, Dh = c.Dh;
+    // Positions: each token reads the window of its own sequence; the window cache holds the
+    // last `cap` positions up to the largest position of each sequence, a few tags broken.
+    std::vector<int32_t> pos = randi(size_t(c.T), 0, int32_t(std::min<int64_t>(c.n_max * c.ratio - 1, 900)));
+    std::vector<int32_t> seq = randi(size_t(c.T), 0, int32_t(B - 1));
+    std::vector<int32_t> maxp(size_t(B), 0);
+    for (int64_t t = 0; t < c.T; ++t) maxp[size_t(seq[size_t(t)])] = std::max(maxp[size_t(seq[size_t(t)])], pos[size_t(t)]);
+    std::vector<int32_t> tags(size_t(B * cap), -1);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t p = std::max<int64_t>(0, maxp[size_t(b)] - cap + 1); p <= maxp[size_t(b)]; ++p)
+        tags[size_t(b * cap + p % cap)] = (p % 7 == 3) ? -1 : int32_t(p);
+    T2 tp = make_i32("pos", {c.T}, pos), ts = make_i32("seq", {c.T}, seq);
+    T2 q = make_rand("q", Kind::Act, {c.T, c.H, Dh}, -2.f, 2.f);
+    T2 swa = make_rand("swa", Kind::Act, {B, cap, Dh});
+    T2 swa_tags = make_i32("swa_tags", {B, cap}, tags);
+    T2 comp = make_rand("comp", Kind::Act, {B, c.n_max, Dh});
+    std::vector<int32_t> selv(size_t(c.T * c.K), -1);
+    for (int64_t t = 0; t < c.T; ++t) {
+      const int64_t n_c = std::min<int64_t>((pos[size_t(t)] + 1) / c.ratio, c.n_max);
+      std::vector<int32_t> all(static_cast<size_t>(n_c));
+      std::iota(all.begin(), all.end(), 0);
+      std::shuffle(all.begin(), all.end(), rng_);
+      for (int64_t i = 0; i < std::min<int64_t>(n_c, c.K); ++i) selv[size_t(t * c.K + i)] = all[size_t(i)];
+    }
+    T2 sel = make_i32("sel", {c.T, c.K}, selv);
+    T2 sink = make_rand("sink", Kind::F32, {c.H}, -1.f, 1.f);
+    T2 o = zeros("o", Kind::Act, {c.T, c.H, Dh});
+    const Tensor sel_c = c.mode == CompressedKeys::Selected ? sel.c : Tensor{};
+    const Tensor sel_g = c.mode == CompressedKeys::Selected ? sel.g : Tensor{};
+    const Tensor comp_c = c.mode == CompressedKeys::None ? Tensor{} : comp.c;
+    const Tensor comp_g = c.mode == CompressedKeys::None ? Tensor{} : comp.g;
+    cpu_->sparse_attention(Stream{}, o.c, q.c, swa.c, swa_tags.c, comp_c, sel_c, sink.c, tp.c, ts.c, c.window, c.mode,
+                           c.ratio);
+    gpu_->sparse_attention(Stream{}, o.g, q.g, swa.g, swa_tags.g, comp_g, sel_g, sink.g, tp.g, ts.g, c.window, c.mode,
+                           c.ratio);
+    expect_close(o, "sparse_attention H=" + std::to_string(c.H) + " Dh=" + std::to_string(Dh) + " T=" +
+                        std::to_string(c.T) + " mode=" + std::to_string(int(c.mode)));
+  }
+}
+
+// ================================================================ MoE
+
+TEST_F(CudaOps, RouteScoredAndHashed) {
+  const int64_t T = 37, E = 64, k = 6, V = 100;
+  T2 logits = make_rand("logits", Kind::F32, {T, E}, -4.f, 25.f);  // crosses the softplus threshold
+  T2 bias = make_rand("bias", Kind::F32, {E}, -0.5f, 0.5f);
+  T2 ids = make_i32("ids", {T, k}, std::vector<int32_t>(size_t(T * k), 0));
+  T2 wts = zeros("w", Kind::F32, {T, k});
+  cpu_->route(Stream{}, ids.c, wts.c, logits.c, bias.c, Tensor{}, Tensor{}, 1.5f);
+  gpu_->route(Stream{}, ids.g, wts.g, logits.g, bias.g, Tensor{}, Tensor{}, 1.5f);
+  expect_equal_i32(ids, "route ids (scored)");
+  expect_close(wts, "route weights (scored)", 1e-5);
+
+  std::vector<int32_t> table;
+  for (int64_t v = 0; v < V; ++v) {
+    std::vector<int32_t> all(static_cast<size_t>(E));
+    std::iota(all.begin(), all.end(), 0);
+    std::shuffle(all.begin(), all.end(), rng_);
+    table.insert(table.end(), all.begin(), all.begin() + k);
+  }
+  T2 tid2eid = make_i32("tid2eid", {V, k}, table);
+  T2 tokens = make_i32("tokens", {T}, randi(size_t(T), 0, int32_t(V - 1)));
+  cpu_->route(Stream{}, ids.c, wts.c, logits.c, Tensor{}, tid2eid.c, tokens.c, 1.5f);
+  gpu_->route(Stream{}, ids.g, wts.g, logits.g, Tensor{}, tid2eid.g, tokens.g, 1.5f);
+  expect_equal_i32(ids, "route ids (hashed)");
+  expect_close(wts, "route weights (hashed)", 1e-5);
+}
+
+TEST_F(CudaOps, MoeExperts) {
+  struct Case {
+    int64_t T, E, k, D, F;
+  };
+  // T*k <= 4E: 16-row tiles (decode); larger: 64-row tiles, several tiles per expert.
+  // T*k <= 64 pairs: K split 2 or 4 ways (decode); T*k <= 4E: 16-row tiles; larger: 64-row tiles.
+  for (const Case& c : {Case{1, 8, 2, 128, 64}, Case{5, 16, 3, 256, 128}, Case{8, 64, 6, 512, 256},
+                        Case{200, 8, 2, 128, 192}, Case{64, 32, 6, 512, 256}}) {
+    T2 x = make_rand("x", Kind::Act, {c.T, c.D});
+    T2 w1 = make_rand("w1", Kind::Wt, {c.E, c.F, c.D}, -0.1f, 0.1f);
+    T2 w3 = make_rand("w3", Kind::Wt, {c.E, c.F, c.D}, -0.1f, 0.1f);
+    T2 w2 = make_rand("w2", Kind::Wt, {c.E, c.D, c.F}, -0.1f, 0.1f);
+    std::vector<int32_t> idv;
+    for (int64_t t = 0; t < c.T; ++t) {
+      std::vector<int32_t> all(static_cast<size_t>(c.E));
+      std::iota(all.begin(), all.end(), 0);
+      std::shuffle(all.begin(), all.end(), rng_);
+      idv.insert(idv.end(), all.begin(), all.begin() + c.k);
+    }
+    T2 ids = make_i32("ids", {c.T, c.k}, idv);
+    T2 wts = make_rand("wts", Kind::F32, {c.T, c.k}, 0.1f, 1.f);
+    T2 ws = workspace(c.T, int(c.k), int(c.D), int(c.F), int(c.E));
+    T2 out = zeros("out", Kind::Act, {c.T, c.D});
+    cpu_->moe_experts(Stream{}, out.c, x.c, ids.c, wts.c, w1.c, w2.c, w3.c, 10.f, ws.c);
+    gpu_->moe_experts(Stream{}, out.g, x.g, ids.g, wts.g, w1.g, w2.g, w3.g, 10.f, ws.g);
+    expect_close(out, "moe_experts T=" + std::to_string(c.T) + " E=" + std::to_string(c.E));
+    // Run twice: identical bits (no atomics in the reductions).
+    const std::vector<float> first = gg(out);
+    gpu_->moe_experts(Stream{}, out.g, x.g, ids.g, wts.g, w1.g, w2.g, w3.g, 10.f, ws.g);
+    EXPECT_EQ(first, gg(out)) << "moe_experts is not deterministic";
+  }
+}
+
+}  // namespace
+}  // namespace sl
