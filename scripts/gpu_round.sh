@@ -7,38 +7,44 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/streamlab-out}
+# Logs go to a work folder, packed into $OUT/round.tar.gz at the end (the device tool returns
+# at most 8 files); the JSON results are also copied to $OUT as they are.
+W=$(mktemp -d)
 mkdir -p "$OUT"
 export PATH="/usr/local/cuda/bin:$PATH"
 export STREAMLAB_CONFIG_DIR="$PWD/model/configs"
 B=.gpu
 export LD_LIBRARY_PATH="$PWD/$B${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export STREAMLAB_COMMIT="$(head -c 40 $B/COMMIT)"
-stages=${STAGES:-"env tests sanitizer tiny flash bench"}
+stages=${STAGES:-"env tests tiny flash bench sanitizer"}
 declare -A rc
-run() { local name=$1; shift; echo "=== $name: $*"; "$@" > "$OUT/$name.log" 2>&1; rc[$name]=$?; tail -n 25 "$OUT/$name.log"; }
+# run NAME SECONDS CMD...: one stage, bounded in time, its output in $W/NAME.log.
+run() { local name=$1 secs=$2; shift 2; echo "=== $name: $*"; timeout "$secs" "$@" > "$W/$name.log" 2>&1; rc[$name]=$?
+        tail -n 20 "$W/$name.log"; tar czf "$OUT/round.tar.gz" -C "$W" .; }
 
 for st in $stages; do case $st in
   env)
     { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv
-      nvcc --version | tail -n 2; cat $B/COMMIT; date -u; } > "$OUT/provenance.txt" 2>&1
-    cat "$OUT/provenance.txt" ;;
+      nvcc --version | tail -n 2; cat $B/COMMIT; date -u; } > "$W/provenance.txt" 2>&1
+    cat "$W/provenance.txt"; cp "$W/provenance.txt" "$OUT/" ;;
   tests)
-    run test_cuda_ops $B/test_cuda_ops --gtest_brief=1
-    run test_cuda_model $B/test_cuda_model --gtest_brief=1 ;;
+    run test_cuda_ops 60 $B/test_cuda_ops --gtest_brief=1
+    run test_cuda_model 60 $B/test_cuda_model --gtest_brief=1 ;;
   sanitizer)
-    run memcheck compute-sanitizer --tool memcheck --error-exitcode 9 $B/streamlab run --config tiny --backend cuda \
+    run memcheck 100 compute-sanitizer --tool memcheck --error-exitcode 9 $B/streamlab run --config tiny --backend cuda \
       --policy per-layer --steps 2 ;;
   tiny)
-    run tiny_eager $B/streamlab run --config tiny --backend cuda --policy shared --steps 4
-    run tiny_graph $B/streamlab run --config tiny --backend cuda --policy shared --steps 4 --graph ;;
+    run tiny_eager 25 $B/streamlab run --config tiny --backend cuda --policy shared --steps 4
+    run tiny_graph 25 $B/streamlab run --config tiny --backend cuda --policy shared --steps 4 --graph ;;
   flash)
-    run flash6l $B/streamlab run --config flash-6l --backend cuda --policy shared --mtp-layers 4 --mtp-compress 4 \
+    run flash6l 150 $B/streamlab run --config flash-6l --backend cuda --policy shared --mtp-layers 4 --mtp-compress 4 \
       --batch 8 --steps 4 --json
-    cp "$OUT/flash6l.log" "$OUT/flash6l.json" ;;
+    sed -n '/^{/,$p' "$W/flash6l.log" > "$OUT/flash6l.json" ;;
   bench)
-    run bench_decode $B/bench_decode --config=flash-6l --batches=1,8 --policy=shared --context=4096 --mtp-layers=1 \
-      --draft-steps=1 --steps=20 --out="$OUT/decode_floor.json" ;;
+    run bench_decode 170 $B/bench_decode --config=flash-6l --batches=1,8 --policy=shared --context=${BENCH_CONTEXT:-4096} \
+      --mtp-layers=1 --draft-steps=1 --steps=${BENCH_STEPS:-20} --out="$OUT/decode_floor.json" ;;
   *) echo "unknown stage $st" ;;
 esac; done
-echo "=== summary (exit codes)"
-for k in "${!rc[@]}"; do echo "$k ${rc[$k]}"; done | sort
+echo "=== summary (exit codes; 124 = stage timed out)"
+for k in "${!rc[@]}"; do echo "$k ${rc[$k]}"; done | sort | tee "$W/summary.txt"
+tar czf "$OUT/round.tar.gz" -C "$W" .
