@@ -1,0 +1,731 @@
+#include "profiler/analysis.h"
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <map>
+#include <queue>
+#include <set>
+#include <unordered_map>
+
+#include "core/error.h"
+#include "profiler/trace_index.h"
+
+namespace sl::prof {
+
+namespace {
+
+inline Ns eff_end(Ns start, Ns end) { return end < start ? start : end; }
+
+// Dense index for stream ids (CUPTI stream ids are small integers; fall back to a hash map).
+class StreamIndex {
+ public:
+  explicit StreamIndex(const Trace& t) {
+    uint32_t max_id = 0;
+    for (const auto& s : t.streams)
+      if (s.id != kNoStream) max_id = std::max(max_id, s.id);
+    dense_ok_ = max_id < (1u << 22);
+    if (dense_ok_) table_.assign(size_t(max_id) + 1, -1);
+    for (const auto& s : t.streams) add(s.id);
+  }
+  int add(uint32_t id) {
+    int f = find(id);
+    if (f >= 0) return f;
+    int d = static_cast<int>(ids_.size());
+    ids_.push_back(id);
+    if (dense_ok_ && id < table_.size())
+      table_[id] = d;
+    else
+      map_[id] = d;
+    return d;
+  }
+  int find(uint32_t id) const {
+    if (dense_ok_ && id < table_.size()) return table_[id];
+    auto it = map_.find(id);
+    return it == map_.end() ? -1 : it->second;
+  }
+  // Streams are declared by Trace::finalize for every op; unknown ids still get an index.
+  int operator()(uint32_t id) {
+    int f = find(id);
+    return f >= 0 ? f : add(id);
+  }
+  size_t size() const { return ids_.size(); }
+  uint32_t id(int d) const { return ids_[d]; }
+
+ private:
+  bool dense_ok_ = true;
+  std::vector<int> table_;
+  std::unordered_map<uint32_t, int> map_;
+  std::vector<uint32_t> ids_;
+};
+
+DurationStats stats_of(std::vector<Ns>& v) {
+  DurationStats s;
+  s.count = v.size();
+  if (v.empty()) return s;
+  s.min = v[0];
+  s.max = v[0];
+  long double sum = 0;
+  for (Ns x : v) {
+    s.total += x;
+    sum += x;
+    s.min = std::min(s.min, x);
+    s.max = std::max(s.max, x);
+  }
+  s.mean = double(sum / v.size());
+  auto quant = [&](double q) -> double {
+    // Nearest-rank on the sorted order; median of an even count = mean of the two middle values.
+    size_t n = v.size();
+    if (q == 0.5) {
+      size_t hi = n / 2;
+      std::nth_element(v.begin(), v.begin() + hi, v.end());
+      double a = double(v[hi]);
+      if (n % 2 == 1) return a;
+      Ns lo = *std::max_element(v.begin(), v.begin() + hi);
+      return (a + double(lo)) / 2.0;
+    }
+    size_t k = std::min(n, std::max<size_t>(1, size_t(std::ceil(q * double(n))))) - 1;
+    std::nth_element(v.begin(), v.begin() + k, v.end());
+    return double(v[k]);
+  };
+  s.median = quant(0.5);
+  s.p90 = quant(0.9);
+  s.p99 = quant(0.99);
+  return s;
+}
+
+// Edges "stream S waited (cudaStreamWaitEvent) on an event last recorded on stream T", keyed by
+// (S, T), holding the correlation ids of the waits (program order).
+class WaitEdges {
+ public:
+  explicit WaitEdges(const Trace& t) {
+    if (t.syncs.empty() || t.cuda_events.empty()) return;
+    // Event records in program order (correlation id).
+    std::vector<const CudaEventRecord*> recs;
+    recs.reserve(t.cuda_events.size());
+    for (const auto& e : t.cuda_events) recs.push_back(&e);
+    std::sort(recs.begin(), recs.end(), [](auto a, auto b) { return a->correlation < b->correlation; });
+    std::unordered_map<uint64_t, std::vector<const CudaEventRecord*>> by_event;
+    for (auto r : recs) by_event[(uint64_t(r->pid) << 32) | r->event].push_back(r);
+    for (const auto& s : t.syncs) {
+      if (s.type != SyncType::StreamWaitEvent || s.stream == kNoStream) continue;
+      auto it = by_event.find((uint64_t(s.pid) << 32) | s.event);
+      if (it == by_event.end()) continue;
+      const CudaEventRecord* src = nullptr;
+      for (auto r : it->second) {
+        if (r->correlation <= s.correlation || s.correlation == 0)
+          src = r;
+        else
+          break;
+      }
+      if (!src) continue;
+      edges_[(uint64_t(s.stream) << 32) | src->stream].push_back(s.correlation);
+    }
+    for (auto& [k, v] : edges_) std::sort(v.begin(), v.end());
+  }
+  // True when S waited on T with a wait issued in (after_corr, before_corr].
+  bool linked(uint32_t s, uint32_t t, uint32_t after_corr, uint32_t before_corr) const {
+    auto it = edges_.find((uint64_t(s) << 32) | t);
+    if (it == edges_.end()) return false;
+    auto lo = std::upper_bound(it->second.begin(), it->second.end(), after_corr);
+    return lo != it->second.end() && *lo <= before_corr;
+  }
+  bool empty() const { return edges_.empty(); }
+
+ private:
+  std::unordered_map<uint64_t, std::vector<uint32_t>> edges_;
+};
+
+struct HeapEntry {
+  Ns end;
+  uint32_t idx;
+  int sidx;
+  Ns h_start;  // value of the main-busy integral when the kernel started (aux kernels)
+  bool operator>(const HeapEntry& o) const { return end > o.end; }
+};
+
+struct StreamState {
+  int active = 0;
+  Ns run_start_t = 0;
+  Ns run_start_o = 0;
+  Ns busy = 0;
+  Ns overlapped = 0;
+  Ns last_end = kNoTime;       // max end of kernels started so far on this stream
+  uint32_t last_corr = 0;      // correlation of the previous kernel launched on this stream
+  Ns first_start = kNoTime;
+  uint64_t kernels = 0;
+  Ns kernel_time = 0;
+  std::vector<Ns> queue_waits;
+  std::vector<Ns> launch_delays;
+  uint64_t false_deps = 0;
+};
+
+// Extras computed only for the whole-trace sweep.
+struct WholeExtras {
+  const LaunchIndex* launches = nullptr;
+  const WaitEdges* edges = nullptr;
+  std::vector<StreamState>* streams = nullptr;
+  Ns epsilon = 0;
+  size_t max_listed = 0;
+  uint64_t false_deps = 0;
+  uint64_t without_launch = 0;
+  uint64_t graph_kernels = 0;
+  std::vector<FalseDependency> listed;
+};
+
+// The sweep over kernel start/end points. `idx(i)` gives the i-th kernel (in start order).
+template <class IndexFn>
+ScopeMetrics sweep(const Trace& t, size_t n, IndexFn idx, uint32_t main_stream, StreamIndex& sidx,
+                   WholeExtras* x) {
+  ScopeMetrics m;
+  m.concurrency.assign(1, 0);
+  if (n == 0) return m;
+
+  std::vector<HeapEntry> heap_store;
+  heap_store.reserve(64);
+  std::priority_queue<HeapEntry, std::vector<HeapEntry>, std::greater<HeapEntry>> heap(std::greater<HeapEntry>(),
+                                                                                         std::move(heap_store));
+  struct Recent {
+    Ns end;
+    uint32_t idx;
+    uint32_t stream;
+  };
+  std::deque<Recent> recent;
+
+  std::vector<StreamState> local;  // per-stream run tracking when no whole-trace state is given
+  std::vector<StreamState>& ss = x ? *x->streams : local;
+  if (ss.size() < sidx.size()) ss.resize(sidx.size());
+
+  Ns now = t.kernels[idx(0)].start;
+  m.first_start = now;
+  Ns O = 0;  // integral of [>= 2 kernels running]
+  Ns H = 0;  // integral of [>= 1 main-stream kernel running]
+  int main_active = 0;
+  size_t count = 0;
+  size_t i = 0;
+
+  auto advance = [&](Ns to) {
+    Ns dt = to - now;
+    if (dt <= 0) return;
+    if (count >= m.concurrency.size()) m.concurrency.resize(count + 1, 0);
+    m.concurrency[count] += dt;
+    if (count >= 2) O += dt;
+    if (main_active > 0) H += dt;
+    now = to;
+  };
+
+  while (i < n || !heap.empty()) {
+    Ns next_start = i < n ? t.kernels[idx(i)].start : std::numeric_limits<Ns>::max();
+    if (!heap.empty() && heap.top().end <= next_start) {
+      HeapEntry e = heap.top();
+      heap.pop();
+      advance(e.end);
+      --count;
+      StreamState& st = ss[e.sidx];
+      if (--st.active == 0) {
+        st.busy += now - st.run_start_t;
+        st.overlapped += O - st.run_start_o;
+      }
+      const Kernel& k = t.kernels[e.idx];
+      if (k.stream == main_stream) {
+        --main_active;
+      } else {
+        m.aux_hidden += H - e.h_start;
+      }
+      if (x) recent.push_back({e.end, e.idx, k.stream});
+      continue;
+    }
+    // A kernel starts.
+    uint32_t ki = idx(i++);
+    const Kernel& k = t.kernels[ki];
+    advance(k.start);
+    Ns kend = eff_end(k.start, k.end);
+    int sd = sidx(k.stream);
+    if (size_t(sd) >= ss.size()) ss.resize(sd + 1);
+    StreamState& st = ss[sd];
+    m.kernels++;
+    m.kernel_time += kend - k.start;
+    m.last_end = (m.last_end == kNoTime) ? kend : std::max(m.last_end, kend);
+    if (k.stream != main_stream) m.aux_time += kend - k.start;
+
+    if (x) {
+      st.kernels++;
+      st.kernel_time += kend - k.start;
+      if (st.first_start == kNoTime) st.first_start = k.start;
+      if (k.graph_id != 0 || k.graph_node_id != 0) x->graph_kernels++;
+      // Launch call, launch delay, queue wait.
+      uint32_t ai = x->launches->find(k.pid, k.correlation);
+      Ns ready = k.submitted;
+      if (ai != kNoId) {
+        const ApiCall& a = t.api_calls[ai];
+        st.launch_delays.push_back(k.start - a.end);
+        if (ready == kNoTime) ready = a.end;
+      } else {
+        x->without_launch++;
+      }
+      Ns prev_end = st.last_end;
+      Ns base = std::max(ready, prev_end);  // kNoTime is the minimum value
+      if (base != kNoTime) {
+        Ns wait = std::max<Ns>(0, k.start - base);
+        st.queue_waits.push_back(wait);
+        bool graph = k.graph_id != 0 || k.graph_node_id != 0;
+        if (wait > x->epsilon && !graph) {
+          while (!recent.empty() && recent.front().end < k.start - x->epsilon) recent.pop_front();
+          for (const auto& r : recent) {
+            if (r.stream == k.stream || r.end > k.start) continue;
+            const Kernel& b = t.kernels[r.idx];
+            if (b.correlation == k.correlation && k.correlation != 0) continue;
+            if (x->edges && x->edges->linked(k.stream, r.stream, st.last_corr, k.correlation)) continue;
+            st.false_deps++;
+            x->false_deps++;
+            if (x->listed.size() < x->max_listed)
+              x->listed.push_back({ki, r.idx, k.stream, r.stream, wait, k.start - r.end});
+            break;
+          }
+        }
+      }
+      st.last_end = (st.last_end == kNoTime) ? kend : std::max(st.last_end, kend);
+      st.last_corr = k.correlation;
+    }
+
+    if (st.active++ == 0) {
+      st.run_start_t = now;
+      st.run_start_o = O;
+    }
+    if (k.stream == main_stream) ++main_active;
+    heap.push({kend, ki, sd, H});
+    ++count;
+  }
+
+  m.span = m.last_end - m.first_start;
+  m.busy = m.span - m.concurrency[0];
+  m.overlap = O;
+  m.overlap_fraction = m.busy > 0 ? double(m.overlap) / double(m.busy) : 0.0;
+  m.aux_hidden_fraction = m.aux_time > 0 ? double(m.aux_hidden) / double(m.aux_time) : 0.0;
+  return m;
+}
+
+void add_scope(ScopeMetrics& acc, const ScopeMetrics& m) {
+  if (m.kernels == 0) return;
+  acc.first_start = (acc.first_start == kNoTime) ? m.first_start : std::min(acc.first_start, m.first_start);
+  acc.last_end = (acc.last_end == kNoTime) ? m.last_end : std::max(acc.last_end, m.last_end);
+  acc.span += m.span;
+  acc.kernels += m.kernels;
+  acc.kernel_time += m.kernel_time;
+  acc.busy += m.busy;
+  acc.overlap += m.overlap;
+  if (acc.concurrency.size() < m.concurrency.size()) acc.concurrency.resize(m.concurrency.size(), 0);
+  for (size_t i = 0; i < m.concurrency.size(); ++i) acc.concurrency[i] += m.concurrency[i];
+  acc.aux_time += m.aux_time;
+  acc.aux_hidden += m.aux_hidden;
+}
+
+// Walks kernels, memcpys and memsets together in start order.
+template <class F>
+void for_each_gpu_op(const Trace& t, F&& f) {
+  size_t a = 0, b = 0, c = 0;
+  const size_t na = t.kernels.size(), nb = t.memcpys.size(), nc = t.memsets.size();
+  constexpr Ns inf = std::numeric_limits<Ns>::max();
+  while (a < na || b < nb || c < nc) {
+    Ns sa = a < na ? t.kernels[a].start : inf;
+    Ns sb = b < nb ? t.memcpys[b].start : inf;
+    Ns sc = c < nc ? t.memsets[c].start : inf;
+    if (sa <= sb && sa <= sc) {
+      const auto& k = t.kernels[a++];
+      f(0, k.start, eff_end(k.start, k.end), k.stream, k.pid, k.correlation, k.name);
+    } else if (sb <= sc) {
+      const auto& m = t.memcpys[b++];
+      f(1, m.start, eff_end(m.start, m.end), m.stream, m.pid, m.correlation, StrId(0));
+    } else {
+      const auto& m = t.memsets[c++];
+      f(2, m.start, eff_end(m.start, m.end), m.stream, m.pid, m.correlation, StrId(0));
+    }
+  }
+}
+
+}  // namespace
+
+bool hta_is_compute_kernel(std::string_view name) {
+  // HTA: NCCL_COMPUTE_KERNEL_RE = (^nccl.*Kernel)|(.*(Memcpy)|(Memset))|(.*Sync), applied with
+  // re.match (anchored at the start): non-compute when the name starts with "nccl" and contains
+  // "Kernel" after it, contains "Memcpy", starts with "Memset", or contains "Sync".
+  if (name.rfind("nccl", 0) == 0 && name.find("Kernel", 4) != std::string_view::npos) return false;
+  if (name.find("Memcpy") != std::string_view::npos) return false;
+  if (name.rfind("Memset", 0) == 0) return false;
+  if (name.find("Sync") != std::string_view::npos) return false;
+  return true;
+}
+
+AnalysisResult analyze(const Trace& t, const AnalysisOptions& opts) {
+  AnalysisResult r;
+  r.options = opts;
+  r.events = t.event_count();
+  r.counts = t.counts;
+
+  StreamIndex sidx(t);
+  LaunchIndex launches(t);
+  WaitEdges edges(t);
+
+  // ---- main stream: given, or the stream with the most kernel time.
+  {
+    std::unordered_map<uint32_t, Ns> ktime;
+    for (const auto& k : t.kernels) ktime[k.stream] += eff_end(k.start, k.end) - k.start;
+    if (opts.main_stream) {
+      if (!ktime.count(*opts.main_stream)) {
+        std::string known;
+        std::vector<uint32_t> ids;
+        for (auto& [id, _] : ktime) ids.push_back(id);
+        std::sort(ids.begin(), ids.end());
+        for (size_t i = 0; i < ids.size() && i < 20; ++i) known += (i ? ", " : "") + std::to_string(ids[i]);
+        fail("--main-stream ", *opts.main_stream, ": no kernel ran on that stream; streams with kernels: ",
+             known.empty() ? "(none)" : known);
+      }
+      r.main_stream = *opts.main_stream;
+    } else {
+      Ns best = -1;
+      for (auto& [id, tm] : ktime)
+        if (tm > best || (tm == best && id < r.main_stream)) {
+          best = tm;
+          r.main_stream = id;
+        }
+    }
+  }
+
+  // ---- whole-trace sweep with per-stream state, queue waits and false dependencies.
+  std::vector<StreamState> ss(sidx.size());
+  WholeExtras x;
+  x.launches = &launches;
+  x.edges = edges.empty() ? nullptr : &edges;
+  x.streams = &ss;
+  x.epsilon = opts.false_dep_epsilon;
+  x.max_listed = opts.max_false_deps_listed;
+  r.whole = sweep(t, t.kernels.size(), [](size_t i) { return uint32_t(i); }, r.main_stream, sidx, &x);
+  r.suspected_false_deps = x.false_deps;
+  r.false_deps = std::move(x.listed);
+  r.kernels_without_launch = x.without_launch;
+  r.graph_kernels = x.graph_kernels;
+
+  // ---- per-stream metrics (+ memcpy / memset counts, HTA idle breakdown).
+  if (ss.size() < sidx.size()) ss.resize(sidx.size());
+  std::vector<StreamMetrics> sm(sidx.size());
+  for (size_t d = 0; d < sidx.size(); ++d) {
+    sm[d].stream = sidx.id(int(d));
+    sm[d].label = t.stream_label(sm[d].stream);
+    if (const Stream* s = t.find_stream(sm[d].stream)) sm[d].priority = s->priority;
+  }
+  std::vector<Ns> prev_end(sidx.size(), kNoTime);
+  Ns tb_first = kNoTime, tb_last = kNoTime, tb_union = 0, tb_compute = 0;
+  Ns run_end = kNoTime, run_start = 0;          // union of all GPU ops
+  Ns crun_end = kNoTime, crun_start = 0;        // union of compute kernels
+  std::vector<int8_t> compute_cache(t.strings.size(), -1);
+  for_each_gpu_op(t, [&](int kind, Ns s, Ns e, uint32_t stream, uint32_t pid, uint32_t corr, StrId name) {
+    int d = sidx(stream);
+    if (size_t(d) >= sm.size()) {
+      sm.resize(d + 1);
+      prev_end.resize(d + 1, kNoTime);
+      sm[d].stream = stream;
+      sm[d].label = t.stream_label(stream);
+    }
+    if (kind == 1) sm[d].memcpys++;
+    if (kind == 2) sm[d].memsets++;
+    // HTA idle breakdown.
+    if (prev_end[d] != kNoTime) {
+      Ns gap = s - prev_end[d];
+      uint32_t ai = launches.find(pid, corr);
+      if (ai != kNoId && t.api_calls[ai].start > prev_end[d])
+        sm[d].idle_host_wait += gap;
+      else if (gap < opts.kernel_wait_threshold)
+        sm[d].idle_kernel_wait += gap;
+      else
+        sm[d].idle_other += gap;
+    }
+    prev_end[d] = e;
+    // HTA temporal breakdown.
+    tb_first = tb_first == kNoTime ? s : tb_first;
+    tb_last = tb_last == kNoTime ? e : std::max(tb_last, e);
+    if (run_end == kNoTime || s > run_end) {
+      if (run_end != kNoTime) tb_union += run_end - run_start;
+      run_start = s;
+      run_end = e;
+    } else {
+      run_end = std::max(run_end, e);
+    }
+    bool compute = false;
+    if (kind == 0) {
+      int8_t& c = compute_cache[name];
+      if (c < 0) c = hta_is_compute_kernel(t.str(name)) ? 1 : 0;
+      compute = c == 1;
+    }
+    if (compute) {
+      if (crun_end == kNoTime || s > crun_end) {
+        if (crun_end != kNoTime) tb_compute += crun_end - crun_start;
+        crun_start = s;
+        crun_end = e;
+      } else {
+        crun_end = std::max(crun_end, e);
+      }
+    }
+  });
+  if (run_end != kNoTime) tb_union += run_end - run_start;
+  if (crun_end != kNoTime) tb_compute += crun_end - crun_start;
+  if (tb_first != kNoTime) {
+    auto& tb = r.temporal;
+    tb.span = tb_last - tb_first;
+    tb.idle = tb.span - tb_union;
+    tb.compute = tb_compute;
+    tb.non_compute = tb_union - tb_compute;
+    if (tb.span > 0) {
+      tb.idle_pct = 100.0 * double(tb.idle) / double(tb.span);
+      tb.compute_pct = 100.0 * double(tb.compute) / double(tb.span);
+      tb.non_compute_pct = 100.0 * double(tb.non_compute) / double(tb.span);
+    }
+  }
+
+  std::vector<Ns> all_waits, all_delays;
+  {
+    size_t nw = 0, nd = 0;
+    for (const auto& st : ss) {
+      nw += st.queue_waits.size();
+      nd += st.launch_delays.size();
+    }
+    all_waits.reserve(nw);
+    all_delays.reserve(nd);
+  }
+  for (size_t d = 0; d < sm.size(); ++d) {
+    if (d < ss.size()) {
+      StreamState& st = ss[d];
+      sm[d].kernels = st.kernels;
+      sm[d].kernel_time = st.kernel_time;
+      sm[d].busy = st.busy;
+      sm[d].overlapped = st.overlapped;
+      sm[d].overlap_fraction = st.busy > 0 ? double(st.overlapped) / double(st.busy) : 0.0;
+      sm[d].first_start = st.first_start;
+      sm[d].last_end = st.last_end;
+      sm[d].suspected_false_deps = st.false_deps;
+      all_waits.insert(all_waits.end(), st.queue_waits.begin(), st.queue_waits.end());
+      all_delays.insert(all_delays.end(), st.launch_delays.begin(), st.launch_delays.end());
+      sm[d].queue_wait = stats_of(st.queue_waits);
+      sm[d].launch_delay = stats_of(st.launch_delays);
+      std::vector<Ns>().swap(st.queue_waits);
+      std::vector<Ns>().swap(st.launch_delays);
+    }
+    sm[d].is_main = sm[d].stream == r.main_stream;
+  }
+  r.queue_wait = stats_of(all_waits);
+  r.launch_delay = stats_of(all_delays);
+  std::vector<Ns>().swap(all_waits);
+  std::vector<Ns>().swap(all_delays);
+  // Streams that exist but ran nothing are reported too (an empty aux stream is a finding).
+  std::sort(sm.begin(), sm.end(), [](const StreamMetrics& a, const StreamMetrics& b) { return a.stream < b.stream; });
+  r.streams = std::move(sm);
+
+  // ---- kernel statistics by name (counting sort of durations by name id).
+  {
+    const size_t ns = t.strings.size();
+    std::vector<uint32_t> off(ns + 1, 0);
+    for (const auto& k : t.kernels) off[k.name + 1]++;
+    for (size_t i = 0; i < ns; ++i) off[i + 1] += off[i];
+    std::vector<Ns> durs(t.kernels.size());
+    std::vector<uint32_t> pos(off.begin(), off.end() - 1);
+    for (const auto& k : t.kernels) durs[pos[k.name]++] = eff_end(k.start, k.end) - k.start;
+    for (size_t name = 0; name < ns; ++name) {
+      uint32_t b = off[name], e = off[name + 1];
+      if (b == e) continue;
+      KernelNameStats s;
+      s.name = t.str(StrId(name));
+      s.count = e - b;
+      s.min = durs[b];
+      s.max = durs[b];
+      for (uint32_t i = b; i < e; ++i) {
+        s.total += durs[i];
+        s.min = std::min(s.min, durs[i]);
+        s.max = std::max(s.max, durs[i]);
+      }
+      s.mean = double(s.total) / double(s.count);
+      size_t n = e - b, hi = n / 2;
+      std::nth_element(durs.begin() + b, durs.begin() + b + hi, durs.begin() + e);
+      double med = double(durs[b + hi]);
+      if (n % 2 == 0) med = (med + double(*std::max_element(durs.begin() + b, durs.begin() + b + hi))) / 2.0;
+      s.median = med;
+      r.kernel_stats.push_back(std::move(s));
+    }
+    std::sort(r.kernel_stats.begin(), r.kernel_stats.end(), [](const KernelNameStats& a, const KernelNameStats& b) {
+      return a.total > b.total || (a.total == b.total && a.name < b.name);
+    });
+  }
+
+  // ---- per NVTX range name.
+  if (!opts.range.empty()) {
+    RangeSummary rs;
+    rs.name = opts.range;
+    rs.total.concurrency.assign(1, 0);
+    std::vector<const NvtxRange*> inst;
+    // "name*" matches every range whose name starts with "name" (e.g. PyTorch's "ProfilerStep#N").
+    const bool prefix = opts.range.size() > 1 && opts.range.back() == '*';
+    const std::string stem = prefix ? opts.range.substr(0, opts.range.size() - 1) : opts.range;
+    for (const auto& n : t.nvtx) {
+      if (n.kind == NvtxKind::Mark) continue;
+      const std::string& nm = t.str(n.name);
+      if (prefix ? nm.rfind(stem, 0) == 0 : nm == opts.range) {
+        inst.push_back(&n);
+        continue;
+      }
+      // Also accept "domain:name".
+      if (n.domain != 0) {
+        const std::string& dm = t.str(n.domain);
+        if (opts.range.size() == dm.size() + 1 + nm.size() && opts.range.compare(0, dm.size(), dm) == 0 &&
+            opts.range[dm.size()] == ':' && opts.range.compare(dm.size() + 1, nm.size(), nm) == 0)
+          inst.push_back(&n);
+      }
+    }
+    if (inst.empty()) {
+      std::map<std::string, size_t> names;
+      for (const auto& n : t.nvtx)
+        if (n.kind != NvtxKind::Mark) names[t.str(n.name)]++;
+      std::string known;
+      size_t i = 0;
+      for (auto& [nm, c] : names) {
+        if (i++ >= 20) {
+          known += ", ...";
+          break;
+        }
+        known += (known.empty() ? "" : ", ") + ("\"" + nm + "\"");
+      }
+      fail("--range \"", opts.range, "\": no NVTX range of that name in the trace; ranges present: ",
+           known.empty() ? "(none: the trace holds no NVTX ranges)" : known);
+    }
+    // Kernels (by start, or by launch-call start) sorted, for binary search per instance.
+    std::vector<std::pair<Ns, uint32_t>> by_launch;
+    if (opts.range_by_launch) {
+      by_launch.reserve(t.kernels.size());
+      for (uint32_t i = 0; i < t.kernels.size(); ++i) {
+        const auto& k = t.kernels[i];
+        uint32_t ai = launches.find(k.pid, k.correlation);
+        if (ai != kNoId) by_launch.push_back({t.api_calls[ai].start, i});
+      }
+      std::sort(by_launch.begin(), by_launch.end());
+    }
+    std::vector<uint32_t> members;
+    uint64_t index = 0;
+    for (const NvtxRange* n : inst) {
+      members.clear();
+      if (opts.range_by_launch) {
+        auto lo = std::lower_bound(by_launch.begin(), by_launch.end(), std::make_pair(n->start, uint32_t(0)));
+        for (auto it = lo; it != by_launch.end() && it->first < n->end; ++it) {
+          const auto& k = t.kernels[it->second];
+          if (k.pid != n->pid) continue;
+          uint32_t ai = launches.find(k.pid, k.correlation);
+          if (ai != kNoId && t.api_calls[ai].tid != n->tid) continue;
+          members.push_back(it->second);
+        }
+        std::sort(members.begin(), members.end());
+      } else {
+        auto lo = std::lower_bound(t.kernels.begin(), t.kernels.end(), n->start,
+                                   [](const Kernel& k, Ns v) { return k.start < v; });
+        for (auto it = lo; it != t.kernels.end() && it->start < n->end; ++it)
+          if (it->pid == n->pid) members.push_back(uint32_t(it - t.kernels.begin()));
+      }
+      RangeInstance ri;
+      ri.index = index++;
+      ri.start = n->start;
+      ri.end = n->end;
+      ri.pid = n->pid;
+      ri.tid = n->tid;
+      ri.depth = n->depth;
+      ri.metrics = sweep(t, members.size(), [&](size_t i) { return members[i]; }, r.main_stream, sidx, nullptr);
+      add_scope(rs.total, ri.metrics);
+      rs.per_instance.push_back(std::move(ri));
+    }
+    rs.instances = rs.per_instance.size();
+    auto& tot = rs.total;
+    tot.overlap_fraction = tot.busy > 0 ? double(tot.overlap) / double(tot.busy) : 0.0;
+    tot.aux_hidden_fraction = tot.aux_time > 0 ? double(tot.aux_hidden) / double(tot.aux_time) : 0.0;
+    r.range = std::move(rs);
+  }
+
+  // ---- resources.
+  {
+    auto& rs = r.resources;
+    rs.streams = t.streams.size();
+    rs.contexts = t.contexts.size();
+    std::vector<std::pair<Ns, int>> ev;  // (time, +1 / -1)
+    uint32_t alive_at_start = 0;
+    for (const auto& s : t.streams) {
+      if (s.created != kNoTime) {
+        rs.streams_created++;
+        ev.push_back({s.created, +1});
+      } else {
+        alive_at_start++;
+      }
+      if (s.destroyed != kNoTime) {
+        rs.streams_destroyed++;
+        ev.push_back({s.destroyed, -1});
+      }
+    }
+    std::sort(ev.begin(), ev.end(), [](auto& a, auto& b) { return a.first < b.first || (a.first == b.first && a.second < b.second); });
+    int64_t alive = alive_at_start;
+    rs.max_streams_alive = alive_at_start;
+    Ns t0 = kNoTime;  // earliest event: the vectors are sorted (finalized trace)
+    auto front = [&](Ns v) {
+      if (v != kNoTime && (t0 == kNoTime || v < t0)) t0 = v;
+    };
+    if (!t.kernels.empty()) front(t.kernels.front().start);
+    if (!t.memcpys.empty()) front(t.memcpys.front().start);
+    if (!t.memsets.empty()) front(t.memsets.front().start);
+    if (!t.api_calls.empty()) front(t.api_calls.front().start);
+    if (!t.syncs.empty()) front(t.syncs.front().start);
+    if (!t.nvtx.empty()) front(t.nvtx.front().start);
+    if (!t.allocations.empty()) front(t.allocations.front().alloc);
+    rs.streams_alive.push_back({t0 == kNoTime ? 0 : t0, uint32_t(alive)});
+    for (auto& [tm, d] : ev) {
+      alive += d;
+      if (alive < 0) alive = 0;
+      rs.max_streams_alive = std::max<uint64_t>(rs.max_streams_alive, uint64_t(alive));
+      if (!rs.streams_alive.empty() && rs.streams_alive.back().first == tm)
+        rs.streams_alive.back().second = uint32_t(alive);
+      else
+        rs.streams_alive.push_back({tm, uint32_t(alive)});
+    }
+
+    rs.cuda_event_records = t.cuda_events.size();
+    {
+      std::vector<uint64_t> ids;
+      ids.reserve(t.cuda_events.size());
+      for (const auto& e : t.cuda_events) ids.push_back((uint64_t(e.pid) << 32) | e.event);
+      std::sort(ids.begin(), ids.end());
+      rs.distinct_cuda_events = uint64_t(std::unique(ids.begin(), ids.end()) - ids.begin());
+    }
+    rs.syncs = t.syncs.size();
+    for (const auto& s : t.syncs) {
+      if (s.type == SyncType::StreamWaitEvent)
+        rs.stream_waits++;
+      else
+        rs.host_syncs++;
+    }
+
+    std::vector<std::pair<Ns, int64_t>> mem;  // (time, +bytes / -bytes)
+    for (const auto& a : t.allocations) {
+      if (a.alloc == kNoTime) continue;  // allocated before the window: size unknown to the window
+      rs.allocations++;
+      mem.push_back({a.alloc, int64_t(a.bytes)});
+      if (a.free != kNoTime) {
+        rs.frees++;
+        mem.push_back({a.free, -int64_t(a.bytes)});
+      }
+    }
+    std::sort(mem.begin(), mem.end(), [](auto& a, auto& b) { return a.first < b.first || (a.first == b.first && a.second < b.second); });
+    int64_t cur = 0;
+    for (auto& [tm, d] : mem) {
+      cur += d;
+      if (cur > int64_t(rs.peak_allocated_bytes)) {
+        rs.peak_allocated_bytes = uint64_t(cur);
+        rs.peak_allocated_at = tm;
+      }
+    }
+    rs.allocated_at_end = cur > 0 ? uint64_t(cur) : 0;
+    for (const auto& o : t.overheads) rs.cupti_overhead += eff_end(o.start, o.end) - o.start;
+  }
+  return r;
+}
+
+}  // namespace sl::prof

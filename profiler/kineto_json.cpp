@@ -1,0 +1,1173 @@
+#include "profiler/kineto_json.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <tuple>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <sstream>
+#include <unordered_map>
+
+#include "core/error.h"
+#include "profiler/trace_index.h"
+
+namespace sl::prof {
+
+namespace {
+
+// A flat output buffer with hand-written formatting; flushed to the sink in large chunks.
+class Out {
+ public:
+  explicit Out(std::function<void(const char*, size_t)> sink) : sink_(std::move(sink)), buf_(new char[kCap]) {}
+  ~Out() = default;
+
+  void flush() {
+    if (n_) sink_(buf_.get(), n_);
+    n_ = 0;
+  }
+  void need(size_t k) {
+    if (n_ + k > kCap) flush();
+  }
+  void raw(const char* s, size_t len) {
+    if (len > kCap / 2) {
+      flush();
+      sink_(s, len);
+      return;
+    }
+    need(len);
+    std::memcpy(buf_.get() + n_, s, len);
+    n_ += len;
+  }
+  void raw(std::string_view s) { raw(s.data(), s.size()); }
+  // String literals: the length is a compile-time constant, so the copy is inlined.
+  template <size_t N>
+  void lit(const char (&s)[N]) {
+    need(N - 1);
+    std::memcpy(buf_.get() + n_, s, N - 1);
+    n_ += N - 1;
+  }
+  void ch(char c) {
+    need(1);
+    buf_[n_++] = c;
+  }
+  // Integers through a two-digit table (most values written are small ids and counts).
+  static char* utoa(char* out, uint64_t v) {
+    static constexpr char d2[] =
+        "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+        "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+        "8081828384858687888990919293949596979899";
+    char tmp[24];
+    char* e = tmp + sizeof tmp;
+    char* p = e;
+    while (v >= 100) {
+      unsigned i = unsigned(v % 100) * 2;
+      v /= 100;
+      p -= 2;
+      p[0] = d2[i];
+      p[1] = d2[i + 1];
+    }
+    if (v >= 10) {
+      p -= 2;
+      p[0] = d2[v * 2];
+      p[1] = d2[v * 2 + 1];
+    } else {
+      *--p = char('0' + v);
+    }
+    size_t n = size_t(e - p);
+    std::memcpy(out, p, n);
+    return out + n;
+  }
+  void i64(int64_t v) {
+    need(24);
+    char* p = buf_.get() + n_;
+    if (v < 0) {
+      *p++ = '-';
+      p = utoa(p, uint64_t(0) - uint64_t(v));
+    } else {
+      p = utoa(p, uint64_t(v));
+    }
+    n_ = size_t(p - buf_.get());
+  }
+  void u64(uint64_t v) {
+    need(24);
+    n_ = size_t(utoa(buf_.get() + n_, v) - buf_.get());
+  }
+  void dbl(double v) {
+    if (!std::isfinite(v)) {
+      lit("0");
+      return;
+    }
+    need(32);
+    auto r = std::to_chars(buf_.get() + n_, buf_.get() + n_ + 32, v);
+    n_ = size_t(r.ptr - buf_.get());
+  }
+  // Nanoseconds as microseconds with exactly three decimals.
+  void us3(Ns ns) {
+    need(28);
+    char* p = buf_.get() + n_;
+    if (ns < 0) {
+      *p++ = '-';
+      ns = -ns;
+    }
+    p = utoa(p, uint64_t(ns / 1000));
+    int frac = int(ns % 1000);
+    *p++ = '.';
+    *p++ = char('0' + frac / 100);
+    *p++ = char('0' + (frac / 10) % 10);
+    *p++ = char('0' + frac % 10);
+    n_ = size_t(p - buf_.get());
+  }
+  // A JSON string literal with escaping.
+  void str(std::string_view s) {
+    need(s.size() + 2);
+    if (s.size() + 2 > kCap / 2) {
+      std::string e = escape(s);
+      raw(e);
+      return;
+    }
+    char* p = buf_.get() + n_;
+    *p++ = '"';
+    for (unsigned char c : s) {
+      if (c == '"' || c == '\\' || c < 0x20) {
+        n_ = size_t(p - buf_.get());
+        need(8);
+        p = buf_.get() + n_;
+        *p++ = '\\';
+        switch (c) {
+          case '"': *p++ = '"'; break;
+          case '\\': *p++ = '\\'; break;
+          case '\n': *p++ = 'n'; break;
+          case '\t': *p++ = 't'; break;
+          case '\r': *p++ = 'r'; break;
+          default: {
+            static const char* hex = "0123456789abcdef";
+            *p++ = 'u';
+            *p++ = '0';
+            *p++ = '0';
+            *p++ = hex[c >> 4];
+            *p++ = hex[c & 15];
+          }
+        }
+        n_ = size_t(p - buf_.get());
+        need(s.size() + 2);  // conservative: keep room for the rest
+        p = buf_.get() + n_;
+      } else {
+        *p++ = char(c);
+      }
+    }
+    *p++ = '"';
+    n_ = size_t(p - buf_.get());
+  }
+  static std::string escape(std::string_view s) {
+    std::string o = "\"";
+    for (unsigned char c : s) {
+      if (c == '"')
+        o += "\\\"";
+      else if (c == '\\')
+        o += "\\\\";
+      else if (c < 0x20) {
+        char b[8];
+        std::snprintf(b, sizeof b, "\\u%04x", c);
+        o += b;
+      } else
+        o += char(c);
+    }
+    return o + "\"";
+  }
+  void time_or_null(Ns v) {
+    if (v == kNoTime)
+      lit("null");
+    else
+      i64(v);
+  }
+
+ private:
+  static constexpr size_t kCap = size_t(8) << 20;
+  std::function<void(const char*, size_t)> sink_;
+  std::unique_ptr<char[]> buf_;
+  size_t n_ = 0;
+};
+
+inline Ns eff_end(Ns s, Ns e) { return e < s ? s : e; }
+
+uint32_t track_id(uint32_t id, uint32_t kind_bits, int lane) {
+  return (id & kTidStreamMask) | kind_bits | (uint32_t(lane) << kTidLaneShift);
+}
+
+struct TrackKey {
+  uint32_t pid, tid;
+  bool operator<(const TrackKey& o) const { return pid < o.pid || (pid == o.pid && tid < o.tid); }
+};
+
+class Emitter {
+ public:
+  Emitter(const Trace& t, const KinetoOptions& o, Out& out) : t_(t), o_(o), out_(out), launches_(t) {
+    base_ = t.base_time == kNoTime ? 0 : t.base_time;
+  }
+
+  size_t run() {
+    header();
+    cpu_lanes();
+    gpu_ops();
+    if (o_.syncs) syncs();
+    if (o_.gpu_annotations) gpu_annotations();
+    cpu_events();
+    if (o_.counters) counters();
+    metadata();
+    trailer();
+    out_.flush();
+    return events_;
+  }
+
+ private:
+  Ns rel(Ns t) const { return t - base_; }
+
+  void sep() {
+    if (first_event_) {
+      first_event_ = false;
+      out_.lit("\n");
+    } else {
+      out_.lit(",\n");
+    }
+    ++events_;
+  }
+
+  void header() {
+    out_.lit("{\n\"schemaVersion\": 1,\n\"deviceProperties\": [");
+    bool first = true;
+    for (const auto& d : t_.devices) {
+      out_.raw(first ? std::string_view("\n") : std::string_view(",\n"));
+      first = false;
+      out_.lit("{\"id\": ");
+      out_.u64(d.id);
+      out_.lit(", \"name\": ");
+      out_.str(d.name);
+      out_.lit(", \"totalGlobalMem\": ");
+      out_.i64(d.total_memory);
+      out_.lit(", \"computeMajor\": ");
+      out_.i64(d.compute_major);
+      out_.lit(", \"computeMinor\": ");
+      out_.i64(d.compute_minor);
+      out_.lit(", \"maxThreadsPerBlock\": ");
+      out_.i64(d.max_threads_per_block);
+      out_.lit(", \"maxThreadsPerMultiprocessor\": ");
+      out_.i64(d.max_threads_per_sm);
+      out_.lit(", \"regsPerBlock\": ");
+      out_.i64(d.regs_per_block);
+      out_.lit(", \"regsPerMultiprocessor\": ");
+      out_.i64(d.regs_per_sm);
+      out_.lit(", \"warpSize\": ");
+      out_.i64(d.warp_size);
+      out_.lit(", \"sharedMemPerBlock\": ");
+      out_.i64(d.smem_per_block);
+      out_.lit(", \"sharedMemPerMultiprocessor\": ");
+      out_.i64(d.smem_per_sm);
+      out_.lit(", \"numSms\": ");
+      out_.i64(d.sm_count);
+      out_.lit(", \"sharedMemPerBlockOptin\": ");
+      out_.i64(d.smem_per_block_optin);
+      out_.lit("}");
+    }
+    out_.lit("\n],\n\"distributedInfo\": {\"rank\": ");
+    out_.i64(o_.rank);
+    out_.lit("},\n\"baseTimeNanoseconds\": ");
+    out_.i64(base_);
+    out_.lit(",\n\"displayTimeUnit\": \"ms\",\n\"traceEvents\": [");
+  }
+
+  // ---- CPU tracks: API calls and NVTX ranges merged in (start, -end) order; lanes per thread.
+  void cpu_lanes() {
+    api_lane_.assign(t_.api_calls.size(), 0);
+    nvtx_lane_.assign(t_.nvtx.size(), 0);
+    std::unordered_map<uint64_t, LaneAssigner> lanes;
+    size_t a = 0, n = 0;
+    const size_t na = t_.api_calls.size(), nn = t_.nvtx.size();
+    while (a < na || n < nn) {
+      bool take_api;
+      if (a >= na)
+        take_api = false;
+      else if (n >= nn)
+        take_api = true;
+      else {
+        const auto& x = t_.api_calls[a];
+        const auto& y = t_.nvtx[n];
+        take_api = x.start < y.start || (x.start == y.start && eff_end(x.start, x.end) > eff_end(y.start, y.end));
+      }
+      if (take_api) {
+        const auto& x = t_.api_calls[a];
+        api_lane_[a++] = uint8_t(std::min(63, lanes[(uint64_t(x.pid) << 32) | x.tid].assign(x.start, eff_end(x.start, x.end))));
+      } else {
+        const auto& y = t_.nvtx[n];
+        if (y.kind == NvtxKind::Mark) {
+          ++n;
+          continue;
+        }
+        nvtx_lane_[n++] = uint8_t(std::min(63, lanes[(uint64_t(y.pid) << 32) | y.tid].assign(y.start, eff_end(y.start, y.end))));
+      }
+    }
+  }
+
+  // ---- GPU ops: kernels, memcpys, memsets merged in (start, -end) order; lanes per stream.
+  void gpu_ops() {
+    std::unordered_map<uint64_t, LaneAssigner> lanes;
+    size_t a = 0, b = 0, c = 0;
+    const size_t na = t_.kernels.size(), nb = t_.memcpys.size(), nc = t_.memsets.size();
+    auto before = [](Ns s1, Ns e1, Ns s2, Ns e2) { return s1 < s2 || (s1 == s2 && e1 > e2); };
+    max_corr_ = 0;
+    for (const auto& x : t_.api_calls) max_corr_ = std::max(max_corr_, x.correlation);
+    next_flow_ = launches_.single_process() ? uint64_t(max_corr_) + 1 : 1;
+    while (a < na || b < nb || c < nc) {
+      int pick = -1;
+      Ns ps = 0, pe = 0;
+      auto consider = [&](int which, Ns s, Ns e) {
+        if (pick < 0 || before(s, e, ps, pe)) {
+          pick = which;
+          ps = s;
+          pe = e;
+        }
+      };
+      if (a < na) consider(0, t_.kernels[a].start, eff_end(t_.kernels[a].start, t_.kernels[a].end));
+      if (b < nb) consider(1, t_.memcpys[b].start, eff_end(t_.memcpys[b].start, t_.memcpys[b].end));
+      if (c < nc) consider(2, t_.memsets[c].start, eff_end(t_.memsets[c].start, t_.memsets[c].end));
+      if (pick == 0) {
+        const Kernel& k = t_.kernels[a++];
+        int lane = lanes[(uint64_t(k.device) << 32) | (k.stream & kTidStreamMask)].assign(ps, pe);
+        kernel(k, track_id(k.stream, 0, std::min(lane, 63)));
+      } else if (pick == 1) {
+        const Memcpy& m = t_.memcpys[b++];
+        int lane = lanes[(uint64_t(m.device) << 32) | (m.stream & kTidStreamMask)].assign(ps, pe);
+        memcpy(m, track_id(m.stream, 0, std::min(lane, 63)));
+      } else {
+        const Memset& m = t_.memsets[c++];
+        int lane = lanes[(uint64_t(m.device) << 32) | (m.stream & kTidStreamMask)].assign(ps, pe);
+        memset(m, track_id(m.stream, 0, std::min(lane, 63)));
+      }
+    }
+  }
+
+  void use_track(uint32_t pid, uint32_t tid, bool gpu) {
+    TrackKey& last = gpu ? last_gpu_ : last_cpu_;
+    if (last.pid == pid && last.tid == tid) return;
+    last = {pid, tid};
+    (gpu ? gpu_track_set_ : cpu_track_set_).insert(last);
+  }
+
+  void slice_head(const char* cat, size_t cat_len, std::string_view name, uint32_t pid, uint32_t tid, Ns start,
+                  Ns end) {
+    sep();
+    out_.lit("{\"ph\": \"X\", \"cat\": \"");
+    out_.raw(cat, cat_len);
+    out_.lit("\", \"name\": ");
+    out_.str(name);
+    out_.lit(", \"pid\": ");
+    out_.u64(pid);
+    out_.lit(", \"tid\": ");
+    out_.u64(tid);
+    out_.lit(", \"ts\": ");
+    out_.us3(rel(start));
+    out_.lit(", \"dur\": ");
+    out_.us3(eff_end(start, end) - start);
+  }
+
+  void flow(uint32_t pid, uint32_t corr, uint32_t dev, uint32_t gpu_tid, Ns op_start) {
+    if (!o_.flows) return;
+    uint32_t ai = launches_.find(pid, corr);
+    if (ai == kNoId) return;
+    const ApiCall& a = t_.api_calls[ai];
+    uint64_t id;
+    if (launches_.single_process() && !flow_used(corr)) {
+      id = corr;
+    } else {
+      id = next_flow_++;
+    }
+    sep();
+    out_.lit("{\"ph\": \"s\", \"id\": ");
+    out_.u64(id);
+    out_.lit(", \"pid\": ");
+    out_.u64(a.pid);
+    out_.lit(", \"tid\": ");
+    out_.u64(track_id(a.tid, 0, api_lane_[ai]));
+    out_.lit(", \"ts\": ");
+    out_.us3(rel(a.start));
+    out_.lit(", \"cat\": \"ac2g\", \"name\": \"ac2g\"}");
+    sep();
+    out_.lit("{\"ph\": \"f\", \"id\": ");
+    out_.u64(id);
+    out_.lit(", \"pid\": ");
+    out_.u64(dev);
+    out_.lit(", \"tid\": ");
+    out_.u64(gpu_tid);
+    out_.lit(", \"ts\": ");
+    out_.us3(rel(op_start));
+    out_.lit(", \"cat\": \"ac2g\", \"name\": \"ac2g\", \"bp\": \"e\"}");
+  }
+
+  // Whether a flow already used this correlation id as its id (graph launches: many ops).
+  bool flow_used(uint32_t corr) {
+    if (corr < 64 * 1024 * 1024) {
+      if (corr >= used_.size()) used_.resize(std::max<size_t>(corr + 1, used_.size() * 2), false);
+      bool u = used_[corr];
+      used_[corr] = true;
+      return u;
+    }
+    return !used_big_.insert(corr).second;
+  }
+
+  void common_gpu_args(uint32_t device, uint32_t context, uint32_t stream, uint32_t corr) {
+    out_.lit(", \"args\": {\"device\": ");
+    out_.u64(device);
+    out_.lit(", \"context\": ");
+    out_.u64(context);
+    out_.lit(", \"stream\": ");
+    out_.i64(stream == kNoStream ? -1 : int64_t(stream));
+    out_.lit(", \"correlation\": ");
+    out_.u64(corr);
+  }
+
+  void kernel(const Kernel& k, uint32_t tid) {
+    use_track(k.device, tid, true);
+    slice_head("kernel", 6, t_.str(k.name), k.device, tid, k.start, k.end);
+    out_.lit(", \"args\": {\"queued\": ");
+    if (k.queued == kNoTime)
+      out_.lit("0");
+    else
+      out_.i64(k.queued / 1000);  // Kineto: absolute microseconds
+    out_.lit(", \"device\": ");
+    out_.u64(k.device);
+    out_.lit(", \"context\": ");
+    out_.u64(k.context);
+    out_.lit(", \"stream\": ");
+    out_.u64(k.stream);
+    out_.lit(", \"correlation\": ");
+    out_.u64(k.correlation);
+    out_.lit(", \"registers per thread\": ");
+    out_.u64(k.registers);
+    out_.lit(", \"shared memory\": ");
+    out_.u64(uint64_t(k.static_smem) + k.dynamic_smem);
+    const Device* d = device(k.device);
+    if (d && d->sm_count > 0) {
+      double blocks = double(k.grid[0]) * k.grid[1] * k.grid[2];
+      double bps = blocks / d->sm_count;
+      double wpb = std::ceil(double(k.block[0]) * k.block[1] * k.block[2] / double(d->warp_size > 0 ? d->warp_size : 32));
+      out_.lit(", \"blocks per SM\": ");
+      out_.dbl(bps);
+      out_.lit(", \"warps per SM\": ");
+      out_.dbl(bps * wpb);
+    }
+    out_.lit(", \"grid\": [");
+    out_.u64(k.grid[0]);
+    out_.ch(',');
+    out_.u64(k.grid[1]);
+    out_.ch(',');
+    out_.u64(k.grid[2]);
+    out_.lit("], \"block\": [");
+    out_.u64(k.block[0]);
+    out_.ch(',');
+    out_.u64(k.block[1]);
+    out_.ch(',');
+    out_.u64(k.block[2]);
+    out_.lit("]");
+    if (k.graph_node_id != 0 || k.graph_id != 0) {
+      out_.lit(", \"graph id\": ");
+      out_.u64(k.graph_id);
+      out_.lit(", \"graph node id\": ");
+      out_.u64(k.graph_node_id);
+    }
+    // streamlab extras (exact values for the round trip).
+    out_.lit(", \"static shared memory\": ");
+    out_.u64(k.static_smem);
+    out_.lit(", \"dynamic shared memory\": ");
+    out_.u64(k.dynamic_smem);
+    if (k.queued != kNoTime) {
+      out_.lit(", \"queued ns\": ");
+      out_.i64(k.queued);
+    }
+    if (k.submitted != kNoTime) {
+      out_.lit(", \"submitted ns\": ");
+      out_.i64(k.submitted);
+    }
+    if (k.launch_type) {
+      out_.lit(", \"launch type\": ");
+      out_.u64(k.launch_type);
+    }
+    if (k.pid) {
+      out_.lit(", \"process\": ");
+      out_.u64(k.pid);
+    }
+    out_.lit("}}");
+    flow(k.pid, k.correlation, k.device, tid, k.start);
+  }
+
+  void memcpy(const Memcpy& m, uint32_t tid) {
+    use_track(m.device, tid, true);
+    std::string name = memcpy_display_name(m.kind, m.src_kind, m.dst_kind);
+    slice_head("gpu_memcpy", 10, name, m.device, tid, m.start, m.end);
+    common_gpu_args(m.device, m.context, m.stream, m.correlation);
+    out_.lit(", \"bytes\": ");
+    out_.u64(m.bytes);
+    out_.lit(", \"memory bandwidth (GB/s)\": ");
+    Ns dur = eff_end(m.start, m.end) - m.start;
+    if (dur > 0)
+      out_.dbl(double(m.bytes) / double(dur));
+    else
+      out_.lit("\"N/A\"");
+    out_.lit(", \"copy kind\": ");
+    out_.u64(uint8_t(m.kind));
+    out_.lit(", \"src kind\": ");
+    out_.u64(uint8_t(m.src_kind));
+    out_.lit(", \"dst kind\": ");
+    out_.u64(uint8_t(m.dst_kind));
+    if (m.graph_node_id) {
+      out_.lit(", \"graph node id\": ");
+      out_.u64(m.graph_node_id);
+    }
+    if (m.pid) {
+      out_.lit(", \"process\": ");
+      out_.u64(m.pid);
+    }
+    out_.lit("}}");
+    flow(m.pid, m.correlation, m.device, tid, m.start);
+  }
+
+  void memset(const Memset& m, uint32_t tid) {
+    use_track(m.device, tid, true);
+    std::string name = memset_display_name(m.mem_kind);
+    slice_head("gpu_memset", 10, name, m.device, tid, m.start, m.end);
+    common_gpu_args(m.device, m.context, m.stream, m.correlation);
+    out_.lit(", \"bytes\": ");
+    out_.u64(m.bytes);
+    out_.lit(", \"memory bandwidth (GB/s)\": ");
+    Ns dur = eff_end(m.start, m.end) - m.start;
+    if (dur > 0)
+      out_.dbl(double(m.bytes) / double(dur));
+    else
+      out_.lit("\"N/A\"");
+    out_.lit(", \"value\": ");
+    out_.u64(m.value);
+    out_.lit(", \"memory kind\": ");
+    out_.u64(uint8_t(m.mem_kind));
+    if (m.graph_node_id) {
+      out_.lit(", \"graph node id\": ");
+      out_.u64(m.graph_node_id);
+    }
+    if (m.pid) {
+      out_.lit(", \"process\": ");
+      out_.u64(m.pid);
+    }
+    out_.lit("}}");
+    flow(m.pid, m.correlation, m.device, tid, m.start);
+  }
+
+  // The stream an event was last recorded on before a wait (program order = correlation id).
+  int64_t event_source_stream(uint32_t pid, uint32_t event, uint32_t corr) {
+    if (event_index_.empty() && !t_.cuda_events.empty()) {
+      for (const auto& e : t_.cuda_events) event_index_[(uint64_t(e.pid) << 32) | e.event].push_back(&e);
+      for (auto& [k, v] : event_index_)
+        std::sort(v.begin(), v.end(), [](auto x, auto y) { return x->correlation < y->correlation; });
+    }
+    auto it = event_index_.find((uint64_t(pid) << 32) | event);
+    if (it == event_index_.end()) return -1;
+    int64_t s = -1;
+    for (auto r : it->second) {
+      if (corr != 0 && r->correlation > corr) break;
+      s = r->stream;
+    }
+    return s;
+  }
+
+  void syncs() {
+    std::unordered_map<uint64_t, LaneAssigner> lanes;
+    for (const Sync& s : t_.syncs) {
+      Ns e = eff_end(s.start, s.end);
+      int lane = lanes[(uint64_t(s.device) << 32) | (s.stream & kTidStreamMask)].assign(s.start, e);
+      uint32_t tid = track_id(s.stream, kTidSyncBit, std::min(lane, 63));
+      use_track(s.device, tid, true);
+      slice_head("cuda_sync", 9, to_string(s.type), s.device, tid, s.start, s.end);
+      out_.lit(", \"args\": {\"cuda_sync_kind\": ");
+      out_.str(to_string(s.type));
+      if (s.type == SyncType::EventSynchronize || s.type == SyncType::StreamWaitEvent) {
+        out_.lit(", \"wait_on_stream\": ");
+        out_.i64(event_source_stream(s.pid, s.event, s.correlation));
+        out_.lit(", \"wait_on_cuda_event_id\": ");
+        out_.i64(s.event == kNoId ? -1 : int64_t(s.event));
+      }
+      out_.lit(", \"stream\": ");
+      out_.i64(s.stream == kNoStream ? -1 : int64_t(s.stream));
+      out_.lit(", \"correlation\": ");
+      out_.u64(s.correlation);
+      out_.lit(", \"device\": ");
+      out_.u64(s.device);
+      out_.lit(", \"context\": ");
+      out_.u64(s.context);
+      out_.lit(", \"sync type\": ");
+      out_.u64(uint8_t(s.type));
+      if (s.pid) {
+        out_.lit(", \"process\": ");
+        out_.u64(s.pid);
+      }
+      out_.lit("}}");
+    }
+  }
+
+  // NVTX ranges projected onto the GPU: per range and stream, first start .. last end of the GPU
+  // ops launched (by a call on the range's thread) while the range was open.
+  void gpu_annotations() {
+    if (t_.nvtx.empty()) return;
+    const size_t na = t_.api_calls.size();
+    // GPU ops grouped by launch call (counting sort by API index).
+    struct Op {
+      Ns s, e;
+      uint32_t stream;
+      uint16_t device;
+    };
+    std::vector<uint32_t> off(na + 1, 0);
+    auto each_op = [&](auto&& f) {
+      for (const auto& k : t_.kernels) f(k.pid, k.correlation, Op{k.start, eff_end(k.start, k.end), k.stream, k.device});
+      for (const auto& m : t_.memcpys) f(m.pid, m.correlation, Op{m.start, eff_end(m.start, m.end), m.stream, m.device});
+      for (const auto& m : t_.memsets) f(m.pid, m.correlation, Op{m.start, eff_end(m.start, m.end), m.stream, m.device});
+    };
+    std::vector<uint32_t> op_api;
+    op_api.reserve(t_.kernels.size() + t_.memcpys.size() + t_.memsets.size());
+    each_op([&](uint32_t pid, uint32_t corr, const Op&) {
+      uint32_t ai = launches_.find(pid, corr);
+      op_api.push_back(ai);
+      if (ai != kNoId) off[ai + 1]++;
+    });
+    for (size_t i = 0; i < na; ++i) off[i + 1] += off[i];
+    std::vector<Op> ops(off[na]);
+    {
+      std::vector<uint32_t> pos(off.begin(), off.end() - 1);
+      size_t i = 0;
+      each_op([&](uint32_t, uint32_t, const Op& op) {
+        uint32_t ai = op_api[i++];
+        if (ai != kNoId) ops[pos[ai]++] = op;
+      });
+    }
+    std::vector<uint32_t>().swap(op_api);
+
+    // Per range, a short list of (device, stream) projections (a range touches few streams).
+    struct Proj {
+      Ns s, e;
+      uint32_t stream;
+      uint16_t device;
+      uint32_t next;  // next projection of the same range, or kNoId
+    };
+    std::vector<uint32_t> head(t_.nvtx.size(), kNoId);
+    std::vector<Proj> pool;
+    std::vector<uint32_t> touched;  // ranges with projections, in first-touch order
+    std::unordered_map<uint64_t, std::vector<uint32_t>> open;  // (pid, tid) -> open ranges
+    size_t n = 0;
+    const size_t nn = t_.nvtx.size();
+    for (size_t a = 0; a < na; ++a) {
+      const ApiCall& call = t_.api_calls[a];
+      while (n < nn && t_.nvtx[n].start <= call.start) {
+        const NvtxRange& r = t_.nvtx[n];
+        if (r.kind != NvtxKind::Mark) open[(uint64_t(r.pid) << 32) | r.tid].push_back(uint32_t(n));
+        ++n;
+      }
+      if (off[a] == off[a + 1]) continue;
+      auto it = open.find((uint64_t(call.pid) << 32) | call.tid);
+      if (it == open.end()) continue;
+      auto& st = it->second;
+      st.erase(std::remove_if(st.begin(), st.end(), [&](uint32_t ri) { return eff_end(t_.nvtx[ri].start, t_.nvtx[ri].end) <= call.start; }),
+               st.end());
+      for (uint32_t ri : st)
+        for (uint32_t oi = off[a]; oi < off[a + 1]; ++oi) {
+          const Op& op = ops[oi];
+          uint32_t p = head[ri];
+          while (p != kNoId && (pool[p].stream != op.stream || pool[p].device != op.device)) p = pool[p].next;
+          if (p == kNoId) {
+            if (head[ri] == kNoId) touched.push_back(ri);
+            pool.push_back({op.s, op.e, op.stream, op.device, head[ri]});
+            head[ri] = uint32_t(pool.size() - 1);
+          } else {
+            pool[p].s = std::min(pool[p].s, op.s);
+            pool[p].e = std::max(pool[p].e, op.e);
+          }
+        }
+    }
+    struct Slice {
+      uint32_t device, stream, range;
+      Ns s, e;
+    };
+    std::vector<Slice> slices;
+    slices.reserve(pool.size());
+    for (uint32_t ri : touched)
+      for (uint32_t p = head[ri]; p != kNoId; p = pool[p].next)
+        slices.push_back({pool[p].device, pool[p].stream, ri, pool[p].s, pool[p].e});
+    std::sort(slices.begin(), slices.end(), [](const Slice& x, const Slice& y) {
+      if (x.device != y.device) return x.device < y.device;
+      if (x.stream != y.stream) return x.stream < y.stream;
+      return x.s < y.s || (x.s == y.s && x.e > y.e);
+    });
+    std::unordered_map<uint64_t, LaneAssigner> lanes;
+    for (const Slice& sl : slices) {
+      int lane = lanes[(uint64_t(sl.device) << 32) | (sl.stream & kTidStreamMask)].assign(sl.s, sl.e);
+      uint32_t tid = track_id(sl.stream, kTidAnnotationBit, std::min(lane, 63));
+      use_track(sl.device, tid, true);
+      const NvtxRange& r = t_.nvtx[sl.range];
+      slice_head("gpu_user_annotation", 19, t_.str(r.name), sl.device, tid, sl.s, sl.e);
+      out_.lit(", \"args\": {\"External id\": ");
+      out_.u64(sl.range + 1);
+      out_.lit("}}");
+    }
+  }
+
+  void cpu_events() {
+    for (size_t i = 0; i < t_.api_calls.size(); ++i) {
+      const ApiCall& a = t_.api_calls[i];
+      uint32_t tid = track_id(a.tid, 0, api_lane_[i]);
+      use_track(a.pid, tid, false);
+      bool drv = a.kind == ApiKind::Driver;
+      slice_head(drv ? "cuda_driver" : "cuda_runtime", drv ? 11 : 12, strip_api_version(t_.str(a.name)), a.pid, tid,
+                 a.start, a.end);
+      out_.lit(", \"args\": {\"cbid\": ");
+      out_.u64(a.cbid);
+      out_.lit(", \"correlation\": ");
+      out_.u64(a.correlation);
+      if (a.return_value) {
+        out_.lit(", \"return value\": ");
+        out_.i64(a.return_value);
+      }
+      out_.lit("}}");
+    }
+    for (size_t i = 0; i < t_.nvtx.size(); ++i) {
+      const NvtxRange& r = t_.nvtx[i];
+      if (r.kind == NvtxKind::Mark) {
+        uint32_t tid = track_id(r.tid, 0, 0);
+        use_track(r.pid, tid, false);
+        sep();
+        out_.lit("{\"ph\": \"i\", \"s\": \"t\", \"cat\": \"user_annotation\", \"name\": ");
+        out_.str(t_.str(r.name));
+        out_.lit(", \"pid\": ");
+        out_.u64(r.pid);
+        out_.lit(", \"tid\": ");
+        out_.u64(tid);
+        out_.lit(", \"ts\": ");
+        out_.us3(rel(r.start));
+      } else {
+        uint32_t tid = track_id(r.tid, 0, nvtx_lane_[i]);
+        use_track(r.pid, tid, false);
+        slice_head("user_annotation", 15, t_.str(r.name), r.pid, tid, r.start, r.end);
+      }
+      out_.lit(", \"args\": {\"External id\": ");
+      out_.u64(i + 1);
+      if (r.domain) {
+        out_.lit(", \"domain\": ");
+        out_.str(t_.str(r.domain));
+      }
+      out_.lit(", \"nvtx kind\": ");
+      out_.u64(uint8_t(r.kind));
+      if (r.color) {
+        out_.lit(", \"color\": ");
+        out_.u64(r.color);
+      }
+      if (r.category) {
+        out_.lit(", \"category\": ");
+        out_.u64(r.category);
+      }
+      if (r.end_tid != r.tid && r.end_tid != 0) {
+        out_.lit(", \"end thread\": ");
+        out_.u64(r.end_tid);
+      }
+      out_.lit("}}");
+    }
+  }
+
+  void counter(uint32_t pid, std::string_view name, Ns ts, std::string_view key, double v) {
+    sep();
+    out_.lit("{\"ph\": \"C\", \"name\": ");
+    out_.str(name);
+    out_.lit(", \"pid\": ");
+    out_.u64(pid);
+    out_.lit(", \"tid\": 0, \"ts\": ");
+    out_.us3(rel(ts));
+    out_.lit(", \"args\": {");
+    out_.str(key);
+    out_.lit(": ");
+    out_.dbl(v);
+    out_.lit("}}");
+  }
+
+  void counters() {
+    // Live allocated bytes per device.
+    std::map<uint32_t, std::vector<std::pair<Ns, int64_t>>> per_dev;
+    for (const auto& a : t_.allocations) {
+      if (a.alloc != kNoTime) per_dev[a.device].push_back({a.alloc, int64_t(a.bytes)});
+      if (a.free != kNoTime && a.alloc != kNoTime) per_dev[a.device].push_back({a.free, -int64_t(a.bytes)});
+    }
+    for (auto& [dev, evs] : per_dev) {
+      std::sort(evs.begin(), evs.end(), [](auto& x, auto& y) { return x.first < y.first || (x.first == y.first && x.second < y.second); });
+      int64_t cur = 0;
+      for (size_t i = 0; i < evs.size(); ++i) {
+        cur += evs[i].second;
+        if (i + 1 < evs.size() && evs[i + 1].first == evs[i].first) continue;
+        gpu_pids_.insert(dev);
+        counter(dev, "Allocated memory", evs[i].first, "bytes", double(cur));
+      }
+    }
+    for (const auto& c : t_.counters) counter(c.pid, t_.str(c.name), c.ts, "value", c.value);
+  }
+
+  const Device* device(uint32_t id) {
+    if (id < dev_cache_.size() && dev_cache_[id].first) return dev_cache_[id].second;
+    const Device* d = t_.find_device(id);
+    if (id < 1024) {
+      if (dev_cache_.size() <= id) dev_cache_.resize(id + 1, {false, nullptr});
+      dev_cache_[id] = {true, d};
+    }
+    return d;
+  }
+
+  void meta(const char* what, uint32_t pid, uint32_t tid, const char* key, const std::string& value, bool value_is_int) {
+    sep();
+    out_.lit("{\"name\": \"");
+    out_.raw(what, std::strlen(what));
+    out_.lit("\", \"ph\": \"M\", \"ts\": 0.000, \"pid\": ");
+    out_.u64(pid);
+    out_.lit(", \"tid\": ");
+    out_.u64(tid);
+    out_.lit(", \"args\": {\"");
+    out_.raw(key, std::strlen(key));
+    out_.lit("\": ");
+    if (value_is_int)
+      out_.raw(value);
+    else
+      out_.str(value);
+    out_.lit("}}");
+  }
+
+  void metadata() {
+    for (const auto& tk : gpu_track_set_) gpu_pids_.insert(tk.pid);
+    for (uint32_t dev : gpu_pids_) {
+      const Device* d = device(dev);
+      meta("process_name", dev, 0, "name", "GPU " + std::to_string(dev), false);
+      meta("process_labels", dev, 0, "labels", d && !d->name.empty() ? d->name : "GPU " + std::to_string(dev), false);
+      meta("process_sort_index", dev, 0, "sort_index", std::to_string(0x1000000 + dev), true);
+    }
+    for (const auto& tk : gpu_track_set_) {
+      uint32_t stream = tk.tid & kTidStreamMask;
+      int lane = int(tk.tid >> kTidLaneShift);
+      std::string name;
+      if (stream == kTidStreamMask && (tk.tid & kTidSyncBit)) {
+        name = "stream -1 sync (context / device)";
+      } else {
+        name = "stream " + std::to_string(stream);
+        if (const Stream* s = t_.find_stream(stream); s && s->name) name += " (" + t_.str(s->name) + ")";
+        if (tk.tid & kTidSyncBit) name += " sync";
+        if (tk.tid & kTidAnnotationBit) name += " annotations";
+      }
+      if (lane) name += " lane " + std::to_string(lane);
+      meta("thread_name", tk.pid, tk.tid, "name", name, false);
+      int kind = (tk.tid & kTidSyncBit) ? 1 : (tk.tid & kTidAnnotationBit) ? 2 : 0;
+      meta("thread_sort_index", tk.pid, tk.tid, "sort_index", std::to_string(int64_t(stream) * 256 + kind * 64 + lane), true);
+    }
+    std::set<uint32_t> pids;
+    for (const auto& tk : cpu_track_set_) pids.insert(tk.pid);
+    for (uint32_t pid : pids) {
+      std::string pname;
+      for (const auto& p : t_.processes)
+        if (p.pid == pid) pname = p.name;
+      meta("process_name", pid, 0, "name", pname.empty() ? "process " + std::to_string(pid) : pname, false);
+      meta("process_sort_index", pid, 0, "sort_index", std::to_string(pid), true);
+    }
+    for (const auto& tk : cpu_track_set_) {
+      uint32_t tid = tk.tid & kTidStreamMask;
+      int lane = int(tk.tid >> kTidLaneShift);
+      std::string name;
+      for (const auto& th : t_.threads)
+        if (th.pid == tk.pid && th.tid == tid) name = th.name;
+      if (name.empty()) name = "thread " + std::to_string(tid);
+      if (lane) name += " lane " + std::to_string(lane);
+      meta("thread_name", tk.pid, tk.tid, "name", name, false);
+    }
+  }
+
+  void counts_block(const RecordCounts& c) {
+    out_.lit("{\"dropped\": ");
+    out_.u64(c.dropped);
+    out_.lit(", \"zero_timestamps\": ");
+    out_.u64(c.zero_timestamps);
+    out_.lit(", \"end_before_start\": ");
+    out_.u64(c.end_before_start);
+    out_.lit(", \"overhead_records\": ");
+    out_.u64(c.overhead_records);
+    out_.lit(", \"invalid_records\": ");
+    out_.u64(c.invalid_records);
+    out_.lit(", \"unknown_kinds\": ");
+    out_.u64(c.unknown_kinds);
+    out_.lit(", \"warmup_discarded\": ");
+    out_.u64(c.warmup_discarded);
+    out_.lit(", \"buffers\": ");
+    out_.u64(c.buffers);
+    out_.lit(", \"buffer_bytes\": ");
+    out_.u64(c.buffer_bytes);
+    out_.lit(", \"pool_exhausted\": ");
+    out_.u64(c.pool_exhausted);
+    out_.lit("}");
+  }
+
+  void trailer() {
+    out_.lit("\n]");
+    if (o_.streamlab_block) {
+      out_.lit(",\n\"streamlab\": {\"version\": 1, \"base_time_ns\": ");
+      out_.i64(base_);
+      out_.lit(", \"session_start_utc_ns\": ");
+      out_.i64(t_.session_start_utc_ns);
+      out_.lit(",\n\"counts\": ");
+      counts_block(t_.counts);
+      out_.lit(",\n\"metadata\": {");
+      bool first = true;
+      for (const auto& [k, v] : t_.metadata) {
+        if (!first) out_.lit(", ");
+        first = false;
+        out_.str(k);
+        out_.lit(": ");
+        out_.str(v);
+      }
+      out_.lit("},\n\"devices\": [");
+      first = true;
+      for (const auto& d : t_.devices) {
+        if (!first) out_.lit(", ");
+        first = false;
+        out_.lit("{\"id\": ");
+        out_.u64(d.id);
+        out_.lit(", \"name\": ");
+        out_.str(d.name);
+        out_.lit(", \"uuid\": ");
+        out_.str(d.uuid);
+        out_.lit(", \"l2_cache_size\": ");
+        out_.i64(d.l2_cache_size);
+        out_.lit(", \"clock_rate_khz\": ");
+        out_.i64(d.clock_rate_khz);
+        out_.lit(", \"memory_bandwidth\": ");
+        out_.i64(d.memory_bandwidth);
+        out_.lit("}");
+      }
+      out_.lit("],\n\"contexts\": [");
+      first = true;
+      for (const auto& c : t_.contexts) {
+        if (!first) out_.lit(", ");
+        first = false;
+        out_.ch('[');
+        out_.u64(c.id);
+        out_.ch(',');
+        out_.u64(c.device);
+        out_.ch(',');
+        out_.u64(c.pid);
+        out_.ch(',');
+        out_.i64(c.null_stream == kNoStream ? -1 : int64_t(c.null_stream));
+        out_.ch(',');
+        out_.time_or_null(c.created);
+        out_.ch(',');
+        out_.time_or_null(c.destroyed);
+        out_.ch(']');
+      }
+      out_.lit("],\n\"streams\": [");
+      first = true;
+      for (const auto& s : t_.streams) {
+        if (!first) out_.lit(",\n");
+        first = false;
+        out_.ch('[');
+        out_.u64(s.id);
+        out_.ch(',');
+        out_.u64(s.context);
+        out_.ch(',');
+        out_.u64(s.device);
+        out_.ch(',');
+        out_.u64(s.pid);
+        out_.ch(',');
+        out_.i64(s.priority);
+        out_.ch(',');
+        out_.u64(s.flags);
+        out_.ch(',');
+        out_.u64(s.is_null);
+        out_.ch(',');
+        out_.str(t_.str(s.name));
+        out_.ch(',');
+        out_.time_or_null(s.created);
+        out_.ch(',');
+        out_.time_or_null(s.destroyed);
+        out_.ch(']');
+      }
+      out_.lit("],\n\"processes\": [");
+      first = true;
+      for (const auto& p : t_.processes) {
+        if (!first) out_.lit(", ");
+        first = false;
+        out_.ch('[');
+        out_.u64(p.pid);
+        out_.ch(',');
+        out_.str(p.name);
+        out_.ch(']');
+      }
+      out_.lit("],\n\"threads\": [");
+      first = true;
+      for (const auto& th : t_.threads) {
+        if (!first) out_.lit(", ");
+        first = false;
+        out_.ch('[');
+        out_.u64(th.pid);
+        out_.ch(',');
+        out_.u64(th.tid);
+        out_.ch(',');
+        out_.str(th.name);
+        out_.ch(']');
+      }
+      out_.lit("],\n\"cuda_events\": [");
+      first = true;
+      for (const auto& e : t_.cuda_events) {
+        if (!first) out_.lit(",\n");
+        first = false;
+        out_.ch('[');
+        out_.time_or_null(e.ts);
+        out_.ch(',');
+        out_.u64(e.correlation);
+        out_.ch(',');
+        out_.u64(e.context);
+        out_.ch(',');
+        out_.u64(e.stream);
+        out_.ch(',');
+        out_.u64(e.event);
+        out_.ch(',');
+        out_.u64(e.pid);
+        out_.ch(',');
+        out_.u64(e.device);
+        out_.ch(']');
+      }
+      out_.lit("],\n\"allocations\": [");
+      first = true;
+      for (const auto& a : t_.allocations) {
+        if (!first) out_.lit(",\n");
+        first = false;
+        out_.ch('[');
+        out_.u64(a.address);
+        out_.ch(',');
+        out_.u64(a.bytes);
+        out_.ch(',');
+        out_.time_or_null(a.alloc);
+        out_.ch(',');
+        out_.time_or_null(a.free);
+        out_.ch(',');
+        out_.u64(a.correlation);
+        out_.ch(',');
+        out_.u64(a.context);
+        out_.ch(',');
+        out_.i64(a.stream == kNoStream ? -1 : int64_t(a.stream));
+        out_.ch(',');
+        out_.u64(a.pid);
+        out_.ch(',');
+        out_.u64(a.device);
+        out_.ch(',');
+        out_.u64(uint8_t(a.kind));
+        out_.ch(',');
+        out_.u64(a.from_pool);
+        out_.ch(']');
+      }
+      out_.lit("],\n\"overheads\": [");
+      first = true;
+      for (const auto& o : t_.overheads) {
+        if (!first) out_.lit(",\n");
+        first = false;
+        out_.ch('[');
+        out_.i64(o.start);
+        out_.ch(',');
+        out_.i64(o.end);
+        out_.ch(',');
+        out_.u64(o.kind);
+        out_.ch(',');
+        out_.u64(o.object_kind);
+        out_.ch(',');
+        out_.u64(o.object_id);
+        out_.ch(',');
+        out_.u64(o.pid);
+        out_.ch(']');
+      }
+      out_.lit("],\n\"counters\": [");
+      first = true;
+      for (const auto& c : t_.counters) {
+        if (!first) out_.lit(",\n");
+        first = false;
+        out_.ch('[');
+        out_.i64(c.ts);
+        out_.ch(',');
+        out_.dbl(c.value);
+        out_.ch(',');
+        out_.str(t_.str(c.name));
+        out_.ch(',');
+        out_.u64(c.pid);
+        out_.ch(']');
+      }
+      out_.lit("]}");
+    }
+    out_.lit(",\n\"traceName\": \"streamlab\"\n}\n");
+  }
+
+  const Trace& t_;
+  const KinetoOptions& o_;
+  Out& out_;
+  LaunchIndex launches_;
+  Ns base_ = 0;
+  bool first_event_ = true;
+  size_t events_ = 0;
+  std::vector<uint8_t> api_lane_, nvtx_lane_;
+  uint32_t max_corr_ = 0;
+  uint64_t next_flow_ = 1;
+  std::vector<bool> used_;
+  std::set<uint32_t> used_big_;
+  TrackKey last_gpu_{0xFFFFFFFFu, 0xFFFFFFFFu}, last_cpu_{0xFFFFFFFFu, 0xFFFFFFFFu};  // cheap dedupe
+  std::set<TrackKey> gpu_track_set_, cpu_track_set_;
+  std::set<uint32_t> gpu_pids_;
+  std::vector<std::pair<bool, const Device*>> dev_cache_;
+  std::unordered_map<uint64_t, std::vector<const CudaEventRecord*>> event_index_;
+};
+
+}  // namespace
+
+size_t write_kineto_json(const Trace& t, std::FILE* f, const KinetoOptions& opts) {
+  bool failed = false;
+  Out out([&](const char* p, size_t n) {
+    if (!failed && std::fwrite(p, 1, n, f) != n) failed = true;
+  });
+  Emitter e(t, opts, out);
+  size_t n = e.run();
+  if (failed) fail("writing the Kineto JSON trace failed: ", std::strerror(errno));
+  return n;
+}
+
+size_t write_kineto_json(const Trace& t, std::ostream& os, const KinetoOptions& opts) {
+  Out out([&](const char* p, size_t n) { os.write(p, std::streamsize(n)); });
+  Emitter e(t, opts, out);
+  size_t n = e.run();
+  if (!os) fail("writing the Kineto JSON trace to a stream failed");
+  return n;
+}
+
+size_t write_kineto_json_file(const Trace& t, const std::string& path, const KinetoOptions& opts) {
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  if (!f) fail("cannot open '", path, "' for writing: ", std::strerror(errno));
+  size_t n;
+  try {
+    n = write_kineto_json(t, f, opts);
+  } catch (const Error& e) {
+    std::fclose(f);
+    fail("'", path, "': ", e.what());
+  }
+  if (std::fclose(f) != 0) fail("closing '", path, "' failed: ", std::strerror(errno));
+  return n;
+}
+
+std::string kineto_json_string(const Trace& t, const KinetoOptions& opts) {
+  std::string s;
+  Out out([&](const char* p, size_t n) { s.append(p, n); });
+  Emitter e(t, opts, out);
+  e.run();
+  return s;
+}
+
+}  // namespace sl::prof

@@ -1,0 +1,440 @@
+// Analysis against hand-computed traces: overlaps, touching intervals, nesting, empty streams,
+// equal timestamps, queue waits and false dependencies, HTA breakdowns.
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "profiler/analysis.h"
+#include "profiler/synthetic.h"
+
+using namespace sl::prof;
+
+namespace {
+const StreamMetrics* stream_of(const AnalysisResult& r, uint32_t id) {
+  for (const auto& s : r.streams)
+    if (s.stream == id) return &s;
+  return nullptr;
+}
+Ns hist(const ScopeMetrics& m, size_t k) { return k < m.concurrency.size() ? m.concurrency[k] : 0; }
+}  // namespace
+
+TEST(Analysis, EmptyTrace) {
+  Trace t;
+  t.finalize();
+  AnalysisResult r = analyze(t);
+  EXPECT_EQ(r.whole.kernels, 0u);
+  EXPECT_EQ(r.whole.busy, 0);
+  EXPECT_EQ(r.whole.overlap_fraction, 0.0);
+  EXPECT_EQ(r.temporal.span, 0);
+  EXPECT_TRUE(r.kernel_stats.empty());
+}
+
+TEST(Analysis, OverlapTouchingAndAuxHidden) {
+  // main (1): [0,100) [100,200) touching; aux (2): [50,150).
+  Trace t;
+  TraceBuilder b(t);
+  b.kernel(1, 0, 100, "m1");
+  b.kernel(1, 100, 200, "m2");
+  b.kernel(2, 50, 150, "a1");
+  t.finalize();
+  AnalysisOptions o;
+  o.main_stream = 1;
+  AnalysisResult r = analyze(t, o);
+  EXPECT_EQ(r.whole.kernels, 3u);
+  EXPECT_EQ(r.whole.span, 200);
+  EXPECT_EQ(r.whole.busy, 200);
+  EXPECT_EQ(r.whole.overlap, 100);
+  EXPECT_DOUBLE_EQ(r.whole.overlap_fraction, 0.5);
+  EXPECT_EQ(hist(r.whole, 0), 0);
+  EXPECT_EQ(hist(r.whole, 1), 100);
+  EXPECT_EQ(hist(r.whole, 2), 100);
+  EXPECT_EQ(hist(r.whole, 3), 0) << "ends are processed before starts at equal timestamps";
+  EXPECT_EQ(r.whole.aux_time, 100);
+  EXPECT_EQ(r.whole.aux_hidden, 100);
+  EXPECT_DOUBLE_EQ(r.whole.aux_hidden_fraction, 1.0);
+  const StreamMetrics* s1 = stream_of(r, 1);
+  const StreamMetrics* s2 = stream_of(r, 2);
+  ASSERT_TRUE(s1 && s2);
+  EXPECT_TRUE(s1->is_main);
+  EXPECT_EQ(s1->busy, 200);
+  EXPECT_EQ(s1->overlapped, 100);
+  EXPECT_DOUBLE_EQ(s1->overlap_fraction, 0.5);
+  EXPECT_EQ(s2->busy, 100);
+  EXPECT_EQ(s2->overlapped, 100);
+  EXPECT_DOUBLE_EQ(s2->overlap_fraction, 1.0);
+}
+
+TEST(Analysis, TouchingOnDifferentStreamsDoNotOverlap) {
+  Trace t;
+  TraceBuilder b(t);
+  b.kernel(1, 0, 10);
+  b.kernel(2, 10, 20);
+  b.kernel(3, 20, 30);
+  t.finalize();
+  AnalysisResult r = analyze(t);
+  EXPECT_EQ(r.whole.busy, 30);
+  EXPECT_EQ(r.whole.overlap, 0);
+  EXPECT_EQ(hist(r.whole, 1), 30);
+  EXPECT_EQ(hist(r.whole, 2), 0);
+  EXPECT_EQ(r.whole.aux_hidden, 0);
+}
+
+TEST(Analysis, EqualTimestampsAndThreeWayConcurrency) {
+  Trace t;
+  TraceBuilder b(t);
+  b.kernel(1, 0, 10);
+  b.kernel(2, 0, 10);
+  b.kernel(3, 0, 30);
+  b.kernel(2, 10, 20);  // starts exactly when the first two end
+  t.finalize();
+  AnalysisOptions o;
+  o.main_stream = 3;
+  AnalysisResult r = analyze(t, o);
+  EXPECT_EQ(r.whole.span, 30);
+  EXPECT_EQ(hist(r.whole, 3), 10);
+  EXPECT_EQ(hist(r.whole, 2), 10);
+  EXPECT_EQ(hist(r.whole, 1), 10);
+  EXPECT_EQ(r.whole.overlap, 20);
+  EXPECT_NEAR(r.whole.overlap_fraction, 20.0 / 30.0, 1e-12);
+  // aux kernels (streams 1, 2) are entirely under the main-stream kernel [0,30).
+  EXPECT_EQ(r.whole.aux_time, 30);
+  EXPECT_EQ(r.whole.aux_hidden, 30);
+}
+
+TEST(Analysis, GapsZeroDurationAndInvalidKernels) {
+  Trace t;
+  TraceBuilder b(t);
+  b.kernel(1, 0, 10);
+  b.kernel(1, 30, 40);
+  b.kernel(2, 35, 35);   // zero duration
+  b.kernel(2, 50, 45);   // end < start: counted as zero duration
+  t.finalize();
+  AnalysisResult r = analyze(t);
+  EXPECT_EQ(r.whole.span, 50);
+  EXPECT_EQ(r.whole.busy, 20);
+  EXPECT_EQ(hist(r.whole, 0), 30);
+  EXPECT_EQ(r.whole.overlap, 0);
+}
+
+TEST(Analysis, EmptyStreamIsReported) {
+  Trace t;
+  TraceBuilder b(t);
+  b.stream(9, -1, 5, kNoTime, "aux.idle");
+  b.kernel(1, 0, 10);
+  t.finalize();
+  AnalysisResult r = analyze(t);
+  const StreamMetrics* s9 = stream_of(r, 9);
+  ASSERT_NE(s9, nullptr);
+  EXPECT_EQ(s9->kernels, 0u);
+  EXPECT_EQ(s9->busy, 0);
+  EXPECT_EQ(s9->label, "aux.idle");
+  EXPECT_EQ(s9->priority, -1);
+  EXPECT_EQ(r.main_stream, 1u);
+}
+
+TEST(Analysis, PerRangeInstancesWithNesting) {
+  Trace t;
+  TraceBuilder b(t);
+  b.nvtx("step", 0, 1000);
+  b.nvtx("L3", 0, 100);
+  b.nvtx("L3", 200, 300);
+  b.nvtx("L4", 100, 200);
+  // Instance 0 of L3: main [10,50), aux [20,40) -> overlap 20, busy 40.
+  b.kernel(1, 10, 50);
+  b.kernel(2, 20, 40);
+  // L4: one kernel.
+  b.kernel(1, 120, 180);
+  // Instance 1 of L3: main [210,260), aux [250,290) -> overlap 10, busy 80.
+  b.kernel(1, 210, 260);
+  b.kernel(2, 250, 290);
+  t.finalize();
+  AnalysisOptions o;
+  o.range = "L3";
+  o.main_stream = 1;
+  AnalysisResult r = analyze(t, o);
+  ASSERT_TRUE(r.range.has_value());
+  const RangeSummary& rs = *r.range;
+  ASSERT_EQ(rs.instances, 2u);
+  EXPECT_EQ(rs.per_instance[0].depth, 1);
+  EXPECT_EQ(rs.per_instance[0].metrics.kernels, 2u);
+  EXPECT_EQ(rs.per_instance[0].metrics.busy, 40);
+  EXPECT_EQ(rs.per_instance[0].metrics.overlap, 20);
+  EXPECT_EQ(rs.per_instance[0].metrics.aux_hidden, 20);
+  EXPECT_EQ(rs.per_instance[1].metrics.busy, 80);
+  EXPECT_EQ(rs.per_instance[1].metrics.overlap, 10);
+  EXPECT_EQ(rs.per_instance[1].metrics.aux_hidden, 10);
+  EXPECT_EQ(rs.total.kernels, 4u);
+  EXPECT_EQ(rs.total.busy, 120);
+  EXPECT_EQ(rs.total.overlap, 30);
+  EXPECT_DOUBLE_EQ(rs.total.overlap_fraction, 30.0 / 120.0);
+  EXPECT_DOUBLE_EQ(rs.total.aux_hidden_fraction, 30.0 / 60.0);
+  // A prefix matches both L3 instances and L4.
+  o.range = "L*";
+  EXPECT_EQ(analyze(t, o).range->instances, 3u);
+  // The outer range contains everything.
+  o.range = "step";
+  AnalysisResult r2 = analyze(t, o);
+  EXPECT_EQ(r2.range->total.kernels, 5u);
+  EXPECT_EQ(r2.range->total.busy, r2.whole.busy);
+}
+
+TEST(Analysis, RangeByLaunchCall) {
+  Trace t;
+  TraceBuilder b(t);
+  b.nvtx("L0", 0, 100);
+  b.nvtx("L1", 100, 200);
+  // Launched inside L0, runs after L0 closes.
+  b.kernel(1, 150, 170, "late", 10, 20);
+  b.kernel(1, 180, 190, "l1", 110, 120);
+  t.finalize();
+  AnalysisOptions o;
+  o.range = "L0";
+  EXPECT_EQ(analyze(t, o).range->total.kernels, 0u);
+  o.range_by_launch = true;
+  AnalysisResult r = analyze(t, o);
+  EXPECT_EQ(r.range->total.kernels, 1u);
+  EXPECT_EQ(r.range->total.busy, 20);
+}
+
+TEST(Analysis, UnknownRangeAndMainStreamAreClearErrors) {
+  Trace t;
+  TraceBuilder b(t);
+  b.nvtx("step", 0, 10);
+  b.kernel(1, 0, 10);
+  t.finalize();
+  AnalysisOptions o;
+  o.range = "L3";
+  try {
+    analyze(t, o);
+    FAIL() << "expected sl::Error";
+  } catch (const sl::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("\"step\""), std::string::npos) << e.what();
+  }
+  AnalysisOptions m;
+  m.main_stream = 42;
+  try {
+    analyze(t, m);
+    FAIL() << "expected sl::Error";
+  } catch (const sl::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("streams with kernels: 1"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Analysis, LaunchDelayAndQueueWait) {
+  Trace t;
+  TraceBuilder b(t);
+  // k0: launch ends at 10, starts at 25 -> delay 15, wait 15 (no previous kernel).
+  b.kernel(1, 25, 100, "k0", 0, 10);
+  // k1: launch ends at 20, previous ends at 100, starts at 105 -> delay 85, wait 5.
+  b.kernel(1, 105, 150, "k1", 15, 20);
+  // k2: launch ends at 400 (after the previous ended), starts at 401 -> wait 1.
+  b.kernel(1, 401, 450, "k2", 390, 400);
+  t.finalize();
+  AnalysisResult r = analyze(t);
+  EXPECT_EQ(r.launch_delay.count, 3u);
+  EXPECT_EQ(r.launch_delay.min, 1);
+  EXPECT_EQ(r.launch_delay.max, 85);
+  EXPECT_DOUBLE_EQ(r.launch_delay.median, 15);
+  EXPECT_EQ(r.queue_wait.count, 3u);
+  EXPECT_EQ(r.queue_wait.total, 15 + 5 + 1);
+  EXPECT_EQ(r.queue_wait.max, 15);
+  EXPECT_EQ(r.kernels_without_launch, 0u);
+}
+
+TEST(Analysis, SubmittedTimestampPreferredForQueueWait) {
+  Trace t;
+  TraceBuilder b(t);
+  size_t k = b.kernel(1, 100, 200, "k", 0, 10);
+  t.kernels[k].submitted = 60;
+  t.finalize();
+  AnalysisResult r = analyze(t);
+  EXPECT_EQ(r.queue_wait.total, 40);
+  EXPECT_EQ(r.launch_delay.total, 90);
+}
+
+TEST(Analysis, SuspectedFalseDependency) {
+  Trace t;
+  TraceBuilder b(t);
+  // Stream 1 runs a long kernel; stream 2's kernel is ready at 10 but starts exactly when the
+  // stream-1 kernel ends: the signature of two streams sharing one hardware queue.
+  b.kernel(1, 0, 10'000, "spin", 0, 5);
+  b.kernel(2, 10'000, 10'100, "tiny", 6, 10);
+  t.finalize();
+  AnalysisResult r = analyze(t);
+  EXPECT_EQ(r.suspected_false_deps, 1u);
+  ASSERT_EQ(r.false_deps.size(), 1u);
+  EXPECT_EQ(r.false_deps[0].stream, 2u);
+  EXPECT_EQ(r.false_deps[0].blocker_stream, 1u);
+  EXPECT_EQ(r.false_deps[0].wait, 10'000 - 10);
+  EXPECT_EQ(r.false_deps[0].gap, 0);
+  EXPECT_EQ(stream_of(r, 2)->suspected_false_deps, 1u);
+}
+
+TEST(Analysis, RealDependencyIsNotSuspected) {
+  Trace t;
+  TraceBuilder b(t);
+  b.kernel(1, 0, 10'000, "producer", 0, 5);
+  b.record_and_wait(/*event=*/7, /*on=*/1, /*waiting=*/2, 6);  // stream 2 waits on stream 1
+  b.kernel(2, 10'000, 10'100, "consumer", 8, 10);
+  t.finalize();
+  AnalysisResult r = analyze(t);
+  EXPECT_EQ(r.suspected_false_deps, 0u);
+  EXPECT_EQ(r.resources.stream_waits, 1u);
+  EXPECT_EQ(r.resources.cuda_event_records, 1u);
+}
+
+TEST(Analysis, WaitBeyondEpsilonIsNotSuspected) {
+  Trace t;
+  TraceBuilder b(t);
+  b.kernel(1, 0, 10'000, "spin", 0, 5);
+  b.kernel(2, 15'000, 15'100, "late", 6, 10);  // starts 5 us after the other ended
+  t.finalize();
+  EXPECT_EQ(analyze(t).suspected_false_deps, 0u);
+}
+
+TEST(Analysis, GraphLaunchOneCorrelationManyKernels) {
+  Trace t;
+  TraceBuilder b(t);
+  size_t a = b.api("cudaGraphLaunch_v10000", 0, 10);
+  uint32_t corr = t.api_calls[a].correlation;
+  for (int i = 0; i < 3; ++i) {
+    Kernel k;
+    k.start = 20 + i * 100;
+    k.end = k.start + 50;
+    k.stream = 1 + (i % 2);
+    k.correlation = corr;
+    k.graph_id = 5;
+    k.graph_node_id = 100 + i;
+    k.pid = 1;
+    k.context = 1;
+    k.name = t.intern("graph_node");
+    t.kernels.push_back(k);
+  }
+  t.finalize();
+  AnalysisResult r = analyze(t);
+  EXPECT_EQ(r.graph_kernels, 3u);
+  EXPECT_EQ(r.launch_delay.count, 3u);
+  EXPECT_EQ(r.launch_delay.min, 10);
+  EXPECT_EQ(r.kernels_without_launch, 0u);
+  EXPECT_EQ(r.suspected_false_deps, 0u);
+}
+
+TEST(Analysis, HtaTemporalBreakdown) {
+  Trace t;
+  TraceBuilder b(t);
+  b.kernel(1, 0, 10, "gemm");
+  b.kernel(2, 5, 20, "ncclDevKernel_AllReduce_Sum_bf16_RING_LL");
+  b.memcpy(1, 30, 40);
+  t.finalize();
+  AnalysisResult r = analyze(t);
+  EXPECT_EQ(r.temporal.span, 40);
+  EXPECT_EQ(r.temporal.idle, 10);
+  EXPECT_EQ(r.temporal.compute, 10);
+  EXPECT_EQ(r.temporal.non_compute, 20);
+  EXPECT_DOUBLE_EQ(r.temporal.idle_pct, 25.0);
+}
+
+TEST(Analysis, HtaKernelClassification) {
+  EXPECT_TRUE(hta_is_compute_kernel("gemm_bf16"));
+  EXPECT_FALSE(hta_is_compute_kernel("ncclDevKernel_AllReduce"));
+  EXPECT_FALSE(hta_is_compute_kernel("Memcpy HtoD (Pageable -> Device)"));
+  EXPECT_FALSE(hta_is_compute_kernel("Memset (Device)"));
+  EXPECT_FALSE(hta_is_compute_kernel("void at::native::elementwise_Memcpy"));
+  EXPECT_FALSE(hta_is_compute_kernel("cudaDeviceSynchronize"));
+  EXPECT_TRUE(hta_is_compute_kernel("my_Memset_kernel"));  // Memset only counts at the start
+}
+
+TEST(Analysis, HtaIdleBreakdownPerStream) {
+  Trace t;
+  TraceBuilder b(t);
+  b.kernel(1, 0, 10, "k1", 0, 1);
+  b.kernel(1, 12, 20, "k2", 5, 6);                // launched before k1 ended, gap 2 < 30us: kernel wait
+  b.kernel(1, 100'000, 100'010, "k3", 50, 60);    // launched after k2 ended: host wait 99'980
+  b.kernel(1, 200'000, 200'010, "k4", 150, 160);  // launched before k3 ended, gap 99'990: other
+  t.finalize();
+  AnalysisResult r = analyze(t);
+  const StreamMetrics* s = stream_of(r, 1);
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->idle_kernel_wait, 2);
+  EXPECT_EQ(s->idle_host_wait, 99'980);
+  EXPECT_EQ(s->idle_other, 99'990);
+}
+
+TEST(Analysis, KernelStatsByName) {
+  Trace t;
+  TraceBuilder b(t);
+  b.kernel(1, 0, 10, "a");
+  b.kernel(1, 10, 30, "a");
+  b.kernel(1, 30, 60, "a");
+  b.kernel(1, 60, 100, "a");
+  b.kernel(2, 0, 1000, "b");
+  t.finalize();
+  AnalysisResult r = analyze(t);
+  ASSERT_EQ(r.kernel_stats.size(), 2u);
+  EXPECT_EQ(r.kernel_stats[0].name, "b");
+  const KernelNameStats& a = r.kernel_stats[1];
+  EXPECT_EQ(a.count, 4u);
+  EXPECT_EQ(a.total, 100);
+  EXPECT_EQ(a.min, 10);
+  EXPECT_EQ(a.max, 40);
+  EXPECT_DOUBLE_EQ(a.mean, 25);
+  EXPECT_DOUBLE_EQ(a.median, 25);
+}
+
+TEST(Analysis, ResourceSummary) {
+  Trace t;
+  TraceBuilder b(t);
+  b.stream(1);
+  b.stream(2, 0, 10, 50);
+  b.stream(3, 0, 20, kNoTime);
+  b.kernel(1, 0, 100);
+  Allocation a1;
+  a1.bytes = 100;
+  a1.alloc = 5;
+  a1.free = 30;
+  Allocation a2;
+  a2.bytes = 50;
+  a2.alloc = 30;  // allocated when a1 is freed: the free counts first
+  Allocation a3;
+  a3.bytes = 10;
+  a3.alloc = 40;
+  t.allocations = {a1, a2, a3};
+  Overhead ov;
+  ov.start = 1;
+  ov.end = 4;
+  t.overheads.push_back(ov);
+  t.finalize();
+  AnalysisResult r = analyze(t);
+  const ResourceSummary& rs = r.resources;
+  EXPECT_EQ(rs.streams, 3u);
+  EXPECT_EQ(rs.streams_created, 2u);
+  EXPECT_EQ(rs.streams_destroyed, 1u);
+  EXPECT_EQ(rs.max_streams_alive, 3u);
+  EXPECT_EQ(rs.streams_alive.back().second, 2u);
+  EXPECT_EQ(rs.peak_allocated_bytes, 100u);
+  EXPECT_EQ(rs.peak_allocated_at, 5);
+  EXPECT_EQ(rs.allocated_at_end, 60u);
+  EXPECT_EQ(rs.cupti_overhead, 3);
+}
+
+TEST(Analysis, SyntheticTraceIsConsistent) {
+  SyntheticOptions o;
+  o.target_events = 50'000;
+  Trace t = make_synthetic_trace(o);
+  AnalysisOptions ao;
+  ao.range = "L3";
+  AnalysisResult r = analyze(t, ao);
+  EXPECT_EQ(r.main_stream, 7u);
+  EXPECT_EQ(r.kernels_without_launch, 0u);
+  EXPECT_GT(r.whole.overlap, 0);
+  Ns sum = 0;
+  for (Ns v : r.whole.concurrency) sum += v;
+  EXPECT_EQ(sum, r.whole.span);
+  EXPECT_EQ(r.whole.busy, r.whole.span - r.whole.concurrency[0]);
+  Ns per_stream_busy_max = 0;
+  for (const auto& s : r.streams) per_stream_busy_max = std::max(per_stream_busy_max, s.busy);
+  EXPECT_LE(per_stream_busy_max, r.whole.busy);
+  EXPECT_GT(r.range->instances, 0u);
+  EXPECT_LE(r.range->total.busy, r.whole.busy);
+  EXPECT_EQ(r.suspected_false_deps, 0u) << "fork/join waits link the streams";
+  EXPECT_EQ(r.temporal.idle + r.temporal.compute + r.temporal.non_compute, r.temporal.span);
+}
