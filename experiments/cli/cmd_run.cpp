@@ -24,7 +24,7 @@ struct RunOptions {
   ModelOptions model;
   std::string backend = "cpu";
   int steps = 4;
-  std::string checkpoint, tokens_file, dump_logits, save_checkpoint;
+  std::string checkpoint, tokens_file, dump_logits, dump_decode_logits, save_checkpoint;
   std::string save_dtype = "bf16";
   bool json = false;
   bool graph = false;
@@ -139,6 +139,7 @@ void run(const RunOptions& o) {
     std::fprintf(info, "prefill logits [%d, %d] written to %s\n", cfg.batch * cfg.context_length, cfg.vocab_size,
                  o.dump_logits.c_str());
   }
+  std::vector<float> decode_logits;  // [steps * batch, vocab] for --dump-decode-logits
   for (int s = 1; s <= o.steps; ++s) {
     t0 = clock::now();
     const bool capturing = o.graph && !model.graph_captured();
@@ -150,6 +151,13 @@ void run(const RunOptions& o) {
                    g.instantiate_ms, g.nodes, g.edges);
     }
     report(s, capturing ? "capture" : o.graph ? "replay" : "decode", cfg.batch, ms, out);
+    if (!o.dump_decode_logits.empty())
+      decode_logits.insert(decode_logits.end(), out.last_logits.begin(), out.last_logits.end());
+  }
+  if (!o.dump_decode_logits.empty()) {
+    write_npy(o.dump_decode_logits, DType::F32, {int64_t(o.steps) * cfg.batch, cfg.vocab_size}, decode_logits.data());
+    std::fprintf(info, "decode logits [%d, %d] written to %s\n", o.steps * cfg.batch, cfg.vocab_size,
+                 o.dump_decode_logits.c_str());
   }
   const MemoryStats mem = be->memory();
   if (o.json) {
@@ -195,6 +203,8 @@ void add_run_command(CLI::App& app) {
                   "comes from DIR/config.json");
   cmd->add_option("--tokens", o->tokens_file, "prompt token ids from a .npy file ([T] or [batch, T], int32/int64)");
   cmd->add_option("--dump-logits", o->dump_logits, "write the prefill logits [batch*T, vocab] as float32 .npy");
+  cmd->add_option("--dump-decode-logits", o->dump_decode_logits,
+                  "write each decode step's logits [steps*batch, vocab] (step-major) as float32 .npy");
   cmd->add_option("--save-checkpoint", o->save_checkpoint, "save the weights in DeepSeek's layout to this directory");
   cmd->add_option("--save-dtype", o->save_dtype, "dtype of saved float tensors: bf16 or f32")
       ->check(CLI::IsMember({"bf16", "f32"}))
