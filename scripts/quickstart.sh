@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 mode=${1:-run}
 case "$mode" in run|test) ;; *) echo "usage: $0 [run|test]" >&2; exit 2 ;; esac
 
-pkgs=(build-essential cmake pkg-config python3 python3-pip libgtest-dev libbenchmark-dev libsqlite3-dev sqlite3
+pkgs=(build-essential cmake pkg-config python3 python3-pip python3-venv libgtest-dev libbenchmark-dev libsqlite3-dev sqlite3
       nlohmann-json3-dev libcli11-dev libimgui-dev libglfw3-dev libgl-dev xvfb xauth)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
@@ -30,7 +30,19 @@ build=${BUILD_DIR:-build}
 jobs=${JOBS:-$(nproc)}
 echo "== configuring $build (CUDA $cuda)"
 mkdir -p "$build"
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DSTREAMLAB_CUDA="$cuda" >"$build/configure.log" 2>&1 \
+py_args=()
+if [ "$mode" = test ]; then
+  # Holistic Trace Analysis (PyPI) for the HTA cross-check test, in a venv of its own (Debian's
+  # system python refuses pip installs).
+  venv="$build/hta-venv"
+  if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import hta" 2>/dev/null; then
+    echo "== installing Holistic Trace Analysis into $venv"
+    { python3 -m venv "$venv" && "$venv/bin/python" -m pip install -q holistictraceanalysis; } \
+      || echo "warning: could not install holistictraceanalysis; the HTA test will be skipped"
+  fi
+  [ -x "$venv/bin/python" ] && py_args=(-DPython3_EXECUTABLE="$(cd "$venv/bin" && pwd)/python")
+fi
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DSTREAMLAB_CUDA="$cuda" "${py_args[@]}" >"$build/configure.log" 2>&1 \
   || { cat "$build/configure.log"; exit 1; }
 echo "== building with $jobs jobs"
 cmake --build "$build" -j "$jobs"
@@ -39,10 +51,6 @@ if [ "$mode" = run ]; then
   echo "== streamlab run --config tiny --backend cpu"
   "$build/streamlab" run --config tiny --backend cpu
 else
-  if ! python3 -c "import hta" 2>/dev/null; then
-    echo "== installing Holistic Trace Analysis (PyPI) for the HTA cross-check test"
-    python3 -m pip install -q holistictraceanalysis || echo "warning: could not install holistictraceanalysis"
-  fi
   echo "== ctest (label gpu tests skip without a GPU, and say so)"
   ctest --test-dir "$build" --output-on-failure -j "$jobs"
 fi
