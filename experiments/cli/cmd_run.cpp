@@ -1,6 +1,8 @@
 // `streamlab run`: build the model on a backend, prefill a prompt batch, then decode steps
 // with MTP drafts; print per-step timing, tokens and a checksum of the logits.
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -16,6 +18,14 @@
 #include "experiments/cli/model_options.h"
 #include "model/deepseek_v4.h"
 #include "model/weights.h"
+#include "profiler/kineto_json.h"
+#include "profiler/nsys_sqlite.h"
+#include "profiler/summary.h"
+#if STREAMLAB_HAVE_CUDA
+#include <unistd.h>
+
+#include "profiler/cupti/cupti_session.h"
+#endif
 
 namespace sl::cli {
 namespace {
@@ -28,7 +38,28 @@ struct RunOptions {
   std::string save_dtype = "bf16";
   bool json = false;
   bool graph = false;
+  // Tracing (CUPTI, cuda backend): decode steps after the first `warmup` are the window.
+  std::string trace_json, trace_sqlite;
+  int warmup = 1;
+  bool allow_invalid_records = false;
+  bool tracing() const { return !trace_json.empty() || !trace_sqlite.empty(); }
 };
+
+#if STREAMLAB_HAVE_CUDA
+// NVTX ranges reach CUPTI only when the process starts with NVTX_INJECTION64_PATH naming the
+// libcupti it links (NVTX has one injection slot): re-execute ourselves with it set.
+void reexec_with_nvtx_injection(char** argv) {
+  if (prof::CuptiSession::nvtx_injection_configured() || std::getenv("STREAMLAB_NO_REEXEC")) return;
+  const std::string lib = prof::CuptiSession::cupti_library_path();
+  if (lib.empty()) return;
+  setenv("NVTX_INJECTION64_PATH", lib.c_str(), 1);
+  setenv("STREAMLAB_NO_REEXEC", "1", 1);
+  execv("/proc/self/exe", argv);
+  std::fprintf(stderr, "streamlab: warning: could not re-execute with NVTX_INJECTION64_PATH (%s); NVTX ranges "
+                       "will be missing from the trace\n", std::strerror(errno));
+}
+#endif
+char** g_argv = nullptr;  // set by main (set_process_argv), for the NVTX re-exec
 
 double mib(size_t bytes) { return double(bytes) / (1024.0 * 1024.0); }
 
@@ -86,6 +117,19 @@ void run(const RunOptions& o) {
   const RunShape shape = run_shape(cfg, o.steps, !o.dump_logits.empty());
   FILE* info = o.json ? stderr : stdout;  // keep stdout parseable under --json
 
+#if STREAMLAB_HAVE_CUDA
+  if (o.tracing()) {
+    SL_CHECK(o.backend == "cuda", "--trace/--sqlite trace CUDA work: use --backend cuda");
+    SL_CHECK(o.warmup >= 0 && o.warmup < o.steps, "--trace needs --steps greater than --warmup-steps (", o.warmup,
+             "): the decode steps after the warm-up are the traced window");
+    reexec_with_nvtx_injection(g_argv);
+    const prof::SessionState st = prof::CuptiSession::instance().start();
+    if (st == prof::SessionState::NvtxOnly)
+      std::fprintf(stderr, "streamlab: %s\n", prof::CuptiSession::instance().message().c_str());
+  }
+#else
+  SL_CHECK(!o.tracing(), "--trace/--sqlite need a build with CUDA (CUPTI)");
+#endif
   auto be = make_backend(o.backend);
   std::fprintf(info, "streamlab run: config %s (%d layers + %d MTP), backend %s, policy %s, batch %d, context %d, "
                "draft steps %d, decode steps %d\n",
@@ -141,6 +185,10 @@ void run(const RunOptions& o) {
   }
   std::vector<float> decode_logits;  // [steps * batch, vocab] for --dump-decode-logits
   for (int s = 1; s <= o.steps; ++s) {
+#if STREAMLAB_HAVE_CUDA
+    if (o.tracing() && s == o.warmup + 1 && prof::CuptiSession::instance().state() == prof::SessionState::Tracing)
+      prof::CuptiSession::instance().begin_window();
+#endif
     t0 = clock::now();
     const bool capturing = o.graph && !model.graph_captured();
     StepOutput out = o.graph ? model.decode_step_graph() : model.decode_step();
@@ -159,6 +207,26 @@ void run(const RunOptions& o) {
     std::fprintf(info, "decode logits [%d, %d] written to %s\n", o.steps * cfg.batch, cfg.vocab_size,
                  o.dump_decode_logits.c_str());
   }
+#if STREAMLAB_HAVE_CUDA
+  if (o.tracing() && prof::CuptiSession::instance().state() == prof::SessionState::Tracing) {
+    prof::Trace trace = prof::CuptiSession::instance().end_window();
+    prof::CuptiSession::instance().stop();
+    if (!o.trace_json.empty()) {
+      prof::write_kineto_json_file(trace, o.trace_json);
+      std::fprintf(info, "trace (Kineto JSON) written to %s\n", o.trace_json.c_str());
+    }
+    if (!o.trace_sqlite.empty()) {
+      prof::write_nsys_sqlite(trace, o.trace_sqlite);
+      std::fprintf(info, "trace (nsys-layout SQLite) written to %s\n", o.trace_sqlite.c_str());
+    }
+    const std::string warn = prof::record_count_warnings(trace.counts);
+    if (!warn.empty()) {
+      std::fprintf(stderr, "streamlab: %s\n", warn.c_str());
+      SL_CHECK(o.allow_invalid_records || trace.counts.clean(),
+               "the trace has dropped or invalid records (see above); rerun with --allow-invalid-records to keep it");
+    }
+  }
+#endif
   const MemoryStats mem = be->memory();
   if (o.json) {
     nlohmann::json j{{"config", cfg.name},
@@ -190,6 +258,8 @@ void run(const RunOptions& o) {
 
 }  // namespace
 
+void set_process_argv(char** argv) { g_argv = argv; }
+
 void add_run_command(CLI::App& app) {
   auto o = std::make_shared<RunOptions>();
   CLI::App* cmd = app.add_subcommand("run", "Run the model: prefill a prompt batch, then decode steps with MTP drafts");
@@ -211,6 +281,12 @@ void add_run_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag("--graph", o->graph,
                 "decode steps through a CUDA graph: captured once (first decode step), then replayed (cuda backend)");
+  cmd->add_option("--trace", o->trace_json,
+                  "trace the decode steps after the warm-up with CUPTI; write Kineto JSON (Perfetto, HTA) here");
+  cmd->add_option("--sqlite", o->trace_sqlite, "also (or only) write the trace as nsys-layout SQLite (nsys stats)");
+  cmd->add_option("--warmup-steps", o->warmup, "decode steps before the traced window")->capture_default_str();
+  cmd->add_flag("--allow-invalid-records", o->allow_invalid_records,
+                "keep a trace with dropped or invalid records (exit 0)");
   cmd->add_flag("--json", o->json, "print the result as JSON on stdout (progress goes to stderr)");
   cmd->callback([o] { run(*o); });
 }

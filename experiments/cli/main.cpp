@@ -9,6 +9,7 @@ int main(int argc, char** argv) {
   CLI::App app{"streamlab: DeepSeek V4 + MTP forward under CUPTI tracing, comparing CUDA stream policies"};
   app.set_version_flag("--version", STREAMLAB_VERSION);
   app.require_subcommand(1);
+  sl::cli::set_process_argv(argv);
   sl::cli::add_run_command(app);
   sl::cli::add_schedule_command(app);
   sl::cli::add_analyze_command(app);
