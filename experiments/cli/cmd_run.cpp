@@ -1,6 +1,8 @@
 // `streamlab run`: build the model on a backend, prefill a prompt batch, then decode steps
 // with MTP drafts; print per-step timing, tokens and a checksum of the logits.
+#include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <chrono>
 #include <cstring>
 #include <cstdio>
@@ -159,15 +161,28 @@ void run(const RunOptions& o) {
   using clock = std::chrono::steady_clock;
   nlohmann::json steps = nlohmann::json::array();
   auto report = [&](int idx, const char* kind, int tokens, double ms, const StepOutput& out) {
+    // Spread of the logits: finite and clearly non-zero means the activations stayed healthy
+    // through every layer.
+    double sum = 0, sq = 0;
+    size_t bad = 0;
+    for (float v : out.last_logits) {
+      if (!std::isfinite(v)) ++bad;
+      sum += v;
+      sq += double(v) * v;
+    }
+    const double n = double(std::max<size_t>(out.last_logits.size(), 1));
+    const double std_dev = std::sqrt(std::max(0.0, sq / n - (sum / n) * (sum / n)));
     nlohmann::json j{{"step", idx}, {"kind", kind}, {"tokens", tokens}, {"ms", ms}, {"sampled", out.sampled},
-                     {"drafts", out.drafts}, {"logits_checksum", out.logits_checksum}};
+                     {"drafts", out.drafts}, {"logits_checksum", out.logits_checksum}, {"logits_std", std_dev},
+                     {"logits_nonfinite", bad}};
     steps.push_back(j);
     if (!o.json) {
       std::string drafts = "[";
       for (size_t s = 0; s < out.drafts.size(); ++s) drafts += (s ? "," : "") + tokens_str(out.drafts[s]);
       drafts += "]";
-      std::printf("%-4d %-8s %7d %10.3f  sampled %s  drafts %s  logits checksum %.6e\n", idx, kind, tokens, ms,
-                  tokens_str(out.sampled).c_str(), drafts.c_str(), out.logits_checksum);
+      std::printf("%-4d %-8s %7d %10.3f  sampled %s  drafts %s  logits checksum %.6e std %.3g%s\n", idx, kind, tokens,
+                  ms, tokens_str(out.sampled).c_str(), drafts.c_str(), out.logits_checksum, std_dev,
+                  bad ? "  NON-FINITE LOGITS" : "");
       std::fflush(stdout);
     }
   };
