@@ -16,7 +16,7 @@ export STREAMLAB_CONFIG_DIR="$PWD/model/configs"
 B=.gpu
 export LD_LIBRARY_PATH="$PWD/$B${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export STREAMLAB_COMMIT="$(head -c 40 $B/COMMIT)"
-stages=${STAGES:-"env tests tiny trace flash bench sanitizer"}
+stages=${STAGES:-"env tests tiny flash sanitizer trace bench"}
 declare -A rc
 # run NAME SECONDS CMD...: one stage, bounded in time, its output in $W/NAME.log.
 run() { local name=$1 secs=$2; shift 2; echo "=== $name: $*"; timeout "$secs" "$@" > "$W/$name.log" 2>&1; rc[$name]=$?
@@ -37,13 +37,13 @@ for st in $stages; do case $st in
     run tiny_eager 25 $B/streamlab run --config tiny --backend cuda --policy shared --steps 4
     run tiny_graph 25 $B/streamlab run --config tiny --backend cuda --policy shared --steps 4 --graph ;;
   trace)
-    run trace_tiny 60 $B/streamlab run --config tiny --backend cuda --policy per-layer --steps 4 --warmup-steps 1 \
+    run trace_tiny 40 $B/streamlab run --config tiny --backend cuda --policy per-layer --steps 4 --warmup-steps 1 \
       --trace "$W/tiny_trace.json" --sqlite "$W/tiny_trace.sqlite"
     nsys=$(ls /opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys 2>/dev/null | head -n 1)
-    run nsys_stats 60 "$nsys" stats -q -r cuda_gpu_kern_sum,cuda_api_sum,nvtx_sum,cuda_gpu_trace -f csv \
+    run nsys_stats 40 "$nsys" stats -q -r cuda_gpu_kern_sum,cuda_api_sum,nvtx_sum,cuda_gpu_trace -f csv \
       -o "$W/nsys" "$W/tiny_trace.sqlite"
-    run nsys_gaps 30 "$nsys" analyze -r gpu_gaps "$W/tiny_trace.sqlite"
-    run analyze_tiny 30 $B/streamlab analyze "$W/tiny_trace.json" --json ;;
+    run nsys_gaps 20 "$nsys" analyze -r gpu_gaps "$W/tiny_trace.sqlite"
+    run analyze_tiny 20 $B/streamlab analyze "$W/tiny_trace.json" --json ;;
   flash)
     run flash6l 150 $B/streamlab run --config flash-6l --backend cuda --policy shared --mtp-layers 4 --mtp-compress 4 \
       --batch 8 --steps 4 --json
