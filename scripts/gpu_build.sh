@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="/usr/local/cuda/bin:$PATH"
 cmake --preset gpu >/dev/null
-targets=(streamlab test_cuda_ops test_cuda_model bench_decode ${EXTRA_TARGETS:-})
+targets=(streamlab test_cuda_ops test_cuda_model bench_decode bench_trace_overhead ${EXTRA_TARGETS:-})
 cmake --build build-gpu -j "$(nproc)" --target "${targets[@]}"
 rm -rf .gpu && mkdir -p .gpu
 for t in "${targets[@]}"; do

@@ -16,7 +16,7 @@ export STREAMLAB_CONFIG_DIR="$PWD/model/configs"
 B=.gpu
 export LD_LIBRARY_PATH="$PWD/$B${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export STREAMLAB_COMMIT="$(head -c 40 $B/COMMIT)"
-stages=${STAGES:-"env tests tiny flash sanitizer trace bench"}
+stages=${STAGES:-"env tests tiny flash sanitizer trace bench overhead"}
 declare -A rc
 # run NAME SECONDS CMD...: one stage, bounded in time, its output in $W/NAME.log.
 run() { local name=$1 secs=$2; shift 2; echo "=== $name: $*"; timeout "$secs" "$@" > "$W/$name.log" 2>&1; rc[$name]=$?
@@ -51,6 +51,9 @@ for st in $stages; do case $st in
   bench)
     run bench_decode 170 $B/bench_decode --config=flash-6l --batches=1,8 --policy=shared --context=${BENCH_CONTEXT:-4096} \
       --mtp-layers=1 --draft-steps=1 --steps=${BENCH_STEPS:-20} --out="$OUT/decode_floor.json" ;;
+  overhead)
+    run trace_overhead 150 $B/bench_trace_overhead --config=flash-2l --batch=8 --context=1024 --steps=20 \
+      --out="$OUT/trace_overhead.json" ;;
   *) echo "unknown stage $st" ;;
 esac; done
 echo "=== summary (exit codes; 124 = stage timed out)"

@@ -1,0 +1,177 @@
+// Tracing overhead (issue 4, item 8): decode step time with CUPTI tracing on against off, in
+// one process, same model and inputs. CUPTI must attach before CUDA initialises (latency
+// timestamps), so the order is: tracing ON window, then stop (every activity kind disabled,
+// unsubscribed), then two OFF windows; the two OFF windows measured back to back give the
+// run-to-run noise that the ON/OFF ratio must be read against.
+//
+//   bench_trace_overhead [--config=flash-2l] [--batch=8] [--context=1024] [--policy=shared]
+//                        [--steps=20] [--out=FILE.json] [google-benchmark flags]
+#include <benchmark/benchmark.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "model/cuda/cuda_backend.h"
+#include "model/deepseek_v4.h"
+#include "profiler/cupti/cupti_session.h"
+
+namespace sl {
+namespace {
+
+struct Options {
+  std::string config = "flash-2l", policy = "shared", out, command_line;
+  int batch = 8, context = 1024, steps = 20;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+std::vector<double> measure(const std::string& name, DeepSeekV4& model, Backend& be, int steps) {
+  std::vector<double> ms;
+  benchmark::RegisterBenchmark(name.c_str(), [&](benchmark::State& st) {
+    for (auto _ : st) {
+      be.synchronize();
+      auto t0 = std::chrono::steady_clock::now();
+      model.decode_step();
+      const double t = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      ms.push_back(t);
+      st.SetIterationTime(t * 1e-3);
+    }
+  })->UseManualTime()->Iterations(steps)->Unit(benchmark::kMillisecond);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::ClearRegisteredBenchmarks();
+  return ms;
+}
+
+int run(const Options& o) {
+  auto& session = prof::CuptiSession::instance();
+  const prof::SessionState state = session.start();  // before any CUDA call
+  if (state != prof::SessionState::Tracing) {
+    std::fprintf(stderr, "bench_trace_overhead: CUPTI not tracing (%s); nothing measured\n", session.message().c_str());
+    return 2;
+  }
+  std::string why;
+  SL_CHECK(cuda_available(&why), "bench_trace_overhead: no CUDA device (", why, ")");
+  ModelConfig c = load_config(o.config);
+  c.batch = o.batch;
+  c.context_length = o.context;
+  validate(c);
+  RunShape shape;
+  shape.batch = o.batch;
+  shape.max_positions = o.context + 3 * o.steps + 8 + c.draft_steps + 2;
+  shape.max_seq_tokens = std::min(o.context, std::max(1, c.prefill_chunk / o.batch));
+  auto be = make_cuda_backend({});
+  DeepSeekV4 model(*be, c, StreamPolicy::parse(o.policy), shape);
+  model.init_random(c.seed);
+  std::vector<int32_t> prompt(size_t(o.batch) * size_t(o.context));
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t(splitmix64(i + 5) % uint64_t(c.vocab_size));
+  model.prefill(prompt, o.context);
+  for (int i = 0; i < 3; ++i) model.decode_step();  // warm-up: module loads, CUPTI code generation
+
+  session.begin_window();
+  const std::vector<double> on = measure("decode/tracing:on", model, *be, o.steps);
+  prof::Trace trace = session.end_window();
+  session.stop();
+  const std::vector<double> off1 = measure("decode/tracing:off", model, *be, o.steps);
+  const std::vector<double> off2 = measure("decode/tracing:off(repeat)", model, *be, o.steps);
+
+  const double m_on = median(on), m_off1 = median(off1), m_off2 = median(off2);
+  const auto& k = trace.counts;
+  std::printf("\n%-22s %10s\n", "window", "median ms");
+  std::printf("%-22s %10.3f\n%-22s %10.3f\n%-22s %10.3f\n", "tracing on", m_on, "tracing off", m_off1,
+              "tracing off (repeat)", m_off2);
+  std::printf("overhead ratio on/off: %.3f   noise off(repeat)/off: %.3f   (target on/off <= 1.05)\n", m_on / m_off1,
+              m_off2 / m_off1);
+  std::printf("records: %zu kernels, dropped %llu, zero timestamps %llu, end<start %llu, overhead records %llu\n",
+              trace.kernels.size(), (unsigned long long)k.dropped, (unsigned long long)k.zero_timestamps,
+              (unsigned long long)k.end_before_start, (unsigned long long)k.overhead_records);
+
+  cudaDeviceProp prop{};
+  int drv = 0, rt = 0;
+  cudaGetDeviceProperties(&prop, 0);
+  cudaDriverGetVersion(&drv);
+  cudaRuntimeGetVersion(&rt);
+  std::time_t t = std::time(nullptr);
+  char date[64];
+  std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  const char* commit = std::getenv("STREAMLAB_COMMIT");
+  nlohmann::json j{{"provenance",
+                    {{"gpu", prop.name},
+                     {"cuda_driver_version", drv},
+                     {"cuda_runtime_version", rt},
+                     {"commit", commit ? commit : "unknown"},
+                     {"date", date},
+                     {"command", o.command_line}}},
+                   {"config", o.config},
+                   {"policy", o.policy},
+                   {"batch", o.batch},
+                   {"context", o.context},
+                   {"step_ms", {{"on", on}, {"off", off1}, {"off_repeat", off2}}},
+                   {"median_ms", {{"on", m_on}, {"off", m_off1}, {"off_repeat", m_off2}}},
+                   {"ratio_on_off", m_on / m_off1},
+                   {"noise_off_repeat_off", m_off2 / m_off1},
+                   {"records",
+                    {{"kernels", trace.kernels.size()},
+                     {"dropped", k.dropped},
+                     {"zero_timestamps", k.zero_timestamps},
+                     {"end_before_start", k.end_before_start},
+                     {"overhead_records", k.overhead_records}}}};
+  if (!o.out.empty()) {
+    const std::string tmp = o.out + ".tmp";
+    std::ofstream f(tmp);
+    f << j.dump(2) << "\n";
+    f.close();
+    SL_CHECK(f.good() && std::rename(tmp.c_str(), o.out.c_str()) == 0, "bench_trace_overhead: could not write ",
+             o.out);
+  }
+  return k.clean() ? 0 : 3;
+}
+
+}  // namespace
+}  // namespace sl
+
+int main(int argc, char** argv) {
+  sl::Options o;
+  for (int i = 0; i < argc; ++i) o.command_line += (i ? " " : "") + std::string(argv[i]);
+  std::vector<char*> rest{argv[0]};
+  try {
+    for (int i = 1; i < argc; ++i) {
+      const std::string a = argv[i];
+      auto val = [&](const char* key) -> const char* {
+        const size_t n = std::strlen(key);
+        return a.compare(0, n, key) == 0 ? argv[i] + n : nullptr;
+      };
+      if (auto v = val("--config=")) o.config = v;
+      else if (auto v = val("--policy=")) o.policy = v;
+      else if (auto v = val("--out=")) o.out = v;
+      else if (auto v = val("--batch=")) o.batch = std::stoi(v);
+      else if (auto v = val("--context=")) o.context = std::stoi(v);
+      else if (auto v = val("--steps=")) o.steps = std::stoi(v);
+      else if (a == "--help") {
+        std::printf("bench_trace_overhead [--config=flash-2l] [--batch=8] [--context=1024] [--policy=shared]\n"
+                    "                     [--steps=20] [--out=FILE.json]\n"
+                    "Decode step time with CUPTI tracing on vs off in one process (CUDA).\n");
+        return 0;
+      } else rest.push_back(argv[i]);
+    }
+    int rc = int(rest.size());
+    benchmark::Initialize(&rc, rest.data());
+    return sl::run(o);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_trace_overhead: error: %s\n", e.what());
+    return 1;
+  }
+}
