@@ -100,10 +100,9 @@ void DeepSeekV4::describe_streams(Schedule& sched) const {
   }
 }
 
-DeepSeekV4::Step DeepSeekV4::make_step(int T, int T0) const {
+DeepSeekV4::Step DeepSeekV4::make_step(int T) const {
   Step st;
   st.T = T;
-  st.T0 = T0;
   st.tokens = buf_->tok.rows(0, T);
   st.pos = buf_->pos.rows(0, T);
   st.seq = buf_->seq.rows(0, T);
@@ -146,7 +145,7 @@ StepOutput DeepSeekV4::prefill(const std::vector<int32_t>& tokens, int T0) {
     if (!last_chunk) be_.upload(main, buf_->next_tok, next.data(), next.size() * 4);
     if (last_chunk) upload_draft_positions(T0);
 
-    Step st = make_step(T, n);
+    Step st = make_step(T);
     Ops::Scope scope(ops_, "prefill");
     target_forward(st);
     if (last_chunk) {
@@ -166,7 +165,7 @@ StepOutput DeepSeekV4::prefill(const std::vector<int32_t>& tokens, int T0) {
       // draft only matters for the last chunk.
       ops_.shift_tokens(main, buf_->mtp_tok.rows(0, T), st.tokens, buf_->next_tok);
       mtp_step(0, buf_->x.rows(0, T), buf_->mtp_tok.rows(0, T), st);
-      if (last_chunk) run_drafts(st);
+      if (last_chunk) run_drafts();
     }
     if (last_chunk) {
       be_.synchronize();
@@ -195,7 +194,7 @@ void DeepSeekV4::decode_prepare() {
 void DeepSeekV4::decode_enqueue() {
   const int B = shape_.batch;
   const Stream main{};
-  Step st = make_step(B, 1);
+  Step st = make_step(B);
   Ops::Scope scope(ops_, "decode");
   // The input of this step is the previous step's greedy token, already on the device.
   ops_.copy(main, "input_tokens", st.tokens, buf_->sampled);
@@ -205,7 +204,7 @@ void DeepSeekV4::decode_enqueue() {
   if (cfg_.num_nextn_predict_layers > 0 && cfg_.draft_steps > 0) {
     ops_.shift_tokens(main, buf_->mtp_tok.rows(0, B), st.tokens, buf_->sampled);
     mtp_step(0, buf_->x.rows(0, B), buf_->mtp_tok.rows(0, B), st);
-    run_drafts(st);
+    run_drafts();
   }
 }
 

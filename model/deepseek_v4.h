@@ -112,8 +112,8 @@ class DeepSeekV4 {
   void mtp_step(int draft_step, const Tensor& Hprev, const Tensor& tokens, const Step& st);
   void lm_head(Stream s, const Tensor& X, int rows, const Tensor& hc_fn, const Tensor& hc_scale,
                const Tensor& hc_base, const Tensor& norm_w, const Tensor& logits);
-  void run_drafts(const Step& target_step);
-  Step make_step(int T, int T0) const;
+  void run_drafts();  // draft steps 1..k-1 (step 0 ran with the target's tokens)
+  Step make_step(int T) const;
   void upload_draft_positions(int first_pos);
   StepOutput collect(bool prefill, int T);
 

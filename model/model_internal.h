@@ -10,10 +10,10 @@ namespace sl {
 // "L3" for target layer 3, "mtp1" for MTP layer 1 (layer index L + 1).
 std::string layer_label(const ModelConfig& c, int layer);
 
-// The tensors of one forward: T tokens, T0 per sequence, views of the step buffers.
+// The tensors of one forward: T tokens (B sequences, the same count each), views of the step
+// buffers.
 struct DeepSeekV4::Step {
   int T = 0;
-  int T0 = 0;
   Tensor tokens, pos, seq;  // I32 [T]
   Tensor last_rows;         // I32 [B]: row of each sequence's last token
   int draft_step = -1;      // -1: the target forward; s: MTP draft step s

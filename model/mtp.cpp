@@ -37,13 +37,12 @@ void DeepSeekV4::mtp_step(int draft_step, const Tensor& Hprev, const Tensor& tok
   ops_.argmax(main, b.draft_tok.rows(draft_step, draft_step + 1).view({B}), logits);
 }
 
-void DeepSeekV4::run_drafts(const Step&) {
+void DeepSeekV4::run_drafts() {
   const int B = shape_.batch;
   const Buffers& b = *buf_;
   for (int s = 1; s < cfg_.draft_steps; ++s) {
     Step st;
     st.T = B;
-    st.T0 = 1;
     st.pos = b.draft_pos.rows(s, s + 1).view({B});
     st.seq = b.draft_seq;
     st.last_rows = b.draft_rows;
