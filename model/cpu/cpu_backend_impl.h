@@ -25,55 +25,23 @@
 #include "core/error.h"
 #include "core/tensor.h"
 #include "model/backend.h"
+#include "model/op_checks.h"
 
 namespace sl::cpu {
 
 // ---------------------------------------------------------------- argument checks
-// Every op validates its arguments before touching memory and throws sl::Error naming the
-// op, the argument and the offending shape/dtype.
+// The shared helpers (model/op_checks.h), bound to the CPU reference's rule that every
+// argument has data behind it.
 
-inline std::string describe(const Tensor& t) {
-  if (t.empty()) return "(none)";
-  return t.shape.str() + " " + dtype_name(t.dtype);
-}
-
-inline void check_present(const char* op, const char* arg, const Tensor& t) {
-  SL_CHECK(!t.empty(), op, ": ", arg, " is missing (empty tensor)");
-}
-
-inline void check_dtype(const char* op, const char* arg, const Tensor& t, DType want) {
-  check_present(op, arg, t);
-  SL_CHECK(t.dtype == want, op, ": ", arg, " is ", describe(t), ", expected dtype ", dtype_name(want));
-}
-
-inline void check_ndim(const char* op, const char* arg, const Tensor& t, int n) {
-  check_present(op, arg, t);
-  SL_CHECK(t.ndim() == n, op, ": ", arg, " is ", describe(t), ", expected ", n, " dims");
-}
-
-// Exact shape (and presence). `want` may be built from other arguments' dims.
-inline void check_shape(const char* op, const char* arg, const Tensor& t, const Shape& want) {
-  check_present(op, arg, t);
-  SL_CHECK(t.shape == want, op, ": ", arg, " is ", describe(t), ", expected shape ", want.str());
-}
-
-inline void check_f32(const char* op, const char* arg, const Tensor& t, const Shape& want) {
-  check_dtype(op, arg, t, DType::F32);
-  check_shape(op, arg, t, want);
-}
-
-inline void check_i32(const char* op, const char* arg, const Tensor& t, const Shape& want) {
-  check_dtype(op, arg, t, DType::I32);
-  check_shape(op, arg, t, want);
-}
-
-// True if the byte ranges of two tensors overlap: an output that aliases an input the op
-// still has to read after writing.
-inline bool overlaps(const Tensor& x, const Tensor& y) {
-  const char* xb = static_cast<const char*>(x.data);
-  const char* yb = static_cast<const char*>(y.data);
-  return xb < yb + y.bytes() && yb < xb + x.bytes();
-}
+constexpr auto kPresence = checks::Presence::Data;
+using checks::describe;
+using checks::overlaps;
+inline constexpr auto& check_present = checks::check_present<kPresence>;
+inline constexpr auto& check_dtype = checks::check_dtype<kPresence>;
+inline constexpr auto& check_ndim = checks::check_ndim<kPresence>;
+inline constexpr auto& check_shape = checks::check_shape<kPresence>;
+inline constexpr auto& check_f32 = checks::check_f32<kPresence>;
+inline constexpr auto& check_i32 = checks::check_i32<kPresence>;
 
 // ---------------------------------------------------------------- shared loops
 

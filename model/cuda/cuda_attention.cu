@@ -812,20 +812,8 @@ void CudaBackend::compressor_save(Stream s, const Tensor& state_u, const Tensor&
                                   const Tensor& seq, int ratio) {
   const char* op = "compressor_save";
   cudaStream_t st = stream(s, op);
-  check_dtype(op, "state_u", state_u, DType::F32);
-  check_ndim(op, "state_u", state_u, 3);
-  const int64_t B = state_u.dim(0), S = state_u.dim(1), cd = state_u.dim(2);
-  SL_CHECK(S >= 1, op, ": state_u ", describe(state_u), " has no slots");
-  check_f32(op, "state_g", state_g, {B, S, cd});
-  check_i32(op, "state_tags", state_tags, {B, S});
-  check_dtype(op, "u", u, DType::F32);
-  check_ndim(op, "u", u, 2);
-  const int64_t T = u.dim(0);
-  check_f32(op, "u", u, {T, cd});
-  check_f32(op, "g", g, {T, cd});
-  SL_CHECK(ratio >= 1, op, ": ratio = ", ratio, ", expected >= 1");
-  check_f32(op, "ape", ape, {ratio, cd});
-  check_tokens(op, pos, seq, T);
+  const auto [B, S, cd, T] =
+      checks::compressor_save<kPresence>(state_u, state_g, state_tags, u, g, ape, pos, seq, ratio);
   if (T == 0) return;
   const size_t need = size_t(B * S) * sizeof(int);
   int* winner = static_cast<int*>(scratch(s, op, need).ptr);

@@ -44,58 +44,29 @@
 #include "model/backend.h"
 #include "model/cuda/cuda_backend.h"
 #include "model/cuda/cuda_check.h"
+#include "model/op_checks.h"
 
 namespace sl::cuda {
 
 // ---------------------------------------------------------------- argument checks (host side)
-// Shapes and dtypes only: device memory is never read on the host.
+// Shapes and dtypes only: device memory is never read on the host. The shared helpers
+// (model/op_checks.h), bound to the arena's rule that a zero-size tensor may have no data.
 
-inline std::string describe(const Tensor& t) {
-  if (t.empty()) return "(none)";
-  return t.shape.str() + " " + dtype_name(t.dtype);
-}
-inline void check_present(const char* op, const char* arg, const Tensor& t) {
-  SL_CHECK(!t.empty() || t.numel() == 0, op, ": ", arg, " is missing (empty tensor)");
-  SL_CHECK(t.shape.n > 0, op, ": ", arg, " is missing (no shape)");
-}
-inline void check_dtype(const char* op, const char* arg, const Tensor& t, DType want) {
-  check_present(op, arg, t);
-  SL_CHECK(t.dtype == want, op, ": ", arg, " is ", describe(t), ", expected dtype ", dtype_name(want));
-}
-// F32 or BF16 (activations, weights, and anything the interface lets be either).
-inline void check_float(const char* op, const char* arg, const Tensor& t) {
-  check_present(op, arg, t);
-  SL_CHECK(t.dtype == DType::F32 || t.dtype == DType::BF16, op, ": ", arg, " is ", describe(t),
-           ", expected f32 or bf16");
-}
-inline void check_ndim(const char* op, const char* arg, const Tensor& t, int n) {
-  check_present(op, arg, t);
-  SL_CHECK(t.ndim() == n, op, ": ", arg, " is ", describe(t), ", expected ", n, " dims");
-}
-inline void check_shape(const char* op, const char* arg, const Tensor& t, const Shape& want) {
-  check_present(op, arg, t);
-  SL_CHECK(t.shape == want, op, ": ", arg, " is ", describe(t), ", expected shape ", want.str());
-}
-inline void check_numel(const char* op, const char* arg, const Tensor& t, int64_t n) {
-  check_present(op, arg, t);
-  SL_CHECK(t.numel() == n, op, ": ", arg, " is ", describe(t), ", expected ", n, " elements");
-}
-inline void check_i32(const char* op, const char* arg, const Tensor& t, const Shape& want) {
-  check_dtype(op, arg, t, DType::I32);
-  check_shape(op, arg, t, want);
-}
-inline void check_f32(const char* op, const char* arg, const Tensor& t, const Shape& want) {
-  check_dtype(op, arg, t, DType::F32);
-  check_shape(op, arg, t, want);
-}
+constexpr auto kPresence = checks::Presence::DataOrZeroSize;
+using checks::describe;
+using checks::overlaps;
+inline constexpr auto& check_present = checks::check_present<kPresence>;
+inline constexpr auto& check_dtype = checks::check_dtype<kPresence>;
+inline constexpr auto& check_float = checks::check_float<kPresence>;
+inline constexpr auto& check_ndim = checks::check_ndim<kPresence>;
+inline constexpr auto& check_shape = checks::check_shape<kPresence>;
+inline constexpr auto& check_numel = checks::check_numel<kPresence>;
+inline constexpr auto& check_i32 = checks::check_i32<kPresence>;
+inline constexpr auto& check_f32 = checks::check_f32<kPresence>;
+// CUDA only: the vectorised kernels load 16-byte rows.
 inline void check_aligned(const char* op, const char* arg, const void* p, size_t align) {
   SL_CHECK(reinterpret_cast<uintptr_t>(p) % align == 0, op, ": ", arg, " is not ", align,
            "-byte aligned (a view at an odd offset); this kernel needs aligned rows");
-}
-inline bool overlaps(const Tensor& x, const Tensor& y) {
-  const char* xb = static_cast<const char*>(x.data);
-  const char* yb = static_cast<const char*>(y.data);
-  return xb < yb + y.bytes() && yb < xb + x.bytes();
 }
 
 // Device-side dtype codes for kernels that take "f32 or bf16" at run time.

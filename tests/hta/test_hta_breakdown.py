@@ -150,6 +150,7 @@ def main():
     keep = sys.argv[sys.argv.index("--keep") + 1] if "--keep" in sys.argv else None
     try:
         import hta  # noqa: F401
+        from hta.trace_analysis import TraceAnalysis  # noqa: F401  (pulls HTA's own dependencies)
         from importlib.metadata import version
         hta_version = version("HolisticTraceAnalysis")
     except Exception as e:  # pragma: no cover
