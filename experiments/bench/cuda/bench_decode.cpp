@@ -28,6 +28,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "experiments/bench/cuda/bench_util.h"
 #include "core/rng.h"
 #include "model/cuda/cuda_backend.h"
 #include "model/deepseek_v4.h"
@@ -133,32 +134,6 @@ Floor decode_floor(const ModelConfig& c, const std::vector<RoutingRecord>& routi
   return f;
 }
 
-std::string now_utc() {
-  std::time_t t = std::time(nullptr);
-  char buf[64];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-  return buf;
-}
-
-nlohmann::json provenance(const Options& o) {
-  cudaDeviceProp prop{};
-  int dev = 0, drv = 0, rt = 0;
-  BENCH_CUDA(cudaGetDevice(&dev));
-  BENCH_CUDA(cudaGetDeviceProperties(&prop, dev));
-  BENCH_CUDA(cudaDriverGetVersion(&drv));
-  BENCH_CUDA(cudaRuntimeGetVersion(&rt));
-  std::string commit = "unknown";
-  if (const char* c = std::getenv("STREAMLAB_COMMIT")) commit = c;
-  return {{"gpu", prop.name},
-          {"sm_count", prop.multiProcessorCount},
-          {"memory_bytes", prop.totalGlobalMem},
-          {"cuda_driver_version", drv},
-          {"cuda_runtime_version", rt},
-          {"commit", commit},
-          {"date", now_utc()},
-          {"command", o.command_line}};
-}
-
 struct BatchResult {
   int batch = 0;
   std::vector<double> step_ms;
@@ -226,7 +201,7 @@ void run(const Options& o) {
   }
 
   nlohmann::json out;
-  out["provenance"] = provenance(o);
+  out["provenance"] = bench::provenance(o.command_line);
   out["copy_bandwidth_GBps"] = {{"median", bw / 1e9}, {"samples", bw_samples}};
   out["config"] = o.config;
   out["policy"] = o.policy;
@@ -254,12 +229,7 @@ void run(const Options& o) {
                               {"ratio_to_floor", med / floor_ms}});
   }
   if (!o.out.empty()) {
-    const std::string tmp = o.out + ".tmp";
-    std::ofstream f(tmp);
-    f << out.dump(2) << "\n";
-    f.close();
-    SL_CHECK(f.good(), "bench_decode: could not write ", tmp);
-    SL_CHECK(std::rename(tmp.c_str(), o.out.c_str()) == 0, "bench_decode: could not rename ", tmp, " to ", o.out);
+    bench::write_json_atomic(o.out, out);
     std::printf("wrote %s\n", o.out.c_str());
   }
 }
@@ -277,16 +247,13 @@ std::vector<int> parse_ints(const std::string& s) {
 
 int main(int argc, char** argv) {
   sl::Options o;
-  for (int i = 0; i < argc; ++i) o.command_line += (i ? " " : "") + std::string(argv[i]);
+  o.command_line = sl::bench::command_line(argc, argv);
   // Our flags first; the rest go to Google Benchmark.
   std::vector<char*> rest{argv[0]};
   try {
     for (int i = 1; i < argc; ++i) {
-      std::string a = argv[i];
-      auto val = [&](const char* key) -> const char* {
-        const size_t n = std::strlen(key);
-        return a.compare(0, n, key) == 0 ? argv[i] + n : nullptr;
-      };
+      const std::string a = argv[i];
+      auto val = [&](const char* key) { return sl::bench::flag_value(argv[i], key); };
       if (auto v = val("--config=")) o.config = v;
       else if (auto v = val("--policy=")) o.policy = v;
       else if (auto v = val("--out=")) o.out = v;

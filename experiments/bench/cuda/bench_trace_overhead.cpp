@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "experiments/bench/cuda/bench_util.h"
 #include "core/rng.h"
 #include "model/cuda/cuda_backend.h"
 #include "model/deepseek_v4.h"
@@ -99,22 +100,7 @@ int run(const Options& o) {
               trace.kernels.size(), (unsigned long long)k.dropped, (unsigned long long)k.zero_timestamps,
               (unsigned long long)k.end_before_start, (unsigned long long)k.overhead_records);
 
-  cudaDeviceProp prop{};
-  int drv = 0, rt = 0;
-  cudaGetDeviceProperties(&prop, 0);
-  cudaDriverGetVersion(&drv);
-  cudaRuntimeGetVersion(&rt);
-  std::time_t t = std::time(nullptr);
-  char date[64];
-  std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-  const char* commit = std::getenv("STREAMLAB_COMMIT");
-  nlohmann::json j{{"provenance",
-                    {{"gpu", prop.name},
-                     {"cuda_driver_version", drv},
-                     {"cuda_runtime_version", rt},
-                     {"commit", commit ? commit : "unknown"},
-                     {"date", date},
-                     {"command", o.command_line}}},
+  nlohmann::json j{{"provenance", bench::provenance(o.command_line)},
                    {"config", o.config},
                    {"policy", o.policy},
                    {"batch", o.batch},
@@ -129,14 +115,7 @@ int run(const Options& o) {
                      {"zero_timestamps", k.zero_timestamps},
                      {"end_before_start", k.end_before_start},
                      {"overhead_records", k.overhead_records}}}};
-  if (!o.out.empty()) {
-    const std::string tmp = o.out + ".tmp";
-    std::ofstream f(tmp);
-    f << j.dump(2) << "\n";
-    f.close();
-    SL_CHECK(f.good() && std::rename(tmp.c_str(), o.out.c_str()) == 0, "bench_trace_overhead: could not write ",
-             o.out);
-  }
+  if (!o.out.empty()) bench::write_json_atomic(o.out, j);
   return k.clean() ? 0 : 3;
 }
 
@@ -145,15 +124,12 @@ int run(const Options& o) {
 
 int main(int argc, char** argv) {
   sl::Options o;
-  for (int i = 0; i < argc; ++i) o.command_line += (i ? " " : "") + std::string(argv[i]);
+  o.command_line = sl::bench::command_line(argc, argv);
   std::vector<char*> rest{argv[0]};
   try {
     for (int i = 1; i < argc; ++i) {
       const std::string a = argv[i];
-      auto val = [&](const char* key) -> const char* {
-        const size_t n = std::strlen(key);
-        return a.compare(0, n, key) == 0 ? argv[i] + n : nullptr;
-      };
+      auto val = [&](const char* key) { return sl::bench::flag_value(argv[i], key); };
       if (auto v = val("--config=")) o.config = v;
       else if (auto v = val("--policy=")) o.policy = v;
       else if (auto v = val("--out=")) o.out = v;

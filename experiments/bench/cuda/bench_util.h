@@ -1,0 +1,63 @@
+// Shared by the GPU benchmarks: provenance of a measurement (GPU, driver, CUDA, commit, date,
+// command line), writing a result file atomically, and `--key=value` flags read before Google
+// Benchmark sees the rest.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace sl::bench {
+
+inline std::string command_line(int argc, char** argv) {
+  std::string s;
+  for (int i = 0; i < argc; ++i) s += (i ? " " : "") + std::string(argv[i]);
+  return s;
+}
+
+// The commit comes from STREAMLAB_COMMIT (scripts/gpu_round.sh sets it from .gpu/COMMIT).
+inline nlohmann::json provenance(const std::string& command) {
+  cudaDeviceProp prop{};
+  int dev = 0, drv = 0, rt = 0;
+  SL_CHECK(cudaGetDevice(&dev) == cudaSuccess && cudaGetDeviceProperties(&prop, dev) == cudaSuccess &&
+               cudaDriverGetVersion(&drv) == cudaSuccess && cudaRuntimeGetVersion(&rt) == cudaSuccess,
+           "provenance: CUDA device queries failed");
+  std::time_t t = std::time(nullptr);
+  char date[64];
+  std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  const char* commit = std::getenv("STREAMLAB_COMMIT");
+  return {{"gpu", prop.name},
+          {"sm_count", prop.multiProcessorCount},
+          {"memory_bytes", prop.totalGlobalMem},
+          {"cuda_driver_version", drv},
+          {"cuda_runtime_version", rt},
+          {"commit", commit ? commit : "unknown"},
+          {"date", date},
+          {"command", command}};
+}
+
+// Writes next to the target, then renames: a reader never sees half a file.
+inline void write_json_atomic(const std::string& path, const nlohmann::json& j) {
+  const std::string tmp = path + ".tmp";
+  std::ofstream f(tmp);
+  f << j.dump(2) << "\n";
+  f.close();
+  SL_CHECK(f.good(), "could not write ", tmp);
+  SL_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "could not rename ", tmp, " to ", path);
+}
+
+// The value of `arg` when it is `key` followed by the value ("--steps=" + "20"), else null.
+inline const char* flag_value(const char* arg, const char* key) {
+  const size_t n = std::strlen(key);
+  return std::strncmp(arg, key, n) == 0 ? arg + n : nullptr;
+}
+
+}  // namespace sl::bench
