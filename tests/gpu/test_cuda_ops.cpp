@@ -288,20 +288,24 @@ TEST_F(CudaOps, GraphCaptureReplay) {
   if (gpu_->name() != "cuda") GTEST_SKIP() << "CUDA graphs need the CUDA backend";
   const int64_t T = 8, D = 512, N = 256;
   Stream aux = gpu_->create_stream("test.aux0", 0);
-  Event fork = gpu_->create_event("fork"), join = gpu_->create_event("join");
+  // Each backend has its own events (ids are per backend).
+  const Event fork = gpu_->create_event("fork"), join = gpu_->create_event("join");
+  const Event cpu_fork = cpu_->create_event("fork"), cpu_join = cpu_->create_event("join");
   T2 x = make_rand("x", Kind::Act, {T, D});
   T2 w = make_rand("w", Kind::Wt, {N, D}, -0.1f, 0.1f);
   T2 nw = make_rand("nw", Kind::Wt, {D}, 0.5f, 1.5f);
   T2 y = zeros("y", Kind::Act, {T, N}), xn = zeros("xn", Kind::Act, {T, D}), s = zeros("s", Kind::Act, {T, D});
   auto step = [&](Backend& be, const Tensor& xs, const Tensor& ys, const Tensor& xns, const Tensor& ss,
                   const Tensor& ws, const Tensor& nws, Stream side) {
-    be.record(fork, Stream{});
-    be.wait(side, fork);
+    const bool on_gpu = &be == gpu_.get();
+    const Event f = on_gpu ? fork : cpu_fork, j = on_gpu ? join : cpu_join;
+    be.record(f, Stream{});
+    be.wait(side, f);
     be.add(side, ss, xs, xs);  // aux branch
     be.rmsnorm(Stream{}, xns, xs, nws, 1e-6f);
     be.gemm(Stream{}, ys, xns, ws);
-    be.record(join, side);
-    be.wait(Stream{}, join);
+    be.record(j, side);
+    be.wait(Stream{}, j);
   };
   gpu_->graph_begin_capture(3);
   step(*gpu_, x.g, y.g, xn.g, s.g, w.g, nw.g, aux);
