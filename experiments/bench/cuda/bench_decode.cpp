@@ -151,54 +151,55 @@ void run(const Options& o) {
   std::printf("device-to-device copy: median %.1f GB/s (read + write), %zu samples, min %.1f max %.1f\n", bw / 1e9,
               bw_samples.size(), bw_samples.front() / 1e9, bw_samples.back() / 1e9);
   std::vector<BatchResult> results;
-  for (int B : o.batches) {
-    ModelConfig c = load_config(o.config);
-    c.batch = B;
-    c.context_length = o.context;
-    c.num_nextn_predict_layers = o.mtp_layers;
-    c.draft_steps = o.draft_steps;
-    validate(c);
-    RunShape shape;
-    shape.batch = B;
-    shape.max_positions = o.context + o.steps + 8 + c.draft_steps + 2;
-    shape.max_seq_tokens = std::min(o.context, std::max(1, c.prefill_chunk / B));
-    shape.record_routing = true;
-    auto be = make_cuda_backend({});
-    DeepSeekV4 model(*be, c, StreamPolicy::parse(o.policy), shape);
-    model.init_random(c.seed);
-    std::vector<int32_t> prompt(size_t(B) * size_t(o.context));
-    for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t(splitmix64(i + 17) % uint64_t(c.vocab_size));
-    std::fprintf(stderr, "batch %d: prefill of %d tokens per sequence...\n", B, o.context);
-    model.prefill(prompt, o.context);
-    BatchResult r;
-    r.batch = B;
-    // Warm-up steps, then measured steps; only the device work (enqueue + completion) is timed.
-    auto step = [&]() {
-      model.decode_prepare();
-      be->synchronize();
-      auto t0 = std::chrono::steady_clock::now();
-      model.decode_enqueue();
-      be->synchronize();
-      double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-      model.decode_collect();
-      return ms;
-    };
-    for (int i = 0; i < 3; ++i) step();
-    const int pos = model.position();
+  // Google Benchmark runs at most once per process (a second RunSpecifiedBenchmarks fails), so
+  // every batch is registered first; each builds, measures and frees its model when it runs.
+  results.resize(o.batches.size());
+  for (size_t bi = 0; bi < o.batches.size(); ++bi) {
+    const int B = o.batches[bi];
     const std::string name = "decode/" + o.config + "/" + o.policy + "/batch:" + std::to_string(B);
-    benchmark::RegisterBenchmark(name.c_str(), [&](benchmark::State& st) {
+    benchmark::RegisterBenchmark(name.c_str(), [&o, &results, bi, B](benchmark::State& st) {
+      ModelConfig c = load_config(o.config);
+      c.batch = B;
+      c.context_length = o.context;
+      c.num_nextn_predict_layers = o.mtp_layers;
+      c.draft_steps = o.draft_steps;
+      validate(c);
+      RunShape shape;
+      shape.batch = B;
+      shape.max_positions = o.context + o.steps + 8 + c.draft_steps + 2;
+      shape.max_seq_tokens = std::min(o.context, std::max(1, c.prefill_chunk / B));
+      shape.record_routing = true;
+      auto be = make_cuda_backend({});
+      DeepSeekV4 model(*be, c, StreamPolicy::parse(o.policy), shape);
+      model.init_random(c.seed);
+      std::vector<int32_t> prompt(size_t(B) * size_t(o.context));
+      for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t(splitmix64(i + 17) % uint64_t(c.vocab_size));
+      std::fprintf(stderr, "batch %d: prefill of %d tokens per sequence...\n", B, o.context);
+      model.prefill(prompt, o.context);
+      // Only the device work of a step (enqueue + completion) is timed.
+      auto step = [&]() {
+        model.decode_prepare();
+        be->synchronize();
+        auto t0 = std::chrono::steady_clock::now();
+        model.decode_enqueue();
+        be->synchronize();
+        double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        model.decode_collect();
+        return ms;
+      };
+      for (int i = 0; i < 3; ++i) step();  // warm-up
+      BatchResult& r = results[bi];
+      r.batch = B;
       for (auto _ : st) {
         const double ms = step();
         r.step_ms.push_back(ms);
         st.SetIterationTime(ms * 1e-3);
       }
+      // The routing of the last measured step, at the last step's positions.
+      r.floor = decode_floor(c, model.routing(), B, model.position() - 1, be->weight_dtype());
     })->UseManualTime()->Iterations(o.steps)->Unit(benchmark::kMillisecond);
-    benchmark::RunSpecifiedBenchmarks();
-    benchmark::ClearRegisteredBenchmarks();
-    // The routing of the last measured step (positions pos + steps - 1).
-    r.floor = decode_floor(c, model.routing(), B, pos + o.steps - 1, be->weight_dtype());
-    results.push_back(r);
   }
+  benchmark::RunSpecifiedBenchmarks();
 
   nlohmann::json out;
   out["provenance"] = bench::provenance(o.command_line);

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <ctime>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -40,9 +41,11 @@ double median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
-std::vector<double> measure(const std::string& name, DeepSeekV4& model, Backend& be, int steps) {
-  std::vector<double> ms;
-  benchmark::RegisterBenchmark(name.c_str(), [&](benchmark::State& st) {
+// Registers one measured window; `before` / `after` run around its steps (tracing on / off).
+void add_window(const std::string& name, DeepSeekV4& model, Backend& be, int steps, std::vector<double>& ms,
+                std::function<void()> before, std::function<void()> after) {
+  benchmark::RegisterBenchmark(name.c_str(), [&model, &be, &ms, before, after](benchmark::State& st) {
+    if (before) before();
     for (auto _ : st) {
       be.synchronize();
       auto t0 = std::chrono::steady_clock::now();
@@ -51,10 +54,8 @@ std::vector<double> measure(const std::string& name, DeepSeekV4& model, Backend&
       ms.push_back(t);
       st.SetIterationTime(t * 1e-3);
     }
+    if (after) after();
   })->UseManualTime()->Iterations(steps)->Unit(benchmark::kMillisecond);
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::ClearRegisteredBenchmarks();
-  return ms;
 }
 
 int run(const Options& o) {
@@ -82,12 +83,18 @@ int run(const Options& o) {
   model.prefill(prompt, o.context);
   for (int i = 0; i < 3; ++i) model.decode_step();  // warm-up: module loads, CUPTI code generation
 
-  session.begin_window();
-  const std::vector<double> on = measure("decode/tracing:on", model, *be, o.steps);
-  prof::Trace trace = session.end_window();
-  session.stop();
-  const std::vector<double> off1 = measure("decode/tracing:off", model, *be, o.steps);
-  const std::vector<double> off2 = measure("decode/tracing:off(repeat)", model, *be, o.steps);
+  // Google Benchmark runs once per process: the three windows are registered in order and the
+  // tracing state changes inside them (on for the first, then stopped for good).
+  std::vector<double> on, off1, off2;
+  prof::Trace trace;
+  add_window("decode/tracing:on", model, *be, o.steps, on, [&] { session.begin_window(); },
+             [&] {
+               trace = session.end_window();
+               session.stop();
+             });
+  add_window("decode/tracing:off", model, *be, o.steps, off1, nullptr, nullptr);
+  add_window("decode/tracing:off_repeat", model, *be, o.steps, off2, nullptr, nullptr);
+  benchmark::RunSpecifiedBenchmarks();
 
   const double m_on = median(on), m_off1 = median(off1), m_off2 = median(off2);
   const auto& k = trace.counts;
