@@ -249,33 +249,26 @@ std::vector<int> parse_ints(const std::string& s) {
 int main(int argc, char** argv) {
   sl::Options o;
   o.command_line = sl::bench::command_line(argc, argv);
-  // Our flags first; the rest go to Google Benchmark.
-  std::vector<char*> rest{argv[0]};
-  try {
-    for (int i = 1; i < argc; ++i) {
-      const std::string a = argv[i];
-      auto val = [&](const char* key) { return sl::bench::flag_value(argv[i], key); };
-      if (auto v = val("--config=")) o.config = v;
-      else if (auto v = val("--policy=")) o.policy = v;
-      else if (auto v = val("--out=")) o.out = v;
-      else if (auto v = val("--batches=")) o.batches = sl::parse_ints(v);
-      else if (auto v = val("--context=")) o.context = std::stoi(v);
-      else if (auto v = val("--mtp-layers=")) o.mtp_layers = std::stoi(v);
-      else if (auto v = val("--draft-steps=")) o.draft_steps = std::stoi(v);
-      else if (auto v = val("--steps=")) o.steps = std::stoi(v);
-      else if (a == "--help") {
-        std::printf("bench_decode [--config=flash-6l] [--batches=1,8] [--policy=shared] [--context=4096]\n"
-                    "             [--mtp-layers=1] [--draft-steps=1] [--steps=20] [--out=FILE.json]\n"
-                    "Decode step time (CUDA) against the bytes floor; see the header of bench_decode.cpp.\n");
+  auto parse = [&o](const char* arg) {
+    using sl::bench::flag_value;
+    if (auto v = flag_value(arg, "--config=")) o.config = v;
+    else if (auto v = flag_value(arg, "--policy=")) o.policy = v;
+    else if (auto v = flag_value(arg, "--out=")) o.out = v;
+    else if (auto v = flag_value(arg, "--batches=")) o.batches = sl::parse_ints(v);
+    else if (auto v = flag_value(arg, "--context=")) o.context = std::stoi(v);
+    else if (auto v = flag_value(arg, "--mtp-layers=")) o.mtp_layers = std::stoi(v);
+    else if (auto v = flag_value(arg, "--draft-steps=")) o.draft_steps = std::stoi(v);
+    else if (auto v = flag_value(arg, "--steps=")) o.steps = std::stoi(v);
+    else return false;
+    return true;
+  };
+  return sl::bench::bench_main(
+      argc, argv, "bench_decode",
+      "bench_decode [--config=flash-6l] [--batches=1,8] [--policy=shared] [--context=4096]\n"
+      "             [--mtp-layers=1] [--draft-steps=1] [--steps=20] [--out=FILE.json]\n"
+      "Decode step time (CUDA) against the bytes floor; see the header of bench_decode.cpp.\n",
+      parse, [&o] {
+        sl::run(o);
         return 0;
-      } else rest.push_back(argv[i]);
-    }
-    int rc = int(rest.size());
-    benchmark::Initialize(&rc, rest.data());
-    sl::run(o);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_decode: error: %s\n", e.what());
-    return 1;
-  }
-  return 0;
+      });
 }

@@ -132,29 +132,21 @@ int run(const Options& o) {
 int main(int argc, char** argv) {
   sl::Options o;
   o.command_line = sl::bench::command_line(argc, argv);
-  std::vector<char*> rest{argv[0]};
-  try {
-    for (int i = 1; i < argc; ++i) {
-      const std::string a = argv[i];
-      auto val = [&](const char* key) { return sl::bench::flag_value(argv[i], key); };
-      if (auto v = val("--config=")) o.config = v;
-      else if (auto v = val("--policy=")) o.policy = v;
-      else if (auto v = val("--out=")) o.out = v;
-      else if (auto v = val("--batch=")) o.batch = std::stoi(v);
-      else if (auto v = val("--context=")) o.context = std::stoi(v);
-      else if (auto v = val("--steps=")) o.steps = std::stoi(v);
-      else if (a == "--help") {
-        std::printf("bench_trace_overhead [--config=flash-2l] [--batch=8] [--context=1024] [--policy=shared]\n"
-                    "                     [--steps=20] [--out=FILE.json]\n"
-                    "Decode step time with CUPTI tracing on vs off in one process (CUDA).\n");
-        return 0;
-      } else rest.push_back(argv[i]);
-    }
-    int rc = int(rest.size());
-    benchmark::Initialize(&rc, rest.data());
-    return sl::run(o);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_trace_overhead: error: %s\n", e.what());
-    return 1;
-  }
+  auto parse = [&o](const char* arg) {
+    using sl::bench::flag_value;
+    if (auto v = flag_value(arg, "--config=")) o.config = v;
+    else if (auto v = flag_value(arg, "--policy=")) o.policy = v;
+    else if (auto v = flag_value(arg, "--out=")) o.out = v;
+    else if (auto v = flag_value(arg, "--batch=")) o.batch = std::stoi(v);
+    else if (auto v = flag_value(arg, "--context=")) o.context = std::stoi(v);
+    else if (auto v = flag_value(arg, "--steps=")) o.steps = std::stoi(v);
+    else return false;
+    return true;
+  };
+  return sl::bench::bench_main(
+      argc, argv, "bench_trace_overhead",
+      "bench_trace_overhead [--config=flash-2l] [--batch=8] [--context=1024] [--policy=shared]\n"
+      "                     [--steps=20] [--out=FILE.json]\n"
+      "Decode step time with CUPTI tracing on vs off in one process (CUDA).\n",
+      parse, [&o] { return sl::run(o); });
 }

@@ -9,6 +9,10 @@
 #include <cstring>
 #include <ctime>
 #include <fstream>
+#include <functional>
+#include <vector>
+
+#include <benchmark/benchmark.h>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -58,6 +62,28 @@ inline void write_json_atomic(const std::string& path, const nlohmann::json& j) 
 inline const char* flag_value(const char* arg, const char* key) {
   const size_t n = std::strlen(key);
   return std::strncmp(arg, key, n) == 0 ? arg + n : nullptr;
+}
+
+// The shared main(): our `--key=value` flags go to `parse` (true = consumed), `--help` prints
+// `usage`, the rest go to Google Benchmark; errors are reported as "NAME: error: ..." (exit 1).
+inline int bench_main(int argc, char** argv, const char* name, const char* usage,
+                      const std::function<bool(const char*)>& parse, const std::function<int()>& run) {
+  std::vector<char*> rest{argv[0]};
+  try {
+    for (int i = 1; i < argc; ++i) {
+      if (std::strcmp(argv[i], "--help") == 0) {
+        std::printf("%s", usage);
+        return 0;
+      }
+      if (!parse(argv[i])) rest.push_back(argv[i]);
+    }
+    int rc = int(rest.size());
+    benchmark::Initialize(&rc, rest.data());
+    return run();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: error: %s\n", name, e.what());
+    return 1;
+  }
 }
 
 }  // namespace sl::bench
