@@ -1,5 +1,7 @@
 #include "model/kv_cache.h"
 
+#include <algorithm>
+
 namespace sl {
 
 namespace {
@@ -16,8 +18,12 @@ struct CacheDims {
 // first is read, so the ring must still hold the window of the step's first token:
 // W - 1 older positions + the step's tokens. The compressor pools up to c*ratio tokens ending
 // at a block end, so its state ring needs c*ratio - 1 older positions + the step's tokens.
+// MTP draft steps write up to draft_steps - 1 positions beyond the next target position; those
+// slots stay tagged until overwritten, so both rings also keep draft_steps extra slots (without
+// them a draft written ahead could evict the oldest position of a later query's window).
 CacheDims dims(const ModelConfig& c, int layer, int max_positions, int max_seq_tokens) {
   CacheDims d;
+  max_seq_tokens += std::max(c.draft_steps, 0);
   d.swa_cap = int64_t(c.sliding_window) - 1 + max_seq_tokens;
   d.ratio = c.layer_ratio(layer);
   d.overlap = c.layer_type(layer) == LayerType::C4A;

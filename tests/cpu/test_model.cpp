@@ -128,6 +128,27 @@ TEST(Model, ChunkedPrefillEqualsOneChunk) { expect_decode_equals_prefill(47, 1, 
 TEST(Model, DecodeEqualsPrefillWithCompressedMtp4) { expect_decode_equals_prefill(39, 1, 2, 4, 64); }
 TEST(Model, DecodeEqualsPrefillWithCompressedMtp128) { expect_decode_equals_prefill(39, 1, 1, 128, 64); }
 
+// Draft steps write up to draft_steps - 1 positions ahead into the MTP layer's rings; the rings
+// must not depend on the step size for that: with one-token steps (the smallest rings) the
+// drafts of later decode steps equal those of a run with prompt-sized steps.
+TEST(Model, DraftsWrittenAheadDoNotEvictTheWindow) {
+  ModelConfig c = tiny(1, 3, 4);
+  const int n = 40;
+  c.context_length = n;
+  const auto p = prompt(1, n, c.vocab_size, 11);
+  RunShape small = shape_for(c, 1, 4), big = shape_for(c, n, 4);
+  small.draft_logits = big.draft_logits = true;
+  ModelRun a(c, "shared", small), b(c, "shared", big);
+  StepOutput oa = a.model->prefill(p, n), ob = b.model->prefill(p, n);
+  for (int s = 0; s < 4; ++s) {
+    oa = a.model->decode_step();
+    ob = b.model->decode_step();
+    EXPECT_EQ(oa.sampled, ob.sampled) << "step " << s;
+    EXPECT_EQ(oa.drafts, ob.drafts) << "step " << s;
+    EXPECT_LT(max_rel_diff(oa.draft_logits, ob.draft_logits), 2e-5) << "step " << s;
+  }
+}
+
 TEST(Model, DraftsDeterministicForOneToThreeSteps) {
   for (int k = 1; k <= 3; ++k) {
     ModelConfig c = tiny(2, k);
