@@ -222,6 +222,11 @@ StepOutput DeepSeekV4::decode_step() {
 
 StepOutput DeepSeekV4::decode_step_graph() {
   decode_prepare();
+  decode_replay();
+  return decode_collect();
+}
+
+void DeepSeekV4::decode_replay() {
   if (!graph_captured_) {
     be_.graph_begin_capture(0);
     decode_enqueue();
@@ -229,7 +234,6 @@ StepOutput DeepSeekV4::decode_step_graph() {
     graph_captured_ = true;
   }
   be_.graph_replay(0);
-  return decode_collect();
 }
 
 std::vector<RoutingRecord> DeepSeekV4::routing() {

@@ -78,6 +78,9 @@ class DeepSeekV4 {
   // decode_step through a CUDA graph: the first call captures decode_enqueue() once, every call
   // replays it (positions are uploaded before each replay).
   StepOutput decode_step_graph();
+  // The device half of decode_step_graph (between decode_prepare and decode_collect): capture
+  // on the first call, then replay.
+  void decode_replay();
   bool graph_captured() const { return graph_captured_; }
   // The routing of the last step's MoE executions (needs RunShape::record_routing).
   std::vector<RoutingRecord> routing();

@@ -293,6 +293,10 @@ CudaBackend::StreamRec CudaBackend::make_stream_rec(const std::string& name, int
   nvtxNameCudaStreamA(r.stream, name.c_str());
   CUBLAS_CHECK(op, cublasCreate(&r.blas));
   CUBLAS_CHECK(op, cublasSetStream(r.blas, r.stream));
+  // Split-K reductions of bf16-output GEMMs stay in fp32 (the default allows bf16 partial sums,
+  // which would add a rounding per split in the small-M decode GEMMs).
+  CUBLAS_CHECK(op, cublasSetMathMode(r.blas, cublasMath_t(CUBLAS_DEFAULT_MATH |
+                                                          CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
   CUDA_CHECK(op, cudaMalloc(&r.blas_ws, kCublasWorkspaceBytes));
   CUBLAS_CHECK(op, cublasSetWorkspace(r.blas, r.blas_ws, kCublasWorkspaceBytes));
   library_bytes_ += kCublasWorkspaceBytes;

@@ -180,7 +180,7 @@ SessionState CuptiSession::start(const SessionOptions& opts) {
   enable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, "CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL", false);
   enable(CUPTI_ACTIVITY_KIND_MEMCPY, "CUPTI_ACTIVITY_KIND_MEMCPY", false);
   enable(CUPTI_ACTIVITY_KIND_MEMSET, "CUPTI_ACTIVITY_KIND_MEMSET", false);
-  enable(CUPTI_ACTIVITY_KIND_RUNTIME, "CUPTI_ACTIVITY_KIND_RUNTIME", false);
+  if (opts.runtime_api) enable(CUPTI_ACTIVITY_KIND_RUNTIME, "CUPTI_ACTIVITY_KIND_RUNTIME", false);
   if (opts.driver_api) enable(CUPTI_ACTIVITY_KIND_DRIVER, "CUPTI_ACTIVITY_KIND_DRIVER", false);
   enable(CUPTI_ACTIVITY_KIND_SYNCHRONIZATION, "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", true);
   if (opts.cuda_events) enable(CUPTI_ACTIVITY_KIND_CUDA_EVENT, "CUPTI_ACTIVITY_KIND_CUDA_EVENT", true);
@@ -197,7 +197,7 @@ SessionState CuptiSession::start(const SessionOptions& opts) {
   }
 
   // Noisy runtime calls: disabled at the source.
-  for (uint32_t cbid = 1; cbid < CUPTI_RUNTIME_TRACE_CBID_SIZE; ++cbid) {
+  for (uint32_t cbid = 1; opts.runtime_api && cbid < CUPTI_RUNTIME_TRACE_CBID_SIZE; ++cbid) {
     const char* name = nullptr;
     if (cuptiGetCallbackName(CUPTI_CB_DOMAIN_RUNTIME_API, cbid, &name) != CUPTI_SUCCESS || !name) continue;
     std::string base(strip_api_version(name));

@@ -39,6 +39,7 @@ struct SessionOptions {
   bool memory = true;                     // MEMORY2 (allocations)
   bool nvtx = true;                       // MARKER / MARKER_DATA / NAME
   bool cuda_events = true;                // CUDA_EVENT
+  bool runtime_api = true;                // RUNTIME records (launch delay needs them)
 };
 
 enum class SessionState { Off, Tracing, NvtxOnly };

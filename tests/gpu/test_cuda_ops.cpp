@@ -373,7 +373,9 @@ TEST_F(CudaOps, GemmGrouped) {
 }
 
 TEST_F(CudaOps, RmsNorm) {
-  for (int64_t dim : {64, 512, 2048, 4096}) {
+  // 100: the scalar kernel (not a multiple of 8); 1000: a warp per row with a partial last
+  // vector; 7168 and 16384: a block per row (256 and 1024 threads).
+  for (int64_t dim : {64, 100, 512, 1000, 2048, 4096, 7168, 16384}) {
     const int64_t rows = 19;
     T2 x = make_rand("x", Kind::Act, {rows, dim}, -3.f, 3.f);
     T2 w = make_rand("w", Kind::Wt, {dim}, 0.5f, 1.5f);
@@ -475,6 +477,33 @@ TEST_F(CudaOps, Argmax) {
   EXPECT_EQ(r[3], 0);
 }
 
+// A real vocabulary row (split over many blocks): ties across chunk boundaries, all-negative
+// rows, NaN (never wins; at index 0 the answer is 0, as the CPU's scan gives), and a row length
+// that is not a multiple of 4 (the scalar loads).
+TEST_F(CudaOps, ArgmaxVocabRows) {
+  for (int64_t V : {int64_t(129280), int64_t(129281)}) {
+    const int64_t n = 5;
+    std::vector<float> v = rand(size_t(n * V), -10.f, 10.f);
+    v[size_t(0 * V + 90000)] = 60.f;  // a tie in two far-apart chunks: the lower index wins
+    v[size_t(0 * V + 5)] = 60.f;
+    for (int64_t i = 0; i < V; ++i) v[size_t(1 * V + i)] = -1000.f - float(i % 7);  // all negative
+    v[size_t(1 * V + 77777)] = -999.f;
+    v[size_t(2 * V + 0)] = NAN;  // NaN first: the answer is 0
+    v[size_t(3 * V + 10)] = NAN;
+    v[size_t(3 * V + V - 1)] = 1e30f;
+    T2 logits = make("logits", Kind::F32, {n, V}, v);
+    T2 out = make_i32("out", {n}, std::vector<int32_t>(size_t(n), -7));
+    cpu_->argmax(Stream{}, out.c, logits.c);
+    gpu_->argmax(Stream{}, out.g, logits.g);
+    expect_equal_i32(out, "argmax V=" + std::to_string(V));
+    const std::vector<int32_t> r = geti(*gpu_, out.g);
+    EXPECT_EQ(r[0], 5);
+    EXPECT_EQ(r[1], 77777);
+    EXPECT_EQ(r[2], 0);
+    EXPECT_EQ(r[3], V - 1);
+  }
+}
+
 // ================================================================ mHC
 
 TEST_F(CudaOps, HcPreAndHead) {
@@ -483,7 +512,7 @@ TEST_F(CudaOps, HcPreAndHead) {
   struct Case {
     int64_t T, D;
   };
-  for (const Case& c : {Case{3, 256}, Case{40, 256}, Case{300, 256}, Case{2, 1024}}) {
+  for (const Case& c : {Case{3, 256}, Case{40, 256}, Case{300, 256}, Case{2, 1024}, Case{1, 4096}, Case{8, 4096}}) {
     const int64_t hc = 4, mix = 24, T = c.T, D = c.D;
     T2 X = make_rand("X", Kind::Act, {T, hc, D}, -2.f, 2.f);
     T2 fn = make_rand("fn", Kind::F32, {mix, hc * D}, -0.1f, 0.1f);

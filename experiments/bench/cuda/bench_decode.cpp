@@ -5,11 +5,13 @@
 // each draft step), the routed experts actually used (distinct experts of the execution x 3
 // matrices), the LM head once per head call, the embedding rows, and the KV each query must
 // read (its window, its compressed entries, and the indexer keys). The ratio printed is the
-// median step time over that floor, measured in this run.
+// median step time over that floor, measured in this run. Each batch is measured eager (the
+// host enqueues every kernel) and, with the same model and caches, through one CUDA graph
+// replayed per step (--modes picks).
 //
 //   bench_decode [--config=flash-6l] [--batches=1,8] [--policy=shared] [--context=4096]
-//                [--mtp-layers=1] [--draft-steps=1] [--steps=20] [--out=FILE.json]
-//                [google-benchmark flags]
+//                [--mtp-layers=1] [--draft-steps=1] [--steps=20] [--modes=eager,graph]
+//                [--out=FILE.json] [google-benchmark flags]
 #include <benchmark/benchmark.h>
 #include <cuda_runtime.h>
 
@@ -20,6 +22,7 @@
 #include <ctime>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <set>
 #include <sstream>
 #include <string>
@@ -40,6 +43,7 @@ namespace {
 struct Options {
   std::string config = "flash-6l", policy = "shared", out;
   std::vector<int> batches{1, 8};
+  std::vector<std::string> modes{"eager", "graph"};
   int context = 4096, mtp_layers = 1, draft_steps = 1, steps = 20;
   std::string command_line;
 };
@@ -136,8 +140,10 @@ Floor decode_floor(const ModelConfig& c, const std::vector<RoutingRecord>& routi
 
 struct BatchResult {
   int batch = 0;
+  std::string mode;  // eager or graph
   std::vector<double> step_ms;
   Floor floor;
+  Backend::GraphStats graph;
 };
 
 void run(const Options& o) {
@@ -152,53 +158,82 @@ void run(const Options& o) {
               bw_samples.size(), bw_samples.front() / 1e9, bw_samples.back() / 1e9);
   std::vector<BatchResult> results;
   // Google Benchmark runs at most once per process (a second RunSpecifiedBenchmarks fails), so
-  // every batch is registered first; each builds, measures and frees its model when it runs.
-  results.resize(o.batches.size());
-  for (size_t bi = 0; bi < o.batches.size(); ++bi) {
-    const int B = o.batches[bi];
-    const std::string name = "decode/" + o.config + "/" + o.policy + "/batch:" + std::to_string(B);
-    benchmark::RegisterBenchmark(name.c_str(), [&o, &results, bi, B](benchmark::State& st) {
-      ModelConfig c = load_config(o.config);
-      c.batch = B;
-      c.context_length = o.context;
-      c.num_nextn_predict_layers = o.mtp_layers;
-      c.draft_steps = o.draft_steps;
-      validate(c);
-      RunShape shape;
-      shape.batch = B;
-      shape.max_positions = o.context + o.steps + 8 + c.draft_steps + 2;
-      shape.max_seq_tokens = std::min(o.context, std::max(1, c.prefill_chunk / B));
-      shape.record_routing = true;
-      auto be = make_cuda_backend({});
-      DeepSeekV4 model(*be, c, StreamPolicy::parse(o.policy), shape);
-      model.init_random(c.seed);
-      std::vector<int32_t> prompt(size_t(B) * size_t(o.context));
-      for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t(splitmix64(i + 17) % uint64_t(c.vocab_size));
-      std::fprintf(stderr, "batch %d: prefill of %d tokens per sequence...\n", B, o.context);
-      model.prefill(prompt, o.context);
-      // Only the device work of a step (enqueue + completion) is timed.
-      auto step = [&]() {
-        model.decode_prepare();
-        be->synchronize();
-        auto t0 = std::chrono::steady_clock::now();
-        model.decode_enqueue();
-        be->synchronize();
-        double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-        model.decode_collect();
-        return ms;
-      };
-      for (int i = 0; i < 3; ++i) step();  // warm-up
-      BatchResult& r = results[bi];
-      r.batch = B;
-      for (auto _ : st) {
-        const double ms = step();
-        r.step_ms.push_back(ms);
-        st.SetIterationTime(ms * 1e-3);
-      }
-      // The routing of the last measured step, at the last step's positions.
-      r.floor = decode_floor(c, model.routing(), B, model.position() - 1, be->weight_dtype());
-    })->UseManualTime()->Iterations(o.steps)->Unit(benchmark::kMillisecond);
-  }
+  // every (batch, mode) is registered first. The first mode of a batch builds the model and
+  // prefills; the later modes of that batch reuse it (same weights, caches one step further);
+  // the last one frees it.
+  struct Live {
+    std::unique_ptr<Backend> be;
+    std::unique_ptr<DeepSeekV4> model;
+    ModelConfig cfg;
+  };
+  auto live = std::make_shared<Live>();
+  results.resize(o.batches.size() * o.modes.size());
+  for (size_t bi = 0; bi < o.batches.size(); ++bi)
+    for (size_t mi = 0; mi < o.modes.size(); ++mi) {
+      const int B = o.batches[bi];
+      const std::string mode = o.modes[mi];
+      const size_t ri = bi * o.modes.size() + mi;
+      const std::string name = "decode/" + o.config + "/" + o.policy + "/batch:" + std::to_string(B) + "/" + mode;
+      benchmark::RegisterBenchmark(name.c_str(), [&o, &results, live, ri, mi, B, mode](benchmark::State& st) {
+        if (mi == 0) {
+          live->model.reset();
+          live->be.reset();
+          ModelConfig c = load_config(o.config);
+          c.batch = B;
+          c.context_length = o.context;
+          c.num_nextn_predict_layers = o.mtp_layers;
+          c.draft_steps = o.draft_steps;
+          validate(c);
+          RunShape shape;
+          shape.batch = B;
+          shape.max_positions = o.context + int(o.modes.size()) * (o.steps + 8) + c.draft_steps + 2;
+          shape.max_seq_tokens = std::min(o.context, std::max(1, c.prefill_chunk / B));
+          shape.record_routing = true;
+          live->cfg = c;
+          live->be = make_cuda_backend({});
+          live->model = std::make_unique<DeepSeekV4>(*live->be, c, StreamPolicy::parse(o.policy), shape);
+          live->model->init_random(c.seed);
+          std::vector<int32_t> prompt(size_t(B) * size_t(o.context));
+          for (size_t i = 0; i < prompt.size(); ++i)
+            prompt[i] = int32_t(splitmix64(i + 17) % uint64_t(c.vocab_size));
+          std::fprintf(stderr, "batch %d: prefill of %d tokens per sequence...\n", B, o.context);
+          live->model->prefill(prompt, o.context);
+        }
+        Backend& be = *live->be;
+        DeepSeekV4& model = *live->model;
+        const bool graph = mode == "graph";
+        // Only the device work of a step (enqueue or replay, to completion) is timed.
+        auto step = [&]() {
+          model.decode_prepare();
+          be.synchronize();
+          auto t0 = std::chrono::steady_clock::now();
+          if (graph)
+            model.decode_replay();
+          else
+            model.decode_enqueue();
+          be.synchronize();
+          double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+          model.decode_collect();
+          return ms;
+        };
+        for (int i = 0; i < 3; ++i) step();  // warm-up (the graph's capture is in the first)
+        BatchResult& r = results[ri];
+        r.batch = B;
+        r.mode = mode;
+        if (graph) r.graph = model.graph_stats();
+        for (auto _ : st) {
+          const double ms = step();
+          r.step_ms.push_back(ms);
+          st.SetIterationTime(ms * 1e-3);
+        }
+        // The routing of the last measured step, at the last step's positions.
+        r.floor = decode_floor(live->cfg, model.routing(), B, model.position() - 1, be.weight_dtype());
+        if (mi + 1 == o.modes.size()) {
+          live->model.reset();
+          live->be.reset();
+        }
+      })->UseManualTime()->Iterations(o.steps)->Unit(benchmark::kMillisecond);
+    }
   benchmark::RunSpecifiedBenchmarks();
 
   nlohmann::json out;
@@ -209,15 +244,24 @@ void run(const Options& o) {
   out["context"] = o.context;
   out["mtp_layers"] = o.mtp_layers;
   out["draft_steps"] = o.draft_steps;
-  std::printf("\n%-6s %12s %12s %12s %12s %8s\n", "batch", "median ms", "floor GB", "floor ms", "experts GB", "ratio");
+  out["modes"] = o.modes;
+  std::printf("\n%-6s %-6s %12s %12s %12s %12s %8s\n", "batch", "mode", "median ms", "floor GB", "floor ms",
+              "experts GB", "ratio");
   for (auto& r : results) {
+    if (r.step_ms.empty()) continue;  // filtered out (--benchmark_filter)
     std::vector<double> s = r.step_ms;
     std::sort(s.begin(), s.end());
     const double med = s[s.size() / 2];
     const double floor_ms = double(r.floor.total()) / bw * 1e3;
-    std::printf("%-6d %12.3f %12.3f %12.3f %12.3f %8.2f\n", r.batch, med, r.floor.total() / 1e9, floor_ms,
-                r.floor.experts / 1e9, med / floor_ms);
+    std::printf("%-6d %-6s %12.3f %12.3f %12.3f %12.3f %8.2f\n", r.batch, r.mode.c_str(), med,
+                r.floor.total() / 1e9, floor_ms, r.floor.experts / 1e9, med / floor_ms);
+    nlohmann::json g;
+    if (r.mode == "graph")
+      g = {{"nodes", r.graph.nodes}, {"edges", r.graph.edges}, {"capture_ms", r.graph.capture_ms},
+           {"instantiate_ms", r.graph.instantiate_ms}};
     out["batches"].push_back({{"batch", r.batch},
+                              {"mode", r.mode},
+                              {"graph", g},
                               {"step_ms", r.step_ms},
                               {"median_ms", med},
                               {"floor_bytes",
@@ -243,6 +287,18 @@ std::vector<int> parse_ints(const std::string& s) {
   return v;
 }
 
+std::vector<std::string> parse_words(const std::string& s) {
+  std::vector<std::string> v;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    SL_CHECK(item == "eager" || item == "graph", "bench_decode: --modes takes eager and/or graph, not '", item, "'");
+    v.push_back(item);
+  }
+  SL_CHECK(!v.empty(), "bench_decode: --modes is empty");
+  return v;
+}
+
 }  // namespace
 }  // namespace sl
 
@@ -259,13 +315,15 @@ int main(int argc, char** argv) {
     else if (auto v = flag_value(arg, "--mtp-layers=")) o.mtp_layers = std::stoi(v);
     else if (auto v = flag_value(arg, "--draft-steps=")) o.draft_steps = std::stoi(v);
     else if (auto v = flag_value(arg, "--steps=")) o.steps = std::stoi(v);
+    else if (auto v = flag_value(arg, "--modes=")) o.modes = sl::parse_words(v);
     else return false;
     return true;
   };
   return sl::bench::bench_main(
       argc, argv, "bench_decode",
       "bench_decode [--config=flash-6l] [--batches=1,8] [--policy=shared] [--context=4096]\n"
-      "             [--mtp-layers=1] [--draft-steps=1] [--steps=20] [--out=FILE.json]\n"
+      "             [--mtp-layers=1] [--draft-steps=1] [--steps=20] [--modes=eager,graph]\n"
+      "             [--out=FILE.json]\n"
       "Decode step time (CUDA) against the bytes floor; see the header of bench_decode.cpp.\n",
       parse, [&o] {
         sl::run(o);

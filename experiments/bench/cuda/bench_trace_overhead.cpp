@@ -4,8 +4,14 @@
 // unsubscribed), then two OFF windows; the two OFF windows measured back to back give the
 // run-to-run noise that the ON/OFF ratio must be read against.
 //
+// What each part of the default record set costs is measured by switching parts off
+// (--no-latency-timestamps, --no-runtime, --no-cuda-events, --no-memory: one process
+// per variant, since latency timestamps are fixed before CUDA initialises). --graph measures
+// the steps as CUDA-graph replays (captured before the windows).
+//
 //   bench_trace_overhead [--config=flash-2l] [--batch=8] [--context=1024] [--policy=shared]
-//                        [--steps=20] [--out=FILE.json] [google-benchmark flags]
+//                        [--steps=20] [--graph] [--no-...] [--out=FILE.json]
+//                        [google-benchmark flags]
 #include <benchmark/benchmark.h>
 #include <cuda_runtime.h>
 
@@ -34,6 +40,8 @@ namespace {
 struct Options {
   std::string config = "flash-2l", policy = "shared", out, command_line;
   int batch = 8, context = 1024, steps = 20;
+  bool graph = false;
+  prof::SessionOptions session;
 };
 
 double median(std::vector<double> v) {
@@ -42,14 +50,17 @@ double median(std::vector<double> v) {
 }
 
 // Registers one measured window; `before` / `after` run around its steps (tracing on / off).
-void add_window(const std::string& name, DeepSeekV4& model, Backend& be, int steps, std::vector<double>& ms,
-                std::function<void()> before, std::function<void()> after) {
-  benchmark::RegisterBenchmark(name.c_str(), [&model, &be, &ms, before, after](benchmark::State& st) {
+void add_window(const std::string& name, DeepSeekV4& model, Backend& be, int steps, bool graph,
+                std::vector<double>& ms, std::function<void()> before, std::function<void()> after) {
+  benchmark::RegisterBenchmark(name.c_str(), [&model, &be, &ms, graph, before, after](benchmark::State& st) {
     if (before) before();
     for (auto _ : st) {
       be.synchronize();
       auto t0 = std::chrono::steady_clock::now();
-      model.decode_step();
+      if (graph)
+        model.decode_step_graph();
+      else
+        model.decode_step();
       const double t = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       ms.push_back(t);
       st.SetIterationTime(t * 1e-3);
@@ -60,7 +71,7 @@ void add_window(const std::string& name, DeepSeekV4& model, Backend& be, int ste
 
 int run(const Options& o) {
   auto& session = prof::CuptiSession::instance();
-  const prof::SessionState state = session.start();  // before any CUDA call
+  const prof::SessionState state = session.start(o.session);  // before any CUDA call
   if (state != prof::SessionState::Tracing) {
     std::fprintf(stderr, "bench_trace_overhead: CUPTI not tracing (%s); nothing measured\n", session.message().c_str());
     return 2;
@@ -81,19 +92,25 @@ int run(const Options& o) {
   std::vector<int32_t> prompt(size_t(o.batch) * size_t(o.context));
   for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t(splitmix64(i + 5) % uint64_t(c.vocab_size));
   model.prefill(prompt, o.context);
-  for (int i = 0; i < 3; ++i) model.decode_step();  // warm-up: module loads, CUPTI code generation
+  for (int i = 0; i < 3; ++i) {  // warm-up: module loads, CUPTI code generation (and the capture)
+    if (o.graph)
+      model.decode_step_graph();
+    else
+      model.decode_step();
+  }
 
   // Google Benchmark runs once per process: the three windows are registered in order and the
   // tracing state changes inside them (on for the first, then stopped for good).
   std::vector<double> on, off1, off2;
   prof::Trace trace;
-  add_window("decode/tracing:on", model, *be, o.steps, on, [&] { session.begin_window(); },
+  const std::string mode = o.graph ? "/graph" : "/eager";
+  add_window("decode/tracing:on" + mode, model, *be, o.steps, o.graph, on, [&] { session.begin_window(); },
              [&] {
                trace = session.end_window();
                session.stop();
              });
-  add_window("decode/tracing:off", model, *be, o.steps, off1, nullptr, nullptr);
-  add_window("decode/tracing:off_repeat", model, *be, o.steps, off2, nullptr, nullptr);
+  add_window("decode/tracing:off" + mode, model, *be, o.steps, o.graph, off1, nullptr, nullptr);
+  add_window("decode/tracing:off_repeat" + mode, model, *be, o.steps, o.graph, off2, nullptr, nullptr);
   benchmark::RunSpecifiedBenchmarks();
 
   const double m_on = median(on), m_off1 = median(off1), m_off2 = median(off2);
@@ -112,6 +129,13 @@ int run(const Options& o) {
                    {"policy", o.policy},
                    {"batch", o.batch},
                    {"context", o.context},
+                   {"mode", o.graph ? "graph" : "eager"},
+                   {"records_enabled",
+                    {{"latency_timestamps", o.session.latency_timestamps},
+                     {"runtime_api", o.session.runtime_api},
+                     {"cuda_events", o.session.cuda_events},
+                     {"memory", o.session.memory},
+                     {"nvtx", o.session.nvtx}}},
                    {"step_ms", {{"on", on}, {"off", off1}, {"off_repeat", off2}}},
                    {"median_ms", {{"on", m_on}, {"off", m_off1}, {"off_repeat", m_off2}}},
                    {"ratio_on_off", m_on / m_off1},
@@ -140,13 +164,19 @@ int main(int argc, char** argv) {
     else if (auto v = flag_value(arg, "--batch=")) o.batch = std::stoi(v);
     else if (auto v = flag_value(arg, "--context=")) o.context = std::stoi(v);
     else if (auto v = flag_value(arg, "--steps=")) o.steps = std::stoi(v);
+    else if (!std::strcmp(arg, "--graph")) o.graph = true;
+    else if (!std::strcmp(arg, "--no-latency-timestamps")) o.session.latency_timestamps = false;
+    else if (!std::strcmp(arg, "--no-runtime")) o.session.runtime_api = false;
+    else if (!std::strcmp(arg, "--no-cuda-events")) o.session.cuda_events = false;
+    else if (!std::strcmp(arg, "--no-memory")) o.session.memory = false;
     else return false;
     return true;
   };
   return sl::bench::bench_main(
       argc, argv, "bench_trace_overhead",
       "bench_trace_overhead [--config=flash-2l] [--batch=8] [--context=1024] [--policy=shared]\n"
-      "                     [--steps=20] [--out=FILE.json]\n"
+      "                     [--steps=20] [--graph] [--no-latency-timestamps] [--no-runtime]\n"
+      "                     [--no-cuda-events] [--no-memory] [--out=FILE.json]\n"
       "Decode step time with CUPTI tracing on vs off in one process (CUDA).\n",
       parse, [&o] { return sl::run(o); });
 }
