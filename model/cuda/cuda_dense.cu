@@ -114,6 +114,123 @@ __global__ __launch_bounds__(256) void gemm_nt_skinny_kernel(GemmArgs g) {
   }
 }
 
+// ---------------------------------------------------------------- decode GEMV (M <= 8)
+// Decode GEMMs have 1-8 rows: they are weight-bandwidth-bound matrix-vector products, where
+// cuBLAS's tiled kernels (plus split-K reduce kernels) reached about half the copy bandwidth on
+// the H200. Here every weight element is read once with 16-byte loads (8 values), several loads
+// in flight per lane, and used for all M rows (a is tiny and stays in L1/L2).
+// COLS = 8: one warp per output column (8 per block), the warp strides over K.
+// COLS = 1: one block per column, its 256 threads stride over K (few, long columns: the hc mix
+//           GEMM has N = 48, K = 16384), warps added in order.
+// Sums run in a fixed order (lane k-strides, butterfly, warps in order): deterministic, and a
+// row's result does not depend on M.
+constexpr int kGemvMaxRows = 8;
+
+template <class T>
+__device__ __forceinline__ void load8(const T* p, float (&v)[8]);
+template <>
+__device__ __forceinline__ void load8<bf16>(const bf16* p, float (&v)[8]) {
+  const uint4 u = *reinterpret_cast<const uint4*>(p);
+  const bf16* e = reinterpret_cast<const bf16*>(&u);
+#pragma unroll
+  for (int q = 0; q < 8; ++q) v[q] = __bfloat162float(e[q]);
+}
+template <>
+__device__ __forceinline__ void load8<float>(const float* p, float (&v)[8]) {
+  const float4 a = *reinterpret_cast<const float4*>(p), b = *reinterpret_cast<const float4*>(p + 4);
+  v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+}
+
+template <int COLS, class TA, class TW, class TO>
+__global__ __launch_bounds__(256) void gemv_kernel(GemmArgs g) {
+  constexpr int STRIDE = (COLS == 8 ? 32 : 256) * 8;  // K elements per pass of the threads on a column
+  __shared__ float red[8][kGemvMaxRows];
+  const TA* a = static_cast<const TA*>(g.a) + blockIdx.z * g.sa;
+  const TW* w = static_cast<const TW*>(g.w) + blockIdx.z * g.sw;
+  TO* out = static_cast<TO*>(g.out) + blockIdx.z * g.so;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t n = COLS == 8 ? int64_t(blockIdx.x) * 8 + warp : int64_t(blockIdx.x);
+  const int tid = COLS == 8 ? lane : int(threadIdx.x);
+  const int M = int(g.M);
+  float acc[kGemvMaxRows] = {};
+  if (n < g.N) {
+    const TW* wr = w + n * g.ldw;
+#pragma unroll 4
+    for (int64_t k = int64_t(tid) * 8; k < g.K; k += STRIDE) {
+      float wv[8];
+      load8(wr + k, wv);
+#pragma unroll
+      for (int r = 0; r < kGemvMaxRows; ++r) {
+        if (r >= M) break;
+        float av[8];
+        load8(a + r * g.lda + k, av);
+#pragma unroll
+        for (int q = 0; q < 8; ++q) acc[r] += av[q] * wv[q];
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kGemvMaxRows; ++r) acc[r] = warp_sum(acc[r]);
+  if constexpr (COLS == 8) {
+    if (n < g.N && lane < M) {
+      float v = 0.f;
+#pragma unroll
+      for (int r = 0; r < kGemvMaxRows; ++r)
+        if (r == lane) v = acc[r];
+      out[int64_t(lane) * g.ldo + n] = from_f<TO>(v);
+    }
+  } else {
+    if (lane == 0)
+#pragma unroll
+      for (int r = 0; r < kGemvMaxRows; ++r) red[warp][r] = acc[r];
+    __syncthreads();
+    if (threadIdx.x < M) {
+      float v = 0.f;
+#pragma unroll
+      for (int ww = 0; ww < 8; ++ww) v += red[ww][threadIdx.x];
+      out[int64_t(threadIdx.x) * g.ldo + n] = from_f<TO>(v);
+    }
+  }
+}
+
+template <class TA, class TW, class TO>
+void launch_gemv(const char* op, cudaStream_t st, const GemmArgs& g, int batch) {
+  // Enough columns for a warp each on every SM, and K short enough: a warp per column;
+  // otherwise a block per column.
+  if (g.N >= 1024 && g.K <= 8192) {
+    gemv_kernel<8, TA, TW, TO><<<dim3(unsigned(cdiv(g.N, 8)), 1, unsigned(batch)), 256, 0, st>>>(g);
+  } else {
+    gemv_kernel<1, TA, TW, TO><<<dim3(unsigned(g.N), 1, unsigned(batch)), 256, 0, st>>>(g);
+  }
+  CUDA_LAUNCH_CHECK(op, st);
+}
+
+// Whether the GEMV path takes this GEMM: few rows, every row and batch offset 16-byte aligned for
+// 8-element loads, dtypes it is instantiated for.
+bool gemv_fits(const GemmArgs& g, int batch, DType to, DType ta, DType tw) {
+  if (g.M < 1 || g.M > kGemvMaxRows || g.K % 8 != 0 || g.N >= (1ll << 31) || batch > 65535) return false;
+  if (!(ta == DType::BF16 || ta == DType::F32) || !(tw == DType::BF16 || tw == DType::F32)) return false;
+  if (!(to == DType::BF16 || to == DType::F32)) return false;
+  auto al = [](const void* p, int64_t ld, int64_t stride, size_t es) {
+    return reinterpret_cast<uintptr_t>(p) % 16 == 0 && (ld * int64_t(es)) % 16 == 0 && (stride * int64_t(es)) % 16 == 0;
+  };
+  return al(g.a, g.lda, g.sa, dtype_size(ta)) && al(g.w, g.ldw, g.sw, dtype_size(tw));
+}
+
+template <class TA, class TW>
+void gemv_out(const char* op, cudaStream_t st, const GemmArgs& g, int batch, DType to) {
+  if (to == DType::F32)
+    launch_gemv<TA, TW, float>(op, st, g, batch);
+  else
+    launch_gemv<TA, TW, bf16>(op, st, g, batch);
+}
+void dispatch_gemv(const char* op, cudaStream_t st, const GemmArgs& g, int batch, DType to, DType ta, DType tw) {
+  if (ta == DType::BF16 && tw == DType::BF16) gemv_out<bf16, bf16>(op, st, g, batch, to);
+  else if (ta == DType::BF16) gemv_out<bf16, float>(op, st, g, batch, to);
+  else if (tw == DType::BF16) gemv_out<float, bf16>(op, st, g, batch, to);
+  else gemv_out<float, float>(op, st, g, batch, to);
+}
+
 // bf16 -> f32 of rows [0, rows) of a (row stride lda) into a dense [rows, K] buffer.
 __global__ void rows_to_f32_kernel(float* dst, const bf16* src, int64_t rows, int64_t K, int64_t lda) {
   const int64_t n = rows * K;
@@ -160,6 +277,10 @@ static void gemm_any(CudaBackend& be, const char* op, Stream s, const GemmArgs& 
                      int batch) {
   cudaStream_t st = be.stream(s, op);
   if (g.M == 0 || g.N == 0) return;
+  if (g.K > 0 && gemv_fits(g, batch, to, ta, tw)) {
+    dispatch_gemv(op, st, g, batch, to, ta, tw);
+    return;
+  }
   const bool cublas_ok = (ta == DType::BF16 && tw == DType::BF16 && (to == DType::BF16 || to == DType::F32)) ||
                          (ta == DType::F32 && tw == DType::F32 && to == DType::F32);
   const bool fits_int = g.M < (1ll << 31) && g.N < (1ll << 31) && g.K < (1ll << 31) && g.lda < (1ll << 31) &&

@@ -555,7 +555,17 @@ void CudaBackend::moe_experts(Stream s, const Tensor& out, const Tensor& x, cons
         sk = c;
         break;
       }
-  const int BM = (sk > 1 || P <= 4 * E) ? 16 : 64;
+  // Tuning experiments: STREAMLAB_MOE_SPLIT_K=1|2|4 forces the decode K split (bench_decode
+  // compares them; the default above is what the results were measured with).
+  static const int forced_sk = [] {
+    const char* v = std::getenv("STREAMLAB_MOE_SPLIT_K");
+    return v ? std::atoi(v) : 0;
+  }();
+  if (P <= kSplitMaxPairs && (forced_sk == 1 || forced_sk == 2 || forced_sk == 4) && (D / GBK) % forced_sk == 0 &&
+      (F / GBK) % forced_sk == 0)
+    sk = forced_sk;
+  const bool split_mode = P <= kSplitMaxPairs && (sk > 1 || forced_sk == 1);
+  const int BM = (split_mode || P <= 4 * E) ? 16 : 64;
   float* p1 = reinterpret_cast<float*>(ws + L.p1);
   float* p3 = reinterpret_cast<float*>(ws + L.p3);
   float* py = reinterpret_cast<float*>(ws + L.py);
@@ -577,7 +587,7 @@ void CudaBackend::moe_experts(Stream s, const Tensor& out, const Tensor& x, cons
   g.lda = D;
   g.N = int(F);
   g.K = int(D);
-  if (sk > 1) {
+  if (split_mode) {
     g.split_stride = P * F;
     g.out = p1;
     g.W = static_cast<const bf16*>(w1.data);
@@ -611,9 +621,9 @@ void CudaBackend::moe_experts(Stream s, const Tensor& out, const Tensor& x, cons
   g.N = int(D);
   g.K = int(F);
   g.W = static_cast<const bf16*>(w2.data);
-  float* yout = sk > 1 ? py : y;
+  float* yout = split_mode ? py : y;
   g.out = yout;
-  g.split_stride = sk > 1 ? P * D : 0;
+  g.split_stride = split_mode ? P * D : 0;
   if (BM == 16)
     launch_moe_gemm<16, float>(op, st, g, P, sk, smem_optin());
   else
