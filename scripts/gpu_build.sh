@@ -5,12 +5,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="/usr/local/cuda/bin:$PATH"
-cmake --preset gpu >/dev/null
-targets=(streamlab test_cuda_ops test_cuda_model bench_decode bench_trace_overhead ${EXTRA_TARGETS:-})
-cmake --build build-gpu -j "$(nproc)" --target "${targets[@]}"
+# BUILD_DIR: another build folder configured like the preset (e.g. while build-gpu is busy).
+BUILD_DIR=${BUILD_DIR:-build-gpu}
+if [ "$BUILD_DIR" = build-gpu ]; then cmake --preset gpu >/dev/null
+else cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DSTREAMLAB_UI=OFF >/dev/null; fi
+targets=(streamlab test_cuda_ops test_cuda_model test_cuda_check bench_decode bench_trace_overhead ${EXTRA_TARGETS:-})
+cmake --build "$BUILD_DIR" -j "$(nproc)" --target "${targets[@]}"
 rm -rf .gpu && mkdir -p .gpu
 for t in "${targets[@]}"; do
-  [ -f "build-gpu/$t" ] && cp "build-gpu/$t" .gpu/ && strip .gpu/"$t"
+  [ -f "$BUILD_DIR/$t" ] && cp "$BUILD_DIR/$t" .gpu/ && strip .gpu/"$t"
 done
 # Google Benchmark is a shared library on Debian; the GPU machine may have another soname.
 cp -L /usr/lib/x86_64-linux-gnu/libbenchmark.so.1debian .gpu/ 2>/dev/null || true

@@ -29,7 +29,8 @@ for st in $stages; do case $st in
     cat "$W/provenance.txt"; cp "$W/provenance.txt" "$OUT/" ;;
   tests)
     run test_cuda_ops 60 $B/test_cuda_ops --gtest_brief=1
-    run test_cuda_model 60 $B/test_cuda_model --gtest_brief=1 ;;
+    run test_cuda_model 60 $B/test_cuda_model --gtest_brief=1
+    run test_cuda_check 90 $B/test_cuda_check ;;
   sanitizer)
     run memcheck 100 compute-sanitizer --tool memcheck --error-exitcode 9 $B/streamlab run --config tiny --backend cuda \
       --policy per-layer --steps 2 ;;
@@ -51,9 +52,48 @@ for st in $stages; do case $st in
   bench)
     run bench_decode 170 $B/bench_decode --config=flash-6l --batches=1,8 --policy=shared --context=${BENCH_CONTEXT:-4096} \
       --mtp-layers=1 --draft-steps=1 --steps=${BENCH_STEPS:-20} --out="$OUT/decode_floor.json" ;;
+  moesplit)
+    # The MoE decode K split (STREAMLAB_MOE_SPLIT_K), batch 1, graph replay.
+    for sk in 1 2 4; do
+      STREAMLAB_MOE_SPLIT_K=$sk run moe_split_$sk 90 $B/bench_decode --config=flash-6l --batches=1 --modes=graph \
+        --policy=shared --context=2048 --mtp-layers=1 --draft-steps=1 --steps=10 --out="$W/moe_split_$sk.json"
+    done ;;
   overhead)
     run trace_overhead 150 $B/bench_trace_overhead --config=flash-2l --batch=8 --context=1024 --steps=20 \
       --out="$OUT/trace_overhead.json" ;;
+  overheadvar)
+    # What each record kind costs: one process per variant (flash-6l, batch 8, eager unless named).
+    for v in "default:" "graph:--graph" "nolat:--no-latency-timestamps" "noruntime:--no-runtime" \
+             "noevents:--no-cuda-events"; do
+      run "ovh_${v%%:*}" 120 $B/bench_trace_overhead --config=flash-6l --batch=8 --context=2048 --steps=20 \
+        ${v#*:} --out="$W/ovh_${v%%:*}.json"
+    done ;;
+  flashtrace)
+    # A flash-shaped traced decode (per-layer policy, 2 MTP layers), nsys reports on our SQLite.
+    run trace_flash 150 $B/streamlab run --config flash-6l --backend cuda --policy per-layer --mtp-layers 2 \
+      --draft-steps 2 --batch 8 --context 2048 --steps 4 --warmup-steps 2 --trace "$W/flash_trace.json" \
+      --sqlite "$W/flash_trace.sqlite"
+    nsys=$(ls /opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys 2>/dev/null | head -n 1)
+    run nsys_flash_stats 60 "$nsys" stats -q -r cuda_gpu_kern_sum,cuda_api_sum,nvtx_sum -f csv \
+      -o "$W/nsys_flash" "$W/flash_trace.sqlite"
+    run analyze_flash 30 $B/streamlab analyze "$W/flash_trace.json" --top 40
+    run analyze_flash_json 30 $B/streamlab analyze "$W/flash_trace.json" --json
+    rm -f "$W/flash_trace.json" "$W/flash_trace.sqlite" ;;
+  shapes)
+    # Issue 3 item 6: prefill at 4k and 32k, decode at batch 1, 8, 64, MTP compress 0 and 4.
+    run shape_32k_c0 150 $B/streamlab run --config flash-6l --backend cuda --policy shared --mtp-layers 1 \
+      --mtp-compress 0 --batch 1 --context 32768 --steps 3 --json
+    run shape_b64_c4 200 $B/streamlab run --config flash-6l --backend cuda --policy shared --mtp-layers 1 \
+      --mtp-compress 4 --batch 64 --context 4096 --steps 3 --json
+    run shape_b1_c0 90 $B/streamlab run --config flash-6l --backend cuda --policy shared --mtp-layers 1 \
+      --mtp-compress 0 --batch 1 --context 4096 --steps 3 --json
+    run shape_b8_c0 90 $B/streamlab run --config flash-6l --backend cuda --policy shared --mtp-layers 1 \
+      --mtp-compress 0 --batch 8 --context 4096 --steps 3 --json
+    run shape_32k_c4 150 $B/streamlab run --config flash-6l --backend cuda --policy shared --mtp-layers 1 \
+      --mtp-compress 4 --batch 1 --context 32768 --steps 3 --json ;;
+  hf)
+    run hf_round 400 env BIN=$B OUT="$W/hf" bash scripts/hf_round.sh
+    cp "$W"/hf/hf_compare.json "$OUT/" 2>/dev/null ;;
   *) echo "unknown stage $st" ;;
 esac; done
 echo "=== summary (exit codes; 124 = stage timed out)"
