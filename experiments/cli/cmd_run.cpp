@@ -7,6 +7,8 @@
 #include <cstring>
 #include <cstdio>
 #include <filesystem>
+#include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -18,6 +20,8 @@
 #include "experiments/cli/backend_choice.h"
 #include "experiments/cli/commands.h"
 #include "experiments/cli/model_options.h"
+#include "model/check_backend.h"
+#include "model/cpu/cpu_backend.h"
 #include "model/deepseek_v4.h"
 #include "model/weights.h"
 #include "profiler/kineto_json.h"
@@ -44,6 +48,10 @@ struct RunOptions {
   std::string trace_json, trace_sqlite;
   int warmup = 1;
   bool allow_invalid_records = false;
+  // Op-by-op comparison with the CPU reference on identical inputs (model/check_backend.h).
+  bool check_against_cpu = false;
+  double check_tolerance = 2e-2;
+  bool check_print_ops = false;
   bool tracing() const { return !trace_json.empty() || !trace_sqlite.empty(); }
 };
 
@@ -62,6 +70,19 @@ void reexec_with_nvtx_injection(char** argv) {
 }
 #endif
 char** g_argv = nullptr;  // set by main (set_process_argv), for the NVTX re-exec
+
+// --check-against-cpu: prints the per-op report on stderr (stdout may be --json) and returns
+// the error to end the run with (non-zero exit) when any output failed, else "".
+std::string report_check(const Backend& check, double tolerance) {
+  const auto& recs = check_records(check);
+  print_check_report(stderr, recs, tolerance, 20);
+  const CheckSummary s = summarize_checks(recs);
+  if (!s.failures) return "";
+  std::ostringstream os;
+  os << "--check-against-cpu: " << s.failures << " op outputs disagree with the CPU reference (tolerance "
+     << tolerance << "); first: " << s.first_failure->describe();
+  return os.str();
+}
 
 double mib(size_t bytes) { return double(bytes) / (1024.0 * 1024.0); }
 
@@ -132,7 +153,23 @@ void run(const RunOptions& o) {
 #else
   SL_CHECK(!o.tracing(), "--trace/--sqlite need a build with CUDA (CUPTI)");
 #endif
+  // With --check-against-cpu the model runs on a wrapper over (CPU reference, chosen backend);
+  // declared first so that they outlive the wrapper and the model.
+  std::unique_ptr<Backend> check_ref, check_dut;
   auto be = make_backend(o.backend);
+  if (o.check_against_cpu) {
+    SL_CHECK(!o.graph, "--check-against-cpu compares every op on the host: it cannot run with --graph");
+    SL_CHECK(!o.tracing(), "--check-against-cpu downloads every op's outputs: a trace of it measures nothing; drop "
+                           "--trace/--sqlite");
+    SL_CHECK(o.check_tolerance > 0, "--check-tolerance must be > 0");
+    CheckOptions co;
+    co.tolerance = o.check_tolerance;
+    co.print = o.check_print_ops ? CheckOptions::Print::All : CheckOptions::Print::None;
+    co.log = stderr;
+    check_dut = std::move(be);
+    check_ref = make_cpu_backend();
+    be = make_check_backend(*check_ref, *check_dut, co);
+  }
   std::fprintf(info, "streamlab run: config %s (%d layers + %d MTP), backend %s, policy %s, batch %d, context %d, "
                "draft steps %d, decode steps %d\n",
                cfg.name.c_str(), cfg.num_hidden_layers, cfg.num_nextn_predict_layers, be->name().c_str(),
@@ -242,6 +279,7 @@ void run(const RunOptions& o) {
     }
   }
 #endif
+  const std::string check_error = o.check_against_cpu ? report_check(*be, o.check_tolerance) : "";
   const MemoryStats mem = be->memory();
   if (o.json) {
     nlohmann::json j{{"config", cfg.name},
@@ -269,6 +307,7 @@ void run(const RunOptions& o) {
     std::printf("memory: weights %.1f MiB, activations + caches %.1f MiB, peak %.1f MiB, libraries %.1f MiB\n",
                 mib(mem.weights_bytes), mib(mem.activations_bytes), mib(mem.peak_bytes), mib(mem.library_bytes));
   }
+  if (!check_error.empty()) fail(check_error);
 }
 
 }  // namespace
@@ -302,6 +341,16 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--warmup-steps", o->warmup, "decode steps before the traced window")->capture_default_str();
   cmd->add_flag("--allow-invalid-records", o->allow_invalid_records,
                 "keep a trace with dropped or invalid records (exit 0)");
+  CLI::Option* check_flag = cmd->add_flag("--check-against-cpu", o->check_against_cpu,
+                "run every op on the CPU reference too, on identical inputs, and compare its outputs (per-op "
+                "report on stderr, exit 1 when any output exceeds --check-tolerance); tiny configs: the CPU "
+                "reference holds a full fp32 copy of the model");
+  cmd->add_option("--check-tolerance", o->check_tolerance,
+                  "relative error sqrt(sum (d-r)^2 / sum r^2) allowed per float output with --check-against-cpu")
+      ->capture_default_str()
+      ->needs(check_flag);
+  cmd->add_flag("--check-print-ops", o->check_print_ops, "with --check-against-cpu: print every op's comparison")
+      ->needs(check_flag);
   cmd->add_flag("--json", o->json, "print the result as JSON on stdout (progress goes to stderr)");
   cmd->callback([o] { run(*o); });
 }

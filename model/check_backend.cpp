@@ -1,0 +1,845 @@
+// CheckBackend: every op on a reference and a device-under-test backend, outputs compared and
+// resynchronised after each op (see model/check_backend.h for why).
+#include "model/check_backend.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <initializer_list>
+#include <iterator>
+#include <map>
+
+#include "core/bf16.h"
+#include "core/error.h"
+
+namespace sl {
+namespace {
+
+bool is_float(DType t) { return t == DType::F32 || t == DType::BF16; }
+
+double load(const void* raw, DType t, size_t i) {
+  switch (t) {
+    case DType::F32: {
+      float v;
+      std::memcpy(&v, static_cast<const char*>(raw) + 4 * i, 4);
+      return v;
+    }
+    case DType::BF16: {
+      uint16_t v;
+      std::memcpy(&v, static_cast<const char*>(raw) + 2 * i, 2);
+      return bf16_to_float(v);
+    }
+    case DType::I32: {
+      int32_t v;
+      std::memcpy(&v, static_cast<const char*>(raw) + 4 * i, 4);
+      return v;
+    }
+    case DType::I64: {
+      int64_t v;
+      std::memcpy(&v, static_cast<const char*>(raw) + 8 * i, 8);
+      return double(v);
+    }
+    case DType::U8:
+      return static_cast<const uint8_t*>(raw)[i];
+  }
+  return 0;
+}
+
+std::vector<double> to_double(const std::vector<char>& raw, DType t) {
+  const size_t n = raw.size() / dtype_size(t);
+  std::vector<double> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = load(raw.data(), t, i);
+  return v;
+}
+
+// n elements of dtype `from` -> dtype `to` (exact between bf16 and f32 in that direction; f32
+// -> bf16 rounds to nearest even like the devices do).
+std::vector<char> convert(const void* src, DType from, DType to, size_t n) {
+  std::vector<char> out(n * dtype_size(to));
+  if (from == to) {
+    if (n) std::memcpy(out.data(), src, out.size());
+    return out;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    const double v = load(src, from, i);
+    char* dst = out.data() + i * dtype_size(to);
+    switch (to) {
+      case DType::F32: {
+        const float f = float(v);
+        std::memcpy(dst, &f, 4);
+        break;
+      }
+      case DType::BF16: {
+        const uint16_t h = float_to_bf16(float(v));
+        std::memcpy(dst, &h, 2);
+        break;
+      }
+      case DType::I32: {
+        const int32_t x = int32_t(std::llround(v));
+        std::memcpy(dst, &x, 4);
+        break;
+      }
+      case DType::I64: {
+        const int64_t x = int64_t(std::llround(v));
+        std::memcpy(dst, &x, 8);
+        break;
+      }
+      case DType::U8:
+        *reinterpret_cast<uint8_t*>(dst) = uint8_t(std::llround(v));
+        break;
+    }
+  }
+  return out;
+}
+
+// Equal for the purpose of "did this element change": NaN equals NaN.
+bool same(double a, double b) { return a == b || (std::isnan(a) && std::isnan(b)); }
+
+std::string index_str(const Shape& s, int64_t flat) {
+  if (flat < 0 || s.n == 0) return "-";
+  std::array<int64_t, kMaxDims> idx{};
+  for (int i = s.n - 1; i >= 0; --i) {
+    const int64_t d = std::max<int64_t>(s.d[i], 1);
+    idx[i] = flat % d;
+    flat /= d;
+  }
+  std::string out = "[";
+  for (int i = 0; i < s.n; ++i) out += (i ? ", " : "") + std::to_string(idx[i]);
+  return out + "]";
+}
+
+std::string fmt(const char* f, double v) {
+  char b[64];
+  std::snprintf(b, sizeof b, f, v);
+  return b;
+}
+
+// One output argument of an op call.
+struct Output {
+  const char* name;
+  const Tensor* t;
+  bool selection = false;  // ids chosen by top-k over scores: may differ on near ties
+};
+
+class CheckBackend final : public Backend {
+ public:
+  CheckBackend(Backend& ref, Backend& dut, CheckOptions opt) : ref_(ref), dut_(dut), opt_(opt) {
+    SL_CHECK(&ref != &dut, "check backend: ref and dut must be two backend instances");
+    streams_[0] = {Stream{}, Stream{}};
+  }
+
+  const std::vector<CheckRecord>& records() const { return records_; }
+
+  std::string name() const override { return "check(" + ref_.name() + " vs " + dut_.name() + ")"; }
+  DType act_dtype() const override { return dut_.act_dtype(); }
+  DType weight_dtype() const override { return dut_.weight_dtype(); }
+
+  // ---------------------------------------------------------------- memory
+  Tensor alloc(const std::string& name, DType dtype, Shape shape, AllocKind kind) override {
+    Buf b;
+    b.name = name;
+    b.dut = dut_.alloc(name, dtype, shape, kind);
+    b.ref = ref_.alloc(name, ref_dtype(dtype), shape, kind);
+    Tensor t = b.dut;
+    t.buffer = int(bufs_.size());
+    bufs_.push_back(std::move(b));
+    return t;
+  }
+  std::string buffer_name(int buffer) const override {
+    SL_CHECK(buffer >= 0 && size_t(buffer) < bufs_.size(), "check backend: buffer_name: no buffer with id ", buffer,
+             " (", bufs_.size(), " allocated)");
+    return bufs_[size_t(buffer)].name;
+  }
+  void upload(Stream s, const Tensor& dst, const void* host, size_t bytes) override {
+    const Tensor r = on_ref(dst, "upload", "dst"), d = on_dut(dst, "upload", "dst");
+    dut_.upload(dut_stream(s), d, host, bytes);
+    if (r.dtype == d.dtype) {
+      ref_.upload(ref_stream(s), r, host, bytes);
+      return;
+    }
+    const size_t es = dtype_size(d.dtype);
+    SL_CHECK(bytes % es == 0, "check backend: upload of ", bytes, " bytes to '", buffer_name(dst.buffer),
+             "' is not a whole number of ", dtype_name(d.dtype), " elements");
+    const std::vector<char> conv = convert(host, d.dtype, r.dtype, bytes / es);
+    ref_.upload(ref_stream(s), r, conv.data(), conv.size());
+    ref_.synchronize();  // `conv` dies here
+  }
+  void download(void* host, const Tensor& src, size_t bytes) override {
+    dut_.download(host, on_dut(src, "download", "src"), bytes);
+  }
+  MemoryStats memory() const override { return dut_.memory(); }
+
+  // ---------------------------------------------------------------- streams and events
+  Stream create_stream(const std::string& name, int priority) override {
+    const Stream r = ref_.create_stream(name, priority), d = dut_.create_stream(name, priority);
+    const Stream s{next_stream_++};
+    streams_[s.id] = {r, d};
+    return s;
+  }
+  void destroy_stream(Stream s) override {
+    const auto it = find_stream(s, "destroy_stream");
+    ref_.destroy_stream(it->second.first);
+    dut_.destroy_stream(it->second.second);
+    streams_.erase(it);
+  }
+  Event create_event(const std::string& name) override {
+    events_.push_back({ref_.create_event(name), dut_.create_event(name)});
+    return Event{int(events_.size()) - 1};
+  }
+  void record(Event e, Stream s) override {
+    ref_.record(event(e, "record").first, ref_stream(s));
+    dut_.record(event(e, "record").second, dut_stream(s));
+  }
+  void wait(Stream s, Event e) override {
+    ref_.wait(ref_stream(s), event(e, "wait").first);
+    dut_.wait(dut_stream(s), event(e, "wait").second);
+  }
+  void synchronize() override {
+    ref_.synchronize();
+    dut_.synchronize();
+  }
+  void graph_begin_capture(int) override {
+    fail(
+        "check backend: CUDA graph capture is not supported (every op downloads its outputs to compare them); "
+        "run without --graph");
+  }
+  GraphStats graph_end_capture(int) override { fail("check backend: CUDA graph capture is not supported"); }
+  void graph_replay(int) override { fail("check backend: CUDA graph replay is not supported"); }
+  void range_push(const char* name) override {
+    if (ranges_.empty()) ++top_count_[name];
+    ranges_.emplace_back(name);
+    ref_.range_push(name);
+    dut_.range_push(name);
+  }
+  void range_pop() override {
+    // No throw here: scopes pop while unwinding from a stop_at_first_failure error.
+    if (!ranges_.empty()) ranges_.pop_back();
+    ref_.range_pop();
+    dut_.range_pop();
+  }
+
+  // ---------------------------------------------------------------- initialisation
+  void init_uniform(Stream s, const Tensor& t, uint64_t seed, uint64_t key, float scale, float offset) override {
+    both("init_uniform", s,
+         [&](Backend& be, Stream st, Side x) { be.init_uniform(st, side(x, t), seed, key, scale, offset); });
+    // Both sides then hold the dut's (e.g. bf16-exact) weights.
+    check("init_uniform", {{"t", &t}}, opt_.record_init);
+  }
+  void fill(Stream s, const Tensor& t, float value) override {
+    both("fill", s, [&](Backend& be, Stream st, Side x) { be.fill(st, side(x, t), value); });
+    check("fill", {{"t", &t}});
+  }
+  void copy(Stream s, const Tensor& dst, const Tensor& src) override {
+    both("copy", s, [&](Backend& be, Stream st, Side x) { be.copy(st, side(x, dst), side(x, src)); });
+    check("copy", {{"dst", &dst}});
+  }
+
+  // ---------------------------------------------------------------- dense math
+  void gemm(Stream s, const Tensor& out, const Tensor& a, const Tensor& w) override {
+    both("gemm", s, [&](Backend& be, Stream st, Side x) { be.gemm(st, side(x, out), side(x, a), side(x, w)); });
+    check("gemm", {{"out", &out}});
+  }
+  void gemm_grouped(Stream s, const Tensor& out, const Tensor& a, const Tensor& w, int groups) override {
+    both("gemm_grouped", s,
+         [&](Backend& be, Stream st, Side x) { be.gemm_grouped(st, side(x, out), side(x, a), side(x, w), groups); });
+    check("gemm_grouped", {{"out", &out}});
+  }
+  void rmsnorm(Stream s, const Tensor& out, const Tensor& x, const Tensor& w, float eps) override {
+    both("rmsnorm", s,
+         [&](Backend& be, Stream st, Side y) { be.rmsnorm(st, side(y, out), side(y, x), side(y, w), eps); });
+    check("rmsnorm", {{"out", &out}});
+  }
+  void add(Stream s, const Tensor& out, const Tensor& a, const Tensor& b) override {
+    both("add", s, [&](Backend& be, Stream st, Side x) { be.add(st, side(x, out), side(x, a), side(x, b)); });
+    check("add", {{"out", &out}});
+  }
+  void rope(Stream s, const Tensor& t, const Tensor& pos, const Tensor& table, bool inverse) override {
+    both("rope", s,
+         [&](Backend& be, Stream st, Side x) { be.rope(st, side(x, t), side(x, pos), side(x, table), inverse); });
+    check("rope", {{"x", &t}});
+  }
+
+  // ---------------------------------------------------------------- embedding, sampling
+  void embed(Stream s, const Tensor& out, const Tensor& ids, const Tensor& table, const Tensor& pos,
+             bool zero_pos0) override {
+    both("embed", s, [&](Backend& be, Stream st, Side x) {
+      be.embed(st, side(x, out), side(x, ids), side(x, table), side(x, pos), zero_pos0);
+    });
+    check("embed", {{"out", &out}});
+  }
+  void argmax(Stream s, const Tensor& out, const Tensor& logits) override {
+    both("argmax", s, [&](Backend& be, Stream st, Side x) { be.argmax(st, side(x, out), side(x, logits)); });
+    check("argmax", {{"out", &out}});
+  }
+  void gather_rows(Stream s, const Tensor& out, const Tensor& in, const Tensor& rows) override {
+    both("gather_rows", s,
+         [&](Backend& be, Stream st, Side x) { be.gather_rows(st, side(x, out), side(x, in), side(x, rows)); });
+    check("gather_rows", {{"out", &out}});
+  }
+  void shift_tokens(Stream s, const Tensor& out, const Tensor& tokens, const Tensor& sampled) override {
+    both("shift_tokens", s,
+         [&](Backend& be, Stream st, Side x) { be.shift_tokens(st, side(x, out), side(x, tokens), side(x, sampled)); });
+    check("shift_tokens", {{"out", &out}});
+  }
+
+  // ---------------------------------------------------------------- mHC
+  void hc_pre(Stream s, const Tensor& y, const Tensor& post, const Tensor& comb, const Tensor& X, const Tensor& fn,
+              const Tensor& scale, const Tensor& base, int iters, float hc_eps, float rms_eps) override {
+    both("hc_pre", s, [&](Backend& be, Stream st, Side x) {
+      be.hc_pre(st, side(x, y), side(x, post), side(x, comb), side(x, X), side(x, fn), side(x, scale), side(x, base),
+                iters, hc_eps, rms_eps);
+    });
+    check("hc_pre", {{"y", &y}, {"post", &post}, {"comb", &comb}});
+  }
+  void hc_post(Stream s, const Tensor& X_out, const Tensor& f, const Tensor& res, const Tensor& post,
+               const Tensor& comb) override {
+    both("hc_post", s, [&](Backend& be, Stream st, Side x) {
+      be.hc_post(st, side(x, X_out), side(x, f), side(x, res), side(x, post), side(x, comb));
+    });
+    check("hc_post", {{"X_out", &X_out}});
+  }
+  void hc_head(Stream s, const Tensor& h, const Tensor& X, const Tensor& fn, const Tensor& scale, const Tensor& base,
+               float hc_eps, float rms_eps) override {
+    both("hc_head", s, [&](Backend& be, Stream st, Side x) {
+      be.hc_head(st, side(x, h), side(x, X), side(x, fn), side(x, scale), side(x, base), hc_eps, rms_eps);
+    });
+    check("hc_head", {{"h", &h}});
+  }
+  void hc_expand(Stream s, const Tensor& X, const Tensor& e) override {
+    both("hc_expand", s, [&](Backend& be, Stream st, Side x) { be.hc_expand(st, side(x, X), side(x, e)); });
+    check("hc_expand", {{"X", &X}});
+  }
+  void mtp_combine(Stream s, const Tensor& X, const Tensor& hp, const Tensor& ep) override {
+    both("mtp_combine", s,
+         [&](Backend& be, Stream st, Side x) { be.mtp_combine(st, side(x, X), side(x, hp), side(x, ep)); });
+    check("mtp_combine", {{"X", &X}});
+  }
+
+  // ---------------------------------------------------------------- attention
+  void swa_insert(Stream s, const Tensor& cache, const Tensor& tags, const Tensor& k, const Tensor& pos,
+                  const Tensor& seq) override {
+    both("swa_insert", s, [&](Backend& be, Stream st, Side x) {
+      be.swa_insert(st, side(x, cache), side(x, tags), side(x, k), side(x, pos), side(x, seq));
+    });
+    check("swa_insert", {{"cache", &cache}, {"tags", &tags}});
+  }
+  void compressor_save(Stream s, const Tensor& su, const Tensor& sg, const Tensor& tags, const Tensor& u,
+                       const Tensor& g, const Tensor& ape, const Tensor& pos, const Tensor& seq, int ratio) override {
+    both("compressor_save", s, [&](Backend& be, Stream st, Side x) {
+      be.compressor_save(st, side(x, su), side(x, sg), side(x, tags), side(x, u), side(x, g), side(x, ape),
+                         side(x, pos), side(x, seq), ratio);
+    });
+    check("compressor_save", {{"state_u", &su}, {"state_g", &sg}, {"state_tags", &tags}});
+  }
+  void compressor_pool(Stream s, const Tensor& entries, const Tensor& su, const Tensor& sg, const Tensor& tags,
+                       const Tensor& norm_w, const Tensor& table, const Tensor& pos, const Tensor& seq, int ratio,
+                       bool overlap, float rms_eps) override {
+    both("compressor_pool", s, [&](Backend& be, Stream st, Side x) {
+      be.compressor_pool(st, side(x, entries), side(x, su), side(x, sg), side(x, tags), side(x, norm_w), side(x, table),
+                         side(x, pos), side(x, seq), ratio, overlap, rms_eps);
+    });
+    check("compressor_pool", {{"entries", &entries}});
+  }
+  void indexer_topk(Stream s, const Tensor& sel, const Tensor& q, const Tensor& w, const Tensor& keys,
+                    const Tensor& pos, const Tensor& seq, int ratio) override {
+    both("indexer_topk", s, [&](Backend& be, Stream st, Side x) {
+      be.indexer_topk(st, side(x, sel), side(x, q), side(x, w), side(x, keys), side(x, pos), side(x, seq), ratio);
+    });
+    check("indexer_topk", {{"sel", &sel, true}});
+  }
+  void sparse_attention(Stream s, const Tensor& o, const Tensor& q, const Tensor& swa, const Tensor& swa_tags,
+                        const Tensor& comp, const Tensor& sel, const Tensor& sink, const Tensor& pos, const Tensor& seq,
+                        int window, CompressedKeys mode, int ratio) override {
+    both("sparse_attention", s, [&](Backend& be, Stream st, Side x) {
+      be.sparse_attention(st, side(x, o), side(x, q), side(x, swa), side(x, swa_tags), side(x, comp), side(x, sel),
+                          side(x, sink), side(x, pos), side(x, seq), window, mode, ratio);
+    });
+    check("sparse_attention", {{"o", &o}});
+  }
+
+  // ---------------------------------------------------------------- MoE
+  void route(Stream s, const Tensor& ids, const Tensor& weights, const Tensor& logits, const Tensor& bias,
+             const Tensor& tid2eid, const Tensor& tokens, float scaling) override {
+    both("route", s, [&](Backend& be, Stream st, Side x) {
+      be.route(st, side(x, ids), side(x, weights), side(x, logits), side(x, bias), side(x, tid2eid), side(x, tokens),
+               scaling);
+    });
+    // Hash layers look their ids up (tid2eid): exact. Score top-k may flip on near ties.
+    check("route", {{"ids", &ids, tid2eid.empty()}, {"weights", &weights}});
+  }
+  void moe_experts(Stream s, const Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
+                   const Tensor& w1, const Tensor& w2, const Tensor& w3, float limit,
+                   const Tensor& workspace) override {
+    both("moe_experts", s, [&](Backend& be, Stream st, Side y) {
+      be.moe_experts(st, side(y, out), side(y, x), side(y, ids), side(y, weights), side(y, w1), side(y, w2),
+                     side(y, w3), limit, side(y, workspace));
+    });
+    // The workspace is scratch in each backend's own layout: not an output.
+    check("moe_experts", {{"out", &out}});
+  }
+  size_t moe_workspace_bytes(int64_t tokens, int k, int D, int F, int E) const override {
+    return std::max(ref_.moe_workspace_bytes(tokens, k, D, F, E), dut_.moe_workspace_bytes(tokens, k, D, F, E));
+  }
+  void swiglu(Stream s, const Tensor& out, const Tensor& g, const Tensor& u, float limit) override {
+    both("swiglu", s,
+         [&](Backend& be, Stream st, Side x) { be.swiglu(st, side(x, out), side(x, g), side(x, u), limit); });
+    check("swiglu", {{"out", &out}});
+  }
+
+ private:
+  // One allocation: the whole buffer on each side (with that side's own buffer id).
+  struct Buf {
+    std::string name;
+    Tensor ref, dut;
+  };
+  enum class Side { Ref, Dut };
+
+  DType ref_dtype(DType d) const {
+    if (d == dut_.act_dtype()) return ref_.act_dtype();
+    if (d == dut_.weight_dtype()) return ref_.weight_dtype();
+    return d;
+  }
+
+  const Buf& buf_of(const Tensor& t, const char* op, const char* arg) const {
+    SL_CHECK(t.buffer >= 0 && size_t(t.buffer) < bufs_.size(), "check backend: ", op, ": ", arg, " (buffer id ",
+             t.buffer, ") was not allocated by this check backend");
+    return bufs_[size_t(t.buffer)];
+  }
+  // Element offset of a view within its buffer (views move the data pointer by whole elements).
+  int64_t offset_of(const Tensor& t, const Buf& b, const char* op, const char* arg) const {
+    SL_CHECK(t.dtype == b.dut.dtype, "check backend: ", op, ": ", arg, " is ", dtype_name(t.dtype), " but its buffer '",
+             b.name, "' is ", dtype_name(b.dut.dtype));
+    int64_t off = 0;
+    if (b.dut.data == nullptr) {
+      SL_CHECK(t.data == nullptr, "check backend: ", op, ": ", arg, " points into the empty buffer '", b.name, "'");
+    } else {
+      const ptrdiff_t d = static_cast<const char*>(t.data) - static_cast<const char*>(b.dut.data);
+      const ptrdiff_t es = ptrdiff_t(dtype_size(t.dtype));
+      SL_CHECK(d >= 0 && d % es == 0, "check backend: ", op, ": ", arg, " does not point at an element of buffer '",
+               b.name, "' (byte offset ", d, ")");
+      off = d / es;
+    }
+    SL_CHECK(off + t.numel() <= b.dut.numel(), "check backend: ", op, ": ", arg, " ", t.shape.str(), " at element ",
+             off, " runs past the end of buffer '", b.name, "' ", b.dut.shape.str());
+    return off;
+  }
+  Tensor on_dut(const Tensor& t, const char* op, const char* arg) const {
+    if (t.buffer < 0) {
+      SL_CHECK(t.data == nullptr, "check backend: ", op, ": ", arg, " has data but no buffer id");
+      return t;  // an absent optional argument
+    }
+    const Buf& b = buf_of(t, op, arg);
+    offset_of(t, b, op, arg);
+    Tensor d = t;
+    d.buffer = b.dut.buffer;
+    return d;
+  }
+  Tensor on_ref(const Tensor& t, const char* op, const char* arg) const {
+    if (t.buffer < 0) {
+      SL_CHECK(t.data == nullptr, "check backend: ", op, ": ", arg, " has data but no buffer id");
+      return t;
+    }
+    const Buf& b = buf_of(t, op, arg);
+    const int64_t off = offset_of(t, b, op, arg);
+    Tensor r = t;
+    r.dtype = b.ref.dtype;
+    r.buffer = b.ref.buffer;
+    r.data = b.ref.data ? static_cast<char*>(b.ref.data) + size_t(off) * dtype_size(b.ref.dtype) : nullptr;
+    return r;
+  }
+  // Arguments inside an op call: errors name the op (the backends name the argument).
+  Tensor side(Side x, const Tensor& t) const {
+    return x == Side::Ref ? on_ref(t, cur_op_, "an argument") : on_dut(t, cur_op_, "an argument");
+  }
+
+  std::map<int, std::pair<Stream, Stream>>::iterator find_stream(Stream s, const char* op) {
+    const auto it = streams_.find(s.id);
+    SL_CHECK(it != streams_.end(), "check backend: ", op, ": stream ", s.id,
+             " does not exist (never created or destroyed)");
+    return it;
+  }
+  Stream ref_stream(Stream s) { return find_stream(s, "stream mapping")->second.first; }
+  Stream dut_stream(Stream s) { return find_stream(s, "stream mapping")->second.second; }
+  const std::pair<Event, Event>& event(Event e, const char* op) const {
+    SL_CHECK(e.id >= 0 && size_t(e.id) < events_.size(), "check backend: ", op, ": event ", e.id, " does not exist");
+    return events_[size_t(e.id)];
+  }
+
+  // The op on the ref, then on the dut.
+  void both(const char* op, Stream s, const std::function<void(Backend&, Stream, Side)>& call) {
+    cur_op_ = op;
+    call(ref_, ref_stream(s), Side::Ref);
+    call(dut_, dut_stream(s), Side::Dut);
+  }
+
+  std::string path() const {
+    std::string p;
+    for (size_t i = 0; i < ranges_.size(); ++i) {
+      if (i) p += "/";
+      p += ranges_[i];
+      if (i == 0) p += "#" + std::to_string(top_count_.at(ranges_[0]));
+    }
+    return p;
+  }
+
+  // Both sides' whole buffer of one output, as doubles, and the dut's raw bytes.
+  struct Fetched {
+    const Buf* buf = nullptr;
+    int64_t off = 0;
+    std::vector<char> dut_raw;
+    std::vector<double> ref, dut;
+  };
+  Fetched fetch(const Output& o, const char* op) {
+    Fetched f;
+    f.buf = &buf_of(*o.t, op, o.name);
+    f.off = offset_of(*o.t, *f.buf, op, o.name);
+    std::vector<char> ref_raw(f.buf->ref.bytes());
+    f.dut_raw.resize(f.buf->dut.bytes());
+    if (!ref_raw.empty()) ref_.download(ref_raw.data(), f.buf->ref, ref_raw.size());
+    if (!f.dut_raw.empty()) dut_.download(f.dut_raw.data(), f.buf->dut, f.dut_raw.size());
+    f.ref = to_double(ref_raw, f.buf->ref.dtype);
+    f.dut = to_double(f.dut_raw, f.buf->dut.dtype);
+    return f;
+  }
+
+  static void compare_float(CheckRecord& r, const double* ref, const double* dut, int64_t n, int64_t row,
+                            const std::vector<char>* skip_row) {
+    double num = 0, den = 0;
+    bool bad = false;
+    for (int64_t i = 0; i < n; ++i) {
+      if (skip_row && (*skip_row)[size_t(i / row)]) continue;
+      const double a = ref[i], b = dut[i];
+      if (!std::isfinite(a) || !std::isfinite(b)) {
+        if (same(a, b)) continue;
+        bad = true;
+        if (r.max_abs != INFINITY) r.max_abs_index = i;
+        r.max_abs = INFINITY;
+        continue;
+      }
+      const double d = std::fabs(b - a);
+      num += d * d;
+      den += a * a;
+      if (d > r.max_abs) r.max_abs = d, r.max_abs_index = i;
+    }
+    r.rel_err = bad ? INFINITY : den > 0 ? std::sqrt(num / den) : num > 0 ? INFINITY : 0.0;
+  }
+
+  // Per row: ids the dut chose that the ref did not (multiset difference).
+  static void compare_selection(CheckRecord& r, const double* ref, const double* dut, int64_t n, int64_t row,
+                                std::vector<char>* differs) {
+    int64_t rows_diff = 0;
+    for (int64_t s = 0; s * row < n; ++s) {
+      std::vector<double> a(ref + s * row, ref + s * row + row), b(dut + s * row, dut + s * row + row);
+      std::sort(a.begin(), a.end());
+      std::sort(b.begin(), b.end());
+      std::vector<double> extra;
+      std::set_difference(b.begin(), b.end(), a.begin(), a.end(), std::back_inserter(extra));
+      if (!extra.empty()) {
+        if (r.max_abs_index < 0) r.max_abs_index = s * row;
+        r.mismatches += int64_t(extra.size());
+        ++rows_diff;
+        if (differs) (*differs)[size_t(s)] = 1;
+      }
+    }
+    if (rows_diff) r.note = std::to_string(rows_diff) + " of " + std::to_string(row ? n / row : 0) + " rows differ";
+  }
+
+  // route: the dut's weights reordered to the ref's id order (a near tie may swap two slots);
+  // rows whose id sets differ are left out.
+  static std::vector<double> align_route_weights(const double* ref_ids, const double* dut_ids, const double* dut_w,
+                                                 int64_t n, int64_t k) {
+    std::vector<double> out(dut_w, dut_w + n);
+    for (int64_t t = 0; t * k < n; ++t) {
+      std::vector<char> used(size_t(k), 0);
+      for (int64_t i = 0; i < k; ++i)
+        for (int64_t j = 0; j < k; ++j)
+          if (!used[size_t(j)] && dut_ids[t * k + j] == ref_ids[t * k + i]) {
+            used[size_t(j)] = 1;
+            out[size_t(t * k + i)] = dut_w[t * k + j];
+            break;
+          }
+    }
+    return out;
+  }
+
+  // After an op: compare each output on both sides, record, then copy the dut's values into
+  // the ref so that the next op starts from identical inputs.
+  void check(const char* op, std::initializer_list<Output> outputs, bool record = true) {
+    const int64_t seq = seq_++;
+    const std::string where = path();
+    std::vector<Fetched> got;
+    for (const Output& o : outputs) got.push_back(fetch(o, op));
+
+    std::vector<char> route_rows_differ;  // route: rows whose ids differ (ids come first)
+    std::vector<CheckRecord> recs;
+    size_t i = 0;
+    for (const Output& o : outputs) {
+      const Fetched& f = got[i++];
+      const Tensor& t = *o.t;
+      CheckRecord r;
+      r.seq = seq;
+      r.path = where;
+      r.op = op;
+      r.output = o.name;
+      r.shape = t.shape;
+      r.ref_dtype = f.buf->ref.dtype;
+      r.dut_dtype = f.buf->dut.dtype;
+      r.numel = t.numel();
+      const int64_t n = r.numel, row = std::max<int64_t>(t.ndim() ? t.dim(-1) : 1, 1);
+      const double* rv = f.ref.data() + f.off;
+      const double* dv = f.dut.data() + f.off;
+      if (o.selection) {
+        r.kind = CheckRecord::Kind::Selection;
+        std::vector<char> differs(size_t(n / row + 1), 0);
+        compare_selection(r, rv, dv, n, row, &differs);
+        if (std::string(op) == "route") route_rows_differ = differs;
+      } else if (is_float(t.dtype)) {
+        r.kind = CheckRecord::Kind::Float;
+        if (std::string(op) == "route" && !route_rows_differ.empty()) {
+          const Fetched& ids = got[0];
+          const std::vector<double> aligned =
+              align_route_weights(ids.ref.data() + ids.off, ids.dut.data() + ids.off, dv, n, row);
+          compare_float(r, rv, aligned.data(), n, row, &route_rows_differ);
+          int64_t left_out = 0;
+          for (int64_t s = 0; s < n / row; ++s) left_out += route_rows_differ[size_t(s)];
+          if (left_out) r.note = std::to_string(left_out) + " rows left out: their ids differ";
+        } else {
+          compare_float(r, rv, dv, n, row, nullptr);
+        }
+        r.failed = !(r.rel_err <= opt_.tolerance);
+      } else {
+        r.kind = CheckRecord::Kind::Int;
+        for (int64_t e = 0; e < n; ++e)
+          if (!same(rv[e], dv[e])) {
+            if (r.mismatches++ == 0) r.max_abs_index = e;
+          }
+        r.failed = r.mismatches > 0;
+      }
+      recs.push_back(r);
+    }
+
+    // Outside the views: nothing may have changed. Several outputs may share one buffer.
+    std::map<const Buf*, std::vector<std::pair<int64_t, int64_t>>> views;
+    i = 0;
+    for (const Output& o : outputs) {
+      const Fetched& f = got[i++];
+      views[f.buf].push_back({f.off, f.off + o.t->numel()});
+    }
+    std::map<const Buf*, bool> seen;
+    i = 0;
+    for (const Output& o : outputs) {
+      const Fetched& f = got[i++];
+      if (seen[f.buf]) continue;
+      seen[f.buf] = true;
+      CheckRecord r;
+      r.seq = seq;
+      r.path = where;
+      r.op = op;
+      r.output = std::string(o.name) + " (outside the view; buffer '" + f.buf->name + "')";
+      r.shape = f.buf->dut.shape;
+      r.ref_dtype = f.buf->ref.dtype;
+      r.dut_dtype = f.buf->dut.dtype;
+      r.kind = CheckRecord::Kind::OutsideView;
+      const auto& vs = views[f.buf];
+      for (int64_t e = 0; e < int64_t(f.ref.size()); ++e) {
+        bool inside = false;
+        for (const auto& v : vs) inside = inside || (e >= v.first && e < v.second);
+        if (inside) continue;
+        ++r.numel;
+        if (same(f.ref[size_t(e)], f.dut[size_t(e)])) continue;
+        if (r.mismatches++ == 0) r.max_abs_index = e;
+        r.max_abs = std::max(r.max_abs, std::fabs(f.dut[size_t(e)] - f.ref[size_t(e)]));
+      }
+      if (r.mismatches) {
+        r.failed = true;
+        recs.push_back(r);
+      }
+    }
+
+    // Resync: the dut's whole buffer into the ref, converted to the ref's dtype.
+    for (const Fetched& f : got) {
+      bool differ = false;
+      for (size_t e = 0; e < f.ref.size() && !differ; ++e) differ = !same(f.ref[e], f.dut[e]);
+      if (!differ) continue;
+      const std::vector<char> conv = convert(f.dut_raw.data(), f.buf->dut.dtype, f.buf->ref.dtype, f.dut.size());
+      ref_.upload(Stream{}, f.buf->ref, conv.data(), conv.size());
+      ref_.synchronize();  // `conv` dies here
+    }
+
+    if (!record) return;
+    const CheckRecord* first_failed = nullptr;
+    for (CheckRecord& r : recs) {
+      const bool show =
+          opt_.print == CheckOptions::Print::All || (opt_.print == CheckOptions::Print::Failures && r.failed);
+      if (show && opt_.log) std::fprintf(opt_.log, "check: %s%s\n", r.failed ? "FAIL " : "", r.describe().c_str());
+      records_.push_back(std::move(r));
+      if (records_.back().failed && !first_failed) first_failed = &records_.back();
+    }
+    if (opt_.log) std::fflush(opt_.log);
+    if (first_failed && opt_.stop_at_first_failure) fail("check backend: first failure: ", first_failed->describe());
+  }
+
+  Backend& ref_;
+  Backend& dut_;
+  CheckOptions opt_;
+  std::vector<Buf> bufs_;
+  std::map<int, std::pair<Stream, Stream>> streams_;  // wrapper stream id -> (ref, dut)
+  int next_stream_ = 1;
+  std::vector<std::pair<Event, Event>> events_;
+  std::vector<std::string> ranges_;
+  std::map<std::string, int> top_count_;  // occurrences of each outermost range ("decode" = step number)
+  std::vector<CheckRecord> records_;
+  int64_t seq_ = 0;
+  const char* cur_op_ = "";
+};
+
+}  // namespace
+
+const char* check_kind_name(CheckRecord::Kind k) {
+  switch (k) {
+    case CheckRecord::Kind::Float:
+      return "float";
+    case CheckRecord::Kind::Int:
+      return "int";
+    case CheckRecord::Kind::Selection:
+      return "selection";
+    case CheckRecord::Kind::OutsideView:
+      return "outside-view";
+  }
+  return "?";
+}
+
+std::string CheckRecord::where() const {
+  std::string s = "#" + std::to_string(seq) + " " + (path.empty() ? "(no range)" : path) + " " + op + "." + output +
+                  " " + shape.str() + " " + dtype_name(dut_dtype);
+  if (ref_dtype != dut_dtype) s += std::string(" vs ") + dtype_name(ref_dtype);
+  return s;
+}
+
+std::string CheckRecord::describe() const {
+  std::string s = where() + ": ";
+  switch (kind) {
+    case Kind::Float:
+      s += "rel err " + fmt("%.3e", rel_err) + ", max abs diff " + fmt("%.3e", max_abs);
+      if (max_abs_index >= 0) s += " at " + index_str(shape, max_abs_index);
+      break;
+    case Kind::Int:
+      s += std::to_string(mismatches) + " of " + std::to_string(numel) + " elements differ" +
+           (mismatches ? " (first at " + index_str(shape, max_abs_index) + ")" : "");
+      break;
+    case Kind::Selection:
+      s += std::to_string(mismatches) + " ids differ (near ties?)" +
+           (mismatches ? " (first row at " + index_str(shape, max_abs_index) + ")" : "");
+      break;
+    case Kind::OutsideView:
+      s += std::to_string(mismatches) + " of " + std::to_string(numel) +
+           " elements outside the op's output changed (first at " + index_str(shape, max_abs_index) +
+           ", max abs diff " + fmt("%.3e", max_abs) + ")";
+      break;
+  }
+  if (!note.empty()) s += "; " + note;
+  return s;
+}
+
+std::unique_ptr<Backend> make_check_backend(Backend& ref, Backend& dut, CheckOptions options) {
+  return std::make_unique<CheckBackend>(ref, dut, options);
+}
+
+const std::vector<CheckRecord>& check_records(const Backend& check) {
+  const auto* c = dynamic_cast<const CheckBackend*>(&check);
+  SL_CHECK(c != nullptr, "check_records: backend '", check.name(), "' is not a check backend (make_check_backend)");
+  return c->records();
+}
+
+CheckSummary summarize_checks(const std::vector<CheckRecord>& records) {
+  CheckSummary s;
+  int64_t last_seq = -1;
+  for (const CheckRecord& r : records) {
+    if (r.seq != last_seq) ++s.op_calls, last_seq = r.seq;
+    if (r.kind != CheckRecord::Kind::OutsideView) ++s.outputs;
+    if (r.failed) {
+      ++s.failures;
+      if (!s.first_failure) s.first_failure = &r;
+    }
+    switch (r.kind) {
+      case CheckRecord::Kind::Float:
+        if (r.failed) ++s.float_failures;
+        if (!s.worst || !(r.rel_err <= s.worst->rel_err)) s.worst = &r;
+        break;
+      case CheckRecord::Kind::Int:
+        s.int_failures += r.failed;
+        break;
+      case CheckRecord::Kind::Selection:
+        s.selection_diffs += r.mismatches > 0;
+        break;
+      case CheckRecord::Kind::OutsideView:
+        ++s.outside_view;
+        break;
+    }
+  }
+  if (s.worst) s.worst_rel_err = s.worst->rel_err;
+  return s;
+}
+
+void print_check_report(FILE* out, const std::vector<CheckRecord>& records, double tolerance, int worst,
+                        int max_failures) {
+  const CheckSummary s = summarize_checks(records);
+  std::fprintf(out,
+               "check: %lld op calls, %lld outputs compared on identical inputs (tolerance %.1e): %lld failures "
+               "(float over tolerance %lld, int mismatches %lld, writes outside the output %lld); %lld selection "
+               "outputs differ (near ties, not failures); worst float rel err %.3e\n",
+               (long long)s.op_calls, (long long)s.outputs, tolerance, (long long)s.failures,
+               (long long)s.float_failures, (long long)s.int_failures, (long long)s.outside_view,
+               (long long)s.selection_diffs, s.worst_rel_err);
+  if (s.first_failure)
+    std::fprintf(out, "FIRST FAILURE: %s\n", s.first_failure->describe().c_str());
+  else
+    std::fprintf(out, "no failure\n");
+  if (s.failures) {
+    std::fprintf(out, "failures (in call order):\n");
+    int shown = 0;
+    for (const CheckRecord& r : records)
+      if (r.failed && shown++ < max_failures) std::fprintf(out, "  %s\n", r.describe().c_str());
+    if (shown > max_failures) std::fprintf(out, "  ... and %d more\n", shown - max_failures);
+  }
+  if (s.selection_diffs) {
+    std::fprintf(out, "selection differences (in call order):\n");
+    int shown = 0;
+    for (const CheckRecord& r : records)
+      if (r.kind == CheckRecord::Kind::Selection && r.mismatches && shown++ < max_failures)
+        std::fprintf(out, "  %s\n", r.describe().c_str());
+    if (shown > max_failures) std::fprintf(out, "  ... and %d more\n", shown - max_failures);
+  }
+  // Initialisation is listed apart: on a bf16 dut its error is the weights' rounding (~1e-3),
+  // which would crowd the ops out of the worst list.
+  std::vector<const CheckRecord*> fl;
+  int64_t inits = 0;
+  double init_worst = 0;
+  for (const CheckRecord& r : records) {
+    if (r.kind != CheckRecord::Kind::Float) continue;
+    if (r.op == "init_uniform" || r.op == "fill") {
+      ++inits;
+      init_worst = std::max(init_worst, std::isnan(r.rel_err) ? INFINITY : r.rel_err);
+    } else {
+      fl.push_back(&r);
+    }
+  }
+  if (inits)
+    std::fprintf(out, "initialisation (init_uniform, fill): %lld float tensors, worst rel err %.3e\n", (long long)inits,
+                 init_worst);
+  // NaN/inf first, then by relative error.
+  std::stable_sort(fl.begin(), fl.end(), [](const CheckRecord* a, const CheckRecord* b) {
+    const double x = std::isnan(a->rel_err) ? INFINITY : a->rel_err, y = std::isnan(b->rel_err) ? INFINITY : b->rel_err;
+    return x > y;
+  });
+  if (worst > 0 && !fl.empty()) {
+    std::fprintf(out, "worst %d float op outputs by relative error:\n", std::min<int>(worst, int(fl.size())));
+    for (int i = 0; i < worst && i < int(fl.size()); ++i)
+      std::fprintf(out, "  %s%s\n", fl[size_t(i)]->failed ? "FAIL " : "", fl[size_t(i)]->describe().c_str());
+  }
+  std::fflush(out);
+}
+
+}  // namespace sl

@@ -1,0 +1,546 @@
+// The op-by-op checker (model/check_backend.h) on the CPU: two CPU backends agree exactly on
+// the whole tiny model (prefill + decode + MTP drafts), and a deliberately faulty backend is
+// caught at exactly the op and range path where it misbehaves, with no failure spreading to
+// later ops (every op runs on identical inputs).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/bf16.h"
+#include "core/rng.h"
+#include "model/check_backend.h"
+#include "model/cpu/cpu_backend.h"
+#include "model/deepseek_v4.h"
+
+namespace sl {
+namespace {
+
+// A CPU backend with a hook after every op that writes outputs: the hook sees the op name,
+// the range path (same format as CheckRecord::path) and the output tensors (host memory), and
+// may corrupt them.
+class FaultyCpu final : public Backend {
+ public:
+  using Hook = std::function<void(const std::string& op, const std::string& path, const std::vector<Tensor>& outs)>;
+  Hook hook;
+  // Report bf16 activations and weights like the CUDA backend (only memory, init, fill and
+  // copy then work: the CPU ops want f32).
+  bool bf16 = false;
+
+  std::string name() const override { return "faulty-cpu"; }
+  DType act_dtype() const override { return bf16 ? DType::BF16 : in_->act_dtype(); }
+  DType weight_dtype() const override { return bf16 ? DType::BF16 : in_->weight_dtype(); }
+  Tensor alloc(const std::string& n, DType dt, Shape s, AllocKind k) override { return in_->alloc(n, dt, s, k); }
+  std::string buffer_name(int b) const override { return in_->buffer_name(b); }
+  void upload(Stream s, const Tensor& d, const void* h, size_t n) override { in_->upload(s, d, h, n); }
+  void download(void* h, const Tensor& s, size_t n) override { in_->download(h, s, n); }
+  MemoryStats memory() const override { return in_->memory(); }
+  Stream create_stream(const std::string& n, int p) override { return in_->create_stream(n, p); }
+  void destroy_stream(Stream s) override { in_->destroy_stream(s); }
+  Event create_event(const std::string& n) override { return in_->create_event(n); }
+  void record(Event e, Stream s) override { in_->record(e, s); }
+  void wait(Stream s, Event e) override { in_->wait(s, e); }
+  void synchronize() override { in_->synchronize(); }
+  void range_push(const char* n) override {
+    if (ranges_.empty()) ++top_[n];
+    ranges_.emplace_back(n);
+  }
+  void range_pop() override { ranges_.pop_back(); }
+
+  void init_uniform(Stream s, const Tensor& t, uint64_t seed, uint64_t key, float scale, float offset) override {
+    in_->init_uniform(s, t, seed, key, scale, offset);
+  }
+  void fill(Stream s, const Tensor& t, float v) override { in_->fill(s, t, v); }
+  void copy(Stream s, const Tensor& d, const Tensor& src) override {
+    in_->copy(s, d, src);
+    after("copy", {d});
+  }
+  void gemm(Stream s, const Tensor& out, const Tensor& a, const Tensor& w) override {
+    in_->gemm(s, out, a, w);
+    after("gemm", {out});
+  }
+  void gemm_grouped(Stream s, const Tensor& out, const Tensor& a, const Tensor& w, int g) override {
+    in_->gemm_grouped(s, out, a, w, g);
+    after("gemm_grouped", {out});
+  }
+  void rmsnorm(Stream s, const Tensor& out, const Tensor& x, const Tensor& w, float eps) override {
+    in_->rmsnorm(s, out, x, w, eps);
+    after("rmsnorm", {out});
+  }
+  void add(Stream s, const Tensor& out, const Tensor& a, const Tensor& b) override {
+    in_->add(s, out, a, b);
+    after("add", {out});
+  }
+  void rope(Stream s, const Tensor& x, const Tensor& pos, const Tensor& table, bool inv) override {
+    in_->rope(s, x, pos, table, inv);
+    after("rope", {x});
+  }
+  void embed(Stream s, const Tensor& out, const Tensor& ids, const Tensor& table, const Tensor& pos, bool z) override {
+    in_->embed(s, out, ids, table, pos, z);
+    after("embed", {out});
+  }
+  void argmax(Stream s, const Tensor& out, const Tensor& logits) override {
+    in_->argmax(s, out, logits);
+    after("argmax", {out});
+  }
+  void gather_rows(Stream s, const Tensor& out, const Tensor& in, const Tensor& rows) override {
+    in_->gather_rows(s, out, in, rows);
+    after("gather_rows", {out});
+  }
+  void shift_tokens(Stream s, const Tensor& out, const Tensor& tokens, const Tensor& sampled) override {
+    in_->shift_tokens(s, out, tokens, sampled);
+    after("shift_tokens", {out});
+  }
+  void hc_pre(Stream s, const Tensor& y, const Tensor& post, const Tensor& comb, const Tensor& X, const Tensor& fn,
+              const Tensor& scale, const Tensor& base, int it, float he, float re) override {
+    in_->hc_pre(s, y, post, comb, X, fn, scale, base, it, he, re);
+    after("hc_pre", {y, post, comb});
+  }
+  void hc_post(Stream s, const Tensor& X_out, const Tensor& f, const Tensor& res, const Tensor& post,
+               const Tensor& comb) override {
+    in_->hc_post(s, X_out, f, res, post, comb);
+    after("hc_post", {X_out});
+  }
+  void hc_head(Stream s, const Tensor& h, const Tensor& X, const Tensor& fn, const Tensor& scale, const Tensor& base,
+               float he, float re) override {
+    in_->hc_head(s, h, X, fn, scale, base, he, re);
+    after("hc_head", {h});
+  }
+  void hc_expand(Stream s, const Tensor& X, const Tensor& e) override {
+    in_->hc_expand(s, X, e);
+    after("hc_expand", {X});
+  }
+  void mtp_combine(Stream s, const Tensor& X, const Tensor& hp, const Tensor& ep) override {
+    in_->mtp_combine(s, X, hp, ep);
+    after("mtp_combine", {X});
+  }
+  void swa_insert(Stream s, const Tensor& cache, const Tensor& tags, const Tensor& k, const Tensor& pos,
+                  const Tensor& seq) override {
+    in_->swa_insert(s, cache, tags, k, pos, seq);
+    after("swa_insert", {cache, tags});
+  }
+  void compressor_save(Stream s, const Tensor& su, const Tensor& sg, const Tensor& tags, const Tensor& u,
+                       const Tensor& g, const Tensor& ape, const Tensor& pos, const Tensor& seq, int r) override {
+    in_->compressor_save(s, su, sg, tags, u, g, ape, pos, seq, r);
+    after("compressor_save", {su, sg, tags});
+  }
+  void compressor_pool(Stream s, const Tensor& entries, const Tensor& su, const Tensor& sg, const Tensor& tags,
+                       const Tensor& nw, const Tensor& table, const Tensor& pos, const Tensor& seq, int r, bool ov,
+                       float eps) override {
+    in_->compressor_pool(s, entries, su, sg, tags, nw, table, pos, seq, r, ov, eps);
+    after("compressor_pool", {entries});
+  }
+  void indexer_topk(Stream s, const Tensor& sel, const Tensor& q, const Tensor& w, const Tensor& keys,
+                    const Tensor& pos, const Tensor& seq, int r) override {
+    in_->indexer_topk(s, sel, q, w, keys, pos, seq, r);
+    after("indexer_topk", {sel});
+  }
+  void sparse_attention(Stream s, const Tensor& o, const Tensor& q, const Tensor& swa, const Tensor& swa_tags,
+                        const Tensor& comp, const Tensor& sel, const Tensor& sink, const Tensor& pos, const Tensor& seq,
+                        int window, CompressedKeys mode, int r) override {
+    in_->sparse_attention(s, o, q, swa, swa_tags, comp, sel, sink, pos, seq, window, mode, r);
+    after("sparse_attention", {o});
+  }
+  void route(Stream s, const Tensor& ids, const Tensor& w, const Tensor& logits, const Tensor& bias,
+             const Tensor& tid2eid, const Tensor& tokens, float scaling) override {
+    in_->route(s, ids, w, logits, bias, tid2eid, tokens, scaling);
+    after("route", {ids, w});
+  }
+  void moe_experts(Stream s, const Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& w, const Tensor& w1,
+                   const Tensor& w2, const Tensor& w3, float limit, const Tensor& ws) override {
+    in_->moe_experts(s, out, x, ids, w, w1, w2, w3, limit, ws);
+    after("moe_experts", {out});
+  }
+  size_t moe_workspace_bytes(int64_t t, int k, int D, int F, int E) const override {
+    return in_->moe_workspace_bytes(t, k, D, F, E);
+  }
+  void swiglu(Stream s, const Tensor& out, const Tensor& g, const Tensor& u, float limit) override {
+    in_->swiglu(s, out, g, u, limit);
+    after("swiglu", {out});
+  }
+
+ private:
+  void after(const char* op, const std::vector<Tensor>& outs) {
+    if (!hook) return;
+    std::string p;
+    for (size_t i = 0; i < ranges_.size(); ++i)
+      p += (i ? "/" : "") + ranges_[i] + (i == 0 ? "#" + std::to_string(top_[ranges_[0]]) : "");
+    hook(op, p, outs);
+  }
+
+  std::unique_ptr<Backend> in_ = make_cpu_backend();
+  std::vector<std::string> ranges_;
+  std::map<std::string, int> top_;
+};
+
+// The configuration the H200 disagreement showed up with: one MTP layer of compress ratio 4
+// (with indexer), 3 draft steps, batch 2.
+ModelConfig tiny_c4(int draft_steps = 3) {
+  ModelConfig c = load_config("tiny");
+  c.num_nextn_predict_layers = 1;
+  c.mtp_compress_ratio = 4;
+  c.compress_ratios.back() = 4;
+  c.draft_steps = draft_steps;
+  c.batch = 2;
+  validate(c);
+  return c;
+}
+
+// Prefill + `steps` decode steps on `be`; the outputs of every step.
+std::vector<StepOutput> run_tiny(Backend& be, const ModelConfig& c, int steps) {
+  RunShape s;
+  s.batch = c.batch;
+  s.max_positions = c.context_length + steps + c.draft_steps + 2;
+  s.max_seq_tokens = c.context_length;
+  DeepSeekV4 m(be, c, StreamPolicy::parse("shared"), s);
+  m.init_random(c.seed);
+  std::vector<int32_t> p;
+  for (int i = 0; i < c.batch * c.context_length; ++i)
+    p.push_back(int32_t(splitmix64(7 + uint64_t(i)) % uint64_t(c.vocab_size)));
+  std::vector<StepOutput> out{m.prefill(p, c.context_length)};
+  for (int i = 0; i < steps; ++i) out.push_back(m.decode_step());
+  return out;
+}
+
+bool starts_with(const std::string& s, const std::string& p) { return s.compare(0, p.size(), p) == 0; }
+bool ends_with(const std::string& s, const std::string& p) {
+  return s.size() >= p.size() && s.compare(s.size() - p.size(), p.size(), p) == 0;
+}
+
+TEST(CheckBackend, CpuAgainstCpuIsExactEverywhere) {
+  const ModelConfig c = tiny_c4();
+  auto ref = make_cpu_backend(), dut = make_cpu_backend(), plain = make_cpu_backend();
+  auto check = make_check_backend(*ref, *dut);
+  EXPECT_EQ(check->act_dtype(), DType::F32);
+  const auto got = run_tiny(*check, c, 2);
+  const auto want = run_tiny(*plain, c, 2);
+  // The wrapper changes nothing in what the dut computes.
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].last_logits, want[i].last_logits) << "step " << i;
+    EXPECT_EQ(got[i].drafts, want[i].drafts) << "step " << i;
+  }
+
+  const auto& recs = check_records(*check);
+  const CheckSummary s = summarize_checks(recs);
+  EXPECT_EQ(s.failures, 0);
+  EXPECT_EQ(s.selection_diffs, 0);
+  EXPECT_EQ(s.worst_rel_err, 0.0);
+  std::set<std::string> ops, tops;
+  for (const CheckRecord& r : recs) {
+    EXPECT_EQ(r.rel_err, 0.0) << r.describe();
+    EXPECT_EQ(r.max_abs, 0.0) << r.describe();
+    EXPECT_EQ(r.mismatches, 0) << r.describe();
+    ops.insert(r.op);
+    tops.insert(r.path.substr(0, r.path.find('/')));
+  }
+  // Every op the model uses was compared, in every phase.
+  for (const char* op : {"init_uniform",
+                         "gemm",
+                         "gemm_grouped",
+                         "rmsnorm",
+                         "rope",
+                         "embed",
+                         "argmax",
+                         "gather_rows",
+                         "shift_tokens",
+                         "hc_pre",
+                         "hc_post",
+                         "hc_head",
+                         "hc_expand",
+                         "mtp_combine",
+                         "swa_insert",
+                         "compressor_save",
+                         "compressor_pool",
+                         "indexer_topk",
+                         "sparse_attention",
+                         "route",
+                         "moe_experts",
+                         "swiglu",
+                         "copy"})
+    EXPECT_TRUE(ops.count(op)) << op << " was never checked";
+  EXPECT_TRUE(tops.count("prefill#1") && tops.count("decode#1") && tops.count("decode#2"));
+  // A draft-step path as the report shows it.
+  EXPECT_TRUE(std::any_of(recs.begin(), recs.end(), [](const CheckRecord& r) {
+    return r.path == "decode#2/draft2/mtp0.c4a/attn/sparse_attention" && r.op == "sparse_attention";
+  }));
+}
+
+// Rows of two sequences swapped in every decode sparse attention with T > 1: the first failure
+// is the first such call, and every failure is a sparse_attention (nothing spreads).
+TEST(CheckBackend, FindsSwappedAttentionRows) {
+  const ModelConfig c = tiny_c4();
+  auto ref = make_cpu_backend();
+  FaultyCpu dut;
+  std::string first_fault;
+  int faults = 0;
+  dut.hook = [&](const std::string& op, const std::string& path, const std::vector<Tensor>& outs) {
+    const Tensor& o = outs[0];
+    if (op != "sparse_attention" || !starts_with(path, "decode#") || o.dim(0) < 2) return;
+    const int64_t row = o.numel() / o.dim(0);
+    std::swap_ranges(o.ptr<float>(), o.ptr<float>() + row, o.ptr<float>() + row);
+    if (faults++ == 0) first_fault = path;
+  };
+  auto check = make_check_backend(*ref, dut);
+  run_tiny(*check, c, 2);
+  const auto& recs = check_records(*check);
+  const CheckSummary s = summarize_checks(recs);
+  ASSERT_NE(s.first_failure, nullptr);
+  EXPECT_EQ(s.first_failure->op, "sparse_attention");
+  EXPECT_EQ(s.first_failure->output, "o");
+  EXPECT_EQ(s.first_failure->path, first_fault);
+  EXPECT_EQ(first_fault, "decode#1/target/L0.sliding/attn/sparse_attention");
+  EXPECT_GT(s.first_failure->rel_err, 0.1);
+  EXPECT_EQ(s.failures, faults);
+  print_check_report(stdout, recs, 2e-2, 5, 5);  // what a user sees
+  for (const CheckRecord& r : recs) {
+    if (r.failed) EXPECT_EQ(r.op, "sparse_attention") << r.describe();
+  }
+}
+
+// 10% error on one gemm call deep in the drafts: exactly that call fails, with rel err 0.1.
+TEST(CheckBackend, FindsOneNoisyGemm) {
+  const ModelConfig c = tiny_c4();
+  auto ref = make_cpu_backend();
+  FaultyCpu dut;
+  std::string fault;
+  int gemms = 0;
+  dut.hook = [&](const std::string& op, const std::string& path, const std::vector<Tensor>& outs) {
+    if (op != "gemm" || !starts_with(path, "decode#2/draft1/") || ++gemms != 5) return;
+    float* p = outs[0].ptr<float>();
+    for (int64_t i = 0; i < outs[0].numel(); ++i) p[i] *= (i % 2) ? 1.1f : 0.9f;
+    fault = path;
+  };
+  auto check = make_check_backend(*ref, dut);
+  run_tiny(*check, c, 2);
+  ASSERT_FALSE(fault.empty());
+  const auto& recs = check_records(*check);
+  const CheckSummary s = summarize_checks(recs);
+  ASSERT_NE(s.first_failure, nullptr);
+  EXPECT_EQ(s.failures, 1);
+  EXPECT_EQ(s.first_failure->op, "gemm");
+  EXPECT_EQ(s.first_failure->output, "out");
+  EXPECT_EQ(s.first_failure->path, fault);
+  EXPECT_NEAR(s.first_failure->rel_err, 0.1, 1e-6);
+  EXPECT_EQ(s.worst, s.first_failure);
+}
+
+// A write one element past the output view is caught as a write outside the output, at that op.
+TEST(CheckBackend, FindsWriteOutsideTheOutput) {
+  const ModelConfig c = tiny_c4(1);
+  auto ref = make_cpu_backend();
+  FaultyCpu dut;
+  std::string fault;
+  dut.hook = [&](const std::string& op, const std::string& path, const std::vector<Tensor>& outs) {
+    if (op != "rmsnorm" || !starts_with(path, "decode#1/") || !fault.empty()) return;
+    outs[0].ptr<float>()[outs[0].numel()] += 1.f;  // decode views are row prefixes of prefill-sized buffers
+    fault = path;
+  };
+  auto check = make_check_backend(*ref, dut);
+  run_tiny(*check, c, 1);
+  const CheckSummary s = summarize_checks(check_records(*check));
+  ASSERT_NE(s.first_failure, nullptr);
+  EXPECT_EQ(s.failures, 1);
+  EXPECT_EQ(s.outside_view, 1);
+  EXPECT_EQ(s.first_failure->kind, CheckRecord::Kind::OutsideView);
+  EXPECT_EQ(s.first_failure->op, "rmsnorm");
+  EXPECT_EQ(s.first_failure->path, fault);
+  EXPECT_EQ(s.first_failure->mismatches, 1);
+  EXPECT_EQ(s.worst_rel_err, 0.0);  // the view itself was right
+}
+
+// A different top-k choice is a selection difference, not a failure, and the sparse attention
+// that reads it still sees identical inputs on both sides.
+TEST(CheckBackend, SelectionDifferencesAreReportedApart) {
+  const ModelConfig c = tiny_c4(1);
+  auto ref = make_cpu_backend();
+  FaultyCpu dut;
+  std::string fault;
+  dut.hook = [&](const std::string& op, const std::string& path, const std::vector<Tensor>& outs) {
+    if (op != "indexer_topk" || !starts_with(path, "decode#1/") || !fault.empty()) return;
+    int32_t* sel = outs[0].ptr<int32_t>();
+    const int64_t K = outs[0].dim(1);
+    std::set<int32_t> have(sel, sel + K);
+    int32_t missing = 0;
+    while (have.count(missing)) ++missing;
+    int64_t last = K - 1;
+    while (last > 0 && sel[last] < 0) --last;
+    ASSERT_GE(sel[last], 0) << "row 0 selected nothing";
+    sel[last] = missing;
+    fault = path;
+  };
+  auto check = make_check_backend(*ref, dut);
+  run_tiny(*check, c, 1);
+  ASSERT_FALSE(fault.empty());
+  const auto& recs = check_records(*check);
+  const CheckSummary s = summarize_checks(recs);
+  EXPECT_EQ(s.failures, 0);
+  EXPECT_EQ(s.selection_diffs, 1);
+  const auto it = std::find_if(recs.begin(), recs.end(), [](const CheckRecord& r) { return r.mismatches > 0; });
+  ASSERT_NE(it, recs.end());
+  EXPECT_EQ(it->kind, CheckRecord::Kind::Selection);
+  EXPECT_EQ(it->op, "indexer_topk");
+  EXPECT_EQ(it->path, fault);
+  EXPECT_EQ(it->mismatches, 1);
+}
+
+// Routing: the same experts in another order are no difference at all (the weights are
+// compared expert by expert); another expert is a selection difference whose row is left out
+// of the weights' comparison. Hash-routed layers (ids from tid2eid) are exact.
+TEST(CheckBackend, RouteWeightsFollowTheirExperts) {
+  const ModelConfig c = tiny_c4(1);
+  auto ref = make_cpu_backend();
+  FaultyCpu dut;
+  std::string swapped, replaced, hashed;
+  dut.hook = [&](const std::string& op, const std::string& path, const std::vector<Tensor>& outs) {
+    if (op != "route" || !starts_with(path, "decode#1/target/")) return;
+    int32_t* ids = outs[0].ptr<int32_t>();
+    float* w = outs[1].ptr<float>();
+    const int64_t k = outs[0].dim(1);
+    if (starts_with(path, "decode#1/target/L3.")) {  // score routing: swap slots 0 and 1 of row 0
+      std::swap(ids[0], ids[1]);
+      std::swap(w[0], w[1]);
+      swapped = path;
+    } else if (starts_with(path, "decode#1/target/L4.")) {  // score routing: another expert in row 1
+      std::set<int32_t> have(ids + k, ids + 2 * k);
+      int32_t e = 0;
+      while (have.count(e)) ++e;
+      ids[k] = e;
+      replaced = path;
+    } else if (starts_with(path, "decode#1/target/L0.")) {  // hash routing: any change is a bug
+      std::swap(ids[0], ids[1]);
+      hashed = path;
+    }
+  };
+  auto check = make_check_backend(*ref, dut);
+  run_tiny(*check, c, 1);
+  ASSERT_FALSE(swapped.empty() || replaced.empty() || hashed.empty());
+  const auto& recs = check_records(*check);
+  const CheckSummary s = summarize_checks(recs);
+  EXPECT_EQ(s.selection_diffs, 1);
+  ASSERT_NE(s.first_failure, nullptr);
+  EXPECT_EQ(s.failures, 1);
+  EXPECT_EQ(s.first_failure->path, hashed);
+  EXPECT_EQ(s.first_failure->output, "ids");
+  EXPECT_EQ(s.first_failure->kind, CheckRecord::Kind::Int);
+  for (const CheckRecord& r : recs) {
+    if (r.path == replaced && r.output == "ids") {
+      EXPECT_EQ(r.kind, CheckRecord::Kind::Selection);
+      EXPECT_EQ(r.mismatches, 1);
+    }
+    if (r.path == replaced && r.output == "weights") EXPECT_EQ(r.note, "1 rows left out: their ids differ");
+    if (r.path == swapped) EXPECT_EQ(r.mismatches, 0) << r.describe();
+  }
+}
+
+TEST(CheckBackend, StopsAtFirstFailureWithItsPath) {
+  const ModelConfig c = tiny_c4(1);
+  auto ref = make_cpu_backend();
+  FaultyCpu dut;
+  dut.hook = [&](const std::string& op, const std::string& path, const std::vector<Tensor>& outs) {
+    if (op == "hc_post" && starts_with(path, "decode#1/target/L2.")) outs[0].ptr<float>()[0] += 100.f;
+  };
+  CheckOptions opt;
+  opt.stop_at_first_failure = true;
+  auto check = make_check_backend(*ref, dut, opt);
+  try {
+    run_tiny(*check, c, 1);
+    FAIL() << "no failure reported";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("decode#1/target/L2.c4a/attn/hc_post.attn hc_post.X_out"), std::string::npos) << what;
+  }
+  const auto& recs = check_records(*check);
+  ASSERT_FALSE(recs.empty());
+  EXPECT_TRUE(recs.back().failed);
+  EXPECT_TRUE(ends_with(recs.back().path, "/hc_post.attn"));
+}
+
+// A bf16 dut against the f32 reference, as with CUDA: views translate by elements on both
+// sides (2-byte vs 4-byte), uploads convert, initialisation leaves both sides with the dut's
+// bf16 values, and downloads answer from the dut.
+TEST(CheckBackend, TranslatesViewsAcrossDtypes) {
+  auto ref = make_cpu_backend();
+  FaultyCpu dut;
+  dut.bf16 = true;
+  auto check = make_check_backend(*ref, dut);
+  EXPECT_EQ(check->act_dtype(), DType::BF16);
+  const Tensor a = check->alloc("a", DType::BF16, {4, 3}, AllocKind::Activation);
+  const Tensor b = check->alloc("b", DType::BF16, {4, 3}, AllocKind::Weight);
+  EXPECT_EQ(a.dtype, DType::BF16);
+  EXPECT_EQ(check->buffer_name(b.buffer), "b");
+  std::vector<uint16_t> host;
+  for (float v : {1.5f, -2.25f, 3.f, 0.375f, -7.f, 96.f}) host.push_back(float_to_bf16(v));
+  check->upload(Stream{}, a.rows(1, 3), host.data(), host.size() * 2);
+  check->init_uniform(Stream{}, b.rows(2, 4), 1, 2, 0.7f, 0.1f);
+  // a[0:2] = b[2:4]: the ref copies its resynced (bf16-exact) b, so the copy is exact, and
+  // a[2] (uploaded) must match outside the view.
+  check->copy(Stream{}, a.rows(0, 2), b.rows(2, 4));
+  const auto& recs = check_records(*check);
+  ASSERT_EQ(recs.size(), 2u);
+  EXPECT_EQ(recs[0].op, "init_uniform");
+  EXPECT_EQ(recs[0].ref_dtype, DType::F32);
+  EXPECT_EQ(recs[0].dut_dtype, DType::BF16);
+  EXPECT_GT(recs[0].rel_err, 0.0);  // the bf16 rounding of the dut
+  EXPECT_LT(recs[0].rel_err, 1e-2);
+  EXPECT_EQ(recs[1].op, "copy");
+  EXPECT_EQ(recs[1].rel_err, 0.0) << recs[1].describe();
+  EXPECT_EQ(summarize_checks(recs).failures, 0);
+  std::vector<uint16_t> got(6), want(6);
+  check->download(got.data(), a.rows(0, 2), 12);
+  check->download(want.data(), b.rows(2, 4), 12);
+  EXPECT_EQ(got, want);
+  check->download(got.data(), a.rows(1, 3), 12);
+  EXPECT_EQ(std::vector<uint16_t>(got.begin() + 3, got.end()), std::vector<uint16_t>(host.begin() + 3, host.end()));
+}
+
+TEST(CheckBackend, RefusesGraphsAndForeignBackends) {
+  auto ref = make_cpu_backend(), dut = make_cpu_backend();
+  auto check = make_check_backend(*ref, *dut);
+  EXPECT_THROW(check->graph_begin_capture(0), Error);
+  EXPECT_THROW(check_records(*ref), Error);
+  EXPECT_THROW(make_check_backend(*ref, *ref), Error);
+  // A tensor the wrapper did not allocate is refused with the op's name.
+  const Tensor foreign = ref->alloc("foreign", DType::F32, {4}, AllocKind::Activation);
+  const Tensor mine = check->alloc("mine", DType::F32, {4}, AllocKind::Activation);
+  try {
+    check->add(Stream{}, mine, mine, foreign);
+    FAIL() << "foreign tensor accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("add"), std::string::npos) << e.what();
+  }
+}
+
+// The report names the first failure and lists the worst outputs.
+TEST(CheckBackend, ReportNamesFirstFailure) {
+  std::vector<CheckRecord> recs(3);
+  for (int i = 0; i < 3; ++i) {
+    recs[size_t(i)].seq = i;
+    recs[size_t(i)].op = "gemm";
+    recs[size_t(i)].output = "out";
+    recs[size_t(i)].path = "decode#1/target/L" + std::to_string(i) + ".sliding/attn/wq_a";
+    recs[size_t(i)].shape = Shape{2, 8};
+  }
+  recs[1].rel_err = 0.5;
+  recs[1].failed = true;
+  recs[2].rel_err = 0.01;
+  char* buf = nullptr;
+  size_t len = 0;
+  FILE* f = open_memstream(&buf, &len);
+  print_check_report(f, recs, 2e-2, 2);
+  std::fclose(f);
+  const std::string text(buf, len);
+  std::free(buf);
+  EXPECT_NE(text.find("FIRST FAILURE: #1 decode#1/target/L1.sliding/attn/wq_a gemm.out [2, 8]"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("worst 2 float op outputs"), std::string::npos) << text;
+  EXPECT_EQ(text.find("L0.sliding"), std::string::npos) << text;  // not among the worst 2
+}
+
+}  // namespace
+}  // namespace sl
