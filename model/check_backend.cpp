@@ -658,6 +658,28 @@ class CheckBackend final : public Backend {
       }
     }
 
+    if (opt_.sync == CheckOptions::Sync::DecisionsToDut && std::string(op) != "init_uniform") {
+      // Discrete outputs: the ref's values into the dut. A route whose ids differ also hands
+      // over its weights (they belong to the ids).
+      bool ids_differ = false;
+      size_t j = 0;
+      for (const Output& o : outputs) {
+        const Fetched& f = got[j++];
+        const bool discrete = !is_float(o.t->dtype);
+        if (!discrete && !(std::string(op) == "route" && ids_differ)) continue;
+        bool differ = false;
+        for (size_t e = 0; e < f.ref.size() && !differ; ++e) differ = !same(f.ref[e], f.dut[e]);
+        if (!differ) continue;
+        if (discrete) ids_differ = true;
+        std::vector<char> ref_raw(f.buf->ref.bytes());
+        ref_.download(ref_raw.data(), f.buf->ref, ref_raw.size());
+        const std::vector<char> conv = convert(ref_raw.data(), f.buf->ref.dtype, f.buf->dut.dtype, f.ref.size());
+        dut_.upload(Stream{}, f.buf->dut, conv.data(), conv.size());
+        dut_.synchronize();  // `conv` dies here
+      }
+      got.clear();
+    }
+
     // Resync: the dut's whole buffer into the ref, converted to the ref's dtype.
     for (const Fetched& f : got) {
       bool differ = false;

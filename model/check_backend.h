@@ -43,6 +43,16 @@ struct CheckOptions {
   // init_uniform runs on both sides and is compared like an op (a bf16 dut differs by its
   // rounding, ~1e-3); off = the dut's weights are copied to the ref without a record.
   bool record_init = true;
+  // Which way values are copied after each op:
+  //   DutToRef: the dut's outputs into the ref (every op tested in isolation; the default).
+  //   DecisionsToDut: float outputs are not copied (each side keeps its own rounding, end to
+  //     end, as a plain run would); discrete outputs (top-k selections, routing ids with their
+  //     weights, argmax tokens, tags) are copied from the ref into the dut, so both sides take
+  //     the same path through near ties that the two precisions may break differently. The
+  //     model's final logits then measure the dut's accumulated numerical error alone.
+  //     (Weights still go dut -> ref at init_uniform: both sides hold identical weights.)
+  enum class Sync { DutToRef, DecisionsToDut };
+  Sync sync = Sync::DutToRef;
 };
 
 // What one output of one op call looked like on both sides.

@@ -389,6 +389,59 @@ TEST(CheckBackend, SelectionDifferencesAreReportedApart) {
   EXPECT_EQ(it->mismatches, 1);
 }
 
+// Sync::DecisionsToDut: a dut that picks another indexer entry is put back on the ref's choice,
+// so (CPU vs CPU, identical arithmetic otherwise) its logits equal a plain run's exactly; a
+// float fault is not copied back and shows in the logits. With the default sync, the changed
+// choice itself stays in the dut (resync goes dut -> ref) and changes its logits.
+TEST(CheckBackend, DecisionsToDutPinsTheRefsChoicesOnly) {
+  const ModelConfig c = tiny_c4(1);
+  auto plain = make_cpu_backend();
+  const auto want = run_tiny(*plain, c, 2);
+  auto flip_one_selection = [](FaultyCpu& dut, bool* done) {
+    dut.hook = [done](const std::string& op, const std::string& path, const std::vector<Tensor>& outs) {
+      if (op != "indexer_topk" || !starts_with(path, "decode#1/") || *done) return;
+      int32_t* sel = outs[0].ptr<int32_t>();
+      const int64_t K = outs[0].dim(1);
+      std::set<int32_t> have(sel, sel + K);
+      int32_t missing = 0;
+      while (have.count(missing)) ++missing;
+      int64_t last = K - 1;
+      while (last > 0 && sel[last] < 0) --last;
+      sel[last] = missing;
+      *done = true;
+    };
+  };
+  for (auto sync : {CheckOptions::Sync::DecisionsToDut, CheckOptions::Sync::DutToRef}) {
+    auto ref = make_cpu_backend();
+    FaultyCpu dut;
+    bool done = false;
+    flip_one_selection(dut, &done);
+    CheckOptions o;
+    o.sync = sync;
+    auto check = make_check_backend(*ref, dut, o);
+    const auto got = run_tiny(*check, c, 2);
+    ASSERT_TRUE(done);
+    EXPECT_EQ(summarize_checks(check_records(*check)).selection_diffs, 1);
+    bool all_equal = true;
+    for (size_t i = 0; i < got.size(); ++i) all_equal = all_equal && got[i].last_logits == want[i].last_logits;
+    if (sync == CheckOptions::Sync::DecisionsToDut)
+      EXPECT_TRUE(all_equal) << "the ref's selection was not pinned into the dut";
+    else
+      EXPECT_FALSE(all_equal) << "the dut's own selection should have changed its logits";
+  }
+  // A float fault in DecisionsToDut mode stays in the dut: its logits differ from the plain run.
+  auto ref = make_cpu_backend();
+  FaultyCpu dut;
+  dut.hook = [](const std::string& op, const std::string& path, const std::vector<Tensor>& outs) {
+    if (op == "gemm" && starts_with(path, "decode#1/") && outs[0].dtype == DType::F32) outs[0].ptr<float>()[0] += 1.f;
+  };
+  CheckOptions o;
+  o.sync = CheckOptions::Sync::DecisionsToDut;
+  auto check = make_check_backend(*ref, dut, o);
+  const auto got = run_tiny(*check, c, 2);
+  EXPECT_NE(got[1].last_logits, want[1].last_logits);
+}
+
 // Routing: the same experts in another order are no difference at all (the weights are
 // compared expert by expert); another expert is a selection difference whose row is left out
 // of the weights' comparison. Hash-routed layers (ids from tid2eid) are exact.

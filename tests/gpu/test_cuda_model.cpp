@@ -5,9 +5,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "core/rng.h"
+#include "model/check_backend.h"
 #include "model/cpu/cpu_backend.h"
 #include "model/cuda/cuda_backend.h"
 #include "model/deepseek_v4.h"
@@ -15,10 +19,17 @@
 namespace sl {
 namespace {
 
+// STREAMLAB_TEST_CPU_PAIR=1 runs the CPU comparisons with a second CPU backend in place of the
+// CUDA one (to check the harness itself on a machine without a GPU: everything agrees exactly).
+bool cpu_pair() {
+  const char* v = std::getenv("STREAMLAB_TEST_CPU_PAIR");
+  return v && *v && std::string(v) != "0";
+}
+
 #define REQUIRE_GPU()                                              \
   do {                                                             \
     std::string why;                                               \
-    if (!cuda_available(&why)) GTEST_SKIP() << "no CUDA device: " << why; \
+    if (!cpu_pair() && !cuda_available(&why)) GTEST_SKIP() << "no CUDA device: " << why; \
   } while (0)
 
 std::vector<int32_t> prompt(int n, int vocab, int batch = 1) {
@@ -46,60 +57,50 @@ RunShape shape(const ModelConfig& c, int steps) {
   return s;
 }
 
-double rel_err(const std::vector<float>& a, const std::vector<float>& ref) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    if (!std::isfinite(a[i])) return INFINITY;
-    num += (double(a[i]) - ref[i]) * (double(a[i]) - ref[i]);
-    den += double(ref[i]) * ref[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-30));
-}
 
-// A greedy token from bf16 logits may differ from the fp32 one only on a near tie: the fp32
-// logit of the bf16 choice must then be within `tol` of the fp32 maximum.
-void expect_same_choice(const std::vector<float>& ref_logits, size_t row, int vocab, int32_t got, int32_t want,
-                        const char* what) {
-  if (got == want) return;
-  const float* r = ref_logits.data() + row * size_t(vocab);
-  const float mx = *std::max_element(r, r + vocab), mn = *std::min_element(r, r + vocab);
-  EXPECT_LT(mx - r[got], 0.02f * (mx - mn)) << what << ": token " << got << " vs reference " << want
-                                             << " is not a near tie";
-}
-
+// The whole model on both backends in lockstep through the check backend
+// (model/check_backend.h) with Sync::DecisionsToDut: float values run free on each side (the
+// CUDA side accumulates its bf16 error end to end, as in a plain run), while discrete choices
+// (indexer top-k, routing, greedy tokens) are taken from the fp32 reference. A near tie that
+// bf16 breaks differently (the H200 run showed indexer cut gaps of 1e-3 relative, which flip a
+// selection and move the logits by 0.2 at batch 2) then cannot hide a real bug or fake one: the
+// logits of every LM-head call (prefill, each decode step, each draft step) are compared at bf16
+// accuracy. Each LM-head call is the GEMM right before an argmax.
 void compare_with_cpu(int mtp_layers, int mtp_compress, int draft_steps, int batch) {
   ModelConfig c = tiny(mtp_layers, mtp_compress, draft_steps);
   c.batch = batch;
   const int steps = 3;
   auto cpu = make_cpu_backend();
-  auto gpu = make_cuda_backend({});
-  DeepSeekV4 ref(*cpu, c, StreamPolicy::parse("serial"), shape(c, steps));
-  DeepSeekV4 got(*gpu, c, StreamPolicy::parse("shared"), shape(c, steps));
-  ref.init_random(c.seed);
+  auto gpu = cpu_pair() ? make_cpu_backend() : make_cuda_backend({});
+  CheckOptions opt;
+  opt.sync = CheckOptions::Sync::DecisionsToDut;
+  opt.record_init = false;
+  auto check = make_check_backend(*cpu, *gpu, opt);
+  DeepSeekV4 got(*check, c, StreamPolicy::parse("shared"), shape(c, steps));
   got.init_random(c.seed);
   const auto p = prompt(c.context_length, c.vocab_size, batch);
-  StepOutput r = ref.prefill(p, c.context_length), g = got.prefill(p, c.context_length);
-  for (int s = 0; s <= steps; ++s) {
-    if (s > 0) {
-      // Feed both the same input: the reference's token (a near tie may flip the bf16 one).
-      r = ref.decode_step();
-      g = got.decode_step();
-    }
-    EXPECT_LT(rel_err(g.last_logits, r.last_logits), 3e-2) << "step " << s;
-    for (int b = 0; b < batch; ++b)
-      expect_same_choice(r.last_logits, size_t(b), c.vocab_size, g.sampled[size_t(b)], r.sampled[size_t(b)], "target");
-    ASSERT_EQ(g.drafts.size(), r.drafts.size());
-    // Draft logits of step 0 have identical inputs on both sides when the target tokens agree.
-    if (g.sampled == r.sampled && !r.drafts.empty()) {
-      std::vector<float> r0(r.draft_logits.begin(), r.draft_logits.begin() + long(batch) * c.vocab_size);
-      std::vector<float> g0(g.draft_logits.begin(), g.draft_logits.begin() + long(batch) * c.vocab_size);
-      EXPECT_LT(rel_err(g0, r0), 3e-2) << "draft step 0 at step " << s;
-      for (int b = 0; b < batch; ++b)
-        expect_same_choice(r.draft_logits, size_t(b), c.vocab_size, g.drafts[0][size_t(b)], r.drafts[0][size_t(b)],
-                           "draft 0");
-    }
-    if (g.sampled != r.sampled) break;  // the paths diverged on a near tie: later steps see other inputs
+  got.prefill(p, c.context_length);
+  for (int s = 0; s < steps; ++s) got.decode_step();
+
+  const auto& recs = check_records(*check);
+  int heads = 0, flipped_tokens = 0, selection_diffs = 0;
+  const CheckRecord* logits = nullptr;
+  for (const CheckRecord& r : recs) {
+    if (r.kind == CheckRecord::Kind::Selection && r.mismatches) ++selection_diffs;
+    if (r.op == "gemm" && r.kind == CheckRecord::Kind::Float) logits = &r;
+    if (r.op != "argmax") continue;
+    ASSERT_NE(logits, nullptr);
+    ++heads;
+    flipped_tokens += int(r.mismatches);
+    EXPECT_TRUE(std::isfinite(logits->rel_err)) << logits->describe();
+    EXPECT_LT(logits->rel_err, 3e-2) << "logits of " << logits->where();
+    std::printf("  %-60s rel err %.3e%s\n", logits->path.c_str(), logits->rel_err,
+                r.mismatches ? "  (greedy token differs: near tie, pinned to the reference)" : "");
   }
+  std::printf("  %d LM-head calls; %d greedy tokens and %d top-k selections differed (pinned to fp32's)\n", heads,
+              flipped_tokens, selection_diffs);
+  // prefill + steps decode steps, each with the target head and draft_steps draft heads.
+  EXPECT_EQ(heads, (1 + steps) * (1 + (mtp_layers > 0 ? draft_steps : 0)));
 }
 
 TEST(CudaModel, TinyMatchesCpuReference) {
@@ -118,6 +119,7 @@ TEST(CudaModel, TinyMtp128MatchesCpuReference) {
 // Logits and drafts are bit-identical across every stream policy, eager and graph replay.
 TEST(CudaModel, BitIdenticalAcrossPoliciesAndGraphs) {
   REQUIRE_GPU();
+  if (cpu_pair()) GTEST_SKIP() << "needs CUDA graphs";
   ModelConfig c = tiny(2, 4, 2);
   c.batch = 2;
   const auto p = prompt(c.context_length, c.vocab_size, 2);
