@@ -79,6 +79,14 @@ for st in $stages; do case $st in
     run analyze_flash 30 $B/streamlab analyze "$W/flash_trace.json" --top 40
     run analyze_flash_json 30 $B/streamlab analyze "$W/flash_trace.json" --json
     rm -f "$W/flash_trace.json" "$W/flash_trace.sqlite" ;;
+  breakdown)
+    # Where decode time goes, per kernel (op kind): traced flash-6l decode steps, batch 1 and 8.
+    for b in 1 8; do
+      run "trace_b$b" 90 $B/streamlab run --config flash-6l --backend cuda --policy shared --mtp-layers 1 \
+        --draft-steps 1 --batch $b --context 2048 --steps 6 --warmup-steps 2 --trace "$W/b$b.json"
+      run "breakdown_b$b" 30 $B/streamlab analyze "$W/b$b.json" --top 45
+      rm -f "$W/b$b.json"
+    done ;;
   shapes)
     # Issue 3 item 6: prefill at 4k and 32k, decode at batch 1, 8, 64, MTP compress 0 and 4.
     run shape_32k_c0 150 $B/streamlab run --config flash-6l --backend cuda --policy shared --mtp-layers 1 \
