@@ -9,6 +9,9 @@ section 9, bf16 or f32) with transformers' eager PyTorch implementation, then
     [batch*T, vocab] (the layout of `streamlab run --dump-logits`);
   * --decode-steps S: greedy decode after the prefill with HF's KV cache, each step timed with
     torch.cuda.Event after a warm-up run; prints the median ms per step;
+  * --decode-tokens TOKENS.npy: feed these tokens to the decode steps instead of HF's own greedy
+    choices (teacher forcing, e.g. the tokens another implementation sampled), so that both sides
+    see the same inputs; [S] or [S, batch] (row s = the token fed to decode step s+1);
   * --batch B: B sequences (a [T] prompt is repeated B times, as `streamlab run` does).
 
 The weights are loaded as they are: transformers 5.x maps DeepSeek's names onto its modules
@@ -431,10 +434,32 @@ class Timer:
         return h
 
 
+def read_decode_tokens(path: str, batch: int, vocab: int):
+    """--decode-tokens: [S] (every sequence) or [S, batch] token ids -> int64 [S, batch]."""
+    import numpy as np
+
+    if not os.path.isfile(path):
+        raise PeerError(EXIT_USAGE, f"decode tokens file {path!r} not found")
+    t = np.load(path)
+    if t.dtype.kind not in "iu":
+        raise PeerError(EXIT_USAGE, f"{path}: token ids must be integers, got {t.dtype}")
+    if t.ndim == 1:
+        t = np.tile(t[:, None], (1, batch))
+    elif t.ndim != 2 or t.shape[1] != batch:
+        raise PeerError(EXIT_USAGE, f"{path}: expected [steps] or [steps, batch={batch}], got shape {t.shape}")
+    if t.shape[0] < 1:
+        raise PeerError(EXIT_USAGE, f"{path}: no decode tokens")
+    if t.min() < 0 or t.max() >= vocab:
+        raise PeerError(EXIT_USAGE, f"{path}: token ids outside [0, {vocab})")
+    return t.astype(np.int64)
+
+
 def run_sequence(model, torch, ids, steps: int, timer: Timer, want_prefill_logits: bool, want_decode_logits: bool,
-                 chunk: int = 0):
+                 chunk: int = 0, forced=None):
     """Prefill `ids` [B, T] (in chunks of `chunk` tokens per sequence if > 0) then `steps` greedy
-    decode steps with a fresh DynamicCache."""
+    decode steps with a fresh DynamicCache. `forced` ([>= steps, B] int): the token fed to decode
+    step s+1 is forced[s] instead of the previous greedy choice (teacher forcing); the greedy
+    choices are still recorded in out["tokens"]."""
     from transformers import DynamicCache
 
     dev = next(model.parameters()).device
@@ -461,7 +486,11 @@ def run_sequence(model, torch, ids, steps: int, timer: Timer, want_prefill_logit
         out["prefill_checksums"] = o.logits[:, -1, :].float().sum(-1).tolist()
         del o
         toks, timers, dec_logits, checks = [tok], [], [], []
-        for _ in range(steps):
+        if forced is not None:
+            forced_dev = torch.as_tensor(forced[:steps], device=dev).unsqueeze(-1)  # [steps, B, 1]
+        for s in range(steps):
+            if forced is not None:
+                tok = forced_dev[s]
             h = timer.start()
             o = model(input_ids=tok, past_key_values=cache, use_cache=True, logits_to_keep=1)
             last = o.logits[:, -1, :].float()
@@ -508,6 +537,10 @@ def main(argv=None) -> int:
     ap.add_argument("--dump-decode-logits", metavar="OUT.npy",
                     help="write the logits of each decode step, float32 [steps*batch, vocab] (step-major)")
     ap.add_argument("--decode-steps", type=int, default=0, metavar="S", help="greedy decode steps after the prefill")
+    ap.add_argument("--decode-tokens", metavar="TOKENS.npy",
+                    help="teacher forcing: feed these tokens to the decode steps instead of HF's own greedy choices; "
+                         "[S] or [S, batch] int, row s = the input of decode step s+1 (e.g. the tokens streamlab "
+                         "sampled: its prefill's and then each step's). --decode-steps defaults to S")
     ap.add_argument("--prefill-chunk", type=int, default=0, metavar="N",
                     help="prefill N tokens per sequence per forward through the cache (0 = whole prompt at once; "
                          "eager attention materialises [B, H, N, N + entries] scores, so long prompts need chunks)")
@@ -565,6 +598,14 @@ def main(argv=None) -> int:
             rng = np.random.default_rng(0)
             ids = np.tile(rng.integers(0, vocab, size=(1, T), dtype=np.int64), (B, 1))
         B, T = ids.shape
+        forced = None
+        if args.decode_tokens:
+            forced = read_decode_tokens(args.decode_tokens, B, vocab)
+            if args.decode_steps == 0:
+                args.decode_steps = int(forced.shape[0])
+            elif args.decode_steps > forced.shape[0]:
+                raise PeerError(EXIT_USAGE, f"--decode-steps {args.decode_steps} but {args.decode_tokens} holds only "
+                                            f"{forced.shape[0]} step(s)")
         log(f"transformers {transformers.__version__}, torch {torch.__version__}, device {args.device}, "
             f"dtype {args.dtype}, batch {B}, prompt {T}, decode steps {args.decode_steps}")
 
@@ -578,9 +619,9 @@ def main(argv=None) -> int:
         try:
             if args.warmup_steps > 0 and (args.decode_steps > 0 or args.device.startswith("cuda")):
                 run_sequence(model, torch, ids, min(args.warmup_steps, max(args.decode_steps, 1)), timer, False, False,
-                             args.prefill_chunk)
+                             args.prefill_chunk, forced)
             res = run_sequence(model, torch, ids, args.decode_steps, timer, bool(args.dump_logits),
-                               bool(args.dump_decode_logits), args.prefill_chunk)
+                               bool(args.dump_decode_logits), args.prefill_chunk, forced)
         except (RuntimeError, ValueError, IndexError, TypeError) as e:
             raise PeerError(EXIT_RUNTIME, f"forward failed: {type(e).__name__}: {e}")
 
@@ -635,6 +676,13 @@ def main(argv=None) -> int:
                 "logits_checksums": res["decode_checksums"],
             },
             "greedy_tokens": res["tokens"],
+            "decode_tokens": (None if forced is None else {
+                "file": os.path.abspath(args.decode_tokens),
+                "fed": forced[: args.decode_steps].tolist(),
+                # HF's greedy choice at the prefill / step s vs the token fed to step s+1.
+                "greedy_agreement": float((np.asarray(res["tokens"][: args.decode_steps]) ==
+                                           forced[: args.decode_steps]).mean()) if args.decode_steps else None,
+            }),
             "peak_memory_bytes": mem,
         }
         if med is not None:
