@@ -115,10 +115,13 @@ __global__ __launch_bounds__(256) void gemm_nt_skinny_kernel(GemmArgs g) {
 }
 
 // ---------------------------------------------------------------- decode GEMV (M <= 8)
-// Decode GEMMs have 1-8 rows: they are weight-bandwidth-bound matrix-vector products, where
-// cuBLAS's tiled kernels (plus split-K reduce kernels) reached about half the copy bandwidth on
-// the H200. Here every weight element is read once with 16-byte loads (8 values), several loads
-// in flight per lane, and used for all M rows (a is tiny and stays in L1/L2).
+// For the dtype mixes cuBLAS has no kernel for (the router: bf16 activations x F32 gate -> F32)
+// at decode sizes: weight-bandwidth-bound matrix-vector products. Every weight element is read
+// once with 16-byte loads (8 values), several loads in flight per lane, and used for all M rows
+// (a is tiny and stays in L1/L2). On the H200 this took the router from 10 us (the scalar
+// skinny kernel) to 3.4 us. (Tried for the bf16 x bf16 GEMMs too: at M = 1 it was no faster
+// than cuBLAS overall and slower on the LM head (280 vs 244 us), and at M = 8 it became
+// compute-bound (+1 ms per flash-6l step): those stay on cuBLAS.)
 // COLS = 8: one warp per output column (8 per block), the warp strides over K.
 // COLS = 1: one block per column, its 256 threads stride over K (few, long columns: the hc mix
 //           GEMM has N = 48, K = 16384), warps added in order.
@@ -277,10 +280,6 @@ static void gemm_any(CudaBackend& be, const char* op, Stream s, const GemmArgs& 
                      int batch) {
   cudaStream_t st = be.stream(s, op);
   if (g.M == 0 || g.N == 0) return;
-  if (g.K > 0 && gemv_fits(g, batch, to, ta, tw)) {
-    dispatch_gemv(op, st, g, batch, to, ta, tw);
-    return;
-  }
   const bool cublas_ok = (ta == DType::BF16 && tw == DType::BF16 && (to == DType::BF16 || to == DType::F32)) ||
                          (ta == DType::F32 && tw == DType::F32 && to == DType::F32);
   const bool fits_int = g.M < (1ll << 31) && g.N < (1ll << 31) && g.K < (1ll << 31) && g.lda < (1ll << 31) &&
@@ -321,6 +320,10 @@ static void gemm_any(CudaBackend& be, const char* op, Stream s, const GemmArgs& 
                                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     }
     if (sync_after_launch()) CUDA_LAUNCH_CHECK(op, st);
+    return;
+  }
+  if (g.K > 0 && gemv_fits(g, batch, to, ta, tw)) {
+    dispatch_gemv(op, st, g, batch, to, ta, tw);
     return;
   }
   if (ta == DType::F32)

@@ -349,13 +349,13 @@ TEST_F(CudaOps, Gemm) {
       {12, 64, 300, Kind::F32, Kind::Act, Kind::F32},   // router, two row chunks of the skinny kernel
       {6, 50, 64, Kind::Act, Kind::F32, Kind::F32},     // F32 in, act out (fallback kernels)
       {90, 70, 40, Kind::Act, Kind::F32, Kind::F32},
-      // Decode GEMV path (M <= 8, K % 8 == 0): a warp per column (N >= 1024, a partial last
-      // block of 8 columns), a block per column (small N, long K: the hc mix GEMM), the router.
-      {1, 2048, 4096, Kind::Act, Kind::Act, Kind::Wt},  {8, 1500, 1024, Kind::Act, Kind::Act, Kind::Wt},
-      {4, 48, 16384, Kind::F32, Kind::Act, Kind::Wt},   {8, 256, 4096, Kind::F32, Kind::Act, Kind::F32},
-      {2, 1030, 520, Kind::F32, Kind::F32, Kind::Wt},
+      // Decode GEMV path (dtype mixes without a cuBLAS kernel, M <= 8, K % 8 == 0): a warp per
+      // column (N >= 1024, a partial last block of 8 columns), a block per column (the router).
+      {1, 2048, 4096, Kind::F32, Kind::Act, Kind::F32}, {8, 1500, 1024, Kind::Act, Kind::F32, Kind::F32},
+      {8, 256, 4096, Kind::F32, Kind::Act, Kind::F32},  {2, 1030, 520, Kind::F32, Kind::F32, Kind::Wt},
+      {4, 48, 16384, Kind::F32, Kind::Act, Kind::Wt},
       // Not the GEMV path: K % 8 != 0, M = 9.
-      {3, 40, 100, Kind::Act, Kind::Act, Kind::Wt},     {9, 1024, 512, Kind::Act, Kind::Act, Kind::Wt},
+      {3, 40, 100, Kind::F32, Kind::Act, Kind::F32},    {9, 1024, 512, Kind::F32, Kind::Act, Kind::F32},
   };
   for (const Case& c : cases) {
     T2 a = make_rand("a", c.a, {c.M, c.K});
@@ -369,7 +369,7 @@ TEST_F(CudaOps, Gemm) {
 
 TEST_F(CudaOps, GemmGrouped) {
   for (int64_t M : {1, 7, 70}) {
-    const int64_t G = 4, N = 32, K = 48;  // K % 8 == 0: M = 1 and 7 take the GEMV path
+    const int64_t G = 4, N = 32, K = 48;
     T2 a = make_rand("a", Kind::Act, {M, G * K});
     T2 w = make_rand("w", Kind::Wt, {G * N, K}, -0.3f, 0.3f);
     T2 o = zeros("o", Kind::Act, {M, G * N});
