@@ -100,7 +100,7 @@ for st in $stages; do case $st in
     run shape_32k_c4 150 $B/streamlab run --config flash-6l --backend cuda --policy shared --mtp-layers 1 \
       --mtp-compress 4 --batch 1 --context 32768 --steps 3 --json ;;
   hf)
-    run hf_round 400 env BIN=$B OUT="$W/hf" bash scripts/hf_round.sh
+    run hf_round 575 env BIN=$B OUT="$W/hf" DEADLINE=${HF_DEADLINE:-540} bash scripts/hf_round.sh
     cp "$W"/hf/hf_compare.json "$OUT/" 2>/dev/null ;;
   *) echo "unknown stage $st" ;;
 esac; done
