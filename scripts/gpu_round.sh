@@ -63,8 +63,8 @@ for st in $stages; do case $st in
       --out="$OUT/trace_overhead.json" ;;
   overheadvar)
     # What each record kind costs: one process per variant (flash-6l, batch 8, eager unless named).
-    for v in "default:" "graph:--graph" "nolat:--no-latency-timestamps" "noruntime:--no-runtime" \
-             "noevents:--no-cuda-events"; do
+    for v in ${OVH_VARIANTS:-"default:" "nolat:--no-latency-timestamps" "graph:--graph" \
+             "graphnolat:--graph --no-latency-timestamps" "nonvtx:--no-nvtx" "noruntime:--no-runtime"}; do
       run "ovh_${v%%:*}" 120 $B/bench_trace_overhead --config=flash-6l --batch=8 --context=2048 --steps=20 \
         ${v#*:} --out="$W/ovh_${v%%:*}.json"
     done ;;

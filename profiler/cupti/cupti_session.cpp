@@ -1,5 +1,8 @@
 #include "profiler/cupti/cupti_session.h"
 
+#include <cerrno>
+#include <cstdio>
+
 #include <cuda_runtime_api.h>
 #include <cupti.h>
 #include <dlfcn.h>
@@ -102,6 +105,17 @@ std::string CuptiSession::cupti_library_path() {
   Dl_info info{};
   if (dladdr(reinterpret_cast<void*>(&cuptiGetTimestamp), &info) && info.dli_fname) return info.dli_fname;
   return "";
+}
+
+void CuptiSession::reexec_with_nvtx_injection(char** argv, const char* program) {
+  if (nvtx_injection_configured() || std::getenv("STREAMLAB_NO_REEXEC") || !argv) return;
+  const std::string lib = cupti_library_path();
+  if (lib.empty()) return;
+  setenv("NVTX_INJECTION64_PATH", lib.c_str(), 1);
+  setenv("STREAMLAB_NO_REEXEC", "1", 1);
+  execv("/proc/self/exe", argv);
+  std::fprintf(stderr, "%s: warning: could not re-execute with NVTX_INJECTION64_PATH (%s); NVTX ranges will be "
+                       "missing from the trace\n", program, std::strerror(errno));
 }
 
 bool CuptiSession::nvtx_injection_configured() {

@@ -58,6 +58,11 @@ class CuptiSession {
   // Disables activity collection and unsubscribes.
   void stop();
 
+  // NVTX ranges reach CUPTI only when the process starts with NVTX_INJECTION64_PATH naming the
+  // libcupti it links (NVTX has one injection slot): re-executes the program (argv as given to
+  // main) with it set, once; returns (with a warning on stderr) if that is impossible.
+  static void reexec_with_nvtx_injection(char** argv, const char* program);
+
   SessionState state() const { return state_; }
   const std::string& message() const { return message_; }
   RecordCounts counts_so_far();

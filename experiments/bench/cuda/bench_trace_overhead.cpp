@@ -5,7 +5,7 @@
 // run-to-run noise that the ON/OFF ratio must be read against.
 //
 // What each part of the default record set costs is measured by switching parts off
-// (--no-latency-timestamps, --no-runtime, --no-cuda-events, --no-memory: one process
+// (--no-latency-timestamps, --no-runtime, --no-cuda-events, --no-memory, --no-nvtx: one process
 // per variant, since latency timestamps are fixed before CUDA initialises). --graph measures
 // the steps as CUDA-graph replays (captured before the windows).
 //
@@ -69,7 +69,11 @@ void add_window(const std::string& name, DeepSeekV4& model, Backend& be, int ste
   })->UseManualTime()->Iterations(steps)->Unit(benchmark::kMillisecond);
 }
 
+char** g_argv = nullptr;
+
 int run(const Options& o) {
+  // As `streamlab run --trace` does: NVTX ranges are recorded too (they are part of the cost).
+  if (o.session.nvtx) prof::CuptiSession::reexec_with_nvtx_injection(g_argv, "bench_trace_overhead");
   auto& session = prof::CuptiSession::instance();
   const prof::SessionState state = session.start(o.session);  // before any CUDA call
   if (state != prof::SessionState::Tracing) {
@@ -154,6 +158,7 @@ int run(const Options& o) {
 }  // namespace sl
 
 int main(int argc, char** argv) {
+  sl::g_argv = argv;
   sl::Options o;
   o.command_line = sl::bench::command_line(argc, argv);
   auto parse = [&o](const char* arg) {
@@ -169,6 +174,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(arg, "--no-runtime")) o.session.runtime_api = false;
     else if (!std::strcmp(arg, "--no-cuda-events")) o.session.cuda_events = false;
     else if (!std::strcmp(arg, "--no-memory")) o.session.memory = false;
+    else if (!std::strcmp(arg, "--no-nvtx")) o.session.nvtx = false;
     else return false;
     return true;
   };
@@ -176,7 +182,7 @@ int main(int argc, char** argv) {
       argc, argv, "bench_trace_overhead",
       "bench_trace_overhead [--config=flash-2l] [--batch=8] [--context=1024] [--policy=shared]\n"
       "                     [--steps=20] [--graph] [--no-latency-timestamps] [--no-runtime]\n"
-      "                     [--no-cuda-events] [--no-memory] [--out=FILE.json]\n"
+      "                     [--no-cuda-events] [--no-memory] [--no-nvtx] [--out=FILE.json]\n"
       "Decode step time with CUPTI tracing on vs off in one process (CUDA).\n",
       parse, [&o] { return sl::run(o); });
 }
