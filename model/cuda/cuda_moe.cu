@@ -4,12 +4,12 @@
 //
 // moe_experts, for P = T * k (token, slot) pairs:
 //   1. moe_permute_kernel (one block): counts per expert, exclusive scans -> each expert's row
-//      range and first BM-row tile; a stable scatter (pairs keep token order within an expert):
-//      src_row[row] = token, inv[pair] = row.
+//      range and first BM-row tile, the expert of every tile (tile_expert); a stable scatter
+//      (pairs keep token order within an expert): src_row[row] = token, inv[pair] = row.
 //   2. moe_gemm_kernel for w1 (gathering x rows through src_row) and for w3: one launch each over
 //      all experts. A block is one (expert, BM-row tile) x 64 output columns [x one K split]; it
-//      finds its expert by a binary search over the tile starts (device memory) and exits if past
-//      the last tile, so the host needs no counts. K streams through a 4-stage cp.async pipeline;
+//      reads its expert from tile_expert (device memory) and exits if past the last tile, so the
+//      host needs no counts. K streams through a 4-stage cp.async pipeline;
 //      each expert weight byte is read once per row tile (decode: one tile per expert).
 //   3. SwiGLU with clamp on the permuted rows.
 //   4. moe_gemm_kernel for w2 -> y (F32).
@@ -57,8 +57,8 @@ constexpr int kMaxSplit = 4;
 
 // The workspace of moe_experts (256-byte aligned sections).
 struct MoeLayout {
-  size_t counts = 0, offsets = 0, tiles = 0, src_row = 0, inv = 0, h1 = 0, h3 = 0, y = 0, p1 = 0, p3 = 0, py = 0,
-         total = 0;
+  size_t counts = 0, offsets = 0, tiles = 0, tile_expert = 0, src_row = 0, inv = 0, h1 = 0, h3 = 0, y = 0, p1 = 0,
+         p3 = 0, py = 0, total = 0;
   MoeLayout(int64_t P, int64_t D, int64_t F, int64_t E) {
     size_t at = 0;
     auto take = [&](size_t bytes) {
@@ -70,6 +70,7 @@ struct MoeLayout {
     counts = take(size_t(E) * 4);        // I32 [E]     rows per expert
     offsets = take(size_t(E + 1) * 4);   // I32 [E+1]   first row of each expert
     tiles = take(size_t(E + 1) * 4);     // I32 [E+1]   first BM-row tile of each expert
+    tile_expert = take(size_t(P + E + 1) * 4);  // I32 [tiles] expert of each BM-row tile
     src_row = take(size_t(P) * 4);       // I32 [P]     row -> token
     inv = take(size_t(P) * 4);           // I32 [P]     pair t*k+i -> row (-1: invalid id)
     h1 = take(size_t(P * F) * 2);        // BF16 [P, F] w1 x, then the SwiGLU output
@@ -218,8 +219,8 @@ __device__ __forceinline__ int block_excl_scan1024(int v, int* wsum, int* total)
 // among the chunk's earlier pairs of its expert is counted directly (shared-memory broadcast
 // reads), and each expert's running base advances by its count in the chunk.
 __global__ __launch_bounds__(1024) void moe_permute_kernel(const int32_t* ids, int64_t P, int k, int E, int BM,
-                                                          int* counts, int* offsets, int* tiles, int* src_row,
-                                                          int* inv) {
+                                                          int* counts, int* offsets, int* tiles, int* tile_expert,
+                                                          int* src_row, int* inv) {
   extern __shared__ int perm_smem[];
   int* cnt = perm_smem;  // [E]
   int* base = cnt + E;   // [E]
@@ -242,6 +243,7 @@ __global__ __launch_bounds__(1024) void moe_permute_kernel(const int32_t* ids, i
     offsets[tid] = off;
     tiles[tid] = toff;
     base[tid] = off;
+    for (int j = 0; j < (c + BM - 1) / BM; ++j) tile_expert[toff + j] = tid;
   }
   if (tid == 0) {
     offsets[E] = total_rows;
@@ -287,6 +289,7 @@ struct MoeGemmArgs {
   const int* counts;
   const int* offsets;
   const int* tiles;
+  const int* tile_expert;  // expert of each tile (written by moe_permute_kernel)
   int64_t split_stride;  // elements between the K splits' outputs (blockIdx.z)
 };
 
@@ -310,16 +313,11 @@ __global__ __launch_bounds__(128) void moe_gemm_kernel(MoeGemmArgs g) {
   constexpr int FPW = BM / 16;  // fragments per warp (1..4)
   const int tid = threadIdx.x, warp = tid >> 5;
   const int bx = blockIdx.x;
+  // Both loads in flight together (a binary search over the tile starts was 8 dependent global
+  // loads, several microseconds of every block's start at decode sizes). The grid never exceeds
+  // the tile_expert array; entries past the last tile are stale and not used.
+  const int e = g.tile_expert[bx];
   if (bx >= g.tiles[g.E]) return;
-  int lo = 0, hi = g.E;  // tiles[lo] <= bx < tiles[hi]
-  while (hi - lo > 1) {
-    const int mid = (lo + hi) >> 1;
-    if (g.tiles[mid] <= bx)
-      lo = mid;
-    else
-      hi = mid;
-  }
-  const int e = lo;
   const int mt = bx - g.tiles[e];
   const int row0 = g.offsets[e] + mt * BM;
   const int rows = min(BM, g.counts[e] - mt * BM);
@@ -573,6 +571,7 @@ void CudaBackend::moe_experts(Stream s, const Tensor& out, const Tensor& x, cons
   const size_t psmem = size_t(2) * E * 4;
   allow_smem(op, moe_permute_kernel, psmem, smem_optin());
   moe_permute_kernel<<<1, 1024, psmem, st>>>(ids.ptr<int32_t>(), P, int(k), int(E), BM, counts, offsets, tiles,
+                                              reinterpret_cast<int*>(ws + L.tile_expert),
                                               src_row, inv);
   CUDA_LAUNCH_CHECK(op, st);
 
@@ -580,6 +579,7 @@ void CudaBackend::moe_experts(Stream s, const Tensor& out, const Tensor& x, cons
   g.counts = counts;
   g.offsets = offsets;
   g.tiles = tiles;
+  g.tile_expert = reinterpret_cast<const int*>(ws + L.tile_expert);
   g.E = int(E);
   // w1 x, w3 x over the gathered token rows.
   g.A = static_cast<const bf16*>(x.data);
