@@ -64,7 +64,8 @@ for st in $stages; do case $st in
   overheadvar)
     # What each record kind costs: one process per variant (flash-6l, batch 8, eager unless named).
     for v in ${OVH_VARIANTS:-"default:" "nolat:--no-latency-timestamps" "graph:--graph" \
-             "graphnolat:--graph --no-latency-timestamps" "nonvtx:--no-nvtx" "noruntime:--no-runtime"}; do
+             "graphnolat:--graph --no-latency-timestamps" "nonvtx:--no-nvtx" "noopranges:--no-op-ranges" \
+             "noruntime:--no-runtime"}; do
       run "ovh_${v%%:*}" 120 $B/bench_trace_overhead --config=flash-6l --batch=8 --context=2048 --steps=20 \
         ${v#*:} --out="$W/ovh_${v%%:*}.json"
     done ;;

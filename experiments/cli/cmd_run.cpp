@@ -49,6 +49,7 @@ struct RunOptions {
   int warmup = 1;
   bool allow_invalid_records = false;
   bool no_latency_timestamps = false;
+  bool no_op_ranges = false;
   // Op-by-op comparison with the CPU reference on identical inputs (model/check_backend.h).
   bool check_against_cpu = false;
   double check_tolerance = 2e-2;
@@ -168,6 +169,7 @@ void run(const RunOptions& o) {
   std::fflush(info);
 
   DeepSeekV4 model(*be, cfg, policy, shape);
+  model.ops().set_op_ranges(!o.no_op_ranges);
   if (o.checkpoint.empty()) {
     std::fprintf(info, "initialising weights from seed %llu\n", cfg.seed);
     model.init_random(cfg.seed);
@@ -332,6 +334,8 @@ void add_run_command(CLI::App& app) {
                 "trace without CUPTI latency timestamps (kernel queued / submitted): measured on the H200 they are most "
                 "of the tracing overhead (flash-6l batch 8, eager: on/off 1.065 with them, 0.999 without); queue "
                 "waits are then taken from the launch call's end");
+  cmd->add_flag("--no-op-ranges", o->no_op_ranges,
+                "no NVTX range per op (step, layer and phase ranges stay): fewer NVTX records while tracing");
   cmd->add_flag("--allow-invalid-records", o->allow_invalid_records,
                 "keep a trace with dropped or invalid records (exit 0)");
   CLI::Option* check_flag = cmd->add_flag("--check-against-cpu", o->check_against_cpu,

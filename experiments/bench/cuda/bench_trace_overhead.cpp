@@ -5,7 +5,8 @@
 // run-to-run noise that the ON/OFF ratio must be read against.
 //
 // What each part of the default record set costs is measured by switching parts off
-// (--no-latency-timestamps, --no-runtime, --no-cuda-events, --no-memory, --no-nvtx: one process
+// (--no-latency-timestamps, --no-runtime, --no-cuda-events, --no-memory, --no-nvtx,
+// --no-op-ranges (NVTX ranges per op; step / layer / phase ranges stay): one process
 // per variant, since latency timestamps are fixed before CUDA initialises). --graph measures
 // the steps as CUDA-graph replays (captured before the windows).
 //
@@ -41,6 +42,7 @@ struct Options {
   std::string config = "flash-2l", policy = "shared", out, command_line;
   int batch = 8, context = 1024, steps = 20;
   bool graph = false;
+  bool op_ranges = true;  // op-level NVTX ranges (step / layer / phase ranges are always on)
   prof::SessionOptions session;
 };
 
@@ -93,6 +95,7 @@ int run(const Options& o) {
   auto be = make_cuda_backend({});
   DeepSeekV4 model(*be, c, StreamPolicy::parse(o.policy), shape);
   model.init_random(c.seed);
+  model.ops().set_op_ranges(o.op_ranges);
   std::vector<int32_t> prompt(size_t(o.batch) * size_t(o.context));
   for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t(splitmix64(i + 5) % uint64_t(c.vocab_size));
   model.prefill(prompt, o.context);
@@ -139,7 +142,8 @@ int run(const Options& o) {
                      {"runtime_api", o.session.runtime_api},
                      {"cuda_events", o.session.cuda_events},
                      {"memory", o.session.memory},
-                     {"nvtx", o.session.nvtx}}},
+                     {"nvtx", o.session.nvtx},
+                     {"op_ranges", o.op_ranges}}},
                    {"step_ms", {{"on", on}, {"off", off1}, {"off_repeat", off2}}},
                    {"median_ms", {{"on", m_on}, {"off", m_off1}, {"off_repeat", m_off2}}},
                    {"ratio_on_off", m_on / m_off1},
@@ -175,6 +179,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(arg, "--no-cuda-events")) o.session.cuda_events = false;
     else if (!std::strcmp(arg, "--no-memory")) o.session.memory = false;
     else if (!std::strcmp(arg, "--no-nvtx")) o.session.nvtx = false;
+    else if (!std::strcmp(arg, "--no-op-ranges")) o.op_ranges = false;
     else return false;
     return true;
   };
@@ -182,7 +187,8 @@ int main(int argc, char** argv) {
       argc, argv, "bench_trace_overhead",
       "bench_trace_overhead [--config=flash-2l] [--batch=8] [--context=1024] [--policy=shared]\n"
       "                     [--steps=20] [--graph] [--no-latency-timestamps] [--no-runtime]\n"
-      "                     [--no-cuda-events] [--no-memory] [--no-nvtx] [--out=FILE.json]\n"
+      "                     [--no-cuda-events] [--no-memory] [--no-nvtx] [--no-op-ranges]\n"
+      "                     [--out=FILE.json]\n"
       "Decode step time with CUPTI tracing on vs off in one process (CUDA).\n",
       parse, [&o] { return sl::run(o); });
 }
