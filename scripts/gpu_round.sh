@@ -58,6 +58,12 @@ for st in $stages; do case $st in
       STREAMLAB_MOE_SPLIT_K=$sk run moe_split_$sk 90 $B/bench_decode --config=flash-6l --batches=1 --modes=graph \
         --policy=shared --context=2048 --mtp-layers=1 --draft-steps=1 --steps=10 --out="$W/moe_split_$sk.json"
     done ;;
+  attnsplit)
+    # The decode attention's split count (STREAMLAB_ATTN_SPLIT; default: up to 16), batch 1, graph.
+    for n in 0 8 32; do
+      STREAMLAB_ATTN_SPLIT=$n run attn_split_$n 90 $B/bench_decode --config=flash-6l --batches=1 --modes=graph \
+        --policy=shared --context=2048 --mtp-layers=1 --draft-steps=1 --steps=20 --out="$W/attn_split_$n.json"
+    done ;;
   overhead)
     run trace_overhead 150 $B/bench_trace_overhead --config=flash-2l --batch=8 --context=1024 --steps=20 \
       --out="$OUT/trace_overhead.json" ;;

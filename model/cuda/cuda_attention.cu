@@ -14,6 +14,8 @@
 #include <map>
 #include <mutex>
 
+#include <cstdlib>
+
 #include "model/cuda/cuda_common.cuh"
 
 namespace sl {
@@ -1013,6 +1015,15 @@ void CudaBackend::sparse_attention(Stream s, const Tensor& o, const Tensor& q, c
     const size_t per_split = size_t(T) * a.HP * size_t(Dh + 2) * 4;
     const int64_t fit = int64_t(kScratchBytes / per_split);
     nsplit = int(std::max<int64_t>(1, std::min(want, fit)));
+  }
+  // Tuning experiments: STREAMLAB_ATTN_SPLIT=N forces N splits (as far as they fit the scratch).
+  static const int forced_split = [] {
+    const char* v = std::getenv("STREAMLAB_ATTN_SPLIT");
+    return v ? std::atoi(v) : 0;
+  }();
+  if (forced_split > 0) {
+    const size_t per_split = size_t(T) * a.HP * size_t(Dh + 2) * 4;
+    nsplit = int(std::max<int64_t>(1, std::min<int64_t>(forced_split, int64_t(kScratchBytes / per_split))));
   }
   a.nsplit = nsplit;
   if (nsplit > 1) a.part = static_cast<float*>(scratch(s, op, size_t(T) * a.HP * nsplit * size_t(Dh + 2) * 4).ptr);

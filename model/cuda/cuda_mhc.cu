@@ -7,7 +7,9 @@
 // fp32: fn is split into bf16 hi = bf16(fn) and lo = bf16(fn - hi) (hi + lo carries 16 mantissa
 // bits, relative error ~1e-5), stacked as a bf16 [2 mix, 4D] matrix in the stream's scratch, and
 // one cuBLAS GEMM (bf16 in, fp32 accumulate and out; X is bf16 already, so exact) gives both
-// halves; m = hi part + lo part. (vLLM runs this GEMM in TF32, which is less exact.) Then one
+// halves; m = hi part + lo part. (vLLM runs this GEMM in TF32, which is less exact.) Decode
+// (T <= 8) skips the split: the backend's GEMV for bf16 x F32 reads fn as it is (memory-bound
+// there; fp32 products). Then one
 // block per token: the sum of squares of its 4D values, the sigmoids and the Sinkhorn (one
 // warp), and the pre-weighted collapse of the streams. Every sum is in a fixed order, so results
 // do not depend on scheduling (they do depend on T through cuBLAS's choice of kernel, like any
@@ -27,7 +29,8 @@ struct HcArgs {
   int dtx;
   const float* fn;
   int64_t T, D;
-  const float* mm;   // [rows, 2 * MIX]: the hi and lo halves of the mix logits (raw dots)
+  const float* mm;   // [rows, halves * MIX]: the mix logits (raw dots); halves = 2: hi and lo parts
+  int halves;
   const float* scale;
   const float* base;
   int iters;
@@ -153,8 +156,8 @@ __global__ __launch_bounds__(kHcThreads) void hc_finish_kernel(HcArgs a, int64_t
   }
   ss = block_sum(ss, red);
   if (threadIdx.x < MIX) {
-    const float* row = a.mm + int64_t(blockIdx.x) * 2 * MIX;
-    tot[threadIdx.x] = row[threadIdx.x] + row[MIX + threadIdx.x];
+    const float* row = a.mm + int64_t(blockIdx.x) * a.halves * MIX;
+    tot[threadIdx.x] = a.halves == 2 ? row[threadIdx.x] + row[MIX + threadIdx.x] : row[threadIdx.x];
   }
   if (threadIdx.x == 0) tot[MIX] = ss;
   __syncthreads();
@@ -191,6 +194,37 @@ void launch_hc(CudaBackend& be, const char* op, Stream s, HcArgs a, DType xdt) {
   cudaStream_t st = be.stream(s, op);
   if (a.T == 0) return;
   const int64_t HD = HC * a.D;
+  const bool vec = xdt == DType::BF16 && a.dty == kBF16 && a.D % 8 == 0 &&
+                   (reinterpret_cast<uintptr_t>(a.X) | reinterpret_cast<uintptr_t>(a.y)) % 16 == 0;
+  auto finish = [&](int64_t rows, int64_t t0) {
+    if (vec)
+      hc_finish_kernel<MIX, HEAD, true><<<unsigned(rows), kHcThreads, 0, st>>>(a, t0);
+    else
+      hc_finish_kernel<MIX, HEAD, false><<<unsigned(rows), kHcThreads, 0, st>>>(a, t0);
+    CUDA_LAUNCH_CHECK(op, st);
+  };
+  if (a.T <= 8) {
+    // Decode: the mix GEMM straight from the F32 fn (bf16 x F32 -> F32: the backend's decode
+    // GEMV, exact fp32 products), no hi/lo split: two launches instead of four (split, GEMM,
+    // split-K reduce, finish).
+    CudaBackend::Scratch sc = be.scratch(s, op, size_t(a.T) * MIX * 4);
+    float* mm = static_cast<float*>(sc.ptr);
+    Tensor xt, ft, ot;
+    xt.data = const_cast<void*>(a.X);
+    xt.dtype = xdt;
+    xt.shape = Shape{a.T, HD};
+    ft.data = const_cast<float*>(a.fn);
+    ft.dtype = DType::F32;
+    ft.shape = Shape{MIX, HD};
+    ot.data = mm;
+    ot.dtype = DType::F32;
+    ot.shape = Shape{a.T, MIX};
+    be.gemm(s, ot, xt, ft);
+    a.mm = mm;
+    a.halves = 1;
+    finish(a.T, 0);
+    return;
+  }
   // Scratch: W (bf16 [2 MIX, HD]) then the GEMM output for a chunk of rows (F32 [rows, 2 MIX]).
   const size_t wbytes = (size_t(2 * MIX) * HD * 2 + 255) / 256 * 256;
   const size_t row_bytes = size_t(2 * MIX) * 4;
@@ -215,13 +249,8 @@ void launch_hc(CudaBackend& be, const char* op, Stream s, HcArgs a, DType xdt) {
     ot.shape = Shape{rows, 2 * MIX};
     be.gemm(s, ot, xt, wt);
     a.mm = mm;
-    const bool vec = xdt == DType::BF16 && a.dty == kBF16 && a.D % 8 == 0 &&
-                     (reinterpret_cast<uintptr_t>(a.X) | reinterpret_cast<uintptr_t>(a.y)) % 16 == 0;
-    if (vec)
-      hc_finish_kernel<MIX, HEAD, true><<<unsigned(rows), kHcThreads, 0, st>>>(a, t0);
-    else
-      hc_finish_kernel<MIX, HEAD, false><<<unsigned(rows), kHcThreads, 0, st>>>(a, t0);
-    CUDA_LAUNCH_CHECK(op, st);
+    a.halves = 2;
+    finish(rows, t0);
   }
 }
 
