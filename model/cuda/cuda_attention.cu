@@ -11,10 +11,9 @@
 
 #include <cfloat>
 #include <cmath>
+#include <cstdlib>
 #include <map>
 #include <mutex>
-
-#include <cstdlib>
 
 #include "model/cuda/cuda_common.cuh"
 
