@@ -1,9 +1,11 @@
 #include "profiler/kineto_json.h"
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
+#include <concepts>
 #include <tuple>
 #include <cstring>
 #include <functional>
@@ -11,14 +13,50 @@
 #include <memory>
 #include <set>
 #include <sstream>
+#include <string_view>
+#include <type_traits>
 #include <unordered_map>
 
 #include "core/error.h"
+#include "profiler/export_fields.h"
 #include "profiler/trace_index.h"
 
 namespace sl::prof {
 
 namespace {
+
+// Value tags for Out::val: formats the C++ type alone does not say.
+struct Micros {  // nanoseconds written as microseconds with three decimals
+  Ns ns;
+};
+struct TimeOrNull {  // nanoseconds, kNoTime written as null
+  Ns ns;
+};
+
+// A string literal as a template argument (JSON keys: escaping-free ASCII).
+template <size_t N>
+struct Lit {
+  char s[N];
+  constexpr Lit(const char (&v)[N]) { std::copy_n(v, N, s); }
+  static constexpr size_t size = N - 1;
+};
+
+// `Prefix"Key": Suffix` as one constant array (no terminating NUL).
+template <Lit Prefix, Lit Key, Lit Suffix = "">
+struct Member {
+  static constexpr std::array<char, Prefix.size + Key.size + 4 + Suffix.size> text = [] {
+    std::array<char, Prefix.size + Key.size + 4 + Suffix.size> a{};
+    size_t n = 0;
+    for (size_t i = 0; i < Prefix.size; ++i) a[n++] = Prefix.s[i];
+    a[n++] = '"';
+    for (size_t i = 0; i < Key.size; ++i) a[n++] = Key.s[i];
+    a[n++] = '"';
+    a[n++] = ':';
+    a[n++] = ' ';
+    for (size_t i = 0; i < Suffix.size; ++i) a[n++] = Suffix.s[i];
+    return a;
+  }();
+};
 
 // A flat output buffer with hand-written formatting; flushed to the sink in large chunks.
 class Out {
@@ -186,6 +224,71 @@ class Out {
       i64(v);
   }
 
+  // ---- Fields: one call writes a key and its value, the value's C++ type choosing the format.
+  // The key is a template argument, so `, "key": ` is one compile-time string (see Member) and
+  // costs what a single lit() does: out_.arg<"bytes">(m.bytes).
+  template <size_t N>
+  void bytes(const std::array<char, N>& a) {
+    need(N);
+    std::memcpy(buf_.get() + n_, a.data(), N);
+    n_ += N;
+  }
+  // `"key": ` with a key known only at run time (metadata, the counts table).
+  void member(std::string_view key) {
+    ch('"');
+    raw(key);
+    lit("\": ");
+  }
+  void val(std::string_view s) { str(s); }
+  void val(double v) { dbl(v); }
+  void val(Micros v) { us3(v.ns); }
+  void val(TimeOrNull v) { time_or_null(v.ns); }
+  template <std::integral T>
+  void val(T v) {
+    if constexpr (std::is_signed_v<T>)
+      i64(v);
+    else
+      u64(v);
+  }
+  // `, "key": value`: a member after the first.
+  template <Lit Key, class T>
+  void arg(const T& v) {
+    bytes(Member<", ", Key>::text);
+    val(v);
+  }
+  // `{"key": value`: an object's first member.
+  template <Lit Key, class T>
+  void open(const T& v) {
+    bytes(Member<"{", Key>::text);
+    val(v);
+  }
+  // `, "args": {"key": value`: an event's args, opened with their first member.
+  template <Lit Key, class T>
+  void args(const T& v) {
+    bytes(Member<", \"args\": {", Key>::text);
+    val(v);
+  }
+  // `[a,b,...]`: a compact array (the streamlab block's rows, grid and block sizes).
+  template <class... V>
+  void row(const V&... v) {
+    ch('[');
+    items(v...);
+    ch(']');
+  }
+  // `, "key": [a,b,...]`
+  template <Lit Key, class... V>
+  void arg_row(const V&... v) {
+    bytes(Member<", ", Key, "[">::text);
+    items(v...);
+    ch(']');
+  }
+  // `a,b,...`
+  template <class V0, class... V>
+  void items(const V0& v0, const V&... v) {
+    val(v0);
+    ((ch(','), val(v)), ...);
+  }
+
  private:
   static constexpr size_t kCap = size_t(8) << 20;
   std::function<void(const char*, size_t)> sink_;
@@ -237,42 +340,39 @@ class Emitter {
     ++events_;
   }
 
+  // Writes each item with `write`: `first` before the first one, `sep` before each later one.
+  template <size_t F, size_t S, class Items, class Write>
+  void list(const Items& items, const char (&first)[F], const char (&sep)[S], Write&& write) {
+    bool is_first = true;
+    for (const auto& x : items) {
+      if (is_first)
+        out_.lit(first);
+      else
+        out_.lit(sep);
+      is_first = false;
+      write(x);
+    }
+  }
+
   void header() {
     out_.lit("{\n\"schemaVersion\": 1,\n\"deviceProperties\": [");
-    bool first = true;
-    for (const auto& d : t_.devices) {
-      out_.raw(first ? std::string_view("\n") : std::string_view(",\n"));
-      first = false;
-      out_.lit("{\"id\": ");
-      out_.u64(d.id);
-      out_.lit(", \"name\": ");
-      out_.str(d.name);
-      out_.lit(", \"totalGlobalMem\": ");
-      out_.i64(d.total_memory);
-      out_.lit(", \"computeMajor\": ");
-      out_.i64(d.compute_major);
-      out_.lit(", \"computeMinor\": ");
-      out_.i64(d.compute_minor);
-      out_.lit(", \"maxThreadsPerBlock\": ");
-      out_.i64(d.max_threads_per_block);
-      out_.lit(", \"maxThreadsPerMultiprocessor\": ");
-      out_.i64(d.max_threads_per_sm);
-      out_.lit(", \"regsPerBlock\": ");
-      out_.i64(d.regs_per_block);
-      out_.lit(", \"regsPerMultiprocessor\": ");
-      out_.i64(d.regs_per_sm);
-      out_.lit(", \"warpSize\": ");
-      out_.i64(d.warp_size);
-      out_.lit(", \"sharedMemPerBlock\": ");
-      out_.i64(d.smem_per_block);
-      out_.lit(", \"sharedMemPerMultiprocessor\": ");
-      out_.i64(d.smem_per_sm);
-      out_.lit(", \"numSms\": ");
-      out_.i64(d.sm_count);
-      out_.lit(", \"sharedMemPerBlockOptin\": ");
-      out_.i64(d.smem_per_block_optin);
+    list(t_.devices, "\n", ",\n", [&](const Device& d) {
+      out_.open<"id">(d.id);
+      out_.arg<"name">(d.name);
+      out_.arg<"totalGlobalMem">(d.total_memory);
+      out_.arg<"computeMajor">(d.compute_major);
+      out_.arg<"computeMinor">(d.compute_minor);
+      out_.arg<"maxThreadsPerBlock">(d.max_threads_per_block);
+      out_.arg<"maxThreadsPerMultiprocessor">(d.max_threads_per_sm);
+      out_.arg<"regsPerBlock">(d.regs_per_block);
+      out_.arg<"regsPerMultiprocessor">(d.regs_per_sm);
+      out_.arg<"warpSize">(d.warp_size);
+      out_.arg<"sharedMemPerBlock">(d.smem_per_block);
+      out_.arg<"sharedMemPerMultiprocessor">(d.smem_per_sm);
+      out_.arg<"numSms">(d.sm_count);
+      out_.arg<"sharedMemPerBlockOptin">(d.smem_per_block_optin);
       out_.lit("}");
-    }
+    });
     out_.lit("\n],\n\"distributedInfo\": {\"rank\": ");
     out_.i64(o_.rank);
     out_.lit("},\n\"baseTimeNanoseconds\": ");
@@ -362,16 +462,12 @@ class Emitter {
     sep();
     out_.lit("{\"ph\": \"X\", \"cat\": \"");
     out_.raw(cat, cat_len);
-    out_.lit("\", \"name\": ");
-    out_.str(name);
-    out_.lit(", \"pid\": ");
-    out_.u64(pid);
-    out_.lit(", \"tid\": ");
-    out_.u64(tid);
-    out_.lit(", \"ts\": ");
-    out_.us3(rel(start));
-    out_.lit(", \"dur\": ");
-    out_.us3(eff_end(start, end) - start);
+    out_.bytes(Member<"\", ", "name">::text);  // closes cat
+    out_.val(name);
+    out_.arg<"pid">(pid);
+    out_.arg<"tid">(tid);
+    out_.arg<"ts">(Micros{rel(start)});
+    out_.arg<"dur">(Micros{eff_end(start, end) - start});
   }
 
   void flow(uint32_t pid, uint32_t corr, uint32_t dev, uint32_t gpu_tid, Ns op_start) {
@@ -385,26 +481,22 @@ class Emitter {
     } else {
       id = next_flow_++;
     }
-    sep();
-    out_.lit("{\"ph\": \"s\", \"id\": ");
-    out_.u64(id);
-    out_.lit(", \"pid\": ");
-    out_.u64(a.pid);
-    out_.lit(", \"tid\": ");
-    out_.u64(track_id(a.tid, 0, api_lane_[ai]));
-    out_.lit(", \"ts\": ");
-    out_.us3(rel(a.start));
+    flow_point("{\"ph\": \"s\", \"id\": ", id, a.pid, track_id(a.tid, 0, api_lane_[ai]), a.start);
     out_.lit(", \"cat\": \"ac2g\", \"name\": \"ac2g\"}");
-    sep();
-    out_.lit("{\"ph\": \"f\", \"id\": ");
-    out_.u64(id);
-    out_.lit(", \"pid\": ");
-    out_.u64(dev);
-    out_.lit(", \"tid\": ");
-    out_.u64(gpu_tid);
-    out_.lit(", \"ts\": ");
-    out_.us3(rel(op_start));
+    flow_point("{\"ph\": \"f\", \"id\": ", id, dev, gpu_tid, op_start);
     out_.lit(", \"cat\": \"ac2g\", \"name\": \"ac2g\", \"bp\": \"e\"}");
+  }
+
+  // One end of a flow, up to its ts: `{"ph": "s", "id": ` / `{"ph": "f", "id": ` then the id,
+  // pid, tid, ts.
+  template <size_t N>
+  void flow_point(const char (&head)[N], uint64_t id, uint32_t pid, uint32_t tid, Ns ts) {
+    sep();
+    out_.lit(head);
+    out_.val(id);
+    out_.arg<"pid">(pid);
+    out_.arg<"tid">(tid);
+    out_.arg<"ts">(Micros{rel(ts)});
   }
 
   // Whether a flow already used this correlation id as its id (graph launches: many ops).
@@ -419,86 +511,66 @@ class Emitter {
   }
 
   void common_gpu_args(uint32_t device, uint32_t context, uint32_t stream, uint32_t corr) {
-    out_.lit(", \"args\": {\"device\": ");
-    out_.u64(device);
-    out_.lit(", \"context\": ");
-    out_.u64(context);
-    out_.lit(", \"stream\": ");
-    out_.i64(stream == kNoStream ? -1 : int64_t(stream));
-    out_.lit(", \"correlation\": ");
-    out_.u64(corr);
+    out_.args<"device">(device);
+    out_.arg<"context">(context);
+    out_.arg<"stream">(id_or_minus1(stream, kNoStream));
+    out_.arg<"correlation">(corr);
+  }
+
+  // The args memcpy and memset rows end with: graph node, process, then the flow.
+  template <class Op>
+  void gpu_op_tail(const Op& m, uint32_t tid) {
+    if (m.graph_node_id) out_.arg<"graph node id">(m.graph_node_id);
+    if (m.pid) out_.arg<"process">(m.pid);
+    out_.lit("}}");
+    flow(m.pid, m.correlation, m.device, tid, m.start);
+  }
+
+  // `, "memory bandwidth (GB/s)": ` bytes per ns, or "N/A" for a zero-length op.
+  void bandwidth(uint64_t bytes, Ns start, Ns end) {
+    out_.bytes(Member<", ", "memory bandwidth (GB/s)">::text);
+    Ns dur = eff_end(start, end) - start;
+    if (dur > 0)
+      out_.dbl(double(bytes) / double(dur));
+    else
+      out_.lit("\"N/A\"");
   }
 
   void kernel(const Kernel& k, uint32_t tid) {
     use_track(k.device, tid, true);
     slice_head("kernel", 6, t_.str(k.name), k.device, tid, k.start, k.end);
-    out_.lit(", \"args\": {\"queued\": ");
+    out_.bytes(Member<", \"args\": {", "queued">::text);
     if (k.queued == kNoTime)
       out_.lit("0");
     else
       out_.i64(k.queued / 1000);  // Kineto: absolute microseconds
-    out_.lit(", \"device\": ");
-    out_.u64(k.device);
-    out_.lit(", \"context\": ");
-    out_.u64(k.context);
-    out_.lit(", \"stream\": ");
-    out_.u64(k.stream);
-    out_.lit(", \"correlation\": ");
-    out_.u64(k.correlation);
-    out_.lit(", \"registers per thread\": ");
-    out_.u64(k.registers);
-    out_.lit(", \"shared memory\": ");
-    out_.u64(uint64_t(k.static_smem) + k.dynamic_smem);
+    out_.arg<"device">(k.device);
+    out_.arg<"context">(k.context);
+    out_.arg<"stream">(k.stream);
+    out_.arg<"correlation">(k.correlation);
+    out_.arg<"registers per thread">(k.registers);
+    out_.arg<"shared memory">(uint64_t(k.static_smem) + k.dynamic_smem);
     const Device* d = device(k.device);
     if (d && d->sm_count > 0) {
       double blocks = double(k.grid[0]) * k.grid[1] * k.grid[2];
       double bps = blocks / d->sm_count;
       double wpb = std::ceil(double(k.block[0]) * k.block[1] * k.block[2] / double(d->warp_size > 0 ? d->warp_size : 32));
-      out_.lit(", \"blocks per SM\": ");
-      out_.dbl(bps);
-      out_.lit(", \"warps per SM\": ");
-      out_.dbl(bps * wpb);
+      out_.arg<"blocks per SM">(bps);
+      out_.arg<"warps per SM">(bps * wpb);
     }
-    out_.lit(", \"grid\": [");
-    out_.u64(k.grid[0]);
-    out_.ch(',');
-    out_.u64(k.grid[1]);
-    out_.ch(',');
-    out_.u64(k.grid[2]);
-    out_.lit("], \"block\": [");
-    out_.u64(k.block[0]);
-    out_.ch(',');
-    out_.u64(k.block[1]);
-    out_.ch(',');
-    out_.u64(k.block[2]);
-    out_.lit("]");
+    out_.arg_row<"grid">(k.grid[0], k.grid[1], k.grid[2]);
+    out_.arg_row<"block">(k.block[0], k.block[1], k.block[2]);
     if (k.graph_node_id != 0 || k.graph_id != 0) {
-      out_.lit(", \"graph id\": ");
-      out_.u64(k.graph_id);
-      out_.lit(", \"graph node id\": ");
-      out_.u64(k.graph_node_id);
+      out_.arg<"graph id">(k.graph_id);
+      out_.arg<"graph node id">(k.graph_node_id);
     }
     // streamlab extras (exact values for the round trip).
-    out_.lit(", \"static shared memory\": ");
-    out_.u64(k.static_smem);
-    out_.lit(", \"dynamic shared memory\": ");
-    out_.u64(k.dynamic_smem);
-    if (k.queued != kNoTime) {
-      out_.lit(", \"queued ns\": ");
-      out_.i64(k.queued);
-    }
-    if (k.submitted != kNoTime) {
-      out_.lit(", \"submitted ns\": ");
-      out_.i64(k.submitted);
-    }
-    if (k.launch_type) {
-      out_.lit(", \"launch type\": ");
-      out_.u64(k.launch_type);
-    }
-    if (k.pid) {
-      out_.lit(", \"process\": ");
-      out_.u64(k.pid);
-    }
+    out_.arg<"static shared memory">(k.static_smem);
+    out_.arg<"dynamic shared memory">(k.dynamic_smem);
+    if (k.queued != kNoTime) out_.arg<"queued ns">(k.queued);
+    if (k.submitted != kNoTime) out_.arg<"submitted ns">(k.submitted);
+    if (k.launch_type) out_.arg<"launch type">(k.launch_type);
+    if (k.pid) out_.arg<"process">(k.pid);
     out_.lit("}}");
     flow(k.pid, k.correlation, k.device, tid, k.start);
   }
@@ -508,30 +580,12 @@ class Emitter {
     std::string name = memcpy_display_name(m.kind, m.src_kind, m.dst_kind);
     slice_head("gpu_memcpy", 10, name, m.device, tid, m.start, m.end);
     common_gpu_args(m.device, m.context, m.stream, m.correlation);
-    out_.lit(", \"bytes\": ");
-    out_.u64(m.bytes);
-    out_.lit(", \"memory bandwidth (GB/s)\": ");
-    Ns dur = eff_end(m.start, m.end) - m.start;
-    if (dur > 0)
-      out_.dbl(double(m.bytes) / double(dur));
-    else
-      out_.lit("\"N/A\"");
-    out_.lit(", \"copy kind\": ");
-    out_.u64(uint8_t(m.kind));
-    out_.lit(", \"src kind\": ");
-    out_.u64(uint8_t(m.src_kind));
-    out_.lit(", \"dst kind\": ");
-    out_.u64(uint8_t(m.dst_kind));
-    if (m.graph_node_id) {
-      out_.lit(", \"graph node id\": ");
-      out_.u64(m.graph_node_id);
-    }
-    if (m.pid) {
-      out_.lit(", \"process\": ");
-      out_.u64(m.pid);
-    }
-    out_.lit("}}");
-    flow(m.pid, m.correlation, m.device, tid, m.start);
+    out_.arg<"bytes">(m.bytes);
+    bandwidth(m.bytes, m.start, m.end);
+    out_.arg<"copy kind">(uint8_t(m.kind));
+    out_.arg<"src kind">(uint8_t(m.src_kind));
+    out_.arg<"dst kind">(uint8_t(m.dst_kind));
+    gpu_op_tail(m, tid);
   }
 
   void memset(const Memset& m, uint32_t tid) {
@@ -539,28 +593,11 @@ class Emitter {
     std::string name = memset_display_name(m.mem_kind);
     slice_head("gpu_memset", 10, name, m.device, tid, m.start, m.end);
     common_gpu_args(m.device, m.context, m.stream, m.correlation);
-    out_.lit(", \"bytes\": ");
-    out_.u64(m.bytes);
-    out_.lit(", \"memory bandwidth (GB/s)\": ");
-    Ns dur = eff_end(m.start, m.end) - m.start;
-    if (dur > 0)
-      out_.dbl(double(m.bytes) / double(dur));
-    else
-      out_.lit("\"N/A\"");
-    out_.lit(", \"value\": ");
-    out_.u64(m.value);
-    out_.lit(", \"memory kind\": ");
-    out_.u64(uint8_t(m.mem_kind));
-    if (m.graph_node_id) {
-      out_.lit(", \"graph node id\": ");
-      out_.u64(m.graph_node_id);
-    }
-    if (m.pid) {
-      out_.lit(", \"process\": ");
-      out_.u64(m.pid);
-    }
-    out_.lit("}}");
-    flow(m.pid, m.correlation, m.device, tid, m.start);
+    out_.arg<"bytes">(m.bytes);
+    bandwidth(m.bytes, m.start, m.end);
+    out_.arg<"value">(m.value);
+    out_.arg<"memory kind">(uint8_t(m.mem_kind));
+    gpu_op_tail(m, tid);
   }
 
   // The stream an event was last recorded on before a wait (program order = correlation id).
@@ -588,28 +625,17 @@ class Emitter {
       uint32_t tid = track_id(s.stream, kTidSyncBit, std::min(lane, 63));
       use_track(s.device, tid, true);
       slice_head("cuda_sync", 9, to_string(s.type), s.device, tid, s.start, s.end);
-      out_.lit(", \"args\": {\"cuda_sync_kind\": ");
-      out_.str(to_string(s.type));
+      out_.args<"cuda_sync_kind">(std::string_view(to_string(s.type)));
       if (s.type == SyncType::EventSynchronize || s.type == SyncType::StreamWaitEvent) {
-        out_.lit(", \"wait_on_stream\": ");
-        out_.i64(event_source_stream(s.pid, s.event, s.correlation));
-        out_.lit(", \"wait_on_cuda_event_id\": ");
-        out_.i64(s.event == kNoId ? -1 : int64_t(s.event));
+        out_.arg<"wait_on_stream">(event_source_stream(s.pid, s.event, s.correlation));
+        out_.arg<"wait_on_cuda_event_id">(id_or_minus1(s.event, kNoId));
       }
-      out_.lit(", \"stream\": ");
-      out_.i64(s.stream == kNoStream ? -1 : int64_t(s.stream));
-      out_.lit(", \"correlation\": ");
-      out_.u64(s.correlation);
-      out_.lit(", \"device\": ");
-      out_.u64(s.device);
-      out_.lit(", \"context\": ");
-      out_.u64(s.context);
-      out_.lit(", \"sync type\": ");
-      out_.u64(uint8_t(s.type));
-      if (s.pid) {
-        out_.lit(", \"process\": ");
-        out_.u64(s.pid);
-      }
+      out_.arg<"stream">(id_or_minus1(s.stream, kNoStream));
+      out_.arg<"correlation">(s.correlation);
+      out_.arg<"device">(s.device);
+      out_.arg<"context">(s.context);
+      out_.arg<"sync type">(uint8_t(s.type));
+      if (s.pid) out_.arg<"process">(s.pid);
       out_.lit("}}");
     }
   }
@@ -712,8 +738,7 @@ class Emitter {
       use_track(sl.device, tid, true);
       const NvtxRange& r = t_.nvtx[sl.range];
       slice_head("gpu_user_annotation", 19, t_.str(r.name), sl.device, tid, sl.s, sl.e);
-      out_.lit(", \"args\": {\"External id\": ");
-      out_.u64(sl.range + 1);
+      out_.args<"External id">(sl.range + 1);
       out_.lit("}}");
     }
   }
@@ -726,14 +751,9 @@ class Emitter {
       bool drv = a.kind == ApiKind::Driver;
       slice_head(drv ? "cuda_driver" : "cuda_runtime", drv ? 11 : 12, strip_api_version(t_.str(a.name)), a.pid, tid,
                  a.start, a.end);
-      out_.lit(", \"args\": {\"cbid\": ");
-      out_.u64(a.cbid);
-      out_.lit(", \"correlation\": ");
-      out_.u64(a.correlation);
-      if (a.return_value) {
-        out_.lit(", \"return value\": ");
-        out_.i64(a.return_value);
-      }
+      out_.args<"cbid">(a.cbid);
+      out_.arg<"correlation">(a.correlation);
+      if (a.return_value) out_.arg<"return value">(a.return_value);
       out_.lit("}}");
     }
     for (size_t i = 0; i < t_.nvtx.size(); ++i) {
@@ -743,38 +763,21 @@ class Emitter {
         use_track(r.pid, tid, false);
         sep();
         out_.lit("{\"ph\": \"i\", \"s\": \"t\", \"cat\": \"user_annotation\", \"name\": ");
-        out_.str(t_.str(r.name));
-        out_.lit(", \"pid\": ");
-        out_.u64(r.pid);
-        out_.lit(", \"tid\": ");
-        out_.u64(tid);
-        out_.lit(", \"ts\": ");
-        out_.us3(rel(r.start));
+        out_.val(t_.str(r.name));
+        out_.arg<"pid">(r.pid);
+        out_.arg<"tid">(tid);
+        out_.arg<"ts">(Micros{rel(r.start)});
       } else {
         uint32_t tid = track_id(r.tid, 0, nvtx_lane_[i]);
         use_track(r.pid, tid, false);
         slice_head("user_annotation", 15, t_.str(r.name), r.pid, tid, r.start, r.end);
       }
-      out_.lit(", \"args\": {\"External id\": ");
-      out_.u64(i + 1);
-      if (r.domain) {
-        out_.lit(", \"domain\": ");
-        out_.str(t_.str(r.domain));
-      }
-      out_.lit(", \"nvtx kind\": ");
-      out_.u64(uint8_t(r.kind));
-      if (r.color) {
-        out_.lit(", \"color\": ");
-        out_.u64(r.color);
-      }
-      if (r.category) {
-        out_.lit(", \"category\": ");
-        out_.u64(r.category);
-      }
-      if (r.end_tid != r.tid && r.end_tid != 0) {
-        out_.lit(", \"end thread\": ");
-        out_.u64(r.end_tid);
-      }
+      out_.args<"External id">(i + 1);
+      if (r.domain) out_.arg<"domain">(t_.str(r.domain));
+      out_.arg<"nvtx kind">(uint8_t(r.kind));
+      if (r.color) out_.arg<"color">(r.color);
+      if (r.category) out_.arg<"category">(r.category);
+      if (r.end_tid != r.tid && r.end_tid != 0) out_.arg<"end thread">(r.end_tid);
       out_.lit("}}");
     }
   }
@@ -782,11 +785,10 @@ class Emitter {
   void counter(uint32_t pid, std::string_view name, Ns ts, std::string_view key, double v) {
     sep();
     out_.lit("{\"ph\": \"C\", \"name\": ");
-    out_.str(name);
-    out_.lit(", \"pid\": ");
-    out_.u64(pid);
-    out_.lit(", \"tid\": 0, \"ts\": ");
-    out_.us3(rel(ts));
+    out_.val(name);
+    out_.arg<"pid">(pid);
+    out_.arg<"tid">(0u);
+    out_.arg<"ts">(Micros{rel(ts)});
     out_.lit(", \"args\": {");
     out_.str(key);
     out_.lit(": ");
@@ -828,13 +830,11 @@ class Emitter {
     sep();
     out_.lit("{\"name\": \"");
     out_.raw(what, std::strlen(what));
-    out_.lit("\", \"ph\": \"M\", \"ts\": 0.000, \"pid\": ");
-    out_.u64(pid);
-    out_.lit(", \"tid\": ");
-    out_.u64(tid);
-    out_.lit(", \"args\": {\"");
-    out_.raw(key, std::strlen(key));
-    out_.lit("\": ");
+    out_.lit("\", \"ph\": \"M\", \"ts\": 0.000");
+    out_.arg<"pid">(pid);
+    out_.arg<"tid">(tid);
+    out_.lit(", \"args\": {");
+    out_.member(key);
     if (value_is_int)
       out_.raw(value);
     else
@@ -889,220 +889,67 @@ class Emitter {
   }
 
   void counts_block(const RecordCounts& c) {
-    out_.lit("{\"dropped\": ");
-    out_.u64(c.dropped);
-    out_.lit(", \"zero_timestamps\": ");
-    out_.u64(c.zero_timestamps);
-    out_.lit(", \"end_before_start\": ");
-    out_.u64(c.end_before_start);
-    out_.lit(", \"overhead_records\": ");
-    out_.u64(c.overhead_records);
-    out_.lit(", \"invalid_records\": ");
-    out_.u64(c.invalid_records);
-    out_.lit(", \"unknown_kinds\": ");
-    out_.u64(c.unknown_kinds);
-    out_.lit(", \"warmup_discarded\": ");
-    out_.u64(c.warmup_discarded);
-    out_.lit(", \"buffers\": ");
-    out_.u64(c.buffers);
-    out_.lit(", \"buffer_bytes\": ");
-    out_.u64(c.buffer_bytes);
-    out_.lit(", \"pool_exhausted\": ");
-    out_.u64(c.pool_exhausted);
+    list(kRecordCountFields, "{", ", ", [&](const RecordCountField& f) {
+      out_.member(f.name);
+      out_.u64(c.*f.member);
+    });
     out_.lit("}");
   }
 
   void trailer() {
     out_.lit("\n]");
     if (o_.streamlab_block) {
-      out_.lit(",\n\"streamlab\": {\"version\": 1, \"base_time_ns\": ");
-      out_.i64(base_);
-      out_.lit(", \"session_start_utc_ns\": ");
-      out_.i64(t_.session_start_utc_ns);
+      out_.lit(",\n\"streamlab\": {\"version\": 1");
+      out_.arg<"base_time_ns">(base_);
+      out_.arg<"session_start_utc_ns">(t_.session_start_utc_ns);
       out_.lit(",\n\"counts\": ");
       counts_block(t_.counts);
       out_.lit(",\n\"metadata\": {");
-      bool first = true;
-      for (const auto& [k, v] : t_.metadata) {
-        if (!first) out_.lit(", ");
-        first = false;
-        out_.str(k);
+      list(t_.metadata, "", ", ", [&](const auto& kv) {
+        out_.str(kv.first);
         out_.lit(": ");
-        out_.str(v);
-      }
+        out_.str(kv.second);
+      });
       out_.lit("},\n\"devices\": [");
-      first = true;
-      for (const auto& d : t_.devices) {
-        if (!first) out_.lit(", ");
-        first = false;
-        out_.lit("{\"id\": ");
-        out_.u64(d.id);
-        out_.lit(", \"name\": ");
-        out_.str(d.name);
-        out_.lit(", \"uuid\": ");
-        out_.str(d.uuid);
-        out_.lit(", \"l2_cache_size\": ");
-        out_.i64(d.l2_cache_size);
-        out_.lit(", \"clock_rate_khz\": ");
-        out_.i64(d.clock_rate_khz);
-        out_.lit(", \"memory_bandwidth\": ");
-        out_.i64(d.memory_bandwidth);
+      list(t_.devices, "", ", ", [&](const Device& d) {
+        out_.open<"id">(d.id);
+        out_.arg<"name">(d.name);
+        out_.arg<"uuid">(d.uuid);
+        out_.arg<"l2_cache_size">(d.l2_cache_size);
+        out_.arg<"clock_rate_khz">(d.clock_rate_khz);
+        out_.arg<"memory_bandwidth">(d.memory_bandwidth);
         out_.lit("}");
-      }
+      });
+      // The rest as compact rows, read back by position (trace_io.cpp): keep the column order.
       out_.lit("],\n\"contexts\": [");
-      first = true;
-      for (const auto& c : t_.contexts) {
-        if (!first) out_.lit(", ");
-        first = false;
-        out_.ch('[');
-        out_.u64(c.id);
-        out_.ch(',');
-        out_.u64(c.device);
-        out_.ch(',');
-        out_.u64(c.pid);
-        out_.ch(',');
-        out_.i64(c.null_stream == kNoStream ? -1 : int64_t(c.null_stream));
-        out_.ch(',');
-        out_.time_or_null(c.created);
-        out_.ch(',');
-        out_.time_or_null(c.destroyed);
-        out_.ch(']');
-      }
+      list(t_.contexts, "", ", ", [&](const Context& c) {
+        out_.row(c.id, c.device, c.pid, id_or_minus1(c.null_stream, kNoStream), TimeOrNull{c.created},
+                 TimeOrNull{c.destroyed});
+      });
       out_.lit("],\n\"streams\": [");
-      first = true;
-      for (const auto& s : t_.streams) {
-        if (!first) out_.lit(",\n");
-        first = false;
-        out_.ch('[');
-        out_.u64(s.id);
-        out_.ch(',');
-        out_.u64(s.context);
-        out_.ch(',');
-        out_.u64(s.device);
-        out_.ch(',');
-        out_.u64(s.pid);
-        out_.ch(',');
-        out_.i64(s.priority);
-        out_.ch(',');
-        out_.u64(s.flags);
-        out_.ch(',');
-        out_.u64(s.is_null);
-        out_.ch(',');
-        out_.str(t_.str(s.name));
-        out_.ch(',');
-        out_.time_or_null(s.created);
-        out_.ch(',');
-        out_.time_or_null(s.destroyed);
-        out_.ch(']');
-      }
+      list(t_.streams, "", ",\n", [&](const Stream& s) {
+        out_.row(s.id, s.context, s.device, s.pid, s.priority, s.flags, s.is_null, t_.str(s.name), TimeOrNull{s.created},
+                 TimeOrNull{s.destroyed});
+      });
       out_.lit("],\n\"processes\": [");
-      first = true;
-      for (const auto& p : t_.processes) {
-        if (!first) out_.lit(", ");
-        first = false;
-        out_.ch('[');
-        out_.u64(p.pid);
-        out_.ch(',');
-        out_.str(p.name);
-        out_.ch(']');
-      }
+      list(t_.processes, "", ", ", [&](const Process& p) { out_.row(p.pid, p.name); });
       out_.lit("],\n\"threads\": [");
-      first = true;
-      for (const auto& th : t_.threads) {
-        if (!first) out_.lit(", ");
-        first = false;
-        out_.ch('[');
-        out_.u64(th.pid);
-        out_.ch(',');
-        out_.u64(th.tid);
-        out_.ch(',');
-        out_.str(th.name);
-        out_.ch(']');
-      }
+      list(t_.threads, "", ", ", [&](const Thread& th) { out_.row(th.pid, th.tid, th.name); });
       out_.lit("],\n\"cuda_events\": [");
-      first = true;
-      for (const auto& e : t_.cuda_events) {
-        if (!first) out_.lit(",\n");
-        first = false;
-        out_.ch('[');
-        out_.time_or_null(e.ts);
-        out_.ch(',');
-        out_.u64(e.correlation);
-        out_.ch(',');
-        out_.u64(e.context);
-        out_.ch(',');
-        out_.u64(e.stream);
-        out_.ch(',');
-        out_.u64(e.event);
-        out_.ch(',');
-        out_.u64(e.pid);
-        out_.ch(',');
-        out_.u64(e.device);
-        out_.ch(']');
-      }
+      list(t_.cuda_events, "", ",\n", [&](const CudaEventRecord& e) {
+        out_.row(TimeOrNull{e.ts}, e.correlation, e.context, e.stream, e.event, e.pid, e.device);
+      });
       out_.lit("],\n\"allocations\": [");
-      first = true;
-      for (const auto& a : t_.allocations) {
-        if (!first) out_.lit(",\n");
-        first = false;
-        out_.ch('[');
-        out_.u64(a.address);
-        out_.ch(',');
-        out_.u64(a.bytes);
-        out_.ch(',');
-        out_.time_or_null(a.alloc);
-        out_.ch(',');
-        out_.time_or_null(a.free);
-        out_.ch(',');
-        out_.u64(a.correlation);
-        out_.ch(',');
-        out_.u64(a.context);
-        out_.ch(',');
-        out_.i64(a.stream == kNoStream ? -1 : int64_t(a.stream));
-        out_.ch(',');
-        out_.u64(a.pid);
-        out_.ch(',');
-        out_.u64(a.device);
-        out_.ch(',');
-        out_.u64(uint8_t(a.kind));
-        out_.ch(',');
-        out_.u64(a.from_pool);
-        out_.ch(']');
-      }
+      list(t_.allocations, "", ",\n", [&](const Allocation& a) {
+        out_.row(a.address, a.bytes, TimeOrNull{a.alloc}, TimeOrNull{a.free}, a.correlation, a.context,
+                 id_or_minus1(a.stream, kNoStream), a.pid, a.device, uint8_t(a.kind), a.from_pool);
+      });
       out_.lit("],\n\"overheads\": [");
-      first = true;
-      for (const auto& o : t_.overheads) {
-        if (!first) out_.lit(",\n");
-        first = false;
-        out_.ch('[');
-        out_.i64(o.start);
-        out_.ch(',');
-        out_.i64(o.end);
-        out_.ch(',');
-        out_.u64(o.kind);
-        out_.ch(',');
-        out_.u64(o.object_kind);
-        out_.ch(',');
-        out_.u64(o.object_id);
-        out_.ch(',');
-        out_.u64(o.pid);
-        out_.ch(']');
-      }
+      list(t_.overheads, "", ",\n", [&](const Overhead& o) {
+        out_.row(o.start, o.end, o.kind, o.object_kind, o.object_id, o.pid);
+      });
       out_.lit("],\n\"counters\": [");
-      first = true;
-      for (const auto& c : t_.counters) {
-        if (!first) out_.lit(",\n");
-        first = false;
-        out_.ch('[');
-        out_.i64(c.ts);
-        out_.ch(',');
-        out_.dbl(c.value);
-        out_.ch(',');
-        out_.str(t_.str(c.name));
-        out_.ch(',');
-        out_.u64(c.pid);
-        out_.ch(']');
-      }
+      list(t_.counters, "", ",\n", [&](const CounterSample& c) { out_.row(c.ts, c.value, t_.str(c.name), c.pid); });
       out_.lit("]}");
     }
     out_.lit(",\n\"traceName\": \"streamlab\"\n}\n");

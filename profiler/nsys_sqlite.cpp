@@ -3,15 +3,20 @@
 #include <sqlite3.h>
 
 #include <cerrno>
+#include <concepts>
 #include <cstdio>
+#include <initializer_list>
 #include <memory>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <set>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
 #include "core/error.h"
+#include "profiler/export_fields.h"
 
 namespace sl::prof {
 
@@ -78,20 +83,31 @@ class Stmt {
   Stmt(const Stmt&) = delete;
   Stmt& operator=(const Stmt&) = delete;
 
-  void i(int idx, int64_t v) { sqlite3_bind_int64(st_, idx, v); }
-  void t(int idx, Ns v) {
-    if (v == kNoTime)
-      sqlite3_bind_null(st_, idx);
-    else
-      sqlite3_bind_int64(st_, idx, v);
+  // Binds the values to ?1, ?2, ... in order and inserts the row. The arguments of one call are
+  // evaluated in no set order: work out values with side effects (string ids) before the call.
+  template <class... V>
+  void row(const V&... v) {
+    int idx = 0;
+    (bind(++idx, v), ...);
+    run();
   }
-  void d(int idx, double v) { sqlite3_bind_double(st_, idx, v); }
-  void s(int idx, const std::string& v) { sqlite3_bind_text(st_, idx, v.c_str(), int(v.size()), SQLITE_TRANSIENT); }
-  void null(int idx) { sqlite3_bind_null(st_, idx); }
+  // One value, the C++ type choosing the SQLite type: integers, REAL, TEXT, NULL (std::nullopt,
+  // or an empty std::optional: see null_if).
+  template <std::integral T>
+  void bind(int idx, T v) {
+    sqlite3_bind_int64(st_, idx, int64_t(v));
+  }
+  void bind(int idx, double v) { sqlite3_bind_double(st_, idx, v); }
+  void bind(int idx, std::string_view v) { sqlite3_bind_text(st_, idx, v.data(), int(v.size()), SQLITE_TRANSIENT); }
+  void bind(int idx, std::nullopt_t) { sqlite3_bind_null(st_, idx); }
+  void bind(int idx, const std::optional<int64_t>& v) {
+    if (v)
+      sqlite3_bind_int64(st_, idx, *v);
+    else
+      sqlite3_bind_null(st_, idx);
+  }
   void run() {
-    int rc = sqlite3_step(st_);
-    if (rc != SQLITE_DONE)
-      fail("'", db_.path(), "': insert failed (", sqlite3_errmsg(db_.get()), "): ", sql_.substr(0, 100));
+    if (sqlite3_step(st_) != SQLITE_DONE) insert_failed();
     sqlite3_reset(st_);
   }
   bool next() {
@@ -103,6 +119,10 @@ class Stmt {
   sqlite3_stmt* get() { return st_; }
 
  private:
+  [[noreturn]] void insert_failed() {
+    fail("'", db_.path(), "': insert failed (", sqlite3_errmsg(db_.get()), "): ", sql_.substr(0, 100));
+  }
+
   Db& db_;
   std::string sql_;
   sqlite3_stmt* st_ = nullptr;
@@ -112,6 +132,12 @@ std::string insert_sql(const std::string& table, int n) {
   std::string s = "INSERT INTO " + table + " VALUES (";
   for (int i = 0; i < n; ++i) s += i ? ",?" : "?";
   return s + ")";
+}
+
+// NULL where the value is `none` (kNoTime, kNoStream, graph id 0), else the value.
+std::optional<int64_t> null_if(int64_t v, int64_t none) {
+  if (v == none) return std::nullopt;
+  return v;
 }
 
 // ---------------------------------------------------------------- schema
@@ -188,86 +214,60 @@ CREATE TABLE STREAMLAB_META (name TEXT NOT NULL PRIMARY KEY, value TEXT NOT NULL
 constexpr int kEventTypePushPop = 59, kEventTypeStartEnd = 60, kEventTypeMark = 34, kEventTypeDomainCreate = 75;
 constexpr int kClassRuntime = 0, kClassDriver = 1;
 
+struct EnumRow {
+  int id;
+  const char* name;
+  const char* label;
+};
+
+void write_enum(Db& db, const char* table, std::initializer_list<EnumRow> rows) {
+  Stmt st(db, insert_sql(table, 3));
+  for (const EnumRow& r : rows) st.row(r.id, r.name, r.label);
+}
+
 void write_enums(Db& db) {
-  Stmt memcpy_op(db, insert_sql("ENUM_CUDA_MEMCPY_OPER", 3));
-  const char* ops[][2] = {{"CUDA_MEMCPY_OPER_UNKNOWN", "Unknown"},  {"CUDA_MEMCPY_OPER_HTOD", "Host-to-Device"},
-                          {"CUDA_MEMCPY_OPER_DTOH", "Device-to-Host"}, {"CUDA_MEMCPY_OPER_HTOA", "Host-to-Array"},
-                          {"CUDA_MEMCPY_OPER_ATOH", "Array-to-Host"},  {"CUDA_MEMCPY_OPER_ATOA", "Array-to-Array"},
-                          {"CUDA_MEMCPY_OPER_ATOD", "Array-to-Device"}, {"CUDA_MEMCPY_OPER_DTOA", "Device-to-Array"},
-                          {"CUDA_MEMCPY_OPER_DTOD", "Device-to-Device"}, {"CUDA_MEMCPY_OPER_HTOH", "Host-to-Host"},
-                          {"CUDA_MEMCPY_OPER_PTOP", "Peer-to-Peer"}};
-  for (int i = 0; i <= 10; ++i) {
-    memcpy_op.i(1, i);
-    memcpy_op.s(2, ops[i][0]);
-    memcpy_op.s(3, ops[i][1]);
-    memcpy_op.run();
-  }
-  Stmt mem(db, insert_sql("ENUM_CUDA_MEM_KIND", 3));
-  const char* kinds[][2] = {{"CUDA_MEMOPR_MEMORY_KIND_UNKNOWN", "Unknown"},   {"CUDA_MEMOPR_MEMORY_KIND_PAGEABLE", "Pageable"},
-                            {"CUDA_MEMOPR_MEMORY_KIND_PINNED", "Pinned"},     {"CUDA_MEMOPR_MEMORY_KIND_DEVICE", "Device"},
-                            {"CUDA_MEMOPR_MEMORY_KIND_ARRAY", "Array"},       {"CUDA_MEMOPR_MEMORY_KIND_MANAGED", "Managed"},
-                            {"CUDA_MEMOPR_MEMORY_KIND_DEVICE_STATIC", "Device Static"},
-                            {"CUDA_MEMOPR_MEMORY_KIND_MANAGED_STATIC", "Managed Static"}};
-  for (int i = 0; i <= 7; ++i) {
-    mem.i(1, i);
-    mem.s(2, kinds[i][0]);
-    mem.s(3, kinds[i][1]);
-    mem.run();
-  }
-  Stmt sync(db, insert_sql("ENUM_CUPTI_SYNC_TYPE", 3));
-  const char* syncs[][2] = {{"CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_UNKNOWN", "Unknown"},
-                            {"CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_EVENT_SYNCHRONIZE", "Event sync"},
-                            {"CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_WAIT_EVENT", "Stream wait event"},
-                            {"CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_SYNCHRONIZE", "Stream sync"},
-                            {"CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_CONTEXT_SYNCHRONIZE", "Context sync"}};
-  for (int i = 0; i <= 4; ++i) {
-    sync.i(1, i);
-    sync.s(2, syncs[i][0]);
-    sync.s(3, syncs[i][1]);
-    sync.run();
-  }
-  Stmt lt(db, insert_sql("ENUM_CUDA_KERNEL_LAUNCH_TYPE", 3));
-  const char* lts[][2] = {{"CUDA_KERNEL_LAUNCH_TYPE_REGULAR", "Regular"},
-                          {"CUDA_KERNEL_LAUNCH_TYPE_COOPERATIVE_SINGLE_DEVICE", "Cooperative single device"},
-                          {"CUDA_KERNEL_LAUNCH_TYPE_COOPERATIVE_MULTI_DEVICE", "Cooperative multi device"}};
-  for (int i = 0; i <= 2; ++i) {
-    lt.i(1, i);
-    lt.s(2, lts[i][0]);
-    lt.s(3, lts[i][1]);
-    lt.run();
-  }
-  Stmt mo(db, insert_sql("ENUM_CUDA_DEV_MEM_EVENT_OPER", 3));
-  const char* mos[][2] = {{"CUDA_DEV_MEM_EVENT_OPR_ALLOCATION", "Allocation"},
-                          {"CUDA_DEV_MEM_EVENT_OPR_DEALLOCATION", "Deallocation"}};
-  for (int i = 0; i <= 1; ++i) {
-    mo.i(1, i);
-    mo.s(2, mos[i][0]);
-    mo.s(3, mos[i][1]);
-    mo.run();
-  }
-  Stmt et(db, insert_sql("ENUM_NSYS_EVENT_TYPE", 3));
-  struct E {
-    int id;
-    const char *n, *l;
-  } ets[] = {{kEventTypeMark, "NvtxMark", "NVTX mark"},
-             {kEventTypePushPop, "NvtxPushPopRange", "NVTX push-pop range"},
-             {kEventTypeStartEnd, "NvtxStartEndRange", "NVTX start-end range"},
-             {kEventTypeDomainCreate, "NvtxDomainCreate", "NVTX domain create"}};
-  for (auto& e : ets) {
-    et.i(1, e.id);
-    et.s(2, e.n);
-    et.s(3, e.l);
-    et.run();
-  }
-  Stmt ec(db, insert_sql("ENUM_NSYS_EVENT_CLASS", 3));
-  ec.i(1, kClassRuntime);
-  ec.s(2, "TRACE_PROCESS_EVENT_CUDA_RUNTIME");
-  ec.s(3, "CUDA runtime API");
-  ec.run();
-  ec.i(1, kClassDriver);
-  ec.s(2, "TRACE_PROCESS_EVENT_CUDA_DRIVER");
-  ec.s(3, "CUDA driver API");
-  ec.run();
+  write_enum(db, "ENUM_CUDA_MEMCPY_OPER",
+             {{0, "CUDA_MEMCPY_OPER_UNKNOWN", "Unknown"},
+              {1, "CUDA_MEMCPY_OPER_HTOD", "Host-to-Device"},
+              {2, "CUDA_MEMCPY_OPER_DTOH", "Device-to-Host"},
+              {3, "CUDA_MEMCPY_OPER_HTOA", "Host-to-Array"},
+              {4, "CUDA_MEMCPY_OPER_ATOH", "Array-to-Host"},
+              {5, "CUDA_MEMCPY_OPER_ATOA", "Array-to-Array"},
+              {6, "CUDA_MEMCPY_OPER_ATOD", "Array-to-Device"},
+              {7, "CUDA_MEMCPY_OPER_DTOA", "Device-to-Array"},
+              {8, "CUDA_MEMCPY_OPER_DTOD", "Device-to-Device"},
+              {9, "CUDA_MEMCPY_OPER_HTOH", "Host-to-Host"},
+              {10, "CUDA_MEMCPY_OPER_PTOP", "Peer-to-Peer"}});
+  write_enum(db, "ENUM_CUDA_MEM_KIND",
+             {{0, "CUDA_MEMOPR_MEMORY_KIND_UNKNOWN", "Unknown"},
+              {1, "CUDA_MEMOPR_MEMORY_KIND_PAGEABLE", "Pageable"},
+              {2, "CUDA_MEMOPR_MEMORY_KIND_PINNED", "Pinned"},
+              {3, "CUDA_MEMOPR_MEMORY_KIND_DEVICE", "Device"},
+              {4, "CUDA_MEMOPR_MEMORY_KIND_ARRAY", "Array"},
+              {5, "CUDA_MEMOPR_MEMORY_KIND_MANAGED", "Managed"},
+              {6, "CUDA_MEMOPR_MEMORY_KIND_DEVICE_STATIC", "Device Static"},
+              {7, "CUDA_MEMOPR_MEMORY_KIND_MANAGED_STATIC", "Managed Static"}});
+  write_enum(db, "ENUM_CUPTI_SYNC_TYPE",
+             {{0, "CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_UNKNOWN", "Unknown"},
+              {1, "CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_EVENT_SYNCHRONIZE", "Event sync"},
+              {2, "CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_WAIT_EVENT", "Stream wait event"},
+              {3, "CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_SYNCHRONIZE", "Stream sync"},
+              {4, "CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_CONTEXT_SYNCHRONIZE", "Context sync"}});
+  write_enum(db, "ENUM_CUDA_KERNEL_LAUNCH_TYPE",
+             {{0, "CUDA_KERNEL_LAUNCH_TYPE_REGULAR", "Regular"},
+              {1, "CUDA_KERNEL_LAUNCH_TYPE_COOPERATIVE_SINGLE_DEVICE", "Cooperative single device"},
+              {2, "CUDA_KERNEL_LAUNCH_TYPE_COOPERATIVE_MULTI_DEVICE", "Cooperative multi device"}});
+  write_enum(db, "ENUM_CUDA_DEV_MEM_EVENT_OPER",
+             {{0, "CUDA_DEV_MEM_EVENT_OPR_ALLOCATION", "Allocation"},
+              {1, "CUDA_DEV_MEM_EVENT_OPR_DEALLOCATION", "Deallocation"}});
+  write_enum(db, "ENUM_NSYS_EVENT_TYPE",
+             {{kEventTypeMark, "NvtxMark", "NVTX mark"},
+              {kEventTypePushPop, "NvtxPushPopRange", "NVTX push-pop range"},
+              {kEventTypeStartEnd, "NvtxStartEndRange", "NVTX start-end range"},
+              {kEventTypeDomainCreate, "NvtxDomainCreate", "NVTX domain create"}});
+  write_enum(db, "ENUM_NSYS_EVENT_CLASS",
+             {{kClassRuntime, "TRACE_PROCESS_EVENT_CUDA_RUNTIME", "CUDA runtime API"},
+              {kClassDriver, "TRACE_PROCESS_EVENT_CUDA_DRIVER", "CUDA driver API"}});
 }
 
 }  // namespace
@@ -318,19 +318,20 @@ void write_nsys_sqlite(const Trace& t, const std::string& path) {
   db.exec("BEGIN");
   write_enums(db);
 
-  // Strings: our ids, plus short names and domains interned on the fly into a side table.
+  // Strings: our ids, plus short names and domains interned on the fly into a side table. Ids are
+  // handed out in first-use order, so the rows below work out their string ids in column order.
   std::vector<int64_t> sid(t.strings.size(), -1);
   int64_t next_sid = 0;
   Stmt str(db, insert_sql("StringIds", 2));
   std::unordered_map<std::string, int64_t> extra;
+  auto add_string = [&](const std::string& v) -> int64_t {
+    int64_t id = next_sid++;
+    str.row(id, v);
+    extra.emplace(v, id);
+    return id;
+  };
   auto id_of = [&](StrId s) -> int64_t {
-    if (sid[s] < 0) {
-      sid[s] = next_sid++;
-      str.i(1, sid[s]);
-      str.s(2, t.str(s));
-      str.run();
-      extra.emplace(t.str(s), sid[s]);
-    }
+    if (sid[s] < 0) sid[s] = add_string(t.str(s));
     return sid[s];
   };
   auto id_of_text = [&](const std::string& v) -> int64_t {
@@ -338,260 +339,100 @@ void write_nsys_sqlite(const Trace& t, const std::string& path) {
     if (s != kNoId) return id_of(s);
     auto it = extra.find(v);
     if (it != extra.end()) return it->second;
-    int64_t id = next_sid++;
-    str.i(1, id);
-    str.s(2, v);
-    str.run();
-    extra.emplace(v, id);
-    return id;
+    return add_string(v);
   };
+  constexpr auto null = std::nullopt;  // a column we have no value for
 
   {
     Stmt m(db, insert_sql("META_DATA_EXPORT", 2));
-    auto kv = [&](const std::string& k, const std::string& v) {
-      m.s(1, k);
-      m.s(2, v);
-      m.run();
-    };
-    kv("EXPORT_SCHEMA_VERSION", "3.11.1");
-    kv("EXPORT_PRODUCT_VERSION", std::string("streamlab ") + STREAMLAB_VERSION);
-    kv("EXPORT_TIME_UNIT", "ns");
+    m.row("EXPORT_SCHEMA_VERSION", "3.11.1");
+    m.row("EXPORT_PRODUCT_VERSION", std::string("streamlab ") + STREAMLAB_VERSION);
+    m.row("EXPORT_TIME_UNIT", "ns");
   }
-  {
-    Stmt s(db, insert_sql("TARGET_INFO_SESSION_START_TIME", 3));
-    s.i(1, t.session_start_utc_ns);
-    s.s(2, "");
-    s.s(3, "");
-    s.run();
-  }
+  Stmt(db, insert_sql("TARGET_INFO_SESSION_START_TIME", 3)).row(t.session_start_utc_ns, "", "");
   {
     Stmt g(db, "INSERT INTO TARGET_INFO_GPU (id, name, busLocation, isDiscrete, l2CacheSize, totalMemory, memoryBandwidth, "
                "clockRate, smCount, pwGpuId, uuid, luid, chipName, cuDevice, computeMajor, computeMinor, maxRegistersPerBlock, "
                "maxShmemPerBlock, maxThreadsPerBlock, maxThreadsPerSm, maxShmemPerSm, maxRegistersPerSm, threadsPerWarp, "
                "maxShmemPerBlockOptin, vmId) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
-    for (const auto& d : t.devices) {
-      g.i(1, d.id);
-      g.s(2, d.name.empty() ? "GPU " + std::to_string(d.id) : d.name);
-      g.s(3, "");
-      g.i(4, 1);
-      g.i(5, d.l2_cache_size);
-      g.i(6, d.total_memory);
-      g.i(7, d.memory_bandwidth);
-      g.i(8, d.clock_rate_khz * 1000);
-      g.i(9, d.sm_count);
-      g.i(10, d.id);
-      g.s(11, d.uuid);
-      g.i(12, 0);
-      g.s(13, "");
-      g.i(14, d.id);
-      g.i(15, d.compute_major);
-      g.i(16, d.compute_minor);
-      g.i(17, d.regs_per_block);
-      g.i(18, d.smem_per_block);
-      g.i(19, d.max_threads_per_block);
-      g.i(20, d.max_threads_per_sm);
-      g.i(21, d.smem_per_sm);
-      g.i(22, d.regs_per_sm);
-      g.i(23, d.warp_size);
-      g.i(24, d.smem_per_block_optin);
-      g.i(25, 0);
-      g.run();
-    }
+    for (const auto& d : t.devices)
+      g.row(d.id, d.name.empty() ? "GPU " + std::to_string(d.id) : d.name, /*busLocation*/ "", /*isDiscrete*/ 1,
+            d.l2_cache_size, d.total_memory, d.memory_bandwidth, /*clockRate*/ d.clock_rate_khz * 1000, d.sm_count,
+            /*pwGpuId*/ d.id, d.uuid, /*luid*/ 0, /*chipName*/ "", /*cuDevice*/ d.id, d.compute_major, d.compute_minor,
+            d.regs_per_block, d.smem_per_block, d.max_threads_per_block, d.max_threads_per_sm, d.smem_per_sm,
+            d.regs_per_sm, d.warp_size, d.smem_per_block_optin, /*vmId*/ 0);
   }
   {
     Stmt s(db, insert_sql("TARGET_INFO_CUDA_STREAM", 7));
     Stmt x(db, insert_sql("STREAMLAB_STREAMS", 10));
     for (const auto& st : t.streams) {
-      s.i(1, st.id);
-      s.i(2, st.id);
-      s.i(3, 0);
-      s.i(4, st.pid);
-      s.i(5, st.context);
-      s.i(6, st.priority);
-      s.i(7, st.flags);
-      s.run();
-      x.i(1, st.id);
-      x.i(2, st.context);
-      x.i(3, st.device);
-      x.i(4, st.pid);
-      x.i(5, st.priority);
-      x.i(6, st.flags);
-      x.i(7, st.is_null);
-      x.s(8, t.str(st.name));
-      x.t(9, st.created);
-      x.t(10, st.destroyed);
-      x.run();
+      s.row(st.id, /*hwId*/ st.id, /*vmId*/ 0, st.pid, st.context, st.priority, st.flags);
+      x.row(st.id, st.context, st.device, st.pid, st.priority, st.flags, st.is_null, t.str(st.name),
+            null_if(st.created, kNoTime), null_if(st.destroyed, kNoTime));
     }
     Stmt c(db, insert_sql("STREAMLAB_CONTEXTS", 6));
-    for (const auto& ctx : t.contexts) {
-      c.i(1, ctx.id);
-      c.i(2, ctx.device);
-      c.i(3, ctx.pid);
-      if (ctx.null_stream == kNoStream)
-        c.null(4);
-      else
-        c.i(4, ctx.null_stream);
-      c.t(5, ctx.created);
-      c.t(6, ctx.destroyed);
-      c.run();
-    }
+    for (const auto& ctx : t.contexts)
+      c.row(ctx.id, ctx.device, ctx.pid, null_if(ctx.null_stream, kNoStream), null_if(ctx.created, kNoTime),
+            null_if(ctx.destroyed, kNoTime));
   }
   {
     std::set<uint32_t> pids;
     for (const auto& p : t.processes) pids.insert(p.pid);
     Stmt p(db, insert_sql("PROCESSES", 3));
-    for (const auto& pr : t.processes) {
-      p.i(1, nsys_global_pid(pr.pid));
-      p.i(2, pr.pid);
-      p.s(3, pr.name);
-      p.run();
-    }
+    for (const auto& pr : t.processes) p.row(nsys_global_pid(pr.pid), pr.pid, pr.name);
     // Processes seen only through events get a row too (reports join on them).
     std::set<uint32_t> seen;
     for (const auto& a : t.api_calls) seen.insert(a.pid);
     for (const auto& k : t.kernels) seen.insert(k.pid);
     for (uint32_t pid : seen)
-      if (!pids.count(pid)) {
-        p.i(1, nsys_global_pid(pid));
-        p.i(2, pid);
-        p.s(3, "process " + std::to_string(pid));
-        p.run();
-      }
+      if (!pids.count(pid)) p.row(nsys_global_pid(pid), pid, "process " + std::to_string(pid));
     Stmt th(db, insert_sql("ThreadNames", 3));
-    for (const auto& tr : t.threads) {
-      th.i(1, id_of_text(tr.name));
-      th.i(2, 0);
-      th.i(3, nsys_global_tid(tr.pid, tr.tid));
-      th.run();
-    }
+    for (const auto& tr : t.threads) th.row(id_of_text(tr.name), /*priority*/ 0, nsys_global_tid(tr.pid, tr.tid));
   }
 
   {
     Stmt k(db, insert_sql("CUPTI_ACTIVITY_KIND_KERNEL", 31));
     std::unordered_map<StrId, int64_t> short_ids;
     for (const auto& x : t.kernels) {
-      k.i(1, x.start);
-      k.i(2, x.end);
-      k.i(3, x.device);
-      k.i(4, x.context);
-      k.null(5);
-      k.i(6, x.stream);
-      k.i(7, x.correlation);
-      k.i(8, nsys_global_pid(x.pid));
-      k.i(9, id_of(x.name));
+      int64_t name = id_of(x.name);
       auto it = short_ids.find(x.name);
       if (it == short_ids.end()) it = short_ids.emplace(x.name, id_of_text(kernel_short_name(t.str(x.name)))).first;
-      k.i(10, it->second);
-      k.null(11);
-      k.i(12, x.launch_type);
-      k.i(13, 0);
-      k.i(14, x.registers);
-      k.i(15, x.grid[0]);
-      k.i(16, x.grid[1]);
-      k.i(17, x.grid[2]);
-      k.i(18, x.block[0]);
-      k.i(19, x.block[1]);
-      k.i(20, x.block[2]);
-      k.i(21, x.static_smem);
-      k.i(22, x.dynamic_smem);
-      k.i(23, 0);
-      k.i(24, 0);
-      k.i(25, 0);
-      k.null(26);
-      if (x.graph_node_id)
-        k.i(27, int64_t(x.graph_node_id));
-      else
-        k.null(27);
-      k.null(28);
-      if (x.graph_id)
-        k.i(29, x.graph_id);
-      else
-        k.null(29);
-      k.t(30, x.queued);
-      k.t(31, x.submitted);
-      k.run();
+      k.row(x.start, x.end, x.device, x.context, /*greenContextId*/ null, x.stream, x.correlation,
+            nsys_global_pid(x.pid), /*demangledName*/ name, /*shortName*/ it->second, /*mangledName*/ null,
+            x.launch_type, /*cacheConfig*/ 0, x.registers, x.grid[0], x.grid[1], x.grid[2], x.block[0], x.block[1],
+            x.block[2], x.static_smem, x.dynamic_smem, /*localMemoryPerThread*/ 0, /*localMemoryTotal*/ 0,
+            /*gridId*/ 0, /*sharedMemoryExecuted*/ null, null_if(int64_t(x.graph_node_id), 0),
+            /*sharedMemoryLimitConfig*/ null, null_if(x.graph_id, 0), null_if(x.queued, kNoTime),
+            null_if(x.submitted, kNoTime));
     }
   }
   {
     Stmt m(db, insert_sql("CUPTI_ACTIVITY_KIND_MEMCPY", 20));
-    for (const auto& x : t.memcpys) {
-      m.i(1, x.start);
-      m.i(2, x.end);
-      m.i(3, x.device);
-      m.i(4, x.context);
-      m.null(5);
-      m.i(6, x.stream);
-      m.i(7, x.correlation);
-      m.i(8, nsys_global_pid(x.pid));
-      m.i(9, int64_t(x.bytes));
-      m.i(10, uint8_t(x.kind));
-      m.null(11);
-      m.i(12, uint8_t(x.src_kind));
-      m.i(13, uint8_t(x.dst_kind));
-      m.i(14, x.device);
-      m.i(15, x.context);
-      m.i(16, x.device);
-      m.i(17, x.context);
-      m.null(18);
-      if (x.graph_node_id)
-        m.i(19, int64_t(x.graph_node_id));
-      else
-        m.null(19);
-      m.null(20);
-      m.run();
-    }
+    for (const auto& x : t.memcpys)
+      m.row(x.start, x.end, x.device, x.context, /*greenContextId*/ null, x.stream, x.correlation,
+            nsys_global_pid(x.pid), x.bytes, uint8_t(x.kind), /*deprecatedSrcId*/ null, uint8_t(x.src_kind),
+            uint8_t(x.dst_kind), /*srcDeviceId*/ x.device, /*srcContextId*/ x.context, /*dstDeviceId*/ x.device,
+            /*dstContextId*/ x.context, /*migrationCause*/ null, null_if(int64_t(x.graph_node_id), 0),
+            /*virtualAddress*/ null);
     Stmt s(db, insert_sql("CUPTI_ACTIVITY_KIND_MEMSET", 12));
-    for (const auto& x : t.memsets) {
-      s.i(1, x.start);
-      s.i(2, x.end);
-      s.i(3, x.device);
-      s.i(4, x.context);
-      s.null(5);
-      s.i(6, x.stream);
-      s.i(7, x.correlation);
-      s.i(8, nsys_global_pid(x.pid));
-      s.i(9, x.value);
-      s.i(10, int64_t(x.bytes));
-      if (x.graph_node_id)
-        s.i(11, int64_t(x.graph_node_id));
-      else
-        s.null(11);
-      s.i(12, uint8_t(x.mem_kind));
-      s.run();
-    }
+    for (const auto& x : t.memsets)
+      s.row(x.start, x.end, x.device, x.context, /*greenContextId*/ null, x.stream, x.correlation,
+            nsys_global_pid(x.pid), x.value, x.bytes, null_if(int64_t(x.graph_node_id), 0), uint8_t(x.mem_kind));
   }
   {
     Stmt rt(db, insert_sql("CUPTI_ACTIVITY_KIND_RUNTIME", 9));
     Stmt dr(db, insert_sql("CUPTI_ACTIVITY_KIND_DRIVER", 9));
     for (const auto& a : t.api_calls) {
-      Stmt& s = a.kind == ApiKind::Driver ? dr : rt;
-      s.i(1, a.start);
-      s.i(2, a.end);
-      s.i(3, a.kind == ApiKind::Driver ? kClassDriver : kClassRuntime);
-      s.i(4, nsys_global_tid(a.pid, a.tid));
-      s.i(5, a.correlation);
-      s.i(6, id_of(a.name));
-      s.i(7, a.return_value);
-      s.null(8);
-      s.i(9, a.cbid);
-      s.run();
+      bool driver = a.kind == ApiKind::Driver;
+      (driver ? dr : rt).row(a.start, a.end, driver ? kClassDriver : kClassRuntime, nsys_global_tid(a.pid, a.tid),
+                             a.correlation, id_of(a.name), a.return_value, /*callchainId*/ null, a.cbid);
     }
   }
   {
     Stmt s(db, insert_sql("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", 10));
-    for (const auto& x : t.syncs) {
-      s.i(1, x.start);
-      s.i(2, x.end);
-      s.i(3, x.device);
-      s.i(4, x.context);
-      s.null(5);
-      s.i(6, x.stream == kNoStream ? -1 : int64_t(x.stream));
-      s.i(7, x.correlation);
-      s.i(8, nsys_global_pid(x.pid));
-      s.i(9, uint8_t(x.type));
-      s.i(10, x.event == kNoId ? -1 : int64_t(x.event));
-      s.run();
-    }
+    for (const auto& x : t.syncs)
+      s.row(x.start, x.end, x.device, x.context, /*greenContextId*/ null, id_or_minus1(x.stream, kNoStream),
+            x.correlation, nsys_global_pid(x.pid), uint8_t(x.type), id_or_minus1(x.event, kNoId));
   }
   {
     Stmt n(db, "INSERT INTO NVTX_EVENTS (start, end, eventType, rangeId, category, color, text, globalTid, endGlobalTid, "
@@ -602,39 +443,18 @@ void write_nsys_sqlite(const Trace& t, const std::string& path) {
       if (r.domain == 0 || domains.count({r.pid, r.domain})) continue;
       int64_t id = next_domain++;
       domains[{r.pid, r.domain}] = id;
-      n.i(1, r.start);
-      n.null(2);
-      n.i(3, kEventTypeDomainCreate);
-      n.null(4);
-      n.null(5);
-      n.null(6);
-      n.s(7, t.str(r.domain));
-      n.i(8, nsys_global_tid(r.pid, r.tid));
-      n.null(9);
-      n.null(10);
-      n.i(11, id);
-      n.run();
+      n.row(r.start, /*end*/ null, kEventTypeDomainCreate, /*rangeId*/ null, /*category*/ null, /*color*/ null,
+            t.str(r.domain), nsys_global_tid(r.pid, r.tid), /*endGlobalTid*/ null, /*textId*/ null, id);
     }
     int64_t range_id = 1;
     for (const auto& r : t.nvtx) {
-      n.i(1, r.start);
-      if (r.kind == NvtxKind::Mark)
-        n.null(2);
-      else
-        n.i(2, r.end);
-      n.i(3, r.kind == NvtxKind::PushPop ? kEventTypePushPop : r.kind == NvtxKind::StartEnd ? kEventTypeStartEnd : kEventTypeMark);
-      if (r.kind == NvtxKind::StartEnd)
-        n.i(4, range_id++);
-      else
-        n.null(4);
-      n.i(5, r.category);
-      n.i(6, r.color);
-      n.s(7, t.str(r.name));
-      n.i(8, nsys_global_tid(r.pid, r.tid));
-      n.i(9, nsys_global_tid(r.pid, r.end_tid ? r.end_tid : r.tid));
-      n.i(10, id_of(r.name));
-      n.i(11, r.domain ? domains[{r.pid, r.domain}] : 0);
-      n.run();
+      std::optional<int64_t> end, range;
+      if (r.kind != NvtxKind::Mark) end = r.end;
+      if (r.kind == NvtxKind::StartEnd) range = range_id++;
+      int type = r.kind == NvtxKind::PushPop ? kEventTypePushPop : r.kind == NvtxKind::StartEnd ? kEventTypeStartEnd : kEventTypeMark;
+      int64_t text_id = id_of(r.name);
+      n.row(r.start, end, type, range, r.category, r.color, t.str(r.name), nsys_global_tid(r.pid, r.tid),
+            nsys_global_tid(r.pid, r.end_tid ? r.end_tid : r.tid), text_id, r.domain ? domains[{r.pid, r.domain}] : 0);
     }
   }
   {
@@ -643,77 +463,30 @@ void write_nsys_sqlite(const Trace& t, const std::string& path) {
       for (int op = 0; op < 2; ++op) {
         Ns ts = op == 0 ? a.alloc : a.free;
         if (ts == kNoTime) continue;
-        m.i(1, ts);
-        m.i(2, nsys_global_pid(a.pid));
-        m.i(3, a.device);
-        m.i(4, a.context);
-        m.i(5, int64_t(a.address));
-        m.null(6);
-        m.i(7, int64_t(a.bytes));
-        m.i(8, uint8_t(a.kind));
-        m.i(9, op);
-        m.null(10);
-        m.i(11, a.correlation);
-        m.i(12, a.stream == kNoStream ? -1 : int64_t(a.stream));
-        m.i(13, a.from_pool);
-        m.run();
+        m.row(ts, nsys_global_pid(a.pid), a.device, a.context, a.address, /*pc*/ null, a.bytes, uint8_t(a.kind),
+              /*memoryOperationType*/ op, /*name*/ null, a.correlation, id_or_minus1(a.stream, kNoStream), a.from_pool);
       }
       // An allocation that only has a free inside the window (alloc before it) keeps its size.
     }
   }
   {
     Stmt o(db, insert_sql("PROFILER_OVERHEAD", 7));
-    for (const auto& x : t.overheads) {
-      o.i(1, x.start);
-      o.i(2, x.end);
-      o.i(3, nsys_global_tid(x.pid, x.object_id));
-      o.i(4, id_of_text("CUPTI overhead"));
-      o.i(5, x.kind);
-      o.i(6, x.object_kind);
-      o.i(7, x.object_id);
-      o.run();
-    }
+    for (const auto& x : t.overheads)
+      o.row(x.start, x.end, nsys_global_tid(x.pid, x.object_id), id_of_text("CUPTI overhead"), x.kind, x.object_kind,
+            x.object_id);
   }
   {
     Stmt e(db, insert_sql("STREAMLAB_CUDA_EVENTS", 7));
-    for (const auto& x : t.cuda_events) {
-      e.t(1, x.ts);
-      e.i(2, x.correlation);
-      e.i(3, x.context);
-      e.i(4, x.stream);
-      e.i(5, x.event);
-      e.i(6, x.pid);
-      e.i(7, x.device);
-      e.run();
-    }
+    for (const auto& x : t.cuda_events)
+      e.row(null_if(x.ts, kNoTime), x.correlation, x.context, x.stream, x.event, x.pid, x.device);
     Stmt c(db, insert_sql("STREAMLAB_COUNTERS", 4));
-    for (const auto& x : t.counters) {
-      c.i(1, x.ts);
-      c.d(2, x.value);
-      c.s(3, t.str(x.name));
-      c.i(4, x.pid);
-      c.run();
-    }
+    for (const auto& x : t.counters) c.row(x.ts, x.value, t.str(x.name), x.pid);
     Stmt m(db, insert_sql("STREAMLAB_META", 2));
-    auto kv = [&](const std::string& k, const std::string& v) {
-      m.s(1, k);
-      m.s(2, v);
-      m.run();
-    };
-    kv("format_version", "1");
-    kv("base_time_ns", std::to_string(t.base_time == kNoTime ? 0 : t.base_time));
-    const RecordCounts& rc = t.counts;
-    kv("count.dropped", std::to_string(rc.dropped));
-    kv("count.zero_timestamps", std::to_string(rc.zero_timestamps));
-    kv("count.end_before_start", std::to_string(rc.end_before_start));
-    kv("count.overhead_records", std::to_string(rc.overhead_records));
-    kv("count.invalid_records", std::to_string(rc.invalid_records));
-    kv("count.unknown_kinds", std::to_string(rc.unknown_kinds));
-    kv("count.warmup_discarded", std::to_string(rc.warmup_discarded));
-    kv("count.buffers", std::to_string(rc.buffers));
-    kv("count.buffer_bytes", std::to_string(rc.buffer_bytes));
-    kv("count.pool_exhausted", std::to_string(rc.pool_exhausted));
-    for (const auto& [k, v] : t.metadata) kv("meta." + k, v);
+    m.row("format_version", "1");
+    m.row("base_time_ns", std::to_string(t.base_time == kNoTime ? 0 : t.base_time));
+    for (const RecordCountField& f : kRecordCountFields)
+      m.row(std::string("count.") + f.name, std::to_string(t.counts.*f.member));
+    for (const auto& [k, v] : t.metadata) m.row("meta." + k, v);
   }
   db.exec("COMMIT");
 }
@@ -843,17 +616,10 @@ Trace load_nsys_sqlite(const std::string& path) {
         }
       };
       if (k == "base_time_ns") t.base_time = Ns(num());
-      else if (k == "count.dropped") t.counts.dropped = num();
-      else if (k == "count.zero_timestamps") t.counts.zero_timestamps = num();
-      else if (k == "count.end_before_start") t.counts.end_before_start = num();
-      else if (k == "count.overhead_records") t.counts.overhead_records = num();
-      else if (k == "count.invalid_records") t.counts.invalid_records = num();
-      else if (k == "count.unknown_kinds") t.counts.unknown_kinds = num();
-      else if (k == "count.warmup_discarded") t.counts.warmup_discarded = num();
-      else if (k == "count.buffers") t.counts.buffers = num();
-      else if (k == "count.buffer_bytes") t.counts.buffer_bytes = num();
-      else if (k == "count.pool_exhausted") t.counts.pool_exhausted = num();
-      else if (k.rfind("meta.", 0) == 0) t.metadata[k.substr(5)] = v;
+      else if (k.rfind("count.", 0) == 0) {
+        for (const RecordCountField& f : kRecordCountFields)
+          if (k.compare(6, std::string::npos, f.name) == 0) t.counts.*f.member = num();
+      } else if (k.rfind("meta.", 0) == 0) t.metadata[k.substr(5)] = v;
     }
   } else {
     t.metadata["source"] = "nsys";
