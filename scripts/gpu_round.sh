@@ -64,6 +64,13 @@ for st in $stages; do case $st in
       STREAMLAB_ATTN_SPLIT=$n run attn_split_$n 90 $B/bench_decode --config=flash-6l --batches=1 --modes=graph \
         --policy=shared --context=2048 --mtp-layers=1 --draft-steps=1 --steps=20 --out="$W/attn_split_$n.json"
     done ;;
+  cublasws)
+    # cuBLAS without a workspace (no split-K kernels) against the default 32 MiB, graph replay.
+    for kb in 0 32768; do
+      STREAMLAB_CUBLAS_WORKSPACE_KB=$kb run cublas_ws_$kb 120 $B/bench_decode --config=flash-6l --batches=1,8 \
+        --modes=graph --policy=shared --context=2048 --mtp-layers=1 --draft-steps=1 --steps=20 \
+        --out="$W/cublas_ws_$kb.json"
+    done ;;
   overhead)
     run trace_overhead 150 $B/bench_trace_overhead --config=flash-2l --batch=8 --context=1024 --steps=20 \
       --out="$OUT/trace_overhead.json" ;;

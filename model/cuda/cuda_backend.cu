@@ -297,9 +297,16 @@ CudaBackend::StreamRec CudaBackend::make_stream_rec(const std::string& name, int
   // which would add a rounding per split in the small-M decode GEMMs).
   CUBLAS_CHECK(op, cublasSetMathMode(r.blas, cublasMath_t(CUBLAS_DEFAULT_MATH |
                                                           CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
-  CUDA_CHECK(op, cudaMalloc(&r.blas_ws, kCublasWorkspaceBytes));
-  CUBLAS_CHECK(op, cublasSetWorkspace(r.blas, r.blas_ws, kCublasWorkspaceBytes));
-  library_bytes_ += kCublasWorkspaceBytes;
+  // Tuning experiments: STREAMLAB_CUBLAS_WORKSPACE_KB overrides the workspace size (0: none,
+  // which rules out cuBLAS's split-K kernels and their reduce kernels).
+  static const size_t ws_bytes = [] {
+    const char* v = std::getenv("STREAMLAB_CUBLAS_WORKSPACE_KB");
+    return v ? size_t(std::strtoull(v, nullptr, 10)) << 10 : kCublasWorkspaceBytes;
+  }();
+  r.blas_ws_bytes = ws_bytes;
+  if (ws_bytes) CUDA_CHECK(op, cudaMalloc(&r.blas_ws, ws_bytes));
+  CUBLAS_CHECK(op, cublasSetWorkspace(r.blas, r.blas_ws, ws_bytes));
+  library_bytes_ += ws_bytes;
   // The op scratch comes from the arena (zeroed, like every allocation).
   const std::string sname = name + ".scratch";
   r.scratch = arena_take(kScratchBytes, sname);
@@ -321,7 +328,7 @@ void CudaBackend::release_stream_rec(StreamRec& r) {
   if (r.blas) cublasDestroy(r.blas);
   if (r.blas_ws) {
     cudaFree(r.blas_ws);
-    library_bytes_ -= kCublasWorkspaceBytes;
+    library_bytes_ -= r.blas_ws_bytes;
   }
   if (r.stream) cudaStreamDestroy(r.stream);
   r = StreamRec{};  // the arena scratch stays reserved (the arena never frees)

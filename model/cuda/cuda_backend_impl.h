@@ -191,6 +191,7 @@ class CudaBackend final : public Backend {
     cudaStream_t stream = nullptr;
     cublasHandle_t blas = nullptr;
     void* blas_ws = nullptr;  // cudaMalloc'ed separately (library memory, not the arena)
+    size_t blas_ws_bytes = 0;
     void* scratch = nullptr;  // from the arena
     std::string name;
     bool live = false;
