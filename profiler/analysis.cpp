@@ -554,6 +554,68 @@ AnalysisResult analyze(const Trace& t, const AnalysisOptions& opts) {
     });
   }
 
+  // ---- kernel time by operation (innermost push/pop range around the launch call).
+  if (opts.by_op) {
+    // Push/pop ranges per (pid, tid), by start. Properly nested on a thread, so the innermost
+    // range containing time q is the last one starting at or before q that has not ended.
+    std::map<std::pair<uint32_t, uint32_t>, std::vector<uint32_t>> per_thread;
+    for (uint32_t i = 0; i < t.nvtx.size(); ++i)
+      if (t.nvtx[i].kind == NvtxKind::PushPop) per_thread[{t.nvtx[i].pid, t.nvtx[i].tid}].push_back(i);
+    for (auto& [_, v] : per_thread)
+      std::stable_sort(v.begin(), v.end(), [&](uint32_t a, uint32_t b) { return t.nvtx[a].start < t.nvtx[b].start; });
+    constexpr int64_t kNoLaunch = -1, kNoRange = -2;
+    std::map<int64_t, OpTimeStats> by;          // key: StrId of the range name, or kNo*
+    std::map<int64_t, std::set<uint32_t>> seen;  // range instances per key
+    for (const auto& k : t.kernels) {
+      int64_t key = kNoLaunch;
+      uint32_t inst = kNoId;
+      const uint32_t ai = launches.find(k.pid, k.correlation);
+      if (ai != kNoId) {
+        key = kNoRange;
+        const ApiCall& a = t.api_calls[ai];
+        auto it = per_thread.find({a.pid, a.tid});
+        if (it != per_thread.end()) {
+          const auto& v = it->second;
+          auto ub = std::upper_bound(v.begin(), v.end(), a.start,
+                                     [&](Ns q, uint32_t i) { return q < t.nvtx[i].start; });
+          for (auto j = ub; j != v.begin();) {
+            --j;
+            if (t.nvtx[*j].end > a.start) {
+              key = int64_t(t.nvtx[*j].name);
+              inst = *j;
+              break;
+            }
+          }
+        }
+      }
+      OpTimeStats& o = by[key];
+      o.kernels++;
+      o.total += eff_end(k.start, k.end) - k.start;
+      if (inst != kNoId) seen[key].insert(inst);
+    }
+    for (auto& [key, o] : by) {
+      o.name = key == kNoLaunch ? "(no launch call)" : key == kNoRange ? "(no range)" : t.str(StrId(key));
+      o.ranges = seen[key].size();
+      r.op_stats.push_back(std::move(o));
+    }
+    // Names may repeat across domains: merge by name.
+    std::sort(r.op_stats.begin(), r.op_stats.end(), [](const OpTimeStats& a, const OpTimeStats& b) { return a.name < b.name; });
+    std::vector<OpTimeStats> merged;
+    for (auto& o : r.op_stats) {
+      if (!merged.empty() && merged.back().name == o.name) {
+        merged.back().kernels += o.kernels;
+        merged.back().total += o.total;
+        merged.back().ranges += o.ranges;
+      } else {
+        merged.push_back(std::move(o));
+      }
+    }
+    std::sort(merged.begin(), merged.end(), [](const OpTimeStats& a, const OpTimeStats& b) {
+      return a.total > b.total || (a.total == b.total && a.name < b.name);
+    });
+    r.op_stats = std::move(merged);
+  }
+
   // ---- per NVTX range name.
   if (!opts.range.empty()) {
     RangeSummary rs;

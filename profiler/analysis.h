@@ -42,6 +42,11 @@ struct AnalysisOptions {
   // Range membership: by kernel start (default, as specified) or by the start of the kernel's
   // launch call (for CPU-side NVTX ranges whose kernels run after the range closes).
   bool range_by_launch = false;
+  // Kernel time by operation: each kernel is attributed to the innermost NVTX push/pop range
+  // enclosing its launch call on the launching thread (an instrumented program names its ops
+  // that way; cuBLAS kernel names say nothing about which op they served). Kernels of a graph
+  // launch go to the range around cudaGraphLaunch.
+  bool by_op = false;
   size_t max_false_deps_listed = 100;     // examples kept in the result
 };
 
@@ -96,6 +101,15 @@ struct KernelNameStats {
   double mean = 0, median = 0;
 };
 
+// Kernel time of one innermost NVTX range name (AnalysisOptions::by_op). The names
+// "(no launch call)" and "(no range)" collect kernels that cannot be attributed.
+struct OpTimeStats {
+  std::string name;
+  uint64_t kernels = 0;
+  Ns total = 0;        // sum of kernel durations
+  uint64_t ranges = 0; // distinct range instances that launched these kernels
+};
+
 struct FalseDependency {
   uint32_t kernel = 0;          // index into Trace::kernels (the waiting kernel)
   uint32_t blocker = 0;         // index of the kernel on the other stream that ended then
@@ -144,6 +158,7 @@ struct AnalysisResult {
   std::vector<StreamMetrics> streams;         // sorted by stream id
   TemporalBreakdown temporal;
   std::vector<KernelNameStats> kernel_stats;  // sorted by total time, descending
+  std::vector<OpTimeStats> op_stats;          // options.by_op: sorted by total time, descending
   DurationStats queue_wait;                   // all kernels
   DurationStats launch_delay;                 // kernels with a launch call
   uint64_t kernels_without_launch = 0;        // no API call with the same correlation id

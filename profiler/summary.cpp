@@ -148,6 +148,12 @@ json analysis_to_json(const AnalysisResult& r) {
                   {"mean_ns", k.mean},
                   {"median_ns", k.median}});
   j["kernel_stats"] = ks;
+  if (r.options.by_op) {
+    json os = json::array();
+    for (const auto& o : r.op_stats)
+      os.push_back({{"name", o.name}, {"kernels", o.kernels}, {"total_ns", o.total}, {"ranges", o.ranges}});
+    j["op_stats"] = os;
+  }
   if (r.range) {
     json inst = json::array();
     for (const auto& i : r.range->per_instance) {
@@ -257,6 +263,19 @@ std::string analysis_to_text(const AnalysisResult& r, size_t top) {
       << std::setw(12) << us(Ns(k.median)) << std::setw(12) << us(k.min) << std::setw(12) << us(k.max) << "  " << n << "\n";
   }
   if (r.kernel_stats.size() > top) o << "  ... " << r.kernel_stats.size() - top << " more kernel names\n";
+  if (r.options.by_op) {
+    Ns all = 0;
+    for (const auto& x : r.op_stats) all += x.total;
+    o << "\nkernel time by operation (innermost NVTX range around the launch call)\n";
+    o << "  " << std::setw(8) << "kernels" << std::setw(14) << "total us" << std::setw(8) << "share" << std::setw(10)
+      << "ranges" << "  operation\n";
+    for (size_t i = 0; i < r.op_stats.size() && i < top; ++i) {
+      const auto& x = r.op_stats[i];
+      o << "  " << std::setw(8) << x.kernels << std::setw(14) << us(x.total) << std::setw(8)
+        << pct(all > 0 ? double(x.total) / double(all) : 0.0) << std::setw(10) << x.ranges << "  " << x.name << "\n";
+    }
+    if (r.op_stats.size() > top) o << "  ... " << r.op_stats.size() - top << " more operations\n";
+  }
   const auto& rs = r.resources;
   o << "\nresources\n  streams " << rs.streams << " (created " << rs.streams_created << ", destroyed "
     << rs.streams_destroyed << " in the window, at most " << rs.max_streams_alive << " alive), contexts " << rs.contexts

@@ -23,6 +23,7 @@ struct AnalyzeOptions {
   int64_t main_stream = -1;
   bool json = false;
   bool range_by_launch = false;
+  bool by_op = false;
   double kernel_wait_us = 30.0;
   int64_t false_dep_epsilon_ns = 2000;
   size_t top = 15;
@@ -35,6 +36,7 @@ void run(const AnalyzeOptions& o) {
   ao.range = o.range;
   if (o.main_stream >= 0) ao.main_stream = uint32_t(o.main_stream);
   ao.range_by_launch = o.range_by_launch;
+  ao.by_op = o.by_op;
   ao.kernel_wait_threshold = prof::Ns(o.kernel_wait_us * 1000.0);
   ao.false_dep_epsilon = o.false_dep_epsilon_ns;
   prof::AnalysisResult r = prof::analyze(trace, ao);
@@ -77,6 +79,10 @@ void add_analyze_command(CLI::App& app) {
                   "also break the analysis down by instances of this NVTX range (e.g. step, L3; \"domain:name\" and a "
                   "prefix like \"ProfilerStep*\" work too); a kernel belongs to an instance when it starts inside it on "
                   "the same process");
+  cmd->add_flag("--by-op", o->by_op,
+                "also list kernel time by operation: each kernel goes to the innermost NVTX push/pop range around "
+                "its launch call (streamlab names every model op that way; kernels of a CUDA-graph launch go to the "
+                "range around the graph launch)");
   cmd->add_flag("--range-by-launch", o->range_by_launch,
                 "assign kernels to --range instances by the start of their launch call (same thread) instead of the "
                 "kernel start");

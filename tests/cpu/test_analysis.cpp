@@ -2,6 +2,8 @@
 // equal timestamps, queue waits and false dependencies, HTA breakdowns.
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "core/error.h"
 #include "profiler/analysis.h"
 #include "profiler/synthetic.h"
@@ -193,6 +195,52 @@ TEST(Analysis, RangeByLaunchCall) {
   AnalysisResult r = analyze(t, o);
   EXPECT_EQ(r.range->total.kernels, 1u);
   EXPECT_EQ(r.range->total.busy, 20);
+}
+
+// Kernel time by operation: the innermost push/pop range around each launch call, on the
+// launching thread; a kernel running after its range closed still belongs to it; a sibling that
+// ended before the launch does not contain it; another thread's ranges never count.
+TEST(Analysis, KernelTimeByOperation) {
+  Trace t;
+  TraceBuilder b(t);  // thread 1
+  b.nvtx("step", 0, 1000);
+  b.nvtx("L0", 10, 400);
+  b.nvtx("wq_a", 20, 30);
+  b.nvtx("attention", 40, 60);
+  b.nvtx("wq_a", 410, 420);  // second instance, directly under "step"
+  b.kernel(1, 100, 150, "gemm1", 21, 25);     // launched in wq_a (L0): 50
+  b.kernel(1, 150, 170, "attn", 41, 45);      // in attention: 20
+  b.kernel(2, 160, 200, "attn2", 50, 55);     // attention: 40
+  b.kernel(1, 200, 230, "other", 70, 75);     // after wq_a and attention closed: L0: 30
+  b.kernel(1, 430, 440, "gemm2", 412, 415);   // wq_a again: 10
+  b.kernel(1, 500, 505, "tail", 600, 601);    // only "step": 5
+  b.kernel(1, 510, 520, "orphan");            // no launch call: 10
+  TraceBuilder b2(t, 1, 2);                   // thread 2: a range that must not capture thread 1's launches
+  for (int i = 0; i < 100; ++i) b2.next_correlation();  // correlation ids apart from thread 1's
+  b2.nvtx("other_thread", 0, 1000);
+  b2.kernel(1, 600, 601, "t2", 1100, 1101);   // thread 2 launch outside its range: (no range)
+  t.finalize();
+  AnalysisOptions o;
+  o.by_op = true;
+  const AnalysisResult r = analyze(t, o);
+  std::map<std::string, std::pair<uint64_t, Ns>> got;
+  std::map<std::string, uint64_t> ranges;
+  for (const auto& x : r.op_stats) {
+    got[x.name] = {x.kernels, x.total};
+    ranges[x.name] = x.ranges;
+  }
+  const std::map<std::string, std::pair<uint64_t, Ns>> want{{"wq_a", {2, 60}},      {"attention", {2, 60}},
+                                                            {"L0", {1, 30}},        {"step", {1, 5}},
+                                                            {"(no launch call)", {1, 10}}, {"(no range)", {1, 1}}};
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(ranges["wq_a"], 2u);
+  EXPECT_EQ(ranges["attention"], 1u);
+  // Sorted by total time, ties by name.
+  ASSERT_EQ(r.op_stats.size(), 6u);
+  EXPECT_EQ(r.op_stats[0].name, "attention");
+  EXPECT_EQ(r.op_stats[1].name, "wq_a");
+  // Off by default.
+  EXPECT_TRUE(analyze(t).op_stats.empty());
 }
 
 TEST(Analysis, UnknownRangeAndMainStreamAreClearErrors) {
