@@ -252,3 +252,70 @@ TEST(Loader, FuzzTruncatedAndCorruptedJson) {
     }
   }
 }
+
+// The parser (simdjson) rejects exactly the documents nlohmann::json rejects, and reports them
+// with nlohmann's byte offset and expectation.
+TEST(Loader, RejectsWhatNlohmannRejects) {
+  std::string s = kineto_json_string(make_sample_trace());
+  std::mt19937 rng(3);
+  const char junk[] = {'"', '{', '}', '[', ']', ',', ':', '0', 'x', '-', ' ', 'e', '.', 'n', '\\', 'u', '\x01', '\xff', 't'};
+  size_t checked = 0;
+  for (int i = 0; i < 2000; ++i) {
+    std::string c = s;
+    for (int k = 0; k < 2; ++k) c[rng() % c.size()] = junk[rng() % sizeof junk];
+    if (json::accept(c)) continue;
+    std::string e = error_of(c, "flip.json");
+    EXPECT_NE(e.find("flip.json: not valid JSON"), std::string::npos) << e;
+    ++checked;
+  }
+  EXPECT_GT(checked, 1000u);
+  for (const char* bad : {"", " ", "{\"traceEvents\": []} x", "{\"traceEvents\": [01]}", "{\"traceEvents\": [1.]}",
+                          "{\"traceEvents\": [\"\\ud800\"]}", "{\"traceEvents\": [\"\\udc00\"]}", "{\"traceEvents\": [\"\t\"]}",
+                          "{\"traceEvents\": [\"\xff\"]}", "{\"traceEvents\": [tru]}", "{\"traceEvents\": [1e99999]}"}) {
+    std::string e = error_of(bad);
+    EXPECT_NE(e.find("t.json: not valid JSON"), std::string::npos) << bad << " -> " << e;
+  }
+  std::string e = error_of("{\"traceEvents\": [1, 2,, 3]}");
+  EXPECT_NE(e.find("at byte 23"), std::string::npos) << e;
+  EXPECT_NE(e.find("unexpected ','"), std::string::npos) << e;
+}
+
+TEST(Loader, EdgeCasesOfTheParser) {
+  // Deep nesting in a field the loader does not read is fine; so is a huge integer there.
+  std::string deep = "{\"x\": " + std::string(3000, '[') + std::string(3000, ']') + ", \"traceEvents\": []}";
+  EXPECT_NO_THROW(load_kineto_json(deep, "deep.json"));
+  EXPECT_NO_THROW(load_kineto_json("{\"big\": 123456789012345678901234567890, \"traceEvents\": []}", "big.json"));
+  // A repeated key keeps its last value (as nlohmann::json did); numeric strings are ids.
+  Trace t = load_kineto_json(R"({"traceEvents": [
+      {"ph": "X", "cat": "kernel", "name": "a", "name": "k", "pid": "0", "tid": 7, "ts": 1.0, "dur": 2.0,
+       "args": {"stream": 3, "stream": "9", "grid": [2, 3, 4]}},
+      {"ph": "C", "name": "c", "pid": 1, "ts": 1, "args": {"b": 1, "a": 2, "b": 3}}]})",
+                             "dup.json");
+  ASSERT_EQ(t.kernels.size(), 1u);
+  EXPECT_EQ(t.str(t.kernels[0].name), "k");
+  EXPECT_EQ(t.kernels[0].stream, 9u);
+  EXPECT_EQ(t.kernels[0].grid[2], 4u);
+  ASSERT_EQ(t.counters.size(), 2u);
+  // Errors inside the streamlab block name the table and the row.
+  json doc = json::parse(kineto_json_string(make_sample_trace()));
+  doc["streamlab"]["streams"][1][7] = 5;
+  std::string e = error_of(doc.dump(), "blk.json");
+  EXPECT_NE(e.find("blk.json: streamlab.streams[1]: malformed (expected a string, found an integer)"), std::string::npos) << e;
+  doc = json::parse(kineto_json_string(make_sample_trace()));
+  doc["streamlab"]["devices"][0].erase("id");
+  e = error_of(doc.dump(), "blk.json");
+  EXPECT_NE(e.find("streamlab.devices[0]: malformed (expected field \"id\")"), std::string::npos) << e;
+  // Wrong type in deviceProperties.
+  e = error_of(R"({"deviceProperties": [{"id": 0, "numSms": "many"}], "traceEvents": []})");
+  EXPECT_NE(e.find("deviceProperties[0]: \"numSms\": expected a number, found a string"), std::string::npos) << e;
+}
+
+// The file loader reads straight into the parser's padded buffer; same trace as from memory.
+TEST(Loader, FileAndMemoryLoadAgree) {
+  Trace t = make_sample_trace();
+  std::string s = kineto_json_string(t);
+  std::string path = write_temp("sample.json", s);
+  Trace a = load_trace(path), b = load_kineto_json(s, "sample.json");
+  EXPECT_EQ(first_difference(a, b), "");
+  EXPECT_EQ(first_difference(t, a, true), "") << "our JSON round-trips";
+}
