@@ -566,6 +566,15 @@ AnalysisResult analyze(const Trace& t, const AnalysisOptions& opts) {
     constexpr int64_t kNoLaunch = -1, kNoRange = -2;
     std::map<int64_t, OpTimeStats> by;          // key: StrId of the range name, or kNo*
     std::map<int64_t, std::set<uint32_t>> seen;  // range instances per key
+    // The innermost range of one thread's list containing host time q, or kNoId.
+    auto innermost = [&](const std::vector<uint32_t>& v, Ns q) -> uint32_t {
+      auto ub = std::upper_bound(v.begin(), v.end(), q, [&](Ns x, uint32_t i) { return x < t.nvtx[i].start; });
+      for (auto j = ub; j != v.begin();) {
+        --j;
+        if (t.nvtx[*j].end > q) return *j;
+      }
+      return kNoId;
+    };
     for (const auto& k : t.kernels) {
       int64_t key = kNoLaunch;
       uint32_t inst = kNoId;
@@ -574,20 +583,19 @@ AnalysisResult analyze(const Trace& t, const AnalysisOptions& opts) {
         key = kNoRange;
         const ApiCall& a = t.api_calls[ai];
         auto it = per_thread.find({a.pid, a.tid});
-        if (it != per_thread.end()) {
-          const auto& v = it->second;
-          auto ub = std::upper_bound(v.begin(), v.end(), a.start,
-                                     [&](Ns q, uint32_t i) { return q < t.nvtx[i].start; });
-          for (auto j = ub; j != v.begin();) {
-            --j;
-            if (t.nvtx[*j].end > a.start) {
-              key = int64_t(t.nvtx[*j].name);
-              inst = *j;
-              break;
-            }
-          }
+        if (it != per_thread.end()) inst = innermost(it->second, a.start);
+      } else if (k.queued != kNoTime) {
+        // No runtime launch record (e.g. libraries such as cuBLAS launch through the driver API,
+        // whose records are off by default): the queued latency timestamp is the host time of
+        // the launch; the thread is unknown, so the most recently opened containing range of any
+        // thread of the process is taken.
+        key = kNoRange;
+        for (auto it = per_thread.lower_bound({k.pid, 0}); it != per_thread.end() && it->first.first == k.pid; ++it) {
+          const uint32_t c = innermost(it->second, k.queued);
+          if (c != kNoId && (inst == kNoId || t.nvtx[c].start > t.nvtx[inst].start)) inst = c;
         }
       }
+      if (inst != kNoId) key = int64_t(t.nvtx[inst].name);
       OpTimeStats& o = by[key];
       o.kernels++;
       o.total += eff_end(k.start, k.end) - k.start;

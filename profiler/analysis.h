@@ -45,7 +45,8 @@ struct AnalysisOptions {
   // Kernel time by operation: each kernel is attributed to the innermost NVTX push/pop range
   // enclosing its launch call on the launching thread (an instrumented program names its ops
   // that way; cuBLAS kernel names say nothing about which op they served). Kernels of a graph
-  // launch go to the range around cudaGraphLaunch.
+  // launch go to the range around cudaGraphLaunch. Kernels without a runtime launch record
+  // (cuBLAS launches through the driver API) are placed by their `queued` latency timestamp.
   bool by_op = false;
   size_t max_false_deps_listed = 100;     // examples kept in the result
 };

@@ -8,7 +8,7 @@
 // bits, relative error ~1e-5), stacked as a bf16 [2 mix, 4D] matrix in the stream's scratch, and
 // one cuBLAS GEMM (bf16 in, fp32 accumulate and out; X is bf16 already, so exact) gives both
 // halves; m = hi part + lo part. (vLLM runs this GEMM in TF32, which is less exact.) Decode
-// (T <= 8) skips the split: the backend's GEMV for bf16 x F32 reads fn as it is (memory-bound
+// at T <= 2 skips the split: the backend's GEMV for bf16 x F32 reads fn as it is (memory-bound
 // there; fp32 products). Then one
 // block per token: the sum of squares of its 4D values, the sigmoids and the Sinkhorn (one
 // warp), and the pre-weighted collapse of the streams. Every sum is in a fixed order, so results
@@ -203,10 +203,12 @@ void launch_hc(CudaBackend& be, const char* op, Stream s, HcArgs a, DType xdt) {
       hc_finish_kernel<MIX, HEAD, false><<<unsigned(rows), kHcThreads, 0, st>>>(a, t0);
     CUDA_LAUNCH_CHECK(op, st);
   };
-  if (a.T <= 8) {
-    // Decode: the mix GEMM straight from the F32 fn (bf16 x F32 -> F32: the backend's decode
-    // GEMV, exact fp32 products), no hi/lo split: two launches instead of four (split, GEMM,
-    // split-K reduce, finish).
+  if (a.T <= 2) {
+    // Decode at 1-2 tokens: the mix GEMM straight from the F32 fn (bf16 x F32 -> F32: the
+    // backend's decode GEMV, exact fp32 products), no hi/lo split: two launches instead of four
+    // (split, GEMM, split-K reduce, finish). Measured on the H200 (flash-6l): 11.6 us per hc_pre
+    // at batch 1 against ~14 us split; at batch 8 the GEMV is compute-bound (21 us), so larger
+    // T keep the split GEMM on the tensor cores.
     CudaBackend::Scratch sc = be.scratch(s, op, size_t(a.T) * MIX * 4);
     float* mm = static_cast<float*>(sc.ptr);
     Tensor xt, ft, ot;
@@ -304,20 +306,8 @@ void CudaBackend::hc_pre(Stream s, const Tensor& y, const Tensor& post, const Te
                          const Tensor& fn, const Tensor& scale, const Tensor& base, int sinkhorn_iters, float hc_eps,
                          float rms_eps) {
   const char* op = "hc_pre";
-  check_float(op, "X", X);
-  check_ndim(op, "X", X, 3);
-  const int64_t T = X.dim(0), hc = X.dim(1), D = X.dim(2);
-  SL_CHECK(hc == HC, op, ": X ", describe(X), " has hc = ", hc, " streams; the CUDA backend supports hc = 4");
-  const int64_t mix = (2 + hc) * hc;
-  check_f32(op, "fn", fn, {mix, hc * D});
-  check_f32(op, "scale", scale, {3});
-  check_f32(op, "base", base, {mix});
-  check_float(op, "y", y);
-  check_shape(op, "y", y, {T, D});
-  check_f32(op, "post", post, {T, hc});
-  check_f32(op, "comb", comb, {T, hc, hc});
-  SL_CHECK(sinkhorn_iters >= 1, op, ": sinkhorn_iters = ", sinkhorn_iters, ", expected >= 1");
-  SL_CHECK(!overlaps(y, X), op, ": y may not alias X");
+  const auto [T, hc, D] =
+      checks::validate_hc_pre<OpRules>(y, post, comb, X, fn, scale, base, sinkhorn_iters, {HC, HC});
   HcArgs a{};
   a.X = X.data;
   a.dtx = fcode(X.dtype);
@@ -339,16 +329,7 @@ void CudaBackend::hc_pre(Stream s, const Tensor& y, const Tensor& post, const Te
 void CudaBackend::hc_head(Stream s, const Tensor& h, const Tensor& X, const Tensor& fn, const Tensor& scale,
                           const Tensor& base, float hc_eps, float rms_eps) {
   const char* op = "hc_head";
-  check_float(op, "X", X);
-  check_ndim(op, "X", X, 3);
-  const int64_t T = X.dim(0), hc = X.dim(1), D = X.dim(2);
-  SL_CHECK(hc == HC, op, ": X ", describe(X), " has hc = ", hc, " streams; the CUDA backend supports hc = 4");
-  check_f32(op, "fn", fn, {hc, hc * D});
-  check_f32(op, "scale", scale, {1});
-  check_f32(op, "base", base, {hc});
-  check_float(op, "h", h);
-  check_shape(op, "h", h, {T, D});
-  SL_CHECK(!overlaps(h, X), op, ": h may not alias X");
+  const auto [T, hc, D] = checks::validate_hc_head<OpRules>(h, X, fn, scale, base, {HC, HC});
   HcArgs a{};
   a.X = X.data;
   a.dtx = fcode(X.dtype);
@@ -369,18 +350,7 @@ void CudaBackend::hc_post(Stream s, const Tensor& X_out, const Tensor& f, const 
                           const Tensor& comb) {
   const char* op = "hc_post";
   cudaStream_t st = stream(s, op);
-  check_float(op, "res", res);
-  check_ndim(op, "res", res, 3);
-  const int64_t T = res.dim(0), hc = res.dim(1), D = res.dim(2);
-  SL_CHECK(hc == HC, op, ": res ", describe(res), " has hc = ", hc, " streams; the CUDA backend supports hc = 4");
-  check_float(op, "X_out", X_out);
-  check_shape(op, "X_out", X_out, {T, hc, D});
-  check_float(op, "f", f);
-  check_shape(op, "f", f, {T, D});
-  check_f32(op, "post", post, {T, hc});
-  check_f32(op, "comb", comb, {T, hc, hc});
-  SL_CHECK(!overlaps(X_out, f), op, ": X_out may not alias f");
-  SL_CHECK(X_out.data == res.data || !overlaps(X_out, res), op, ": X_out partially overlaps res");
+  const auto [T, hc, D] = checks::validate_hc_post<OpRules>(X_out, f, res, post, comb, {HC, HC});
   if (T * D == 0) return;
   hc_post_kernel<<<grid_for(T * D, 256), 256, 0, st>>>(X_out.data, fcode(X_out.dtype), f.data, fcode(f.dtype),
                                                         res.data, fcode(res.dtype), post.ptr<float>(),
@@ -391,12 +361,7 @@ void CudaBackend::hc_post(Stream s, const Tensor& X_out, const Tensor& f, const 
 void CudaBackend::hc_expand(Stream s, const Tensor& X, const Tensor& e) {
   const char* op = "hc_expand";
   cudaStream_t st = stream(s, op);
-  check_float(op, "X", X);
-  check_ndim(op, "X", X, 3);
-  const int64_t T = X.dim(0), hc = X.dim(1), D = X.dim(2);
-  check_float(op, "e", e);
-  check_shape(op, "e", e, {T, D});
-  SL_CHECK(!overlaps(X, e), op, ": X may not alias e");
+  const auto [T, hc, D] = checks::validate_hc_expand<OpRules>(X, e);
   if (T * D == 0) return;
   hc_expand_kernel<<<grid_for(T * D, 256), 256, 0, st>>>(X.data, fcode(X.dtype), e.data, fcode(e.dtype), T, hc, D);
   CUDA_LAUNCH_CHECK(op, st);
@@ -405,15 +370,7 @@ void CudaBackend::hc_expand(Stream s, const Tensor& X, const Tensor& e) {
 void CudaBackend::mtp_combine(Stream s, const Tensor& X, const Tensor& hp, const Tensor& ep) {
   const char* op = "mtp_combine";
   cudaStream_t st = stream(s, op);
-  check_float(op, "hp", hp);
-  check_ndim(op, "hp", hp, 3);
-  const int64_t T = hp.dim(0), hc = hp.dim(1), D = hp.dim(2);
-  check_float(op, "X", X);
-  check_shape(op, "X", X, {T, hc, D});
-  check_float(op, "ep", ep);
-  check_shape(op, "ep", ep, {T, D});
-  SL_CHECK(X.data == hp.data || !overlaps(X, hp), op, ": X partially overlaps hp");
-  SL_CHECK(!overlaps(X, ep), op, ": X may not alias ep");
+  const auto [T, hc, D] = checks::validate_mtp_combine<OpRules>(X, hp, ep);
   const int64_t n = T * hc * D;
   if (n == 0) return;
   mtp_combine_kernel<<<grid_for(n, 256), 256, 0, st>>>(X.data, fcode(X.dtype), hp.data, fcode(hp.dtype), ep.data,

@@ -215,6 +215,9 @@ TEST(Analysis, KernelTimeByOperation) {
   b.kernel(1, 430, 440, "gemm2", 412, 415);   // wq_a again: 10
   b.kernel(1, 500, 505, "tail", 600, 601);    // only "step": 5
   b.kernel(1, 510, 520, "orphan");            // no launch call: 10
+  // A library kernel launched through the driver API (no runtime record): placed by its queued
+  // latency timestamp, inside the second wq_a: 7.
+  t.kernels[b.kernel(1, 530, 537, "cublas_like")].queued = 415;
   TraceBuilder b2(t, 1, 2);                   // thread 2: a range that must not capture thread 1's launches
   for (int i = 0; i < 100; ++i) b2.next_correlation();  // correlation ids apart from thread 1's
   b2.nvtx("other_thread", 0, 1000);
@@ -229,7 +232,7 @@ TEST(Analysis, KernelTimeByOperation) {
     got[x.name] = {x.kernels, x.total};
     ranges[x.name] = x.ranges;
   }
-  const std::map<std::string, std::pair<uint64_t, Ns>> want{{"wq_a", {2, 60}},      {"attention", {2, 60}},
+  const std::map<std::string, std::pair<uint64_t, Ns>> want{{"wq_a", {3, 67}},      {"attention", {2, 60}},
                                                             {"L0", {1, 30}},        {"step", {1, 5}},
                                                             {"(no launch call)", {1, 10}}, {"(no range)", {1, 1}}};
   EXPECT_EQ(got, want);
@@ -237,8 +240,8 @@ TEST(Analysis, KernelTimeByOperation) {
   EXPECT_EQ(ranges["attention"], 1u);
   // Sorted by total time, ties by name.
   ASSERT_EQ(r.op_stats.size(), 6u);
-  EXPECT_EQ(r.op_stats[0].name, "attention");
-  EXPECT_EQ(r.op_stats[1].name, "wq_a");
+  EXPECT_EQ(r.op_stats[0].name, "wq_a");
+  EXPECT_EQ(r.op_stats[1].name, "attention");
   // Off by default.
   EXPECT_TRUE(analyze(t).op_stats.empty());
 }
