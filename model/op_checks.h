@@ -15,6 +15,7 @@
 
 #include "core/error.h"
 #include "core/tensor.h"
+#include "model/backend.h"
 
 namespace sl::checks {
 
@@ -97,20 +98,281 @@ inline bool overlaps(const Tensor& x, const Tensor& y) {
   return xb < yb + y.bytes() && yb < xb + x.bytes();
 }
 
+// What float dtypes a backend's kernels take for one class of argument.
+enum class Floats {
+  F32,        // f32 only (the CPU reference)
+  F32OrBF16,  // either, chosen at run time (CUDA element-wise kernels)
+  BF16,       // bf16 only (CUDA tensor-core operands)
+};
+
+template <Presence P>
+void check_floats(const char* op, const char* arg, const Tensor& t, Floats f) {
+  switch (f) {
+    case Floats::F32: check_dtype<P>(op, arg, t, DType::F32); break;
+    case Floats::BF16: check_dtype<P>(op, arg, t, DType::BF16); break;
+    case Floats::F32OrBF16: check_float<P>(op, arg, t); break;
+  }
+}
+
+// A backend's argument rules, the template argument of every per-op validator: its presence
+// rule, the dtypes it takes for activations and weights (`act`), and for the operands of its
+// matrix-unit kernels (`mma`: attention q/k/v, indexer q/keys, expert inputs and weights).
+template <Presence P, Floats Act, Floats Mma>
+struct Rules {
+  static constexpr Presence presence = P;
+  static constexpr Floats act = Act;
+  static constexpr Floats mma = Mma;
+};
+
+template <class R>
+void check_act(const char* op, const char* arg, const Tensor& t) {
+  check_floats<R::presence>(op, arg, t, R::act);
+}
+template <class R>
+void check_mma(const char* op, const char* arg, const Tensor& t) {
+  check_floats<R::presence>(op, arg, t, R::mma);
+}
+
 // ---------------------------------------------------------------- per-op validators
-// One per op whose checks both backends share: it checks shapes and dtypes exactly as both
-// did, and returns the dimensions the op needs. Token index values (pos/seq) are not read
-// here: the CUDA backend never reads device memory on the host, the CPU backend checks them
-// itself.
+// One per op, validate_<op>(): it checks the shapes, dtypes and aliasing both backends
+// require, in one order, and returns the dimensions the op needs. What a backend alone
+// requires stays in the backend: the stream check, the CUDA kernels' alignment and size
+// limits, and the values of index tensors (pos/seq/ids...): the CUDA backend never reads
+// device memory on the host, the CPU backend checks them itself while it runs.
+
+// gemm: out[M, N] = a[M, K] . w[N, K]^T; a and out may be any-rank views whose last dim is K
+// (resp. N): the leading dims are rows.
+struct GemmDims {
+  int64_t M, N, K;
+};
+
+template <class R>
+GemmDims validate_gemm(const Tensor& out, const Tensor& a, const Tensor& w) {
+  constexpr Presence P = R::presence;
+  const char* op = "gemm";
+  check_act<R>(op, "w", w);
+  check_ndim<P>(op, "w", w, 2);
+  check_act<R>(op, "a", a);
+  check_act<R>(op, "out", out);
+  const int64_t N = w.dim(0), K = w.dim(1);
+  SL_CHECK(a.ndim() >= 1 && a.dim(-1) == K, op, ": a ", describe(a), " does not end in K = ", K, " (w ",
+           describe(w), ")");
+  const int64_t M = K ? a.numel() / K : 0;
+  SL_CHECK(out.ndim() >= 1 && out.dim(-1) == N && out.numel() == M * N, op, ": out ", describe(out),
+           " is not [M = ", M, ", N = ", N, "] for a ", describe(a), " and w ", describe(w));
+  SL_CHECK(!overlaps(out, a) && !overlaps(out, w), op, ": out may not alias a or w");
+  return {M, N, K};
+}
+
+// gemm_grouped: a [M, G*K] (any leading dims; the flat row is G*K), w [G*N, K], out [M, G*N].
+struct GemmGroupedDims {
+  int64_t M, N, K, G;
+};
+
+template <class R>
+GemmGroupedDims validate_gemm_grouped(const Tensor& out, const Tensor& a, const Tensor& w, int groups) {
+  constexpr Presence P = R::presence;
+  const char* op = "gemm_grouped";
+  check_act<R>(op, "w", w);
+  check_ndim<P>(op, "w", w, 2);
+  check_act<R>(op, "a", a);
+  check_act<R>(op, "out", out);
+  const int64_t G = groups;
+  SL_CHECK(G >= 1 && w.dim(0) % G == 0, op, ": w ", describe(w), " rows are not ", G, " equal groups");
+  const int64_t N = w.dim(0) / G, K = w.dim(1);
+  SL_CHECK(a.ndim() >= 1 && (G * K == 0 || a.numel() % (G * K) == 0), op, ": a ", describe(a),
+           " is not rows of G*K = ", G * K, " (w ", describe(w), ", groups ", G, ")");
+  const int64_t M = G * K != 0 ? a.numel() / (G * K) : 0;
+  SL_CHECK(out.ndim() >= 1 && out.dim(-1) == G * N && out.numel() == M * G * N, op, ": out ", describe(out),
+           " is not [M = ", M, ", G*N = ", G * N, "] for a ", describe(a), " and w ", describe(w));
+  SL_CHECK(!overlaps(out, a) && !overlaps(out, w), op, ": out may not alias a or w");
+  return {M, N, K, G};
+}
+
+// rmsnorm over the last dim of x; out may be x itself (in place) but not partly overlap it;
+// w (optional) holds dim elements.
+struct RmsnormDims {
+  int64_t rows, dim;
+};
+
+template <class R>
+RmsnormDims validate_rmsnorm(const Tensor& out, const Tensor& x, const Tensor& w) {
+  constexpr Presence P = R::presence;
+  const char* op = "rmsnorm";
+  check_act<R>(op, "x", x);
+  check_act<R>(op, "out", out);
+  SL_CHECK(x.ndim() >= 1 && x.dim(-1) > 0, op, ": x ", describe(x), " has no last dim");
+  const int64_t dim = x.dim(-1), rows = x.numel() / dim;
+  SL_CHECK(out.numel() == x.numel(), op, ": out ", describe(out), " and x ", describe(x), " differ in size");
+  SL_CHECK(out.data == x.data || !overlaps(out, x), op, ": out partially overlaps x");
+  if (!w.empty()) {
+    check_act<R>(op, "w", w);
+    check_numel<P>(op, "w", w, dim);
+  }
+  return {rows, dim};
+}
+
+// Element-wise ops over two inputs of one size (add: a, b; swiglu: g, u).
+template <class R>
+int64_t validate_elementwise2(const char* op, const Tensor& out, const char* a_name, const Tensor& a,
+                              const char* b_name, const Tensor& b) {
+  check_act<R>(op, a_name, a);
+  check_act<R>(op, b_name, b);
+  check_act<R>(op, "out", out);
+  SL_CHECK(a.numel() == b.numel() && out.numel() == a.numel(), op, ": out ", describe(out), ", ", a_name, " ",
+           describe(a), " and ", b_name, " ", describe(b), " differ in size");
+  return a.numel();
+}
+
+template <class R>
+int64_t validate_add(const Tensor& out, const Tensor& a, const Tensor& b) {
+  return validate_elementwise2<R>("add", out, "a", a, "b", b);
+}
+
+template <class R>
+int64_t validate_swiglu(const Tensor& out, const Tensor& g, const Tensor& u) {
+  return validate_elementwise2<R>("swiglu", out, "g", g, "u", u);
+}
+
+// rope in place on x [T, heads, dim] or [T, dim] with table [P, R] (f32 angles), pos [T].
+struct RopeDims {
+  int64_t T, heads, dim, P, R;
+};
+
+template <class R_>
+RopeDims validate_rope(const Tensor& x, const Tensor& pos, const Tensor& table) {
+  constexpr Presence P_ = R_::presence;
+  const char* op = "rope";
+  check_act<R_>(op, "x", x);
+  SL_CHECK(x.ndim() == 2 || x.ndim() == 3, op, ": x ", describe(x), " is not [T, heads, dim] or [T, dim]");
+  check_dtype<P_>(op, "table", table, DType::F32);
+  check_ndim<P_>(op, "table", table, 2);
+  const int64_t T = x.dim(0), dim = x.dim(-1), heads = x.ndim() == 3 ? x.dim(1) : 1;
+  const int64_t P = table.dim(0), R = table.dim(1);
+  SL_CHECK(R % 2 == 0 && R <= dim, op, ": table ", describe(table), " rotates R = ", R,
+           " dims; R must be even and fit the head dim of x ", describe(x));
+  check_i32<P_>(op, "pos", pos, {T});
+  return {T, heads, dim, P, R};
+}
+
+// embed: out [T, D] = rows ids [T] of table [V, D]; pos [T] only with zero_pos0.
+struct EmbedDims {
+  int64_t T, V, D;
+};
+
+template <class R>
+EmbedDims validate_embed(const Tensor& out, const Tensor& ids, const Tensor& table, const Tensor& pos,
+                         bool zero_pos0) {
+  constexpr Presence P = R::presence;
+  const char* op = "embed";
+  check_act<R>(op, "table", table);
+  check_ndim<P>(op, "table", table, 2);
+  check_dtype<P>(op, "ids", ids, DType::I32);
+  check_ndim<P>(op, "ids", ids, 1);
+  const int64_t T = ids.dim(0), V = table.dim(0), D = table.dim(1);
+  check_act<R>(op, "out", out);
+  check_shape<P>(op, "out", out, {T, D});
+  if (zero_pos0) check_i32<P>(op, "pos", pos, {T});
+  return {T, V, D};
+}
+
+// argmax: out [n] (i32) = the column of each row's maximum of logits [n, V] (f32).
+struct ArgmaxDims {
+  int64_t n, V;
+};
+
+template <class R>
+ArgmaxDims validate_argmax(const Tensor& out, const Tensor& logits) {
+  constexpr Presence P = R::presence;
+  const char* op = "argmax";
+  check_dtype<P>(op, "logits", logits, DType::F32);
+  check_ndim<P>(op, "logits", logits, 2);
+  const int64_t n = logits.dim(0), V = logits.dim(1);
+  SL_CHECK(V > 0, op, ": logits ", describe(logits), " has no columns");
+  check_i32<P>(op, "out", out, {n});
+  return {n, V};
+}
+
+// gather_rows: out [n, ...] = rows [n] (i32) of in [m, ...], any dtype; out may not alias in.
+struct GatherRowsDims {
+  int64_t n, m;
+};
+
+template <class R>
+GatherRowsDims validate_gather_rows(const Tensor& out, const Tensor& in, const Tensor& rows) {
+  constexpr Presence P = R::presence;
+  const char* op = "gather_rows";
+  check_present<P>(op, "in", in);
+  check_present<P>(op, "out", out);
+  check_dtype<P>(op, "rows", rows, DType::I32);
+  check_ndim<P>(op, "rows", rows, 1);
+  const int64_t n = rows.dim(0), m = in.dim(0);
+  SL_CHECK(out.dtype == in.dtype && out.ndim() >= 1 && out.dim(0) == n && in.ndim() >= 1 &&
+               (m == 0 ? out.numel() == 0 : out.numel() == n * (in.numel() / m)),
+           op, ": out ", describe(out), " does not hold ", n, " rows of in ", describe(in));
+  SL_CHECK(!overlaps(out, in), op, ": out may not alias in");
+  return {n, m};
+}
+
+// shift_tokens: tokens (B equal sequences, n in all), sampled [B], out [n]; i32 throughout.
+struct ShiftTokensDims {
+  int64_t B, n;
+};
+
+template <class R>
+ShiftTokensDims validate_shift_tokens(const Tensor& out, const Tensor& tokens, const Tensor& sampled) {
+  constexpr Presence P = R::presence;
+  const char* op = "shift_tokens";
+  check_dtype<P>(op, "sampled", sampled, DType::I32);
+  check_ndim<P>(op, "sampled", sampled, 1);
+  check_dtype<P>(op, "tokens", tokens, DType::I32);
+  const int64_t B = sampled.dim(0), n = tokens.numel();
+  SL_CHECK(B > 0 && n % B == 0, op, ": tokens ", describe(tokens), " is not B = ", B, " equal sequences (sampled ",
+           describe(sampled), ")");
+  check_i32<P>(op, "out", out, {n});
+  SL_CHECK(!overlaps(out, tokens), op, ": out may not alias tokens");
+  return {B, n};
+}
+
+// The token arguments of the attention ops: pos [T] and seq [T], i32.
+template <Presence P>
+void check_tokens(const char* op, const Tensor& pos, const Tensor& seq, int64_t T) {
+  check_i32<P>(op, "pos", pos, {T});
+  check_i32<P>(op, "seq", seq, {T});
+}
+
+// swa_insert: cache [B, cap, d], tags [B, cap] (i32), k [T, d].
+struct SwaInsertDims {
+  int64_t B, cap, d, T;
+};
+
+template <class R>
+SwaInsertDims validate_swa_insert(const Tensor& cache, const Tensor& tags, const Tensor& k, const Tensor& pos,
+                                  const Tensor& seq) {
+  constexpr Presence P = R::presence;
+  const char* op = "swa_insert";
+  check_act<R>(op, "cache", cache);
+  check_ndim<P>(op, "cache", cache, 3);
+  const int64_t B = cache.dim(0), cap = cache.dim(1), d = cache.dim(2);
+  SL_CHECK(cap >= 1, op, ": cache ", describe(cache), " has no slots");
+  check_i32<P>(op, "tags", tags, {B, cap});
+  check_act<R>(op, "k", k);
+  check_ndim<P>(op, "k", k, 2);
+  const int64_t T = k.dim(0);
+  check_shape<P>(op, "k", k, {T, d});
+  check_tokens<P>(op, pos, seq, T);
+  return {B, cap, d, T};
+}
 
 struct CompressorSaveDims {
   int64_t B, S, cd, T;  // sequences, ring slots, state width (c*d), tokens
 };
 
-template <Presence P>
-CompressorSaveDims compressor_save(const Tensor& state_u, const Tensor& state_g, const Tensor& state_tags,
-                                   const Tensor& u, const Tensor& g, const Tensor& ape, const Tensor& pos,
-                                   const Tensor& seq, int ratio) {
+template <class R>
+CompressorSaveDims validate_compressor_save(const Tensor& state_u, const Tensor& state_g, const Tensor& state_tags,
+                                            const Tensor& u, const Tensor& g, const Tensor& ape, const Tensor& pos,
+                                            const Tensor& seq, int ratio) {
+  constexpr Presence P = R::presence;
   const char* op = "compressor_save";
   check_dtype<P>(op, "state_u", state_u, DType::F32);
   check_ndim<P>(op, "state_u", state_u, 3);
@@ -125,9 +387,309 @@ CompressorSaveDims compressor_save(const Tensor& state_u, const Tensor& state_g,
   check_f32<P>(op, "g", g, {T, cd});
   SL_CHECK(ratio >= 1, op, ": ratio = ", ratio, ", expected >= 1");
   check_f32<P>(op, "ape", ape, {ratio, cd});
-  check_i32<P>(op, "pos", pos, {T});
-  check_i32<P>(op, "seq", seq, {T});
+  check_tokens<P>(op, pos, seq, T);
   return {B, S, cd, T};
+}
+
+// compressor_pool: state_u/state_g [B, S, c*d] (f32; c = 2 with overlap), state_tags [B, S],
+// entries [B, n_max, d], norm_w [d], table [P, R] (f32), pos/seq [T].
+struct CompressorPoolDims {
+  int64_t B, S, cd, c, d, n_max, P, R, T;
+};
+
+template <class R_>
+CompressorPoolDims validate_compressor_pool(const Tensor& entries, const Tensor& state_u, const Tensor& state_g,
+                                            const Tensor& state_tags, const Tensor& norm_w, const Tensor& table,
+                                            const Tensor& pos, const Tensor& seq, int ratio, bool overlap) {
+  constexpr Presence P_ = R_::presence;
+  const char* op = "compressor_pool";
+  check_dtype<P_>(op, "state_u", state_u, DType::F32);
+  check_ndim<P_>(op, "state_u", state_u, 3);
+  const int64_t B = state_u.dim(0), S = state_u.dim(1), cd = state_u.dim(2);
+  const int64_t c = overlap ? 2 : 1;
+  SL_CHECK(cd % c == 0, op, ": state_u ", describe(state_u), " last dim is not ", c, " * d");
+  const int64_t d = cd / c;
+  check_f32<P_>(op, "state_g", state_g, {B, S, cd});
+  check_i32<P_>(op, "state_tags", state_tags, {B, S});
+  SL_CHECK(ratio >= 1, op, ": ratio = ", ratio, ", expected >= 1");
+  // A block's pooling reads c*ratio consecutive positions from the ring; a smaller ring
+  // could never hold them all.
+  SL_CHECK(S >= c * ratio, op, ": state ring of ", S, " slots (state_u ", describe(state_u), ") cannot hold ",
+           c * ratio, " positions (ratio ", ratio, overlap ? ", overlap)" : ")");
+  SL_CHECK(c * ratio <= 256, op, ": ratio ", ratio, " with overlap ", overlap, " exceeds 256 candidates");
+  check_act<R_>(op, "entries", entries);
+  check_ndim<P_>(op, "entries", entries, 3);
+  const int64_t n_max = entries.dim(1);
+  check_shape<P_>(op, "entries", entries, {B, n_max, d});
+  check_act<R_>(op, "norm_w", norm_w);
+  check_numel<P_>(op, "norm_w", norm_w, d);
+  check_dtype<P_>(op, "table", table, DType::F32);
+  check_ndim<P_>(op, "table", table, 2);
+  const int64_t P = table.dim(0), R = table.dim(1);
+  SL_CHECK(R % 2 == 0 && R <= d, op, ": table ", describe(table), " rotates R = ", R,
+           " dims; R must be even and at most d = ", d);
+  check_dtype<P_>(op, "pos", pos, DType::I32);
+  check_ndim<P_>(op, "pos", pos, 1);
+  const int64_t T = pos.dim(0);
+  check_tokens<P_>(op, pos, seq, T);
+  return {B, S, cd, c, d, n_max, P, R, T};
+}
+
+// indexer_topk: q [T, Hi, di] and keys [B, n_max, di] (mma operands), w [T, Hi], sel [T, K].
+struct IndexerTopkDims {
+  int64_t T, Hi, di, B, n_max, K;
+};
+
+template <class R>
+IndexerTopkDims validate_indexer_topk(const Tensor& sel, const Tensor& q, const Tensor& w, const Tensor& keys,
+                                      const Tensor& pos, const Tensor& seq, int ratio) {
+  constexpr Presence P = R::presence;
+  const char* op = "indexer_topk";
+  check_mma<R>(op, "q", q);
+  check_ndim<P>(op, "q", q, 3);
+  const int64_t T = q.dim(0), Hi = q.dim(1), di = q.dim(2);
+  SL_CHECK(Hi >= 1 && di >= 1, op, ": q ", describe(q), " has no heads");
+  check_act<R>(op, "w", w);
+  check_shape<P>(op, "w", w, {T, Hi});
+  check_mma<R>(op, "keys", keys);
+  check_ndim<P>(op, "keys", keys, 3);
+  const int64_t B = keys.dim(0), n_max = keys.dim(1);
+  check_shape<P>(op, "keys", keys, {B, n_max, di});
+  check_dtype<P>(op, "sel", sel, DType::I32);
+  check_ndim<P>(op, "sel", sel, 2);
+  const int64_t K = sel.dim(1);
+  check_i32<P>(op, "sel", sel, {T, K});
+  SL_CHECK(ratio >= 1, op, ": ratio = ", ratio, ", expected >= 1");
+  check_tokens<P>(op, pos, seq, T);
+  return {T, Hi, di, B, n_max, K};
+}
+
+// sparse_attention: q, o [T, H, Dh], swa [B, cap, Dh], comp [B, n_max, Dh] (unless mode None),
+// swa_tags [B, cap], sink [H] (f32), sel [T, K] (mode Selected). Whether o may be q itself is
+// the backend's to say (the CPU loop runs in place, the CUDA kernel cannot).
+struct SparseAttentionDims {
+  int64_t T, H, Dh, B, cap, n_max, K;
+};
+
+template <class R>
+SparseAttentionDims validate_sparse_attention(const Tensor& o, const Tensor& q, const Tensor& swa,
+                                              const Tensor& swa_tags, const Tensor& comp, const Tensor& sel,
+                                              const Tensor& sink, const Tensor& pos, const Tensor& seq, int window,
+                                              CompressedKeys mode, int ratio) {
+  constexpr Presence P = R::presence;
+  const char* op = "sparse_attention";
+  check_mma<R>(op, "q", q);
+  check_ndim<P>(op, "q", q, 3);
+  const int64_t T = q.dim(0), H = q.dim(1), Dh = q.dim(2);
+  check_mma<R>(op, "o", o);
+  check_shape<P>(op, "o", o, {T, H, Dh});
+  check_mma<R>(op, "swa", swa);
+  check_ndim<P>(op, "swa", swa, 3);
+  const int64_t B = swa.dim(0), cap = swa.dim(1);
+  SL_CHECK(cap >= 1, op, ": swa ", describe(swa), " has no slots");
+  check_shape<P>(op, "swa", swa, {B, cap, Dh});
+  check_i32<P>(op, "swa_tags", swa_tags, {B, cap});
+  check_f32<P>(op, "sink", sink, {H});
+  SL_CHECK(window >= 1, op, ": window = ", window, ", expected >= 1");
+  check_tokens<P>(op, pos, seq, T);
+  int64_t n_max = 0, K = 0;
+  if (mode != CompressedKeys::None) {
+    check_mma<R>(op, "comp", comp);
+    check_ndim<P>(op, "comp", comp, 3);
+    n_max = comp.dim(1);
+    check_shape<P>(op, "comp", comp, {B, n_max, Dh});
+  }
+  if (mode == CompressedKeys::All) SL_CHECK(ratio >= 1, op, ": ratio = ", ratio, ", expected >= 1");
+  if (mode == CompressedKeys::Selected) {
+    check_dtype<P>(op, "sel", sel, DType::I32);
+    check_ndim<P>(op, "sel", sel, 2);
+    K = sel.dim(1);
+    check_i32<P>(op, "sel", sel, {T, K});
+  }
+  return {T, H, Dh, B, cap, n_max, K};
+}
+
+// route: logits [T, E] (f32), ids [T, k] (i32), weights [T, k] (f32); hash layers (tid2eid
+// given): tid2eid [V, k] and tokens [T]; otherwise an optional bias [E].
+struct RouteDims {
+  int64_t T, E, k, V;
+  bool hashed;
+};
+
+template <class R>
+RouteDims validate_route(const Tensor& ids, const Tensor& weights, const Tensor& logits, const Tensor& bias,
+                         const Tensor& tid2eid, const Tensor& tokens) {
+  constexpr Presence P = R::presence;
+  const char* op = "route";
+  check_dtype<P>(op, "logits", logits, DType::F32);
+  check_ndim<P>(op, "logits", logits, 2);
+  const int64_t T = logits.dim(0), E = logits.dim(1);
+  check_dtype<P>(op, "ids", ids, DType::I32);
+  check_ndim<P>(op, "ids", ids, 2);
+  const int64_t k = ids.dim(1);
+  check_i32<P>(op, "ids", ids, {T, k});
+  check_f32<P>(op, "weights", weights, {T, k});
+  SL_CHECK(k >= 1 && k <= E, op, ": k = ", k, " experts per token out of E = ", E, " (ids ", describe(ids), ")");
+  const bool hashed = !tid2eid.empty();
+  int64_t V = 0;
+  if (hashed) {
+    check_dtype<P>(op, "tid2eid", tid2eid, DType::I32);
+    check_ndim<P>(op, "tid2eid", tid2eid, 2);
+    V = tid2eid.dim(0);
+    check_i32<P>(op, "tid2eid", tid2eid, {V, k});
+    check_i32<P>(op, "tokens", tokens, {T});
+  } else if (!bias.empty()) {
+    check_f32<P>(op, "bias", bias, {E});
+  }
+  return {T, E, k, V, hashed};
+}
+
+// moe_experts: x [T, D] (mma), out [T, D] (act, not aliasing x), w1/w3 [E, F, D] and
+// w2 [E, D, F] (mma), ids [T, k] (i32), weights [T, k] (f32). The workspace's size follows
+// each backend's own layout: the backend checks it.
+struct MoeExpertsDims {
+  int64_t T, D, E, F, k;
+};
+
+template <class R>
+MoeExpertsDims validate_moe_experts(const Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
+                                    const Tensor& w1, const Tensor& w2, const Tensor& w3) {
+  constexpr Presence P = R::presence;
+  const char* op = "moe_experts";
+  check_mma<R>(op, "x", x);
+  check_ndim<P>(op, "x", x, 2);
+  const int64_t T = x.dim(0), D = x.dim(1);
+  check_act<R>(op, "out", out);
+  check_shape<P>(op, "out", out, {T, D});
+  SL_CHECK(!overlaps(out, x), op, ": out may not alias x");
+  check_mma<R>(op, "w1", w1);
+  check_ndim<P>(op, "w1", w1, 3);
+  const int64_t E = w1.dim(0), F = w1.dim(1);
+  check_shape<P>(op, "w1", w1, {E, F, D});
+  check_mma<R>(op, "w3", w3);
+  check_shape<P>(op, "w3", w3, {E, F, D});
+  check_mma<R>(op, "w2", w2);
+  check_shape<P>(op, "w2", w2, {E, D, F});
+  check_dtype<P>(op, "ids", ids, DType::I32);
+  check_ndim<P>(op, "ids", ids, 2);
+  const int64_t k = ids.dim(1);
+  check_i32<P>(op, "ids", ids, {T, k});
+  check_f32<P>(op, "weights", weights, {T, k});
+  return {T, D, E, F, k};
+}
+
+// ---------------------------------------------------------------- mHC (hc_*, mtp_combine)
+// The residual X [T, hc, D] (act): hc streams of D per token. How many streams a backend
+// supports is its own (the CPU reference's per-token arrays, the CUDA kernels' fixed hc).
+struct HcLimit {
+  int64_t lo, hi;
+};
+
+inline void check_hc(const char* op, const char* arg, const Tensor& t, int64_t hc, HcLimit lim) {
+  if (lim.lo == lim.hi)
+    SL_CHECK(hc == lim.lo, op, ": ", arg, " ", describe(t), " has hc = ", hc, " streams; this backend supports hc = ",
+             lim.lo);
+  else
+    SL_CHECK(hc >= lim.lo && hc <= lim.hi, op, ": ", arg, " ", describe(t), " has hc = ", hc,
+             " streams; this backend supports ", lim.lo, "..", lim.hi);
+}
+
+struct HcDims {
+  int64_t T, hc, D;
+};
+
+// The [T, hc, D] argument every mHC op starts from.
+template <class R>
+HcDims check_hc_streams(const char* op, const char* arg, const Tensor& t) {
+  check_act<R>(op, arg, t);
+  check_ndim<R::presence>(op, arg, t, 3);
+  return {t.dim(0), t.dim(1), t.dim(2)};
+}
+
+// hc_pre: X [T, hc, D] -> y [T, D], post [T, hc], comb [T, hc, hc]; fn [mix, hc*D],
+// scale [3], base [mix] with mix = (2 + hc) * hc.
+template <class R>
+HcDims validate_hc_pre(const Tensor& y, const Tensor& post, const Tensor& comb, const Tensor& X, const Tensor& fn,
+                       const Tensor& scale, const Tensor& base, int sinkhorn_iters, HcLimit lim) {
+  constexpr Presence P = R::presence;
+  const char* op = "hc_pre";
+  const auto [T, hc, D] = check_hc_streams<R>(op, "X", X);
+  check_hc(op, "X", X, hc, lim);
+  const int64_t mix = (2 + hc) * hc;
+  check_f32<P>(op, "fn", fn, {mix, hc * D});
+  check_f32<P>(op, "scale", scale, {3});
+  check_f32<P>(op, "base", base, {mix});
+  check_act<R>(op, "y", y);
+  check_shape<P>(op, "y", y, {T, D});
+  check_f32<P>(op, "post", post, {T, hc});
+  check_f32<P>(op, "comb", comb, {T, hc, hc});
+  SL_CHECK(sinkhorn_iters >= 1, op, ": sinkhorn_iters = ", sinkhorn_iters, ", expected >= 1");
+  SL_CHECK(!overlaps(y, X), op, ": y may not alias X");
+  return {T, hc, D};
+}
+
+// hc_post: X_out [T, hc, D] from res [T, hc, D], f [T, D], post [T, hc], comb [T, hc, hc].
+// X_out may be res itself (in place) but not partly overlap it, nor alias f.
+template <class R>
+HcDims validate_hc_post(const Tensor& X_out, const Tensor& f, const Tensor& res, const Tensor& post,
+                        const Tensor& comb, HcLimit lim) {
+  constexpr Presence P = R::presence;
+  const char* op = "hc_post";
+  const auto [T, hc, D] = check_hc_streams<R>(op, "res", res);
+  check_hc(op, "res", res, hc, lim);
+  check_act<R>(op, "X_out", X_out);
+  check_shape<P>(op, "X_out", X_out, {T, hc, D});
+  check_act<R>(op, "f", f);
+  check_shape<P>(op, "f", f, {T, D});
+  check_f32<P>(op, "post", post, {T, hc});
+  check_f32<P>(op, "comb", comb, {T, hc, hc});
+  SL_CHECK(!overlaps(X_out, f), op, ": X_out may not alias f");
+  SL_CHECK(X_out.data == res.data || !overlaps(X_out, res), op, ": X_out partially overlaps res");
+  return {T, hc, D};
+}
+
+// hc_head: X [T, hc, D] -> h [T, D]; fn [hc, hc*D], scale [1], base [hc].
+template <class R>
+HcDims validate_hc_head(const Tensor& h, const Tensor& X, const Tensor& fn, const Tensor& scale, const Tensor& base,
+                        HcLimit lim) {
+  constexpr Presence P = R::presence;
+  const char* op = "hc_head";
+  const auto [T, hc, D] = check_hc_streams<R>(op, "X", X);
+  check_hc(op, "X", X, hc, lim);
+  check_f32<P>(op, "fn", fn, {hc, hc * D});
+  check_f32<P>(op, "scale", scale, {1});
+  check_f32<P>(op, "base", base, {hc});
+  check_act<R>(op, "h", h);
+  check_shape<P>(op, "h", h, {T, D});
+  SL_CHECK(!overlaps(h, X), op, ": h may not alias X");
+  return {T, hc, D};
+}
+
+// hc_expand: every stream of X [T, hc, D] = e [T, D].
+template <class R>
+HcDims validate_hc_expand(const Tensor& X, const Tensor& e) {
+  const char* op = "hc_expand";
+  const auto [T, hc, D] = check_hc_streams<R>(op, "X", X);
+  check_act<R>(op, "e", e);
+  check_shape<R::presence>(op, "e", e, {T, D});
+  SL_CHECK(!overlaps(X, e), op, ": X may not alias e");
+  return {T, hc, D};
+}
+
+// mtp_combine: X [T, hc, D] = hp [T, hc, D] + ep [T, D] (broadcast over hc); element-wise,
+// so X may be hp itself, but not partly overlap it, nor alias ep.
+template <class R>
+HcDims validate_mtp_combine(const Tensor& X, const Tensor& hp, const Tensor& ep) {
+  constexpr Presence P = R::presence;
+  const char* op = "mtp_combine";
+  const auto [T, hc, D] = check_hc_streams<R>(op, "hp", hp);
+  check_act<R>(op, "X", X);
+  check_shape<P>(op, "X", X, {T, hc, D});
+  check_act<R>(op, "ep", ep);
+  check_shape<P>(op, "ep", ep, {T, D});
+  SL_CHECK(X.data == hp.data || !overlaps(X, hp), op, ": X partially overlaps hp");
+  SL_CHECK(!overlaps(X, ep), op, ": X may not alias ep");
+  return {T, hc, D};
 }
 
 }  // namespace sl::checks

@@ -21,9 +21,8 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // pos/seq are I32 [T]; every token must name a sequence (cache row) in [0, B) and have a
 // non-negative position.
-void check_tokens(const char* op, const Tensor& pos, const Tensor& seq, int64_t T, int64_t B) {
-  check_i32(op, "pos", pos, {T});
-  check_i32(op, "seq", seq, {T});
+// The values of pos/seq [T] (host memory here; their shapes the validators check).
+void check_token_values(const char* op, const Tensor& pos, const Tensor& seq, int64_t T, int64_t B) {
   for (int64_t t = 0; t < T; ++t) {
     const int32_t p = pos.ptr<int32_t>()[t], b = seq.ptr<int32_t>()[t];
     SL_CHECK(p >= 0, op, ": pos[", t, "] = ", p, " is negative");
@@ -39,16 +38,8 @@ void CpuBackend::swa_insert(Stream s, const Tensor& cache, const Tensor& tags, c
                             const Tensor& seq) {
   const char* op = "swa_insert";
   check_stream(op, s);
-  check_dtype(op, "cache", cache, DType::F32);
-  check_ndim(op, "cache", cache, 3);
-  const int64_t B = cache.dim(0), cap = cache.dim(1), d = cache.dim(2);
-  SL_CHECK(cap >= 1, op, ": cache ", describe(cache), " has no slots");
-  check_i32(op, "tags", tags, {B, cap});
-  check_dtype(op, "k", k, DType::F32);
-  check_ndim(op, "k", k, 2);
-  const int64_t T = k.dim(0);
-  check_f32(op, "k", k, {T, d});
-  check_tokens(op, pos, seq, T, B);
+  const auto [B, cap, d, T] = checks::validate_swa_insert<OpRules>(cache, tags, k, pos, seq);
+  check_token_values(op, pos, seq, T, B);
   for (int64_t t = 0; t < T; ++t) {
     const int32_t p = pos.ptr<int32_t>()[t], b = seq.ptr<int32_t>()[t];
     const int64_t slot = p % cap;
@@ -65,8 +56,8 @@ void CpuBackend::compressor_save(Stream s, const Tensor& state_u, const Tensor& 
   const char* op = "compressor_save";
   check_stream(op, s);
   const auto [B, S, cd, T] =
-      checks::compressor_save<kPresence>(state_u, state_g, state_tags, u, g, ape, pos, seq, ratio);
-  check_tokens(op, pos, seq, T, B);  // host memory: the index values can be checked here
+      checks::validate_compressor_save<OpRules>(state_u, state_g, state_tags, u, g, ape, pos, seq, ratio);
+  check_token_values(op, pos, seq, T, B);
   for (int64_t t = 0; t < T; ++t) {
     const int32_t p = pos.ptr<int32_t>()[t], b = seq.ptr<int32_t>()[t];
     const int64_t slot = p % S;
@@ -90,40 +81,15 @@ void CpuBackend::compressor_pool(Stream s, const Tensor& entries, const Tensor& 
                                  const Tensor& pos, const Tensor& seq, int ratio, bool overlap, float rms_eps) {
   const char* op = "compressor_pool";
   check_stream(op, s);
-  check_dtype(op, "state_u", state_u, DType::F32);
-  check_ndim(op, "state_u", state_u, 3);
-  const int64_t B = state_u.dim(0), S = state_u.dim(1), cd = state_u.dim(2);
-  const int64_t c = overlap ? 2 : 1;
-  SL_CHECK(cd % c == 0, op, ": state_u ", describe(state_u), " last dim is not ", c, " * d");
-  const int64_t d = cd / c;
-  check_f32(op, "state_g", state_g, {B, S, cd});
-  check_i32(op, "state_tags", state_tags, {B, S});
-  SL_CHECK(ratio >= 1, op, ": ratio = ", ratio, ", expected >= 1");
-  // A block's pooling reads c*ratio consecutive positions from the ring; a smaller ring
-  // could never hold them all.
-  SL_CHECK(S >= c * ratio, op, ": state ring of ", S, " slots (state_u ", describe(state_u), ") cannot hold ",
-           c * ratio, " positions (ratio ", ratio, overlap ? ", overlap)" : ")");
-  check_dtype(op, "entries", entries, DType::F32);
-  check_ndim(op, "entries", entries, 3);
-  const int64_t n_max = entries.dim(1);
-  check_f32(op, "entries", entries, {B, n_max, d});
-  check_f32(op, "norm_w", norm_w, {d});
-  check_dtype(op, "table", table, DType::F32);
-  check_ndim(op, "table", table, 2);
-  const int64_t P = table.dim(0), R = table.dim(1);
-  SL_CHECK(R % 2 == 0 && R <= d, op, ": table ", describe(table), " rotates R = ", R,
-           " dims; R must be even and at most d = ", d);
-  check_dtype(op, "pos", pos, DType::I32);
-  check_ndim(op, "pos", pos, 1);
-  const int64_t T = pos.dim(0);
-  check_tokens(op, pos, seq, T, B);
+  const auto [B, S, cd, c, d, n_max, P, R, T] = checks::validate_compressor_pool<OpRules>(
+      entries, state_u, state_g, state_tags, norm_w, table, pos, seq, ratio, overlap);
+  check_token_values(op, pos, seq, T, B);
 
   scratch_f_.resize(size_t(2 * d));
   float* mx = scratch_f_.data();  // per-channel running max of the scores
   float* den = mx + d;            // per-channel softmax denominator
   int64_t cand_pos[256];          // candidate positions (oldest first) and their channel offsets
-  int64_t cand_off[256];
-  SL_CHECK(c * ratio <= 256, op, ": ratio ", ratio, " with overlap ", overlap, " exceeds 256 candidates");
+  int64_t cand_off[256];  // c * ratio <= 256: the validator checks it
 
   for (int64_t t = 0; t < T; ++t) {
     const int32_t p = pos.ptr<int32_t>()[t], b = seq.ptr<int32_t>()[t];
@@ -188,21 +154,8 @@ void CpuBackend::indexer_topk(Stream s, const Tensor& sel, const Tensor& q, cons
                               const Tensor& pos, const Tensor& seq, int ratio) {
   const char* op = "indexer_topk";
   check_stream(op, s);
-  check_dtype(op, "q", q, DType::F32);
-  check_ndim(op, "q", q, 3);
-  const int64_t T = q.dim(0), Hi = q.dim(1), di = q.dim(2);
-  SL_CHECK(Hi >= 1 && di >= 1, op, ": q ", describe(q), " has no heads");
-  check_f32(op, "w", w, {T, Hi});
-  check_dtype(op, "keys", keys, DType::F32);
-  check_ndim(op, "keys", keys, 3);
-  const int64_t B = keys.dim(0), n_max = keys.dim(1);
-  check_f32(op, "keys", keys, {B, n_max, di});
-  check_dtype(op, "sel", sel, DType::I32);
-  check_ndim(op, "sel", sel, 2);
-  const int64_t K = sel.dim(1);
-  check_i32(op, "sel", sel, {T, K});
-  SL_CHECK(ratio >= 1, op, ": ratio = ", ratio, ", expected >= 1");
-  check_tokens(op, pos, seq, T, B);
+  const auto [T, Hi, di, B, n_max, K] = checks::validate_indexer_topk<OpRules>(sel, q, w, keys, pos, seq, ratio);
+  check_token_values(op, pos, seq, T, B);
 
   // The weights_proj output is scaled by di^-1/2 (the q.k dot) and Hi^-1/2 (the head sum).
   const float wscale = float(1.0 / std::sqrt(double(di) * double(Hi)));
@@ -242,34 +195,11 @@ void CpuBackend::sparse_attention(Stream s, const Tensor& o, const Tensor& q, co
                                   const Tensor& pos, const Tensor& seq, int window, CompressedKeys mode, int ratio) {
   const char* op = "sparse_attention";
   check_stream(op, s);
-  check_dtype(op, "q", q, DType::F32);
-  check_ndim(op, "q", q, 3);
-  const int64_t T = q.dim(0), H = q.dim(1), Dh = q.dim(2);
-  check_f32(op, "o", o, {T, H, Dh});
+  const auto [T, H, Dh, B, cap, n_max, K] = checks::validate_sparse_attention<OpRules>(
+      o, q, swa, swa_tags, comp, sel, sink, pos, seq, window, mode, ratio);
+  // The loop reads q[t] before it writes o[t]: o may be q itself, but not partly overlap it.
   SL_CHECK(o.data == q.data || !overlaps(o, q), op, ": o partially overlaps q");
-  check_dtype(op, "swa", swa, DType::F32);
-  check_ndim(op, "swa", swa, 3);
-  const int64_t B = swa.dim(0), cap = swa.dim(1);
-  SL_CHECK(cap >= 1, op, ": swa ", describe(swa), " has no slots");
-  check_f32(op, "swa", swa, {B, cap, Dh});
-  check_i32(op, "swa_tags", swa_tags, {B, cap});
-  check_f32(op, "sink", sink, {H});
-  SL_CHECK(window >= 1, op, ": window = ", window, ", expected >= 1");
-  check_tokens(op, pos, seq, T, B);
-  int64_t n_max = 0, K = 0;
-  if (mode != CompressedKeys::None) {
-    check_dtype(op, "comp", comp, DType::F32);
-    check_ndim(op, "comp", comp, 3);
-    n_max = comp.dim(1);
-    check_f32(op, "comp", comp, {B, n_max, Dh});
-  }
-  if (mode == CompressedKeys::All) SL_CHECK(ratio >= 1, op, ": ratio = ", ratio, ", expected >= 1");
-  if (mode == CompressedKeys::Selected) {
-    check_dtype(op, "sel", sel, DType::I32);
-    check_ndim(op, "sel", sel, 2);
-    K = sel.dim(1);
-    check_i32(op, "sel", sel, {T, K});
-  }
+  check_token_values(op, pos, seq, T, B);
 
   const float scale = 1.f / std::sqrt(float(Dh));
   for (int64_t t = 0; t < T; ++t) {

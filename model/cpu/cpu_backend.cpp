@@ -172,13 +172,7 @@ void CpuBackend::embed(Stream s, const Tensor& out, const Tensor& ids, const Ten
                        bool zero_pos0) {
   const char* op = "embed";
   check_stream(op, s);
-  check_dtype(op, "table", table, DType::F32);
-  check_ndim(op, "table", table, 2);
-  check_dtype(op, "ids", ids, DType::I32);
-  check_ndim(op, "ids", ids, 1);
-  const int64_t T = ids.dim(0), V = table.dim(0), D = table.dim(1);
-  check_f32(op, "out", out, {T, D});
-  if (zero_pos0) check_i32(op, "pos", pos, {T});
+  const auto [T, V, D] = checks::validate_embed<OpRules>(out, ids, table, pos, zero_pos0);
 
   const int32_t* id = ids.ptr<int32_t>();
   for (int64_t t = 0; t < T; ++t) {
@@ -197,11 +191,7 @@ void CpuBackend::embed(Stream s, const Tensor& out, const Tensor& ids, const Ten
 void CpuBackend::argmax(Stream s, const Tensor& out, const Tensor& logits) {
   const char* op = "argmax";
   check_stream(op, s);
-  check_dtype(op, "logits", logits, DType::F32);
-  check_ndim(op, "logits", logits, 2);
-  const int64_t n = logits.dim(0), V = logits.dim(1);
-  SL_CHECK(V > 0, op, ": logits ", describe(logits), " has no columns");
-  check_i32(op, "out", out, {n});
+  const auto [n, V] = checks::validate_argmax<OpRules>(out, logits);
   for (int64_t r = 0; r < n; ++r) {
     const float* row = logits.ptr<float>() + r * V;
     int64_t best = 0;
@@ -214,14 +204,7 @@ void CpuBackend::argmax(Stream s, const Tensor& out, const Tensor& logits) {
 void CpuBackend::gather_rows(Stream s, const Tensor& out, const Tensor& in, const Tensor& rows) {
   const char* op = "gather_rows";
   check_stream(op, s);
-  check_present(op, "in", in);
-  check_present(op, "out", out);
-  check_dtype(op, "rows", rows, DType::I32);
-  check_ndim(op, "rows", rows, 1);
-  const int64_t n = rows.dim(0), m = in.dim(0);
-  SL_CHECK(out.dtype == in.dtype && out.ndim() >= 1 && out.dim(0) == n && in.ndim() >= 1 &&
-               (m == 0 ? out.numel() == 0 : out.numel() == n * (in.numel() / m)),
-           op, ": out ", describe(out), " does not hold ", n, " rows of in ", describe(in));
+  const auto [n, m] = checks::validate_gather_rows<OpRules>(out, in, rows);
   const size_t row_bytes = m ? in.bytes() / size_t(m) : 0;
   for (int64_t i = 0; i < n; ++i) {
     const int32_t r = rows.ptr<int32_t>()[i];
@@ -234,14 +217,7 @@ void CpuBackend::gather_rows(Stream s, const Tensor& out, const Tensor& in, cons
 void CpuBackend::shift_tokens(Stream s, const Tensor& out, const Tensor& tokens, const Tensor& sampled) {
   const char* op = "shift_tokens";
   check_stream(op, s);
-  check_dtype(op, "sampled", sampled, DType::I32);
-  check_ndim(op, "sampled", sampled, 1);
-  check_dtype(op, "tokens", tokens, DType::I32);
-  const int64_t B = sampled.dim(0), n = tokens.numel();
-  SL_CHECK(B > 0 && n % B == 0, op, ": tokens ", describe(tokens), " is not B = ", B, " equal sequences (sampled ",
-           describe(sampled), ")");
-  check_i32(op, "out", out, {n});
-  SL_CHECK(out.data != tokens.data, op, ": out may not alias tokens");
+  const auto [B, n] = checks::validate_shift_tokens<OpRules>(out, tokens, sampled);
   const int64_t T0 = n / B;
   const int32_t* tok = tokens.ptr<int32_t>();
   int32_t* o = out.ptr<int32_t>();

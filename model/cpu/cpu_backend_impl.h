@@ -42,6 +42,8 @@ inline constexpr auto& check_ndim = checks::check_ndim<kPresence>;
 inline constexpr auto& check_shape = checks::check_shape<kPresence>;
 inline constexpr auto& check_f32 = checks::check_f32<kPresence>;
 inline constexpr auto& check_i32 = checks::check_i32<kPresence>;
+// The per-op validators' rules: f32 everywhere (the reference computes in fp32).
+using OpRules = checks::Rules<kPresence, checks::Floats::F32, checks::Floats::F32>;
 
 // ---------------------------------------------------------------- shared loops
 

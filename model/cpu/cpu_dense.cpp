@@ -55,38 +55,14 @@ void matmul_nt(float* out, int64_t ldo, const float* a, int64_t lda, const float
 void CpuBackend::gemm(Stream s, const Tensor& out, const Tensor& a, const Tensor& w) {
   const char* op = "gemm";
   check_stream(op, s);
-  check_dtype(op, "w", w, DType::F32);
-  check_ndim(op, "w", w, 2);
-  check_dtype(op, "a", a, DType::F32);
-  check_dtype(op, "out", out, DType::F32);
-  const int64_t N = w.dim(0), K = w.dim(1);
-  // a and out may be any-rank views whose last dim is K (resp. N); leading dims are rows.
-  SL_CHECK(a.ndim() >= 1 && a.dim(-1) == K, op, ": a ", describe(a), " does not end in K = ", K, " (w ",
-           describe(w), ")");
-  const int64_t M = K ? a.numel() / K : 0;
-  SL_CHECK(out.ndim() >= 1 && out.dim(-1) == N && out.numel() == M * N, op, ": out ", describe(out),
-           " is not [M = ", M, ", N = ", N, "] for a ", describe(a), " and w ", describe(w));
-  SL_CHECK(!overlaps(out, a) && !overlaps(out, w), op, ": out may not alias a or w");
+  const auto [M, N, K] = checks::validate_gemm<OpRules>(out, a, w);
   matmul_nt(out.ptr<float>(), N, a.ptr<float>(), K, w.ptr<float>(), K, M, N, K);
 }
 
 void CpuBackend::gemm_grouped(Stream s, const Tensor& out, const Tensor& a, const Tensor& w, int groups) {
   const char* op = "gemm_grouped";
   check_stream(op, s);
-  check_dtype(op, "w", w, DType::F32);
-  check_ndim(op, "w", w, 2);
-  check_dtype(op, "a", a, DType::F32);
-  check_dtype(op, "out", out, DType::F32);
-  const int64_t G = groups;
-  SL_CHECK(G >= 1 && w.dim(0) % G == 0, op, ": w ", describe(w), " rows are not ", G, " equal groups");
-  const int64_t N = w.dim(0) / G, K = w.dim(1);
-  // a [M, G*K] (any leading dims; the flat row is G*K), out [M, G*N].
-  SL_CHECK(a.ndim() >= 1 && (G * K == 0 || a.numel() % (G * K) == 0), op, ": a ", describe(a),
-           " is not rows of G*K = ", G * K, " (w ", describe(w), ", groups ", G, ")");
-  const int64_t M = G * K != 0 ? a.numel() / (G * K) : 0;
-  SL_CHECK(out.ndim() >= 1 && out.dim(-1) == G * N && out.numel() == M * G * N, op, ": out ", describe(out),
-           " is not [M = ", M, ", G*N = ", G * N, "] for a ", describe(a), " and w ", describe(w));
-  SL_CHECK(!overlaps(out, a) && !overlaps(out, w), op, ": out may not alias a or w");
+  const auto [M, N, K, G] = checks::validate_gemm_grouped<OpRules>(out, a, w, groups);
   // Group g maps its K-slice of every row of a to its N-slice of out with its own N rows of
   // w: one strided GEMM per group (MODEL.md 5.6, the contiguous head groups of wo_a).
   for (int64_t g = 0; g < G; ++g)
@@ -97,12 +73,7 @@ void CpuBackend::gemm_grouped(Stream s, const Tensor& out, const Tensor& a, cons
 void CpuBackend::rmsnorm(Stream s, const Tensor& out, const Tensor& x, const Tensor& w, float eps) {
   const char* op = "rmsnorm";
   check_stream(op, s);
-  check_dtype(op, "x", x, DType::F32);
-  check_dtype(op, "out", out, DType::F32);
-  SL_CHECK(x.ndim() >= 1 && x.dim(-1) > 0, op, ": x ", describe(x), " has no last dim");
-  const int64_t dim = x.dim(-1), rows = x.numel() / dim;
-  SL_CHECK(out.numel() == x.numel(), op, ": out ", describe(out), " and x ", describe(x), " differ in size");
-  if (!w.empty()) check_f32(op, "w", w, {dim});
+  const auto [rows, dim] = checks::validate_rmsnorm<OpRules>(out, x, w);
   const float* wp = w.empty() ? nullptr : w.ptr<float>();
   for (int64_t r = 0; r < rows; ++r) rmsnorm_row(out.ptr<float>() + r * dim, x.ptr<float>() + r * dim, wp, dim, eps);
 }
@@ -110,11 +81,7 @@ void CpuBackend::rmsnorm(Stream s, const Tensor& out, const Tensor& x, const Ten
 void CpuBackend::add(Stream s, const Tensor& out, const Tensor& a, const Tensor& b) {
   const char* op = "add";
   check_stream(op, s);
-  check_dtype(op, "a", a, DType::F32);
-  check_dtype(op, "b", b, DType::F32);
-  check_dtype(op, "out", out, DType::F32);
-  SL_CHECK(a.numel() == b.numel() && out.numel() == a.numel(), op, ": out ", describe(out), ", a ", describe(a),
-           " and b ", describe(b), " differ in size");
+  checks::validate_add<OpRules>(out, a, b);
   const float* pa = a.ptr<float>();
   const float* pb = b.ptr<float>();
   float* po = out.ptr<float>();
@@ -124,15 +91,7 @@ void CpuBackend::add(Stream s, const Tensor& out, const Tensor& a, const Tensor&
 void CpuBackend::rope(Stream s, const Tensor& x, const Tensor& pos, const Tensor& table, bool inverse) {
   const char* op = "rope";
   check_stream(op, s);
-  check_dtype(op, "x", x, DType::F32);
-  SL_CHECK(x.ndim() == 2 || x.ndim() == 3, op, ": x ", describe(x), " is not [T, heads, dim] or [T, dim]");
-  check_dtype(op, "table", table, DType::F32);
-  check_ndim(op, "table", table, 2);
-  const int64_t T = x.dim(0), dim = x.dim(-1), heads = x.ndim() == 3 ? x.dim(1) : 1;
-  const int64_t P = table.dim(0), R = table.dim(1);
-  SL_CHECK(R % 2 == 0 && R <= dim, op, ": table ", describe(table), " rotates R = ", R,
-           " dims; R must be even and fit the head dim of x ", describe(x));
-  check_i32(op, "pos", pos, {T});
+  const auto [T, heads, dim, P, R] = checks::validate_rope<OpRules>(x, pos, table);
   for (int64_t t = 0; t < T; ++t) {
     const int32_t p = pos.ptr<int32_t>()[t];
     SL_CHECK(p >= 0 && p < P, op, ": pos[", t, "] = ", p, " outside the table's ", P, " positions");
@@ -144,11 +103,7 @@ void CpuBackend::rope(Stream s, const Tensor& x, const Tensor& pos, const Tensor
 void CpuBackend::swiglu(Stream s, const Tensor& out, const Tensor& g, const Tensor& u, float limit) {
   const char* op = "swiglu";
   check_stream(op, s);
-  check_dtype(op, "g", g, DType::F32);
-  check_dtype(op, "u", u, DType::F32);
-  check_dtype(op, "out", out, DType::F32);
-  SL_CHECK(g.numel() == u.numel() && out.numel() == g.numel(), op, ": out ", describe(out), ", g ", describe(g),
-           " and u ", describe(u), " differ in size");
+  checks::validate_swiglu<OpRules>(out, g, u);
   const float* pg = g.ptr<float>();
   const float* pu = u.ptr<float>();
   float* po = out.ptr<float>();

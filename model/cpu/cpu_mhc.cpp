@@ -73,19 +73,9 @@ void CpuBackend::hc_pre(Stream s, const Tensor& y, const Tensor& post, const Ten
                         float rms_eps) {
   const char* op = "hc_pre";
   check_stream(op, s);
-  check_dtype(op, "X", X, DType::F32);
-  check_ndim(op, "X", X, 3);
-  const int64_t T = X.dim(0), hc = X.dim(1), D = X.dim(2);
-  SL_CHECK(hc >= 1 && hc <= kMaxHc, op, ": X ", describe(X), " has hc = ", hc, " streams; supported 1..", kMaxHc);
+  const auto [T, hc, D] =
+      checks::validate_hc_pre<OpRules>(y, post, comb, X, fn, scale, base, sinkhorn_iters, {1, kMaxHc});
   const int64_t mix = (2 + hc) * hc;
-  check_f32(op, "fn", fn, {mix, hc * D});
-  check_f32(op, "scale", scale, {3});
-  check_f32(op, "base", base, {mix});
-  check_f32(op, "y", y, {T, D});
-  check_f32(op, "post", post, {T, hc});
-  check_f32(op, "comb", comb, {T, hc, hc});
-  SL_CHECK(sinkhorn_iters >= 1, op, ": sinkhorn_iters = ", sinkhorn_iters, ", expected >= 1");
-  SL_CHECK(!overlaps(y, X), op, ": y may not alias X");
 
   const float* sc = scale.ptr<float>();
   const float* bs = base.ptr<float>();
@@ -112,16 +102,7 @@ void CpuBackend::hc_post(Stream s, const Tensor& X_out, const Tensor& f, const T
                          const Tensor& comb) {
   const char* op = "hc_post";
   check_stream(op, s);
-  check_dtype(op, "res", res, DType::F32);
-  check_ndim(op, "res", res, 3);
-  const int64_t T = res.dim(0), hc = res.dim(1), D = res.dim(2);
-  SL_CHECK(hc >= 1 && hc <= kMaxHc, op, ": res ", describe(res), " has hc = ", hc, " streams; supported 1..",
-           kMaxHc);
-  check_f32(op, "X_out", X_out, {T, hc, D});
-  check_f32(op, "f", f, {T, D});
-  check_f32(op, "post", post, {T, hc});
-  check_f32(op, "comb", comb, {T, hc, hc});
-  SL_CHECK(!overlaps(X_out, f), op, ": X_out may not alias f");
+  const auto [T, hc, D] = checks::validate_hc_post<OpRules>(X_out, f, res, post, comb, {1, kMaxHc});
 
   float old[kMaxHc];
   for (int64_t t = 0; t < T; ++t) {
@@ -147,15 +128,7 @@ void CpuBackend::hc_head(Stream s, const Tensor& h, const Tensor& X, const Tenso
                          const Tensor& base, float hc_eps, float rms_eps) {
   const char* op = "hc_head";
   check_stream(op, s);
-  check_dtype(op, "X", X, DType::F32);
-  check_ndim(op, "X", X, 3);
-  const int64_t T = X.dim(0), hc = X.dim(1), D = X.dim(2);
-  SL_CHECK(hc >= 1 && hc <= kMaxHc, op, ": X ", describe(X), " has hc = ", hc, " streams; supported 1..", kMaxHc);
-  check_f32(op, "fn", fn, {hc, hc * D});
-  check_f32(op, "scale", scale, {1});
-  check_f32(op, "base", base, {hc});
-  check_f32(op, "h", h, {T, D});
-  SL_CHECK(!overlaps(h, X), op, ": h may not alias X");
+  const auto [T, hc, D] = checks::validate_hc_head<OpRules>(h, X, fn, scale, base, {1, kMaxHc});
 
   float m[kMaxHc], w[kMaxHc];
   for (int64_t t = 0; t < T; ++t) {
@@ -169,11 +142,7 @@ void CpuBackend::hc_head(Stream s, const Tensor& h, const Tensor& X, const Tenso
 void CpuBackend::hc_expand(Stream s, const Tensor& X, const Tensor& e) {
   const char* op = "hc_expand";
   check_stream(op, s);
-  check_dtype(op, "X", X, DType::F32);
-  check_ndim(op, "X", X, 3);
-  const int64_t T = X.dim(0), hc = X.dim(1), D = X.dim(2);
-  check_f32(op, "e", e, {T, D});
-  SL_CHECK(!overlaps(X, e), op, ": X may not alias e");
+  const auto [T, hc, D] = checks::validate_hc_expand<OpRules>(X, e);
   // Every stream of the residual starts as the token's embedding (MODEL.md 2).
   for (int64_t t = 0; t < T; ++t)
     for (int64_t st = 0; st < hc; ++st)
@@ -183,11 +152,7 @@ void CpuBackend::hc_expand(Stream s, const Tensor& X, const Tensor& e) {
 void CpuBackend::mtp_combine(Stream s, const Tensor& X, const Tensor& hp, const Tensor& ep) {
   const char* op = "mtp_combine";
   check_stream(op, s);
-  check_dtype(op, "hp", hp, DType::F32);
-  check_ndim(op, "hp", hp, 3);
-  const int64_t T = hp.dim(0), hc = hp.dim(1), D = hp.dim(2);
-  check_f32(op, "X", X, {T, hc, D});
-  check_f32(op, "ep", ep, {T, D});
+  const auto [T, hc, D] = checks::validate_mtp_combine<OpRules>(X, hp, ep);
   // The embedding term is the same for every stream (broadcast over hc). Elementwise, so X
   // may alias hp.
   for (int64_t t = 0; t < T; ++t)

@@ -44,26 +44,7 @@ void CpuBackend::route(Stream s, const Tensor& ids, const Tensor& weights, const
                        const Tensor& tid2eid, const Tensor& tokens, float scaling) {
   const char* op = "route";
   check_stream(op, s);
-  check_dtype(op, "logits", logits, DType::F32);
-  check_ndim(op, "logits", logits, 2);
-  const int64_t T = logits.dim(0), E = logits.dim(1);
-  check_dtype(op, "ids", ids, DType::I32);
-  check_ndim(op, "ids", ids, 2);
-  const int64_t k = ids.dim(1);
-  check_i32(op, "ids", ids, {T, k});
-  check_f32(op, "weights", weights, {T, k});
-  SL_CHECK(k >= 1 && k <= E, op, ": k = ", k, " experts per token out of E = ", E, " (ids ", describe(ids), ")");
-  const bool hashed = !tid2eid.empty();
-  int64_t V = 0;
-  if (hashed) {
-    check_dtype(op, "tid2eid", tid2eid, DType::I32);
-    check_ndim(op, "tid2eid", tid2eid, 2);
-    V = tid2eid.dim(0);
-    check_i32(op, "tid2eid", tid2eid, {V, k});
-    check_i32(op, "tokens", tokens, {T});
-  } else if (!bias.empty()) {
-    check_f32(op, "bias", bias, {E});
-  }
+  const auto [T, E, k, V, hashed] = checks::validate_route<OpRules>(ids, weights, logits, bias, tid2eid, tokens);
 
   scratch_f_.resize(size_t(2 * E));
   float* score = scratch_f_.data();  // s = sqrt(softplus(z)): the unbiased routing score
@@ -110,22 +91,7 @@ void CpuBackend::moe_experts(Stream s, const Tensor& out, const Tensor& x, const
                              const Tensor& workspace) {
   const char* op = "moe_experts";
   check_stream(op, s);
-  check_dtype(op, "x", x, DType::F32);
-  check_ndim(op, "x", x, 2);
-  const int64_t T = x.dim(0), D = x.dim(1);
-  check_f32(op, "out", out, {T, D});
-  SL_CHECK(!overlaps(out, x), op, ": out may not alias x");
-  check_dtype(op, "w1", w1, DType::F32);
-  check_ndim(op, "w1", w1, 3);
-  const int64_t E = w1.dim(0), F = w1.dim(1);
-  check_f32(op, "w1", w1, {E, F, D});
-  check_f32(op, "w3", w3, {E, F, D});
-  check_f32(op, "w2", w2, {E, D, F});
-  check_dtype(op, "ids", ids, DType::I32);
-  check_ndim(op, "ids", ids, 2);
-  const int64_t k = ids.dim(1);
-  check_i32(op, "ids", ids, {T, k});
-  check_f32(op, "weights", weights, {T, k});
+  const auto [T, D, E, F, k] = checks::validate_moe_experts<OpRules>(out, x, ids, weights, w1, w2, w3);
   const MoeWorkspace ws(T * k, D, F, E);
   check_dtype(op, "workspace", workspace, DType::U8);
   SL_CHECK(workspace.bytes() >= ws.total, op, ": workspace ", describe(workspace), " is smaller than the ", ws.total,

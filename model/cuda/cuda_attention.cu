@@ -773,10 +773,6 @@ __global__ void attn_combine_kernel(AttnArgs a) {
   }
 }
 
-void check_tokens(const char* op, const Tensor& pos, const Tensor& seq, int64_t T) {
-  check_i32(op, "pos", pos, {T});
-  check_i32(op, "seq", seq, {T});
-}
 
 }  // namespace
 
@@ -786,16 +782,7 @@ void CudaBackend::swa_insert(Stream s, const Tensor& cache, const Tensor& tags, 
                              const Tensor& seq) {
   const char* op = "swa_insert";
   cudaStream_t st = stream(s, op);
-  check_float(op, "cache", cache);
-  check_ndim(op, "cache", cache, 3);
-  const int64_t B = cache.dim(0), cap = cache.dim(1), d = cache.dim(2);
-  SL_CHECK(cap >= 1, op, ": cache ", describe(cache), " has no slots");
-  check_i32(op, "tags", tags, {B, cap});
-  check_float(op, "k", k);
-  check_ndim(op, "k", k, 2);
-  const int64_t T = k.dim(0);
-  check_shape(op, "k", k, {T, d});
-  check_tokens(op, pos, seq, T);
+  const auto [B, cap, d, T] = checks::validate_swa_insert<OpRules>(cache, tags, k, pos, seq);
   if (T == 0) return;
   const size_t need = size_t(B * cap) * sizeof(int);
   int* winner = static_cast<int*>(scratch(s, op, need).ptr);
@@ -814,7 +801,7 @@ void CudaBackend::compressor_save(Stream s, const Tensor& state_u, const Tensor&
   const char* op = "compressor_save";
   cudaStream_t st = stream(s, op);
   const auto [B, S, cd, T] =
-      checks::compressor_save<kPresence>(state_u, state_g, state_tags, u, g, ape, pos, seq, ratio);
+      checks::validate_compressor_save<OpRules>(state_u, state_g, state_tags, u, g, ape, pos, seq, ratio);
   if (T == 0) return;
   const size_t need = size_t(B * S) * sizeof(int);
   int* winner = static_cast<int*>(scratch(s, op, need).ptr);
@@ -833,32 +820,8 @@ void CudaBackend::compressor_pool(Stream s, const Tensor& entries, const Tensor&
                                   const Tensor& pos, const Tensor& seq, int ratio, bool overlap, float rms_eps) {
   const char* op = "compressor_pool";
   cudaStream_t st = stream(s, op);
-  check_dtype(op, "state_u", state_u, DType::F32);
-  check_ndim(op, "state_u", state_u, 3);
-  const int64_t B = state_u.dim(0), S = state_u.dim(1), cd = state_u.dim(2);
-  const int64_t c = overlap ? 2 : 1;
-  SL_CHECK(cd % c == 0, op, ": state_u ", describe(state_u), " last dim is not ", c, " * d");
-  const int64_t d = cd / c;
-  check_f32(op, "state_g", state_g, {B, S, cd});
-  check_i32(op, "state_tags", state_tags, {B, S});
-  SL_CHECK(ratio >= 1, op, ": ratio = ", ratio, ", expected >= 1");
-  SL_CHECK(S >= c * ratio, op, ": state ring of ", S, " slots (state_u ", describe(state_u), ") cannot hold ",
-           c * ratio, " positions (ratio ", ratio, overlap ? ", overlap)" : ")");
-  SL_CHECK(c * ratio <= 256, op, ": ratio ", ratio, " with overlap ", overlap, " exceeds 256 candidates");
-  check_float(op, "entries", entries);
-  check_ndim(op, "entries", entries, 3);
-  const int64_t n_max = entries.dim(1);
-  check_shape(op, "entries", entries, {B, n_max, d});
-  check_float(op, "norm_w", norm_w);
-  check_numel(op, "norm_w", norm_w, d);
-  check_dtype(op, "table", table, DType::F32);
-  check_ndim(op, "table", table, 2);
-  const int64_t P = table.dim(0), R = table.dim(1);
-  SL_CHECK(R % 2 == 0 && R <= d, op, ": table ", describe(table), " rotates R = ", R,
-           " dims; R must be even and at most d = ", d);
-  SL_CHECK(pos.ndim() == 1, op, ": pos ", describe(pos), " is not [T]");
-  const int64_t T = pos.dim(0);
-  check_tokens(op, pos, seq, T);
+  const auto [B, S, cd, c, d, n_max, P, R, T] = checks::validate_compressor_pool<OpRules>(
+      entries, state_u, state_g, state_tags, norm_w, table, pos, seq, ratio, overlap);
   if (T == 0) return;
   PoolArgs a{entries.data, fcode(entries.dtype), state_u.ptr<float>(), state_g.ptr<float>(),
              state_tags.ptr<int32_t>(), norm_w.data, fcode(norm_w.dtype), table.ptr<float>(), pos.ptr<int32_t>(),
@@ -873,24 +836,9 @@ void CudaBackend::indexer_topk(Stream s, const Tensor& sel, const Tensor& q, con
                                const Tensor& pos, const Tensor& seq, int ratio) {
   const char* op = "indexer_topk";
   cudaStream_t st = stream(s, op);
-  check_dtype(op, "q", q, DType::BF16);
-  check_ndim(op, "q", q, 3);
-  const int64_t T = q.dim(0), Hi = q.dim(1), di = q.dim(2);
-  SL_CHECK(Hi >= 1 && di >= 1, op, ": q ", describe(q), " has no heads");
+  const auto [T, Hi, di, B, n_max, K] = checks::validate_indexer_topk<OpRules>(sel, q, w, keys, pos, seq, ratio);
   SL_CHECK(di % 16 == 0 && di <= 1024, op, ": q ", describe(q), " head dim ", di,
            " must be a multiple of 16 (tensor-core tiles) and at most 1024");
-  check_float(op, "w", w);
-  check_shape(op, "w", w, {T, Hi});
-  check_dtype(op, "keys", keys, DType::BF16);
-  check_ndim(op, "keys", keys, 3);
-  const int64_t B = keys.dim(0), n_max = keys.dim(1);
-  check_shape(op, "keys", keys, {B, n_max, di});
-  check_dtype(op, "sel", sel, DType::I32);
-  check_ndim(op, "sel", sel, 2);
-  const int64_t K = sel.dim(1);
-  check_i32(op, "sel", sel, {T, K});
-  SL_CHECK(ratio >= 1, op, ": ratio = ", ratio, ", expected >= 1");
-  check_tokens(op, pos, seq, T);
   check_aligned(op, "q", q.data, 16);
   check_aligned(op, "keys", keys.data, 16);
   if (T == 0 || K == 0) return;
@@ -943,38 +891,12 @@ void CudaBackend::sparse_attention(Stream s, const Tensor& o, const Tensor& q, c
                                    const Tensor& pos, const Tensor& seq, int window, CompressedKeys mode, int ratio) {
   const char* op = "sparse_attention";
   cudaStream_t st = stream(s, op);
-  check_dtype(op, "q", q, DType::BF16);
-  check_ndim(op, "q", q, 3);
-  const int64_t T = q.dim(0), H = q.dim(1), Dh = q.dim(2);
+  const auto [T, H, Dh, B, cap, n_max, K] = checks::validate_sparse_attention<OpRules>(
+      o, q, swa, swa_tags, comp, sel, sink, pos, seq, window, mode, ratio);
   SL_CHECK(Dh % 16 == 0 && Dh <= 512, op, ": q ", describe(q), " head dim ", Dh,
            " must be a multiple of 16 and at most 512");
-  check_dtype(op, "o", o, DType::BF16);
-  check_shape(op, "o", o, {T, H, Dh});
   SL_CHECK(!overlaps(o, q), op, ": o may not alias q (the CUDA kernel reads q while other blocks write o)");
-  check_dtype(op, "swa", swa, DType::BF16);
-  check_ndim(op, "swa", swa, 3);
-  const int64_t B = swa.dim(0), cap = swa.dim(1);
-  SL_CHECK(cap >= 1, op, ": swa ", describe(swa), " has no slots");
-  check_shape(op, "swa", swa, {B, cap, Dh});
-  check_i32(op, "swa_tags", swa_tags, {B, cap});
-  check_f32(op, "sink", sink, {H});
-  SL_CHECK(window >= 1, op, ": window = ", window, ", expected >= 1");
-  check_tokens(op, pos, seq, T);
-  int64_t n_max = 0, K = 0;
-  if (mode != CompressedKeys::None) {
-    check_dtype(op, "comp", comp, DType::BF16);
-    check_ndim(op, "comp", comp, 3);
-    n_max = comp.dim(1);
-    check_shape(op, "comp", comp, {B, n_max, Dh});
-    check_aligned(op, "comp", comp.data, 16);
-  }
-  if (mode == CompressedKeys::All) SL_CHECK(ratio >= 1, op, ": ratio = ", ratio, ", expected >= 1");
-  if (mode == CompressedKeys::Selected) {
-    check_dtype(op, "sel", sel, DType::I32);
-    check_ndim(op, "sel", sel, 2);
-    K = sel.dim(1);
-    check_i32(op, "sel", sel, {T, K});
-  }
+  if (mode != CompressedKeys::None) check_aligned(op, "comp", comp.data, 16);
   check_aligned(op, "q", q.data, 16);
   check_aligned(op, "swa", swa.data, 16);
   if (T == 0 || H == 0) return;

@@ -63,6 +63,9 @@ inline constexpr auto& check_shape = checks::check_shape<kPresence>;
 inline constexpr auto& check_numel = checks::check_numel<kPresence>;
 inline constexpr auto& check_i32 = checks::check_i32<kPresence>;
 inline constexpr auto& check_f32 = checks::check_f32<kPresence>;
+// The per-op validators' rules: activations and weights f32 or bf16, the tensor-core
+// operands (attention, indexer, experts) bf16.
+using OpRules = checks::Rules<kPresence, checks::Floats::F32OrBF16, checks::Floats::BF16>;
 // CUDA only: the vectorised kernels load 16-byte rows.
 inline void check_aligned(const char* op, const char* arg, const void* p, size_t align) {
   SL_CHECK(reinterpret_cast<uintptr_t>(p) % align == 0, op, ": ", arg, " is not ", align,

@@ -334,17 +334,7 @@ static void gemm_any(CudaBackend& be, const char* op, Stream s, const GemmArgs& 
 
 void CudaBackend::gemm(Stream s, const Tensor& out, const Tensor& a, const Tensor& w) {
   const char* op = "gemm";
-  check_float(op, "w", w);
-  check_ndim(op, "w", w, 2);
-  check_float(op, "a", a);
-  check_float(op, "out", out);
-  const int64_t N = w.dim(0), K = w.dim(1);
-  SL_CHECK(a.ndim() >= 1 && a.dim(-1) == K, op, ": a ", describe(a), " does not end in K = ", K, " (w ",
-           describe(w), ")");
-  const int64_t M = K ? a.numel() / K : 0;
-  SL_CHECK(out.ndim() >= 1 && out.dim(-1) == N && out.numel() == M * N, op, ": out ", describe(out),
-           " is not [M = ", M, ", N = ", N, "] for a ", describe(a), " and w ", describe(w));
-  SL_CHECK(!overlaps(out, a) && !overlaps(out, w), op, ": out may not alias a or w");
+  const auto [M, N, K] = checks::validate_gemm<OpRules>(out, a, w);
   if (K == 0) {
     fill(s, out, 0.f);
     return;
@@ -355,19 +345,7 @@ void CudaBackend::gemm(Stream s, const Tensor& out, const Tensor& a, const Tenso
 
 void CudaBackend::gemm_grouped(Stream s, const Tensor& out, const Tensor& a, const Tensor& w, int groups) {
   const char* op = "gemm_grouped";
-  check_float(op, "w", w);
-  check_ndim(op, "w", w, 2);
-  check_float(op, "a", a);
-  check_float(op, "out", out);
-  const int64_t G = groups;
-  SL_CHECK(G >= 1 && w.dim(0) % G == 0, op, ": w ", describe(w), " rows are not ", G, " equal groups");
-  const int64_t N = w.dim(0) / G, K = w.dim(1);
-  SL_CHECK(a.ndim() >= 1 && (G * K == 0 || a.numel() % (G * K) == 0), op, ": a ", describe(a),
-           " is not rows of G*K = ", G * K, " (w ", describe(w), ", groups ", G, ")");
-  const int64_t M = G * K != 0 ? a.numel() / (G * K) : 0;
-  SL_CHECK(out.ndim() >= 1 && out.dim(-1) == G * N && out.numel() == M * G * N, op, ": out ", describe(out),
-           " is not [M = ", M, ", G*N = ", G * N, "] for a ", describe(a), " and w ", describe(w));
-  SL_CHECK(!overlaps(out, a) && !overlaps(out, w), op, ": out may not alias a or w");
+  const auto [M, N, K, G] = checks::validate_gemm_grouped<OpRules>(out, a, w, groups);
   if (K == 0) {
     fill(s, out, 0.f);
     return;
@@ -632,16 +610,7 @@ void launch_swiglu(const char* op, cudaStream_t st, void* out, int dto, const vo
 void CudaBackend::rmsnorm(Stream s, const Tensor& out, const Tensor& x, const Tensor& w, float eps) {
   const char* op = "rmsnorm";
   cudaStream_t st = stream(s, op);
-  check_float(op, "x", x);
-  check_float(op, "out", out);
-  SL_CHECK(x.ndim() >= 1 && x.dim(-1) > 0, op, ": x ", describe(x), " has no last dim");
-  const int64_t dim = x.dim(-1), rows = x.numel() / dim;
-  SL_CHECK(out.numel() == x.numel(), op, ": out ", describe(out), " and x ", describe(x), " differ in size");
-  SL_CHECK(out.data == x.data || !overlaps(out, x), op, ": out partially overlaps x");
-  if (!w.empty()) {
-    check_float(op, "w", w);
-    check_numel(op, "w", w, dim);
-  }
+  const auto [rows, dim] = checks::validate_rmsnorm<OpRules>(out, x, w);
   if (rows == 0) return;
   const void* wp = w.empty() ? nullptr : w.data;
   const int dtw = w.empty() ? kF32 : fcode(w.dtype);
@@ -669,12 +638,7 @@ void CudaBackend::rmsnorm(Stream s, const Tensor& out, const Tensor& x, const Te
 void CudaBackend::add(Stream s, const Tensor& out, const Tensor& a, const Tensor& b) {
   const char* op = "add";
   cudaStream_t st = stream(s, op);
-  check_float(op, "a", a);
-  check_float(op, "b", b);
-  check_float(op, "out", out);
-  SL_CHECK(a.numel() == b.numel() && out.numel() == a.numel(), op, ": out ", describe(out), ", a ", describe(a),
-           " and b ", describe(b), " differ in size");
-  const int64_t n = a.numel();
+  const int64_t n = checks::validate_add<OpRules>(out, a, b);
   if (n == 0) return;
   add_kernel<<<grid_for(n, 256), 256, 0, st>>>(out.data, fcode(out.dtype), a.data, fcode(a.dtype), b.data,
                                                 fcode(b.dtype), n);
@@ -684,15 +648,7 @@ void CudaBackend::add(Stream s, const Tensor& out, const Tensor& a, const Tensor
 void CudaBackend::rope(Stream s, const Tensor& x, const Tensor& pos, const Tensor& table, bool inverse) {
   const char* op = "rope";
   cudaStream_t st = stream(s, op);
-  check_float(op, "x", x);
-  SL_CHECK(x.ndim() == 2 || x.ndim() == 3, op, ": x ", describe(x), " is not [T, heads, dim] or [T, dim]");
-  check_dtype(op, "table", table, DType::F32);
-  check_ndim(op, "table", table, 2);
-  const int64_t T = x.dim(0), dim = x.dim(-1), heads = x.ndim() == 3 ? x.dim(1) : 1;
-  const int64_t P = table.dim(0), R = table.dim(1);
-  SL_CHECK(R % 2 == 0 && R <= dim, op, ": table ", describe(table), " rotates R = ", R,
-           " dims; R must be even and fit the head dim of x ", describe(x));
-  check_i32(op, "pos", pos, {T});
+  const auto [T, heads, dim, P, R] = checks::validate_rope<OpRules>(x, pos, table);
   const int64_t n = T * heads * (R / 2);
   if (n == 0) return;
   rope_kernel<<<grid_for(n, 256), 256, 0, st>>>(x.data, fcode(x.dtype), pos.ptr<int32_t>(), table.ptr<float>(), T,
@@ -703,11 +659,7 @@ void CudaBackend::rope(Stream s, const Tensor& x, const Tensor& pos, const Tenso
 void CudaBackend::swiglu(Stream s, const Tensor& out, const Tensor& g, const Tensor& u, float limit) {
   const char* op = "swiglu";
   cudaStream_t st = stream(s, op);
-  check_float(op, "g", g);
-  check_float(op, "u", u);
-  check_float(op, "out", out);
-  SL_CHECK(g.numel() == u.numel() && out.numel() == g.numel(), op, ": out ", describe(out), ", g ", describe(g),
-           " and u ", describe(u), " differ in size");
+  checks::validate_swiglu<OpRules>(out, g, u);
   launch_swiglu(op, st, out.data, fcode(out.dtype), g.data, fcode(g.dtype), u.data, fcode(u.dtype), g.numel(), limit);
 }
 
@@ -715,14 +667,7 @@ void CudaBackend::embed(Stream s, const Tensor& out, const Tensor& ids, const Te
                         bool zero_pos0) {
   const char* op = "embed";
   cudaStream_t st = stream(s, op);
-  check_float(op, "table", table);
-  check_ndim(op, "table", table, 2);
-  check_dtype(op, "ids", ids, DType::I32);
-  check_ndim(op, "ids", ids, 1);
-  const int64_t T = ids.dim(0), V = table.dim(0), D = table.dim(1);
-  check_float(op, "out", out);
-  check_shape(op, "out", out, {T, D});
-  if (zero_pos0) check_i32(op, "pos", pos, {T});
+  const auto [T, V, D] = checks::validate_embed<OpRules>(out, ids, table, pos, zero_pos0);
   if (T == 0) return;
   embed_kernel<<<unsigned(T), 256, 0, st>>>(out.data, fcode(out.dtype), ids.ptr<int32_t>(), table.data,
                                              fcode(table.dtype), zero_pos0 ? pos.ptr<int32_t>() : nullptr,
@@ -733,11 +678,7 @@ void CudaBackend::embed(Stream s, const Tensor& out, const Tensor& ids, const Te
 void CudaBackend::argmax(Stream s, const Tensor& out, const Tensor& logits) {
   const char* op = "argmax";
   cudaStream_t st = stream(s, op);
-  check_dtype(op, "logits", logits, DType::F32);
-  check_ndim(op, "logits", logits, 2);
-  const int64_t n = logits.dim(0), V = logits.dim(1);
-  SL_CHECK(V > 0, op, ": logits ", describe(logits), " has no columns");
-  check_i32(op, "out", out, {n});
+  const auto [n, V] = checks::validate_argmax<OpRules>(out, logits);
   if (n == 0) return;
   SL_CHECK(V < (int64_t(1) << 32) && n <= 65535, op, ": logits ", describe(logits), " has too many rows or columns");
   auto* part = static_cast<uint64_t*>(scratch(s, op, size_t(n) * kArgmaxBlocks * sizeof(uint64_t)).ptr);
@@ -752,15 +693,7 @@ void CudaBackend::argmax(Stream s, const Tensor& out, const Tensor& logits) {
 void CudaBackend::gather_rows(Stream s, const Tensor& out, const Tensor& in, const Tensor& rows) {
   const char* op = "gather_rows";
   cudaStream_t st = stream(s, op);
-  check_present(op, "in", in);
-  check_present(op, "out", out);
-  check_dtype(op, "rows", rows, DType::I32);
-  check_ndim(op, "rows", rows, 1);
-  const int64_t n = rows.dim(0), m = in.dim(0);
-  SL_CHECK(out.dtype == in.dtype && out.ndim() >= 1 && out.dim(0) == n && in.ndim() >= 1 &&
-               (m == 0 ? out.numel() == 0 : out.numel() == n * (in.numel() / m)),
-           op, ": out ", describe(out), " does not hold ", n, " rows of in ", describe(in));
-  SL_CHECK(!overlaps(out, in), op, ": out may not alias in");
+  const auto [n, m] = checks::validate_gather_rows<OpRules>(out, in, rows);
   const int64_t row_bytes = m ? int64_t(in.bytes()) / m : 0;
   if (n == 0 || row_bytes == 0) return;
   const uintptr_t ab = reinterpret_cast<uintptr_t>(out.data) | reinterpret_cast<uintptr_t>(in.data);
@@ -773,14 +706,7 @@ void CudaBackend::gather_rows(Stream s, const Tensor& out, const Tensor& in, con
 void CudaBackend::shift_tokens(Stream s, const Tensor& out, const Tensor& tokens, const Tensor& sampled) {
   const char* op = "shift_tokens";
   cudaStream_t st = stream(s, op);
-  check_dtype(op, "sampled", sampled, DType::I32);
-  check_ndim(op, "sampled", sampled, 1);
-  check_dtype(op, "tokens", tokens, DType::I32);
-  const int64_t B = sampled.dim(0), n = tokens.numel();
-  SL_CHECK(B > 0 && n % B == 0, op, ": tokens ", describe(tokens), " is not B = ", B, " equal sequences (sampled ",
-           describe(sampled), ")");
-  check_i32(op, "out", out, {n});
-  SL_CHECK(!overlaps(out, tokens), op, ": out may not alias tokens");
+  const auto [B, n] = checks::validate_shift_tokens<OpRules>(out, tokens, sampled);
   if (n == 0) return;
   shift_tokens_kernel<<<grid_for(n, 256), 256, 0, st>>>(out.ptr<int32_t>(), tokens.ptr<int32_t>(),
                                                          sampled.ptr<int32_t>(), n, n / B);

@@ -453,28 +453,9 @@ void CudaBackend::route(Stream s, const Tensor& ids, const Tensor& weights, cons
                         const Tensor& tid2eid, const Tensor& tokens, float scaling) {
   const char* op = "route";
   cudaStream_t st = stream(s, op);
-  check_dtype(op, "logits", logits, DType::F32);
-  check_ndim(op, "logits", logits, 2);
-  const int64_t T = logits.dim(0), E = logits.dim(1);
-  check_dtype(op, "ids", ids, DType::I32);
-  check_ndim(op, "ids", ids, 2);
-  const int64_t k = ids.dim(1);
-  check_i32(op, "ids", ids, {T, k});
-  check_f32(op, "weights", weights, {T, k});
-  SL_CHECK(k >= 1 && k <= E, op, ": k = ", k, " experts per token out of E = ", E, " (ids ", describe(ids), ")");
+  const auto [T, E, k, V, hashed] = checks::validate_route<OpRules>(ids, weights, logits, bias, tid2eid, tokens);
   SL_CHECK(k <= 64, op, ": k = ", k, " experts per token; the CUDA backend supports at most 64");
   SL_CHECK(E <= 2048, op, ": E = ", E, " experts; the CUDA backend supports at most 2048");
-  const bool hashed = !tid2eid.empty();
-  int64_t V = 0;
-  if (hashed) {
-    check_dtype(op, "tid2eid", tid2eid, DType::I32);
-    check_ndim(op, "tid2eid", tid2eid, 2);
-    V = tid2eid.dim(0);
-    check_i32(op, "tid2eid", tid2eid, {V, k});
-    check_i32(op, "tokens", tokens, {T});
-  } else if (!bias.empty()) {
-    check_f32(op, "bias", bias, {E});
-  }
   if (T == 0) return;
   RouteArgs a{ids.ptr<int32_t>(),
               weights.ptr<float>(),
@@ -502,25 +483,7 @@ void CudaBackend::moe_experts(Stream s, const Tensor& out, const Tensor& x, cons
                               const Tensor& workspace) {
   const char* op = "moe_experts";
   cudaStream_t st = stream(s, op);
-  check_dtype(op, "x", x, DType::BF16);
-  check_ndim(op, "x", x, 2);
-  const int64_t T = x.dim(0), D = x.dim(1);
-  check_float(op, "out", out);
-  check_shape(op, "out", out, {T, D});
-  SL_CHECK(!overlaps(out, x), op, ": out may not alias x");
-  check_dtype(op, "w1", w1, DType::BF16);
-  check_ndim(op, "w1", w1, 3);
-  const int64_t E = w1.dim(0), F = w1.dim(1);
-  check_shape(op, "w1", w1, {E, F, D});
-  check_dtype(op, "w3", w3, DType::BF16);
-  check_shape(op, "w3", w3, {E, F, D});
-  check_dtype(op, "w2", w2, DType::BF16);
-  check_shape(op, "w2", w2, {E, D, F});
-  check_dtype(op, "ids", ids, DType::I32);
-  check_ndim(op, "ids", ids, 2);
-  const int64_t k = ids.dim(1);
-  check_i32(op, "ids", ids, {T, k});
-  check_f32(op, "weights", weights, {T, k});
+  const auto [T, D, E, F, k] = checks::validate_moe_experts<OpRules>(out, x, ids, weights, w1, w2, w3);
   SL_CHECK(D % 64 == 0 && F % 64 == 0, op, ": D = ", D, " and F = ", F,
            " must be multiples of 64 (the grouped GEMM's tiles)");
   SL_CHECK(E >= 1 && E <= 1024, op, ": E = ", E, " experts; the CUDA backend supports 1..1024");
