@@ -15,8 +15,12 @@ rm -rf .gpu && mkdir -p .gpu
 for t in "${targets[@]}"; do
   [ -f "$BUILD_DIR/$t" ] && cp "$BUILD_DIR/$t" .gpu/ && strip .gpu/"$t"
 done
-# Google Benchmark is a shared library on Debian; the GPU machine may have another soname.
-cp -L /usr/lib/x86_64-linux-gnu/libbenchmark.so.1debian .gpu/ 2>/dev/null || true
+# Debian shared libraries the GPU machine lacks (it cannot install packages): Google Benchmark
+# and simdjson travel with the binaries (gpu_round.sh puts .gpu on LD_LIBRARY_PATH).
+for t in "${targets[@]}"; do
+  [ -f ".gpu/$t" ] || continue
+  ldd ".gpu/$t" | awk '/libbenchmark|libsimdjson/ {print $3}' | while read -r lib; do cp -L "$lib" .gpu/; done
+done
 git rev-parse HEAD > .gpu/COMMIT
 git diff --quiet HEAD || echo "dirty" >> .gpu/COMMIT
 du -sh .gpu; ls -la .gpu
