@@ -236,50 +236,35 @@ size_t Trace::bytes_held() const {
          streams.capacity() * sizeof(Stream) + strings.bytes();
 }
 
-Ns Trace::first_time() const {
+namespace {
+// The earliest start (latest = false) or the latest end (latest = true) over every timed event.
+Ns extreme_time(const Trace& tr, bool latest) {
   Ns t = kNoTime;
   auto upd = [&](Ns v) {
-    if (v != kNoTime && (t == kNoTime || v < t)) t = v;
+    if (v != kNoTime && (t == kNoTime || (latest ? v > t : v < t))) t = v;
   };
   auto scan = [&](const auto& vec) {
-    for (const auto& e : vec) upd(e.start);
+    for (const auto& e : vec) upd(latest ? e.end : e.start);
   };
-  scan(kernels);
-  scan(memcpys);
-  scan(memsets);
-  scan(api_calls);
-  scan(syncs);
-  scan(nvtx);
-  scan(overheads);
-  for (const auto& e : cuda_events) upd(e.ts);
-  for (const auto& a : allocations) upd(a.alloc);
-  for (const auto& c : counters) upd(c.ts);
-  return t;
-}
-
-Ns Trace::last_time() const {
-  Ns t = kNoTime;
-  auto upd = [&](Ns v) {
-    if (v != kNoTime && (t == kNoTime || v > t)) t = v;
-  };
-  auto scan = [&](const auto& vec) {
-    for (const auto& e : vec) upd(e.end);
-  };
-  scan(kernels);
-  scan(memcpys);
-  scan(memsets);
-  scan(api_calls);
-  scan(syncs);
-  scan(nvtx);
-  scan(overheads);
-  for (const auto& e : cuda_events) upd(e.ts);
-  for (const auto& a : allocations) {
+  scan(tr.kernels);
+  scan(tr.memcpys);
+  scan(tr.memsets);
+  scan(tr.api_calls);
+  scan(tr.syncs);
+  scan(tr.nvtx);
+  scan(tr.overheads);
+  for (const auto& e : tr.cuda_events) upd(e.ts);
+  for (const auto& a : tr.allocations) {
     upd(a.alloc);
-    upd(a.free);
+    if (latest) upd(a.free);
   }
-  for (const auto& c : counters) upd(c.ts);
+  for (const auto& c : tr.counters) upd(c.ts);
   return t;
 }
+}  // namespace
+
+Ns Trace::first_time() const { return extreme_time(*this, false); }
+Ns Trace::last_time() const { return extreme_time(*this, true); }
 
 const Stream* Trace::find_stream(uint32_t id) const {
   for (const auto& s : streams)

@@ -220,18 +220,20 @@ bool gemv_fits(const GemmArgs& g, int batch, DType to, DType ta, DType tw) {
   return al(g.a, g.lda, g.sa, dtype_size(ta)) && al(g.w, g.ldw, g.sw, dtype_size(tw));
 }
 
-template <class TA, class TW>
-void gemv_out(const char* op, cudaStream_t st, const GemmArgs& g, int batch, DType to) {
-  if (to == DType::F32)
-    launch_gemv<TA, TW, float>(op, st, g, batch);
-  else
-    launch_gemv<TA, TW, bf16>(op, st, g, batch);
-}
-void dispatch_gemv(const char* op, cudaStream_t st, const GemmArgs& g, int batch, DType to, DType ta, DType tw) {
-  if (ta == DType::BF16 && tw == DType::BF16) gemv_out<bf16, bf16>(op, st, g, batch, to);
-  else if (ta == DType::BF16) gemv_out<bf16, float>(op, st, g, batch, to);
-  else if (tw == DType::BF16) gemv_out<float, bf16>(op, st, g, batch, to);
-  else gemv_out<float, float>(op, st, g, batch, to);
+// Calls f(TA{}, TW{}, TO{}) with the element types (float or bf16) of a, w and out: one place
+// that turns run-time dtypes into the kernels' template arguments.
+template <class F>
+void with_float_types(DType ta, DType tw, DType to, F&& f) {
+  auto pick_out = [&](auto a, auto w) {
+    if (to == DType::F32) f(a, w, float{});
+    else f(a, w, bf16{});
+  };
+  auto pick_w = [&](auto a) {
+    if (tw == DType::F32) pick_out(a, float{});
+    else pick_out(a, bf16{});
+  };
+  if (ta == DType::F32) pick_w(float{});
+  else pick_w(bf16{});
 }
 
 // bf16 -> f32 of rows [0, rows) of a (row stride lda) into a dense [rows, K] buffer.
@@ -251,21 +253,6 @@ void launch_gemm_fallback(const char* op, cudaStream_t st, const GemmArgs& g, in
     gemm_nt_tiled_kernel<TA, TW, TO><<<grid, 256, 0, st>>>(g);
   }
   CUDA_LAUNCH_CHECK(op, st);
-}
-
-template <class TA, class TW>
-void dispatch_out(const char* op, cudaStream_t st, const GemmArgs& g, int batch, DType to) {
-  if (to == DType::F32)
-    launch_gemm_fallback<TA, TW, float>(op, st, g, batch);
-  else
-    launch_gemm_fallback<TA, TW, bf16>(op, st, g, batch);
-}
-template <class TA>
-void dispatch_w(const char* op, cudaStream_t st, const GemmArgs& g, int batch, DType tw, DType to) {
-  if (tw == DType::F32)
-    dispatch_out<TA, float>(op, st, g, batch, to);
-  else
-    dispatch_out<TA, bf16>(op, st, g, batch, to);
 }
 
 cudaDataType_t cuda_type(DType t) { return t == DType::BF16 ? CUDA_R_16BF : CUDA_R_32F; }
@@ -322,14 +309,16 @@ static void gemm_any(CudaBackend& be, const char* op, Stream s, const GemmArgs& 
     if (sync_after_launch()) CUDA_LAUNCH_CHECK(op, st);
     return;
   }
-  if (g.K > 0 && gemv_fits(g, batch, to, ta, tw)) {
-    dispatch_gemv(op, st, g, batch, to, ta, tw);
-    return;
-  }
-  if (ta == DType::F32)
-    dispatch_w<float>(op, st, g, batch, tw, to);
-  else
-    dispatch_w<bf16>(op, st, g, batch, tw, to);
+  const bool gemv = g.K > 0 && gemv_fits(g, batch, to, ta, tw);
+  with_float_types(ta, tw, to, [&](auto a, auto w, auto o) {
+    using TA = decltype(a);
+    using TW = decltype(w);
+    using TO = decltype(o);
+    if (gemv)
+      launch_gemv<TA, TW, TO>(op, st, g, batch);
+    else
+      launch_gemm_fallback<TA, TW, TO>(op, st, g, batch);
+  });
 }
 
 void CudaBackend::gemm(Stream s, const Tensor& out, const Tensor& a, const Tensor& w) {
@@ -364,6 +353,17 @@ namespace {
 // TPR threads per row: 32 (a warp per row, 8 rows per 256-thread block) for dim <= 1024, else
 // 256 (a block per row). Two passes over the row (the second hits L1/L2); each element is read
 // and written by the same thread, so out may alias x.
+// 1 / sqrt(mean of squares + eps) of a row whose sum of squares is spread over TPR threads (a
+// warp, or the whole block: then every thread of the block must call it).
+template <int TPR>
+__device__ __forceinline__ float row_rsqrt(float ss, float* red, int64_t dim, float eps) {
+  if constexpr (TPR == 32)
+    ss = warp_sum(ss);
+  else
+    ss = block_sum(ss, red);
+  return 1.f / sqrtf(ss / float(dim) + eps);
+}
+
 // The bf16 fast path (x and out bf16, rows of a multiple of 8 elements, 16-byte aligned): each
 // thread loads its VPT 16-byte vectors of the row into registers once, so the statistics pass
 // and the write pass read global memory once, and all loads are in flight together. The scalar
@@ -396,13 +396,8 @@ __global__ __launch_bounds__(TPR > 256 ? TPR : 256) void rmsnorm_bf16_kernel(bf1
       ss += f * f;
     }
   }
-  if constexpr (TPR == 32) {
-    ss = warp_sum(ss);
-  } else {
-    ss = block_sum(ss, red);
-  }
+  const float r = row_rsqrt<TPR>(ss, red, dim, eps);
   if (!active) return;
-  const float r = 1.f / sqrtf(ss / float(dim) + eps);
   uint4* orow = reinterpret_cast<uint4*>(out + row * dim);
 #pragma unroll
   for (int k = 0; k < VPT; ++k) {
@@ -434,13 +429,8 @@ __global__ __launch_bounds__(256) void rmsnorm_kernel(void* out, int dto, const 
       const float v = ldf(x, dtx, row * dim + i);
       ss += v * v;
     }
-  if constexpr (TPR == 32) {
-    ss = warp_sum(ss);
-  } else {
-    ss = block_sum(ss, red);
-  }
+  const float r = row_rsqrt<TPR>(ss, red, dim, eps);
   if (!active) return;
-  const float r = 1.f / sqrtf(ss / float(dim) + eps);
   #pragma unroll 4
   for (int64_t i = lane; i < dim; i += TPR) {
     const float v = ldf(x, dtx, row * dim + i);

@@ -354,15 +354,11 @@ TEST(CheckBackend, FindsWriteOutsideTheOutput) {
   EXPECT_EQ(s.worst_rel_err, 0.0);  // the view itself was right
 }
 
-// A different top-k choice is a selection difference, not a failure, and the sparse attention
-// that reads it still sees identical inputs on both sides.
-TEST(CheckBackend, SelectionDifferencesAreReportedApart) {
-  const ModelConfig c = tiny_c4(1);
-  auto ref = make_cpu_backend();
-  FaultyCpu dut;
-  std::string fault;
-  dut.hook = [&](const std::string& op, const std::string& path, const std::vector<Tensor>& outs) {
-    if (op != "indexer_topk" || !starts_with(path, "decode#1/") || !fault.empty()) return;
+// The first decode step's first indexer top-k: row 0's last chosen entry is replaced by an entry
+// it did not choose. Records the range path in *fault (once).
+FaultyCpu::Hook flip_one_selection(std::string* fault) {
+  return [fault](const std::string& op, const std::string& path, const std::vector<Tensor>& outs) {
+    if (op != "indexer_topk" || !starts_with(path, "decode#1/") || !fault->empty()) return;
     int32_t* sel = outs[0].ptr<int32_t>();
     const int64_t K = outs[0].dim(1);
     std::set<int32_t> have(sel, sel + K);
@@ -372,8 +368,18 @@ TEST(CheckBackend, SelectionDifferencesAreReportedApart) {
     while (last > 0 && sel[last] < 0) --last;
     ASSERT_GE(sel[last], 0) << "row 0 selected nothing";
     sel[last] = missing;
-    fault = path;
+    *fault = path;
   };
+}
+
+// A different top-k choice is a selection difference, not a failure, and the sparse attention
+// that reads it still sees identical inputs on both sides.
+TEST(CheckBackend, SelectionDifferencesAreReportedApart) {
+  const ModelConfig c = tiny_c4(1);
+  auto ref = make_cpu_backend();
+  FaultyCpu dut;
+  std::string fault;
+  dut.hook = flip_one_selection(&fault);
   auto check = make_check_backend(*ref, dut);
   run_tiny(*check, c, 1);
   ASSERT_FALSE(fault.empty());
@@ -397,30 +403,16 @@ TEST(CheckBackend, DecisionsToDutPinsTheRefsChoicesOnly) {
   const ModelConfig c = tiny_c4(1);
   auto plain = make_cpu_backend();
   const auto want = run_tiny(*plain, c, 2);
-  auto flip_one_selection = [](FaultyCpu& dut, bool* done) {
-    dut.hook = [done](const std::string& op, const std::string& path, const std::vector<Tensor>& outs) {
-      if (op != "indexer_topk" || !starts_with(path, "decode#1/") || *done) return;
-      int32_t* sel = outs[0].ptr<int32_t>();
-      const int64_t K = outs[0].dim(1);
-      std::set<int32_t> have(sel, sel + K);
-      int32_t missing = 0;
-      while (have.count(missing)) ++missing;
-      int64_t last = K - 1;
-      while (last > 0 && sel[last] < 0) --last;
-      sel[last] = missing;
-      *done = true;
-    };
-  };
   for (auto sync : {CheckOptions::Sync::DecisionsToDut, CheckOptions::Sync::DutToRef}) {
     auto ref = make_cpu_backend();
     FaultyCpu dut;
-    bool done = false;
-    flip_one_selection(dut, &done);
+    std::string fault;
+    dut.hook = flip_one_selection(&fault);
     CheckOptions o;
     o.sync = sync;
     auto check = make_check_backend(*ref, dut, o);
     const auto got = run_tiny(*check, c, 2);
-    ASSERT_TRUE(done);
+    ASSERT_FALSE(fault.empty());
     EXPECT_EQ(summarize_checks(check_records(*check)).selection_diffs, 1);
     bool all_equal = true;
     for (size_t i = 0; i < got.size(); ++i) all_equal = all_equal && got[i].last_logits == want[i].last_logits;

@@ -279,22 +279,25 @@ void run(const Options& o) {
   }
 }
 
-std::vector<int> parse_ints(const std::string& s) {
-  std::vector<int> v;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) v.push_back(std::stoi(item));
-  return v;
-}
-
-std::vector<std::string> parse_words(const std::string& s) {
+// The comma-separated items of a flag value.
+std::vector<std::string> split_commas(const std::string& s) {
   std::vector<std::string> v;
   std::stringstream ss(s);
   std::string item;
-  while (std::getline(ss, item, ',')) {
+  while (std::getline(ss, item, ',')) v.push_back(item);
+  return v;
+}
+
+std::vector<int> parse_ints(const std::string& s) {
+  std::vector<int> v;
+  for (const auto& item : split_commas(s)) v.push_back(std::stoi(item));
+  return v;
+}
+
+std::vector<std::string> parse_modes(const std::string& s) {
+  const std::vector<std::string> v = split_commas(s);
+  for (const auto& item : v)
     SL_CHECK(item == "eager" || item == "graph", "bench_decode: --modes takes eager and/or graph, not '", item, "'");
-    v.push_back(item);
-  }
   SL_CHECK(!v.empty(), "bench_decode: --modes is empty");
   return v;
 }
@@ -315,7 +318,7 @@ int main(int argc, char** argv) {
     else if (auto v = flag_value(arg, "--mtp-layers=")) o.mtp_layers = std::stoi(v);
     else if (auto v = flag_value(arg, "--draft-steps=")) o.draft_steps = std::stoi(v);
     else if (auto v = flag_value(arg, "--steps=")) o.steps = std::stoi(v);
-    else if (auto v = flag_value(arg, "--modes=")) o.modes = sl::parse_words(v);
+    else if (auto v = flag_value(arg, "--modes=")) o.modes = sl::parse_modes(v);
     else return false;
     return true;
   };
