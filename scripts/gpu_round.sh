@@ -53,11 +53,21 @@ for st in $stages; do case $st in
     run bench_decode 170 $B/bench_decode --config=flash-6l --batches=1,8 --policy=shared --context=${BENCH_CONTEXT:-4096} \
       --mtp-layers=1 --draft-steps=1 --steps=${BENCH_STEPS:-20} --out="$OUT/decode_floor.json" ;;
   moesplit)
-    # The MoE decode K split (STREAMLAB_MOE_SPLIT_K), batch 1, graph replay.
-    for sk in 1 2 4; do
-      STREAMLAB_MOE_SPLIT_K=$sk run moe_split_$sk 90 $B/bench_decode --config=flash-6l --batches=1 --modes=graph \
-        --policy=shared --context=2048 --mtp-layers=1 --draft-steps=1 --steps=10 --out="$W/moe_split_$sk.json"
+    # The MoE decode K splits (STREAMLAB_MOE_SPLIT_K=w1w3,w2; ":nopair" = w1 and w3 in two
+    # launches), batch 1 and 8, graph replay.
+    for v in ${MOE_SPLITS:-"4,4" "8,4" "16,4" "8,8" "4,4:nopair"}; do
+      sk=${v%%:*}; pair=1; [[ $v == *:nopair ]] && pair=0
+      STREAMLAB_MOE_SPLIT_K=$sk STREAMLAB_MOE_PAIR=$pair run "moe_split_${sk/,/_}_p$pair" 90 $B/bench_decode \
+        --config=flash-6l --batches=${MOE_BATCHES:-1} --modes=graph --policy=shared --context=2048 --mtp-layers=1 \
+        --draft-steps=1 --steps=10 --out="$W/moe_split_${sk/,/_}_p$pair.json"
     done ;;
+  graphtrace)
+    # Traced graph replay, batch 1: how much of a replayed step the GPU spends between kernels.
+    run trace_graph_b1 90 $B/streamlab run --config flash-6l --backend cuda --policy shared --mtp-layers 1 \
+      --draft-steps 1 --batch 1 --context 2048 --steps 6 --warmup-steps 2 --graph --trace "$W/gb1.json"
+    run breakdown_graph_b1 30 $B/streamlab analyze "$W/gb1.json" --top 45
+    run byop_graph_b1 30 $B/streamlab analyze "$W/gb1.json" --by-op
+    rm -f "$W/gb1.json" ;;
   attnsplit)
     # The decode attention's split count (STREAMLAB_ATTN_SPLIT; default: up to 16), batch 1, graph.
     for n in 0 8 32; do

@@ -23,8 +23,10 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
 #include <map>
 #include <mutex>
+#include <string>
 
 #include "model/cuda/cuda_common.cuh"
 
@@ -53,7 +55,7 @@ inline size_t al256(size_t n) { return (n + 255) / 256 * 256; }
 
 // Split-K for decode: at most this many pairs, SK = kMaxSplit ways.
 constexpr int64_t kSplitMaxPairs = 64;
-constexpr int kMaxSplit = 4;
+constexpr int kMaxSplit = 16;
 
 // The workspace of moe_experts (256-byte aligned sections).
 struct MoeLayout {
@@ -291,6 +293,10 @@ struct MoeGemmArgs {
   const int* tiles;
   const int* tile_expert;  // expert of each tile (written by moe_permute_kernel)
   int64_t split_stride;  // elements between the K splits' outputs (blockIdx.z)
+  // A second matrix on the same A rows (w3 beside w1), or null: blocks with blockIdx.y >= N / GBN
+  // compute W_b into out_b. One launch for both fills the GPU better at decode than two.
+  const bf16* W_b;
+  void* out_b;
 };
 
 constexpr int GBN = 64, GBK = 64, GSTAGES = 4, GLDS = GBK + 8;
@@ -321,8 +327,9 @@ __global__ __launch_bounds__(128) void moe_gemm_kernel(MoeGemmArgs g) {
   const int mt = bx - g.tiles[e];
   const int row0 = g.offsets[e] + mt * BM;
   const int rows = min(BM, g.counts[e] - mt * BM);
-  const int n0 = blockIdx.y * GBN;
-  const bf16* Wb = g.W + (int64_t(e) * g.N + n0) * g.K;
+  const bool second = g.W_b && int(blockIdx.y) * GBN >= g.N;
+  const int n0 = (second ? int(blockIdx.y) * GBN - g.N : int(blockIdx.y) * GBN);
+  const bf16* Wb = (second ? g.W_b : g.W) + (int64_t(e) * g.N + n0) * g.K;
   const int KT = g.K / GBK / int(gridDim.z);  // k-tiles of this K split
   const int kt0 = int(blockIdx.z) * KT;
 
@@ -383,7 +390,7 @@ __global__ __launch_bounds__(128) void moe_gemm_kernel(MoeGemmArgs g) {
   for (int f = 0; f < FPW; ++f)
     wmma::store_matrix_sync(Cs + fm * 16 * (GBN + 4) + (fn0 + f) * 16, acc[f], GBN + 4, wmma::mem_row_major);
   __syncthreads();
-  OutT* out = static_cast<OutT*>(g.out) + int64_t(blockIdx.z) * g.split_stride;
+  OutT* out = static_cast<OutT*>(second ? g.out_b : g.out) + int64_t(blockIdx.z) * g.split_stride;
   for (int i = tid; i < BM * GBN; i += 128) {
     const int r = i / GBN, c = i % GBN;
     if (r < rows) out[int64_t(row0 + r) * g.N + n0 + c] = from_f<OutT>(Cs[r * (GBN + 4) + c]);
@@ -395,7 +402,7 @@ void launch_moe_gemm(const char* op, cudaStream_t st, const MoeGemmArgs& g, int6
   const int64_t max_tiles = cdiv(P, BM) + std::min<int64_t>(P, g.E);
   const size_t smem = moe_gemm_smem(BM);
   allow_smem(op, moe_gemm_kernel<BM, OutT>, smem, optin);
-  const dim3 grid{unsigned(max_tiles), unsigned(g.N / GBN), unsigned(sk)};
+  const dim3 grid{unsigned(max_tiles), unsigned((g.W_b ? 2 : 1) * g.N / GBN), unsigned(sk)};
   moe_gemm_kernel<BM, OutT><<<grid, 128, smem, st>>>(g);
   CUDA_LAUNCH_CHECK(op, st);
 }
@@ -443,6 +450,47 @@ __global__ void moe_swiglu_splitk_kernel(bf16* h, const float* p1, const float* 
     u = fminf(fmaxf(u, -limit), limit);
     h[i] = __float2bfloat16_rn(g * sigmoidf_(g) * u);
   }
+}
+
+// The decode K splits. Default: w1 / w3 (paired in one launch) and w2 both 4 ways, what the
+// H200 measured best (results/); STREAMLAB_MOE_SPLIT_K=N or =N13,N2 overrides them (1, 2, 4, 8 or
+// 16; 1 keeps the F32-partials path) for tuning runs. A count that does not divide the k-tiles of
+// its K falls back to the largest power of two that does.
+struct DecodeSplit {
+  bool enabled = true;
+  int sk13 = 4, sk2 = 4;
+};
+
+int fit_split(int want, int64_t K) {
+  int sk = std::max(1, std::min(want, kMaxSplit));
+  while (sk > 1 && (K / GBK) % sk != 0) sk /= 2;
+  return sk;
+}
+
+DecodeSplit decode_split(int64_t D, int64_t F) {
+  static const std::pair<int, int> forced = [] {
+    std::pair<int, int> f{0, 0};
+    if (const char* v = std::getenv("STREAMLAB_MOE_SPLIT_K")) {
+      char* end = nullptr;
+      f.first = int(std::strtol(v, &end, 10));
+      f.second = (end && *end == ',') ? int(std::strtol(end + 1, nullptr, 10)) : f.first;
+    }
+    return f;
+  }();
+  DecodeSplit d;
+  if (forced.first > 0) d.sk13 = forced.first;
+  if (forced.second > 0) d.sk2 = forced.second;
+  d.sk13 = fit_split(d.sk13, D);
+  d.sk2 = fit_split(d.sk2, F);
+  return d;
+}
+
+bool moe_pair_launch() {
+  static const bool pair = [] {
+    const char* v = std::getenv("STREAMLAB_MOE_PAIR");
+    return !(v && std::string(v) == "0");
+  }();
+  return pair;
 }
 
 }  // namespace
@@ -508,24 +556,11 @@ void CudaBackend::moe_experts(Stream s, const Tensor& out, const Tensor& x, cons
   bf16* h3 = reinterpret_cast<bf16*>(ws + L.h3);
   float* y = reinterpret_cast<float*>(ws + L.y);
 
-  // Row tile height: 16 when experts get a few rows each (decode), else 64. K splits for decode.
-  int sk = 1;
-  if (P <= kSplitMaxPairs)
-    for (int c : {kMaxSplit, 2})
-      if ((D / GBK) % c == 0 && (F / GBK) % c == 0) {
-        sk = c;
-        break;
-      }
-  // Tuning experiments: STREAMLAB_MOE_SPLIT_K=1|2|4 forces the decode K split (bench_decode
-  // compares them; the default above is what the results were measured with).
-  static const int forced_sk = [] {
-    const char* v = std::getenv("STREAMLAB_MOE_SPLIT_K");
-    return v ? std::atoi(v) : 0;
-  }();
-  if (P <= kSplitMaxPairs && (forced_sk == 1 || forced_sk == 2 || forced_sk == 4) && (D / GBK) % forced_sk == 0 &&
-      (F / GBK) % forced_sk == 0)
-    sk = forced_sk;
-  const bool split_mode = P <= kSplitMaxPairs && (sk > 1 || forced_sk == 1);
+  // Decode (P <= kSplitMaxPairs) splits K: sk13 ways for w1 / w3 (K = D), sk2 ways for w2 (K = F).
+  // Row tile height: 16 when experts get a few rows each (decode), else 64.
+  const DecodeSplit split = decode_split(D, F);
+  const bool split_mode = P <= kSplitMaxPairs && split.enabled;
+  const int sk13 = split_mode ? split.sk13 : 1, sk2 = split_mode ? split.sk2 : 1;
   const int BM = (split_mode || P <= 4 * E) ? 16 : 64;
   float* p1 = reinterpret_cast<float*>(ws + L.p1);
   float* p3 = reinterpret_cast<float*>(ws + L.p3);
@@ -550,30 +585,36 @@ void CudaBackend::moe_experts(Stream s, const Tensor& out, const Tensor& x, cons
   g.lda = D;
   g.N = int(F);
   g.K = int(D);
-  if (split_mode) {
-    g.split_stride = P * F;
-    g.out = p1;
+  // w1 and w3 in one launch (W_b), unless STREAMLAB_MOE_PAIR=0 asks for two (an experiment).
+  const bool pair = moe_pair_launch();
+  auto launch_w1_w3 = [&](void* o1, void* o3, int sk, bool f32) {
+    g.split_stride = sk > 1 || f32 ? P * F : 0;
+    auto go = [&] {
+      if (f32) launch_moe_gemm<16, float>(op, st, g, P, sk, smem_optin());
+      else if (BM == 16) launch_moe_gemm<16, bf16>(op, st, g, P, sk, smem_optin());
+      else launch_moe_gemm<64, bf16>(op, st, g, P, sk, smem_optin());
+    };
     g.W = static_cast<const bf16*>(w1.data);
-    launch_moe_gemm<16, float>(op, st, g, P, sk, smem_optin());
-    g.out = p3;
-    g.W = static_cast<const bf16*>(w3.data);
-    launch_moe_gemm<16, float>(op, st, g, P, sk, smem_optin());
-    moe_swiglu_splitk_kernel<<<grid_for(P * F, 256), 256, 0, st>>>(h1, p1, p3, P * F, sk, P * F, swiglu_limit);
+    g.out = o1;
+    if (pair) {
+      g.W_b = static_cast<const bf16*>(w3.data);
+      g.out_b = o3;
+      go();
+      g.W_b = nullptr;
+      g.out_b = nullptr;
+    } else {
+      go();
+      g.W = static_cast<const bf16*>(w3.data);
+      g.out = o3;
+      go();
+    }
+  };
+  if (split_mode) {
+    launch_w1_w3(p1, p3, sk13, true);
+    moe_swiglu_splitk_kernel<<<grid_for(P * F, 256), 256, 0, st>>>(h1, p1, p3, P * F, sk13, P * F, swiglu_limit);
     CUDA_LAUNCH_CHECK(op, st);
   } else {
-    g.split_stride = 0;
-    g.out = h1;
-    g.W = static_cast<const bf16*>(w1.data);
-    if (BM == 16)
-      launch_moe_gemm<16, bf16>(op, st, g, P, 1, smem_optin());
-    else
-      launch_moe_gemm<64, bf16>(op, st, g, P, 1, smem_optin());
-    g.out = h3;
-    g.W = static_cast<const bf16*>(w3.data);
-    if (BM == 16)
-      launch_moe_gemm<16, bf16>(op, st, g, P, 1, smem_optin());
-    else
-      launch_moe_gemm<64, bf16>(op, st, g, P, 1, smem_optin());
+    launch_w1_w3(h1, h3, 1, false);
     // SwiGLU with clamp on the permuted rows, in place into h1.
     launch_swiglu(op, st, h1, kBF16, h1, kBF16, h3, kBF16, P * F, swiglu_limit);
   }
@@ -588,11 +629,11 @@ void CudaBackend::moe_experts(Stream s, const Tensor& out, const Tensor& x, cons
   g.out = yout;
   g.split_stride = split_mode ? P * D : 0;
   if (BM == 16)
-    launch_moe_gemm<16, float>(op, st, g, P, sk, smem_optin());
+    launch_moe_gemm<16, float>(op, st, g, P, sk2, smem_optin());
   else
-    launch_moe_gemm<64, float>(op, st, g, P, sk, smem_optin());
+    launch_moe_gemm<64, float>(op, st, g, P, sk2, smem_optin());
   moe_combine_kernel<<<dim3{unsigned(T), unsigned(cdiv(D, 256)), 1u}, 256, 0, st>>>(
-      out.data, fcode(out.dtype), yout, P * D, sk, inv, weights.ptr<float>(), int(k), D);
+      out.data, fcode(out.dtype), yout, P * D, sk2, inv, weights.ptr<float>(), int(k), D);
   CUDA_LAUNCH_CHECK(op, st);
 }
 
