@@ -61,6 +61,13 @@ for st in $stages; do case $st in
         --config=flash-6l --batches=${MOE_BATCHES:-1} --modes=graph --policy=shared --context=2048 --mtp-layers=1 \
         --draft-steps=1 --steps=10 --out="$W/moe_split_${sk/,/_}_p$pair.json"
     done ;;
+  pdlab)
+    # Programmatic dependent launch on (default) and off (STREAMLAB_PDL=0), batch 1 and 8, eager and graph.
+    for pdl in 1 0; do
+      STREAMLAB_PDL=$pdl run "pdl_$pdl" 150 $B/bench_decode --config=flash-6l --batches=1,8 --modes=eager,graph \
+        --policy=shared --context=2048 --mtp-layers=1 --draft-steps=1 --steps=${BENCH_STEPS:-20} \
+        --out="$W/pdl_$pdl.json"
+    done ;;
   graphtrace)
     # Traced graph replay, batch 1: how much of a replayed step the GPU spends between kernels.
     run trace_graph_b1 90 $B/streamlab run --config flash-6l --backend cuda --policy shared --mtp-layers 1 \

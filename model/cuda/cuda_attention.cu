@@ -52,6 +52,7 @@ __host__ __device__ __forceinline__ int64_t min64(int64_t a, int64_t b) { return
 // same whatever the order). One thread per token.
 __global__ void ring_claim_kernel(int* winner, const int32_t* pos, const int32_t* seq, int64_t T, int64_t B,
                                   int64_t cap) {
+  pdl_enter();
   for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < T; t += int64_t(gridDim.x) * blockDim.x) {
     const int32_t p = pos[t], b = seq[t];
     if (p < 0 || b < 0 || b >= B) continue;
@@ -62,6 +63,7 @@ __global__ void ring_claim_kernel(int* winner, const int32_t* pos, const int32_t
 // One block per token: the slot's winner copies its row and sets the tag.
 __global__ void swa_write_kernel(void* cache, int dtc, int32_t* tags, const void* k, int dtk, const int32_t* pos,
                                  const int32_t* seq, const int* winner, int64_t B, int64_t cap, int64_t d) {
+  pdl_enter();
   const int64_t t = blockIdx.x;
   const int32_t p = pos[t], b = seq[t];
   if (p < 0 || b < 0 || b >= B) return;
@@ -76,6 +78,7 @@ __global__ void swa_write_kernel(void* cache, int dtc, int32_t* tags, const void
 __global__ void compressor_save_kernel(float* su, float* sg, int32_t* tags, const float* u, const float* g,
                                        const float* ape, const int32_t* pos, const int32_t* seq, const int* winner,
                                        int64_t B, int64_t S, int64_t cd, int ratio) {
+  pdl_enter();
   const int64_t t = blockIdx.x;
   const int32_t p = pos[t], b = seq[t];
   if (p < 0 || b < 0 || b >= B) return;
@@ -115,6 +118,7 @@ struct PoolArgs {
 // then exp-weighted sum over the candidates in order. Then RMSNorm over d (block reduction) and
 // RoPE of the last R dims at position j * ratio, in shared memory, and one store of the entry.
 __global__ __launch_bounds__(256) void compressor_pool_kernel(PoolArgs a) {
+  pdl_enter();
   extern __shared__ float pool_smem[];
   float* es = pool_smem;                                  // [d]
   int* cslot = reinterpret_cast<int*>(es + a.d);          // [256] slot row (b*S + q%S) or -1
@@ -420,6 +424,7 @@ __device__ __forceinline__ int64_t idx_nc(const IdxArgs& a, int64_t t, int32_t* 
 // Fused (many tokens): one block per token scores all its causal keys into shared memory and
 // selects. Shared memory: scoring | sc [n_max] | selection.
 __global__ __launch_bounds__(256) void indexer_topk_kernel(IdxArgs a) {
+  pdl_enter();
   extern __shared__ __align__(128) unsigned char idx_smem[];
   const int64_t t = blockIdx.x;
   int32_t b;
@@ -435,6 +440,7 @@ __global__ __launch_bounds__(256) void indexer_topk_kernel(IdxArgs a) {
 // each a contiguous range of `tiles_per_block` 64-key tiles, into a.scores [T, n_max] (the
 // stream's scratch); then indexer_select_kernel selects.
 __global__ __launch_bounds__(256) void indexer_score_kernel(IdxArgs a) {
+  pdl_enter();
   extern __shared__ __align__(128) unsigned char idx_smem[];
   const int64_t t = blockIdx.y;
   int32_t b;
@@ -445,6 +451,7 @@ __global__ __launch_bounds__(256) void indexer_score_kernel(IdxArgs a) {
 }
 
 __global__ __launch_bounds__(256) void indexer_select_kernel(IdxArgs a) {
+  pdl_enter();
   extern __shared__ __align__(128) unsigned char idx_smem[];
   const int64_t t = blockIdx.x;
   int32_t b;
@@ -556,6 +563,7 @@ __device__ __forceinline__ void attn_load_tile(const AttnArgs& a, const AttnSmem
 // go to a.part for attn_combine_kernel.
 template <int FPW>
 __global__ __launch_bounds__(256, 2) void sparse_attention_kernel(AttnArgs a) {
+  pdl_enter();
   extern __shared__ __align__(128) unsigned char attn_smem[];
   unsigned char* ptr = attn_smem;
   AttnSmem sm;
@@ -744,6 +752,7 @@ __global__ __launch_bounds__(256, 2) void sparse_attention_kernel(AttnArgs a) {
 // merged in split order: M = max(sink, m_z), w_z = e^(m_z - M),
 // o = sum_z w_z O_z / (sum_z w_z l_z + e^(sink - M)).
 __global__ void attn_combine_kernel(AttnArgs a) {
+  pdl_enter();
   __shared__ float wz[16];
   __shared__ float den_s;
   const int h = blockIdx.x;
@@ -787,9 +796,9 @@ void CudaBackend::swa_insert(Stream s, const Tensor& cache, const Tensor& tags, 
   const size_t need = size_t(B * cap) * sizeof(int);
   int* winner = static_cast<int*>(scratch(s, op, need).ptr);
   CUDA_CHECK(op, cudaMemsetAsync(winner, 0xFF, need, st));
-  ring_claim_kernel<<<grid_for(T, 256), 256, 0, st>>>(winner, pos.ptr<int32_t>(), seq.ptr<int32_t>(), T, B, cap);
+  launch_kernel(op, ring_claim_kernel, grid_for(T, 256), 256, 0, st, winner, pos.ptr<int32_t>(), seq.ptr<int32_t>(), T, B, cap);
   CUDA_LAUNCH_CHECK(op, st);
-  swa_write_kernel<<<unsigned(T), 128, 0, st>>>(cache.data, fcode(cache.dtype), tags.ptr<int32_t>(), k.data,
+  launch_kernel(op, swa_write_kernel, unsigned(T), 128, 0, st, cache.data, fcode(cache.dtype), tags.ptr<int32_t>(), k.data,
                                                  fcode(k.dtype), pos.ptr<int32_t>(), seq.ptr<int32_t>(), winner, B, cap,
                                                  d);
   CUDA_LAUNCH_CHECK(op, st);
@@ -806,9 +815,9 @@ void CudaBackend::compressor_save(Stream s, const Tensor& state_u, const Tensor&
   const size_t need = size_t(B * S) * sizeof(int);
   int* winner = static_cast<int*>(scratch(s, op, need).ptr);
   CUDA_CHECK(op, cudaMemsetAsync(winner, 0xFF, need, st));
-  ring_claim_kernel<<<grid_for(T, 256), 256, 0, st>>>(winner, pos.ptr<int32_t>(), seq.ptr<int32_t>(), T, B, S);
+  launch_kernel(op, ring_claim_kernel, grid_for(T, 256), 256, 0, st, winner, pos.ptr<int32_t>(), seq.ptr<int32_t>(), T, B, S);
   CUDA_LAUNCH_CHECK(op, st);
-  compressor_save_kernel<<<unsigned(T), 256, 0, st>>>(state_u.ptr<float>(), state_g.ptr<float>(),
+  launch_kernel(op, compressor_save_kernel, unsigned(T), 256, 0, st, state_u.ptr<float>(), state_g.ptr<float>(),
                                                        state_tags.ptr<int32_t>(), u.ptr<float>(), g.ptr<float>(),
                                                        ape.ptr<float>(), pos.ptr<int32_t>(), seq.ptr<int32_t>(), winner,
                                                        B, S, cd, ratio);
@@ -828,7 +837,7 @@ void CudaBackend::compressor_pool(Stream s, const Tensor& entries, const Tensor&
              seq.ptr<int32_t>(), T, B, S, cd, d, n_max, P, R, ratio, overlap ? 1 : 0, rms_eps};
   const size_t smem = size_t(d) * 4 + 2 * 256 * 4;
   allow_smem(op, compressor_pool_kernel, smem, smem_optin());
-  compressor_pool_kernel<<<unsigned(T), 256, smem, st>>>(a);
+  launch_kernel(op, compressor_pool_kernel, unsigned(T), 256, smem, st, a);
   CUDA_LAUNCH_CHECK(op, st);
 }
 
@@ -874,15 +883,15 @@ void CudaBackend::indexer_topk(Stream s, const Tensor& sel, const Tensor& q, con
     a.tiles_per_block = int(cdiv(tiles, splits));
     a.scores = static_cast<float*>(scratch(s, op, score_bytes).ptr);
     allow_smem(op, indexer_score_kernel, s_score, smem_optin());
-    indexer_score_kernel<<<dim3{unsigned(cdiv(tiles, a.tiles_per_block)), unsigned(T), 1u}, 256, s_score, st>>>(a);
+    launch_kernel(op, indexer_score_kernel, dim3{unsigned(cdiv(tiles, a.tiles_per_block)), unsigned(T), 1u}, 256, s_score, st, a);
     CUDA_LAUNCH_CHECK(op, st);
     allow_smem(op, indexer_select_kernel, s_sc + s_sel, smem_optin());
-    indexer_select_kernel<<<unsigned(T), 256, s_sc + s_sel, st>>>(a);
+    launch_kernel(op, indexer_select_kernel, unsigned(T), 256, s_sc + s_sel, st, a);
     CUDA_LAUNCH_CHECK(op, st);
     return;
   }
   allow_smem(op, indexer_topk_kernel, s_score + s_sc + s_sel, smem_optin());
-  indexer_topk_kernel<<<unsigned(T), 256, s_score + s_sc + s_sel, st>>>(a);
+  launch_kernel(op, indexer_topk_kernel, unsigned(T), 256, s_score + s_sc + s_sel, st, a);
   CUDA_LAUNCH_CHECK(op, st);
 }
 
@@ -954,17 +963,17 @@ void CudaBackend::sparse_attention(Stream s, const Tensor& o, const Tensor& q, c
   const dim3 grid{unsigned(groups), unsigned(T), unsigned(nsplit)};
   if (fpw <= 1) {
     allow_smem(op, sparse_attention_kernel<1>, smem, smem_optin());
-    sparse_attention_kernel<1><<<grid, 256, smem, st>>>(a);
+    launch_kernel(op, sparse_attention_kernel<1>, grid, 256, smem, st, a);
   } else if (fpw <= 2) {
     allow_smem(op, sparse_attention_kernel<2>, smem, smem_optin());
-    sparse_attention_kernel<2><<<grid, 256, smem, st>>>(a);
+    launch_kernel(op, sparse_attention_kernel<2>, grid, 256, smem, st, a);
   } else {
     allow_smem(op, sparse_attention_kernel<4>, smem, smem_optin());
-    sparse_attention_kernel<4><<<grid, 256, smem, st>>>(a);
+    launch_kernel(op, sparse_attention_kernel<4>, grid, 256, smem, st, a);
   }
   CUDA_LAUNCH_CHECK(op, st);
   if (nsplit > 1) {
-    attn_combine_kernel<<<dim3(unsigned(H), unsigned(T)), 128, 0, st>>>(a);
+    launch_kernel(op, attn_combine_kernel, dim3(unsigned(H), unsigned(T)), 128, 0, st, a);
     CUDA_LAUNCH_CHECK(op, st);
   }
 }

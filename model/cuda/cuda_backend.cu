@@ -35,6 +35,14 @@ bool sync_after_launch() {
   return on;
 }
 
+bool pdl_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("STREAMLAB_PDL");
+    return !(v && std::strcmp(v, "0") == 0);
+  }();
+  return on;
+}
+
 const char* cublas_status_name(cublasStatus_t s) {
   switch (s) {
     case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
@@ -462,6 +470,7 @@ namespace {
 // __fadd_rn are never contracted into an FMA), exactly as the CPU does, so F32 values are
 // bit-identical and BF16 values are the same round-to-nearest-even of them.
 __global__ void init_uniform_kernel(void* t, int dt, int64_t n, uint64_t seed, uint64_t key, float scale, float offset) {
+  pdl_enter();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const float u = uniform_pm1(seed, key, uint64_t(i));
     const float v = __fadd_rn(__fmul_rn(scale, u), offset);
@@ -471,6 +480,7 @@ __global__ void init_uniform_kernel(void* t, int dt, int64_t n, uint64_t seed, u
 
 // One thread per element (grid-stride); F32 / BF16 / I32.
 __global__ void fill_kernel(void* t, int kind, int64_t n, float value) {
+  pdl_enter();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     if (kind == 2)
       static_cast<int32_t*>(t)[i] = int32_t(value);
@@ -487,7 +497,7 @@ void CudaBackend::init_uniform(Stream s, const Tensor& t, uint64_t seed, uint64_
   check_float(op, "t", t);
   const int64_t n = t.numel();
   if (n == 0) return;
-  init_uniform_kernel<<<grid_for(n, 256), 256, 0, st>>>(t.data, fcode(t.dtype), n, seed, key, scale, offset);
+  launch_kernel(op, init_uniform_kernel, grid_for(n, 256), 256, 0, st, t.data, fcode(t.dtype), n, seed, key, scale, offset);
   CUDA_LAUNCH_CHECK(op, st);
 }
 
@@ -504,7 +514,7 @@ void CudaBackend::fill(Stream s, const Tensor& t, float value) {
   }
   const int64_t n = t.numel();
   if (n == 0) return;
-  fill_kernel<<<grid_for(n, 256), 256, 0, st>>>(t.data, kind, n, value);
+  launch_kernel(op, fill_kernel, grid_for(n, 256), 256, 0, st, t.data, kind, n, value);
   CUDA_LAUNCH_CHECK(op, st);
 }
 

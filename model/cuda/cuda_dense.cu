@@ -31,6 +31,7 @@ struct GemmArgs {
 // is read from global memory once per 64-row tile of a.
 template <class TA, class TW, class TO>
 __global__ __launch_bounds__(256) void gemm_nt_tiled_kernel(GemmArgs g) {
+  pdl_enter();
   constexpr int BM = 64, BN = 64, BK = 16;
   __shared__ float As[BK][BM + 4];
   __shared__ float Ws[BK][BN + 4];
@@ -83,6 +84,7 @@ __global__ __launch_bounds__(256) void gemm_nt_tiled_kernel(GemmArgs g) {
 // once per row chunk), butterfly sums per warp, then the 8 warps added in order.
 template <class TA, class TW, class TO>
 __global__ __launch_bounds__(256) void gemm_nt_skinny_kernel(GemmArgs g) {
+  pdl_enter();
   constexpr int MR = 8;
   __shared__ float red[8][MR];
   const TA* a = static_cast<const TA*>(g.a) + blockIdx.z * g.sa;
@@ -146,6 +148,7 @@ __device__ __forceinline__ void load8<float>(const float* p, float (&v)[8]) {
 
 template <int COLS, class TA, class TW, class TO>
 __global__ __launch_bounds__(256) void gemv_kernel(GemmArgs g) {
+  pdl_enter();
   constexpr int STRIDE = (COLS == 8 ? 32 : 256) * 8;  // K elements per pass of the threads on a column
   __shared__ float red[8][kGemvMaxRows];
   const TA* a = static_cast<const TA*>(g.a) + blockIdx.z * g.sa;
@@ -201,9 +204,9 @@ void launch_gemv(const char* op, cudaStream_t st, const GemmArgs& g, int batch) 
   // Enough columns for a warp each on every SM, and K short enough: a warp per column;
   // otherwise a block per column.
   if (g.N >= 1024 && g.K <= 8192) {
-    gemv_kernel<8, TA, TW, TO><<<dim3(unsigned(cdiv(g.N, 8)), 1, unsigned(batch)), 256, 0, st>>>(g);
+    launch_kernel(op, gemv_kernel<8, TA, TW, TO>, dim3(unsigned(cdiv(g.N, 8)), 1, unsigned(batch)), 256, 0, st, g);
   } else {
-    gemv_kernel<1, TA, TW, TO><<<dim3(unsigned(g.N), 1, unsigned(batch)), 256, 0, st>>>(g);
+    launch_kernel(op, gemv_kernel<1, TA, TW, TO>, dim3(unsigned(g.N), 1, unsigned(batch)), 256, 0, st, g);
   }
   CUDA_LAUNCH_CHECK(op, st);
 }
@@ -238,6 +241,7 @@ void with_float_types(DType ta, DType tw, DType to, F&& f) {
 
 // bf16 -> f32 of rows [0, rows) of a (row stride lda) into a dense [rows, K] buffer.
 __global__ void rows_to_f32_kernel(float* dst, const bf16* src, int64_t rows, int64_t K, int64_t lda) {
+  pdl_enter();
   const int64_t n = rows * K;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     dst[i] = __bfloat162float(src[(i / K) * lda + i % K]);
@@ -247,10 +251,10 @@ template <class TA, class TW, class TO>
 void launch_gemm_fallback(const char* op, cudaStream_t st, const GemmArgs& g, int batch) {
   if (g.M <= 16) {
     const dim3 grid{unsigned(g.N), unsigned(cdiv(g.M, 8)), unsigned(batch)};
-    gemm_nt_skinny_kernel<TA, TW, TO><<<grid, 256, 0, st>>>(g);
+    launch_kernel(op, gemm_nt_skinny_kernel<TA, TW, TO>, grid, 256, 0, st, g);
   } else {
     const dim3 grid{unsigned(cdiv(g.N, 64)), unsigned(cdiv(g.M, 64)), unsigned(batch)};
-    gemm_nt_tiled_kernel<TA, TW, TO><<<grid, 256, 0, st>>>(g);
+    launch_kernel(op, gemm_nt_tiled_kernel<TA, TW, TO>, grid, 256, 0, st, g);
   }
   CUDA_LAUNCH_CHECK(op, st);
 }
@@ -298,7 +302,7 @@ static void gemm_any(CudaBackend& be, const char* op, Stream s, const GemmArgs& 
     const float alpha = 1.f, beta = 0.f;
     for (int64_t m0 = 0; m0 < g.M; m0 += chunk) {
       const int64_t mc = std::min(chunk, g.M - m0);
-      rows_to_f32_kernel<<<grid_for(mc * g.K, 256), 256, 0, st>>>(buf, static_cast<const bf16*>(g.a) + m0 * g.lda, mc,
+      launch_kernel(op, rows_to_f32_kernel, grid_for(mc * g.K, 256), 256, 0, st, buf, static_cast<const bf16*>(g.a) + m0 * g.lda, mc,
                                                                    g.K, g.lda);
       CUDA_LAUNCH_CHECK(op, st);
       CUBLAS_CHECK(op, cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, int(g.N), int(mc), int(g.K), &alpha, g.w, CUDA_R_32F,
@@ -373,6 +377,7 @@ template <int TPR, int VPT>
 __global__ __launch_bounds__(TPR > 256 ? TPR : 256) void rmsnorm_bf16_kernel(bf16* out, const bf16* x,
                                                                               const void* w, int dtw, int64_t rows,
                                                                               int64_t dim, float eps) {
+  pdl_enter();
   __shared__ float red[32];
   constexpr int kThreads = TPR > 256 ? TPR : 256;
   const int64_t row = int64_t(blockIdx.x) * (kThreads / TPR) + threadIdx.x / TPR;
@@ -418,6 +423,7 @@ __global__ __launch_bounds__(TPR > 256 ? TPR : 256) void rmsnorm_bf16_kernel(bf1
 template <int TPR>
 __global__ __launch_bounds__(256) void rmsnorm_kernel(void* out, int dto, const void* x, int dtx, const void* w,
                                                       int dtw, int64_t rows, int64_t dim, float eps) {
+  pdl_enter();
   __shared__ float red[32];
   const int64_t row = int64_t(blockIdx.x) * (256 / TPR) + threadIdx.x / TPR;
   const int lane = threadIdx.x % TPR;
@@ -441,6 +447,7 @@ __global__ __launch_bounds__(256) void rmsnorm_kernel(void* out, int dto, const 
 
 // out = a + b, elementwise (grid-stride, one element per thread per step).
 __global__ void add_kernel(void* out, int dto, const void* a, int dta, const void* b, int dtb, int64_t n) {
+  pdl_enter();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     stf(out, dto, i, ldf(a, dta, i) + ldf(b, dtb, i));
 }
@@ -449,6 +456,7 @@ __global__ void add_kernel(void* out, int dto, const void* a, int dta, const voi
 // (token, head, pair). Tokens whose position is outside the table are left unrotated.
 __global__ void rope_kernel(void* x, int dtx, const int32_t* pos, const float* table, int64_t T, int64_t heads,
                             int64_t dim, int64_t R, int64_t P, int inverse) {
+  pdl_enter();
   const int64_t half = R / 2, n = T * heads * half;
   for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < n;
        idx += int64_t(gridDim.x) * blockDim.x) {
@@ -467,6 +475,7 @@ __global__ void rope_kernel(void* x, int dtx, const int32_t* pos, const float* t
 // out = silu(min(g, L)) * clamp(u, -L, L), elementwise.
 __global__ void swiglu_kernel(void* out, int dto, const void* g, int dtg, const void* u, int dtu, int64_t n,
                               float limit) {
+  pdl_enter();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const float gv = fminf(ldf(g, dtg, i), limit);
     const float uv = fminf(fmaxf(ldf(u, dtu, i), -limit), limit);
@@ -478,6 +487,7 @@ __global__ void swiglu_kernel(void* out, int dto, const void* g, int dtg, const 
 // vocabulary): one block per token row, threads striding over D.
 __global__ void embed_kernel(void* out, int dto, const int32_t* ids, const void* table, int dtt, const int32_t* pos,
                              int zero_pos0, int64_t V, int64_t D) {
+  pdl_enter();
   const int64_t t = blockIdx.x;
   const int32_t id = ids[t];
   const bool zero = (zero_pos0 && pos[t] == 0) || id < 0 || id >= V;
@@ -514,6 +524,7 @@ __device__ __forceinline__ uint64_t warp_max_u64(uint64_t v) {
 // grid (kArgmaxBlocks, rows), 256 threads: part[row * kArgmaxBlocks + b] = best key of chunk b.
 __global__ __launch_bounds__(256) void argmax_partial_kernel(uint64_t* part, const float* logits, int64_t V,
                                                              int64_t chunk, int vec4) {
+  pdl_enter();
   __shared__ uint64_t red[8];
   const float* row = logits + int64_t(blockIdx.y) * V;
   const int64_t lo = int64_t(blockIdx.x) * chunk, hi = min(V, lo + chunk);
@@ -546,6 +557,7 @@ __global__ __launch_bounds__(256) void argmax_partial_kernel(uint64_t* part, con
 
 // One warp per row: the best of the row's kArgmaxBlocks keys.
 __global__ void argmax_final_kernel(int32_t* out, const uint64_t* part, const float* logits, int64_t V) {
+  pdl_enter();
   const int64_t r = blockIdx.x;
   uint64_t v = threadIdx.x < kArgmaxBlocks ? part[r * kArgmaxBlocks + threadIdx.x] : 0;
   v = warp_max_u64(v);
@@ -559,6 +571,7 @@ __global__ void argmax_final_kernel(int32_t* out, const uint64_t* part, const fl
 // size and both bases allow, else 4-byte, else single bytes. Rows outside [0, m) give zeros.
 __global__ void gather_rows_kernel(char* out, const char* in, const int32_t* rows, int64_t m, int64_t row_bytes,
                                    int width) {
+  pdl_enter();
   const int64_t i = blockIdx.x;
   const int32_t r = rows[i];
   const bool ok = r >= 0 && r < m;
@@ -580,6 +593,7 @@ __global__ void gather_rows_kernel(char* out, const char* in, const int32_t* row
 // out[b*T0 + i] = tokens[b*T0 + i + 1] (i < T0-1), sampled[b] (i = T0-1): one thread each.
 __global__ void shift_tokens_kernel(int32_t* out, const int32_t* tokens, const int32_t* sampled, int64_t n,
                                     int64_t T0) {
+  pdl_enter();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t b = i / T0, j = i % T0;
     out[i] = j + 1 < T0 ? tokens[i + 1] : sampled[b];
@@ -592,7 +606,7 @@ namespace cuda {
 void launch_swiglu(const char* op, cudaStream_t st, void* out, int dto, const void* g, int dtg, const void* u,
                    int dtu, int64_t n, float limit) {
   if (n == 0) return;
-  swiglu_kernel<<<grid_for(n, 256), 256, 0, st>>>(out, dto, g, dtg, u, dtu, n, limit);
+  launch_kernel(op, swiglu_kernel, grid_for(n, 256), 256, 0, st, out, dto, g, dtg, u, dtu, n, limit);
   CUDA_LAUNCH_CHECK(op, st);
 }
 }  // namespace cuda
@@ -607,19 +621,19 @@ void CudaBackend::rmsnorm(Stream s, const Tensor& out, const Tensor& x, const Te
   const bool vec = x.dtype == DType::BF16 && out.dtype == DType::BF16 && dim % 8 == 0 &&
                    (reinterpret_cast<uintptr_t>(x.data) | reinterpret_cast<uintptr_t>(out.data)) % 16 == 0;
   if (vec && dim <= 32 * 8 * 4) {
-    rmsnorm_bf16_kernel<32, 4><<<unsigned(cdiv(rows, 8)), 256, 0, st>>>(
+    launch_kernel(op, rmsnorm_bf16_kernel<32, 4>, unsigned(cdiv(rows, 8)), 256, 0, st, 
         static_cast<bf16*>(out.data), static_cast<const bf16*>(x.data), wp, dtw, rows, dim, eps);
   } else if (vec && dim <= 256 * 8 * 4) {
-    rmsnorm_bf16_kernel<256, 4><<<unsigned(rows), 256, 0, st>>>(
+    launch_kernel(op, rmsnorm_bf16_kernel<256, 4>, unsigned(rows), 256, 0, st, 
         static_cast<bf16*>(out.data), static_cast<const bf16*>(x.data), wp, dtw, rows, dim, eps);
   } else if (vec && dim <= 1024 * 8 * 4) {
-    rmsnorm_bf16_kernel<1024, 4><<<unsigned(rows), 1024, 0, st>>>(
+    launch_kernel(op, rmsnorm_bf16_kernel<1024, 4>, unsigned(rows), 1024, 0, st, 
         static_cast<bf16*>(out.data), static_cast<const bf16*>(x.data), wp, dtw, rows, dim, eps);
   } else if (dim <= 1024) {
-    rmsnorm_kernel<32><<<unsigned(cdiv(rows, 8)), 256, 0, st>>>(out.data, fcode(out.dtype), x.data, fcode(x.dtype),
+    launch_kernel(op, rmsnorm_kernel<32>, unsigned(cdiv(rows, 8)), 256, 0, st, out.data, fcode(out.dtype), x.data, fcode(x.dtype),
                                                                   wp, dtw, rows, dim, eps);
   } else {
-    rmsnorm_kernel<256><<<unsigned(rows), 256, 0, st>>>(out.data, fcode(out.dtype), x.data, fcode(x.dtype), wp, dtw,
+    launch_kernel(op, rmsnorm_kernel<256>, unsigned(rows), 256, 0, st, out.data, fcode(out.dtype), x.data, fcode(x.dtype), wp, dtw,
                                                           rows, dim, eps);
   }
   CUDA_LAUNCH_CHECK(op, st);
@@ -630,7 +644,7 @@ void CudaBackend::add(Stream s, const Tensor& out, const Tensor& a, const Tensor
   cudaStream_t st = stream(s, op);
   const int64_t n = checks::validate_add<OpRules>(out, a, b);
   if (n == 0) return;
-  add_kernel<<<grid_for(n, 256), 256, 0, st>>>(out.data, fcode(out.dtype), a.data, fcode(a.dtype), b.data,
+  launch_kernel(op, add_kernel, grid_for(n, 256), 256, 0, st, out.data, fcode(out.dtype), a.data, fcode(a.dtype), b.data,
                                                 fcode(b.dtype), n);
   CUDA_LAUNCH_CHECK(op, st);
 }
@@ -641,7 +655,7 @@ void CudaBackend::rope(Stream s, const Tensor& x, const Tensor& pos, const Tenso
   const auto [T, heads, dim, P, R] = checks::validate_rope<OpRules>(x, pos, table);
   const int64_t n = T * heads * (R / 2);
   if (n == 0) return;
-  rope_kernel<<<grid_for(n, 256), 256, 0, st>>>(x.data, fcode(x.dtype), pos.ptr<int32_t>(), table.ptr<float>(), T,
+  launch_kernel(op, rope_kernel, grid_for(n, 256), 256, 0, st, x.data, fcode(x.dtype), pos.ptr<int32_t>(), table.ptr<float>(), T,
                                                  heads, dim, R, P, inverse ? 1 : 0);
   CUDA_LAUNCH_CHECK(op, st);
 }
@@ -659,7 +673,7 @@ void CudaBackend::embed(Stream s, const Tensor& out, const Tensor& ids, const Te
   cudaStream_t st = stream(s, op);
   const auto [T, V, D] = checks::validate_embed<OpRules>(out, ids, table, pos, zero_pos0);
   if (T == 0) return;
-  embed_kernel<<<unsigned(T), 256, 0, st>>>(out.data, fcode(out.dtype), ids.ptr<int32_t>(), table.data,
+  launch_kernel(op, embed_kernel, unsigned(T), 256, 0, st, out.data, fcode(out.dtype), ids.ptr<int32_t>(), table.data,
                                              fcode(table.dtype), zero_pos0 ? pos.ptr<int32_t>() : nullptr,
                                              zero_pos0 ? 1 : 0, V, D);
   CUDA_LAUNCH_CHECK(op, st);
@@ -674,9 +688,9 @@ void CudaBackend::argmax(Stream s, const Tensor& out, const Tensor& logits) {
   auto* part = static_cast<uint64_t*>(scratch(s, op, size_t(n) * kArgmaxBlocks * sizeof(uint64_t)).ptr);
   const int vec4 = (V % 4 == 0 && reinterpret_cast<uintptr_t>(logits.data) % 16 == 0) ? 1 : 0;
   const int64_t chunk = cdiv(cdiv(V, kArgmaxBlocks), 4) * 4;  // a multiple of 4 keeps float4 loads aligned
-  argmax_partial_kernel<<<dim3(kArgmaxBlocks, unsigned(n)), 256, 0, st>>>(part, logits.ptr<float>(), V, chunk, vec4);
+  launch_kernel(op, argmax_partial_kernel, dim3(kArgmaxBlocks, unsigned(n)), 256, 0, st, part, logits.ptr<float>(), V, chunk, vec4);
   CUDA_LAUNCH_CHECK(op, st);
-  argmax_final_kernel<<<unsigned(n), 32, 0, st>>>(out.ptr<int32_t>(), part, logits.ptr<float>(), V);
+  launch_kernel(op, argmax_final_kernel, unsigned(n), 32, 0, st, out.ptr<int32_t>(), part, logits.ptr<float>(), V);
   CUDA_LAUNCH_CHECK(op, st);
 }
 
@@ -688,7 +702,7 @@ void CudaBackend::gather_rows(Stream s, const Tensor& out, const Tensor& in, con
   if (n == 0 || row_bytes == 0) return;
   const uintptr_t ab = reinterpret_cast<uintptr_t>(out.data) | reinterpret_cast<uintptr_t>(in.data);
   const int width = (row_bytes % 16 == 0 && ab % 16 == 0) ? 16 : (row_bytes % 4 == 0 && ab % 4 == 0) ? 4 : 1;
-  gather_rows_kernel<<<unsigned(n), 256, 0, st>>>(static_cast<char*>(out.data), static_cast<const char*>(in.data),
+  launch_kernel(op, gather_rows_kernel, unsigned(n), 256, 0, st, static_cast<char*>(out.data), static_cast<const char*>(in.data),
                                                    rows.ptr<int32_t>(), m, row_bytes, width);
   CUDA_LAUNCH_CHECK(op, st);
 }
@@ -698,7 +712,7 @@ void CudaBackend::shift_tokens(Stream s, const Tensor& out, const Tensor& tokens
   cudaStream_t st = stream(s, op);
   const auto [B, n] = checks::validate_shift_tokens<OpRules>(out, tokens, sampled);
   if (n == 0) return;
-  shift_tokens_kernel<<<grid_for(n, 256), 256, 0, st>>>(out.ptr<int32_t>(), tokens.ptr<int32_t>(),
+  launch_kernel(op, shift_tokens_kernel, grid_for(n, 256), 256, 0, st, out.ptr<int32_t>(), tokens.ptr<int32_t>(),
                                                          sampled.ptr<int32_t>(), n, n / B);
   CUDA_LAUNCH_CHECK(op, st);
 }

@@ -108,6 +108,7 @@ __device__ __forceinline__ void hc_collapse(const HcArgs& a, int64_t t, const fl
 
 // fn F32 [n] -> W bf16 [2, n]: W[0] = bf16(fn), W[1] = bf16(fn - W[0]) (one thread per element).
 __global__ void split_bf16_kernel(bf16* W, const float* fn, int64_t n) {
+  pdl_enter();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const float f = fn[i];
     const bf16 hi = __float2bfloat16_rn(f);
@@ -125,6 +126,7 @@ constexpr int kHcThreads = 512;
 
 template <int MIX, bool HEAD, bool VEC>
 __global__ __launch_bounds__(kHcThreads) void hc_finish_kernel(HcArgs a, int64_t t0) {
+  pdl_enter();
   __shared__ float tot[MIX + 1];
   __shared__ float wts[HC];
   __shared__ float red[32];
@@ -198,9 +200,9 @@ void launch_hc(CudaBackend& be, const char* op, Stream s, HcArgs a, DType xdt) {
                    (reinterpret_cast<uintptr_t>(a.X) | reinterpret_cast<uintptr_t>(a.y)) % 16 == 0;
   auto finish = [&](int64_t rows, int64_t t0) {
     if (vec)
-      hc_finish_kernel<MIX, HEAD, true><<<unsigned(rows), kHcThreads, 0, st>>>(a, t0);
+      launch_kernel(op, hc_finish_kernel<MIX, HEAD, true>, unsigned(rows), kHcThreads, 0, st, a, t0);
     else
-      hc_finish_kernel<MIX, HEAD, false><<<unsigned(rows), kHcThreads, 0, st>>>(a, t0);
+      launch_kernel(op, hc_finish_kernel<MIX, HEAD, false>, unsigned(rows), kHcThreads, 0, st, a, t0);
     CUDA_LAUNCH_CHECK(op, st);
   };
   if (a.T <= 2) {
@@ -234,7 +236,7 @@ void launch_hc(CudaBackend& be, const char* op, Stream s, HcArgs a, DType xdt) {
   bf16* W = static_cast<bf16*>(sc.ptr);
   float* mm = reinterpret_cast<float*>(static_cast<char*>(sc.ptr) + wbytes);
   const int64_t chunk = int64_t((sc.bytes - wbytes) / row_bytes);
-  split_bf16_kernel<<<grid_for(MIX * HD, 256), 256, 0, st>>>(W, a.fn, MIX * HD);
+  launch_kernel(op, split_bf16_kernel, grid_for(MIX * HD, 256), 256, 0, st, W, a.fn, MIX * HD);
   CUDA_LAUNCH_CHECK(op, st);
   Tensor wt;
   wt.data = W;
@@ -260,6 +262,7 @@ void launch_hc(CudaBackend& be, const char* op, Stream s, HcArgs a, DType xdt) {
 // (t, d) computes all 4 destinations from the 4 sources it read first (so X_out may alias res).
 __global__ void hc_post_kernel(void* xo, int dto, const void* f, int dtf, const void* res, int dtr, const float* post,
                                const float* comb, int64_t T, int64_t D) {
+  pdl_enter();
   const int64_t n = T * D;
   for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < n;
        idx += int64_t(gridDim.x) * blockDim.x) {
@@ -280,6 +283,7 @@ __global__ void hc_post_kernel(void* xo, int dto, const void* f, int dtf, const 
 
 // X[t, s, d] = e[t, d] for every stream s: one thread per (t, d).
 __global__ void hc_expand_kernel(void* X, int dtx, const void* e, int dte, int64_t T, int64_t hc, int64_t D) {
+  pdl_enter();
   const int64_t n = T * D;
   for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < n;
        idx += int64_t(gridDim.x) * blockDim.x) {
@@ -292,6 +296,7 @@ __global__ void hc_expand_kernel(void* X, int dtx, const void* e, int dte, int64
 // X[t, s, d] = hp[t, s, d] + ep[t, d]: one thread per element of X (X may alias hp).
 __global__ void mtp_combine_kernel(void* X, int dtx, const void* hp, int dth, const void* ep, int dte, int64_t T,
                                    int64_t hc, int64_t D) {
+  pdl_enter();
   const int64_t n = T * hc * D;
   for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < n;
        idx += int64_t(gridDim.x) * blockDim.x) {
@@ -352,7 +357,7 @@ void CudaBackend::hc_post(Stream s, const Tensor& X_out, const Tensor& f, const 
   cudaStream_t st = stream(s, op);
   const auto [T, hc, D] = checks::validate_hc_post<OpRules>(X_out, f, res, post, comb, {HC, HC});
   if (T * D == 0) return;
-  hc_post_kernel<<<grid_for(T * D, 256), 256, 0, st>>>(X_out.data, fcode(X_out.dtype), f.data, fcode(f.dtype),
+  launch_kernel(op, hc_post_kernel, grid_for(T * D, 256), 256, 0, st, X_out.data, fcode(X_out.dtype), f.data, fcode(f.dtype),
                                                         res.data, fcode(res.dtype), post.ptr<float>(),
                                                         comb.ptr<float>(), T, D);
   CUDA_LAUNCH_CHECK(op, st);
@@ -363,7 +368,7 @@ void CudaBackend::hc_expand(Stream s, const Tensor& X, const Tensor& e) {
   cudaStream_t st = stream(s, op);
   const auto [T, hc, D] = checks::validate_hc_expand<OpRules>(X, e);
   if (T * D == 0) return;
-  hc_expand_kernel<<<grid_for(T * D, 256), 256, 0, st>>>(X.data, fcode(X.dtype), e.data, fcode(e.dtype), T, hc, D);
+  launch_kernel(op, hc_expand_kernel, grid_for(T * D, 256), 256, 0, st, X.data, fcode(X.dtype), e.data, fcode(e.dtype), T, hc, D);
   CUDA_LAUNCH_CHECK(op, st);
 }
 
@@ -373,7 +378,7 @@ void CudaBackend::mtp_combine(Stream s, const Tensor& X, const Tensor& hp, const
   const auto [T, hc, D] = checks::validate_mtp_combine<OpRules>(X, hp, ep);
   const int64_t n = T * hc * D;
   if (n == 0) return;
-  mtp_combine_kernel<<<grid_for(n, 256), 256, 0, st>>>(X.data, fcode(X.dtype), hp.data, fcode(hp.dtype), ep.data,
+  launch_kernel(op, mtp_combine_kernel, grid_for(n, 256), 256, 0, st, X.data, fcode(X.dtype), hp.data, fcode(hp.dtype), ep.data,
                                                         fcode(ep.dtype), T, hc, D);
   CUDA_LAUNCH_CHECK(op, st);
 }

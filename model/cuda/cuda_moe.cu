@@ -109,6 +109,7 @@ __device__ __forceinline__ bool route_better(float v, int i, float bv, int bi) {
 }
 
 __global__ __launch_bounds__(256) void route_kernel(RouteArgs a) {
+  pdl_enter();
   extern __shared__ float route_smem[];
   __shared__ int chosen[64];
   __shared__ float wv[8];
@@ -223,6 +224,7 @@ __device__ __forceinline__ int block_excl_scan1024(int v, int* wsum, int* total)
 __global__ __launch_bounds__(1024) void moe_permute_kernel(const int32_t* ids, int64_t P, int k, int E, int BM,
                                                           int* counts, int* offsets, int* tiles, int* tile_expert,
                                                           int* src_row, int* inv) {
+  pdl_enter();
   extern __shared__ int perm_smem[];
   int* cnt = perm_smem;  // [E]
   int* base = cnt + E;   // [E]
@@ -312,6 +314,7 @@ __host__ __device__ constexpr size_t moe_gemm_smem(int BM) {
 // dropped.
 template <int BM, class OutT>
 __global__ __launch_bounds__(128) void moe_gemm_kernel(MoeGemmArgs g) {
+  pdl_enter();
   extern __shared__ __align__(128) unsigned char gemm_smem[];
   bf16* As = reinterpret_cast<bf16*>(gemm_smem);
   bf16* Bs = As + size_t(GSTAGES) * BM * GLDS;
@@ -403,7 +406,7 @@ void launch_moe_gemm(const char* op, cudaStream_t st, const MoeGemmArgs& g, int6
   const size_t smem = moe_gemm_smem(BM);
   allow_smem(op, moe_gemm_kernel<BM, OutT>, smem, optin);
   const dim3 grid{unsigned(max_tiles), unsigned((g.W_b ? 2 : 1) * g.N / GBN), unsigned(sk)};
-  moe_gemm_kernel<BM, OutT><<<grid, 128, smem, st>>>(g);
+  launch_kernel(op, moe_gemm_kernel<BM, OutT>, grid, 128, smem, st, g);
   CUDA_LAUNCH_CHECK(op, st);
 }
 
@@ -413,6 +416,7 @@ void launch_moe_gemm(const char* op, cudaStream_t st, const MoeGemmArgs& g, int6
 __global__ __launch_bounds__(256) void moe_combine_kernel(void* out, int dto, const float* y, int64_t split_stride,
                                                           int sk, const int* inv, const float* weights, int k,
                                                           int64_t D) {
+  pdl_enter();
   __shared__ int ri[64];
   __shared__ float rw[64];
   const int64_t t = blockIdx.x;
@@ -439,6 +443,7 @@ __global__ __launch_bounds__(256) void moe_combine_kernel(void* out, int dto, co
 // order), one thread per element.
 __global__ void moe_swiglu_splitk_kernel(bf16* h, const float* p1, const float* p3, int64_t n, int sk,
                                          int64_t stride, float limit) {
+  pdl_enter();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     float g = 0.f, u = 0.f;
     #pragma unroll 4
@@ -518,7 +523,7 @@ void CudaBackend::route(Stream s, const Tensor& ids, const Tensor& weights, cons
               scaling};
   const size_t smem = size_t(2) * E * 4 + size_t(E);
   allow_smem(op, route_kernel, smem, smem_optin());
-  route_kernel<<<unsigned(T), 256, smem, st>>>(a);
+  launch_kernel(op, route_kernel, unsigned(T), 256, smem, st, a);
   CUDA_LAUNCH_CHECK(op, st);
 }
 
@@ -568,7 +573,7 @@ void CudaBackend::moe_experts(Stream s, const Tensor& out, const Tensor& x, cons
 
   const size_t psmem = size_t(2) * E * 4;
   allow_smem(op, moe_permute_kernel, psmem, smem_optin());
-  moe_permute_kernel<<<1, 1024, psmem, st>>>(ids.ptr<int32_t>(), P, int(k), int(E), BM, counts, offsets, tiles,
+  launch_kernel(op, moe_permute_kernel, 1, 1024, psmem, st, ids.ptr<int32_t>(), P, int(k), int(E), BM, counts, offsets, tiles,
                                               reinterpret_cast<int*>(ws + L.tile_expert),
                                               src_row, inv);
   CUDA_LAUNCH_CHECK(op, st);
@@ -611,7 +616,7 @@ void CudaBackend::moe_experts(Stream s, const Tensor& out, const Tensor& x, cons
   };
   if (split_mode) {
     launch_w1_w3(p1, p3, sk13, true);
-    moe_swiglu_splitk_kernel<<<grid_for(P * F, 256), 256, 0, st>>>(h1, p1, p3, P * F, sk13, P * F, swiglu_limit);
+    launch_kernel(op, moe_swiglu_splitk_kernel, grid_for(P * F, 256), 256, 0, st, h1, p1, p3, P * F, sk13, P * F, swiglu_limit);
     CUDA_LAUNCH_CHECK(op, st);
   } else {
     launch_w1_w3(h1, h3, 1, false);
@@ -632,7 +637,7 @@ void CudaBackend::moe_experts(Stream s, const Tensor& out, const Tensor& x, cons
     launch_moe_gemm<16, float>(op, st, g, P, sk2, smem_optin());
   else
     launch_moe_gemm<64, float>(op, st, g, P, sk2, smem_optin());
-  moe_combine_kernel<<<dim3{unsigned(T), unsigned(cdiv(D, 256)), 1u}, 256, 0, st>>>(
+  launch_kernel(op, moe_combine_kernel, dim3{unsigned(T), unsigned(cdiv(D, 256)), 1u}, 256, 0, st, 
       out.data, fcode(out.dtype), yout, P * D, sk2, inv, weights.ptr<float>(), int(k), D);
   CUDA_LAUNCH_CHECK(op, st);
 }
