@@ -68,6 +68,15 @@ for st in $stages; do case $st in
         --policy=shared --context=2048 --mtp-layers=1 --draft-steps=1 --steps=${BENCH_STEPS:-20} \
         --out="$W/pdl_$pdl.json"
     done ;;
+  envsweep)
+    # bench_decode (batch 1 and 8, eager and graph) once per setting of the tuning knobs:
+    # ENV_SWEEP="name:VAR=v,VAR2=w name2:..." (an empty list after the colon = the defaults).
+    for v in ${ENV_SWEEP:-"default:"}; do
+      name=${v%%:*}; vars=${v#*:}
+      run "sweep_$name" 150 env ${vars//,/ } $B/bench_decode --config=flash-6l --batches=${SWEEP_BATCHES:-1,8} \
+        --modes=${SWEEP_MODES:-eager,graph} --policy=shared --context=2048 --mtp-layers=1 --draft-steps=1 \
+        --steps=${BENCH_STEPS:-20} --out="$W/sweep_$name.json"
+    done ;;
   graphtrace)
     # Traced graph replay, batch 1: how much of a replayed step the GPU spends between kernels.
     run trace_graph_b1 90 $B/streamlab run --config flash-6l --backend cuda --policy shared --mtp-layers 1 \

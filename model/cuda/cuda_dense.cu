@@ -3,6 +3,7 @@
 // argmax, gather_rows, shift_tokens.
 #include <algorithm>
 #include <cfloat>
+#include <cstdlib>
 
 #include "model/cuda/cuda_common.cuh"
 
@@ -131,21 +132,6 @@ __global__ __launch_bounds__(256) void gemm_nt_skinny_kernel(GemmArgs g) {
 // row's result does not depend on M.
 constexpr int kGemvMaxRows = 8;
 
-template <class T>
-__device__ __forceinline__ void load8(const T* p, float (&v)[8]);
-template <>
-__device__ __forceinline__ void load8<bf16>(const bf16* p, float (&v)[8]) {
-  const uint4 u = *reinterpret_cast<const uint4*>(p);
-  const bf16* e = reinterpret_cast<const bf16*>(&u);
-#pragma unroll
-  for (int q = 0; q < 8; ++q) v[q] = __bfloat162float(e[q]);
-}
-template <>
-__device__ __forceinline__ void load8<float>(const float* p, float (&v)[8]) {
-  const float4 a = *reinterpret_cast<const float4*>(p), b = *reinterpret_cast<const float4*>(p + 4);
-  v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
-}
-
 template <int COLS, class TA, class TW, class TO>
 __global__ __launch_bounds__(256) void gemv_kernel(GemmArgs g) {
   pdl_enter();
@@ -263,6 +249,20 @@ cudaDataType_t cuda_type(DType t) { return t == DType::BF16 ? CUDA_R_16BF : CUDA
 
 }  // namespace
 
+// Whether a bf16 x bf16 GEMM goes to the own GEMV instead of cuBLAS: decode rows (M <= 2) and
+// a weight of at most STREAMLAB_GEMV_BF16_MAX_MB megabytes (default 0: cuBLAS for every bf16
+// GEMM). The GEMV launches with PDL (launch_kernel) and needs no split-K reduce kernel; cuBLAS
+// wins on large weights (the LM head). A tuning knob, measured by bench_decode.
+bool bf16_gemv_takes(const GemmArgs& g, int batch, DType to, DType ta, DType tw) {
+  static const double max_bytes = [] {
+    const char* v = std::getenv("STREAMLAB_GEMV_BF16_MAX_MB");
+    return v ? std::atof(v) * 1e6 : 0.0;
+  }();
+  if (max_bytes <= 0 || ta != DType::BF16 || tw != DType::BF16 || g.M > 2) return false;
+  if (double(g.N) * double(g.K) * 2.0 * batch > max_bytes) return false;
+  return gemv_fits(g, batch, to, ta, tw);
+}
+
 // Row-major out[M, N] = a[M, K] . w[N, K]^T is, read column-major, out^T[N, M] = w . a^T: cuBLAS
 // computes C = op(A) op(B) with A = w (column-major [K, N], ld K, transposed -> [N, K]) and
 // B = a (column-major [K, M], ld K) and C = out (column-major [N, M], ld N). Batched over the
@@ -275,7 +275,7 @@ static void gemm_any(CudaBackend& be, const char* op, Stream s, const GemmArgs& 
                          (ta == DType::F32 && tw == DType::F32 && to == DType::F32);
   const bool fits_int = g.M < (1ll << 31) && g.N < (1ll << 31) && g.K < (1ll << 31) && g.lda < (1ll << 31) &&
                         g.ldw < (1ll << 31) && g.ldo < (1ll << 31);
-  if (cublas_ok && fits_int && g.K > 0) {
+  if (cublas_ok && fits_int && g.K > 0 && !bf16_gemv_takes(g, batch, to, ta, tw)) {
     cublasHandle_t h = be.blas(s, op);
     const float alpha = 1.f, beta = 0.f;
     if (batch == 1) {

@@ -410,6 +410,91 @@ void launch_moe_gemm(const char* op, cudaStream_t st, const MoeGemmArgs& g, int6
   CUDA_LAUNCH_CHECK(op, st);
 }
 
+// ---------------------------------------------------------------- decode GEMV
+// Decode (P <= kSplitMaxPairs pairs) by default: the permute step cuts each expert's rows into
+// tiles of kGemvRows, and one warp computes one output column n of one tile: its lanes stride K
+// with 16-byte loads of the expert's weight row, the tile's x rows (tiny, L1/L2) alongside, then a
+// butterfly. Each weight byte is read once per tile, in 512-byte runs per warp instruction, with
+// no split-K partials and no tensor-core tiles padded from 1 row to 16 (the split-K wmma path ran
+// at ~3.1 TB/s at batch 1 on the H200). PAIR: the warp computes column n of w1 and of w3 and
+// writes h = swiglu(w1 x, w3 x) as bf16, so the SwiGLU step needs no kernel; otherwise the F32
+// column of y. Sums run in a fixed order: deterministic, independent of other rows.
+constexpr int kGemvRows = 4;
+
+struct MoeGemvArgs {
+  void* out;           // PAIR: bf16 h [P, N]; else F32 y [P, N] (permuted rows)
+  const bf16* A;       // rows of K values
+  const int* a_rows;   // permuted row -> A row (null: identity)
+  int64_t lda;
+  const bf16* W;       // [E, N, K] (w1, or w2)
+  const bf16* W3;      // [E, N, K] w3 (PAIR)
+  int N, K, E;
+  const int* counts;
+  const int* offsets;
+  const int* tiles;
+  const int* tile_expert;
+  float limit;         // SwiGLU clamp (PAIR)
+};
+
+template <bool PAIR>
+__global__ __launch_bounds__(256) void moe_gemv_kernel(MoeGemvArgs g) {
+  pdl_enter();
+  const int bx = blockIdx.x;
+  const int e = g.tile_expert[bx];
+  if (bx >= g.tiles[g.E]) return;
+  const int mt = bx - g.tiles[e];
+  const int row0 = g.offsets[e] + mt * kGemvRows;
+  const int rows = min(kGemvRows, g.counts[e] - mt * kGemvRows);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int n = int(blockIdx.y) * 8 + warp;
+  if (n >= g.N) return;
+  const bf16* arow[kGemvRows];
+#pragma unroll
+  for (int r = 0; r < kGemvRows; ++r) {
+    const int pr = row0 + min(r, rows - 1);  // rows past the count repeat the last (never stored)
+    arow[r] = g.A + (g.a_rows ? int64_t(g.a_rows[pr]) : int64_t(pr)) * g.lda;
+  }
+  const bf16* w1 = g.W + (int64_t(e) * g.N + n) * g.K;
+  const bf16* w3 = PAIR ? g.W3 + (int64_t(e) * g.N + n) * g.K : nullptr;
+  float a1[kGemvRows] = {}, a3[kGemvRows] = {};
+#pragma unroll 4
+  for (int k = lane * 8; k < g.K; k += 256) {
+    float wv[8], uv[8];
+    load8(w1 + k, wv);
+    if constexpr (PAIR) load8(w3 + k, uv);
+#pragma unroll
+    for (int r = 0; r < kGemvRows; ++r) {
+      if (r >= rows) break;
+      float av[8];
+      load8(arow[r] + k, av);
+#pragma unroll
+      for (int q = 0; q < 8; ++q) {
+        a1[r] += av[q] * wv[q];
+        if constexpr (PAIR) a3[r] += av[q] * uv[q];
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kGemvRows; ++r) {
+    a1[r] = warp_sum(a1[r]);
+    if constexpr (PAIR) a3[r] = warp_sum(a3[r]);
+  }
+  if (lane < rows) {
+    float gv = 0.f, uv = 0.f;
+#pragma unroll
+    for (int r = 0; r < kGemvRows; ++r)
+      if (r == lane) gv = a1[r], uv = a3[r];
+    const int64_t o = int64_t(row0 + lane) * g.N + n;
+    if constexpr (PAIR) {
+      gv = fminf(gv, g.limit);
+      uv = fminf(fmaxf(uv, -g.limit), g.limit);
+      static_cast<bf16*>(g.out)[o] = __float2bfloat16_rn(gv * sigmoidf_(gv) * uv);
+    } else {
+      static_cast<float*>(g.out)[o] = gv;
+    }
+  }
+}
+
 // out[t, d] = sum_{i < k} weights[t, i] * y[inv[t*k + i], d] (fp32, slot order), where y is the
 // sum of the sk K-split partials (split order). Grid (T, D / 256): the block first stages the
 // token's k rows and weights in shared memory, then one thread per d.
@@ -490,6 +575,16 @@ DecodeSplit decode_split(int64_t D, int64_t F) {
   return d;
 }
 
+// The decode path: the GEMV above (default) or the split-K tensor-core tiles
+// (STREAMLAB_MOE_DECODE=splitk, kept for comparison runs).
+bool moe_decode_gemv() {
+  static const bool gemv = [] {
+    const char* v = std::getenv("STREAMLAB_MOE_DECODE");
+    return !(v && std::string(v) == "splitk");
+  }();
+  return gemv;
+}
+
 bool moe_pair_launch() {
   static const bool pair = [] {
     const char* v = std::getenv("STREAMLAB_MOE_PAIR");
@@ -547,6 +642,9 @@ void CudaBackend::moe_experts(Stream s, const Tensor& out, const Tensor& x, cons
   SL_CHECK(workspace.bytes() >= L.total, op, ": workspace ", describe(workspace), " is smaller than the ", L.total,
            " bytes moe_workspace_bytes(", T, ", ", k, ", ", D, ", ", F, ", ", E, ") asks for");
   check_aligned(op, "x", x.data, 16);
+  check_aligned(op, "w1", w1.data, 16);
+  check_aligned(op, "w2", w2.data, 16);
+  check_aligned(op, "w3", w3.data, 16);
   check_aligned(op, "workspace", workspace.data, 256);
   if (T == 0) return;
 
@@ -563,10 +661,11 @@ void CudaBackend::moe_experts(Stream s, const Tensor& out, const Tensor& x, cons
 
   // Decode (P <= kSplitMaxPairs) splits K: sk13 ways for w1 / w3 (K = D), sk2 ways for w2 (K = F).
   // Row tile height: 16 when experts get a few rows each (decode), else 64.
+  const bool gemv_mode = P <= kSplitMaxPairs && moe_decode_gemv();
   const DecodeSplit split = decode_split(D, F);
-  const bool split_mode = P <= kSplitMaxPairs && split.enabled;
+  const bool split_mode = !gemv_mode && P <= kSplitMaxPairs && split.enabled;
   const int sk13 = split_mode ? split.sk13 : 1, sk2 = split_mode ? split.sk2 : 1;
-  const int BM = (split_mode || P <= 4 * E) ? 16 : 64;
+  const int BM = gemv_mode ? kGemvRows : (split_mode || P <= 4 * E) ? 16 : 64;
   float* p1 = reinterpret_cast<float*>(ws + L.p1);
   float* p3 = reinterpret_cast<float*>(ws + L.p3);
   float* py = reinterpret_cast<float*>(ws + L.py);
@@ -577,6 +676,43 @@ void CudaBackend::moe_experts(Stream s, const Tensor& out, const Tensor& x, cons
                                               reinterpret_cast<int*>(ws + L.tile_expert),
                                               src_row, inv);
   CUDA_LAUNCH_CHECK(op, st);
+
+  if (gemv_mode) {
+    const int64_t max_tiles = cdiv(P, kGemvRows) + std::min<int64_t>(P, E);
+    MoeGemvArgs v{};
+    v.counts = counts;
+    v.offsets = offsets;
+    v.tiles = tiles;
+    v.tile_expert = reinterpret_cast<const int*>(ws + L.tile_expert);
+    v.E = int(E);
+    v.limit = swiglu_limit;
+    // h1 = swiglu(w1 x, w3 x) over the gathered token rows.
+    v.out = h1;
+    v.A = static_cast<const bf16*>(x.data);
+    v.a_rows = src_row;
+    v.lda = D;
+    v.W = static_cast<const bf16*>(w1.data);
+    v.W3 = static_cast<const bf16*>(w3.data);
+    v.N = int(F);
+    v.K = int(D);
+    launch_kernel(op, moe_gemv_kernel<true>, dim3{unsigned(max_tiles), unsigned(cdiv(F, 8)), 1u}, 256, 0, st, v);
+    CUDA_LAUNCH_CHECK(op, st);
+    // y = w2 h1 (F32).
+    v.out = y;
+    v.A = h1;
+    v.a_rows = nullptr;
+    v.lda = F;
+    v.W = static_cast<const bf16*>(w2.data);
+    v.W3 = nullptr;
+    v.N = int(D);
+    v.K = int(F);
+    launch_kernel(op, moe_gemv_kernel<false>, dim3{unsigned(max_tiles), unsigned(cdiv(D, 8)), 1u}, 256, 0, st, v);
+    CUDA_LAUNCH_CHECK(op, st);
+    launch_kernel(op, moe_combine_kernel, dim3{unsigned(T), unsigned(cdiv(D, 256)), 1u}, 256, 0, st, out.data,
+                  fcode(out.dtype), y, P * D, 1, inv, weights.ptr<float>(), int(k), D);
+    CUDA_LAUNCH_CHECK(op, st);
+    return;
+  }
 
   MoeGemmArgs g{};
   g.counts = counts;
