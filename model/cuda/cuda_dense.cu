@@ -118,37 +118,36 @@ __global__ __launch_bounds__(256) void gemm_nt_skinny_kernel(GemmArgs g) {
 }
 
 // ---------------------------------------------------------------- decode GEMV (M <= 8)
-// For the dtype mixes cuBLAS has no kernel for (the router: bf16 activations x F32 gate -> F32)
-// at decode sizes: weight-bandwidth-bound matrix-vector products. Every weight element is read
-// once with 16-byte loads (8 values), several loads in flight per lane, and used for all M rows
-// (a is tiny and stays in L1/L2). On the H200 this took the router from 10 us (the scalar
-// skinny kernel) to 3.4 us. (Tried for the bf16 x bf16 GEMMs too: at M = 1 it was no faster
-// than cuBLAS overall and slower on the LM head (280 vs 244 us), and at M = 8 it became
-// compute-bound (+1 ms per flash-6l step): those stay on cuBLAS.)
-// COLS = 8: one warp per output column (8 per block), the warp strides over K.
-// COLS = 1: one block per column, its 256 threads stride over K (few, long columns: the hc mix
-//           GEMM has N = 48, K = 16384), warps added in order.
-// Sums run in a fixed order (lane k-strides, butterfly, warps in order): deterministic, and a
-// row's result does not depend on M.
+// Weight-bandwidth-bound matrix-vector products at decode sizes: the dtype mixes cuBLAS has no
+// kernel for (the router: bf16 activations x F32 gate -> F32; the hc mix GEMM, F32 fn), and the
+// small bf16 weights at M <= 2 (bf16_gemv_takes). Every weight element is read once with 16-byte
+// loads (8 values), several loads in flight per lane, and used for all M rows (a is tiny and
+// stays in L1/L2). WPC warps share one output column, each taking a contiguous 1/WPC of K, so
+// that a small matrix (wq_a: N = 1024, K = 4096) still puts several warps on every SM; a block
+// holds 8 / WPC columns. (At M = 8 it becomes compute-bound: those GEMMs stay on cuBLAS.)
+// Sums run in a fixed order (lane k-strides, butterfly, the column's warps in order):
+// deterministic, and a row's result does not depend on M.
 constexpr int kGemvMaxRows = 8;
 
-template <int COLS, class TA, class TW, class TO>
+template <int WPC, class TA, class TW, class TO>
 __global__ __launch_bounds__(256) void gemv_kernel(GemmArgs g) {
   pdl_enter();
-  constexpr int STRIDE = (COLS == 8 ? 32 : 256) * 8;  // K elements per pass of the threads on a column
+  constexpr int CPB = 8 / WPC;  // columns per block
   __shared__ float red[8][kGemvMaxRows];
   const TA* a = static_cast<const TA*>(g.a) + blockIdx.z * g.sa;
   const TW* w = static_cast<const TW*>(g.w) + blockIdx.z * g.sw;
   TO* out = static_cast<TO*>(g.out) + blockIdx.z * g.so;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t n = COLS == 8 ? int64_t(blockIdx.x) * 8 + warp : int64_t(blockIdx.x);
-  const int tid = COLS == 8 ? lane : int(threadIdx.x);
+  const int64_t n = int64_t(blockIdx.x) * CPB + warp / WPC;
+  const int part = warp % WPC;
+  const int64_t kchunk = g.K / WPC;  // a multiple of 8 (launch_gemv)
   const int M = int(g.M);
   float acc[kGemvMaxRows] = {};
   if (n < g.N) {
     const TW* wr = w + n * g.ldw;
+    const int64_t k1 = (part + 1) * kchunk;
 #pragma unroll 4
-    for (int64_t k = int64_t(tid) * 8; k < g.K; k += STRIDE) {
+    for (int64_t k = part * kchunk + int64_t(lane) * 8; k < k1; k += 256) {
       float wv[8];
       load8(wr + k, wv);
 #pragma unroll
@@ -163,7 +162,7 @@ __global__ __launch_bounds__(256) void gemv_kernel(GemmArgs g) {
   }
 #pragma unroll
   for (int r = 0; r < kGemvMaxRows; ++r) acc[r] = warp_sum(acc[r]);
-  if constexpr (COLS == 8) {
+  if constexpr (WPC == 1) {
     if (n < g.N && lane < M) {
       float v = 0.f;
 #pragma unroll
@@ -176,23 +175,33 @@ __global__ __launch_bounds__(256) void gemv_kernel(GemmArgs g) {
 #pragma unroll
       for (int r = 0; r < kGemvMaxRows; ++r) red[warp][r] = acc[r];
     __syncthreads();
-    if (threadIdx.x < M) {
+    if (part == 0 && n < g.N && lane < M) {
       float v = 0.f;
 #pragma unroll
-      for (int ww = 0; ww < 8; ++ww) v += red[ww][threadIdx.x];
-      out[int64_t(threadIdx.x) * g.ldo + n] = from_f<TO>(v);
+      for (int ww = 0; ww < WPC; ++ww) v += red[warp + ww][lane];
+      out[int64_t(lane) * g.ldo + n] = from_f<TO>(v);
     }
   }
 }
 
+// Warps per column: more while the grid has fewer than 4 blocks per SM, each warp keeps at least
+// 512 values of K, and K splits into 8-value multiples.
+int gemv_warps_per_column(int64_t N, int64_t K, int batch, int sms) {
+  int wpc = 1;
+  while (wpc < 8 && cdiv(N, 8 / wpc) * batch < 4 * int64_t(sms) && K / (2 * wpc) >= 512 && K % (16 * wpc) == 0)
+    wpc *= 2;
+  return wpc;
+}
+
 template <class TA, class TW, class TO>
-void launch_gemv(const char* op, cudaStream_t st, const GemmArgs& g, int batch) {
-  // Enough columns for a warp each on every SM, and K short enough: a warp per column;
-  // otherwise a block per column.
-  if (g.N >= 1024 && g.K <= 8192) {
-    launch_kernel(op, gemv_kernel<8, TA, TW, TO>, dim3(unsigned(cdiv(g.N, 8)), 1, unsigned(batch)), 256, 0, st, g);
-  } else {
-    launch_kernel(op, gemv_kernel<1, TA, TW, TO>, dim3(unsigned(g.N), 1, unsigned(batch)), 256, 0, st, g);
+void launch_gemv(const char* op, cudaStream_t st, const GemmArgs& g, int batch, int sms) {
+  const int wpc = gemv_warps_per_column(g.N, g.K, batch, sms);
+  const dim3 grid(unsigned(cdiv(g.N, 8 / wpc)), 1, unsigned(batch));
+  switch (wpc) {
+    case 1: launch_kernel(op, gemv_kernel<1, TA, TW, TO>, grid, 256, 0, st, g); break;
+    case 2: launch_kernel(op, gemv_kernel<2, TA, TW, TO>, grid, 256, 0, st, g); break;
+    case 4: launch_kernel(op, gemv_kernel<4, TA, TW, TO>, grid, 256, 0, st, g); break;
+    default: launch_kernel(op, gemv_kernel<8, TA, TW, TO>, grid, 256, 0, st, g); break;
   }
   CUDA_LAUNCH_CHECK(op, st);
 }
@@ -319,7 +328,7 @@ static void gemm_any(CudaBackend& be, const char* op, Stream s, const GemmArgs& 
     using TW = decltype(w);
     using TO = decltype(o);
     if (gemv)
-      launch_gemv<TA, TW, TO>(op, st, g, batch);
+      launch_gemv<TA, TW, TO>(op, st, g, batch, be.sm_count());
     else
       launch_gemm_fallback<TA, TW, TO>(op, st, g, batch);
   });

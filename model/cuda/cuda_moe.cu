@@ -436,9 +436,12 @@ struct MoeGemvArgs {
   float limit;         // SwiGLU clamp (PAIR)
 };
 
-template <bool PAIR>
+// NW weight rows per warp, streamed together (more 16-byte loads in flight per lane): PAIR, row n
+// of w1 and of w3; otherwise NW consecutive output columns of w2 (K = F is short).
+template <bool PAIR, int NW>
 __global__ __launch_bounds__(256) void moe_gemv_kernel(MoeGemvArgs g) {
   pdl_enter();
+  static_assert(!PAIR || NW == 2, "PAIR streams w1 and w3");
   const int bx = blockIdx.x;
   const int e = g.tile_expert[bx];
   if (bx >= g.tiles[g.E]) return;
@@ -446,51 +449,59 @@ __global__ __launch_bounds__(256) void moe_gemv_kernel(MoeGemvArgs g) {
   const int row0 = g.offsets[e] + mt * kGemvRows;
   const int rows = min(kGemvRows, g.counts[e] - mt * kGemvRows);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int n = int(blockIdx.y) * 8 + warp;
-  if (n >= g.N) return;
+  const int wi = int(blockIdx.y) * 8 + warp;  // the warp's index over the columns
+  const int n0 = PAIR ? wi : wi * NW;         // its first output column
+  if (n0 >= g.N) return;
   const bf16* arow[kGemvRows];
 #pragma unroll
   for (int r = 0; r < kGemvRows; ++r) {
     const int pr = row0 + min(r, rows - 1);  // rows past the count repeat the last (never stored)
     arow[r] = g.A + (g.a_rows ? int64_t(g.a_rows[pr]) : int64_t(pr)) * g.lda;
   }
-  const bf16* w1 = g.W + (int64_t(e) * g.N + n) * g.K;
-  const bf16* w3 = PAIR ? g.W3 + (int64_t(e) * g.N + n) * g.K : nullptr;
-  float a1[kGemvRows] = {}, a3[kGemvRows] = {};
+  const bf16* wr[NW];
+#pragma unroll
+  for (int j = 0; j < NW; ++j)
+    wr[j] = PAIR ? (j == 0 ? g.W : g.W3) + (int64_t(e) * g.N + n0) * g.K
+                 : g.W + (int64_t(e) * g.N + min(n0 + j, g.N - 1)) * g.K;
+  float acc[NW][kGemvRows] = {};
 #pragma unroll 4
   for (int k = lane * 8; k < g.K; k += 256) {
-    float wv[8], uv[8];
-    load8(w1 + k, wv);
-    if constexpr (PAIR) load8(w3 + k, uv);
+    float wv[NW][8];
+#pragma unroll
+    for (int j = 0; j < NW; ++j) load8(wr[j] + k, wv[j]);
 #pragma unroll
     for (int r = 0; r < kGemvRows; ++r) {
       if (r >= rows) break;
       float av[8];
       load8(arow[r] + k, av);
 #pragma unroll
-      for (int q = 0; q < 8; ++q) {
-        a1[r] += av[q] * wv[q];
-        if constexpr (PAIR) a3[r] += av[q] * uv[q];
-      }
+      for (int j = 0; j < NW; ++j)
+#pragma unroll
+        for (int q = 0; q < 8; ++q) acc[j][r] += av[q] * wv[j][q];
     }
   }
 #pragma unroll
-  for (int r = 0; r < kGemvRows; ++r) {
-    a1[r] = warp_sum(a1[r]);
-    if constexpr (PAIR) a3[r] = warp_sum(a3[r]);
-  }
-  if (lane < rows) {
-    float gv = 0.f, uv = 0.f;
+  for (int j = 0; j < NW; ++j)
 #pragma unroll
-    for (int r = 0; r < kGemvRows; ++r)
-      if (r == lane) gv = a1[r], uv = a3[r];
-    const int64_t o = int64_t(row0 + lane) * g.N + n;
+    for (int r = 0; r < kGemvRows; ++r) acc[j][r] = warp_sum(acc[j][r]);
+  if (lane < rows) {
+    float v[NW];
+#pragma unroll
+    for (int j = 0; j < NW; ++j) {
+      v[j] = 0.f;
+#pragma unroll
+      for (int r = 0; r < kGemvRows; ++r)
+        if (r == lane) v[j] = acc[j][r];
+    }
+    const int64_t o = int64_t(row0 + lane) * g.N + n0;
     if constexpr (PAIR) {
-      gv = fminf(gv, g.limit);
-      uv = fminf(fmaxf(uv, -g.limit), g.limit);
+      const float gv = fminf(v[0], g.limit);
+      const float uv = fminf(fmaxf(v[1], -g.limit), g.limit);
       static_cast<bf16*>(g.out)[o] = __float2bfloat16_rn(gv * sigmoidf_(gv) * uv);
     } else {
-      static_cast<float*>(g.out)[o] = gv;
+#pragma unroll
+      for (int j = 0; j < NW; ++j)
+        if (n0 + j < g.N) static_cast<float*>(g.out)[o + j] = v[j];
     }
   }
 }
@@ -695,7 +706,7 @@ void CudaBackend::moe_experts(Stream s, const Tensor& out, const Tensor& x, cons
     v.W3 = static_cast<const bf16*>(w3.data);
     v.N = int(F);
     v.K = int(D);
-    launch_kernel(op, moe_gemv_kernel<true>, dim3{unsigned(max_tiles), unsigned(cdiv(F, 8)), 1u}, 256, 0, st, v);
+    launch_kernel(op, moe_gemv_kernel<true, 2>, dim3{unsigned(max_tiles), unsigned(cdiv(F, 8)), 1u}, 256, 0, st, v);
     CUDA_LAUNCH_CHECK(op, st);
     // y = w2 h1 (F32).
     v.out = y;
@@ -706,7 +717,15 @@ void CudaBackend::moe_experts(Stream s, const Tensor& out, const Tensor& x, cons
     v.W3 = nullptr;
     v.N = int(D);
     v.K = int(F);
-    launch_kernel(op, moe_gemv_kernel<false>, dim3{unsigned(max_tiles), unsigned(cdiv(D, 8)), 1u}, 256, 0, st, v);
+    static const int w2_cols = [] {  // columns per warp for w2; STREAMLAB_MOE_W2_COLS=1|2|4 (tuning)
+      const char* c = std::getenv("STREAMLAB_MOE_W2_COLS");
+      const int n = c ? std::atoi(c) : 2;
+      return (n == 1 || n == 4) ? n : 2;
+    }();
+    const dim3 g2{unsigned(max_tiles), unsigned(cdiv(D, 8 * w2_cols)), 1u};
+    if (w2_cols == 1) launch_kernel(op, moe_gemv_kernel<false, 1>, g2, 256, 0, st, v);
+    else if (w2_cols == 4) launch_kernel(op, moe_gemv_kernel<false, 4>, g2, 256, 0, st, v);
+    else launch_kernel(op, moe_gemv_kernel<false, 2>, g2, 256, 0, st, v);
     CUDA_LAUNCH_CHECK(op, st);
     launch_kernel(op, moe_combine_kernel, dim3{unsigned(T), unsigned(cdiv(D, 256)), 1u}, 256, 0, st, out.data,
                   fcode(out.dtype), y, P * D, 1, inv, weights.ptr<float>(), int(k), D);
