@@ -60,15 +60,32 @@ __global__ void ring_claim_kernel(int* winner, const int32_t* pos, const int32_t
   }
 }
 
+// Whether token t writes its slot b * cap + p % cap: the last token claiming a slot wins. With a
+// winner table (ring_claim_kernel), a lookup; without (decode: at most kScanMaxTokens tokens),
+// the block scans the later tokens for the same slot instead, which saves the table's memset and
+// the claim kernel (two of the three launches of a ring insert). Call from all threads.
+constexpr int64_t kScanMaxTokens = 64;
+
+__device__ __forceinline__ bool slot_winner(int64_t t, int64_t T, const int32_t* pos, const int32_t* seq,
+                                            const int* winner, int64_t slot, int64_t B, int64_t cap) {
+  if (winner) return winner[slot] == int(t);
+  bool later = false;
+  for (int64_t u = t + 1 + threadIdx.x; u < T; u += blockDim.x) {
+    const int32_t p = pos[u], b = seq[u];
+    if (p >= 0 && b >= 0 && b < B && int64_t(b) * cap + p % cap == slot) later = true;
+  }
+  return !__syncthreads_or(later);
+}
+
 // One block per token: the slot's winner copies its row and sets the tag.
 __global__ void swa_write_kernel(void* cache, int dtc, int32_t* tags, const void* k, int dtk, const int32_t* pos,
-                                 const int32_t* seq, const int* winner, int64_t B, int64_t cap, int64_t d) {
+                                 const int32_t* seq, const int* winner, int64_t B, int64_t cap, int64_t d, int64_t T) {
   pdl_enter();
   const int64_t t = blockIdx.x;
   const int32_t p = pos[t], b = seq[t];
   if (p < 0 || b < 0 || b >= B) return;
   const int64_t slot = int64_t(b) * cap + p % cap;
-  if (winner[slot] != int(t)) return;
+  if (!slot_winner(t, T, pos, seq, winner, slot, B, cap)) return;
   #pragma unroll 4
   for (int64_t c = threadIdx.x; c < d; c += blockDim.x) stf(cache, dtc, slot * d + c, ldf(k, dtk, t * d + c));
   if (threadIdx.x == 0) tags[slot] = p;
@@ -77,13 +94,13 @@ __global__ void swa_write_kernel(void* cache, int dtc, int32_t* tags, const void
 // One block per token: the winner writes u, g + ape[p % ratio] and the tag.
 __global__ void compressor_save_kernel(float* su, float* sg, int32_t* tags, const float* u, const float* g,
                                        const float* ape, const int32_t* pos, const int32_t* seq, const int* winner,
-                                       int64_t B, int64_t S, int64_t cd, int ratio) {
+                                       int64_t B, int64_t S, int64_t cd, int ratio, int64_t T) {
   pdl_enter();
   const int64_t t = blockIdx.x;
   const int32_t p = pos[t], b = seq[t];
   if (p < 0 || b < 0 || b >= B) return;
   const int64_t slot = int64_t(b) * S + p % S;
-  if (winner[slot] != int(t)) return;
+  if (!slot_winner(t, T, pos, seq, winner, slot, B, S)) return;
   const float* ap = ape + int64_t(p % ratio) * cd;
   #pragma unroll 4
   for (int64_t c = threadIdx.x; c < cd; c += blockDim.x) {
@@ -793,14 +810,17 @@ void CudaBackend::swa_insert(Stream s, const Tensor& cache, const Tensor& tags, 
   cudaStream_t st = stream(s, op);
   const auto [B, cap, d, T] = checks::validate_swa_insert<OpRules>(cache, tags, k, pos, seq);
   if (T == 0) return;
-  const size_t need = size_t(B * cap) * sizeof(int);
-  int* winner = static_cast<int*>(scratch(s, op, need).ptr);
-  CUDA_CHECK(op, cudaMemsetAsync(winner, 0xFF, need, st));
-  launch_kernel(op, ring_claim_kernel, grid_for(T, 256), 256, 0, st, winner, pos.ptr<int32_t>(), seq.ptr<int32_t>(), T, B, cap);
-  CUDA_LAUNCH_CHECK(op, st);
-  launch_kernel(op, swa_write_kernel, unsigned(T), 128, 0, st, cache.data, fcode(cache.dtype), tags.ptr<int32_t>(), k.data,
-                                                 fcode(k.dtype), pos.ptr<int32_t>(), seq.ptr<int32_t>(), winner, B, cap,
-                                                 d);
+  int* winner = nullptr;
+  if (T > kScanMaxTokens) {
+    const size_t need = size_t(B * cap) * sizeof(int);
+    winner = static_cast<int*>(scratch(s, op, need).ptr);
+    CUDA_CHECK(op, cudaMemsetAsync(winner, 0xFF, need, st));
+    launch_kernel(op, ring_claim_kernel, grid_for(T, 256), 256, 0, st, winner, pos.ptr<int32_t>(), seq.ptr<int32_t>(),
+                  T, B, cap);
+    CUDA_LAUNCH_CHECK(op, st);
+  }
+  launch_kernel(op, swa_write_kernel, unsigned(T), 128, 0, st, cache.data, fcode(cache.dtype), tags.ptr<int32_t>(),
+                k.data, fcode(k.dtype), pos.ptr<int32_t>(), seq.ptr<int32_t>(), winner, B, cap, d, T);
   CUDA_LAUNCH_CHECK(op, st);
 }
 
@@ -812,15 +832,18 @@ void CudaBackend::compressor_save(Stream s, const Tensor& state_u, const Tensor&
   const auto [B, S, cd, T] =
       checks::validate_compressor_save<OpRules>(state_u, state_g, state_tags, u, g, ape, pos, seq, ratio);
   if (T == 0) return;
-  const size_t need = size_t(B * S) * sizeof(int);
-  int* winner = static_cast<int*>(scratch(s, op, need).ptr);
-  CUDA_CHECK(op, cudaMemsetAsync(winner, 0xFF, need, st));
-  launch_kernel(op, ring_claim_kernel, grid_for(T, 256), 256, 0, st, winner, pos.ptr<int32_t>(), seq.ptr<int32_t>(), T, B, S);
-  CUDA_LAUNCH_CHECK(op, st);
+  int* winner = nullptr;
+  if (T > kScanMaxTokens) {
+    const size_t need = size_t(B * S) * sizeof(int);
+    winner = static_cast<int*>(scratch(s, op, need).ptr);
+    CUDA_CHECK(op, cudaMemsetAsync(winner, 0xFF, need, st));
+    launch_kernel(op, ring_claim_kernel, grid_for(T, 256), 256, 0, st, winner, pos.ptr<int32_t>(), seq.ptr<int32_t>(),
+                  T, B, S);
+    CUDA_LAUNCH_CHECK(op, st);
+  }
   launch_kernel(op, compressor_save_kernel, unsigned(T), 256, 0, st, state_u.ptr<float>(), state_g.ptr<float>(),
-                                                       state_tags.ptr<int32_t>(), u.ptr<float>(), g.ptr<float>(),
-                                                       ape.ptr<float>(), pos.ptr<int32_t>(), seq.ptr<int32_t>(), winner,
-                                                       B, S, cd, ratio);
+                state_tags.ptr<int32_t>(), u.ptr<float>(), g.ptr<float>(), ape.ptr<float>(), pos.ptr<int32_t>(),
+                seq.ptr<int32_t>(), winner, B, S, cd, ratio, T);
   CUDA_LAUNCH_CHECK(op, st);
 }
 

@@ -576,48 +576,56 @@ TEST_F(CudaOps, HcPostExpandCombine) {
 
 TEST_F(CudaOps, SwaInsertLastWriterWins) {
   const int64_t B = 2, cap = 8, d = 64;
-  // Sequence 0 brings positions 0..11 (more than the ring holds: slots are overwritten, the later
-  // token wins); sequence 1 positions 3, 4.
-  std::vector<int32_t> pos, seq;
-  for (int p = 0; p < 12; ++p) {
-    pos.push_back(p);
-    seq.push_back(0);
+  // Sequence 0 brings positions 0..n-1 (more than the ring holds: slots are overwritten, the later
+  // token wins); sequence 1 positions 3, 4. n = 12: the decode path (the write kernel scans the
+  // later tokens); n = 100: more than 64 tokens, the claim-table path.
+  for (int n : {12, 100}) {
+    SCOPED_TRACE("tokens of sequence 0: " + std::to_string(n));
+    std::vector<int32_t> pos, seq;
+    for (int p = 0; p < n; ++p) {
+      pos.push_back(p);
+      seq.push_back(0);
+    }
+    pos.push_back(3);
+    seq.push_back(1);
+    pos.push_back(4);
+    seq.push_back(1);
+    const int64_t T = int64_t(pos.size());
+    T2 cache = zeros("cache", Kind::Act, {B, cap, d});
+    T2 tags = make_i32("tags", {B, cap}, std::vector<int32_t>(size_t(B * cap), -1));
+    T2 k = make_rand("k", Kind::Act, {T, d});
+    T2 tp = make_i32("pos", {T}, pos), ts = make_i32("seq", {T}, seq);
+    cpu_->swa_insert(Stream{}, cache.c, tags.c, k.c, tp.c, ts.c);
+    gpu_->swa_insert(Stream{}, cache.g, tags.g, k.g, tp.g, ts.g);
+    EXPECT_EQ(gc(cache), gg(cache));
+    expect_equal_i32(tags, "swa tags");
   }
-  pos.push_back(3);
-  seq.push_back(1);
-  pos.push_back(4);
-  seq.push_back(1);
-  const int64_t T = int64_t(pos.size());
-  T2 cache = zeros("cache", Kind::Act, {B, cap, d});
-  T2 tags = make_i32("tags", {B, cap}, std::vector<int32_t>(size_t(B * cap), -1));
-  T2 k = make_rand("k", Kind::Act, {T, d});
-  T2 tp = make_i32("pos", {T}, pos), ts = make_i32("seq", {T}, seq);
-  cpu_->swa_insert(Stream{}, cache.c, tags.c, k.c, tp.c, ts.c);
-  gpu_->swa_insert(Stream{}, cache.g, tags.g, k.g, tp.g, ts.g);
-  EXPECT_EQ(gc(cache), gg(cache));
-  expect_equal_i32(tags, "swa tags");
 }
 
 TEST_F(CudaOps, CompressorSave) {
   const int64_t B = 2, S = 12, cd = 64, ratio = 4;
-  std::vector<int32_t> pos, seq;
-  for (int p = 0; p < 15; ++p) {
-    pos.push_back(p);
-    seq.push_back(1);
+  // n = 15 tokens of sequence 1: the decode path (scan); n = 90: the claim-table path.
+  for (int n : {15, 90}) {
+    SCOPED_TRACE("tokens of sequence 1: " + std::to_string(n));
+    std::vector<int32_t> pos, seq;
+    for (int p = 0; p < n; ++p) {
+      pos.push_back(p);
+      seq.push_back(1);
+    }
+    pos.push_back(2);
+    seq.push_back(0);
+    const int64_t T = int64_t(pos.size());
+    T2 su = zeros("su", Kind::F32, {B, S, cd}), sg = zeros("sg", Kind::F32, {B, S, cd});
+    T2 tags = make_i32("tags", {B, S}, std::vector<int32_t>(size_t(B * S), -1));
+    T2 u = make_rand("u", Kind::F32, {T, cd}), g = make_rand("g", Kind::F32, {T, cd});
+    T2 ape = make_rand("ape", Kind::F32, {ratio, cd});
+    T2 tp = make_i32("pos", {T}, pos), ts = make_i32("seq", {T}, seq);
+    cpu_->compressor_save(Stream{}, su.c, sg.c, tags.c, u.c, g.c, ape.c, tp.c, ts.c, int(ratio));
+    gpu_->compressor_save(Stream{}, su.g, sg.g, tags.g, u.g, g.g, ape.g, tp.g, ts.g, int(ratio));
+    EXPECT_EQ(gc(su), gg(su));
+    EXPECT_EQ(gc(sg), gg(sg));
+    expect_equal_i32(tags, "compressor state tags");
   }
-  pos.push_back(2);
-  seq.push_back(0);
-  const int64_t T = int64_t(pos.size());
-  T2 su = zeros("su", Kind::F32, {B, S, cd}), sg = zeros("sg", Kind::F32, {B, S, cd});
-  T2 tags = make_i32("tags", {B, S}, std::vector<int32_t>(size_t(B * S), -1));
-  T2 u = make_rand("u", Kind::F32, {T, cd}), g = make_rand("g", Kind::F32, {T, cd});
-  T2 ape = make_rand("ape", Kind::F32, {ratio, cd});
-  T2 tp = make_i32("pos", {T}, pos), ts = make_i32("seq", {T}, seq);
-  cpu_->compressor_save(Stream{}, su.c, sg.c, tags.c, u.c, g.c, ape.c, tp.c, ts.c, int(ratio));
-  gpu_->compressor_save(Stream{}, su.g, sg.g, tags.g, u.g, g.g, ape.g, tp.g, ts.g, int(ratio));
-  EXPECT_EQ(gc(su), gg(su));
-  EXPECT_EQ(gc(sg), gg(sg));
-  expect_equal_i32(tags, "compressor state tags");
 }
 
 TEST_F(CudaOps, CompressorPool) {
