@@ -9,6 +9,7 @@
 // stream's scratch), then a write pass where only each slot's winner writes.
 #include <mma.h>
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <cstdlib>
@@ -765,6 +766,165 @@ __global__ __launch_bounds__(256, 2) void sparse_attention_kernel(AttnArgs a) {
   }
 }
 
+// ---------------------------------------------------------------- decode attention
+// Few tokens (decode): the tensor-core kernel above spends ~16 us per layer on barriers and
+// dependent loads for ~40 candidates per block. Here one block (8 warps) takes a group of DHPB
+// heads of one token and one KV split. Per chunk of up to DCH candidates the block resolves the
+// row pointers once (attn_chunk_rows); each warp then takes every 8th candidate, DCB rows at a
+// time (each lane holds DPL = Dh / 32 values of a row, all DCB loads in flight), and per head
+// computes the scores (lane partial dots, butterfly) and folds the rows into its running softmax
+// state (m, l, o) in fp32 (P is not rounded to bf16). The 8 warps' states merge in warp order
+// through shared memory; the block writes split partials for attn_combine_kernel, or with one
+// split the normalised output with the sink. Every sum is in a fixed order: deterministic.
+constexpr int DHPB = 4, DCH = 256, DCB = 2;
+constexpr int64_t kDecodeAttnMaxTokens = 16;
+
+__host__ __device__ inline size_t attn_decode_smem_bytes(int Dh) {
+  return size_t(8) * DHPB * Dh * 4      // wo: each warp's o per head
+         + size_t(DHPB) * Dh * 4        // qs: the heads' queries as float
+         + size_t(8) * DHPB * 2 * 4     // wm, wl
+         + size_t(DCH) * sizeof(void*); // cptr
+}
+
+template <int DPL>
+__global__ __launch_bounds__(256, 2) void sparse_attention_decode_kernel(AttnArgs a) {
+  pdl_enter();
+  constexpr int Dh = DPL * 32;
+  extern __shared__ __align__(16) unsigned char dec_smem[];
+  float* wo = reinterpret_cast<float*>(dec_smem);  // [8][DHPB][Dh]
+  float* qs = wo + 8 * DHPB * Dh;                  // [DHPB][Dh]
+  float* wm = qs + DHPB * Dh;                      // [8][DHPB]
+  float* wl = wm + 8 * DHPB;                       // [8][DHPB]
+  AttnSmem sm{};
+  sm.cptr = reinterpret_cast<const bf16**>(wl + 8 * DHPB);
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int h0 = blockIdx.x * DHPB;
+  const int64_t t = blockIdx.y;
+  const int z = blockIdx.z;
+  const int32_t p = a.pos[t], b = a.seq[t];
+  const bool tok_ok = p >= 0 && b >= 0 && b < a.B;
+  const int64_t nwin = tok_ok ? min64(int64_t(p) + 1, a.window) : 0;
+  const int64_t p0 = int64_t(p) - nwin + 1;
+  int64_t ncomp = 0;
+  if (tok_ok && a.mode == 1) ncomp = min64((int64_t(p) + 1) / a.ratio, a.n_max);
+  if (tok_ok && a.mode == 2) ncomp = a.Ksel;
+  const int64_t ntot = nwin + ncomp;
+  const int64_t per = (ntot + a.nsplit - 1) / a.nsplit;
+  const int64_t cb = min64(ntot, z * per), ce = min64(ntot, cb + per);
+
+  for (int e = tid; e < DHPB * Dh; e += 256) {
+    const int r = e / Dh, d = e % Dh;
+    qs[e] = h0 + r < a.H ? __bfloat162float(a.q[(t * a.H + h0 + r) * Dh + d]) : 0.f;
+  }
+  __syncthreads();
+  float m[DHPB], l[DHPB], o[DHPB][DPL];
+#pragma unroll
+  for (int h = 0; h < DHPB; ++h) {
+    m[h] = kNegInf;
+    l[h] = 0.f;
+#pragma unroll
+    for (int i = 0; i < DPL; ++i) o[h][i] = 0.f;
+  }
+
+  for (int64_t c0 = cb; c0 < ce; c0 += DCH) {
+    const int nc = int(min64(DCH, ce - c0));
+    attn_chunk_rows(a, sm, t, b, p0, nwin, c0, nc, nc);
+    for (int i0 = warp * DCB; i0 < nc; i0 += 8 * DCB) {
+      // DCB rows in flight (absent or past the chunk: zeros, masked below).
+      float kv[DCB][DPL];
+      bool ok[DCB];
+#pragma unroll
+      for (int c = 0; c < DCB; ++c) {
+        const bf16* row = (i0 + c < nc) ? sm.cptr[i0 + c] : nullptr;
+        ok[c] = row != nullptr;
+        if constexpr (DPL % 8 == 0) {
+#pragma unroll
+          for (int v = 0; v < DPL / 8; ++v) {
+            uint4 u = make_uint4(0, 0, 0, 0);
+            if (row) u = __ldg(reinterpret_cast<const uint4*>(row + lane * DPL) + v);
+            const bf16* e = reinterpret_cast<const bf16*>(&u);
+#pragma unroll
+            for (int j = 0; j < 8; ++j) kv[c][v * 8 + j] = __bfloat162float(e[j]);
+          }
+        } else {
+#pragma unroll
+          for (int j = 0; j < DPL; ++j) kv[c][j] = row ? __bfloat162float(row[lane * DPL + j]) : 0.f;
+        }
+      }
+#pragma unroll
+      for (int h = 0; h < DHPB; ++h) {
+        float sc[DCB];
+        float mx = m[h];
+        const float* qh = qs + h * Dh + lane * DPL;  // the lane's query values (shared memory)
+#pragma unroll
+        for (int c = 0; c < DCB; ++c) {
+          float acc = 0.f;
+#pragma unroll
+          for (int j = 0; j < DPL; ++j) acc += qh[j] * kv[c][j];
+          sc[c] = ok[c] ? warp_sum(acc) * a.scale : kNegInf;
+          mx = fmaxf(mx, sc[c]);
+        }
+        if (mx == kNegInf) continue;  // nothing present yet for this head
+        const float alpha = expf(m[h] - mx);  // m = -inf: 0
+        l[h] *= alpha;
+#pragma unroll
+        for (int j = 0; j < DPL; ++j) o[h][j] *= alpha;
+#pragma unroll
+        for (int c = 0; c < DCB; ++c) {
+          const float pc = ok[c] ? expf(sc[c] - mx) : 0.f;
+          l[h] += pc;
+#pragma unroll
+          for (int j = 0; j < DPL; ++j) o[h][j] += pc * kv[c][j];
+        }
+        m[h] = mx;
+      }
+    }
+    __syncthreads();  // cptr is rewritten by the next chunk
+  }
+
+  // Merge the 8 warps' states in warp order.
+#pragma unroll
+  for (int h = 0; h < DHPB; ++h) {
+#pragma unroll
+    for (int j = 0; j < DPL; ++j) wo[(warp * DHPB + h) * Dh + lane * DPL + j] = o[h][j];
+    if (lane == 0) {
+      wm[warp * DHPB + h] = m[h];
+      wl[warp * DHPB + h] = l[h];
+    }
+  }
+  __syncthreads();
+  const int64_t rec = Dh + 2;
+  for (int e = tid; e < DHPB * Dh; e += 256) {
+    const int r = e / Dh, d = e % Dh, h = h0 + r;
+    if (h >= a.H) continue;
+    float M = kNegInf;
+    for (int w = 0; w < 8; ++w) M = fmaxf(M, wm[w * DHPB + r]);
+    float acc = 0.f, den = 0.f;
+    if (M != kNegInf)
+      for (int w = 0; w < 8; ++w) {
+        const float mw = wm[w * DHPB + r];
+        const float f = mw == kNegInf ? 0.f : expf(mw - M);
+        acc += f * wo[(w * DHPB + r) * Dh + d];
+        den += f * wl[w * DHPB + r];
+      }
+    if (a.nsplit > 1) {
+      float* dst = a.part + ((t * a.HP + h) * a.nsplit + z) * rec;
+      dst[d] = acc;
+      if (d == 0) {
+        dst[Dh] = M;
+        dst[Dh + 1] = den;
+      }
+    } else {
+      // The sink joins the denominator: M' = max(M, sink).
+      const float sink = a.sink[h];
+      const float Mp = fmaxf(M, sink);
+      const float f = M == kNegInf ? 0.f : expf(M - Mp);
+      const float dn = den * f + expf(sink - Mp);
+      a.o[(t * a.H + h) * Dh + d] = __float2bfloat16_rn(dn == 0.f ? 0.f : acc * f / dn);
+    }
+  }
+}
+
 // Split-KV combine: one block per (head, token); the nsplit (<= 16) partials (O_z, m_z, l_z) are
 // merged in split order: M = max(sink, m_z), w_z = e^(m_z - M),
 // o = sum_z w_z O_z / (sum_z w_z l_z + e^(sink - M)).
@@ -958,6 +1118,43 @@ void CudaBackend::sparse_attention(Stream s, const Tensor& o, const Tensor& q, c
   a.mode = mode == CompressedKeys::None ? 0 : mode == CompressedKeys::All ? 1 : 2;
   a.ratio = std::max(ratio, 1);
   a.scale = 1.f / std::sqrt(float(Dh));
+
+  // Decode: the CUDA-core kernel (sparse_attention_decode_kernel) for a few tokens and head dims
+  // of 64..512 (STREAMLAB_ATTN_DECODE=0 keeps the tensor-core kernel, for comparison runs).
+  static const bool decode_kernel_on = [] {
+    const char* v = std::getenv("STREAMLAB_ATTN_DECODE");
+    return !(v && std::string(v) == "0");
+  }();
+  if (decode_kernel_on && T <= kDecodeAttnMaxTokens && (Dh == 64 || Dh == 128 || Dh == 256 || Dh == 512)) {
+    const int64_t dgroups = cdiv(H, DHPB);
+    const int64_t cand_max = int64_t(window) + (mode == CompressedKeys::Selected ? K
+                                                : mode == CompressedKeys::All ? n_max : 0);
+    // About two blocks per SM, at least 16 candidates per split, partials within the scratch.
+    const size_t per_split = size_t(T) * a.HP * size_t(Dh + 2) * 4;
+    int64_t ns = std::min<int64_t>({int64_t(16), int64_t(cdiv(2 * sm_count(), dgroups * T)),
+                                    std::max<int64_t>(1, cand_max / 16), int64_t(kScratchBytes / per_split)});
+    ns = std::max<int64_t>(1, ns);
+    a.nsplit = int(ns);
+    a.part = ns > 1 ? static_cast<float*>(scratch(s, op, size_t(T) * a.HP * ns * size_t(Dh + 2) * 4).ptr) : nullptr;
+    const size_t smem = attn_decode_smem_bytes(int(Dh));
+    const dim3 grid{unsigned(dgroups), unsigned(T), unsigned(ns)};
+    auto go = [&](auto kernel) {
+      allow_smem(op, kernel, smem, smem_optin());
+      launch_kernel(op, kernel, grid, 256, smem, st, a);
+      CUDA_LAUNCH_CHECK(op, st);
+    };
+    switch (Dh) {
+      case 64: go(sparse_attention_decode_kernel<2>); break;
+      case 128: go(sparse_attention_decode_kernel<4>); break;
+      case 256: go(sparse_attention_decode_kernel<8>); break;
+      default: go(sparse_attention_decode_kernel<16>); break;
+    }
+    if (ns > 1) {
+      launch_kernel(op, attn_combine_kernel, dim3(unsigned(H), unsigned(T)), 128, 0, st, a);
+      CUDA_LAUNCH_CHECK(op, st);
+    }
+    return;
+  }
 
   // Split the candidates over several blocks when the (head group, token) grid alone would leave
   // most SMs idle (decode), as far as the partials fit the stream's scratch.

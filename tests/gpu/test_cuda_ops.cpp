@@ -770,6 +770,12 @@ TEST_F(CudaOps, SparseAttention) {
       {4, 128, 160, 40, 8, 16, CompressedKeys::All, 4},      // many tokens: unsplit path
       {2, 64, 150, 800, 8, 16, CompressedKeys::All, 1},      // > 512 candidates: several chunks
       {64, 512, 2, 128, 64, 32, CompressedKeys::Selected, 4},  // flash-like heads, decode
+      // Batch-1 decode at flash shapes (window 128, top-512 selection; all compressed entries;
+      // window only): the decode kernel with its split choices.
+      {64, 512, 1, 600, 512, 128, CompressedKeys::Selected, 4},
+      {64, 512, 1, 40, 8, 128, CompressedKeys::All, 128},
+      {64, 512, 1, 40, 8, 128, CompressedKeys::None, 1},
+      {64, 512, 16, 600, 512, 128, CompressedKeys::Selected, 4},  // the decode kernel's largest T
   };
   for (const Case& c : cases) {
     const int64_t B = 2, cap = c.window + 8, Dh = c.Dh;
