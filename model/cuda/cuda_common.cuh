@@ -150,4 +150,10 @@ __device__ __forceinline__ void cp_async_wait() {
 void launch_swiglu(const char* op, cudaStream_t st, void* out, int dto, const void* g, int dtg, const void* u,
                    int dtu, int64_t n, float limit);
 
+// out[t, s, n] = sum_{k in split s} x[t, k] * w[n, k] for K split in `splits` equal ranges (K %
+// (8 * splits) == 0; x bf16 or F32, w F32, out F32 [T, splits, N]): the decode GEMV batched over
+// the K ranges (cuda_dense.cu), for small-N weights that would otherwise occupy a few SMs.
+void gemv_split_k(CudaBackend& be, const char* op, Stream s, float* out, const void* x, DType xdt, const float* w,
+                  int64_t T, int64_t N, int64_t K, int splits);
+
 }  // namespace sl::cuda

@@ -336,6 +336,22 @@ static void gemm_any(CudaBackend& be, const char* op, Stream s, const GemmArgs& 
   });
 }
 
+namespace cuda {
+void gemv_split_k(CudaBackend& be, const char* op, Stream s, float* out, const void* x, DType xdt, const float* w,
+                  int64_t T, int64_t N, int64_t K, int splits) {
+  SL_CHECK(splits >= 1 && K % (int64_t(8) * splits) == 0 && T <= kGemvMaxRows, op, ": split-K GEMV of K = ", K,
+           " in ", splits, " ranges over ", T, " rows is not supported");
+  const int64_t Ks = K / splits;
+  // Batch z = split z: a and w start Ks further on, out N further on; rows are splits * N apart.
+  GemmArgs g{out, x, w, T, N, Ks, K, K, int64_t(splits) * N, Ks, Ks, N};
+  cudaStream_t st = be.stream(s, op);
+  if (xdt == DType::BF16)
+    launch_gemv<bf16, float, float>(op, st, g, splits, be.sm_count());
+  else
+    launch_gemv<float, float, float>(op, st, g, splits, be.sm_count());
+}
+}  // namespace cuda
+
 void CudaBackend::gemm(Stream s, const Tensor& out, const Tensor& a, const Tensor& w) {
   const char* op = "gemm";
   const auto [M, N, K] = checks::validate_gemm<OpRules>(out, a, w);

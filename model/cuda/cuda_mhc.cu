@@ -123,6 +123,7 @@ __global__ void split_bf16_kernel(bf16* W, const float* fn, int64_t n) {
 // aligned): 16-byte loads, the 4 streams' vectors of one d-range in flight together (the scalar
 // path, 256 threads of 2-byte loads, was latency-bound: 17 us per token row on the H200).
 constexpr int kHcThreads = 512;
+constexpr int kHcDecodeSplits = 8;
 
 template <int MIX, bool HEAD, bool VEC>
 __global__ __launch_bounds__(kHcThreads) void hc_finish_kernel(HcArgs a, int64_t t0) {
@@ -158,8 +159,11 @@ __global__ __launch_bounds__(kHcThreads) void hc_finish_kernel(HcArgs a, int64_t
   }
   ss = block_sum(ss, red);
   if (threadIdx.x < MIX) {
+    // The GEMM's `halves` partial sums (hi and lo parts, or decode's K splits), in order.
     const float* row = a.mm + int64_t(blockIdx.x) * a.halves * MIX;
-    tot[threadIdx.x] = a.halves == 2 ? row[threadIdx.x] + row[MIX + threadIdx.x] : row[threadIdx.x];
+    float v = row[threadIdx.x];
+    for (int h = 1; h < a.halves; ++h) v += row[h * MIX + threadIdx.x];
+    tot[threadIdx.x] = v;
   }
   if (threadIdx.x == 0) tot[MIX] = ss;
   __syncthreads();
@@ -211,21 +215,32 @@ void launch_hc(CudaBackend& be, const char* op, Stream s, HcArgs a, DType xdt) {
     // (split, GEMM, split-K reduce, finish). Measured on the H200 (flash-6l): 11.6 us per hc_pre
     // at batch 1 against ~14 us split; at batch 8 the GEMV is compute-bound (21 us), so larger
     // T keep the split GEMM on the tensor cores.
-    CudaBackend::Scratch sc = be.scratch(s, op, size_t(a.T) * MIX * 4);
+    // The fn GEMV split over up to kHcDecodeSplits K ranges (batched, so that ~100 blocks share
+    // the 1.5 MiB instead of 24); the finish adds the partials in split order.
+    int splits = kHcDecodeSplits;
+    while (splits > 1 && HD % (8 * splits) != 0) splits /= 2;
+    const bool vec_ok = HD % 8 == 0 && reinterpret_cast<uintptr_t>(a.X) % 16 == 0 &&
+                        reinterpret_cast<uintptr_t>(a.fn) % 16 == 0;
+    CudaBackend::Scratch sc = be.scratch(s, op, size_t(a.T) * splits * MIX * 4);
     float* mm = static_cast<float*>(sc.ptr);
-    Tensor xt, ft, ot;
-    xt.data = const_cast<void*>(a.X);
-    xt.dtype = xdt;
-    xt.shape = Shape{a.T, HD};
-    ft.data = const_cast<float*>(a.fn);
-    ft.dtype = DType::F32;
-    ft.shape = Shape{MIX, HD};
-    ot.data = mm;
-    ot.dtype = DType::F32;
-    ot.shape = Shape{a.T, MIX};
-    be.gemm(s, ot, xt, ft);
+    if (vec_ok) {
+      gemv_split_k(be, op, s, mm, a.X, xdt, a.fn, a.T, MIX, HD, splits);
+      a.halves = splits;
+    } else {
+      Tensor xt, ft, ot;
+      xt.data = const_cast<void*>(a.X);
+      xt.dtype = xdt;
+      xt.shape = Shape{a.T, HD};
+      ft.data = const_cast<float*>(a.fn);
+      ft.dtype = DType::F32;
+      ft.shape = Shape{MIX, HD};
+      ot.data = mm;
+      ot.dtype = DType::F32;
+      ot.shape = Shape{a.T, MIX};
+      be.gemm(s, ot, xt, ft);
+      a.halves = 1;
+    }
     a.mm = mm;
-    a.halves = 1;
     finish(a.T, 0);
     return;
   }
