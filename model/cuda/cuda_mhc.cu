@@ -134,12 +134,16 @@ __global__ __launch_bounds__(kHcThreads) void hc_finish_kernel(HcArgs a, int64_t
   const int64_t t = t0 + blockIdx.x;
   const int64_t HD = HC * a.D;
   float ss = 0.f;
+  // D <= 8 * kHcThreads (4096 for the flash width): each thread's 4 vectors stay in registers
+  // for the collapse instead of a second read.
+  const bool single = a.D / 8 <= int64_t(blockDim.x);
+  uint4 keep[HC];
   if constexpr (VEC) {
     const uint4* xr = reinterpret_cast<const uint4*>(static_cast<const bf16*>(a.X) + t * HD);
     for (int64_t j = threadIdx.x; j < a.D / 8; j += blockDim.x) {
       uint4 v[HC];
 #pragma unroll
-      for (int s = 0; s < HC; ++s) v[s] = xr[s * (a.D / 8) + j];
+      for (int s = 0; s < HC; ++s) v[s] = keep[s] = xr[s * (a.D / 8) + j];
 #pragma unroll
       for (int s = 0; s < HC; ++s) {
         const bf16* e = reinterpret_cast<const bf16*>(&v[s]);
@@ -170,13 +174,13 @@ __global__ __launch_bounds__(kHcThreads) void hc_finish_kernel(HcArgs a, int64_t
   if (threadIdx.x < 32) hc_finish_warp<MIX, HEAD>(a, t, tot, wts);
   __syncthreads();
   if constexpr (VEC) {
-    // The second read of X hits L2 (32 KiB per token at D = 4096).
+    // Otherwise the second read of X hits L2 (32 KiB per token at D = 4096).
     const uint4* xr = reinterpret_cast<const uint4*>(static_cast<const bf16*>(a.X) + t * HD);
     uint4* yr = reinterpret_cast<uint4*>(static_cast<bf16*>(a.y) + t * a.D);
     for (int64_t j = threadIdx.x; j < a.D / 8; j += blockDim.x) {
       uint4 v[HC];
 #pragma unroll
-      for (int s = 0; s < HC; ++s) v[s] = xr[s * (a.D / 8) + j];
+      for (int s = 0; s < HC; ++s) v[s] = single ? keep[s] : xr[s * (a.D / 8) + j];
       float acc[8] = {};
 #pragma unroll
       for (int s = 0; s < HC; ++s) {
