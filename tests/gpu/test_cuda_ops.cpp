@@ -850,10 +850,10 @@ TEST_F(CudaOps, MoeExperts) {
   struct Case {
     int64_t T, E, k, D, F;
   };
-  // T*k <= 4E: 16-row tiles (decode); larger: 64-row tiles, several tiles per expert.
-  // T*k <= 64 pairs: K split 2 or 4 ways (decode); T*k <= 4E: 16-row tiles; larger: 64-row tiles.
-  for (const Case& c : {Case{1, 8, 2, 128, 64}, Case{5, 16, 3, 256, 128}, Case{8, 64, 6, 512, 256},
-                        Case{200, 8, 2, 128, 192}, Case{64, 32, 6, 512, 256}}) {
+  // T*k <= 64 pairs (decode): the GEMV path, with the combine folded into the w2 kernel at
+  // T <= 2; T*k <= 4E: 16-row tiles; larger: 64-row tiles, several tiles per expert.
+  for (const Case& c : {Case{1, 8, 2, 128, 64}, Case{2, 256, 6, 512, 256}, Case{5, 16, 3, 256, 128},
+                        Case{8, 64, 6, 512, 256}, Case{200, 8, 2, 128, 192}, Case{64, 32, 6, 512, 256}}) {
     T2 x = make_rand("x", Kind::Act, {c.T, c.D});
     T2 w1 = make_rand("w1", Kind::Wt, {c.E, c.F, c.D}, -0.1f, 0.1f);
     T2 w3 = make_rand("w3", Kind::Wt, {c.E, c.F, c.D}, -0.1f, 0.1f);
