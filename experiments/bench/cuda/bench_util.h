@@ -27,6 +27,22 @@ inline std::string command_line(int argc, char** argv) {
   return s;
 }
 
+// The STREAMLAB_* tuning variables set in the environment (they change what a run measures;
+// STREAMLAB_COMMIT and STREAMLAB_CONFIG_DIR are recorded elsewhere or change nothing).
+inline nlohmann::json tuning_environment() {
+  extern char** environ;
+  nlohmann::json env = nlohmann::json::object();
+  for (char** e = environ; e && *e; ++e) {
+    const std::string kv = *e;
+    const size_t eq = kv.find('=');
+    if (kv.rfind("STREAMLAB_", 0) != 0 || eq == std::string::npos) continue;
+    const std::string key = kv.substr(0, eq);
+    if (key == "STREAMLAB_COMMIT" || key == "STREAMLAB_CONFIG_DIR") continue;
+    env[key] = kv.substr(eq + 1);
+  }
+  return env;
+}
+
 // The commit comes from STREAMLAB_COMMIT (scripts/gpu_round.sh sets it from .gpu/COMMIT).
 inline nlohmann::json provenance(const std::string& command) {
   cudaDeviceProp prop{};
@@ -45,7 +61,8 @@ inline nlohmann::json provenance(const std::string& command) {
           {"cuda_runtime_version", rt},
           {"commit", commit ? commit : "unknown"},
           {"date", date},
-          {"command", command}};
+          {"command", command},
+          {"environment", tuning_environment()}};
 }
 
 // Writes next to the target, then renames: a reader never sees half a file.
