@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <unistd.h>  // environ
 #include <fstream>
 #include <functional>
 #include <vector>
@@ -30,9 +31,8 @@ inline std::string command_line(int argc, char** argv) {
 // The STREAMLAB_* tuning variables set in the environment (they change what a run measures;
 // STREAMLAB_COMMIT and STREAMLAB_CONFIG_DIR are recorded elsewhere or change nothing).
 inline nlohmann::json tuning_environment() {
-  extern char** environ;
   nlohmann::json env = nlohmann::json::object();
-  for (char** e = environ; e && *e; ++e) {
+  for (char** e = ::environ; e && *e; ++e) {
     const std::string kv = *e;
     const size_t eq = kv.find('=');
     if (kv.rfind("STREAMLAB_", 0) != 0 || eq == std::string::npos) continue;
