@@ -498,7 +498,6 @@ struct AttnArgs {
   const int32_t* pos;
   const int32_t* seq;
   float* part;  // split-KV partials: [T, HP, nsplit] x (Dh values, m, l); null = no split
-  unsigned* counters;  // decode kernel: finished splits per (token, head group); zero between ops
   int64_t T, B, cap, n_max;
   int H, HP, Dh, ld, ldS, ldP, Ksel, window, mode, ratio, nsplit;
   float scale;
@@ -936,45 +935,6 @@ __global__ __launch_bounds__(256, 2) void sparse_attention_decode_kernel(AttnArg
       a.o[(t * a.H + h) * Dh + d] = __float2bfloat16_rn(dn == 0.f ? 0.f : acc * f / dn);
     }
   }
-  if (a.nsplit == 1) return;
-
-  // Last block done: the split that finishes last for this (token, head group) merges the
-  // nsplit partials in split order, as attn_combine_kernel would (saves that launch).
-  __shared__ bool last;
-  __threadfence();
-  __syncthreads();
-  unsigned* counter = a.counters + t * gridDim.x + blockIdx.x;
-  if (tid == 0) last = atomicAdd(counter, 1u) == unsigned(a.nsplit - 1);
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  __shared__ float wz[DHPB][16];
-  __shared__ float dz[DHPB];
-  if (tid < DHPB && h0 + tid < a.H) {
-    const float* base = a.part + (t * a.HP + h0 + tid) * a.nsplit * rec;
-    const float sink = a.sink[h0 + tid];
-    float M = sink;
-    for (int q = 0; q < a.nsplit; ++q) M = fmaxf(M, __ldcg(base + q * rec + Dh));
-    float den = M != kNegInf ? expf(sink - M) : 0.f;
-    for (int q = 0; q < a.nsplit; ++q) {
-      const float mq = __ldcg(base + q * rec + Dh);
-      const float w = mq == kNegInf ? 0.f : expf(mq - M);
-      wz[tid][q] = w;
-      den += w * __ldcg(base + q * rec + Dh + 1);
-    }
-    dz[tid] = den;
-  }
-  __syncthreads();
-  for (int e = tid; e < DHPB * Dh; e += 256) {
-    const int r = e / Dh, d = e % Dh, h = h0 + r;
-    if (h >= a.H) continue;
-    const float* base = a.part + (t * a.HP + h) * a.nsplit * rec;
-    float acc = 0.f;
-    for (int q = 0; q < a.nsplit; ++q) acc += wz[r][q] * __ldcg(base + q * rec + d);
-    const float den = dz[r];
-    a.o[(t * a.H + h) * Dh + d] = __float2bfloat16_rn(den == 0.f ? 0.f : acc / den);
-  }
-  if (tid == 0) *counter = 0u;  // for the next op on this stream
 }
 
 // Split-KV combine: one block per (head, token); the nsplit (<= 16) partials (O_z, m_z, l_z) are
@@ -1004,9 +964,14 @@ __global__ void attn_combine_kernel(AttnArgs a) {
   __syncthreads();
   const float den = den_s;
   for (int d = threadIdx.x; d < a.Dh; d += blockDim.x) {
+    // All nsplit (<= 16) loads in flight, then the sum in split order.
+    float v[16];
+#pragma unroll
+    for (int z = 0; z < 16; ++z) v[z] = z < a.nsplit ? base[z * rec + d] : 0.f;
     float acc = 0.f;
-    #pragma unroll 4
-    for (int z = 0; z < a.nsplit; ++z) acc += wz[z] * base[z * rec + d];
+#pragma unroll
+    for (int z = 0; z < 16; ++z)
+      if (z < a.nsplit) acc += wz[z] * v[z];
     a.o[(t * a.H + h) * a.Dh + d] = __float2bfloat16_rn(den == 0.f ? 0.f : acc / den);
   }
 }
@@ -1188,7 +1153,6 @@ void CudaBackend::sparse_attention(Stream s, const Tensor& o, const Tensor& q, c
     ns = std::max<int64_t>(1, ns);
     a.nsplit = int(ns);
     a.part = ns > 1 ? static_cast<float*>(scratch(s, op, size_t(T) * a.HP * ns * size_t(Dh + 2) * 4).ptr) : nullptr;
-    a.counters = grid_counters(s, op, size_t(T * dgroups));
     const size_t smem = attn_decode_smem_bytes(int(Dh));
     const dim3 grid{unsigned(dgroups), unsigned(T), unsigned(ns)};
     auto go = [&](auto kernel) {
@@ -1201,6 +1165,10 @@ void CudaBackend::sparse_attention(Stream s, const Tensor& o, const Tensor& q, c
       case 128: go(sparse_attention_decode_kernel<4>); break;
       case 256: go(sparse_attention_decode_kernel<8>); break;
       default: go(sparse_attention_decode_kernel<16>); break;
+    }
+    if (ns > 1) {
+      launch_kernel(op, attn_combine_kernel, dim3(unsigned(H), unsigned(T)), 128, 0, st, a);
+      CUDA_LAUNCH_CHECK(op, st);
     }
     return;
   }

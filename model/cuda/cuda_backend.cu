@@ -317,18 +317,15 @@ CudaBackend::StreamRec CudaBackend::make_stream_rec(const std::string& name, int
   library_bytes_ += ws_bytes;
   // The op scratch comes from the arena (zeroed, like every allocation).
   const std::string sname = name + ".scratch";
-  // Behind it, the stream's grid counters (zero between ops: see grid_counters).
-  const size_t bytes = kScratchBytes + kCounterSlots * sizeof(unsigned);
-  r.scratch = arena_take(bytes, sname);
-  r.counters = reinterpret_cast<unsigned*>(static_cast<char*>(r.scratch) + kScratchBytes);
-  CUDA_CHECK(op, cudaMemsetAsync(r.scratch, 0, bytes, r.stream));
+  r.scratch = arena_take(kScratchBytes, sname);
+  CUDA_CHECK(op, cudaMemsetAsync(r.scratch, 0, kScratchBytes, r.stream));
   CUDA_CHECK(op, cudaStreamSynchronize(r.stream));
   BufferRec b;
   b.name = sname;
-  b.bytes = bytes;
+  b.bytes = kScratchBytes;
   b.kind = AllocKind::Workspace;
   buffers_.push_back(std::move(b));
-  bytes_by_kind_[size_t(AllocKind::Workspace)] += bytes;
+  bytes_by_kind_[size_t(AllocKind::Workspace)] += kScratchBytes;
   r.live = true;
   return r;
 }
@@ -374,12 +371,6 @@ CudaBackend::Scratch CudaBackend::scratch(Stream s, const char* op, size_t need)
   SL_CHECK(need <= kScratchBytes, op, ": needs ", need, " bytes of per-stream scratch, more than the ", kScratchBytes,
            " reserved per stream (batch too large for this op's temporary)");
   return Scratch{streams_[size_t(s.id)].scratch, kScratchBytes};
-}
-
-unsigned* CudaBackend::grid_counters(Stream s, const char* op, size_t n) const {
-  stream(s, op);
-  SL_CHECK(n <= kCounterSlots, op, ": needs ", n, " grid counters, more than the ", kCounterSlots, " per stream");
-  return streams_[size_t(s.id)].counters;
 }
 
 Event CudaBackend::create_event(const std::string& name) {

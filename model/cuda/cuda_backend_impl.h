@@ -181,11 +181,6 @@ class CudaBackend final : public Backend {
     size_t bytes = 0;
   };
   Scratch scratch(Stream s, const char* op, size_t need) const;  // throws if `need` does not fit
-  // The stream's grid counters: kCounterSlots unsigned ints, zero when an op starts. A kernel
-  // whose last block finishes the op's work ("last block done": atomic count of finished
-  // blocks) uses one per group of blocks and resets it to zero; ops on one stream run in order,
-  // so they may all use the same counters.
-  unsigned* grid_counters(Stream s, const char* op, size_t n) const;
   int sm_count() const { return sm_count_; }
 
   size_t smem_optin() const { return smem_optin_; }
@@ -193,7 +188,6 @@ class CudaBackend final : public Backend {
   // Per-stream op scratch and cuBLAS workspace sizes (documented in the header comment).
   static constexpr size_t kScratchBytes = size_t(8) << 20;
   static constexpr size_t kCublasWorkspaceBytes = size_t(32) << 20;
-  static constexpr size_t kCounterSlots = 1024;
 
  private:
   struct StreamRec {
@@ -202,7 +196,6 @@ class CudaBackend final : public Backend {
     void* blas_ws = nullptr;  // cudaMalloc'ed separately (library memory, not the arena)
     size_t blas_ws_bytes = 0;
     void* scratch = nullptr;  // from the arena
-    unsigned* counters = nullptr;  // kCounterSlots, right after the scratch
     std::string name;
     bool live = false;
   };

@@ -124,6 +124,8 @@ __global__ void split_bf16_kernel(bf16* W, const float* fn, int64_t n) {
 // path, 256 threads of 2-byte loads, was latency-bound: 17 us per token row on the H200).
 constexpr int kHcThreads = 512;
 constexpr int kHcDecodeSplits = 8;
+constexpr int kHcMaxHalves = 8;  // partial sums the finish adds: 2 (hi, lo) or the decode splits
+static_assert(kHcDecodeSplits <= kHcMaxHalves, "the finish adds at most kHcMaxHalves partials");
 
 template <int MIX, bool HEAD, bool VEC>
 __global__ __launch_bounds__(kHcThreads) void hc_finish_kernel(HcArgs a, int64_t t0) {
@@ -164,9 +166,15 @@ __global__ __launch_bounds__(kHcThreads) void hc_finish_kernel(HcArgs a, int64_t
   ss = block_sum(ss, red);
   if (threadIdx.x < MIX) {
     // The GEMM's `halves` partial sums (hi and lo parts, or decode's K splits), in order.
+    // All loads first (a loop of dependent load-adds was ~1 us per hc_pre on the H200).
     const float* row = a.mm + int64_t(blockIdx.x) * a.halves * MIX;
-    float v = row[threadIdx.x];
-    for (int h = 1; h < a.halves; ++h) v += row[h * MIX + threadIdx.x];
+    float part[kHcMaxHalves];
+#pragma unroll
+    for (int h = 0; h < kHcMaxHalves; ++h) part[h] = h < a.halves ? row[h * MIX + threadIdx.x] : 0.f;
+    float v = part[0];
+#pragma unroll
+    for (int h = 1; h < kHcMaxHalves; ++h)
+      if (h < a.halves) v += part[h];
     tot[threadIdx.x] = v;
   }
   if (threadIdx.x == 0) tot[MIX] = ss;

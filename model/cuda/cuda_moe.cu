@@ -434,22 +434,13 @@ struct MoeGemvArgs {
   const int* tiles;
   const int* tile_expert;
   float limit;         // SwiGLU clamp (PAIR)
-  // w2 at T <= kFoldMaxTokens: the grid's last block also does the combine (moe_combine_kernel's
-  // sum into out), saving its launch; counter (a stream grid counter) null = no fold.
-  unsigned* counter;
-  void* out_final;
-  int dto;
-  const int* inv;
-  const float* weights;
-  int k;
-  int64_t T;
 };
-constexpr int64_t kFoldMaxTokens = 2;
 
 // NW weight rows per warp, streamed together (more 16-byte loads in flight per lane): PAIR, row n
 // of w1 and of w3; otherwise NW consecutive output columns of w2 (K = F is short).
 template <bool PAIR, int NW>
-__device__ __forceinline__ void moe_gemv_tile(const MoeGemvArgs& g) {
+__global__ __launch_bounds__(256) void moe_gemv_kernel(MoeGemvArgs g) {
+  pdl_enter();
   static_assert(!PAIR || NW == 2, "PAIR streams w1 and w3");
   const int bx = blockIdx.x;
   const int e = g.tile_expert[bx];
@@ -515,35 +506,6 @@ __device__ __forceinline__ void moe_gemv_tile(const MoeGemvArgs& g) {
   }
 }
 
-template <bool PAIR, int NW>
-__global__ __launch_bounds__(256) void moe_gemv_kernel(MoeGemvArgs g) {
-  pdl_enter();
-  moe_gemv_tile<PAIR, NW>(g);
-  if (PAIR || !g.counter) return;
-  // Last block done: out[t, d] = sum_i weights[t, i] * y[inv[t*k + i], d] in slot order, as
-  // moe_combine_kernel with one split.
-  __shared__ bool last;
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(g.counter, 1u) == gridDim.x * gridDim.y * gridDim.z - 1;
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  const float* y = static_cast<const float*>(g.out);
-  const int64_t D = g.N;
-  for (int64_t i = threadIdx.x; i < g.T * D; i += blockDim.x) {
-    const int64_t t = i / D, d = i % D;
-    float acc = 0.f;
-    for (int s = 0; s < g.k; ++s) {
-      const int r = g.inv[t * g.k + s];
-      if (r < 0) continue;
-      acc += g.weights[t * g.k + s] * __ldcg(y + int64_t(r) * D + d);
-    }
-    stf(g.out_final, g.dto, i, acc);
-  }
-  if (threadIdx.x == 0) *g.counter = 0u;  // for the next op on this stream
-}
-
 // out[t, d] = sum_{i < k} weights[t, i] * y[inv[t*k + i], d] (fp32, slot order), where y is the
 // sum of the sk K-split partials (split order). Grid (T, D / 256): the block first stages the
 // token's k rows and weights in shared memory, then one thread per d.
@@ -562,6 +524,17 @@ __global__ __launch_bounds__(256) void moe_combine_kernel(void* out, int dto, co
   const int64_t d = int64_t(blockIdx.y) * blockDim.x + threadIdx.x;
   if (d >= D) return;
   float acc = 0.f;
+  if (sk == 1 && k <= 8) {
+    // Decode's GEMV path: the k rows' loads all in flight, then the sum in slot order.
+    float v[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) v[i] = (i < k && ri[i] >= 0) ? y[int64_t(ri[i]) * D + d] : 0.f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+      if (i < k && ri[i] >= 0) acc += rw[i] * v[i];
+    stf(out, dto, t * D + d, acc);
+    return;
+  }
   for (int i = 0; i < k; ++i) {
     const int r = ri[i];
     if (r < 0) continue;
@@ -761,25 +734,13 @@ void CudaBackend::moe_experts(Stream s, const Tensor& out, const Tensor& x, cons
       return (n == 1 || n == 4) ? n : 2;
     }();
     const dim3 g2{unsigned(max_tiles), unsigned(cdiv(D, 8 * w2_cols)), 1u};
-    const bool fold = T <= kFoldMaxTokens;
-    if (fold) {
-      v.counter = grid_counters(s, op, 1);
-      v.out_final = out.data;
-      v.dto = fcode(out.dtype);
-      v.inv = inv;
-      v.weights = weights.ptr<float>();
-      v.k = int(k);
-      v.T = T;
-    }
     if (w2_cols == 1) launch_kernel(op, moe_gemv_kernel<false, 1>, g2, 256, 0, st, v);
     else if (w2_cols == 4) launch_kernel(op, moe_gemv_kernel<false, 4>, g2, 256, 0, st, v);
     else launch_kernel(op, moe_gemv_kernel<false, 2>, g2, 256, 0, st, v);
     CUDA_LAUNCH_CHECK(op, st);
-    if (!fold) {
-      launch_kernel(op, moe_combine_kernel, dim3{unsigned(T), unsigned(cdiv(D, 256)), 1u}, 256, 0, st, out.data,
-                    fcode(out.dtype), y, P * D, 1, inv, weights.ptr<float>(), int(k), D);
-      CUDA_LAUNCH_CHECK(op, st);
-    }
+    launch_kernel(op, moe_combine_kernel, dim3{unsigned(T), unsigned(cdiv(D, 256)), 1u}, 256, 0, st, out.data,
+                  fcode(out.dtype), y, P * D, 1, inv, weights.ptr<float>(), int(k), D);
+    CUDA_LAUNCH_CHECK(op, st);
     return;
   }
 
