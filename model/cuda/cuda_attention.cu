@@ -87,8 +87,20 @@ __global__ void swa_write_kernel(void* cache, int dtc, int32_t* tags, const void
   if (p < 0 || b < 0 || b >= B) return;
   const int64_t slot = int64_t(b) * cap + p % cap;
   if (!slot_winner(t, T, pos, seq, winner, slot, B, cap)) return;
-  #pragma unroll 4
-  for (int64_t c = threadIdx.x; c < d; c += blockDim.x) stf(cache, dtc, slot * d + c, ldf(k, dtk, t * d + c));
+  // Four loads in flight per thread before the stores.
+  for (int64_t c0 = threadIdx.x; c0 < d; c0 += 4 * int64_t(blockDim.x)) {
+    float v[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const int64_t c = c0 + u * int64_t(blockDim.x);
+      v[u] = c < d ? ldf(k, dtk, t * d + c) : 0.f;
+    }
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const int64_t c = c0 + u * int64_t(blockDim.x);
+      if (c < d) stf(cache, dtc, slot * d + c, v[u]);
+    }
+  }
   if (threadIdx.x == 0) tags[slot] = p;
 }
 
@@ -103,10 +115,23 @@ __global__ void compressor_save_kernel(float* su, float* sg, int32_t* tags, cons
   const int64_t slot = int64_t(b) * S + p % S;
   if (!slot_winner(t, T, pos, seq, winner, slot, B, S)) return;
   const float* ap = ape + int64_t(p % ratio) * cd;
-  #pragma unroll 4
-  for (int64_t c = threadIdx.x; c < cd; c += blockDim.x) {
-    su[slot * cd + c] = u[t * cd + c];
-    sg[slot * cd + c] = g[t * cd + c] + ap[c];
+  // Four elements' loads in flight per thread before the stores.
+  for (int64_t c0 = threadIdx.x; c0 < cd; c0 += 4 * int64_t(blockDim.x)) {
+    float vu[4], vg[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int64_t c = c0 + q * int64_t(blockDim.x);
+      vu[q] = c < cd ? u[t * cd + c] : 0.f;
+      vg[q] = c < cd ? g[t * cd + c] + ap[c] : 0.f;
+    }
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int64_t c = c0 + q * int64_t(blockDim.x);
+      if (c < cd) {
+        su[slot * cd + c] = vu[q];
+        sg[slot * cd + c] = vg[q];
+      }
+    }
   }
   if (threadIdx.x == 0) tags[slot] = p;
 }
