@@ -199,6 +199,8 @@ ScopeMetrics sweep(const Trace& t, size_t n, IndexFn idx, uint32_t main_stream, 
   Ns now = t.kernels[idx(0)].start;
   m.first_start = now;
   Ns O = 0;  // integral of [>= 2 kernels running]
+  Ns SO = 0;  // integral of [kernels of >= 2 streams running]
+  size_t streams_running = 0;
   Ns H = 0;  // integral of [>= 1 main-stream kernel running]
   int main_active = 0;
   size_t count = 0;
@@ -210,6 +212,7 @@ ScopeMetrics sweep(const Trace& t, size_t n, IndexFn idx, uint32_t main_stream, 
     if (count >= m.concurrency.size()) m.concurrency.resize(count + 1, 0);
     m.concurrency[count] += dt;
     if (count >= 2) O += dt;
+    if (streams_running >= 2) SO += dt;
     if (main_active > 0) H += dt;
     now = to;
   };
@@ -223,6 +226,7 @@ ScopeMetrics sweep(const Trace& t, size_t n, IndexFn idx, uint32_t main_stream, 
       --count;
       StreamState& st = ss[e.sidx];
       if (--st.active == 0) {
+        --streams_running;
         st.busy += now - st.run_start_t;
         st.overlapped += O - st.run_start_o;
       }
@@ -289,6 +293,7 @@ ScopeMetrics sweep(const Trace& t, size_t n, IndexFn idx, uint32_t main_stream, 
     }
 
     if (st.active++ == 0) {
+      ++streams_running;
       st.run_start_t = now;
       st.run_start_o = O;
     }
@@ -301,6 +306,8 @@ ScopeMetrics sweep(const Trace& t, size_t n, IndexFn idx, uint32_t main_stream, 
   m.busy = m.span - m.concurrency[0];
   m.overlap = O;
   m.overlap_fraction = m.busy > 0 ? double(m.overlap) / double(m.busy) : 0.0;
+  m.stream_overlap = SO;
+  m.stream_overlap_fraction = m.busy > 0 ? double(m.stream_overlap) / double(m.busy) : 0.0;
   m.aux_hidden_fraction = m.aux_time > 0 ? double(m.aux_hidden) / double(m.aux_time) : 0.0;
   return m;
 }
@@ -314,6 +321,7 @@ void add_scope(ScopeMetrics& acc, const ScopeMetrics& m) {
   acc.kernel_time += m.kernel_time;
   acc.busy += m.busy;
   acc.overlap += m.overlap;
+  acc.stream_overlap += m.stream_overlap;
   if (acc.concurrency.size() < m.concurrency.size()) acc.concurrency.resize(m.concurrency.size(), 0);
   for (size_t i = 0; i < m.concurrency.size(); ++i) acc.concurrency[i] += m.concurrency[i];
   acc.aux_time += m.aux_time;
@@ -709,6 +717,7 @@ AnalysisResult analyze(const Trace& t, const AnalysisOptions& opts) {
     rs.instances = rs.per_instance.size();
     auto& tot = rs.total;
     tot.overlap_fraction = tot.busy > 0 ? double(tot.overlap) / double(tot.busy) : 0.0;
+    tot.stream_overlap_fraction = tot.busy > 0 ? double(tot.stream_overlap) / double(tot.busy) : 0.0;
     tot.aux_hidden_fraction = tot.aux_time > 0 ? double(tot.aux_hidden) / double(tot.aux_time) : 0.0;
     r.range = std::move(rs);
   }

@@ -2,7 +2,8 @@
 //
 // Definitions (STREAMS.md "Metrics", TRACING.md "Analysis"):
 // - busy = length of the union of kernel intervals; overlap = time with >= 2 kernels running;
-//   overlap fraction = overlap / busy. Sweep over sorted start/end points; at equal timestamps
+//   overlap fraction = overlap / busy; stream overlap = time with kernels of >= 2 streams
+//   running (the same, less the overlap of kernels of one stream under PDL). Sweep over sorted start/end points; at equal timestamps
 //   ends are processed before starts, so touching kernels [a,b) [b,c) never overlap.
 // - concurrency histogram = time at exactly 0, 1, 2, ... kernels between the first kernel start
 //   and the last kernel end of the scope.
@@ -66,6 +67,11 @@ struct ScopeMetrics {
   Ns busy = 0;                 // union of kernel intervals
   Ns overlap = 0;              // time with >= 2 kernels running
   double overlap_fraction = 0; // overlap / busy
+  // Time with kernels of >= 2 streams running: overlap without two kernels of one stream
+  // (programmatic dependent launch lets a kernel start while the one before it on its stream
+  // finishes; with PDL off the two are equal).
+  Ns stream_overlap = 0;
+  double stream_overlap_fraction = 0;  // stream_overlap / busy
   std::vector<Ns> concurrency; // concurrency[k] = time with exactly k kernels running (within span)
   Ns aux_time = 0;             // total duration of kernels not on the main stream
   Ns aux_hidden = 0;           // part of it overlapped by main-stream kernels

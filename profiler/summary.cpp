@@ -32,6 +32,8 @@ json scope_json(const ScopeMetrics& m) {
               {"busy_ns", m.busy},
               {"overlap_ns", m.overlap},
               {"overlap_fraction", m.overlap_fraction},
+              {"stream_overlap_ns", m.stream_overlap},
+              {"stream_overlap_fraction", m.stream_overlap_fraction},
               {"concurrency_ns", m.concurrency},
               {"aux_time_ns", m.aux_time},
               {"aux_hidden_ns", m.aux_hidden},
@@ -203,7 +205,11 @@ std::string analysis_to_text(const AnalysisResult& r, size_t top) {
     << (r.options.main_stream ? "" : " (most kernel time)") << "\n";
   auto scope = [&](const ScopeMetrics& m, const std::string& indent) {
     o << indent << "span " << us(m.span) << " us, busy " << us(m.busy) << " us, overlap " << us(m.overlap)
-      << " us = " << pct(m.overlap_fraction) << " of busy\n";
+      << " us = " << pct(m.overlap_fraction) << " of busy";
+    if (m.stream_overlap != m.overlap)
+      o << " (across streams " << us(m.stream_overlap) << " us = " << pct(m.stream_overlap_fraction)
+        << "; the rest is kernels of one stream overlapping, e.g. under PDL)";
+    o << "\n";
     o << indent << "aux kernels " << us(m.aux_time) << " us, hidden under main-stream kernels " << us(m.aux_hidden)
       << " us = " << pct(m.aux_hidden_fraction) << "\n";
     o << indent << "concurrency (time at exactly k kernels):";
@@ -308,13 +314,13 @@ void write_kernel_stats_csv(const AnalysisResult& r, std::ostream& o) {
 
 void write_ranges_csv(const AnalysisResult& r, std::ostream& o) {
   o << "range,index,range_start_ns,range_end_ns,pid,tid,depth,kernels,span_ns,busy_ns,overlap_ns,overlap_fraction,"
-       "aux_time_ns,aux_hidden_ns,aux_hidden_fraction\n";
+       "aux_time_ns,aux_hidden_ns,aux_hidden_fraction,stream_overlap_ns\n";
   if (!r.range) return;
   for (const auto& i : r.range->per_instance)
     o << csv_field(r.range->name) << ',' << i.index << ',' << i.start << ',' << i.end << ',' << i.pid << ',' << i.tid
       << ',' << i.depth << ',' << i.metrics.kernels << ',' << i.metrics.span << ',' << i.metrics.busy << ','
       << i.metrics.overlap << ',' << i.metrics.overlap_fraction << ',' << i.metrics.aux_time << ','
-      << i.metrics.aux_hidden << ',' << i.metrics.aux_hidden_fraction << '\n';
+      << i.metrics.aux_hidden << ',' << i.metrics.aux_hidden_fraction << ',' << i.metrics.stream_overlap << '\n';
 }
 
 void write_summary_csv(const AnalysisResult& r, std::ostream& o) {

@@ -102,6 +102,35 @@ TEST(Analysis, EqualTimestampsAndThreeWayConcurrency) {
   EXPECT_EQ(r.whole.aux_hidden, 30);
 }
 
+// Under programmatic dependent launch a kernel starts while the one before it on its stream
+// drains. Stream 1: [0,10) and [9,20) (1 ns of same-stream overlap); stream 2: [15,25).
+// Overlap (>= 2 kernels): [9,10) + [15,20) = 6; across streams (>= 2 streams): [15,20) = 5.
+TEST(Analysis, SameStreamOverlapIsNotStreamOverlap) {
+  Trace t;
+  TraceBuilder b(t);
+  b.kernel(1, 0, 10);
+  b.kernel(1, 9, 20);
+  b.kernel(2, 15, 25);
+  t.finalize();
+  AnalysisOptions o;
+  o.main_stream = 1;
+  AnalysisResult r = analyze(t, o);
+  EXPECT_EQ(r.whole.busy, 25);
+  EXPECT_EQ(r.whole.overlap, 6);
+  EXPECT_EQ(r.whole.stream_overlap, 5);
+  EXPECT_DOUBLE_EQ(r.whole.stream_overlap_fraction, 5.0 / 25.0);
+  // Without same-stream overlap the two agree.
+  Trace u;
+  TraceBuilder c(u);
+  c.kernel(1, 0, 10);
+  c.kernel(1, 10, 20);
+  c.kernel(2, 15, 25);
+  u.finalize();
+  AnalysisResult q = analyze(u, o);
+  EXPECT_EQ(q.whole.overlap, 5);
+  EXPECT_EQ(q.whole.stream_overlap, 5);
+}
+
 TEST(Analysis, GapsZeroDurationAndInvalidKernels) {
   Trace t;
   TraceBuilder b(t);
