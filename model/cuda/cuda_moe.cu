@@ -1,24 +1,25 @@
 // MoE on the GPU (MODEL.md 6): routing, and the routed experts as a device-side permutation
-// plus one grouped tensor-core GEMM launch per expert matrix. Nothing here reads device memory
-// on the host, so the whole MoE is CUDA-graph capturable.
+// plus one launch per expert matrix over all experts. Nothing here reads device memory on the
+// host, so the whole MoE is CUDA-graph capturable.
 //
 // moe_experts, for P = T * k (token, slot) pairs:
 //   1. moe_permute_kernel (one block): counts per expert, exclusive scans -> each expert's row
 //      range and first BM-row tile, the expert of every tile (tile_expert); a stable scatter
 //      (pairs keep token order within an expert): src_row[row] = token, inv[pair] = row.
-//   2. moe_gemm_kernel for w1 (gathering x rows through src_row) and for w3: one launch each over
-//      all experts. A block is one (expert, BM-row tile) x 64 output columns [x one K split]; it
-//      reads its expert from tile_expert (device memory) and exits if past the last tile, so the
-//      host needs no counts. K streams through a 4-stage cp.async pipeline;
-//      each expert weight byte is read once per row tile (decode: one tile per expert).
-//   3. SwiGLU with clamp on the permuted rows.
-//   4. moe_gemm_kernel for w2 -> y (F32).
-//   5. moe_combine_kernel: out[t] = sum_{i < k} weights[t, i] * y[inv[t*k + i]], in slot order.
-// Decode (P <= 64 pairs: few rows per expert, a handful of experts) is memory-bound on the expert
-// weights and would leave most SMs idle, so K is split SK ways (blockIdx.z): each split writes
-// F32 partial sums, and the consumer (the SwiGLU step for w1/w3, the combine for w2) adds the SK
-// partials in split order. Every output element is a fixed-order fp32 sum that does not depend on
-// which other rows share its tile: results do not depend on scheduling.
+//   2. Prefill (P > 64): moe_gemm_kernel for w1 and w3 in one launch (gathering x rows through
+//      src_row). A block is one (expert, BM-row tile) x 64 output columns of w1 or of w3; it
+//      reads its expert from tile_expert (device memory) and exits if past the last tile, so
+//      the host needs no counts. K streams through a 4-stage cp.async pipeline; each expert
+//      weight byte is read once per row tile. Then SwiGLU with clamp on the permuted rows, and
+//      moe_gemm_kernel for w2 -> y (F32).
+//   3. Decode (P <= 64: a row or two per expert, memory-bound on the expert weights; the
+//      default): moe_gemv_kernel, one warp per (tile of <= 4 rows, output column), for w1 and
+//      w3 together with the SwiGLU fused, then for w2 -> y (F32). STREAMLAB_MOE_DECODE=splitk
+//      takes the tensor-core tiles instead with K split SK ways (blockIdx.z): F32 partials
+//      that the SwiGLU step and the combine add in split order.
+//   4. moe_combine_kernel: out[t] = sum_{i < k} weights[t, i] * y[inv[t*k + i]], in slot order.
+// Every output element is a fixed-order fp32 sum that does not depend on which other rows share
+// its tile: results do not depend on scheduling.
 #include <mma.h>
 
 #include <algorithm>
@@ -564,8 +565,9 @@ __global__ void moe_swiglu_splitk_kernel(bf16* h, const float* p1, const float* 
   }
 }
 
-// The decode K splits. Default: w1 / w3 (paired in one launch) and w2 both 4 ways, what the
-// H200 measured best (results/); STREAMLAB_MOE_SPLIT_K=N or =N13,N2 overrides them (1, 2, 4, 8 or
+// The K splits of the split-K decode path (STREAMLAB_MOE_DECODE=splitk). Default: w1 / w3
+// (paired in one launch) and w2 both 4 ways, what the H200 measured best for that path
+// (results/2026-12-02-h200-round7 c1); STREAMLAB_MOE_SPLIT_K=N or =N13,N2 overrides them (1, 2, 4, 8 or
 // 16; 1 keeps the F32-partials path) for tuning runs. A count that does not divide the k-tiles of
 // its K falls back to the largest power of two that does.
 struct DecodeSplit {
