@@ -6,7 +6,12 @@
 // is exactly the position it wants, as on the CPU. Inserts follow the CPU's program order:
 // when two tokens of one batch map to the same slot, the later token (in batch order) wins.
 // That is made deterministic with integer claims (atomicMax of the token index per slot, in the
-// stream's scratch), then a write pass where only each slot's winner writes.
+// stream's scratch), then a write pass where only each slot's winner writes; at decode (<= 64
+// tokens) the write pass instead checks the later tokens itself (slot_winner).
+//
+// Sparse attention: a tensor-core kernel (16 heads share each key tile), and at T <= 2 a
+// CUDA-core decode kernel with an fp32 softmax; both split the candidates over blocks when the
+// grid would leave SMs idle, and attn_combine_kernel merges the splits.
 #include <mma.h>
 
 #include <algorithm>
