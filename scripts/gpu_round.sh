@@ -77,6 +77,16 @@ for st in $stages; do case $st in
         --modes=${SWEEP_MODES:-eager,graph} --policy=shared --context=2048 --mtp-layers=1 --draft-steps=1 \
         --steps=${BENCH_STEPS:-20} --out="$W/sweep_$name.json"
     done ;;
+  policies)
+    # bench_decode once per stream policy (batch 1 and 8, eager and graph): what the aux streams
+    # and the shared-expert stream cost or buy at decode. POLICIES="serial shared ..."; a name
+    # ending in "-nose" runs that policy with the shared expert on the main stream.
+    for p in ${POLICIES:-"serial" "shared" "per-layer" "shared-nose"}; do
+      extra=""; pol=$p; [[ $p == *-nose ]] && { pol=${p%-nose}; extra=--no-shared-expert-stream; }
+      run "policy_$p" 150 $B/bench_decode --config=flash-6l --batches=${SWEEP_BATCHES:-1,8} \
+        --modes=${SWEEP_MODES:-eager,graph} --policy=$pol $extra --context=2048 --mtp-layers=1 --draft-steps=1 \
+        --steps=${BENCH_STEPS:-20} --out="$W/policy_$p.json"
+    done ;;
   graphtrace)
     # Traced graph replay, batch 1: how much of a replayed step the GPU spends between kernels.
     run trace_graph_b1 90 $B/streamlab run --config flash-6l --backend cuda --policy shared --mtp-layers 1 \

@@ -11,7 +11,7 @@
 //
 //   bench_decode [--config=flash-6l] [--batches=1,8] [--policy=shared] [--context=4096]
 //                [--mtp-layers=1] [--draft-steps=1] [--steps=20] [--modes=eager,graph]
-//                [--out=FILE.json] [google-benchmark flags]
+//                [--no-shared-expert-stream] [--out=FILE.json] [google-benchmark flags]
 #include <benchmark/benchmark.h>
 #include <cuda_runtime.h>
 
@@ -45,6 +45,7 @@ struct Options {
   std::vector<int> batches{1, 8};
   std::vector<std::string> modes{"eager", "graph"};
   int context = 4096, mtp_layers = 1, draft_steps = 1, steps = 20;
+  bool shared_expert_stream = true;
   std::string command_line;
 };
 
@@ -194,7 +195,9 @@ void run(const Options& o) {
           shape.record_routing = true;
           live->cfg = c;
           live->be = make_cuda_backend({});
-          live->model = std::make_unique<DeepSeekV4>(*live->be, c, StreamPolicy::parse(o.policy), shape);
+          StreamPolicy policy = StreamPolicy::parse(o.policy);
+          policy.shared_expert_stream = o.shared_expert_stream;
+          live->model = std::make_unique<DeepSeekV4>(*live->be, c, policy, shape);
           live->model->init_random(c.seed);
           std::vector<int32_t> prompt(size_t(B) * size_t(o.context));
           for (size_t i = 0; i < prompt.size(); ++i)
@@ -249,6 +252,7 @@ void run(const Options& o) {
   out["copy_bandwidth_GBps"] = {{"median", bw / 1e9}, {"samples", bw_samples}};
   out["config"] = o.config;
   out["policy"] = o.policy;
+  out["shared_expert_stream"] = o.shared_expert_stream;
   out["context"] = o.context;
   out["mtp_layers"] = o.mtp_layers;
   out["draft_steps"] = o.draft_steps;
@@ -332,6 +336,7 @@ int main(int argc, char** argv) {
     else if (auto v = flag_value(arg, "--draft-steps=")) o.draft_steps = std::stoi(v);
     else if (auto v = flag_value(arg, "--steps=")) o.steps = std::stoi(v);
     else if (auto v = flag_value(arg, "--modes=")) o.modes = sl::parse_modes(v);
+    else if (std::strcmp(arg, "--no-shared-expert-stream") == 0) o.shared_expert_stream = false;
     else return false;
     return true;
   };
@@ -339,7 +344,7 @@ int main(int argc, char** argv) {
       argc, argv, "bench_decode",
       "bench_decode [--config=flash-6l] [--batches=1,8] [--policy=shared] [--context=4096]\n"
       "             [--mtp-layers=1] [--draft-steps=1] [--steps=20] [--modes=eager,graph]\n"
-      "             [--out=FILE.json]\n"
+      "             [--no-shared-expert-stream] [--out=FILE.json]\n"
       "Decode step time (CUDA) against the bytes floor; see the header of bench_decode.cpp.\n",
       parse, [&o] {
         sl::run(o);
