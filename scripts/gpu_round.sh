@@ -87,6 +87,17 @@ for st in $stages; do case $st in
         --modes=${SWEEP_MODES:-eager,graph} --policy=$pol $extra --context=2048 --mtp-layers=1 --draft-steps=1 \
         --steps=${BENCH_STEPS:-20} --out="$W/policy_$p.json"
     done ;;
+  launch)
+    # The host's cost per CUDA call (launches with and without PDL, event record / wait, a fork/join).
+    run bench_launch 60 $B/bench_launch --out="$OUT/launch_cost.json" ;;
+  apisum)
+    # Eager flash-6l decode at batch 1, traced: host time per CUDA API call (nsys cuda_api_sum on
+    # our SQLite) beside the kernels; what an eager step's enqueue is made of.
+    run trace_api_b1 90 $B/streamlab run --config flash-6l --backend cuda --policy shared --mtp-layers 1 \
+      --draft-steps 1 --batch 1 --context 2048 --steps 6 --warmup-steps 2 --sqlite "$W/api_b1.sqlite"
+    nsys=$(ls /opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys 2>/dev/null | head -n 1)
+    run api_sum_b1 60 "$nsys" stats -q -r cuda_api_sum -f csv -o "$W/api_b1" "$W/api_b1.sqlite"
+    rm -f "$W/api_b1.sqlite" ;;
   graphtrace)
     # Traced graph replay, batch 1: how much of a replayed step the GPU spends between kernels.
     run trace_graph_b1 90 $B/streamlab run --config flash-6l --backend cuda --policy shared --mtp-layers 1 \

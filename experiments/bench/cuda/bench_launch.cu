@@ -1,0 +1,211 @@
+// What the host pays to enqueue work, per CUDA call: the cost that bounds an eager decode step
+// at batch 1, where a step is ~300 kernels of a few microseconds each (bench_decode prints the
+// step's enqueue time beside its step time).
+//
+// Each pattern enqueues its calls N times on streams created here (non-blocking, as the stream
+// policies create theirs), times the host from the first call to the last one's return, then
+// synchronises and times the whole batch on the device. Reported: host microseconds per
+// iteration of the pattern (median of --reps repeats) and device microseconds per iteration. An
+// iteration of `fork_join` is the placement the stream policies use for one fork and join: a
+// kernel on main, record, wait on aux, a kernel on aux, record, wait on main.
+//
+//   bench_launch [--iters=1000] [--reps=7] [--out=FILE.json]
+#include <benchmark/benchmark.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "experiments/bench/cuda/bench_util.h"
+
+namespace sl {
+namespace {
+
+#define LAUNCH_CUDA(call)                                                                     \
+  do {                                                                                        \
+    cudaError_t e_ = (call);                                                                  \
+    SL_CHECK(e_ == cudaSuccess, "bench_launch: ", #call, " failed: ", cudaGetErrorString(e_)); \
+  } while (0)
+
+// The size of a typical argument block of the backend's kernels (its HcArgs, AttnArgs, ...).
+struct Args128 {
+  const void* p[16];
+};
+
+__global__ void empty_kernel(int) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+__global__ void empty_kernel_128(Args128) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+struct Options {
+  int iters = 1000, reps = 7;
+  std::string out, command_line;
+};
+
+template <class... KArgs, class... Args>
+void launch(bool pdl, cudaStream_t st, void (*kernel)(KArgs...), Args... args) {
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(1);
+  cfg.blockDim = dim3(32);
+  cfg.stream = st;
+  cfg.attrs = &attr;
+  cfg.numAttrs = pdl ? 1 : 0;
+  LAUNCH_CUDA(cudaLaunchKernelEx(&cfg, kernel, args...));
+}
+
+struct Pattern {
+  std::string name, what;
+  std::function<void()> once;  // one iteration
+};
+
+struct Result {
+  std::string name, what;
+  double host_us = 0, device_us = 0;
+  std::vector<double> host_samples;
+};
+
+void run(const Options& o) {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+    std::fprintf(stderr, "bench_launch: no CUDA device; nothing measured\n");
+    std::exit(2);
+  }
+  cudaStream_t s0, s1;
+  LAUNCH_CUDA(cudaStreamCreateWithFlags(&s0, cudaStreamNonBlocking));
+  LAUNCH_CUDA(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
+  cudaEvent_t e0, e1, t0, t1;
+  LAUNCH_CUDA(cudaEventCreateWithFlags(&e0, cudaEventDisableTiming));
+  LAUNCH_CUDA(cudaEventCreateWithFlags(&e1, cudaEventDisableTiming));
+  LAUNCH_CUDA(cudaEventCreate(&t0));
+  LAUNCH_CUDA(cudaEventCreate(&t1));
+  Args128 a128{};
+  int flip = 0;
+
+  const std::vector<Pattern> patterns = {
+      {"launch", "cudaLaunchKernelEx, no attributes, one stream", [&] { launch(false, s0, empty_kernel, 0); }},
+      {"launch_pdl", "cudaLaunchKernelEx with the PDL attribute, one stream",
+       [&] { launch(true, s0, empty_kernel, 0); }},
+      {"launch_pdl_128B", "the same with a 128-byte argument block",
+       [&] { launch(true, s0, empty_kernel_128, a128); }},
+      {"launch_pdl_2streams", "PDL launches alternating between two streams",
+       [&] { launch(true, (flip ^= 1) ? s0 : s1, empty_kernel, 0); }},
+      {"record", "cudaEventRecord on one stream", [&] { LAUNCH_CUDA(cudaEventRecord(e0, s0)); }},
+      {"record_wait", "cudaEventRecord on one stream + cudaStreamWaitEvent on another",
+       [&] {
+         LAUNCH_CUDA(cudaEventRecord(e0, s0));
+         LAUNCH_CUDA(cudaStreamWaitEvent(s1, e0, 0));
+       }},
+      {"fork_join", "launch main, record, wait aux, launch aux, record, wait main (PDL launches)",
+       [&] {
+         launch(true, s0, empty_kernel, 0);
+         LAUNCH_CUDA(cudaEventRecord(e0, s0));
+         LAUNCH_CUDA(cudaStreamWaitEvent(s1, e0, 0));
+         launch(true, s1, empty_kernel, 0);
+         LAUNCH_CUDA(cudaEventRecord(e1, s1));
+         LAUNCH_CUDA(cudaStreamWaitEvent(s0, e1, 0));
+       }},
+  };
+
+  using clock = std::chrono::steady_clock;
+  std::vector<Result> results;
+  for (const Pattern& p : patterns) {
+    Result r;
+    r.name = p.name;
+    r.what = p.what;
+    std::vector<double> dev;
+    for (int rep = 0; rep < o.reps + 1; ++rep) {  // the first repeat warms up
+      LAUNCH_CUDA(cudaDeviceSynchronize());
+      LAUNCH_CUDA(cudaEventRecord(t0, s0));
+      auto h0 = clock::now();
+      for (int i = 0; i < o.iters; ++i) p.once();
+      auto h1 = clock::now();
+      LAUNCH_CUDA(cudaEventRecord(e1, s1));  // s1's work (if any) before the stop
+      LAUNCH_CUDA(cudaStreamWaitEvent(s0, e1, 0));
+      LAUNCH_CUDA(cudaEventRecord(t1, s0));
+      LAUNCH_CUDA(cudaEventSynchronize(t1));
+      float ms = 0;
+      LAUNCH_CUDA(cudaEventElapsedTime(&ms, t0, t1));
+      if (rep == 0) continue;
+      r.host_samples.push_back(std::chrono::duration<double, std::micro>(h1 - h0).count() / o.iters);
+      dev.push_back(double(ms) * 1e3 / o.iters);
+    }
+    auto median = [](std::vector<double> v) {
+      std::sort(v.begin(), v.end());
+      return v[v.size() / 2];
+    };
+    r.host_us = median(r.host_samples);
+    r.device_us = median(dev);
+    results.push_back(r);
+    std::fprintf(stderr, "  %-20s host %7.3f us  device %7.3f us per iteration\n", r.name.c_str(), r.host_us,
+                 r.device_us);
+  }
+
+  std::printf("\n%-20s %10s %12s  %s\n", "pattern", "host us", "device us", "what (per iteration)");
+  nlohmann::json out;
+  out["provenance"] = bench::provenance(o.command_line);
+  out["iters"] = o.iters;
+  out["reps"] = o.reps;
+  for (const Result& r : results) {
+    std::printf("%-20s %10.3f %12.3f  %s\n", r.name.c_str(), r.host_us, r.device_us, r.what.c_str());
+    out["patterns"].push_back({{"name", r.name},
+                               {"what", r.what},
+                               {"host_us_median", r.host_us},
+                               {"host_us_samples", r.host_samples},
+                               {"device_us", r.device_us}});
+  }
+  if (!o.out.empty()) {
+    bench::write_json_atomic(o.out, out);
+    std::printf("wrote %s\n", o.out.c_str());
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  cudaEventDestroy(t0);
+  cudaEventDestroy(t1);
+  cudaStreamDestroy(s0);
+  cudaStreamDestroy(s1);
+}
+
+}  // namespace
+}  // namespace sl
+
+int main(int argc, char** argv) {
+  sl::Options o;
+  o.command_line = sl::bench::command_line(argc, argv);
+  auto parse = [&o](const char* arg) {
+    using sl::bench::flag_value;
+    if (auto v = flag_value(arg, "--iters=")) o.iters = std::stoi(v);
+    else if (auto v = flag_value(arg, "--reps=")) o.reps = std::stoi(v);
+    else if (auto v = flag_value(arg, "--out=")) o.out = v;
+    else return false;
+    return true;
+  };
+  return sl::bench::bench_main(
+      argc, argv, "bench_launch",
+      "bench_launch [--iters=1000] [--reps=7] [--out=FILE.json]\n"
+      "Host cost per CUDA call (kernel launches with and without PDL, event records and waits, a\n"
+      "fork/join); see the header of bench_launch.cu.\n",
+      parse, [&o] {
+        SL_CHECK(o.iters > 0 && o.reps > 0, "--iters and --reps must be positive");
+        sl::run(o);
+        return 0;
+      });
+}
