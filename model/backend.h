@@ -124,6 +124,16 @@ class Backend {
   virtual void hc_pre(Stream s, const Tensor& y, const Tensor& post, const Tensor& comb, const Tensor& X,
                       const Tensor& fn, const Tensor& scale, const Tensor& base, int sinkhorn_iters, float hc_eps,
                       float rms_eps) = 0;
+  // hc_pre, then out = rmsnorm(y, norm_w, norm_eps): a sub-layer's input (MODEL.md 4, hc_pre ->
+  // RMSNorm) in one op, so that a backend may fuse the two (the CUDA backend does: one kernel
+  // launch fewer per sub-layer). y, post and comb are written as by hc_pre. The default runs the
+  // two ops.
+  virtual void hc_pre_norm(Stream s, const Tensor& out, const Tensor& y, const Tensor& post, const Tensor& comb,
+                           const Tensor& X, const Tensor& fn, const Tensor& scale, const Tensor& base,
+                           int sinkhorn_iters, float hc_eps, float rms_eps, const Tensor& norm_w, float norm_eps) {
+    hc_pre(s, y, post, comb, X, fn, scale, base, sinkhorn_iters, hc_eps, rms_eps);
+    rmsnorm(s, out, y, norm_w, norm_eps);
+  }
   // X_out[t, j, :] = post[t, j] * f[t, :] + sum_i comb[t, i, j] * res[t, i, :].
   virtual void hc_post(Stream s, const Tensor& X_out, const Tensor& f, const Tensor& res, const Tensor& post,
                        const Tensor& comb) = 0;
@@ -183,6 +193,16 @@ class Backend {
   virtual size_t moe_workspace_bytes(int64_t tokens, int k, int D, int F, int E) const = 0;
   // out = silu(min(g, L)) * clamp(u, -L, L) (MODEL.md 3.3).
   virtual void swiglu(Stream s, const Tensor& out, const Tensor& g, const Tensor& u, float limit) = 0;
+  // A dense SwiGLU expert's input half (the shared expert, MODEL.md 6): g = x . w1^T, u = x . w3^T,
+  // act = swiglu(g, u, limit), in one op so that a backend may fuse them (the CUDA backend does at
+  // decode sizes, and then leaves g and u unwritten: act is the op's result). The default runs
+  // the three ops.
+  virtual void gemm_swiglu(Stream s, const Tensor& act, const Tensor& g, const Tensor& u, const Tensor& x,
+                           const Tensor& w1, const Tensor& w3, float limit) {
+    gemm(s, g, x, w1);
+    gemm(s, u, x, w3);
+    swiglu(s, act, g, u, limit);
+  }
 };
 
 }  // namespace sl

@@ -293,6 +293,15 @@ class CheckBackend final : public Backend {
     });
     check("hc_pre", {{"y", &y}, {"post", &post}, {"comb", &comb}});
   }
+  void hc_pre_norm(Stream s, const Tensor& out, const Tensor& y, const Tensor& post, const Tensor& comb,
+                   const Tensor& X, const Tensor& fn, const Tensor& scale, const Tensor& base, int iters, float hc_eps,
+                   float rms_eps, const Tensor& norm_w, float norm_eps) override {
+    both("hc_pre_norm", s, [&](Backend& be, Stream st, Side x) {
+      be.hc_pre_norm(st, side(x, out), side(x, y), side(x, post), side(x, comb), side(x, X), side(x, fn),
+                     side(x, scale), side(x, base), iters, hc_eps, rms_eps, side(x, norm_w), norm_eps);
+    });
+    check("hc_pre_norm", {{"y", &y}, {"post", &post}, {"comb", &comb}, {"out", &out}});
+  }
   void hc_post(Stream s, const Tensor& X_out, const Tensor& f, const Tensor& res, const Tensor& post,
                const Tensor& comb) override {
     both("hc_post", s, [&](Backend& be, Stream st, Side x) {
@@ -381,6 +390,13 @@ class CheckBackend final : public Backend {
   }
   size_t moe_workspace_bytes(int64_t tokens, int k, int D, int F, int E) const override {
     return std::max(ref_.moe_workspace_bytes(tokens, k, D, F, E), dut_.moe_workspace_bytes(tokens, k, D, F, E));
+  }
+  void gemm_swiglu(Stream s, const Tensor& act, const Tensor& g, const Tensor& u, const Tensor& x, const Tensor& w1,
+                   const Tensor& w3, float limit) override {
+    both("gemm_swiglu", s, [&](Backend& be, Stream st, Side y) {
+      be.gemm_swiglu(st, side(y, act), side(y, g), side(y, u), side(y, x), side(y, w1), side(y, w3), limit);
+    });
+    check("gemm_swiglu", {{"act", &act}});
   }
   void swiglu(Stream s, const Tensor& out, const Tensor& g, const Tensor& u, float limit) override {
     both("swiglu", s,

@@ -103,15 +103,16 @@ void DeepSeekV4::decoder_layer(int layer, const BlockWeights& bw, LayerCache& ca
   const Tensor a = buf_->a.rows(0, T);
   {
     Ops::Scope s(ops_, "attn");
-    ops_.hc_pre(main, "hc_pre.attn", y, post, comb, X, bw.hc_attn_fn, bw.hc_attn_scale, bw.hc_attn_base, it, hc_eps, eps);
-    ops_.rmsnorm(main, "attn_norm", a, y, bw.attn_norm, eps);
+    // hc_pre and attn_norm in one op (a backend may fuse them).
+    ops_.hc_pre_norm(main, "hc_pre.attn", a, y, post, comb, X, bw.hc_attn_fn, bw.hc_attn_scale, bw.hc_attn_base, it,
+                     hc_eps, eps, bw.attn_norm, eps);
     attention(layer, bw.attn, cache, a, buf_->f.rows(0, T), st);
     ops_.hc_post(main, "hc_post.attn", Xtmp, buf_->f.rows(0, T), X, post, comb);
   }
   {
     Ops::Scope s(ops_, "ffn");
-    ops_.hc_pre(main, "hc_pre.ffn", y, post, comb, Xtmp, bw.hc_ffn_fn, bw.hc_ffn_scale, bw.hc_ffn_base, it, hc_eps, eps);
-    ops_.rmsnorm(main, "ffn_norm", a, y, bw.ffn_norm, eps);
+    ops_.hc_pre_norm(main, "hc_pre.ffn", a, y, post, comb, Xtmp, bw.hc_ffn_fn, bw.hc_ffn_scale, bw.hc_ffn_base, it,
+                     hc_eps, eps, bw.ffn_norm, eps);
     moe(layer, bw.ffn, a, buf_->f.rows(0, T), st);
     ops_.hc_post(main, "hc_post.ffn", X, buf_->f.rows(0, T), Xtmp, post, comb);
   }

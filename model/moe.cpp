@@ -35,9 +35,8 @@ void DeepSeekV4::moe(int layer, const MoeWeights& mw, const Tensor& x, const Ten
              float(cfg_.routed_scaling_factor));
   ops_.moe_experts(main, routed, x, ids, rw, mw.w1, mw.w2, mw.w3, limit, b.moe_ws);
 
-  ops_.gemm(side, "shared_experts.w1", g, x, mw.sh_w1);
-  ops_.gemm(side, "shared_experts.w3", u, x, mw.sh_w3);
-  ops_.swiglu(side, "shared_experts.swiglu", act, g, u, limit);
+  // w1, w3 and the SwiGLU in one op (a backend may fuse them).
+  ops_.gemm_swiglu(side, "shared_experts.w1w3_swiglu", act, g, u, x, mw.sh_w1, mw.sh_w3, limit);
   ops_.gemm(side, "shared_experts.w2", shared, act, mw.sh_w2);
   if (side != main) {
     ops_.record(ev.moe_join, side);

@@ -116,6 +116,14 @@ void Ops::hc_pre(Stream s, const char* name, const Tensor& y, const Tensor& post
   end();
 }
 
+void Ops::hc_pre_norm(Stream s, const char* name, const Tensor& out, const Tensor& y, const Tensor& post,
+                      const Tensor& comb, const Tensor& X, const Tensor& fn, const Tensor& scale, const Tensor& base,
+                      int iters, float hc_eps, float rms_eps, const Tensor& norm_w, float norm_eps) {
+  begin(s, name, {&X, &fn, &scale, &base, &norm_w}, {&y, &post, &comb, &out});
+  be_.hc_pre_norm(s, out, y, post, comb, X, fn, scale, base, iters, hc_eps, rms_eps, norm_w, norm_eps);
+  end();
+}
+
 void Ops::hc_post(Stream s, const char* name, const Tensor& X_out, const Tensor& f, const Tensor& res,
                   const Tensor& post, const Tensor& comb) {
   begin(s, name, {&f, &res, &post, &comb}, {&X_out});
@@ -185,6 +193,13 @@ void Ops::moe_experts(Stream s, const Tensor& out, const Tensor& x, const Tensor
                       const Tensor& w1, const Tensor& w2, const Tensor& w3, float limit, const Tensor& workspace) {
   begin(s, "routed_experts", {&x, &ids, &weights, &w1, &w2, &w3}, {&out, &workspace});
   be_.moe_experts(s, out, x, ids, weights, w1, w2, w3, limit, workspace);
+  end();
+}
+
+void Ops::gemm_swiglu(Stream s, const char* name, const Tensor& act, const Tensor& g, const Tensor& u,
+                      const Tensor& x, const Tensor& w1, const Tensor& w3, float limit) {
+  begin(s, name, {&x, &w1, &w3}, {&act, &g, &u});
+  be_.gemm_swiglu(s, act, g, u, x, w1, w3, limit);
   end();
 }
 

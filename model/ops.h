@@ -54,6 +54,10 @@ class Ops {
   void hc_expand(Stream s, const Tensor& X, const Tensor& e);
   void hc_pre(Stream s, const char* name, const Tensor& y, const Tensor& post, const Tensor& comb, const Tensor& X,
               const Tensor& fn, const Tensor& scale, const Tensor& base, int iters, float hc_eps, float rms_eps);
+  // hc_pre followed by the sub-layer's RMSNorm (out = rmsnorm(y, norm_w)); one op named `name`.
+  void hc_pre_norm(Stream s, const char* name, const Tensor& out, const Tensor& y, const Tensor& post,
+                   const Tensor& comb, const Tensor& X, const Tensor& fn, const Tensor& scale, const Tensor& base,
+                   int iters, float hc_eps, float rms_eps, const Tensor& norm_w, float norm_eps);
   void hc_post(Stream s, const char* name, const Tensor& X_out, const Tensor& f, const Tensor& res,
                const Tensor& post, const Tensor& comb);
   void hc_head(Stream s, const Tensor& h, const Tensor& X, const Tensor& fn, const Tensor& scale, const Tensor& base,
@@ -77,6 +81,9 @@ class Ops {
   void moe_experts(Stream s, const Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
                    const Tensor& w1, const Tensor& w2, const Tensor& w3, float limit, const Tensor& workspace);
   void swiglu(Stream s, const char* name, const Tensor& out, const Tensor& g, const Tensor& u, float limit);
+  // act = swiglu(x . w1^T, x . w3^T); g and u are its scratch (Backend::gemm_swiglu).
+  void gemm_swiglu(Stream s, const char* name, const Tensor& act, const Tensor& g, const Tensor& u, const Tensor& x,
+                   const Tensor& w1, const Tensor& w3, float limit);
 
  private:
   // Declares one op: schedule entry (when attached) and the op's annotation range.

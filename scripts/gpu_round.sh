@@ -97,7 +97,7 @@ for st in $stages; do case $st in
       --draft-steps 1 --batch 1 --context 2048 --steps 6 --warmup-steps 2 --sqlite "$W/api_b1.sqlite"
     nsys=$(ls /opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys 2>/dev/null | head -n 1)
     run api_sum_b1 60 "$nsys" stats -q -r cuda_api_sum -f csv -o "$W/api_b1" "$W/api_b1.sqlite"
-    gzip -f "$W/api_b1.sqlite" ;;
+    gzip -f "$W/api_b1.sqlite"; tar czf "$OUT/round.tar.gz" -C "$W" . ;;
   graphtrace)
     # Traced graph replay, batch 1: how much of a replayed step the GPU spends between kernels.
     run trace_graph_b1 90 $B/streamlab run --config flash-6l --backend cuda --policy shared --mtp-layers 1 \

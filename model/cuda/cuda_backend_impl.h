@@ -4,8 +4,8 @@
 //   cuda_backend.cu    the class: arena, streams (+ their cuBLAS handles), events, NVTX,
 //                      upload/download, init_uniform/fill/copy, error helpers
 //   cuda_dense.cu      gemm, gemm_grouped (cuBLAS; a SIMT kernel for mixed dtypes), rmsnorm, add,
-//                      rope, swiglu, embed, argmax, gather_rows, shift_tokens
-//   cuda_mhc.cu        hc_pre, hc_post, hc_head, hc_expand, mtp_combine
+//                      rope, swiglu, gemm_swiglu, embed, argmax, gather_rows, shift_tokens
+//   cuda_mhc.cu        hc_pre, hc_pre_norm, hc_post, hc_head, hc_expand, mtp_combine
 //   cuda_attention.cu  swa_insert, compressor_save, compressor_pool, indexer_topk,
 //                      sparse_attention
 //   cuda_moe.cu        route, moe_experts (device-side permutation + grouped tensor-core GEMM),
@@ -132,6 +132,8 @@ class CudaBackend final : public Backend {
   void add(Stream s, const Tensor& out, const Tensor& a, const Tensor& b) override;
   void rope(Stream s, const Tensor& x, const Tensor& pos, const Tensor& table, bool inverse) override;
   void swiglu(Stream s, const Tensor& out, const Tensor& g, const Tensor& u, float limit) override;
+  void gemm_swiglu(Stream s, const Tensor& act, const Tensor& g, const Tensor& u, const Tensor& x, const Tensor& w1,
+                   const Tensor& w3, float limit) override;
 
   // embedding, sampling (cuda_dense.cu)
   void embed(Stream s, const Tensor& out, const Tensor& ids, const Tensor& table, const Tensor& pos,
@@ -143,6 +145,9 @@ class CudaBackend final : public Backend {
   // mHC (cuda_mhc.cu)
   void hc_pre(Stream s, const Tensor& y, const Tensor& post, const Tensor& comb, const Tensor& X, const Tensor& fn,
               const Tensor& scale, const Tensor& base, int sinkhorn_iters, float hc_eps, float rms_eps) override;
+  void hc_pre_norm(Stream s, const Tensor& out, const Tensor& y, const Tensor& post, const Tensor& comb,
+                   const Tensor& X, const Tensor& fn, const Tensor& scale, const Tensor& base, int sinkhorn_iters,
+                   float hc_eps, float rms_eps, const Tensor& norm_w, float norm_eps) override;
   void hc_post(Stream s, const Tensor& X_out, const Tensor& f, const Tensor& res, const Tensor& post,
                const Tensor& comb) override;
   void hc_head(Stream s, const Tensor& h, const Tensor& X, const Tensor& fn, const Tensor& scale, const Tensor& base,

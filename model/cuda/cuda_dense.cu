@@ -25,6 +25,9 @@ struct GemmArgs {
   int64_t M, N, K;
   int64_t lda, ldw, ldo;      // row strides (elements)
   int64_t sa, sw, so;         // batch strides (elements)
+  // gemm_swiglu's GEMV only: the second weight (w3, same layout as w) and the SwiGLU clamp.
+  const void* w3 = nullptr;
+  float limit = 0.f;
 };
 
 // Tiled SIMT kernel: a 64x64 output tile per block of 256 threads, each thread a 4x4 sub-tile;
@@ -129,11 +132,16 @@ __global__ __launch_bounds__(256) void gemm_nt_skinny_kernel(GemmArgs g) {
 // deterministic, and a row's result does not depend on M.
 constexpr int kGemvMaxRows = 8;
 
-template <int WPC, class TA, class TW, class TO>
+//
+// SWIGLU (gemm_swiglu): each warp also streams the same column of w3 and the block writes
+// out = swiglu(g, u) of the two products, each rounded to the output type first, as the three
+// separate ops would store g and u (the two sums run in exactly the plain kernel's order).
+template <int WPC, class TA, class TW, class TO, bool SWIGLU = false>
 __global__ __launch_bounds__(256) void gemv_kernel(GemmArgs g) {
   pdl_enter();
   constexpr int CPB = 8 / WPC;  // columns per block
-  __shared__ float red[8][kGemvMaxRows];
+  constexpr int NM = SWIGLU ? 2 : 1;  // matrices streamed: w, and w3 with SWIGLU
+  __shared__ float red[NM][8][kGemvMaxRows];
   const TA* a = static_cast<const TA*>(g.a) + blockIdx.z * g.sa;
   const TW* w = static_cast<const TW*>(g.w) + blockIdx.z * g.sw;
   TO* out = static_cast<TO*>(g.out) + blockIdx.z * g.so;
@@ -142,45 +150,68 @@ __global__ __launch_bounds__(256) void gemv_kernel(GemmArgs g) {
   const int part = warp % WPC;
   const int64_t kchunk = g.K / WPC;  // a multiple of 8 (launch_gemv)
   const int M = int(g.M);
-  float acc[kGemvMaxRows] = {};
+  float acc[NM][kGemvMaxRows] = {};
   if (n < g.N) {
-    const TW* wr = w + n * g.ldw;
+    const TW* wr[NM];
+    wr[0] = w + n * g.ldw;
+    if constexpr (SWIGLU) wr[NM - 1] = static_cast<const TW*>(g.w3) + blockIdx.z * g.sw + n * g.ldw;
     const int64_t k1 = (part + 1) * kchunk;
 #pragma unroll 4
     for (int64_t k = part * kchunk + int64_t(lane) * 8; k < k1; k += 256) {
-      float wv[8];
-      load8(wr + k, wv);
+      float wv[NM][8];
+#pragma unroll
+      for (int m = 0; m < NM; ++m) load8(wr[m] + k, wv[m]);
 #pragma unroll
       for (int r = 0; r < kGemvMaxRows; ++r) {
         if (r >= M) break;
         float av[8];
         load8(a + r * g.lda + k, av);
 #pragma unroll
-        for (int q = 0; q < 8; ++q) acc[r] += av[q] * wv[q];
+        for (int m = 0; m < NM; ++m)
+#pragma unroll
+          for (int q = 0; q < 8; ++q) acc[m][r] += av[q] * wv[m][q];
       }
     }
   }
 #pragma unroll
-  for (int r = 0; r < kGemvMaxRows; ++r) acc[r] = warp_sum(acc[r]);
+  for (int m = 0; m < NM; ++m)
+#pragma unroll
+    for (int r = 0; r < kGemvMaxRows; ++r) acc[m][r] = warp_sum(acc[m][r]);
+  // The column's value of matrix m for row `lane` (its WPC warps added in order).
+  float v[NM];
+  bool writer;
   if constexpr (WPC == 1) {
-    if (n < g.N && lane < M) {
-      float v = 0.f;
+    writer = n < g.N && lane < M;
+#pragma unroll
+    for (int m = 0; m < NM; ++m) {
+      v[m] = 0.f;
 #pragma unroll
       for (int r = 0; r < kGemvMaxRows; ++r)
-        if (r == lane) v = acc[r];
-      out[int64_t(lane) * g.ldo + n] = from_f<TO>(v);
+        if (r == lane) v[m] = acc[m][r];
     }
   } else {
     if (lane == 0)
 #pragma unroll
-      for (int r = 0; r < kGemvMaxRows; ++r) red[warp][r] = acc[r];
-    __syncthreads();
-    if (part == 0 && n < g.N && lane < M) {
-      float v = 0.f;
+      for (int m = 0; m < NM; ++m)
 #pragma unroll
-      for (int ww = 0; ww < WPC; ++ww) v += red[warp + ww][lane];
-      out[int64_t(lane) * g.ldo + n] = from_f<TO>(v);
+        for (int r = 0; r < kGemvMaxRows; ++r) red[m][warp][r] = acc[m][r];
+    __syncthreads();
+    writer = part == 0 && n < g.N && lane < M;
+#pragma unroll
+    for (int m = 0; m < NM; ++m) {
+      v[m] = 0.f;
+      if (writer)
+#pragma unroll
+        for (int ww = 0; ww < WPC; ++ww) v[m] += red[m][warp + ww][lane];
     }
+  }
+  if (!writer) return;
+  if constexpr (SWIGLU) {
+    const float gv = fminf(to_f(from_f<TO>(v[0])), g.limit);
+    const float uv = fminf(fmaxf(to_f(from_f<TO>(v[1])), -g.limit), g.limit);
+    out[int64_t(lane) * g.ldo + n] = from_f<TO>(gv * sigmoidf_(gv) * uv);
+  } else {
+    out[int64_t(lane) * g.ldo + n] = from_f<TO>(v[0]);
   }
 }
 
@@ -193,15 +224,15 @@ int gemv_warps_per_column(int64_t N, int64_t K, int batch, int sms) {
   return wpc;
 }
 
-template <class TA, class TW, class TO>
+template <class TA, class TW, class TO, bool SWIGLU = false>
 void launch_gemv(const char* op, cudaStream_t st, const GemmArgs& g, int batch, int sms) {
   const int wpc = gemv_warps_per_column(g.N, g.K, batch, sms);
   const dim3 grid(unsigned(cdiv(g.N, 8 / wpc)), 1, unsigned(batch));
   switch (wpc) {
-    case 1: launch_kernel(op, gemv_kernel<1, TA, TW, TO>, grid, 256, 0, st, g); break;
-    case 2: launch_kernel(op, gemv_kernel<2, TA, TW, TO>, grid, 256, 0, st, g); break;
-    case 4: launch_kernel(op, gemv_kernel<4, TA, TW, TO>, grid, 256, 0, st, g); break;
-    default: launch_kernel(op, gemv_kernel<8, TA, TW, TO>, grid, 256, 0, st, g); break;
+    case 1: launch_kernel(op, gemv_kernel<1, TA, TW, TO, SWIGLU>, grid, 256, 0, st, g); break;
+    case 2: launch_kernel(op, gemv_kernel<2, TA, TW, TO, SWIGLU>, grid, 256, 0, st, g); break;
+    case 4: launch_kernel(op, gemv_kernel<4, TA, TW, TO, SWIGLU>, grid, 256, 0, st, g); break;
+    default: launch_kernel(op, gemv_kernel<8, TA, TW, TO, SWIGLU>, grid, 256, 0, st, g); break;
   }
   CUDA_LAUNCH_CHECK(op, st);
 }
@@ -361,6 +392,29 @@ void CudaBackend::gemm(Stream s, const Tensor& out, const Tensor& a, const Tenso
   }
   GemmArgs g{out.data, a.data, w.data, M, N, K, K, K, N, 0, 0, 0};
   gemm_any(*this, op, s, g, out.dtype, a.dtype, w.dtype, 1);
+}
+
+// The shared expert's w1 and w3 GEMMs and their SwiGLU (MODEL.md 6) as one GEMV launch at decode
+// sizes (bf16_gemv_takes: M <= 2, small bf16 weights): each warp streams the same column of both
+// matrices, and act is written without storing g and u (left untouched). act equals the three
+// ops' result bit for bit. Other shapes run the three ops.
+void CudaBackend::gemm_swiglu(Stream s, const Tensor& act, const Tensor& g, const Tensor& u, const Tensor& x,
+                              const Tensor& w1, const Tensor& w3, float limit) {
+  const char* op = "gemm_swiglu";
+  const auto [M, N, K] = checks::validate_gemm<OpRules>(g, x, w1);
+  checks::validate_gemm<OpRules>(u, x, w3);
+  checks::validate_swiglu<OpRules>(act, g, u);
+  GemmArgs ga{act.data, x.data, w1.data, M, N, K, K, K, N, 0, 0, 0};
+  ga.w3 = w3.data;
+  ga.limit = limit;
+  const bool fuse = K > 0 && act.dtype == DType::BF16 && g.dtype == DType::BF16 && u.dtype == DType::BF16 &&
+                    w3.dtype == w1.dtype && bf16_gemv_takes(ga, 1, act.dtype, x.dtype, w1.dtype) &&
+                    reinterpret_cast<uintptr_t>(w3.data) % 16 == 0;
+  if (!fuse) {
+    Backend::gemm_swiglu(s, act, g, u, x, w1, w3, limit);
+    return;
+  }
+  launch_gemv<bf16, bf16, bf16, true>(op, stream(s, op), ga, 1, sm_count());
 }
 
 void CudaBackend::gemm_grouped(Stream s, const Tensor& out, const Tensor& a, const Tensor& w, int groups) {

@@ -39,6 +39,12 @@ struct HcArgs {
   int dty;
   float* post;       // [T, 4] (hc_pre only)
   float* comb;       // [T, 4, 4] (hc_pre only)
+  // hc_pre_norm: also nout[t, :] = rmsnorm(y[t, :], norm_w, norm_eps) (bf16 path only; null:
+  // no norm).
+  bf16* nout;
+  const void* norm_w;
+  int dtnw;
+  float norm_eps;
 };
 
 // From a token's MIX raw dots and its sum of squares (tot, shared memory): the stream weights
@@ -185,6 +191,8 @@ __global__ __launch_bounds__(kHcThreads) void hc_finish_kernel(HcArgs a, int64_t
     // Otherwise the second read of X hits L2 (32 KiB per token at D = 4096).
     const uint4* xr = reinterpret_cast<const uint4*>(static_cast<const bf16*>(a.X) + t * HD);
     uint4* yr = reinterpret_cast<uint4*>(static_cast<bf16*>(a.y) + t * a.D);
+    float nss = 0.f;                      // hc_pre_norm: sum of squares of the rounded y
+    uint4 ykeep = make_uint4(0, 0, 0, 0);  // and this thread's y vector (when single)
     for (int64_t j = threadIdx.x; j < a.D / 8; j += blockDim.x) {
       uint4 v[HC];
 #pragma unroll
@@ -201,10 +209,45 @@ __global__ __launch_bounds__(kHcThreads) void hc_finish_kernel(HcArgs a, int64_t
 #pragma unroll
       for (int q = 0; q < 8; ++q) oe[q] = __float2bfloat16_rn(acc[q]);
       yr[j] = o;
+      if (a.nout) {
+        ykeep = o;
+#pragma unroll
+        for (int q = 0; q < 8; ++q) {
+          const float f = __bfloat162float(oe[q]);
+          nss += f * f;
+        }
+      }
+    }
+    if (a.nout) {
+      // The sub-layer's RMSNorm of the rounded y, as rmsnorm computes it (the sum of squares
+      // differs from the separate kernel's only in the order of its fp32 additions). When a
+      // thread wrote more than one vector of y, it reads them back (the block's own writes,
+      // visible after block_sum's barrier).
+      nss = block_sum(nss, red);
+      const float r = 1.f / sqrtf(nss / float(a.D) + a.norm_eps);
+      uint4* nr = reinterpret_cast<uint4*>(a.nout + t * a.D);
+      for (int64_t j = threadIdx.x; j < a.D / 8; j += blockDim.x) {
+        const uint4 v = single ? ykeep : yr[j];
+        const bf16* e = reinterpret_cast<const bf16*>(&v);
+        uint4 o;
+        bf16* oe = reinterpret_cast<bf16*>(&o);
+#pragma unroll
+        for (int q = 0; q < 8; ++q) {
+          const float wi = a.norm_w ? ldf(a.norm_w, a.dtnw, j * 8 + q) : 1.f;
+          oe[q] = __float2bfloat16_rn(wi * (__bfloat162float(e[q]) * r));
+        }
+        nr[j] = o;
+      }
     }
   } else {
     hc_collapse(a, t, wts);
   }
+}
+
+// Whether the finish takes its 16-byte vector path: bf16 X and y, rows of a multiple of 8, aligned.
+bool hc_vec_path(const HcArgs& a, DType xdt) {
+  return xdt == DType::BF16 && a.dty == kBF16 && a.D % 8 == 0 &&
+         (reinterpret_cast<uintptr_t>(a.X) | reinterpret_cast<uintptr_t>(a.y)) % 16 == 0;
 }
 
 template <int MIX, bool HEAD>
@@ -212,8 +255,8 @@ void launch_hc(CudaBackend& be, const char* op, Stream s, HcArgs a, DType xdt) {
   cudaStream_t st = be.stream(s, op);
   if (a.T == 0) return;
   const int64_t HD = HC * a.D;
-  const bool vec = xdt == DType::BF16 && a.dty == kBF16 && a.D % 8 == 0 &&
-                   (reinterpret_cast<uintptr_t>(a.X) | reinterpret_cast<uintptr_t>(a.y)) % 16 == 0;
+  const bool vec = hc_vec_path(a, xdt);
+  SL_CHECK(vec || !a.nout, op, ": the fused norm needs the bf16 vector path");
   auto finish = [&](int64_t rows, int64_t t0) {
     if (vec)
       launch_kernel(op, hc_finish_kernel<MIX, HEAD, true>, unsigned(rows), kHcThreads, 0, st, a, t0);
@@ -334,10 +377,9 @@ __global__ void mtp_combine_kernel(void* X, int dtx, const void* hp, int dth, co
 
 }  // namespace
 
-void CudaBackend::hc_pre(Stream s, const Tensor& y, const Tensor& post, const Tensor& comb, const Tensor& X,
-                         const Tensor& fn, const Tensor& scale, const Tensor& base, int sinkhorn_iters, float hc_eps,
-                         float rms_eps) {
-  const char* op = "hc_pre";
+namespace {
+HcArgs hc_pre_args(const Tensor& y, const Tensor& post, const Tensor& comb, const Tensor& X, const Tensor& fn,
+                   const Tensor& scale, const Tensor& base, int sinkhorn_iters, float hc_eps, float rms_eps) {
   const auto [T, hc, D] =
       checks::validate_hc_pre<OpRules>(y, post, comb, X, fn, scale, base, sinkhorn_iters, {HC, HC});
   HcArgs a{};
@@ -355,6 +397,36 @@ void CudaBackend::hc_pre(Stream s, const Tensor& y, const Tensor& post, const Te
   a.dty = fcode(y.dtype);
   a.post = post.ptr<float>();
   a.comb = comb.ptr<float>();
+  return a;
+}
+}  // namespace
+
+void CudaBackend::hc_pre(Stream s, const Tensor& y, const Tensor& post, const Tensor& comb, const Tensor& X,
+                         const Tensor& fn, const Tensor& scale, const Tensor& base, int sinkhorn_iters, float hc_eps,
+                         float rms_eps) {
+  const HcArgs a = hc_pre_args(y, post, comb, X, fn, scale, base, sinkhorn_iters, hc_eps, rms_eps);
+  launch_hc<(2 + HC) * HC, false>(*this, "hc_pre", s, a, X.dtype);
+}
+
+// hc_pre with the sub-layer's RMSNorm folded into the finish kernel (the block that collapses a
+// token's streams also normalises the result): one launch instead of two per sub-layer. Shapes
+// the vector path does not take (f32 activations, unaligned rows) run the two ops.
+void CudaBackend::hc_pre_norm(Stream s, const Tensor& out, const Tensor& y, const Tensor& post, const Tensor& comb,
+                              const Tensor& X, const Tensor& fn, const Tensor& scale, const Tensor& base,
+                              int sinkhorn_iters, float hc_eps, float rms_eps, const Tensor& norm_w, float norm_eps) {
+  const char* op = "hc_pre_norm";
+  HcArgs a = hc_pre_args(y, post, comb, X, fn, scale, base, sinkhorn_iters, hc_eps, rms_eps);
+  const auto [rows, dim] = checks::validate_rmsnorm<OpRules>(out, y, norm_w);
+  const bool fuse = hc_vec_path(a, X.dtype) && out.dtype == DType::BF16 && rows == a.T && dim == a.D &&
+                    reinterpret_cast<uintptr_t>(out.data) % 16 == 0 && out.data != y.data;
+  if (!fuse) {
+    Backend::hc_pre_norm(s, out, y, post, comb, X, fn, scale, base, sinkhorn_iters, hc_eps, rms_eps, norm_w, norm_eps);
+    return;
+  }
+  a.nout = static_cast<bf16*>(out.data);
+  a.norm_w = norm_w.empty() ? nullptr : norm_w.data;
+  a.dtnw = norm_w.empty() ? kF32 : fcode(norm_w.dtype);
+  a.norm_eps = norm_eps;
   launch_hc<(2 + HC) * HC, false>(*this, op, s, a, X.dtype);
 }
 

@@ -207,7 +207,8 @@ TEST(ModelSchedule, PlacementFollowsVllm) {
   for (const char* op : {"wq_a", "wq_b", "sparse_attention", "wo_a", "wo_b", "swa_insert"})
     EXPECT_TRUE(ops_on["main"].count(op)) << op;
   // The shared expert on its stream (T = 1 <= 256).
-  EXPECT_TRUE(ops_on["shared_expert"].count("shared_experts.w1"));
+  EXPECT_TRUE(ops_on["shared_expert"].count("shared_experts.w1w3_swiglu"));
+  EXPECT_TRUE(ops_on["shared_expert"].count("shared_experts.w2"));
   // The MTP layers are sliding-window only here: their aux streams get no kernel at all.
   EXPECT_TRUE(ops_on["mtp.aux0"].empty() && ops_on["mtp.aux1"].empty() && ops_on["mtp.aux2"].empty());
   // With compressed MTP layers the MTP's own streams do receive work.

@@ -414,6 +414,37 @@ TEST_F(CudaOps, AddAndSwiglu) {
   }
 }
 
+// gemm_swiglu (the shared expert's w1, w3 and SwiGLU; one GEMV launch on the CUDA backend at
+// M <= 2) against the CPU reference's three ops, and bit for bit against the CUDA backend's own
+// three ops. Shapes: the flash shared expert at batch 1 and 2 (F = 2048, D = 4096), a clamp that
+// bites, a small N with K split over warps, and M = 5 (not fused: the three ops).
+TEST_F(CudaOps, GemmSwiglu) {
+  struct Case {
+    int64_t M, N, K;
+    float limit;
+  };
+  for (const Case& c : {Case{1, 2048, 4096, 10.f}, Case{2, 2048, 4096, 10.f}, Case{1, 256, 4096, 0.05f},
+                        Case{5, 96, 64, 10.f}}) {
+    const std::string tag = " M=" + std::to_string(c.M) + " N=" + std::to_string(c.N) + " K=" + std::to_string(c.K);
+    T2 x = make_rand("x", Kind::Act, {c.M, c.K});
+    T2 w1 = make_rand("w1", Kind::Wt, {c.N, c.K}, -0.1f, 0.1f);
+    T2 w3 = make_rand("w3", Kind::Wt, {c.N, c.K}, -0.1f, 0.1f);
+    T2 g = zeros("g", Kind::Act, {c.M, c.N}), u = zeros("u", Kind::Act, {c.M, c.N});
+    T2 act = zeros("act", Kind::Act, {c.M, c.N});
+    cpu_->gemm(Stream{}, g.c, x.c, w1.c);
+    cpu_->gemm(Stream{}, u.c, x.c, w3.c);
+    cpu_->swiglu(Stream{}, act.c, g.c, u.c, c.limit);
+    T2 g2 = zeros("g2", Kind::Act, {c.M, c.N}), u2 = zeros("u2", Kind::Act, {c.M, c.N});
+    gpu_->gemm_swiglu(Stream{}, act.g, g2.g, u2.g, x.g, w1.g, w3.g, c.limit);
+    expect_close(act, "gemm_swiglu" + tag);
+    T2 act2 = zeros("act2", Kind::Act, {c.M, c.N});
+    gpu_->gemm(Stream{}, g.g, x.g, w1.g);
+    gpu_->gemm(Stream{}, u.g, x.g, w3.g);
+    gpu_->swiglu(Stream{}, act2.g, g.g, u.g, c.limit);
+    EXPECT_EQ(gg(act), gg(act2)) << "gemm_swiglu against the three CUDA ops" << tag;
+  }
+}
+
 TEST_F(CudaOps, Rope) {
   const int64_t T = 11, H = 3, dim = 128, R = 64, P = 300;
   T2 table = make("table", Kind::F32, {P, R}, rope_table(int(P), int(R)));
@@ -542,6 +573,48 @@ TEST_F(CudaOps, HcPreAndHead) {
     cpu_->hc_head(Stream{}, h.c, X.c, hfn.c, hscale.c, hbase.c, 1e-6f, 1e-6f);
     gpu_->hc_head(Stream{}, h.g, X.g, hfn.g, hscale.g, hbase.g, 1e-6f, 1e-6f);
     expect_close(h, "hc_head" + tag);
+  }
+}
+
+// hc_pre_norm (the CUDA backend folds the RMSNorm into hc_pre's finish kernel) against the CPU
+// reference's two ops, at decode (T = 1, 2: the GEMV path), a chunked T and a width whose rows
+// take two vectors per thread (D = 8192). Also against the CUDA backend's own two ops: the same
+// y, post and comb bit for bit, and the normalised rows within one bf16 rounding.
+TEST_F(CudaOps, HcPreNorm) {
+  struct Case {
+    int64_t T, D;
+  };
+  for (const Case& c : {Case{1, 4096}, Case{2, 4096}, Case{40, 256}, Case{1, 8192}}) {
+    const int64_t hc = 4, mix = 24, T = c.T, D = c.D;
+    T2 X = make_rand("X", Kind::Act, {T, hc, D}, -2.f, 2.f);
+    T2 fn = make_rand("fn", Kind::F32, {mix, hc * D}, -0.1f, 0.1f);
+    T2 scale = make("scale", Kind::F32, {3}, {0.7f, 1.3f, 0.9f});
+    T2 base = make_rand("base", Kind::F32, {mix}, -0.5f, 0.5f);
+    T2 nw = make_rand("norm_w", Kind::Act, {D}, 0.5f, 1.5f);
+    T2 y = zeros("y", Kind::Act, {T, D}), post = zeros("post", Kind::F32, {T, hc});
+    T2 comb = zeros("comb", Kind::F32, {T, hc, hc}), out = zeros("out", Kind::Act, {T, D});
+    cpu_->hc_pre(Stream{}, y.c, post.c, comb.c, X.c, fn.c, scale.c, base.c, 20, 1e-6f, 1e-6f);
+    cpu_->rmsnorm(Stream{}, out.c, y.c, nw.c, 1e-6f);
+    gpu_->hc_pre_norm(Stream{}, out.g, y.g, post.g, comb.g, X.g, fn.g, scale.g, base.g, 20, 1e-6f, 1e-6f, nw.g,
+                      1e-6f);
+    const std::string tag = " T=" + std::to_string(T) + " D=" + std::to_string(D);
+    expect_close(y, "hc_pre_norm y" + tag);
+    expect_close(post, "hc_pre_norm post" + tag, 1e-4);
+    expect_close(comb, "hc_pre_norm comb" + tag, 1e-4);
+    expect_close(out, "hc_pre_norm out" + tag);
+
+    // The unfused CUDA ops on the same inputs.
+    T2 y2 = zeros("y2", Kind::Act, {T, D}), post2 = zeros("post2", Kind::F32, {T, hc});
+    T2 comb2 = zeros("comb2", Kind::F32, {T, hc, hc}), out2 = zeros("out2", Kind::Act, {T, D});
+    gpu_->hc_pre(Stream{}, y2.g, post2.g, comb2.g, X.g, fn.g, scale.g, base.g, 20, 1e-6f, 1e-6f);
+    gpu_->rmsnorm(Stream{}, out2.g, y2.g, nw.g, 1e-6f);
+    EXPECT_EQ(gg(y), gg(y2)) << "y" << tag;
+    EXPECT_EQ(gg(post), gg(post2)) << "post" << tag;
+    EXPECT_EQ(gg(comb), gg(comb2)) << "comb" << tag;
+    const std::vector<float> a = gg(out), b = gg(out2);
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i)
+      ASSERT_LE(std::fabs(a[i] - b[i]), std::ldexp(std::fabs(b[i]), -7) + 1e-30f) << "out[" << i << "]" << tag;
   }
 }
 
