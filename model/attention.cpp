@@ -31,20 +31,19 @@ void DeepSeekV4::attention(int layer, const AttentionWeights& aw, LayerCache& ca
     Ops::Scope scope(ops_, "phase_a");
     const bool parallel = T <= policy_.phase_a_max_tokens;
     StreamFn main_fn = [&](Stream s) {
-      ops_.gemm(s, "wq_a", qr_raw, a, aw.wq_a);  // vLLM fuses wq_a and wkv ("fused_wqa_wkv")
-      ops_.gemm(s, "wkv", kv, a, aw.wkv);
+      // One op, as vLLM fuses wq_a and wkv ("fused_wqa_wkv").
+      ops_.gemm_pair(s, "wq_a+wkv", qr_raw, kv, a, aw.wq_a, aw.wkv);
     };
     std::array<StreamFn, 3> aux{};
     if (type != LayerType::Sliding)
       aux[0] = [&](Stream s) {
-        ops_.gemm(s, "compressor.wkv", comp_u, a, aw.compressor.wkv);
-        ops_.gemm(s, "compressor.wgate", comp_g, a, aw.compressor.wgate);
+        ops_.gemm_pair(s, "compressor.wkv+wgate", comp_u, comp_g, a, aw.compressor.wkv, aw.compressor.wgate);
       };
     if (type == LayerType::C4A) {
       aux[1] = [&](Stream s) { ops_.gemm(s, "indexer.weights_proj", idx_w, a, aw.idx_weights_proj); };
       aux[2] = [&](Stream s) {
-        ops_.gemm(s, "indexer.compressor.wkv", idx_u, a, aw.idx_compressor.wkv);
-        ops_.gemm(s, "indexer.compressor.wgate", idx_g, a, aw.idx_compressor.wgate);
+        ops_.gemm_pair(s, "indexer.compressor.wkv+wgate", idx_u, idx_g, a, aw.idx_compressor.wkv,
+                       aw.idx_compressor.wgate);
       };
     }
     execute_in_parallel(ops_, ls, ev, parallel, main_fn, aux);

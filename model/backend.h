@@ -197,6 +197,14 @@ class Backend {
   // act = swiglu(g, u, limit), in one op so that a backend may fuse them (the CUDA backend does at
   // decode sizes, and then leaves g and u unwritten: act is the op's result). The default runs
   // the three ops.
+  // Two projections of one input, out1 = a . w1^T and out2 = a . w2^T (wq_a and wkv; a
+  // compressor's wkv and wgate), in one op so that a backend may run them as one launch. The
+  // default runs the two gemms.
+  virtual void gemm_pair(Stream s, const Tensor& out1, const Tensor& out2, const Tensor& a, const Tensor& w1,
+                         const Tensor& w2) {
+    gemm(s, out1, a, w1);
+    gemm(s, out2, a, w2);
+  }
   virtual void gemm_swiglu(Stream s, const Tensor& act, const Tensor& g, const Tensor& u, const Tensor& x,
                            const Tensor& w1, const Tensor& w3, float limit) {
     gemm(s, g, x, w1);

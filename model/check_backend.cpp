@@ -391,6 +391,13 @@ class CheckBackend final : public Backend {
   size_t moe_workspace_bytes(int64_t tokens, int k, int D, int F, int E) const override {
     return std::max(ref_.moe_workspace_bytes(tokens, k, D, F, E), dut_.moe_workspace_bytes(tokens, k, D, F, E));
   }
+  void gemm_pair(Stream s, const Tensor& out1, const Tensor& out2, const Tensor& a, const Tensor& w1,
+                 const Tensor& w2) override {
+    both("gemm_pair", s, [&](Backend& be, Stream st, Side y) {
+      be.gemm_pair(st, side(y, out1), side(y, out2), side(y, a), side(y, w1), side(y, w2));
+    });
+    check("gemm_pair", {{"out1", &out1}, {"out2", &out2}});
+  }
   void gemm_swiglu(Stream s, const Tensor& act, const Tensor& g, const Tensor& u, const Tensor& x, const Tensor& w1,
                    const Tensor& w3, float limit) override {
     both("gemm_swiglu", s, [&](Backend& be, Stream st, Side y) {

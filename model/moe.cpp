@@ -36,7 +36,7 @@ void DeepSeekV4::moe(int layer, const MoeWeights& mw, const Tensor& x, const Ten
   ops_.moe_experts(main, routed, x, ids, rw, mw.w1, mw.w2, mw.w3, limit, b.moe_ws);
 
   // w1, w3 and the SwiGLU in one op (a backend may fuse them).
-  ops_.gemm_swiglu(side, "shared_experts.w1w3_swiglu", act, g, u, x, mw.sh_w1, mw.sh_w3, limit);
+  ops_.gemm_swiglu(side, "shared_experts.w1+w3+swiglu", act, g, u, x, mw.sh_w1, mw.sh_w3, limit);
   ops_.gemm(side, "shared_experts.w2", shared, act, mw.sh_w2);
   if (side != main) {
     ops_.record(ev.moe_join, side);

@@ -196,6 +196,13 @@ void Ops::moe_experts(Stream s, const Tensor& out, const Tensor& x, const Tensor
   end();
 }
 
+void Ops::gemm_pair(Stream s, const char* name, const Tensor& out1, const Tensor& out2, const Tensor& a,
+                    const Tensor& w1, const Tensor& w2) {
+  begin(s, name, {&a, &w1, &w2}, {&out1, &out2});
+  be_.gemm_pair(s, out1, out2, a, w1, w2);
+  end();
+}
+
 void Ops::gemm_swiglu(Stream s, const char* name, const Tensor& act, const Tensor& g, const Tensor& u,
                       const Tensor& x, const Tensor& w1, const Tensor& w3, float limit) {
   begin(s, name, {&x, &w1, &w3}, {&act, &g, &u});

@@ -81,6 +81,9 @@ class Ops {
   void moe_experts(Stream s, const Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
                    const Tensor& w1, const Tensor& w2, const Tensor& w3, float limit, const Tensor& workspace);
   void swiglu(Stream s, const char* name, const Tensor& out, const Tensor& g, const Tensor& u, float limit);
+  // out1 = a . w1^T, out2 = a . w2^T (Backend::gemm_pair).
+  void gemm_pair(Stream s, const char* name, const Tensor& out1, const Tensor& out2, const Tensor& a,
+                 const Tensor& w1, const Tensor& w2);
   // act = swiglu(x . w1^T, x . w3^T); g and u are its scratch (Backend::gemm_swiglu).
   void gemm_swiglu(Stream s, const char* name, const Tensor& act, const Tensor& g, const Tensor& u, const Tensor& x,
                    const Tensor& w1, const Tensor& w3, float limit);

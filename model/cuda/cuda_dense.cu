@@ -25,10 +25,17 @@ struct GemmArgs {
   int64_t M, N, K;
   int64_t lda, ldw, ldo;      // row strides (elements)
   int64_t sa, sw, so;         // batch strides (elements)
-  // gemm_swiglu's GEMV only: the second weight (w3, same layout as w) and the SwiGLU clamp.
+  // The two-matrix GEMVs only: the second weight (same K and row stride as w); gemm_swiglu: the
+  // SwiGLU clamp; gemm_pair: the second output (columns N .. N + N2 of the launch).
   const void* w3 = nullptr;
   float limit = 0.f;
+  void* out2 = nullptr;
+  int64_t N2 = 0, ldo2 = 0;
 };
+
+// What a GEMV launch computes: out = a . w^T; out = swiglu(a . w^T, a . w3^T) (gemm_swiglu); or
+// out = a . w^T and out2 = a . w3^T as one column range (gemm_pair).
+enum class GemvMode { Plain, Swiglu, Pair };
 
 // Tiled SIMT kernel: a 64x64 output tile per block of 256 threads, each thread a 4x4 sub-tile;
 // K in steps of 16 through shared memory (a and w tiles stored k-major, as fp32). Each w element
@@ -136,9 +143,14 @@ constexpr int kGemvMaxRows = 8;
 // SWIGLU (gemm_swiglu): each warp also streams the same column of w3 and the block writes
 // out = swiglu(g, u) of the two products, each rounded to the output type first, as the three
 // separate ops would store g and u (the two sums run in exactly the plain kernel's order).
-template <int WPC, class TA, class TW, class TO, bool SWIGLU = false>
+//
+// Pair (gemm_pair): columns N .. N + N2 are w3's rows and go to out2, so two projections of the
+// same input (wq_a and wkv) are one launch; each column is computed exactly as a Plain launch
+// of its own matrix would.
+template <int WPC, class TA, class TW, class TO, GemvMode MODE = GemvMode::Plain>
 __global__ __launch_bounds__(256) void gemv_kernel(GemmArgs g) {
   pdl_enter();
+  constexpr bool SWIGLU = MODE == GemvMode::Swiglu;
   constexpr int CPB = 8 / WPC;  // columns per block
   constexpr int NM = SWIGLU ? 2 : 1;  // matrices streamed: w, and w3 with SWIGLU
   __shared__ float red[NM][8][kGemvMaxRows];
@@ -146,7 +158,17 @@ __global__ __launch_bounds__(256) void gemv_kernel(GemmArgs g) {
   const TW* w = static_cast<const TW*>(g.w) + blockIdx.z * g.sw;
   TO* out = static_cast<TO*>(g.out) + blockIdx.z * g.so;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t n = int64_t(blockIdx.x) * CPB + warp / WPC;
+  int64_t n = int64_t(blockIdx.x) * CPB + warp / WPC;
+  int64_t ldo = g.ldo;
+  if constexpr (MODE == GemvMode::Pair) {
+    if (n >= g.N) {  // the second matrix: its row n - N, written to out2
+      n -= g.N;
+      w = static_cast<const TW*>(g.w3);
+      out = static_cast<TO*>(g.out2);
+      ldo = g.ldo2;
+      g.N = g.N2;
+    }
+  }
   const int part = warp % WPC;
   const int64_t kchunk = g.K / WPC;  // a multiple of 8 (launch_gemv)
   const int M = int(g.M);
@@ -209,9 +231,9 @@ __global__ __launch_bounds__(256) void gemv_kernel(GemmArgs g) {
   if constexpr (SWIGLU) {
     const float gv = fminf(to_f(from_f<TO>(v[0])), g.limit);
     const float uv = fminf(fmaxf(to_f(from_f<TO>(v[1])), -g.limit), g.limit);
-    out[int64_t(lane) * g.ldo + n] = from_f<TO>(gv * sigmoidf_(gv) * uv);
+    out[int64_t(lane) * ldo + n] = from_f<TO>(gv * sigmoidf_(gv) * uv);
   } else {
-    out[int64_t(lane) * g.ldo + n] = from_f<TO>(v[0]);
+    out[int64_t(lane) * ldo + n] = from_f<TO>(v[0]);
   }
 }
 
@@ -224,15 +246,18 @@ int gemv_warps_per_column(int64_t N, int64_t K, int batch, int sms) {
   return wpc;
 }
 
-template <class TA, class TW, class TO, bool SWIGLU = false>
+// A Pair launch covers N + N2 columns and takes the warps per column of that total (wq_a and wkv
+// together: 1536 columns).
+template <class TA, class TW, class TO, GemvMode MODE = GemvMode::Plain>
 void launch_gemv(const char* op, cudaStream_t st, const GemmArgs& g, int batch, int sms) {
-  const int wpc = gemv_warps_per_column(g.N, g.K, batch, sms);
-  const dim3 grid(unsigned(cdiv(g.N, 8 / wpc)), 1, unsigned(batch));
+  const int64_t cols = g.N + (MODE == GemvMode::Pair ? g.N2 : 0);
+  const int wpc = gemv_warps_per_column(cols, g.K, batch, sms);
+  const dim3 grid(unsigned(cdiv(cols, 8 / wpc)), 1, unsigned(batch));
   switch (wpc) {
-    case 1: launch_kernel(op, gemv_kernel<1, TA, TW, TO, SWIGLU>, grid, 256, 0, st, g); break;
-    case 2: launch_kernel(op, gemv_kernel<2, TA, TW, TO, SWIGLU>, grid, 256, 0, st, g); break;
-    case 4: launch_kernel(op, gemv_kernel<4, TA, TW, TO, SWIGLU>, grid, 256, 0, st, g); break;
-    default: launch_kernel(op, gemv_kernel<8, TA, TW, TO, SWIGLU>, grid, 256, 0, st, g); break;
+    case 1: launch_kernel(op, gemv_kernel<1, TA, TW, TO, MODE>, grid, 256, 0, st, g); break;
+    case 2: launch_kernel(op, gemv_kernel<2, TA, TW, TO, MODE>, grid, 256, 0, st, g); break;
+    case 4: launch_kernel(op, gemv_kernel<4, TA, TW, TO, MODE>, grid, 256, 0, st, g); break;
+    default: launch_kernel(op, gemv_kernel<8, TA, TW, TO, MODE>, grid, 256, 0, st, g); break;
   }
   CUDA_LAUNCH_CHECK(op, st);
 }
@@ -414,7 +439,39 @@ void CudaBackend::gemm_swiglu(Stream s, const Tensor& act, const Tensor& g, cons
     Backend::gemm_swiglu(s, act, g, u, x, w1, w3, limit);
     return;
   }
-  launch_gemv<bf16, bf16, bf16, true>(op, stream(s, op), ga, 1, sm_count());
+  launch_gemv<bf16, bf16, bf16, GemvMode::Swiglu>(op, stream(s, op), ga, 1, sm_count());
+}
+
+// Two projections of one input (wq_a and wkv; the compressors' wkv and wgate) as one GEMV launch
+// at decode sizes: the columns of both matrices in one grid (GemvMode::Pair). Each output equals
+// its own gemm's bit for bit only when both would take the same warps per column; it is always
+// the same products summed in the same lane and warp order. Other shapes run the two gemms.
+void CudaBackend::gemm_pair(Stream s, const Tensor& out1, const Tensor& out2, const Tensor& a, const Tensor& w1,
+                            const Tensor& w2) {
+  const char* op = "gemm_pair";
+  const auto [M, N1, K] = checks::validate_gemm<OpRules>(out1, a, w1);
+  const auto [M2, N2, K2] = checks::validate_gemm<OpRules>(out2, a, w2);
+  GemmArgs ga{out1.data, a.data, w1.data, M, N1, K, K, K, N1, 0, 0, 0};
+  ga.w3 = w2.data;
+  ga.out2 = out2.data;
+  ga.N2 = N2;
+  ga.ldo2 = N2;
+  GemmArgs g2 = ga;  // the pair's size for the GEMV size limit
+  g2.N = N1 + N2;
+  const bool fuse = K > 0 && M == M2 && K == K2 && out1.dtype == out2.dtype && w1.dtype == w2.dtype &&
+                    a.dtype == DType::BF16 && w1.dtype == DType::BF16 &&
+                    bf16_gemv_takes(g2, 1, out1.dtype, a.dtype, w1.dtype) &&
+                    gemv_fits(GemmArgs{out2.data, a.data, w2.data, M, N2, K, K, K, N2, 0, 0, 0}, 1, out2.dtype,
+                              a.dtype, w2.dtype);
+  if (!fuse) {
+    Backend::gemm_pair(s, out1, out2, a, w1, w2);
+    return;
+  }
+  cudaStream_t st = stream(s, op);
+  if (out1.dtype == DType::F32)
+    launch_gemv<bf16, bf16, float, GemvMode::Pair>(op, st, ga, 1, sm_count());
+  else
+    launch_gemv<bf16, bf16, bf16, GemvMode::Pair>(op, st, ga, 1, sm_count());
 }
 
 void CudaBackend::gemm_grouped(Stream s, const Tensor& out, const Tensor& a, const Tensor& w, int groups) {

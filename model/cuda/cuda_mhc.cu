@@ -49,18 +49,29 @@ struct HcArgs {
 
 // From a token's MIX raw dots and its sum of squares (tot, shared memory): the stream weights
 // wts[4] (hc_pre: pre; hc_head: w), and for hc_pre also post[4] and the Sinkhorn-normalised
-// comb[16], written to global memory. Called by one full warp. Sinkhorn runs on 16 lanes, one
+// comb[16], written to global memory, each part by one full warp. Sinkhorn runs on 16 lanes, one
 // comb element C[i][j] per lane (lane & 15 = 4i + j; lanes 16..31 mirror 0..15); row and column
 // sums gather the 4 values by shuffles and add them in index order, so every operation rounds as
 // in the CPU reference's serial loops.
+//
+// hc_finish_weights (one warp) writes wts and post; hc_finish_sinkhorn (one warp of its own, so
+// that it runs while the other warps collapse the streams: comb is only read by hc_post) writes
+// comb.
 template <int MIX, bool HEAD>
-__device__ void hc_finish_warp(const HcArgs& a, int64_t t, const float* tot, float* wts) {
+__device__ void hc_finish_weights(const HcArgs& a, int64_t t, const float* tot, float* wts) {
   const int lane = threadIdx.x & 31;
   const float r = 1.f / sqrtf(tot[MIX] / float(HC * a.D) + a.rms_eps);
   if (lane < HC) wts[lane] = sigmoidf_(tot[lane] * r * a.scale[0] + a.base[lane]) + a.hc_eps;
-  if constexpr (!HEAD) {
+  if constexpr (!HEAD)
     if (lane >= HC && lane < 2 * HC)
       a.post[t * HC + (lane - HC)] = 2.f * sigmoidf_(tot[lane] * r * a.scale[1] + a.base[lane]);
+}
+
+template <int MIX>
+__device__ void hc_finish_sinkhorn(const HcArgs& a, int64_t t, const float* tot) {
+  const int lane = threadIdx.x & 31;
+  const float r = 1.f / sqrtf(tot[MIX] / float(HC * a.D) + a.rms_eps);
+  {
     const int e = lane & 15, half = lane & 16;
     const int row0 = half | (e & ~3), col = half | (e & 3);  // first lane of my row / my column
     const float eps = a.hc_eps;
@@ -97,14 +108,13 @@ __device__ void hc_finish_warp(const HcArgs& a, int64_t t, const float* tot, flo
     }
     if (lane < HC * HC) a.comb[t * HC * HC + lane] = c;
   }
-  __syncwarp();
 }
 
 // y[t, d] = sum_s wts[s] * X[t, s, d] for one token, threads striding over d.
-__device__ __forceinline__ void hc_collapse(const HcArgs& a, int64_t t, const float* wts) {
+__device__ __forceinline__ void hc_collapse(const HcArgs& a, int64_t t, const float* wts, int threads) {
   const int64_t HD = HC * a.D;
   #pragma unroll 4
-  for (int64_t d = threadIdx.x; d < a.D; d += blockDim.x) {
+  for (int64_t d = threadIdx.x; d < a.D; d += threads) {
     float acc = 0.f;
 #pragma unroll
     for (int s = 0; s < HC; ++s) acc += wts[s] * ldf(a.X, a.dtx, t * HD + s * a.D + d);
@@ -124,17 +134,33 @@ __global__ void split_bf16_kernel(bf16* W, const float* fn, int64_t n) {
 }
 
 // One block (kHcThreads) per token t = t0 + blockIdx.x: the sum of squares of its 4D values
-// (block reduction), the MIX raw dots (hi + lo from the GEMM), then warp 0 finishes (sigmoids,
-// Sinkhorn) and all threads collapse the streams. VEC (X and y bf16, D % 8 == 0, 16-byte
+// (block reduction), the MIX raw dots (hi + lo from the GEMM), then warp 0 computes the stream
+// weights and post, and the first kHcThreads threads collapse the streams (and, for hc_pre_norm,
+// normalise the result) while hc_pre's extra warp runs the Sinkhorn, so that its dependent
+// iterations overlap the collapse instead of preceding it. VEC (X and y bf16, D % 8 == 0, 16-byte
 // aligned): 16-byte loads, the 4 streams' vectors of one d-range in flight together (the scalar
 // path, 256 threads of 2-byte loads, was latency-bound: 17 us per token row on the H200).
-constexpr int kHcThreads = 512;
+constexpr int kHcThreads = 512;      // the threads that load and collapse X
+constexpr int kHcSinkhornWarp = 32;  // hc_pre: one more warp, for the Sinkhorn
+
+// The sum over the collapse threads (the first kHcThreads of the block) on named barrier 1, which
+// the Sinkhorn warp does not join: the same order as block_sum over kHcThreads threads.
+__device__ __forceinline__ float collapse_sum(float v, float* red) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  v = warp_sum(v);
+  asm volatile("bar.sync 1, %0;" ::"n"(kHcThreads) : "memory");  // red may still be read
+  if (lane == 0) red[warp] = v;
+  asm volatile("bar.sync 1, %0;" ::"n"(kHcThreads) : "memory");
+  float s = 0.f;
+  for (int w = 0; w < kHcThreads / 32; ++w) s += red[w];
+  return s;
+}
 constexpr int kHcDecodeSplits = 8;
 constexpr int kHcMaxHalves = 8;  // partial sums the finish adds: 2 (hi, lo) or the decode splits
 static_assert(kHcDecodeSplits <= kHcMaxHalves, "the finish adds at most kHcMaxHalves partials");
 
 template <int MIX, bool HEAD, bool VEC>
-__global__ __launch_bounds__(kHcThreads) void hc_finish_kernel(HcArgs a, int64_t t0) {
+__global__ __launch_bounds__(kHcThreads + kHcSinkhornWarp) void hc_finish_kernel(HcArgs a, int64_t t0) {
   pdl_enter();
   __shared__ float tot[MIX + 1];
   __shared__ float wts[HC];
@@ -144,11 +170,14 @@ __global__ __launch_bounds__(kHcThreads) void hc_finish_kernel(HcArgs a, int64_t
   float ss = 0.f;
   // D <= 8 * kHcThreads (4096 for the flash width): each thread's 4 vectors stay in registers
   // for the collapse instead of a second read.
-  const bool single = a.D / 8 <= int64_t(blockDim.x);
+  // Only the first kHcThreads threads load and collapse; the Sinkhorn warp (hc_pre) adds 0 to
+  // the sums.
+  const bool single = a.D / 8 <= int64_t(kHcThreads);
+  const bool loader = threadIdx.x < kHcThreads;
   uint4 keep[HC];
   if constexpr (VEC) {
     const uint4* xr = reinterpret_cast<const uint4*>(static_cast<const bf16*>(a.X) + t * HD);
-    for (int64_t j = threadIdx.x; j < a.D / 8; j += blockDim.x) {
+    for (int64_t j = threadIdx.x; loader && j < a.D / 8; j += kHcThreads) {
       uint4 v[HC];
 #pragma unroll
       for (int s = 0; s < HC; ++s) v[s] = keep[s] = xr[s * (a.D / 8) + j];
@@ -164,7 +193,7 @@ __global__ __launch_bounds__(kHcThreads) void hc_finish_kernel(HcArgs a, int64_t
     }
   } else {
     #pragma unroll 4
-    for (int64_t c = threadIdx.x; c < HD; c += blockDim.x) {
+    for (int64_t c = threadIdx.x; loader && c < HD; c += kHcThreads) {
       const float v = ldf(a.X, a.dtx, t * HD + c);
       ss += v * v;
     }
@@ -185,15 +214,19 @@ __global__ __launch_bounds__(kHcThreads) void hc_finish_kernel(HcArgs a, int64_t
   }
   if (threadIdx.x == 0) tot[MIX] = ss;
   __syncthreads();
-  if (threadIdx.x < 32) hc_finish_warp<MIX, HEAD>(a, t, tot, wts);
+  if (threadIdx.x < 32) hc_finish_weights<MIX, HEAD>(a, t, tot, wts);
   __syncthreads();
+  if (!loader) {
+    if constexpr (!HEAD) hc_finish_sinkhorn<MIX>(a, t, tot);
+    return;
+  }
   if constexpr (VEC) {
     // Otherwise the second read of X hits L2 (32 KiB per token at D = 4096).
     const uint4* xr = reinterpret_cast<const uint4*>(static_cast<const bf16*>(a.X) + t * HD);
     uint4* yr = reinterpret_cast<uint4*>(static_cast<bf16*>(a.y) + t * a.D);
     float nss = 0.f;                      // hc_pre_norm: sum of squares of the rounded y
     uint4 ykeep = make_uint4(0, 0, 0, 0);  // and this thread's y vector (when single)
-    for (int64_t j = threadIdx.x; j < a.D / 8; j += blockDim.x) {
+    for (int64_t j = threadIdx.x; j < a.D / 8; j += kHcThreads) {
       uint4 v[HC];
 #pragma unroll
       for (int s = 0; s < HC; ++s) v[s] = single ? keep[s] : xr[s * (a.D / 8) + j];
@@ -222,11 +255,11 @@ __global__ __launch_bounds__(kHcThreads) void hc_finish_kernel(HcArgs a, int64_t
       // The sub-layer's RMSNorm of the rounded y, as rmsnorm computes it (the sum of squares
       // differs from the separate kernel's only in the order of its fp32 additions). When a
       // thread wrote more than one vector of y, it reads them back (the block's own writes,
-      // visible after block_sum's barrier).
-      nss = block_sum(nss, red);
+      // visible after collapse_sum's barrier).
+      nss = collapse_sum(nss, red);
       const float r = 1.f / sqrtf(nss / float(a.D) + a.norm_eps);
       uint4* nr = reinterpret_cast<uint4*>(a.nout + t * a.D);
-      for (int64_t j = threadIdx.x; j < a.D / 8; j += blockDim.x) {
+      for (int64_t j = threadIdx.x; j < a.D / 8; j += kHcThreads) {
         const uint4 v = single ? ykeep : yr[j];
         const bf16* e = reinterpret_cast<const bf16*>(&v);
         uint4 o;
@@ -240,7 +273,7 @@ __global__ __launch_bounds__(kHcThreads) void hc_finish_kernel(HcArgs a, int64_t
       }
     }
   } else {
-    hc_collapse(a, t, wts);
+    hc_collapse(a, t, wts, kHcThreads);
   }
 }
 
@@ -258,10 +291,11 @@ void launch_hc(CudaBackend& be, const char* op, Stream s, HcArgs a, DType xdt) {
   const bool vec = hc_vec_path(a, xdt);
   SL_CHECK(vec || !a.nout, op, ": the fused norm needs the bf16 vector path");
   auto finish = [&](int64_t rows, int64_t t0) {
+    const unsigned threads = kHcThreads + (HEAD ? 0 : kHcSinkhornWarp);
     if (vec)
-      launch_kernel(op, hc_finish_kernel<MIX, HEAD, true>, unsigned(rows), kHcThreads, 0, st, a, t0);
+      launch_kernel(op, hc_finish_kernel<MIX, HEAD, true>, unsigned(rows), threads, 0, st, a, t0);
     else
-      launch_kernel(op, hc_finish_kernel<MIX, HEAD, false>, unsigned(rows), kHcThreads, 0, st, a, t0);
+      launch_kernel(op, hc_finish_kernel<MIX, HEAD, false>, unsigned(rows), threads, 0, st, a, t0);
     CUDA_LAUNCH_CHECK(op, st);
   };
   if (a.T <= 2) {

@@ -197,17 +197,17 @@ TEST(ModelSchedule, PlacementFollowsVllm) {
   for (const auto& e : r.sched.entries())
     if (e.kind == ScheduleEntry::Op) ops_on[r.sched.stream_name(e.stream)].insert(e.name);
   // Phase A on the target's aux streams.
-  EXPECT_TRUE(ops_on["target.aux0"].count("compressor.wkv"));
+  EXPECT_TRUE(ops_on["target.aux0"].count("compressor.wkv+wgate"));
   EXPECT_TRUE(ops_on["target.aux1"].count("indexer.weights_proj"));
-  EXPECT_TRUE(ops_on["target.aux2"].count("indexer.compressor.wkv"));
+  EXPECT_TRUE(ops_on["target.aux2"].count("indexer.compressor.wkv+wgate"));
   // Phase B: the whole indexer on aux0 for c4a.
   EXPECT_TRUE(ops_on["target.aux0"].count("indexer_topk"));
   EXPECT_TRUE(ops_on["target.aux0"].count("indexer.wq_b"));
   // The query path and attention stay on main.
-  for (const char* op : {"wq_a", "wq_b", "sparse_attention", "wo_a", "wo_b", "swa_insert"})
+  for (const char* op : {"wq_a+wkv", "wq_b", "sparse_attention", "wo_a", "wo_b", "swa_insert"})
     EXPECT_TRUE(ops_on["main"].count(op)) << op;
   // The shared expert on its stream (T = 1 <= 256).
-  EXPECT_TRUE(ops_on["shared_expert"].count("shared_experts.w1w3_swiglu"));
+  EXPECT_TRUE(ops_on["shared_expert"].count("shared_experts.w1+w3+swiglu"));
   EXPECT_TRUE(ops_on["shared_expert"].count("shared_experts.w2"));
   // The MTP layers are sliding-window only here: their aux streams get no kernel at all.
   EXPECT_TRUE(ops_on["mtp.aux0"].empty() && ops_on["mtp.aux1"].empty() && ops_on["mtp.aux2"].empty());

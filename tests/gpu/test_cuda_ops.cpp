@@ -445,6 +445,40 @@ TEST_F(CudaOps, GemmSwiglu) {
   }
 }
 
+// gemm_pair (wq_a and wkv; a compressor's wkv and wgate: one GEMV launch at M <= 2) against the
+// CPU reference's two gemms, and within one rounding of the CUDA backend's own two gemms (the
+// pair's grid may split K over a different number of warps). Shapes: flash wq_a + wkv at batch 1
+// and 2 (bf16 out), a compressor pair (F32 out), and M = 5 (not fused).
+TEST_F(CudaOps, GemmPair) {
+  struct Case {
+    int64_t M, N1, N2, K;
+    Kind out;
+  };
+  for (const Case& c : {Case{1, 1024, 512, 4096, Kind::Act}, Case{2, 1024, 512, 4096, Kind::Act},
+                        Case{1, 1024, 1024, 4096, Kind::F32}, Case{5, 96, 40, 64, Kind::Act}}) {
+    const std::string tag = " M=" + std::to_string(c.M) + " N=" + std::to_string(c.N1) + "+" +
+                            std::to_string(c.N2) + " K=" + std::to_string(c.K);
+    T2 a = make_rand("a", Kind::Act, {c.M, c.K});
+    T2 w1 = make_rand("w1", Kind::Wt, {c.N1, c.K}, -0.1f, 0.1f);
+    T2 w2 = make_rand("w2", Kind::Wt, {c.N2, c.K}, -0.1f, 0.1f);
+    T2 o1 = zeros("o1", c.out, {c.M, c.N1}), o2 = zeros("o2", c.out, {c.M, c.N2});
+    cpu_->gemm(Stream{}, o1.c, a.c, w1.c);
+    cpu_->gemm(Stream{}, o2.c, a.c, w2.c);
+    gpu_->gemm_pair(Stream{}, o1.g, o2.g, a.g, w1.g, w2.g);
+    expect_close(o1, "gemm_pair out1" + tag);
+    expect_close(o2, "gemm_pair out2" + tag);
+    T2 r1 = zeros("r1", c.out, {c.M, c.N1}), r2 = zeros("r2", c.out, {c.M, c.N2});
+    gpu_->gemm(Stream{}, r1.g, a.g, w1.g);
+    gpu_->gemm(Stream{}, r2.g, a.g, w2.g);
+    for (auto [p, r] : {std::pair{&o1, &r1}, std::pair{&o2, &r2}}) {
+      const std::vector<float> x = gg(*p), y = gg(*r);
+      ASSERT_EQ(x.size(), y.size());
+      for (size_t i = 0; i < x.size(); ++i)
+        ASSERT_LE(std::fabs(x[i] - y[i]), std::ldexp(std::fabs(y[i]), -7) + 1e-6f) << "[" << i << "]" << tag;
+    }
+  }
+}
+
 TEST_F(CudaOps, Rope) {
   const int64_t T = 11, H = 3, dim = 128, R = 64, P = 300;
   T2 table = make("table", Kind::F32, {P, R}, rope_table(int(P), int(R)));
