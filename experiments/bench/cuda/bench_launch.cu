@@ -7,7 +7,9 @@
 // synchronises and times the whole batch on the device. Reported: host microseconds per
 // iteration of the pattern (median of --reps repeats) and device microseconds per iteration. An
 // iteration of `fork_join` is the placement the stream policies use for one fork and join: a
-// kernel on main, record, wait on aux, a kernel on aux, record, wait on main.
+// kernel on main, record, wait on aux, a kernel on aux, record, wait on main. The `_behind`
+// patterns repeat three of them behind a long spin kernel on both streams (their device time is
+// then the spin's, not theirs).
 //
 //   bench_launch [--iters=1000] [--reps=7] [--out=FILE.json]
 #include <benchmark/benchmark.h>
@@ -46,6 +48,14 @@ __global__ void empty_kernel(int) {
 #endif
 }
 
+// Keeps the GPU busy for about `cycles` SM clocks, so that the calls timed after it queue
+// behind unfinished work (as in a decode step, where the host runs ahead of the GPU).
+__global__ void spin_kernel(long long cycles) {
+  const long long t0 = clock64();
+  while (clock64() - t0 < cycles) {
+  }
+}
+
 __global__ void empty_kernel_128(Args128) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -75,6 +85,7 @@ void launch(bool pdl, cudaStream_t st, void (*kernel)(KArgs...), Args... args) {
 struct Pattern {
   std::string name, what;
   std::function<void()> once;  // one iteration
+  bool behind = false;         // a spin kernel ahead of the timed calls: the GPU is behind
 };
 
 struct Result {
@@ -124,19 +135,39 @@ void run(const Options& o) {
          LAUNCH_CUDA(cudaStreamWaitEvent(s0, e1, 0));
        }},
   };
+  // The same calls with the GPU behind: what a host pays when its waits are on unfinished work.
+  std::vector<Pattern> all = patterns;
+  for (const char* name : {"launch_pdl", "record_wait", "fork_join"})
+    for (const Pattern& p : patterns)
+      if (p.name == name) {
+        Pattern q = p;
+        q.name += "_behind";
+        q.what += ", GPU busy";
+        q.behind = true;
+        all.push_back(q);
+      }
 
   using clock = std::chrono::steady_clock;
   std::vector<Result> results;
-  for (const Pattern& p : patterns) {
+  for (const Pattern& p : all) {
     Result r;
     r.name = p.name;
     r.what = p.what;
     std::vector<double> dev;
     for (int rep = 0; rep < o.reps + 1; ++rep) {  // the first repeat warms up
       LAUNCH_CUDA(cudaDeviceSynchronize());
+      if (p.behind) {  // ~50 ms of spinning on both streams, longer than the timed calls take
+        spin_kernel<<<1, 1, 0, s0>>>(100'000'000LL);
+        LAUNCH_CUDA(cudaGetLastError());
+        spin_kernel<<<1, 1, 0, s1>>>(100'000'000LL);
+        LAUNCH_CUDA(cudaGetLastError());
+      }
       LAUNCH_CUDA(cudaEventRecord(t0, s0));
       auto h0 = clock::now();
-      for (int i = 0; i < o.iters; ++i) p.once();
+      // Behind the spin, at most 200 iterations: a decode step's depth of queued work, well
+      // under the launch queue's capacity.
+      const int iters = p.behind ? std::min(o.iters, 200) : o.iters;
+      for (int i = 0; i < iters; ++i) p.once();
       auto h1 = clock::now();
       LAUNCH_CUDA(cudaEventRecord(e1, s1));  // s1's work (if any) before the stop
       LAUNCH_CUDA(cudaStreamWaitEvent(s0, e1, 0));
@@ -145,8 +176,8 @@ void run(const Options& o) {
       float ms = 0;
       LAUNCH_CUDA(cudaEventElapsedTime(&ms, t0, t1));
       if (rep == 0) continue;
-      r.host_samples.push_back(std::chrono::duration<double, std::micro>(h1 - h0).count() / o.iters);
-      dev.push_back(double(ms) * 1e3 / o.iters);
+      r.host_samples.push_back(std::chrono::duration<double, std::micro>(h1 - h0).count() / iters);
+      dev.push_back(double(ms) * 1e3 / iters);
     }
     auto median = [](std::vector<double> v) {
       std::sort(v.begin(), v.end());
