@@ -48,8 +48,7 @@ void DeepSeekV4::attention(int layer, const AttentionWeights& aw, LayerCache& ca
     }
     execute_in_parallel(ops_, ls, ev, parallel, main_fn, aux);
   }
-  ops_.rmsnorm(Stream{}, "q_norm", qr, qr_raw, aw.q_norm, eps);
-  ops_.rmsnorm(Stream{}, "kv_norm", kv, kv, aw.kv_norm, eps);
+  ops_.rmsnorm_pair(Stream{}, "q_norm+kv_norm", qr, qr_raw, aw.q_norm, kv, kv, aw.kv_norm, eps);
 
   // ---- Phase B (vLLM 6fb3f7b46): the query path on the main stream; the whole indexer (c4a)
   // or the main compressor (c128a) on aux0.
@@ -64,8 +63,7 @@ void DeepSeekV4::attention(int layer, const AttentionWeights& aw, LayerCache& ca
     Ops::Scope scope(ops_, "phase_b");
     StreamFn main_fn = [&](Stream s) {
       ops_.gemm(s, "wq_b", q.view({T, H * Dh}), qr, aw.wq_b);
-      ops_.rmsnorm(s, "q_head_norm", q.view({T * H, Dh}), q.view({T * H, Dh}), Tensor{}, eps);
-      ops_.rope(s, "rope_q", q, st.pos, table, false);
+      ops_.rmsnorm_rope(s, "q_head_norm+rope_q", q, q, Tensor{}, eps, st.pos, table);
       ops_.rope(s, "rope_k", kv.view({T, 1, Dh}), st.pos, table, false);
       ops_.swa_insert(s, cache.swa, cache.swa_tags, kv, st.pos, st.seq);
       if (type == LayerType::C4A) main_compressor(s);

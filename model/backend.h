@@ -99,6 +99,21 @@ class Backend {
   // out[r,:] = w . x[r,:] / sqrt(mean(x[r,:]^2) + eps). Rows = numel/dim where dim = last dim
   // of x. w may be empty (no weight: the per-head Q norm). out may alias x.
   virtual void rmsnorm(Stream s, const Tensor& out, const Tensor& x, const Tensor& w, float eps) = 0;
+  // Two independent row norms (q_norm and kv_norm) in one op, so that a backend may run them as
+  // one launch. The default runs the two rmsnorms.
+  virtual void rmsnorm_pair(Stream s, const Tensor& out1, const Tensor& x1, const Tensor& w1, float eps1,
+                            const Tensor& out2, const Tensor& x2, const Tensor& w2, float eps2) {
+    rmsnorm(s, out1, x1, w1, eps1);
+    rmsnorm(s, out2, x2, w2, eps2);
+  }
+  // out = rmsnorm over the last dim of x [T, heads, dim], then RoPE on out (the query's per-head
+  // norm and rotation, MODEL.md 5.2) in one op. The default runs rmsnorm, then rope.
+  virtual void rmsnorm_rope(Stream s, const Tensor& out, const Tensor& x, const Tensor& w, float eps,
+                            const Tensor& pos, const Tensor& table) {
+    const int64_t dim = x.dim(-1);
+    rmsnorm(s, out.view({out.numel() / dim, dim}), x.view({x.numel() / dim, dim}), w, eps);
+    rope(s, out, pos, table, false);
+  }
   // out = a + b (same shape).
   virtual void add(Stream s, const Tensor& out, const Tensor& a, const Tensor& b) = 0;
   // Interleaved RoPE (MODEL.md 3.2) in place on the last R = table.dim(1) dims of each head

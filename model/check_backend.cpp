@@ -391,6 +391,20 @@ class CheckBackend final : public Backend {
   size_t moe_workspace_bytes(int64_t tokens, int k, int D, int F, int E) const override {
     return std::max(ref_.moe_workspace_bytes(tokens, k, D, F, E), dut_.moe_workspace_bytes(tokens, k, D, F, E));
   }
+  void rmsnorm_pair(Stream s, const Tensor& out1, const Tensor& x1, const Tensor& w1, float eps1, const Tensor& out2,
+                    const Tensor& x2, const Tensor& w2, float eps2) override {
+    both("rmsnorm_pair", s, [&](Backend& be, Stream st, Side y) {
+      be.rmsnorm_pair(st, side(y, out1), side(y, x1), side(y, w1), eps1, side(y, out2), side(y, x2), side(y, w2), eps2);
+    });
+    check("rmsnorm_pair", {{"out1", &out1}, {"out2", &out2}});
+  }
+  void rmsnorm_rope(Stream s, const Tensor& out, const Tensor& x, const Tensor& w, float eps, const Tensor& pos,
+                    const Tensor& table) override {
+    both("rmsnorm_rope", s, [&](Backend& be, Stream st, Side y) {
+      be.rmsnorm_rope(st, side(y, out), side(y, x), side(y, w), eps, side(y, pos), side(y, table));
+    });
+    check("rmsnorm_rope", {{"out", &out}});
+  }
   void gemm_pair(Stream s, const Tensor& out1, const Tensor& out2, const Tensor& a, const Tensor& w1,
                  const Tensor& w2) override {
     both("gemm_pair", s, [&](Backend& be, Stream st, Side y) {

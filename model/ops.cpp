@@ -196,6 +196,20 @@ void Ops::moe_experts(Stream s, const Tensor& out, const Tensor& x, const Tensor
   end();
 }
 
+void Ops::rmsnorm_pair(Stream s, const char* name, const Tensor& out1, const Tensor& x1, const Tensor& w1,
+                       const Tensor& out2, const Tensor& x2, const Tensor& w2, float eps) {
+  begin(s, name, {&x1, &w1, &x2, &w2}, {&out1, &out2});
+  be_.rmsnorm_pair(s, out1, x1, w1, eps, out2, x2, w2, eps);
+  end();
+}
+
+void Ops::rmsnorm_rope(Stream s, const char* name, const Tensor& out, const Tensor& x, const Tensor& w, float eps,
+                       const Tensor& pos, const Tensor& table) {
+  begin(s, name, {&x, &w, &pos, &table}, {&out});
+  be_.rmsnorm_rope(s, out, x, w, eps, pos, table);
+  end();
+}
+
 void Ops::gemm_pair(Stream s, const char* name, const Tensor& out1, const Tensor& out2, const Tensor& a,
                     const Tensor& w1, const Tensor& w2) {
   begin(s, name, {&a, &w1, &w2}, {&out1, &out2});

@@ -81,6 +81,11 @@ class Ops {
   void moe_experts(Stream s, const Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
                    const Tensor& w1, const Tensor& w2, const Tensor& w3, float limit, const Tensor& workspace);
   void swiglu(Stream s, const char* name, const Tensor& out, const Tensor& g, const Tensor& u, float limit);
+  // Backend::rmsnorm_pair and Backend::rmsnorm_rope.
+  void rmsnorm_pair(Stream s, const char* name, const Tensor& out1, const Tensor& x1, const Tensor& w1,
+                    const Tensor& out2, const Tensor& x2, const Tensor& w2, float eps);
+  void rmsnorm_rope(Stream s, const char* name, const Tensor& out, const Tensor& x, const Tensor& w, float eps,
+                    const Tensor& pos, const Tensor& table);
   // out1 = a . w1^T, out2 = a . w2^T (Backend::gemm_pair).
   void gemm_pair(Stream s, const char* name, const Tensor& out1, const Tensor& out2, const Tensor& a,
                  const Tensor& w1, const Tensor& w2);

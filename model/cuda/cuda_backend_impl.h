@@ -4,7 +4,7 @@
 //   cuda_backend.cu    the class: arena, streams (+ their cuBLAS handles), events, NVTX,
 //                      upload/download, init_uniform/fill/copy, error helpers
 //   cuda_dense.cu      gemm, gemm_grouped (cuBLAS; a SIMT kernel for mixed dtypes), rmsnorm, add,
-//                      rope, swiglu, gemm_pair, gemm_swiglu, embed, argmax, gather_rows, shift_tokens
+//                      rope, rmsnorm_pair, rmsnorm_rope, swiglu, gemm_pair, gemm_swiglu, embed, argmax, gather_rows, shift_tokens
 //   cuda_mhc.cu        hc_pre, hc_pre_norm, hc_post, hc_head, hc_expand, mtp_combine
 //   cuda_attention.cu  swa_insert, compressor_save, compressor_pool, indexer_topk,
 //                      sparse_attention
@@ -132,6 +132,10 @@ class CudaBackend final : public Backend {
   void add(Stream s, const Tensor& out, const Tensor& a, const Tensor& b) override;
   void rope(Stream s, const Tensor& x, const Tensor& pos, const Tensor& table, bool inverse) override;
   void swiglu(Stream s, const Tensor& out, const Tensor& g, const Tensor& u, float limit) override;
+  void rmsnorm_pair(Stream s, const Tensor& out1, const Tensor& x1, const Tensor& w1, float eps1, const Tensor& out2,
+                    const Tensor& x2, const Tensor& w2, float eps2) override;
+  void rmsnorm_rope(Stream s, const Tensor& out, const Tensor& x, const Tensor& w, float eps, const Tensor& pos,
+                    const Tensor& table) override;
   void gemm_pair(Stream s, const Tensor& out1, const Tensor& out2, const Tensor& a, const Tensor& w1,
                  const Tensor& w2) override;
   void gemm_swiglu(Stream s, const Tensor& act, const Tensor& g, const Tensor& u, const Tensor& x, const Tensor& w1,

@@ -511,14 +511,41 @@ __device__ __forceinline__ float row_rsqrt(float ss, float* red, int64_t dim, fl
 // and the write pass read global memory once, and all loads are in flight together. The scalar
 // kernel below was latency-bound at decode sizes (8 us for 64 rows of 512 on the H200).
 // TPR threads per row, 256 / TPR rows per block (TPR <= 256) or one row per block (TPR = 1024).
+//
+// One launch may normalise two tensors (rmsnorm_pair: q_norm and kv_norm): blocks below blocks0
+// take job j0, the rest j1. With rope.table set (rmsnorm_rope: the per-head q norm, then RoPE),
+// the rounded normalised values of each head's last R dims are rotated as rope_kernel rotates
+// them (x viewed as [T, rope.heads, dim]), before the store.
+struct NormJob {
+  bf16* out;
+  const bf16* x;
+  const void* w;  // null: no weight
+  int dtw;
+  int64_t rows, dim;
+  float eps;
+};
+struct NormRope {
+  const int32_t* pos = nullptr;
+  const float* table = nullptr;  // null: no RoPE
+  int64_t heads = 1, R = 0, P = 0;
+};
+
 template <int TPR, int VPT>
-__global__ __launch_bounds__(TPR > 256 ? TPR : 256) void rmsnorm_bf16_kernel(bf16* out, const bf16* x,
-                                                                              const void* w, int dtw, int64_t rows,
-                                                                              int64_t dim, float eps) {
+__global__ __launch_bounds__(TPR > 256 ? TPR : 256) void rmsnorm_bf16_kernel(NormJob j0, NormJob j1,
+                                                                              int64_t blocks0, NormRope rope) {
   pdl_enter();
   __shared__ float red[32];
   constexpr int kThreads = TPR > 256 ? TPR : 256;
-  const int64_t row = int64_t(blockIdx.x) * (kThreads / TPR) + threadIdx.x / TPR;
+  const bool second = int64_t(blockIdx.x) >= blocks0;
+  const NormJob J = second ? j1 : j0;
+  bf16* out = J.out;
+  const bf16* x = J.x;
+  const void* w = J.w;
+  const int dtw = J.dtw;
+  const int64_t rows = J.rows, dim = J.dim;
+  const float eps = J.eps;
+  const int64_t bx = second ? int64_t(blockIdx.x) - blocks0 : int64_t(blockIdx.x);
+  const int64_t row = bx * (kThreads / TPR) + threadIdx.x / TPR;
   const int lane = threadIdx.x % TPR;
   const bool active = row < rows;
   const int64_t nvec = dim / 8;
@@ -553,6 +580,20 @@ __global__ __launch_bounds__(TPR > 256 ? TPR : 256) void rmsnorm_bf16_kernel(bf1
     for (int q = 0; q < 8; ++q) {
       const float wi = w ? ldf(w, dtw, j * 8 + q) : 1.f;
       oe[q] = __float2bfloat16_rn(wi * (__bfloat162float(e[q]) * r));
+    }
+    if (rope.table && j * 8 >= dim - rope.R) {  // R and dim - R are multiples of 8 (the launcher)
+      const int32_t p = rope.pos[row / rope.heads];
+      if (p >= 0 && p < rope.P) {
+        const int64_t half = rope.R / 2, i0 = (j * 8 - (dim - rope.R)) / 2;
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const float c = rope.table[int64_t(p) * rope.R + i0 + k];
+          const float sn = rope.table[int64_t(p) * rope.R + half + i0 + k];
+          const float ev = __bfloat162float(oe[2 * k]), od = __bfloat162float(oe[2 * k + 1]);
+          oe[2 * k] = __float2bfloat16_rn(ev * c - od * sn);
+          oe[2 * k + 1] = __float2bfloat16_rn(od * c + ev * sn);
+        }
+      }
     }
     orow[j] = o;
   }
@@ -770,15 +811,14 @@ void CudaBackend::rmsnorm(Stream s, const Tensor& out, const Tensor& x, const Te
   const int dtw = w.empty() ? kF32 : fcode(w.dtype);
   const bool vec = x.dtype == DType::BF16 && out.dtype == DType::BF16 && dim % 8 == 0 &&
                    (reinterpret_cast<uintptr_t>(x.data) | reinterpret_cast<uintptr_t>(out.data)) % 16 == 0;
+  const NormJob job{static_cast<bf16*>(out.data), static_cast<const bf16*>(x.data), wp, dtw, rows, dim, eps};
   if (vec && dim <= 32 * 8 * 4) {
-    launch_kernel(op, rmsnorm_bf16_kernel<32, 4>, unsigned(cdiv(rows, 8)), 256, 0, st, 
-        static_cast<bf16*>(out.data), static_cast<const bf16*>(x.data), wp, dtw, rows, dim, eps);
+    const int64_t blocks = cdiv(rows, 8);
+    launch_kernel(op, rmsnorm_bf16_kernel<32, 4>, unsigned(blocks), 256, 0, st, job, job, blocks, NormRope{});
   } else if (vec && dim <= 256 * 8 * 4) {
-    launch_kernel(op, rmsnorm_bf16_kernel<256, 4>, unsigned(rows), 256, 0, st, 
-        static_cast<bf16*>(out.data), static_cast<const bf16*>(x.data), wp, dtw, rows, dim, eps);
+    launch_kernel(op, rmsnorm_bf16_kernel<256, 4>, unsigned(rows), 256, 0, st, job, job, rows, NormRope{});
   } else if (vec && dim <= 1024 * 8 * 4) {
-    launch_kernel(op, rmsnorm_bf16_kernel<1024, 4>, unsigned(rows), 1024, 0, st, 
-        static_cast<bf16*>(out.data), static_cast<const bf16*>(x.data), wp, dtw, rows, dim, eps);
+    launch_kernel(op, rmsnorm_bf16_kernel<1024, 4>, unsigned(rows), 1024, 0, st, job, job, rows, NormRope{});
   } else if (dim <= 1024) {
     launch_kernel(op, rmsnorm_kernel<32>, unsigned(cdiv(rows, 8)), 256, 0, st, out.data, fcode(out.dtype), x.data, fcode(x.dtype),
                                                                   wp, dtw, rows, dim, eps);
@@ -786,6 +826,61 @@ void CudaBackend::rmsnorm(Stream s, const Tensor& out, const Tensor& x, const Te
     launch_kernel(op, rmsnorm_kernel<256>, unsigned(rows), 256, 0, st, out.data, fcode(out.dtype), x.data, fcode(x.dtype), wp, dtw,
                                                           rows, dim, eps);
   }
+  CUDA_LAUNCH_CHECK(op, st);
+}
+
+// The warp-per-row bf16 path (rows of at most 1024 values, multiples of 8, 16-byte aligned), the
+// shape rmsnorm_pair and rmsnorm_rope fuse; else they run the separate ops.
+static bool warp_norm_fits(const Tensor& out, const Tensor& x, int64_t dim) {
+  return x.dtype == DType::BF16 && out.dtype == DType::BF16 && dim % 8 == 0 && dim <= 32 * 8 * 4 &&
+         (reinterpret_cast<uintptr_t>(x.data) | reinterpret_cast<uintptr_t>(out.data)) % 16 == 0;
+}
+
+static NormJob norm_job(const Tensor& out, const Tensor& x, const Tensor& w, int64_t rows, int64_t dim, float eps) {
+  return NormJob{static_cast<bf16*>(out.data), static_cast<const bf16*>(x.data), w.empty() ? nullptr : w.data,
+                 w.empty() ? kF32 : fcode(w.dtype), rows, dim, eps};
+}
+
+// q_norm and kv_norm (two independent row norms) in one launch.
+void CudaBackend::rmsnorm_pair(Stream s, const Tensor& out1, const Tensor& x1, const Tensor& w1, float eps1,
+                               const Tensor& out2, const Tensor& x2, const Tensor& w2, float eps2) {
+  const char* op = "rmsnorm_pair";
+  const auto [rows1, dim1] = checks::validate_rmsnorm<OpRules>(out1, x1, w1);
+  const auto [rows2, dim2] = checks::validate_rmsnorm<OpRules>(out2, x2, w2);
+  if (rows1 == 0 || rows2 == 0 || !warp_norm_fits(out1, x1, dim1) || !warp_norm_fits(out2, x2, dim2)) {
+    Backend::rmsnorm_pair(s, out1, x1, w1, eps1, out2, x2, w2, eps2);
+    return;
+  }
+  cudaStream_t st = stream(s, op);
+  const int64_t blocks1 = cdiv(rows1, 8), blocks2 = cdiv(rows2, 8);
+  launch_kernel(op, rmsnorm_bf16_kernel<32, 4>, unsigned(blocks1 + blocks2), 256, 0, st,
+                norm_job(out1, x1, w1, rows1, dim1, eps1), norm_job(out2, x2, w2, rows2, dim2, eps2), blocks1,
+                NormRope{});
+  CUDA_LAUNCH_CHECK(op, st);
+}
+
+// The per-head q norm and the q RoPE in one launch (x [T, heads, dim]).
+void CudaBackend::rmsnorm_rope(Stream s, const Tensor& out, const Tensor& x, const Tensor& w, float eps,
+                               const Tensor& pos, const Tensor& table) {
+  const char* op = "rmsnorm_rope";
+  const auto [T, heads, dim, P, R] = checks::validate_rope<OpRules>(out, pos, table);
+  SL_CHECK(x.shape == out.shape, op, ": x is ", checks::describe(x), ", out is ", checks::describe(out));
+  const Tensor xr = x.view({T * heads, dim}), outr = out.view({T * heads, dim});
+  const auto [rows, dim_] = checks::validate_rmsnorm<OpRules>(outr, xr, w);
+  if (rows == 0 || !warp_norm_fits(outr, xr, dim) || R % 8 != 0 || R > dim) {
+    Backend::rmsnorm_rope(s, out, x, w, eps, pos, table);
+    return;
+  }
+  cudaStream_t st = stream(s, op);
+  NormRope rope;
+  rope.pos = pos.ptr<int32_t>();
+  rope.table = table.ptr<float>();
+  rope.heads = heads;
+  rope.R = R;
+  rope.P = P;
+  const NormJob job = norm_job(outr, xr, w, rows, dim, eps);
+  const int64_t blocks = cdiv(rows, 8);
+  launch_kernel(op, rmsnorm_bf16_kernel<32, 4>, unsigned(blocks), 256, 0, st, job, job, blocks, rope);
   CUDA_LAUNCH_CHECK(op, st);
 }
 

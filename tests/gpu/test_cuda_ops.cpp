@@ -397,6 +397,46 @@ TEST_F(CudaOps, RmsNorm) {
   }
 }
 
+// rmsnorm_pair (q_norm + kv_norm in one launch, kv in place) and rmsnorm_rope (the per-head q
+// norm + RoPE in one launch, in place) against the CPU reference's separate ops, and bit for bit
+// against the CUDA backend's own separate ops (the same per-row arithmetic).
+TEST_F(CudaOps, RmsNormPairAndRope) {
+  for (int64_t T : {1, 2, 13}) {
+    const std::string tag = " T=" + std::to_string(T);
+    T2 x1 = make_rand("x1", Kind::Act, {T, 1024}, -3.f, 3.f), w1 = make_rand("w1", Kind::Wt, {1024}, 0.5f, 1.5f);
+    T2 x2 = make_rand("x2", Kind::Act, {T, 512}, -3.f, 3.f), w2 = make_rand("w2", Kind::Wt, {512}, 0.5f, 1.5f);
+    T2 o1 = zeros("o1", Kind::Act, {T, 1024});
+    T2 x2b = make("x2b", Kind::Act, {T, 512}, gc(x2));  // a copy for the separate CUDA ops
+    T2 o1b = zeros("o1b", Kind::Act, {T, 1024});
+    cpu_->rmsnorm(Stream{}, o1.c, x1.c, w1.c, 1e-6f);
+    cpu_->rmsnorm(Stream{}, x2.c, x2.c, w2.c, 1e-6f);
+    gpu_->rmsnorm_pair(Stream{}, o1.g, x1.g, w1.g, 1e-6f, x2.g, x2.g, w2.g, 1e-6f);
+    expect_close(o1, "rmsnorm_pair out1" + tag);
+    expect_close(x2, "rmsnorm_pair out2 (in place)" + tag);
+    gpu_->rmsnorm(Stream{}, o1b.g, x1.g, w1.g, 1e-6f);
+    gpu_->rmsnorm(Stream{}, x2b.g, x2b.g, w2.g, 1e-6f);
+    EXPECT_EQ(gg(o1), gg(o1b)) << "rmsnorm_pair out1 vs rmsnorm" << tag;
+    EXPECT_EQ(gg(x2), gg(x2b)) << "rmsnorm_pair out2 vs rmsnorm" << tag;
+
+    const int64_t H = 8, Dh = 512, R = 64, P = 40;
+    T2 q = make_rand("q", Kind::Act, {T, H, Dh}, -3.f, 3.f);
+    T2 qb = make("qb", Kind::Act, {T, H, Dh}, gc(q));
+    T2 table = make("table", Kind::F32, {P, R}, rope_table(int(P), int(R)));
+    std::vector<int32_t> pv(static_cast<size_t>(T), 0);
+    for (int64_t t = 0; t < T; ++t) pv[size_t(t)] = int32_t((t * 7 + 3) % P);
+    T2 pos = make_i32("pos", {T}, pv);
+    const Tensor qr_c = q.c.view({T * H, Dh});
+    cpu_->rmsnorm(Stream{}, qr_c, qr_c, Tensor{}, 1e-6f);
+    cpu_->rope(Stream{}, q.c, pos.c, table.c, false);
+    gpu_->rmsnorm_rope(Stream{}, q.g, q.g, Tensor{}, 1e-6f, pos.g, table.g);
+    expect_close(q, "rmsnorm_rope" + tag);
+    const Tensor qr_g = qb.g.view({T * H, Dh});
+    gpu_->rmsnorm(Stream{}, qr_g, qr_g, Tensor{}, 1e-6f);
+    gpu_->rope(Stream{}, qb.g, pos.g, table.g, false);
+    EXPECT_EQ(gg(q), gg(qb)) << "rmsnorm_rope vs rmsnorm + rope" << tag;
+  }
+}
+
 TEST_F(CudaOps, AddAndSwiglu) {
   T2 a = make_rand("a", Kind::Act, {13, 100});
   T2 b = make_rand("b", Kind::Act, {13, 100});
