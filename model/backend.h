@@ -152,6 +152,14 @@ class Backend {
   // X_out[t, j, :] = post[t, j] * f[t, :] + sum_i comb[t, i, j] * res[t, i, :].
   virtual void hc_post(Stream s, const Tensor& X_out, const Tensor& f, const Tensor& res, const Tensor& post,
                        const Tensor& comb) = 0;
+  // f = f1 + f2, then hc_post(X_out, f, res, post, comb): the MoE's routed + shared sum and the
+  // FFN sub-layer's hc_post (MODEL.md 4, 6) in one op, so that a backend may fuse them. The
+  // default runs add, then hc_post.
+  virtual void add_hc_post(Stream s, const Tensor& X_out, const Tensor& f, const Tensor& f1, const Tensor& f2,
+                           const Tensor& res, const Tensor& post, const Tensor& comb) {
+    add(s, f, f1, f2);
+    hc_post(s, X_out, f, res, post, comb);
+  }
   // h[t, :] = sum_s (sigmoid(m_s * scale[0] + base[s]) + hc_eps) * X[t, s, :]; fn F32 [hc, hc*D].
   virtual void hc_head(Stream s, const Tensor& h, const Tensor& X, const Tensor& fn, const Tensor& scale,
                        const Tensor& base, float hc_eps, float rms_eps) = 0;

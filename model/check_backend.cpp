@@ -302,6 +302,14 @@ class CheckBackend final : public Backend {
     });
     check("hc_pre_norm", {{"y", &y}, {"post", &post}, {"comb", &comb}, {"out", &out}});
   }
+  void add_hc_post(Stream s, const Tensor& X_out, const Tensor& f, const Tensor& f1, const Tensor& f2,
+                   const Tensor& res, const Tensor& post, const Tensor& comb) override {
+    both("add_hc_post", s, [&](Backend& be, Stream st, Side x) {
+      be.add_hc_post(st, side(x, X_out), side(x, f), side(x, f1), side(x, f2), side(x, res), side(x, post),
+                     side(x, comb));
+    });
+    check("add_hc_post", {{"f", &f}, {"X_out", &X_out}});
+  }
   void hc_post(Stream s, const Tensor& X_out, const Tensor& f, const Tensor& res, const Tensor& post,
                const Tensor& comb) override {
     both("hc_post", s, [&](Backend& be, Stream st, Side x) {

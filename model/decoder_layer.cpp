@@ -113,8 +113,10 @@ void DeepSeekV4::decoder_layer(int layer, const BlockWeights& bw, LayerCache& ca
     Ops::Scope s(ops_, "ffn");
     ops_.hc_pre_norm(main, "hc_pre.ffn", a, y, post, comb, Xtmp, bw.hc_ffn_fn, bw.hc_ffn_scale, bw.hc_ffn_base, it,
                      hc_eps, eps, bw.ffn_norm, eps);
-    moe(layer, bw.ffn, a, buf_->f.rows(0, T), st);
-    ops_.hc_post(main, "hc_post.ffn", X, buf_->f.rows(0, T), Xtmp, post, comb);
+    const Tensor routed = buf_->moe_out.rows(0, T), shared = buf_->sh_out.rows(0, T);
+    moe(layer, bw.ffn, a, routed, shared, st);
+    // routed + shared ("moe_combine") and hc_post in one op (a backend may fuse them).
+    ops_.add_hc_post(main, "moe_combine+hc_post.ffn", X, buf_->f.rows(0, T), routed, shared, Xtmp, post, comb);
   }
 }
 

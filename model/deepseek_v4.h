@@ -111,7 +111,10 @@ class DeepSeekV4 {
                      const Step& st);
   void attention(int layer, const AttentionWeights& aw, LayerCache& cache, const Tensor& a, const Tensor& out,
                  const Step& st);
-  void moe(int layer, const MoeWeights& mw, const Tensor& b, const Tensor& out, const Step& st);
+  // Routed experts into `routed`, the shared expert into `shared` (joined to the main stream);
+  // the caller sums them.
+  void moe(int layer, const MoeWeights& mw, const Tensor& x, const Tensor& routed, const Tensor& shared,
+           const Step& st);
   void mtp_step(int draft_step, const Tensor& Hprev, const Tensor& tokens, const Step& st);
   void lm_head(Stream s, const Tensor& X, int rows, const Tensor& hc_fn, const Tensor& hc_scale,
                const Tensor& hc_base, const Tensor& norm_w, const Tensor& logits);

@@ -5,7 +5,8 @@
 
 namespace sl {
 
-void DeepSeekV4::moe(int layer, const MoeWeights& mw, const Tensor& x, const Tensor& out, const Step& st) {
+void DeepSeekV4::moe(int layer, const MoeWeights& mw, const Tensor& x, const Tensor& routed, const Tensor& shared,
+                     const Step& st) {
   const Stream main{};
   const int64_t T = st.T;
   const Buffers& b = *buf_;
@@ -17,8 +18,7 @@ void DeepSeekV4::moe(int layer, const MoeWeights& mw, const Tensor& x, const Ten
                          : b.route_ids.rows(0, T);
   if (shape_.record_routing) routing_meta_[size_t(slot)] = {layer, st.draft_step, int(T), {}};
   const Tensor logits = b.router_logits.rows(0, T), rw = b.route_w.rows(0, T);
-  const Tensor routed = b.moe_out.rows(0, T);
-  const Tensor g = b.sh_g.rows(0, T), u = b.sh_u.rows(0, T), act = b.sh_act.rows(0, T), shared = b.sh_out.rows(0, T);
+  const Tensor g = b.sh_g.rows(0, T), u = b.sh_u.rows(0, T), act = b.sh_act.rows(0, T);
   Ops::Scope scope(ops_, "moe");
 
   // vLLM: the shared-expert stream is used when T <= 256; it forks before the router, and the
@@ -42,7 +42,7 @@ void DeepSeekV4::moe(int layer, const MoeWeights& mw, const Tensor& x, const Ten
     ops_.record(ev.moe_join, side);
     ops_.wait(main, ev.moe_join);
   }
-  ops_.add(main, "moe_combine", out, routed, shared);
+  // The caller sums routed and shared (its add_hc_post: "moe_combine" and hc_post in one op).
 }
 
 }  // namespace sl

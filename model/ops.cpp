@@ -124,6 +124,13 @@ void Ops::hc_pre_norm(Stream s, const char* name, const Tensor& out, const Tenso
   end();
 }
 
+void Ops::add_hc_post(Stream s, const char* name, const Tensor& X_out, const Tensor& f, const Tensor& f1,
+                      const Tensor& f2, const Tensor& res, const Tensor& post, const Tensor& comb) {
+  begin(s, name, {&f1, &f2, &res, &post, &comb}, {&f, &X_out});
+  be_.add_hc_post(s, X_out, f, f1, f2, res, post, comb);
+  end();
+}
+
 void Ops::hc_post(Stream s, const char* name, const Tensor& X_out, const Tensor& f, const Tensor& res,
                   const Tensor& post, const Tensor& comb) {
   begin(s, name, {&f, &res, &post, &comb}, {&X_out});

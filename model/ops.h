@@ -58,6 +58,9 @@ class Ops {
   void hc_pre_norm(Stream s, const char* name, const Tensor& out, const Tensor& y, const Tensor& post,
                    const Tensor& comb, const Tensor& X, const Tensor& fn, const Tensor& scale, const Tensor& base,
                    int iters, float hc_eps, float rms_eps, const Tensor& norm_w, float norm_eps);
+  // f = f1 + f2, then hc_post (Backend::add_hc_post).
+  void add_hc_post(Stream s, const char* name, const Tensor& X_out, const Tensor& f, const Tensor& f1,
+                   const Tensor& f2, const Tensor& res, const Tensor& post, const Tensor& comb);
   void hc_post(Stream s, const char* name, const Tensor& X_out, const Tensor& f, const Tensor& res,
                const Tensor& post, const Tensor& comb);
   void hc_head(Stream s, const Tensor& h, const Tensor& X, const Tensor& fn, const Tensor& scale, const Tensor& base,

@@ -5,7 +5,7 @@
 //                      upload/download, init_uniform/fill/copy, error helpers
 //   cuda_dense.cu      gemm, gemm_grouped (cuBLAS; a SIMT kernel for mixed dtypes), rmsnorm, add,
 //                      rope, rmsnorm_pair, rmsnorm_rope, swiglu, gemm_pair, gemm_swiglu, embed, argmax, gather_rows, shift_tokens
-//   cuda_mhc.cu        hc_pre, hc_pre_norm, hc_post, hc_head, hc_expand, mtp_combine
+//   cuda_mhc.cu        hc_pre, hc_pre_norm, hc_post, add_hc_post, hc_head, hc_expand, mtp_combine
 //   cuda_attention.cu  swa_insert, compressor_save, compressor_pool, indexer_topk,
 //                      sparse_attention
 //   cuda_moe.cu        route, moe_experts (device-side permutation + grouped tensor-core GEMM),
@@ -156,6 +156,8 @@ class CudaBackend final : public Backend {
                    float hc_eps, float rms_eps, const Tensor& norm_w, float norm_eps) override;
   void hc_post(Stream s, const Tensor& X_out, const Tensor& f, const Tensor& res, const Tensor& post,
                const Tensor& comb) override;
+  void add_hc_post(Stream s, const Tensor& X_out, const Tensor& f, const Tensor& f1, const Tensor& f2,
+                   const Tensor& res, const Tensor& post, const Tensor& comb) override;
   void hc_head(Stream s, const Tensor& h, const Tensor& X, const Tensor& fn, const Tensor& scale, const Tensor& base,
                float hc_eps, float rms_eps) override;
   void hc_expand(Stream s, const Tensor& X, const Tensor& e) override;

@@ -364,8 +364,12 @@ void launch_hc(CudaBackend& be, const char* op, Stream s, HcArgs a, DType xdt) {
 
 // X_out[t, j, d] = post[t, j] * f[t, d] + sum_i comb[t, i, j] * res[t, i, d]: one thread per
 // (t, d) computes all 4 destinations from the 4 sources it read first (so X_out may alias res).
-__global__ void hc_post_kernel(void* xo, int dto, const void* f, int dtf, const void* res, int dtr, const float* post,
-                               const float* comb, int64_t T, int64_t D) {
+//
+// add_hc_post: with f1 set, f = f1 + f2 is computed here (stored to f in f's dtype, as add
+// stores it, and used as rounded) instead of read.
+__global__ void hc_post_kernel(void* xo, int dto, void* f, int dtf, const void* res, int dtr, const float* post,
+                               const float* comb, int64_t T, int64_t D, const void* f1, int dtf1, const void* f2,
+                               int dtf2) {
   pdl_enter();
   const int64_t n = T * D;
   for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < n;
@@ -374,7 +378,14 @@ __global__ void hc_post_kernel(void* xo, int dto, const void* f, int dtf, const 
     float old[HC];
 #pragma unroll
     for (int i = 0; i < HC; ++i) old[i] = ldf(res, dtr, (t * HC + i) * D + d);
-    const float fv = ldf(f, dtf, idx);
+    float fv;
+    if (f1) {
+      const float sum = ldf(f1, dtf1, idx) + ldf(f2, dtf2, idx);
+      stf(f, dtf, idx, sum);
+      fv = dtf == kBF16 ? __bfloat162float(__float2bfloat16_rn(sum)) : sum;
+    } else {
+      fv = ldf(f, dtf, idx);
+    }
 #pragma unroll
     for (int j = 0; j < HC; ++j) {
       float acc = post[t * HC + j] * fv;
@@ -490,9 +501,24 @@ void CudaBackend::hc_post(Stream s, const Tensor& X_out, const Tensor& f, const 
   cudaStream_t st = stream(s, op);
   const auto [T, hc, D] = checks::validate_hc_post<OpRules>(X_out, f, res, post, comb, {HC, HC});
   if (T * D == 0) return;
-  launch_kernel(op, hc_post_kernel, grid_for(T * D, 256), 256, 0, st, X_out.data, fcode(X_out.dtype), f.data, fcode(f.dtype),
-                                                        res.data, fcode(res.dtype), post.ptr<float>(),
-                                                        comb.ptr<float>(), T, D);
+  launch_kernel(op, hc_post_kernel, grid_for(T * D, 256), 256, 0, st, X_out.data, fcode(X_out.dtype), f.data,
+                fcode(f.dtype), res.data, fcode(res.dtype), post.ptr<float>(), comb.ptr<float>(), T, D,
+                static_cast<const void*>(nullptr), 0, static_cast<const void*>(nullptr), 0);
+  CUDA_LAUNCH_CHECK(op, st);
+}
+
+// The MoE sum and the FFN's hc_post in one launch: each thread adds its f1 and f2 element (and
+// stores f) before the 4 x 4 mix.
+void CudaBackend::add_hc_post(Stream s, const Tensor& X_out, const Tensor& f, const Tensor& f1, const Tensor& f2,
+                              const Tensor& res, const Tensor& post, const Tensor& comb) {
+  const char* op = "add_hc_post";
+  cudaStream_t st = stream(s, op);
+  checks::validate_add<OpRules>(f, f1, f2);
+  const auto [T, hc, D] = checks::validate_hc_post<OpRules>(X_out, f, res, post, comb, {HC, HC});
+  if (T * D == 0) return;
+  launch_kernel(op, hc_post_kernel, grid_for(T * D, 256), 256, 0, st, X_out.data, fcode(X_out.dtype), f.data,
+                fcode(f.dtype), res.data, fcode(res.dtype), post.ptr<float>(), comb.ptr<float>(), T, D, f1.data,
+                fcode(f1.dtype), f2.data, fcode(f2.dtype));
   CUDA_LAUNCH_CHECK(op, st);
 }
 

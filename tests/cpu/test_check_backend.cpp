@@ -255,6 +255,7 @@ TEST(CheckBackend, CpuAgainstCpuIsExactEverywhere) {
                          "gemm_pair",
                          "gemm_swiglu",
                          "hc_post",
+                         "add_hc_post",
                          "hc_head",
                          "hc_expand",
                          "mtp_combine",

@@ -702,6 +702,22 @@ TEST_F(CudaOps, HcPostExpandCombine) {
   cpu_->hc_post(Stream{}, xo.c, f.c, res.c, post.c, comb.c);
   gpu_->hc_post(Stream{}, xo.g, f.g, res.g, post.g, comb.g);
   expect_close(xo, "hc_post");
+  // add_hc_post: f = f1 + f2 (stored) and hc_post from it, against the CPU's add + hc_post, and
+  // bit for bit against the CUDA backend's own add + hc_post.
+  {
+    T2 f1 = make_rand("f1", Kind::Act, {T, D}), f2 = make_rand("f2", Kind::Act, {T, D});
+    T2 fs = zeros("fs", Kind::Act, {T, D}), xs = zeros("xs", Kind::Act, {T, hc, D});
+    cpu_->add(Stream{}, fs.c, f1.c, f2.c);
+    cpu_->hc_post(Stream{}, xs.c, fs.c, res.c, post.c, comb.c);
+    gpu_->add_hc_post(Stream{}, xs.g, fs.g, f1.g, f2.g, res.g, post.g, comb.g);
+    expect_close(fs, "add_hc_post f");
+    expect_close(xs, "add_hc_post X_out");
+    T2 fs2 = zeros("fs2", Kind::Act, {T, D}), xs2 = zeros("xs2", Kind::Act, {T, hc, D});
+    gpu_->add(Stream{}, fs2.g, f1.g, f2.g);
+    gpu_->hc_post(Stream{}, xs2.g, fs2.g, res.g, post.g, comb.g);
+    EXPECT_EQ(gg(fs), gg(fs2)) << "add_hc_post f vs add";
+    EXPECT_EQ(gg(xs), gg(xs2)) << "add_hc_post X_out vs add + hc_post";
+  }
   // In place (X_out aliases res).
   cpu_->hc_post(Stream{}, res.c, f.c, res.c, post.c, comb.c);
   gpu_->hc_post(Stream{}, res.g, f.g, res.g, post.g, comb.g);
