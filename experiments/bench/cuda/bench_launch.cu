@@ -164,8 +164,8 @@ void run(const Options& o) {
       }
       LAUNCH_CUDA(cudaEventRecord(t0, s0));
       auto h0 = clock::now();
-      // Behind the spin, at most 200 iterations: a decode step's depth of queued work, well
-      // under the launch queue's capacity.
+      // Behind the spin, at most 200 iterations: about a decode step's depth of queued work
+      // (a step is ~240 launches), not a test of how deep the launch queue goes.
       const int iters = p.behind ? std::min(o.iters, 200) : o.iters;
       for (int i = 0; i < iters; ++i) p.once();
       auto h1 = clock::now();
