@@ -612,6 +612,7 @@ AnalysisResult analyze(const Trace& t, const AnalysisOptions& opts) {
     for (auto& [key, o] : by) {
       o.name = key == kNoLaunch ? "(no launch call)" : key == kNoRange ? "(no range)" : t.str(StrId(key));
       o.ranges = seen[key].size();
+      for (uint32_t i : seen[key]) o.host += t.nvtx[i].end - t.nvtx[i].start;
       r.op_stats.push_back(std::move(o));
     }
     // Names may repeat across domains: merge by name.
@@ -622,6 +623,7 @@ AnalysisResult analyze(const Trace& t, const AnalysisOptions& opts) {
         merged.back().kernels += o.kernels;
         merged.back().total += o.total;
         merged.back().ranges += o.ranges;
+        merged.back().host += o.host;
       } else {
         merged.push_back(std::move(o));
       }

@@ -115,6 +115,10 @@ struct OpTimeStats {
   uint64_t kernels = 0;
   Ns total = 0;        // sum of kernel durations
   uint64_t ranges = 0; // distinct range instances that launched these kernels
+  // Host time of those range instances (end - start on the launching thread, nested ranges
+  // included): what enqueuing the op cost the CPU. When an eager step is bound by its launch
+  // rate, this, not the kernel time, is where the step goes.
+  Ns host = 0;
 };
 
 struct FalseDependency {

@@ -153,7 +153,8 @@ json analysis_to_json(const AnalysisResult& r) {
   if (r.options.by_op) {
     json os = json::array();
     for (const auto& o : r.op_stats)
-      os.push_back({{"name", o.name}, {"kernels", o.kernels}, {"total_ns", o.total}, {"ranges", o.ranges}});
+      os.push_back({{"name", o.name}, {"kernels", o.kernels}, {"total_ns", o.total}, {"ranges", o.ranges},
+                    {"host_ns", o.host}});
     j["op_stats"] = os;
   }
   if (r.range) {
@@ -274,12 +275,14 @@ std::string analysis_to_text(const AnalysisResult& r, size_t top) {
     for (const auto& x : r.op_stats) all += x.total;
     o << "\nkernel time by operation (innermost NVTX range around the launch call)\n";
     o << "  " << std::setw(8) << "kernels" << std::setw(14) << "total us" << std::setw(8) << "share" << std::setw(10)
-      << "ranges" << "  operation\n";
+      << "ranges" << std::setw(14) << "host us" << "  operation\n";
     for (size_t i = 0; i < r.op_stats.size() && i < top; ++i) {
       const auto& x = r.op_stats[i];
       o << "  " << std::setw(8) << x.kernels << std::setw(14) << us(x.total) << std::setw(8)
-        << pct(all > 0 ? double(x.total) / double(all) : 0.0) << std::setw(10) << x.ranges << "  " << x.name << "\n";
+        << pct(all > 0 ? double(x.total) / double(all) : 0.0) << std::setw(10) << x.ranges << std::setw(14)
+        << us(x.host) << "  " << x.name << "\n";
     }
+    o << "  (host us: the ranges' own time on the launching thread, nested ranges included)\n";
     if (r.op_stats.size() > top) o << "  ... " << r.op_stats.size() - top << " more operations\n";
   }
   const auto& rs = r.resources;

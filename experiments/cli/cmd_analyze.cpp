@@ -82,7 +82,7 @@ void add_analyze_command(CLI::App& app) {
   cmd->add_flag("--by-op", o->by_op,
                 "also list kernel time by operation: each kernel goes to the innermost NVTX push/pop range around "
                 "its launch call (streamlab names every model op that way; kernels of a CUDA-graph launch go to the "
-                "range around the graph launch)");
+                "range around the graph launch), with the host time of those ranges (the CPU cost of enqueuing each op)");
   cmd->add_flag("--range-by-launch", o->range_by_launch,
                 "assign kernels to --range instances by the start of their launch call (same thread) instead of the "
                 "kernel start");

@@ -267,6 +267,13 @@ TEST(Analysis, KernelTimeByOperation) {
   EXPECT_EQ(got, want);
   EXPECT_EQ(ranges["wq_a"], 2u);
   EXPECT_EQ(ranges["attention"], 1u);
+  // Host time: the launching range instances' own durations (wq_a: [20, 30] and [410, 420];
+  // L0 includes its nested ranges; the unattributed rows have none).
+  std::map<std::string, Ns> host;
+  for (const auto& x : r.op_stats) host[x.name] = x.host;
+  const std::map<std::string, Ns> want_host{{"wq_a", 20}, {"attention", 20}, {"L0", 390},
+                                            {"step", 1000}, {"(no launch call)", 0}, {"(no range)", 0}};
+  EXPECT_EQ(host, want_host);
   // Sorted by total time, ties by name.
   ASSERT_EQ(r.op_stats.size(), 6u);
   EXPECT_EQ(r.op_stats[0].name, "wq_a");
