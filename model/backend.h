@@ -216,10 +216,6 @@ class Backend {
   virtual size_t moe_workspace_bytes(int64_t tokens, int k, int D, int F, int E) const = 0;
   // out = silu(min(g, L)) * clamp(u, -L, L) (MODEL.md 3.3).
   virtual void swiglu(Stream s, const Tensor& out, const Tensor& g, const Tensor& u, float limit) = 0;
-  // A dense SwiGLU expert's input half (the shared expert, MODEL.md 6): g = x . w1^T, u = x . w3^T,
-  // act = swiglu(g, u, limit), in one op so that a backend may fuse them (the CUDA backend does at
-  // decode sizes, and then leaves g and u unwritten: act is the op's result). The default runs
-  // the three ops.
   // Two projections of one input, out1 = a . w1^T and out2 = a . w2^T (wq_a and wkv; a
   // compressor's wkv and wgate), in one op so that a backend may run them as one launch. The
   // default runs the two gemms.
@@ -228,6 +224,10 @@ class Backend {
     gemm(s, out1, a, w1);
     gemm(s, out2, a, w2);
   }
+  // A dense SwiGLU expert's input half (the shared expert, MODEL.md 6): g = x . w1^T, u = x . w3^T,
+  // act = swiglu(g, u, limit), in one op so that a backend may fuse them (the CUDA backend does at
+  // decode sizes, and then leaves g and u unwritten: act is the op's result). The default runs
+  // the three ops.
   virtual void gemm_swiglu(Stream s, const Tensor& act, const Tensor& g, const Tensor& u, const Tensor& x,
                            const Tensor& w1, const Tensor& w3, float limit) {
     gemm(s, g, x, w1);

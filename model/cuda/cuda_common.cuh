@@ -131,6 +131,21 @@ __device__ __forceinline__ float block_sum(float v, float* red) {
 
 __device__ __forceinline__ float sigmoidf_(float z) { return 1.f / (1.f + expf(-z)); }
 
+// The RMSNorm store of 8 bf16 values (elements j*8 .. j*8+7 of a row): bf16(w * (x * r)), with
+// r = 1 / sqrt(mean of squares + eps) and w (dtype dtw) null for no weight. One formula for
+// rmsnorm and the norms fused into other kernels, so that they round alike.
+__device__ __forceinline__ uint4 rmsnorm_scale8(uint4 x, float r, const void* w, int dtw, int64_t j) {
+  const bf16* e = reinterpret_cast<const bf16*>(&x);
+  uint4 o;
+  bf16* oe = reinterpret_cast<bf16*>(&o);
+#pragma unroll
+  for (int q = 0; q < 8; ++q) {
+    const float wi = w ? ldf(w, dtw, j * 8 + q) : 1.f;
+    oe[q] = __float2bfloat16_rn(wi * (__bfloat162float(e[q]) * r));
+  }
+  return o;
+}
+
 // ---------------------------------------------------------------- cp.async (sm_80+)
 // 16-byte global -> shared copy; src_bytes < 16 zero-fills the rest (0 = pure zero fill, and
 // the source is then not read).

@@ -159,21 +159,21 @@ __global__ __launch_bounds__(256) void gemv_kernel(GemmArgs g) {
   TO* out = static_cast<TO*>(g.out) + blockIdx.z * g.so;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   int64_t n = int64_t(blockIdx.x) * CPB + warp / WPC;
-  int64_t ldo = g.ldo;
+  int64_t N = g.N, ldo = g.ldo;  // the columns of this warp's matrix, and its output's row stride
   if constexpr (MODE == GemvMode::Pair) {
     if (n >= g.N) {  // the second matrix: its row n - N, written to out2
       n -= g.N;
       w = static_cast<const TW*>(g.w3);
       out = static_cast<TO*>(g.out2);
+      N = g.N2;
       ldo = g.ldo2;
-      g.N = g.N2;
     }
   }
   const int part = warp % WPC;
   const int64_t kchunk = g.K / WPC;  // a multiple of 8 (launch_gemv)
   const int M = int(g.M);
   float acc[NM][kGemvMaxRows] = {};
-  if (n < g.N) {
+  if (n < N) {
     const TW* wr[NM];
     wr[0] = w + n * g.ldw;
     if constexpr (SWIGLU) wr[NM - 1] = static_cast<const TW*>(g.w3) + blockIdx.z * g.sw + n * g.ldw;
@@ -203,7 +203,7 @@ __global__ __launch_bounds__(256) void gemv_kernel(GemmArgs g) {
   float v[NM];
   bool writer;
   if constexpr (WPC == 1) {
-    writer = n < g.N && lane < M;
+    writer = n < N && lane < M;
 #pragma unroll
     for (int m = 0; m < NM; ++m) {
       v[m] = 0.f;
@@ -218,7 +218,7 @@ __global__ __launch_bounds__(256) void gemv_kernel(GemmArgs g) {
 #pragma unroll
         for (int r = 0; r < kGemvMaxRows; ++r) red[m][warp][r] = acc[m][r];
     __syncthreads();
-    writer = part == 0 && n < g.N && lane < M;
+    writer = part == 0 && n < N && lane < M;
 #pragma unroll
     for (int m = 0; m < NM; ++m) {
       v[m] = 0.f;
@@ -451,18 +451,18 @@ void CudaBackend::gemm_pair(Stream s, const Tensor& out1, const Tensor& out2, co
   const char* op = "gemm_pair";
   const auto [M, N1, K] = checks::validate_gemm<OpRules>(out1, a, w1);
   const auto [M2, N2, K2] = checks::validate_gemm<OpRules>(out2, a, w2);
+  const GemmArgs second{out2.data, a.data, w2.data, M, N2, K, K, K, N2, 0, 0, 0};
   GemmArgs ga{out1.data, a.data, w1.data, M, N1, K, K, K, N1, 0, 0, 0};
   ga.w3 = w2.data;
   ga.out2 = out2.data;
   ga.N2 = N2;
   ga.ldo2 = N2;
-  GemmArgs g2 = ga;  // the pair's size for the GEMV size limit
-  g2.N = N1 + N2;
+  GemmArgs both = ga;  // both matrices' columns: what the GEMV size limit weighs
+  both.N = N1 + N2;
   const bool fuse = K > 0 && M == M2 && K == K2 && out1.dtype == out2.dtype && w1.dtype == w2.dtype &&
                     a.dtype == DType::BF16 && w1.dtype == DType::BF16 &&
-                    bf16_gemv_takes(g2, 1, out1.dtype, a.dtype, w1.dtype) &&
-                    gemv_fits(GemmArgs{out2.data, a.data, w2.data, M, N2, K, K, K, N2, 0, 0, 0}, 1, out2.dtype,
-                              a.dtype, w2.dtype);
+                    bf16_gemv_takes(both, 1, out1.dtype, a.dtype, w1.dtype) &&
+                    gemv_fits(second, 1, out2.dtype, a.dtype, w2.dtype);
   if (!fuse) {
     Backend::gemm_pair(s, out1, out2, a, w1, w2);
     return;
@@ -573,25 +573,19 @@ __global__ __launch_bounds__(TPR > 256 ? TPR : 256) void rmsnorm_bf16_kernel(Nor
   for (int k = 0; k < VPT; ++k) {
     const int64_t j = lane + int64_t(k) * TPR;
     if (j >= nvec) break;
-    const bf16* e = reinterpret_cast<const bf16*>(&v[k]);
-    uint4 o;
-    bf16* oe = reinterpret_cast<bf16*>(&o);
-#pragma unroll
-    for (int q = 0; q < 8; ++q) {
-      const float wi = w ? ldf(w, dtw, j * 8 + q) : 1.f;
-      oe[q] = __float2bfloat16_rn(wi * (__bfloat162float(e[q]) * r));
-    }
+    uint4 o = rmsnorm_scale8(v[k], r, w, dtw, j);
     if (rope.table && j * 8 >= dim - rope.R) {  // R and dim - R are multiples of 8 (the launcher)
       const int32_t p = rope.pos[row / rope.heads];
       if (p >= 0 && p < rope.P) {
+        bf16* oe = reinterpret_cast<bf16*>(&o);
         const int64_t half = rope.R / 2, i0 = (j * 8 - (dim - rope.R)) / 2;
 #pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          const float c = rope.table[int64_t(p) * rope.R + i0 + k];
-          const float sn = rope.table[int64_t(p) * rope.R + half + i0 + k];
-          const float ev = __bfloat162float(oe[2 * k]), od = __bfloat162float(oe[2 * k + 1]);
-          oe[2 * k] = __float2bfloat16_rn(ev * c - od * sn);
-          oe[2 * k + 1] = __float2bfloat16_rn(od * c + ev * sn);
+        for (int i = 0; i < 4; ++i) {  // the vector's 4 (even, odd) pairs
+          const float c = rope.table[int64_t(p) * rope.R + i0 + i];
+          const float sn = rope.table[int64_t(p) * rope.R + half + i0 + i];
+          const float ev = __bfloat162float(oe[2 * i]), od = __bfloat162float(oe[2 * i + 1]);
+          oe[2 * i] = __float2bfloat16_rn(ev * c - od * sn);
+          oe[2 * i + 1] = __float2bfloat16_rn(od * c + ev * sn);
         }
       }
     }
@@ -802,16 +796,24 @@ void launch_swiglu(const char* op, cudaStream_t st, void* out, int dto, const vo
 }
 }  // namespace cuda
 
+// rmsnorm_bf16_kernel's vector path: bf16 rows of a multiple of 8 values, 16-byte aligned.
+static bool bf16_norm_fits(const Tensor& out, const Tensor& x, int64_t dim) {
+  return x.dtype == DType::BF16 && out.dtype == DType::BF16 && dim % 8 == 0 &&
+         (reinterpret_cast<uintptr_t>(x.data) | reinterpret_cast<uintptr_t>(out.data)) % 16 == 0;
+}
+
+static NormJob norm_job(const Tensor& out, const Tensor& x, const Tensor& w, int64_t rows, int64_t dim, float eps) {
+  return NormJob{static_cast<bf16*>(out.data), static_cast<const bf16*>(x.data), w.empty() ? nullptr : w.data,
+                 w.empty() ? kF32 : fcode(w.dtype), rows, dim, eps};
+}
+
 void CudaBackend::rmsnorm(Stream s, const Tensor& out, const Tensor& x, const Tensor& w, float eps) {
   const char* op = "rmsnorm";
   cudaStream_t st = stream(s, op);
   const auto [rows, dim] = checks::validate_rmsnorm<OpRules>(out, x, w);
   if (rows == 0) return;
-  const void* wp = w.empty() ? nullptr : w.data;
-  const int dtw = w.empty() ? kF32 : fcode(w.dtype);
-  const bool vec = x.dtype == DType::BF16 && out.dtype == DType::BF16 && dim % 8 == 0 &&
-                   (reinterpret_cast<uintptr_t>(x.data) | reinterpret_cast<uintptr_t>(out.data)) % 16 == 0;
-  const NormJob job{static_cast<bf16*>(out.data), static_cast<const bf16*>(x.data), wp, dtw, rows, dim, eps};
+  const bool vec = bf16_norm_fits(out, x, dim);
+  const NormJob job = norm_job(out, x, w, rows, dim, eps);  // its w and dtw serve the scalar kernels too
   if (vec && dim <= 32 * 8 * 4) {
     const int64_t blocks = cdiv(rows, 8);
     launch_kernel(op, rmsnorm_bf16_kernel<32, 4>, unsigned(blocks), 256, 0, st, job, job, blocks, NormRope{});
@@ -820,25 +822,19 @@ void CudaBackend::rmsnorm(Stream s, const Tensor& out, const Tensor& x, const Te
   } else if (vec && dim <= 1024 * 8 * 4) {
     launch_kernel(op, rmsnorm_bf16_kernel<1024, 4>, unsigned(rows), 1024, 0, st, job, job, rows, NormRope{});
   } else if (dim <= 1024) {
-    launch_kernel(op, rmsnorm_kernel<32>, unsigned(cdiv(rows, 8)), 256, 0, st, out.data, fcode(out.dtype), x.data, fcode(x.dtype),
-                                                                  wp, dtw, rows, dim, eps);
+    launch_kernel(op, rmsnorm_kernel<32>, unsigned(cdiv(rows, 8)), 256, 0, st, out.data, fcode(out.dtype), x.data,
+                  fcode(x.dtype), job.w, job.dtw, rows, dim, eps);
   } else {
-    launch_kernel(op, rmsnorm_kernel<256>, unsigned(rows), 256, 0, st, out.data, fcode(out.dtype), x.data, fcode(x.dtype), wp, dtw,
-                                                          rows, dim, eps);
+    launch_kernel(op, rmsnorm_kernel<256>, unsigned(rows), 256, 0, st, out.data, fcode(out.dtype), x.data,
+                  fcode(x.dtype), job.w, job.dtw, rows, dim, eps);
   }
   CUDA_LAUNCH_CHECK(op, st);
 }
 
-// The warp-per-row bf16 path (rows of at most 1024 values, multiples of 8, 16-byte aligned), the
-// shape rmsnorm_pair and rmsnorm_rope fuse; else they run the separate ops.
+// The warp-per-row bf16 path (rows of at most 1024 values), the shape rmsnorm_pair and
+// rmsnorm_rope fuse; else they run the separate ops.
 static bool warp_norm_fits(const Tensor& out, const Tensor& x, int64_t dim) {
-  return x.dtype == DType::BF16 && out.dtype == DType::BF16 && dim % 8 == 0 && dim <= 32 * 8 * 4 &&
-         (reinterpret_cast<uintptr_t>(x.data) | reinterpret_cast<uintptr_t>(out.data)) % 16 == 0;
-}
-
-static NormJob norm_job(const Tensor& out, const Tensor& x, const Tensor& w, int64_t rows, int64_t dim, float eps) {
-  return NormJob{static_cast<bf16*>(out.data), static_cast<const bf16*>(x.data), w.empty() ? nullptr : w.data,
-                 w.empty() ? kF32 : fcode(w.dtype), rows, dim, eps};
+  return bf16_norm_fits(out, x, dim) && dim <= 32 * 8 * 4;
 }
 
 // q_norm and kv_norm (two independent row norms) in one launch.
@@ -866,7 +862,8 @@ void CudaBackend::rmsnorm_rope(Stream s, const Tensor& out, const Tensor& x, con
   const auto [T, heads, dim, P, R] = checks::validate_rope<OpRules>(out, pos, table);
   SL_CHECK(x.shape == out.shape, op, ": x is ", checks::describe(x), ", out is ", checks::describe(out));
   const Tensor xr = x.view({T * heads, dim}), outr = out.view({T * heads, dim});
-  const auto [rows, dim_] = checks::validate_rmsnorm<OpRules>(outr, xr, w);
+  checks::validate_rmsnorm<OpRules>(outr, xr, w);
+  const int64_t rows = T * heads;
   if (rows == 0 || !warp_norm_fits(outr, xr, dim) || R % 8 != 0 || R > dim) {
     Backend::rmsnorm_rope(s, out, x, w, eps, pos, table);
     return;

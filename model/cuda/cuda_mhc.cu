@@ -71,43 +71,41 @@ template <int MIX>
 __device__ void hc_finish_sinkhorn(const HcArgs& a, int64_t t, const float* tot) {
   const int lane = threadIdx.x & 31;
   const float r = 1.f / sqrtf(tot[MIX] / float(HC * a.D) + a.rms_eps);
+  const int e = lane & 15, half = lane & 16;
+  const int row0 = half | (e & ~3), col = half | (e & 3);  // first lane of my row / my column
+  const float eps = a.hc_eps;
+  float c = tot[2 * HC + e] * r * a.scale[2] + a.base[2 * HC + e];
+  auto row_val = [&](float v, int q) { return __shfl_sync(0xffffffffu, v, row0 + q); };
+  auto col_val = [&](float v, int q) { return __shfl_sync(0xffffffffu, v, col + 4 * q); };
+  // Row softmax + eps.
   {
-    const int e = lane & 15, half = lane & 16;
-    const int row0 = half | (e & ~3), col = half | (e & 3);  // first lane of my row / my column
-    const float eps = a.hc_eps;
-    float c = tot[2 * HC + e] * r * a.scale[2] + a.base[2 * HC + e];
-    auto row_val = [&](float v, int q) { return __shfl_sync(0xffffffffu, v, row0 + q); };
-    auto col_val = [&](float v, int q) { return __shfl_sync(0xffffffffu, v, col + 4 * q); };
-    // Row softmax + eps.
-    {
-      float mx = row_val(c, 0);
+    float mx = row_val(c, 0);
 #pragma unroll
-      for (int q = 1; q < HC; ++q) mx = fmaxf(mx, row_val(c, q));
-      c = expf(c - mx);
-      float sum = 0.f;
+    for (int q = 1; q < HC; ++q) mx = fmaxf(mx, row_val(c, q));
+    c = expf(c - mx);
+    float sum = 0.f;
 #pragma unroll
-      for (int q = 0; q < HC; ++q) sum += row_val(c, q);
-      c = c / sum + eps;
-    }
-    auto cols = [&] {
-      float sum = 0.f;
-#pragma unroll
-      for (int q = 0; q < HC; ++q) sum += col_val(c, q);
-      c /= sum + eps;
-    };
-    auto rows = [&] {
-      float sum = 0.f;
-#pragma unroll
-      for (int q = 0; q < HC; ++q) sum += row_val(c, q);
-      c /= sum + eps;
-    };
-    cols();
-    for (int it = 1; it < a.iters; ++it) {
-      rows();
-      cols();
-    }
-    if (lane < HC * HC) a.comb[t * HC * HC + lane] = c;
+    for (int q = 0; q < HC; ++q) sum += row_val(c, q);
+    c = c / sum + eps;
   }
+  auto cols = [&] {
+    float sum = 0.f;
+#pragma unroll
+    for (int q = 0; q < HC; ++q) sum += col_val(c, q);
+    c /= sum + eps;
+  };
+  auto rows = [&] {
+    float sum = 0.f;
+#pragma unroll
+    for (int q = 0; q < HC; ++q) sum += row_val(c, q);
+    c /= sum + eps;
+  };
+  cols();
+  for (int it = 1; it < a.iters; ++it) {
+    rows();
+    cols();
+  }
+  if (lane < HC * HC) a.comb[t * HC * HC + lane] = c;
 }
 
 // y[t, d] = sum_s wts[s] * X[t, s, d] for one token, threads striding over d.
@@ -260,16 +258,7 @@ __global__ __launch_bounds__(kHcThreads + kHcSinkhornWarp) void hc_finish_kernel
       const float r = 1.f / sqrtf(nss / float(a.D) + a.norm_eps);
       uint4* nr = reinterpret_cast<uint4*>(a.nout + t * a.D);
       for (int64_t j = threadIdx.x; j < a.D / 8; j += kHcThreads) {
-        const uint4 v = single ? ykeep : yr[j];
-        const bf16* e = reinterpret_cast<const bf16*>(&v);
-        uint4 o;
-        bf16* oe = reinterpret_cast<bf16*>(&o);
-#pragma unroll
-        for (int q = 0; q < 8; ++q) {
-          const float wi = a.norm_w ? ldf(a.norm_w, a.dtnw, j * 8 + q) : 1.f;
-          oe[q] = __float2bfloat16_rn(wi * (__bfloat162float(e[q]) * r));
-        }
-        nr[j] = o;
+        nr[j] = rmsnorm_scale8(single ? ykeep : yr[j], r, a.norm_w, a.dtnw, j);
       }
     }
   } else {
