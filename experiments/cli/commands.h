@@ -5,10 +5,11 @@
 
 namespace sl::cli {
 
-void add_run_command(CLI::App& app);
-void set_process_argv(char** argv);        // cmd_run.cpp: `run --trace` may re-execute itself       // cmd_run.cpp: run the model (prefill + decode + drafts)
+void add_run_command(CLI::App& app);       // cmd_run.cpp: run the model (prefill + decode + drafts)
+void set_process_argv(char** argv);        // cmd_run.cpp: `run --trace` may re-execute itself
 void add_schedule_command(CLI::App& app);  // cmd_schedule.cpp: print a policy's streams and fork/join structure
 void add_analyze_command(CLI::App& app);   // cmd_analyze.cpp: analyse a trace file
 void add_export_command(CLI::App& app);    // cmd_export.cpp: convert a trace to kineto / sqlite / csv
+void add_view_command(CLI::App& app);      // cmd_view.cpp: the interactive timeline (ui/)
 
 }  // namespace sl::cli

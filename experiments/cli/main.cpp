@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   sl::cli::add_schedule_command(app);
   sl::cli::add_analyze_command(app);
   sl::cli::add_export_command(app);
+  sl::cli::add_view_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

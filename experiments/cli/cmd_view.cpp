@@ -1,0 +1,52 @@
+// `streamlab view TRACE`: the interactive timeline (ui/). Built only with STREAMLAB_UI (the GPU
+// machines are headless); elsewhere the command exists and says how to get it.
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+
+#include "core/error.h"
+#include "experiments/cli/commands.h"
+#ifdef STREAMLAB_HAVE_UI
+#include "ui/viewer_app.h"
+#endif
+
+namespace sl::cli {
+
+void add_view_command(CLI::App& app) {
+  struct Opts {
+    std::string trace, screenshot, window, select, size = "1600x1000";
+    int frames = 0;
+  };
+  auto o = std::make_shared<Opts>();
+  CLI::App* cmd = app.add_subcommand(
+      "view", "Interactive timeline of a trace (our JSON, PyTorch/Kineto JSON or our SQLite): GPU streams, NVTX "
+              "ranges, CUDA API calls; wheel zooms, left drag pans, right drag selects a range, click selects");
+  cmd->add_option("trace", o->trace, "trace file")->required()->check(CLI::ExistingFile);
+  cmd->add_option("--screenshot", o->screenshot,
+                  "render in a hidden window and write the last frame as PNG, then exit (headless: xvfb-run -a)");
+  cmd->add_option("--frames", o->frames, "render this many frames in a hidden window, then exit (default with "
+                                         "--screenshot: 3)")->check(CLI::Range(1, 100000));
+  cmd->add_option("--size", o->size, "window size WIDTHxHEIGHT in pixels")->capture_default_str();
+  cmd->add_option("--window", o->window, "initial time window START:END, microseconds after the first event");
+  cmd->add_option("--select", o->select, "select the range START:END (microseconds after the first event) at start");
+  cmd->callback([o] {
+#ifdef STREAMLAB_HAVE_UI
+    ui::ViewerOptions v;
+    v.trace = o->trace;
+    v.screenshot = o->screenshot;
+    v.frames = o->frames;
+    v.window_us = o->window;
+    v.select_us = o->select;
+    if (std::sscanf(o->size.c_str(), "%dx%d", &v.width, &v.height) != 2)
+      throw Error("--size '" + o->size + "': expected WIDTHxHEIGHT, e.g. 1600x1000");
+    const int rc = ui::run_viewer(v);
+    if (rc != 0) std::exit(rc);
+#else
+    throw Error("this streamlab was built without the viewer (STREAMLAB_UI=OFF); build with the default preset, "
+                "which needs Debian's libimgui-dev, libglfw3-dev and libstb-dev");
+#endif
+  });
+}
+
+}  // namespace sl::cli

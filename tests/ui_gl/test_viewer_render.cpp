@@ -1,0 +1,109 @@
+// The viewer drawn for real (OpenGL under Xvfb in CI, see CMakeLists.txt): two kernels on two
+// named streams, and the pixels where the time axis says they are must carry their colors.
+// Positions come from the trace's times and the window the test sets, not from the viewer's
+// own layout of boxes.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "profiler/synthetic.h"
+#include "ui/gl_window.h"
+#include "ui/viewer.h"
+
+namespace sl::ui {
+namespace {
+
+struct Rgb {
+  int r, g, b;
+};
+Rgb rgb_of(uint32_t abgr) { return {int(abgr & 0xFF), int((abgr >> 8) & 0xFF), int((abgr >> 16) & 0xFF)}; }
+
+class ViewerRender : public ::testing::Test {
+ protected:
+  // One window for the suite: X servers may reset when their last client leaves, and a test
+  // opening a second display connection right then would fail for a reason of no interest.
+  static void SetUpTestSuite() {
+    if (std::getenv("DISPLAY")) window_ = new GlWindow(1200, 800, "test", /*visible=*/false);
+  }
+  static void TearDownTestSuite() {
+    delete window_;
+    window_ = nullptr;
+  }
+  void SetUp() override {
+    if (!window_) GTEST_SKIP() << "no X display (DISPLAY unset): CTest runs this test under xvfb-run";
+  }
+  // Draws `frames` frames of `v` and returns the last one's pixels.
+  static std::vector<uint8_t> render(Viewer& v, int frames, int& width, int& height) {
+    std::vector<uint8_t> px;
+    for (int f = 0; f < frames; ++f) {
+      window_->begin_frame();
+      v.draw();
+      window_->end_frame();
+      if (f + 1 == frames) px = window_->read_pixels(width, height);
+      window_->present();
+    }
+    return px;
+  }
+  static inline GlWindow* window_ = nullptr;
+  static Rgb pixel(const std::vector<uint8_t>& px, int w, float x, float y) {
+    const size_t o = (size_t(int(y)) * size_t(w) + size_t(int(x))) * 4;
+    return {px[o], px[o + 1], px[o + 2]};
+  }
+};
+
+bool near(Rgb a, Rgb b) { return std::abs(a.r - b.r) <= 2 && std::abs(a.g - b.g) <= 2 && std::abs(a.b - b.b) <= 2; }
+
+TEST_F(ViewerRender, KernelsLandWhereTheirTimesSay) {
+  prof::Trace t;
+  prof::TraceBuilder b(t);
+  b.stream(7, 0, prof::kNoTime, prof::kNoTime, "main");
+  b.stream(8, 0, prof::kNoTime, prof::kNoTime, "aux0");
+  b.kernel(7, 1'000'000, 1'400'000, "alpha_kernel", 990'000, 995'000);
+  b.kernel(8, 1'200'000, 1'300'000, "beta_kernel", 996'000, 999'000);
+  t.finalize();
+
+  Viewer v(std::move(t), "two kernels");
+  const TimeWindow w{900'000, 1'500'000};
+  v.set_window(w);
+  int width = 0, height = 0;
+  std::vector<uint8_t> px = render(v, 3, width, height);
+  ASSERT_EQ(width, 1200);
+  ASSERT_EQ(height, 800);
+  const Rect r = v.timeline_rect();
+  ASSERT_GT(r.x1 - r.x0, 500.f);
+  auto x_at = [&](double ns) { return r.x0 + float((ns - w.t0) / (w.t1 - w.t0)) * (r.x1 - r.x0); };
+  // Sample near the bottom of a row and near the end of a box: clear of the labels' glyphs.
+  auto y_in = [&](size_t track) { return r.y0 + v.row_top(track, 0) + TimelineLayout::kRowHeight - 3; };
+  const Rgb alpha = rgb_of(name_color("alpha_kernel")), beta = rgb_of(name_color("beta_kernel"));
+  EXPECT_TRUE(near(pixel(px, width, x_at(1'380'000), y_in(0)), alpha));
+  EXPECT_TRUE(near(pixel(px, width, x_at(1'290'000), y_in(1)), beta));
+  // Outside the kernels' times, the rows show no kernel color.
+  EXPECT_FALSE(near(pixel(px, width, x_at(1'450'000), y_in(0)), alpha));
+  EXPECT_FALSE(near(pixel(px, width, x_at(1'350'000), y_in(1)), beta));
+  EXPECT_FALSE(near(pixel(px, width, x_at(950'000), y_in(0)), alpha));
+
+  // Zoomed to [1.25 ms, 1.45 ms): alpha now ends at 3/4 of the axis.
+  v.set_window({1'250'000, 1'450'000});
+  px = render(v, 2, width, height);
+  const float x_end = v.timeline_rect().x0 + 0.75f * (v.timeline_rect().x1 - v.timeline_rect().x0);
+  EXPECT_TRUE(near(pixel(px, width, x_end - 3, y_in(0)), alpha));
+  EXPECT_FALSE(near(pixel(px, width, x_end + 3, y_in(0)), alpha));
+}
+
+TEST_F(ViewerRender, RangeSelectionComputesStatistics) {
+  prof::Trace t;
+  prof::TraceBuilder b(t);
+  b.kernel(1, 0, 100, "a");
+  b.kernel(2, 50, 200, "b");
+  t.finalize();
+  Viewer v(std::move(t), "selection");
+  v.select_range(25, 75);
+  int width = 0, height = 0;
+  render(v, 1, width, height);
+  ASSERT_TRUE(v.range().has_value());
+  EXPECT_EQ(v.range()->gpu_busy, 50);
+  EXPECT_EQ(v.range()->stream_overlap, 25);  // [50, 75)
+}
+
+}  // namespace
+}  // namespace sl::ui

@@ -1,0 +1,39 @@
+#include "ui/row_layout.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace sl::ui {
+
+std::vector<Box> layout_row(const Row& row, const TimeWindow& w, float width, float min_px) {
+  std::vector<Box> out;
+  const auto& items = row.items;
+  auto clipped = [&](const Item& it, float& x0, float& x1) {
+    x0 = float(std::max(0.0, w.x_of_ns(it.start, width)));
+    x1 = float(std::min(double(width), w.x_of_ns(it.end, width)));
+  };
+  // The first item ending inside the window (items ending exactly at t0 are not visible).
+  for (size_t i = first_ending_after(row, w.origin + Ns(std::floor(w.t0))); i < items.size(); ++i) {
+    if (w.rel(items[i].start) >= w.t1) break;
+    if (w.rel(items[i].end) <= w.t0) continue;
+    float x0, x1;
+    clipped(items[i], x0, x1);
+    Box b{x0, std::max(x1, x0 + 1.f), uint32_t(i), 1};
+    if (x1 - x0 < min_px) {
+      // A narrow item: absorb the narrow items that follow closely.
+      while (i + 1 < items.size() && w.rel(items[i + 1].start) < w.t1) {
+        float n0, n1;
+        clipped(items[i + 1], n0, n1);
+        if (n1 - n0 >= min_px || n0 - b.x1 >= min_px) break;
+        b.x1 = std::max(b.x1, std::max(n1, n0 + 1.f));
+        ++b.count;
+        ++i;
+      }
+    }
+    b.x1 = std::min(b.x1, std::max(width, b.x0 + 1.f));
+    out.push_back(b);
+  }
+  return out;
+}
+
+}  // namespace sl::ui

@@ -1,0 +1,138 @@
+#include "ui/timeline_model.h"
+
+#include <algorithm>
+#include <map>
+#include <tuple>
+
+namespace sl::ui {
+
+const char* to_string(ItemKind k) {
+  switch (k) {
+    case ItemKind::Kernel: return "kernel";
+    case ItemKind::Memcpy: return "memcpy";
+    case ItemKind::Memset: return "memset";
+    case ItemKind::Nvtx: return "NVTX range";
+    case ItemKind::Api: return "CUDA API call";
+  }
+  return "?";
+}
+
+std::vector<Row> assign_rows(std::vector<Item> items) {
+  std::stable_sort(items.begin(), items.end(), [](const Item& a, const Item& b) {
+    return a.start != b.start ? a.start < b.start : a.end > b.end;
+  });
+  std::vector<Row> rows;
+  for (const Item& it : items) {
+    auto row = std::find_if(rows.begin(), rows.end(), [&](const Row& r) { return r.items.back().end <= it.start; });
+    if (row == rows.end()) row = rows.emplace(rows.end());
+    row->items.push_back(it);
+  }
+  return rows;
+}
+
+size_t first_ending_after(const Row& row, Ns t) {
+  auto it = std::upper_bound(row.items.begin(), row.items.end(), t, [](Ns v, const Item& i) { return v < i.end; });
+  return size_t(it - row.items.begin());
+}
+
+const Item* item_at(const Row& row, Ns t) {
+  const size_t i = first_ending_after(row, t);
+  if (i < row.items.size() && row.items[i].start <= t) return &row.items[i];
+  return nullptr;
+}
+
+namespace {
+
+// Union length of all items' intervals (items of different rows may overlap: merge by start).
+Ns union_length(const std::vector<Row>& rows) {
+  std::vector<std::pair<Ns, Ns>> iv;
+  for (const Row& r : rows)
+    for (const Item& i : r.items) iv.emplace_back(i.start, i.end);
+  std::sort(iv.begin(), iv.end());
+  Ns total = 0, cur_s = 0, cur_e = 0;
+  bool open = false;
+  for (auto [s, e] : iv) {
+    if (open && s <= cur_e) {
+      cur_e = std::max(cur_e, e);
+      continue;
+    }
+    if (open) total += cur_e - cur_s;
+    cur_s = s, cur_e = e, open = true;
+  }
+  if (open) total += cur_e - cur_s;
+  return total;
+}
+
+Track make_track(TrackKind kind, uint32_t id, uint32_t pid, std::string label, std::vector<Item> items) {
+  Track t;
+  t.kind = kind;
+  t.id = id;
+  t.pid = pid;
+  t.label = std::move(label);
+  t.items = items.size();
+  t.rows = assign_rows(std::move(items));
+  t.busy = union_length(t.rows);
+  return t;
+}
+
+}  // namespace
+
+TimelineModel build_timeline(const prof::Trace& trace) {
+  TimelineModel m;
+  // GPU work by stream (std::map: tracks in stream id order).
+  std::map<uint32_t, std::vector<Item>> by_stream;
+  for (uint32_t i = 0; i < trace.kernels.size(); ++i) {
+    const auto& k = trace.kernels[i];
+    by_stream[k.stream].push_back({k.start, k.end, k.name, i, ItemKind::Kernel});
+  }
+  const prof::StrId memcpy_name = 0, memset_name = 0;  // named at draw time from their record
+  for (uint32_t i = 0; i < trace.memcpys.size(); ++i) {
+    const auto& c = trace.memcpys[i];
+    by_stream[c.stream].push_back({c.start, c.end, memcpy_name, i, ItemKind::Memcpy});
+  }
+  for (uint32_t i = 0; i < trace.memsets.size(); ++i) {
+    const auto& s = trace.memsets[i];
+    by_stream[s.stream].push_back({s.start, s.end, memset_name, i, ItemKind::Memset});
+  }
+  for (auto& [stream, items] : by_stream) {
+    std::string label = trace.stream_label(stream);
+    if (label != "stream " + std::to_string(stream)) label += " (stream " + std::to_string(stream) + ")";
+    m.tracks.push_back(make_track(TrackKind::GpuStream, stream, 0, std::move(label), std::move(items)));
+  }
+  // Host threads: NVTX, then API calls, per (pid, tid).
+  std::map<std::pair<uint32_t, uint32_t>, std::vector<Item>> nvtx, api;
+  for (uint32_t i = 0; i < trace.nvtx.size(); ++i) {
+    const auto& r = trace.nvtx[i];
+    const Ns end = r.end == prof::kNoTime || r.end < r.start ? r.start : r.end;  // unclosed: a mark
+    nvtx[{r.pid, r.tid}].push_back({r.start, end, r.name, i, ItemKind::Nvtx});
+  }
+  for (uint32_t i = 0; i < trace.api_calls.size(); ++i) {
+    const auto& a = trace.api_calls[i];
+    api[{a.pid, a.tid}].push_back({a.start, a.end, a.name, i, ItemKind::Api});
+  }
+  auto thread_name = [&](uint32_t pid, uint32_t tid) {
+    for (const auto& th : trace.threads)
+      if (th.pid == pid && th.tid == tid && !th.name.empty()) return th.name;
+    return "thread " + std::to_string(tid);
+  };
+  for (auto& [key, items] : nvtx)
+    m.tracks.push_back(make_track(TrackKind::HostNvtx, key.second, key.first, thread_name(key.first, key.second) + ": NVTX",
+                                  std::move(items)));
+  for (auto& [key, items] : api)
+    m.tracks.push_back(make_track(TrackKind::HostApi, key.second, key.first,
+                                  thread_name(key.first, key.second) + ": CUDA API", std::move(items)));
+  bool any = false;
+  for (const Track& t : m.tracks) {
+    m.items += t.items;
+    for (const Row& r : t.rows) {
+      if (r.items.empty()) continue;
+      const Ns s = r.items.front().start, e = r.items.back().end;
+      m.begin = any ? std::min(m.begin, s) : s;
+      m.end = any ? std::max(m.end, e) : e;
+      any = true;
+    }
+  }
+  return m;
+}
+
+}  // namespace sl::ui

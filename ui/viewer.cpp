@@ -1,0 +1,452 @@
+#include "ui/viewer.h"
+
+#include <imgui.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+
+#include "core/error.h"
+#include "profiler/trace_index.h"
+#include "ui/kernel_names.h"
+#include "ui/row_layout.h"
+
+namespace sl::ui {
+namespace {
+
+using L = TimelineLayout;
+
+uint32_t shade(uint32_t abgr, float f) {  // scales r, g, b
+  auto ch = [&](int shift) { return uint32_t(std::min(255.f, float((abgr >> shift) & 0xFF) * f)) << shift; };
+  return (abgr & 0xFF000000u) | ch(0) | ch(8) | ch(16);
+}
+
+// Time relative to the trace's first event, as the ruler shows it.
+std::string at(Ns t, Ns begin) { return format_duration(double(t - begin)); }
+
+constexpr uint32_t kMemcpyColor = IM_COL32(214, 140, 40, 255);
+constexpr uint32_t kMemsetColor = IM_COL32(150, 150, 150, 255);
+constexpr uint32_t kApiColor = IM_COL32(90, 120, 170, 255);
+
+}  // namespace
+
+uint32_t name_color(std::string_view name) {
+  // FNV-1a, then a hue; saturation and value fixed so that white text stays readable.
+  uint32_t h = 2166136261u;
+  for (char c : name) h = (h ^ uint8_t(c)) * 16777619u;
+  float r, g, b;
+  ImGui::ColorConvertHSVtoRGB(float(h % 360u) / 360.f, 0.55f, 0.72f, r, g, b);
+  return IM_COL32(int(r * 255), int(g * 255), int(b * 255), 255);
+}
+
+Viewer::Viewer(prof::Trace trace, std::string source) : trace_(std::move(trace)), source_(std::move(source)) {
+  model_ = build_timeline(trace_);
+  float y = 0;
+  for (const Track& t : model_.tracks) {
+    track_top_.push_back(y);
+    y += float(std::max<size_t>(1, t.rows.size())) * L::kRowHeight + L::kTrackGap;
+  }
+  track_top_.push_back(y);
+  fit();
+  try {
+    analysis_ = prof::analyze(trace_);
+  } catch (const std::exception& e) {
+    analysis_error_ = e.what();  // the timeline still works; the panels say why they are empty
+  }
+}
+
+float Viewer::row_top(size_t track, size_t row) const { return track_top_.at(track) + float(row) * L::kRowHeight; }
+
+void Viewer::select_range(Ns a, Ns b) { range_ = range_stats(model_, trace_, a, b); }
+
+std::string Viewer::item_name(const Item& it) const {
+  switch (it.kind) {
+    case ItemKind::Memcpy: {
+      const auto& c = trace_.memcpys[it.index];
+      return prof::memcpy_display_name(c.kind, c.src_kind, c.dst_kind);
+    }
+    case ItemKind::Memset: return prof::memset_display_name(trace_.memsets[it.index].mem_kind);
+    case ItemKind::Api: return std::string(prof::strip_api_version(trace_.str(it.name)));
+    default: return trace_.str(it.name);
+  }
+}
+
+const std::string& Viewer::short_name(prof::StrId id) {
+  auto it = short_names_.find(id);
+  if (it == short_names_.end()) it = short_names_.emplace(id, short_kernel_name(trace_.str(id))).first;
+  return it->second;
+}
+
+void Viewer::draw() {
+  const ImGuiViewport* vp = ImGui::GetMainViewport();
+  ImGui::SetNextWindowPos(vp->WorkPos);
+  ImGui::SetNextWindowSize(vp->WorkSize);
+  ImGui::Begin("streamlab", nullptr,
+               ImGuiWindowFlags_NoTitleBar | ImGuiWindowFlags_NoResize | ImGuiWindowFlags_NoMove |
+                   ImGuiWindowFlags_NoCollapse | ImGuiWindowFlags_NoBringToFrontOnFocus |
+                   ImGuiWindowFlags_NoScrollbar | ImGuiWindowFlags_NoScrollWithMouse);
+  draw_header();
+  const float tracks_height = std::max(60.f, ImGui::GetContentRegionAvail().y - L::kRulerHeight - L::kPanelHeight);
+  const ImVec2 p = ImGui::GetCursorScreenPos();
+  const float width = ImGui::GetContentRegionAvail().x;
+  draw_ruler(p.x + L::kHeaderWidth, p.x + width - ImGui::GetStyle().ScrollbarSize, p.y);
+  ImGui::Dummy(ImVec2(width, L::kRulerHeight));
+  draw_tracks(tracks_height);
+  draw_panels();
+  ImGui::End();
+}
+
+void Viewer::draw_header() {
+  ImGui::Text("%s   %llu events, %llu on the timeline, %zu tracks, span %s", source_.c_str(),
+              (unsigned long long)trace_.event_count(), (unsigned long long)model_.items, model_.tracks.size(),
+              format_duration(double(model_.end - model_.begin)).c_str());
+  if (ImGui::Button("Fit (F)")) fit();
+  ImGui::SameLine();
+  const double mid = 0.5 * (window_.t0 + window_.t1), max_span = 1.2 * double(std::max<Ns>(1, model_.end - model_.begin));
+  if (ImGui::Button("Zoom in")) window_.zoom(2.0, mid, max_span);
+  ImGui::SameLine();
+  if (ImGui::Button("Zoom out")) window_.zoom(0.5, mid, max_span);
+  ImGui::SameLine();
+  ImGui::Text("window %s .. %s (%s)   wheel: zoom, left drag: pan, right drag: select a range, click: select",
+              format_duration(window_.t0 - window_.rel(model_.begin)).c_str(),
+              format_duration(window_.t1 - window_.rel(model_.begin)).c_str(),
+              format_duration(window_.span()).c_str());
+  if (analysis_) {
+    const auto& w = analysis_->whole;
+    ImGui::Text("kernels %llu, busy %s, overlap across streams %s (%.1f%% of busy), aux kernels hidden under main %.1f%%, "
+                "main stream: %s",
+                (unsigned long long)w.kernels, format_duration(double(w.busy)).c_str(),
+                format_duration(double(w.stream_overlap)).c_str(), 100.0 * w.stream_overlap_fraction,
+                100.0 * w.aux_hidden_fraction, trace_.stream_label(analysis_->main_stream).c_str());
+  } else {
+    ImGui::Text("analysis unavailable: %s", analysis_error_.c_str());
+  }
+}
+
+void Viewer::draw_ruler(float x0, float x1, float y) {
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  const float w = x1 - x0;
+  if (w <= 0) return;
+  dl->AddRectFilled(ImVec2(x0, y), ImVec2(x1, y + L::kRulerHeight), IM_COL32(30, 30, 34, 255));
+  const double step = tick_step(window_.span(), w, 90.0);
+  // Ticks at multiples of `step` from the trace's first event, labelled relative to it.
+  const double base = window_.rel(model_.begin);
+  // (k * step, not a running sum: labels stay exact multiples, "1.00 ms" and not "1000 us").
+  for (double k = std::ceil((window_.t0 - base) / step); base + k * step < window_.t1; k += 1) {
+    const float x = x0 + float(window_.x_of(base + k * step, w));
+    dl->AddLine(ImVec2(x, y + L::kRulerHeight - 8), ImVec2(x, y + L::kRulerHeight), IM_COL32(200, 200, 200, 255));
+    dl->AddText(ImVec2(x + 3, y + 2), IM_COL32(200, 200, 200, 255), format_duration(k * step).c_str());
+  }
+}
+
+void Viewer::draw_tracks(float height) {
+  ImGui::BeginChild("tracks", ImVec2(0, height), false, ImGuiWindowFlags_NoScrollWithMouse);
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  const ImVec2 origin = ImGui::GetCursorScreenPos();  // top-left of the content, scrolled
+  const float view_top = ImGui::GetWindowPos().y, view_bottom = view_top + ImGui::GetWindowHeight();
+  const float axis_x0 = origin.x + L::kHeaderWidth;
+  const float axis_width = std::max(1.f, ImGui::GetWindowPos().x + ImGui::GetWindowContentRegionMax().x - axis_x0);
+  timeline_ = Rect{axis_x0, origin.y, axis_x0 + axis_width, view_bottom};
+  const ImVec2 mouse = ImGui::GetIO().MousePos;
+  const bool hovered = ImGui::IsWindowHovered();
+  hovered_.reset();
+  std::optional<std::pair<uint32_t, float>> hovered_cluster;  // items, total time in ns
+
+  dl->PushClipRect(ImVec2(origin.x, view_top), ImVec2(axis_x0 + axis_width, view_bottom), true);
+  for (size_t ti = 0; ti < model_.tracks.size(); ++ti) {
+    const Track& track = model_.tracks[ti];
+    const float top = origin.y + track_top_[ti], bottom = origin.y + track_top_[ti + 1] - L::kTrackGap;
+    if (bottom < view_top || top > view_bottom) continue;  // only what is visible is laid out
+    dl->AddRectFilled(ImVec2(origin.x, top), ImVec2(axis_x0 + axis_width, bottom),
+                      ti % 2 ? IM_COL32(26, 26, 30, 255) : IM_COL32(33, 33, 38, 255));
+    dl->AddText(ImVec2(origin.x + 4, top + 2), IM_COL32(230, 230, 230, 255), track.label.c_str());
+    dl->PushClipRect(ImVec2(axis_x0, top), ImVec2(axis_x0 + axis_width, bottom), true);
+    for (size_t ri = 0; ri < track.rows.size(); ++ri) {
+      const Row& row = track.rows[ri];
+      const float y0 = top + float(ri) * L::kRowHeight + 1, y1 = y0 + L::kRowHeight - 2;
+      if (y1 < view_top || y0 > view_bottom) continue;
+      for (const Box& b : layout_row(row, window_, axis_width)) {
+        const Item& first = row.items[b.first];
+        uint32_t color = first.kind == ItemKind::Memcpy   ? kMemcpyColor
+                         : first.kind == ItemKind::Memset ? kMemsetColor
+                         : first.kind == ItemKind::Api    ? kApiColor
+                                                          : name_color(trace_.str(first.name));
+        if (first.kind == ItemKind::Nvtx && trace_.nvtx[first.index].color != 0) {
+          const uint32_t argb = trace_.nvtx[first.index].color;  // NVTX colors are ARGB
+          color = IM_COL32((argb >> 16) & 0xFF, (argb >> 8) & 0xFF, argb & 0xFF, 255);
+        }
+        if (b.count > 1) color = shade(color, 0.6f);  // a cluster: darker, as Tracy does
+        const ImVec2 a(axis_x0 + b.x0, y0), c(axis_x0 + b.x1, y1);
+        dl->AddRectFilled(a, c, color);
+        if (b.count == 1 && selected_ && selected_->track == ti && selected_->item.kind == first.kind &&
+            selected_->item.index == first.index)
+          dl->AddRect(ImVec2(a.x - 1, a.y - 1), ImVec2(c.x + 1, c.y + 1), IM_COL32(255, 255, 255, 255), 0, 0, 2.f);
+        if (b.count == 1 && b.x1 - b.x0 > 24) {
+          const std::string& label = first.kind == ItemKind::Kernel ? short_name(first.name) : item_name(first);
+          dl->PushClipRect(a, c, true);
+          dl->AddText(ImVec2(a.x + 3, a.y + 1), IM_COL32(255, 255, 255, 255), label.c_str());
+          dl->PopClipRect();
+        }
+        if (hovered && mouse.y >= y0 && mouse.y < y1 && mouse.x >= a.x && mouse.x < c.x) {
+          if (b.count == 1) {
+            hovered_ = Selected{ti, first};
+          } else {
+            Ns total = 0;
+            for (uint32_t k = 0; k < b.count; ++k) total += row.items[b.first + k].end - row.items[b.first + k].start;
+            hovered_cluster = std::make_pair(b.count, float(total));
+          }
+        }
+      }
+    }
+    dl->PopClipRect();
+  }
+  // The selected range, shaded over the tracks.
+  if (range_) {
+    const float xa = axis_x0 + float(std::clamp(window_.x_of_ns(range_->a, axis_width), 0.0, double(axis_width)));
+    const float xb = axis_x0 + float(std::clamp(window_.x_of_ns(range_->b, axis_width), 0.0, double(axis_width)));
+    dl->AddRectFilled(ImVec2(xa, view_top), ImVec2(std::max(xb, xa + 1), view_bottom), IM_COL32(120, 170, 255, 50));
+  }
+  if (hovered && mouse.x >= axis_x0)
+    dl->AddLine(ImVec2(mouse.x, view_top), ImVec2(mouse.x, view_bottom), IM_COL32(255, 255, 255, 70));
+  dl->PopClipRect();
+  ImGui::Dummy(ImVec2(L::kHeaderWidth + axis_width, track_top_.back()));
+
+  if (hovered_) {
+    item_tooltip(hovered_->item, model_.tracks[hovered_->track]);
+  } else if (hovered_cluster) {
+    ImGui::BeginTooltip();
+    ImGui::Text("%u items too narrow to draw apart, %s in all: zoom in", hovered_cluster->first,
+                format_duration(hovered_cluster->second).c_str());
+    ImGui::EndTooltip();
+  }
+  handle_input(axis_x0, axis_width, hovered);
+  ImGui::EndChild();
+}
+
+void Viewer::handle_input(float axis_x0, float axis_width, bool hovered) {
+  ImGuiIO& io = ImGui::GetIO();
+  const double max_span = 1.2 * double(std::max<Ns>(1, model_.end - model_.begin));
+  const double mouse_t = window_.t_of(double(io.MousePos.x - axis_x0), axis_width);
+  if (hovered && io.MouseWheel != 0.f) {
+    if (io.KeyShift)  // shift + wheel scrolls the tracks
+      ImGui::SetScrollY(ImGui::GetScrollY() - io.MouseWheel * 3 * L::kRowHeight);
+    else
+      window_.zoom(std::pow(1.25, double(io.MouseWheel)), mouse_t, max_span);
+  }
+  if (hovered && ImGui::IsMouseDragging(ImGuiMouseButton_Left)) {
+    window_.pan_pixels(double(io.MouseDelta.x), axis_width);
+    ImGui::SetScrollY(ImGui::GetScrollY() - io.MouseDelta.y);
+  }
+  window_.keep_near(window_.rel(model_.begin), window_.rel(model_.end));
+  // A click (released without dragging) selects the item under the cursor, or clears.
+  if (hovered && ImGui::IsMouseReleased(ImGuiMouseButton_Left) &&
+      ImGui::GetMouseDragDelta(ImGuiMouseButton_Left, 0.f).x == 0.f &&
+      ImGui::GetMouseDragDelta(ImGuiMouseButton_Left, 0.f).y == 0.f)
+    selected_ = hovered_;
+  if (hovered && ImGui::IsMouseClicked(ImGuiMouseButton_Right) && io.MousePos.x >= axis_x0) {
+    selecting_ = true;
+    select_from_ = window_.ns_at(double(io.MousePos.x - axis_x0), axis_width);
+  }
+  if (selecting_) {
+    const Ns mouse_ns = window_.ns_at(double(io.MousePos.x - axis_x0), axis_width);
+    const Ns a = std::min(select_from_, mouse_ns), b = std::max(select_from_, mouse_ns);
+    if (ImGui::IsMouseReleased(ImGuiMouseButton_Right)) {
+      selecting_ = false;
+      if (b > a) select_range(a, b);
+    } else if (b > a) {
+      range_ = RangeStats{a, b, {}, {}, 0, 0};  // shaded while dragging; statistics on release
+    }
+  }
+  // 'f' fits the window; read as a typed character, which does not depend on the backend's key
+  // codes (ImGui 1.86 names no key F).
+  if (ImGui::IsWindowFocused())
+    for (ImWchar c : io.InputQueueCharacters)
+      if (c == 'f' || c == 'F') fit();
+}
+
+void Viewer::item_tooltip(const Item& it, const Track& track) const {
+  ImGui::BeginTooltip();
+  ImGui::PushTextWrapPos(700.f);
+  ImGui::TextUnformatted(item_name(it).c_str());
+  ImGui::PopTextWrapPos();
+  ImGui::Text("%s on %s", to_string(it.kind), track.label.c_str());
+  ImGui::Text("start %s, duration %s", at(it.start, model_.begin).c_str(), format_duration(double(it.end - it.start)).c_str());
+  if (it.kind == ItemKind::Kernel) {
+    const auto& k = trace_.kernels[it.index];
+    ImGui::Text("grid (%u, %u, %u), block (%u, %u, %u), %u registers", k.grid[0], k.grid[1], k.grid[2], k.block[0],
+                k.block[1], k.block[2], k.registers);
+  }
+  ImGui::EndTooltip();
+}
+
+void Viewer::draw_panels() {
+  if (!ImGui::BeginTabBar("panels")) return;
+  if (ImGui::BeginTabItem("Selection")) {
+    ImGui::BeginChild("selection");
+    draw_item_details();
+    ImGui::Separator();
+    draw_range_stats();
+    ImGui::EndChild();
+    ImGui::EndTabItem();
+  }
+  if (ImGui::BeginTabItem("Kernels")) {
+    draw_kernel_table();
+    ImGui::EndTabItem();
+  }
+  if (ImGui::BeginTabItem("Streams")) {
+    draw_stream_table();
+    ImGui::EndTabItem();
+  }
+  ImGui::EndTabBar();
+}
+
+void Viewer::draw_item_details() {
+  if (!selected_) {
+    ImGui::TextDisabled("click an item on the timeline to see it here");
+    return;
+  }
+  const Item& it = selected_->item;
+  ImGui::TextWrapped("%s", item_name(it).c_str());
+  ImGui::Text("%s on %s: start %s, end %s, duration %s", to_string(it.kind), model_.tracks[selected_->track].label.c_str(),
+              at(it.start, model_.begin).c_str(), at(it.end, model_.begin).c_str(),
+              format_duration(double(it.end - it.start)).c_str());
+  uint32_t corr = 0, pid = 0;
+  if (it.kind == ItemKind::Kernel) {
+    const auto& k = trace_.kernels[it.index];
+    corr = k.correlation, pid = k.pid;
+    ImGui::Text("grid (%u, %u, %u), block (%u, %u, %u), %u registers, shared memory %u + %u B dynamic, correlation %u%s",
+                k.grid[0], k.grid[1], k.grid[2], k.block[0], k.block[1], k.block[2], k.registers, k.static_smem,
+                k.dynamic_smem, k.correlation, k.graph_id ? ", graph node" : "");
+    if (k.queued != prof::kNoTime && k.submitted != prof::kNoTime)
+      ImGui::Text("queued %s before start, submitted %s before start", format_duration(double(k.start - k.queued)).c_str(),
+                  format_duration(double(k.start - k.submitted)).c_str());
+  } else if (it.kind == ItemKind::Memcpy) {
+    const auto& c = trace_.memcpys[it.index];
+    corr = c.correlation, pid = c.pid;
+    const double ns = double(std::max<Ns>(1, c.end - c.start));
+    ImGui::Text("%llu bytes, %.1f GB/s", (unsigned long long)c.bytes, double(c.bytes) / ns);
+  } else if (it.kind == ItemKind::Memset) {
+    corr = trace_.memsets[it.index].correlation, pid = trace_.memsets[it.index].pid;
+  } else if (it.kind == ItemKind::Api) {
+    ImGui::Text("correlation %u, return value %d", trace_.api_calls[it.index].correlation,
+                trace_.api_calls[it.index].return_value);
+  }
+  if (corr != 0) {  // the launch call, found by correlation id
+    const prof::LaunchIndex index(trace_);
+    const uint32_t li = index.find(pid, corr);
+    if (li != prof::kNoId) {
+      const auto& a = trace_.api_calls[li];
+      ImGui::Text("launched by %s at %s on thread %u; launch end to start: %s",
+                  std::string(prof::strip_api_version(trace_.str(a.name))).c_str(), at(a.start, model_.begin).c_str(),
+                  a.tid, format_duration(double(it.start - a.end)).c_str());
+    }
+  }
+}
+
+void Viewer::draw_range_stats() {
+  if (!range_ || selecting_) {
+    ImGui::TextDisabled("right-drag on the timeline to select a time range");
+    return;
+  }
+  const RangeStats& r = *range_;
+  const double len = double(std::max<Ns>(1, r.b - r.a));
+  ImGui::Text("range %s .. %s (%s): GPU busy %s (%.1f%%), overlap across streams %s (%.1f%% of busy)",
+              at(r.a, model_.begin).c_str(), at(r.b, model_.begin).c_str(), format_duration(len).c_str(),
+              format_duration(double(r.gpu_busy)).c_str(), 100.0 * double(r.gpu_busy) / len,
+              format_duration(double(r.stream_overlap)).c_str(),
+              r.gpu_busy ? 100.0 * double(r.stream_overlap) / double(r.gpu_busy) : 0.0);
+  const ImGuiTableFlags flags = ImGuiTableFlags_Borders | ImGuiTableFlags_RowBg | ImGuiTableFlags_SizingStretchProp;
+  if (ImGui::BeginTable("range_tracks", 3, flags)) {
+    ImGui::TableSetupColumn("track");
+    ImGui::TableSetupColumn("items");
+    ImGui::TableSetupColumn("busy");
+    ImGui::TableHeadersRow();
+    for (const TrackTime& t : r.tracks) {
+      ImGui::TableNextRow();
+      ImGui::TableNextColumn();
+      ImGui::TextUnformatted(model_.tracks[t.track].label.c_str());
+      ImGui::TableNextColumn();
+      ImGui::Text("%llu", (unsigned long long)t.items);
+      ImGui::TableNextColumn();
+      ImGui::Text("%s (%.1f%%)", format_duration(double(t.busy)).c_str(), 100.0 * double(t.busy) / len);
+    }
+    ImGui::EndTable();
+  }
+  if (ImGui::BeginTable("range_kernels", 3, flags)) {
+    ImGui::TableSetupColumn("kernel", ImGuiTableColumnFlags_WidthStretch, 4.f);
+    ImGui::TableSetupColumn("count");
+    ImGui::TableSetupColumn("time in range");
+    ImGui::TableHeadersRow();
+    for (size_t i = 0; i < std::min<size_t>(r.kernels.size(), 50); ++i) {
+      ImGui::TableNextRow();
+      ImGui::TableNextColumn();
+      ImGui::TextUnformatted(short_kernel_name(r.kernels[i].name).c_str());
+      ImGui::TableNextColumn();
+      ImGui::Text("%llu", (unsigned long long)r.kernels[i].count);
+      ImGui::TableNextColumn();
+      ImGui::TextUnformatted(format_duration(double(r.kernels[i].time)).c_str());
+    }
+    ImGui::EndTable();
+  }
+}
+
+void Viewer::draw_kernel_table() {
+  if (!analysis_) {
+    ImGui::TextDisabled("%s", analysis_error_.c_str());
+    return;
+  }
+  const ImGuiTableFlags flags = ImGuiTableFlags_Borders | ImGuiTableFlags_RowBg | ImGuiTableFlags_ScrollY |
+                                ImGuiTableFlags_SizingStretchProp;
+  if (!ImGui::BeginTable("kernels", 6, flags)) return;
+  ImGui::TableSetupScrollFreeze(0, 1);
+  for (const char* h : {"kernel", "count", "total", "mean", "median", "max"}) ImGui::TableSetupColumn(h);
+  ImGui::TableHeadersRow();
+  for (const auto& k : analysis_->kernel_stats) {  // by total time, descending
+    ImGui::TableNextRow();
+    ImGui::TableNextColumn();
+    ImGui::TextUnformatted(short_kernel_name(k.name).c_str());
+    if (ImGui::IsItemHovered()) ImGui::SetTooltip("%s", k.name.c_str());
+    ImGui::TableNextColumn();
+    ImGui::Text("%llu", (unsigned long long)k.count);
+    for (double v : {double(k.total), k.mean, k.median, double(k.max)}) {
+      ImGui::TableNextColumn();
+      ImGui::TextUnformatted(format_duration(v).c_str());
+    }
+  }
+  ImGui::EndTable();
+}
+
+void Viewer::draw_stream_table() {
+  if (!analysis_) {
+    ImGui::TextDisabled("%s", analysis_error_.c_str());
+    return;
+  }
+  const ImGuiTableFlags flags = ImGuiTableFlags_Borders | ImGuiTableFlags_RowBg | ImGuiTableFlags_ScrollY |
+                                ImGuiTableFlags_SizingStretchProp;
+  if (!ImGui::BeginTable("streams", 8, flags)) return;
+  ImGui::TableSetupScrollFreeze(0, 1);
+  for (const char* h : {"stream", "priority", "kernels", "busy", "overlapped", "host wait", "kernel wait", "queue wait p50"})
+    ImGui::TableSetupColumn(h);
+  ImGui::TableHeadersRow();
+  for (const auto& s : analysis_->streams) {
+    ImGui::TableNextRow();
+    ImGui::TableNextColumn();
+    ImGui::Text("%s%s", s.label.c_str(), s.is_main ? " (main)" : "");
+    ImGui::TableNextColumn();
+    ImGui::Text("%d", s.priority);
+    ImGui::TableNextColumn();
+    ImGui::Text("%llu", (unsigned long long)s.kernels);
+    ImGui::TableNextColumn();
+    ImGui::TextUnformatted(format_duration(double(s.busy)).c_str());
+    ImGui::TableNextColumn();
+    ImGui::Text("%.1f%%", 100.0 * s.overlap_fraction);
+    for (double v : {double(s.idle_host_wait), double(s.idle_kernel_wait), s.queue_wait.median}) {
+      ImGui::TableNextColumn();
+      ImGui::TextUnformatted(format_duration(v).c_str());
+    }
+  }
+  ImGui::EndTable();
+}
+
+}  // namespace sl::ui

@@ -1,0 +1,97 @@
+// The timeline viewer's UI, drawn with Dear ImGui once per frame: a ruler and the tracks of a
+// TimelineModel (GPU streams, host NVTX ranges and CUDA API calls), with zoom (mouse wheel, about
+// the cursor), pan (left drag), range selection (right drag), item selection (click) and
+// hover tooltips; below, panels with the selected item, the selected range's statistics, the
+// trace's kernels and streams (from profiler/analysis, computed once at load).
+//
+// It reads a trace, never live model objects. The window system lives in GlWindow; the viewer
+// only needs a current ImGui context, so tests drive it frame by frame.
+#pragma once
+#include <optional>
+#include <string>
+#include <unordered_map>
+
+#include "profiler/analysis.h"
+#include "profiler/trace.h"
+#include "ui/range_stats.h"
+#include "ui/time_window.h"
+#include "ui/timeline_model.h"
+
+namespace sl::ui {
+
+// Sizes of the timeline, in pixels (tests compute where things land from these).
+struct TimelineLayout {
+  static constexpr float kHeaderWidth = 230.f;  // track labels, left of the time axis
+  static constexpr float kRulerHeight = 24.f;
+  static constexpr float kRowHeight = 18.f;
+  static constexpr float kTrackGap = 8.f;       // between tracks
+  static constexpr float kPanelHeight = 270.f;  // the panels below the timeline
+};
+
+// Screen rectangle.
+struct Rect {
+  float x0 = 0, y0 = 0, x1 = 0, y1 = 0;
+};
+
+// The color of a kernel, range or call name: stable across runs (a hash of the name).
+uint32_t name_color(std::string_view name);  // ImGui's ABGR packing, opaque
+
+class Viewer {
+ public:
+  // `source` names the trace in the title line (its path).
+  Viewer(prof::Trace trace, std::string source);
+
+  // Draws the whole UI into the current ImGui frame, filling the display.
+  void draw();
+
+  const TimelineModel& model() const { return model_; }
+  const prof::Trace& trace() const { return trace_; }
+  const TimeWindow& window() const { return window_; }
+  void set_window(const TimeWindow& w) { window_ = w; }
+  void fit() { window_ = fit_window(model_.begin, model_.end); }
+  // Selects the time range [a, b) (as a right drag does) and computes its statistics.
+  void select_range(Ns a, Ns b);
+  const std::optional<RangeStats>& range() const { return range_; }
+
+  // Where the last frame put the time axis: x0 .. x1 is the window [t0, t1); y0 is the top of
+  // the first track (scrolled), y1 the bottom of the visible tracks.
+  Rect timeline_rect() const { return timeline_; }
+  // Top of row `row` of track `track`, relative to the top of the first track.
+  float row_top(size_t track, size_t row) const;
+
+ private:
+  void draw_header();
+  void draw_ruler(float x0, float x1, float y);
+  void draw_tracks(float height);
+  void draw_panels();
+  void draw_item_details();
+  void draw_range_stats();
+  void draw_kernel_table();
+  void draw_stream_table();
+  void handle_input(float axis_x0, float axis_width, bool hovered);
+  std::string item_name(const Item& it) const;
+  const std::string& short_name(prof::StrId id);
+  void item_tooltip(const Item& it, const Track& track) const;
+
+  prof::Trace trace_;
+  std::string source_;
+  TimelineModel model_;
+  std::vector<float> track_top_;  // per track, relative to the first; back() = total height
+  TimeWindow window_;
+  Rect timeline_;
+  std::optional<prof::AnalysisResult> analysis_;
+  std::string analysis_error_;
+  std::unordered_map<prof::StrId, std::string> short_names_;
+  // Interaction state.
+  struct Selected {
+    size_t track = 0;
+    Item item;
+  };
+  std::optional<Selected> selected_;
+  std::optional<Selected> hovered_;
+  std::optional<RangeStats> range_;
+  bool selecting_ = false;
+  Ns select_from_ = 0;
+};
+
+}  // namespace sl::ui

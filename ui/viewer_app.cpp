@@ -1,0 +1,65 @@
+#include "ui/viewer_app.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+#include "core/error.h"
+#include "profiler/trace_io.h"
+#include "ui/gl_window.h"
+#include "ui/screenshot.h"
+#include "ui/viewer.h"
+
+namespace sl::ui {
+
+std::pair<double, double> parse_us_range(const std::string& spec, const std::string& what) {
+  const size_t colon = spec.find(':');
+  char* end = nullptr;
+  auto number = [&](const std::string& s) {
+    const double v = std::strtod(s.c_str(), &end);
+    if (s.empty() || *end != '\0' || !(v >= 0)) throw Error(what + " '" + spec + "': expected START:END in microseconds");
+    return v;
+  };
+  if (colon == std::string::npos) throw Error(what + " '" + spec + "': expected START:END in microseconds");
+  const double a = number(spec.substr(0, colon)), b = number(spec.substr(colon + 1));
+  if (!(b > a)) throw Error(what + " '" + spec + "': END must be after START");
+  return {a, b};
+}
+
+int run_viewer(const ViewerOptions& o) {
+  if (o.width < 320 || o.height < 240 || o.width > 16384 || o.height > 16384)
+    throw Error("viewer: window size " + std::to_string(o.width) + "x" + std::to_string(o.height) +
+                " is out of range (320x240 .. 16384x16384)");
+  std::optional<std::pair<double, double>> win, sel;
+  if (!o.window_us.empty()) win = parse_us_range(o.window_us, "--window");
+  if (!o.select_us.empty()) sel = parse_us_range(o.select_us, "--select");
+  std::fprintf(stderr, "loading %s ...\n", o.trace.c_str());
+  prof::Trace trace = prof::load_trace(o.trace);
+  if (!trace.counts.clean())
+    std::fprintf(stderr, "warning: %s has record problems (dropped or malformed records); the timeline shows what is there\n",
+                 o.trace.c_str());
+  Viewer viewer(std::move(trace), o.trace);
+  std::fprintf(stderr, "%llu items on %zu tracks\n", (unsigned long long)viewer.model().items, viewer.model().tracks.size());
+  const Ns begin = viewer.model().begin;
+  if (win) viewer.set_window({win->first * 1e3, win->second * 1e3, begin});
+  if (sel) viewer.select_range(begin + Ns(std::llround(sel->first * 1e3)), begin + Ns(std::llround(sel->second * 1e3)));
+
+  const bool batch = o.frames > 0 || !o.screenshot.empty();
+  const int frames = o.frames > 0 ? o.frames : 3;  // a screenshot alone: layout settles in 2 frames
+  GlWindow window(o.width, o.height, "streamlab view: " + o.trace, !batch);
+  for (int f = 0; batch ? f < frames : !window.should_close(); ++f) {
+    window.begin_frame(batch ? 0.0 : 0.25);
+    viewer.draw();
+    window.end_frame();
+    if (batch && f + 1 == frames && !o.screenshot.empty()) {
+      int w = 0, h = 0;
+      const auto px = window.read_pixels(w, h);
+      write_png(o.screenshot, px, w, h);
+      std::fprintf(stderr, "wrote %s (%dx%d)\n", o.screenshot.c_str(), w, h);
+    }
+    window.present();
+  }
+  return 0;
+}
+
+}  // namespace sl::ui

@@ -1,0 +1,27 @@
+// `streamlab view`: loads a trace (any format trace_io reads), opens the viewer's window and runs
+// it until closed; or, for scripts and CI, renders a fixed number of frames in a hidden window
+// and writes the last one as a PNG.
+#pragma once
+#include <optional>
+#include <string>
+
+namespace sl::ui {
+
+struct ViewerOptions {
+  std::string trace;                 // path
+  std::string screenshot;            // PNG of the last frame ("" = none)
+  int frames = 0;                    // > 0: render this many frames, then exit (hidden window)
+  int width = 1600, height = 1000;   // window size in pixels
+  // Initial window in microseconds after the trace's first event ("" = the whole trace),
+  // "START:END"; and a range to select at start, same form.
+  std::string window_us, select_us;
+};
+
+// Returns the process exit code. Throws sl::Error on bad input (unreadable trace, bad window
+// spec, no display).
+int run_viewer(const ViewerOptions& opts);
+
+// Parses "START:END" (microseconds, END > START >= 0). Throws sl::Error naming `what` otherwise.
+std::pair<double, double> parse_us_range(const std::string& spec, const std::string& what);
+
+}  // namespace sl::ui
