@@ -8,7 +8,6 @@
 #include <functional>
 
 #include "core/error.h"
-#include "profiler/trace_index.h"
 #include "ui/kernel_names.h"
 #include "ui/row_layout.h"
 
@@ -315,7 +314,8 @@ void Viewer::draw_item_details() {
   if (it.kind == ItemKind::Kernel) {
     const auto& k = trace_.kernels[it.index];
     corr = k.correlation, pid = k.pid;
-    ImGui::Text("grid (%u, %u, %u), block (%u, %u, %u), %u registers, shared memory %u + %u B dynamic, correlation %u%s",
+    ImGui::Text("grid (%u, %u, %u), block (%u, %u, %u), %u registers, shared memory %u B static + %u B dynamic, "
+                "correlation %u%s",
                 k.grid[0], k.grid[1], k.grid[2], k.block[0], k.block[1], k.block[2], k.registers, k.static_smem,
                 k.dynamic_smem, k.correlation, k.graph_id ? ", graph node" : "");
     if (k.queued != prof::kNoTime && k.submitted != prof::kNoTime)
@@ -332,9 +332,9 @@ void Viewer::draw_item_details() {
     ImGui::Text("correlation %u, return value %d", trace_.api_calls[it.index].correlation,
                 trace_.api_calls[it.index].return_value);
   }
-  if (corr != 0) {  // the launch call, found by correlation id
-    const prof::LaunchIndex index(trace_);
-    const uint32_t li = index.find(pid, corr);
+  if (corr != 0) {  // the launch call, found by correlation id (the index is built once)
+    if (!launches_) launches_ = std::make_unique<prof::LaunchIndex>(trace_);
+    const uint32_t li = launches_->find(pid, corr);
     if (li != prof::kNoId) {
       const auto& a = trace_.api_calls[li];
       ImGui::Text("launched by %s at %s on thread %u; launch end to start: %s",
@@ -351,7 +351,7 @@ void Viewer::draw_range_stats() {
   }
   const RangeStats& r = *range_;
   const double len = double(std::max<Ns>(1, r.b - r.a));
-  ImGui::Text("range %s .. %s (%s): GPU busy %s (%.1f%%), overlap across streams %s (%.1f%% of busy)",
+  ImGui::Text("range %s .. %s (%s): kernels busy %s (%.1f%%), overlap across streams %s (%.1f%% of busy)",
               at(r.a, model_.begin).c_str(), at(r.b, model_.begin).c_str(), format_duration(len).c_str(),
               format_duration(double(r.gpu_busy)).c_str(), 100.0 * double(r.gpu_busy) / len,
               format_duration(double(r.stream_overlap)).c_str(),

@@ -7,11 +7,13 @@
 // It reads a trace, never live model objects. The window system lives in GlWindow; the viewer
 // only needs a current ImGui context, so tests drive it frame by frame.
 #pragma once
+#include <memory>
 #include <optional>
 #include <string>
 #include <unordered_map>
 
 #include "profiler/analysis.h"
+#include "profiler/trace_index.h"
 #include "profiler/trace.h"
 #include "ui/range_stats.h"
 #include "ui/time_window.h"
@@ -82,6 +84,7 @@ class Viewer {
   std::optional<prof::AnalysisResult> analysis_;
   std::string analysis_error_;
   std::unordered_map<prof::StrId, std::string> short_names_;
+  std::unique_ptr<prof::LaunchIndex> launches_;  // correlation id -> launch call, on first use
   // Interaction state.
   struct Selected {
     size_t track = 0;

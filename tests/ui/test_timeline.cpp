@@ -151,6 +151,50 @@ TEST(RowLayout, ManyTinyItemsCostFewBoxes) {
   EXPECT_EQ(covered, 100000u);  // and every item is in one
 }
 
+TEST(RowLayout, RandomRowsPartitionTheVisibleItems) {
+  // Random disjoint items of widths from 0.01 px to 100 px, random windows: the boxes take the
+  // visible items once each, in order, and a box of one item sits where its times say.
+  uint64_t seed = 12345;
+  auto next = [&] { return (seed = seed * 6364136223846793005ull + 1442695040888963407ull) >> 33; };
+  for (int trial = 0; trial < 200; ++trial) {
+    Row r;
+    Ns t = Ns(next() % 1000);
+    for (uint32_t i = 0; i < 2000; ++i) {
+      const Ns len = next() % 4 == 0 ? Ns(next() % 20000) : Ns(1 + next() % 50);
+      r.items.push_back(item(t, t + len, i));
+      t += len + Ns(next() % 300);
+    }
+    const double a = double(next() % uint64_t(t)), span = 100.0 + double(next() % uint64_t(t));
+    const TimeWindow w{a, a + span};
+    const float width = 800.f;
+    const auto boxes = layout_row(r, w, width, 3.f);
+    size_t first_visible = r.items.size(), last_visible = 0;
+    for (size_t i = 0; i < r.items.size(); ++i)
+      if (double(r.items[i].end) > w.t0 && double(r.items[i].start) < w.t1) {
+        first_visible = std::min(first_visible, i);
+        last_visible = i;
+      }
+    if (first_visible == r.items.size()) {
+      EXPECT_TRUE(boxes.empty());
+      continue;
+    }
+    ASSERT_FALSE(boxes.empty());
+    EXPECT_EQ(boxes.front().first, first_visible);
+    size_t expect_first = first_visible;
+    for (const Box& b : boxes) {
+      ASSERT_EQ(b.first, expect_first) << "trial " << trial;
+      expect_first += b.count;
+      EXPECT_GE(b.x1, b.x0 + 1.f - 1e-3f);
+      EXPECT_LE(b.x1, width + 1e-3f);
+      if (b.count == 1) {
+        const Item& it = r.items[b.first];
+        EXPECT_NEAR(b.x0, std::max(0.0, w.x_of(double(it.start), width)), 1.0);  // 1 px: the minimum width
+      }
+    }
+    EXPECT_EQ(expect_first, last_visible + 1) << "trial " << trial;
+  }
+}
+
 TEST(RangeStats, HandComputedOverlap) {
   prof::Trace t;
   prof::TraceBuilder b(t);
