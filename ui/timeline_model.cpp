@@ -121,6 +121,8 @@ TimelineModel build_timeline(const prof::Trace& trace) {
   for (auto& [key, items] : api)
     m.tracks.push_back(make_track(TrackKind::HostApi, key.second, key.first,
                                   thread_name(key.first, key.second) + ": CUDA API", std::move(items)));
+  m.streams_busy = streams_busy(trace);
+  m.memory = memory_allocated(trace);
   bool any = false;
   for (const Track& t : m.tracks) {
     m.items += t.items;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "profiler/trace.h"
+#include "ui/step_series.h"
 
 namespace sl::ui {
 
@@ -46,6 +47,8 @@ struct Track {
 
 struct TimelineModel {
   std::vector<Track> tracks;
+  StepSeries streams_busy;  // GPU streams running kernels, over time (the overlap lane)
+  StepSeries memory;        // device memory allocated inside the window (empty: none traced)
   Ns begin = 0, end = 0;  // earliest start and latest end over all items (0, 0 when empty)
   uint64_t items = 0;
 };

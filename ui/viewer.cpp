@@ -41,7 +41,9 @@ uint32_t name_color(std::string_view name) {
 
 Viewer::Viewer(prof::Trace trace, std::string source) : trace_(std::move(trace)), source_(std::move(source)) {
   model_ = build_timeline(trace_);
-  float y = 0;
+  lanes_height_ = (model_.streams_busy.empty() ? 0.f : L::kLaneHeight + L::kTrackGap) +
+                  (model_.memory.empty() ? 0.f : L::kLaneHeight + L::kTrackGap);
+  float y = lanes_height_;
   for (const Track& t : model_.tracks) {
     track_top_.push_back(y);
     y += float(std::max<size_t>(1, t.rows.size())) * L::kRowHeight + L::kTrackGap;
@@ -153,6 +155,18 @@ void Viewer::draw_tracks(float height) {
   std::optional<std::pair<uint32_t, float>> hovered_cluster;  // items, total time in ns
 
   dl->PushClipRect(ImVec2(origin.x, view_top), ImVec2(axis_x0 + axis_width, view_bottom), true);
+  std::optional<std::pair<const char*, int64_t>> lane_value;  // hovered lane and its value there
+  {
+    float top = origin.y;
+    if (!model_.streams_busy.empty()) {
+      if (auto v = draw_series_lane(model_.streams_busy, "streams busy", top, axis_x0, axis_width, true))
+        lane_value = std::make_pair("streams running kernels", *v);
+      top += L::kLaneHeight + L::kTrackGap;
+    }
+    if (!model_.memory.empty())
+      if (auto v = draw_series_lane(model_.memory, "memory allocated", top, axis_x0, axis_width, false))
+        lane_value = std::make_pair("bytes allocated", *v);
+  }
   for (size_t ti = 0; ti < model_.tracks.size(); ++ti) {
     const Track& track = model_.tracks[ti];
     const float top = origin.y + track_top_[ti], bottom = origin.y + track_top_[ti + 1] - L::kTrackGap;
@@ -200,6 +214,7 @@ void Viewer::draw_tracks(float height) {
     }
     dl->PopClipRect();
   }
+  if (selected_) draw_launch_flow(origin.y, axis_x0, axis_width);
   // The selected range, shaded over the tracks.
   if (range_) {
     const float xa = axis_x0 + float(std::clamp(window_.x_of_ns(range_->a, axis_width), 0.0, double(axis_width)));
@@ -211,7 +226,11 @@ void Viewer::draw_tracks(float height) {
   dl->PopClipRect();
   ImGui::Dummy(ImVec2(L::kHeaderWidth + axis_width, track_top_.back()));
 
-  if (hovered_) {
+  if (lane_value) {
+    ImGui::BeginTooltip();
+    ImGui::Text("%s: at most %lld in this pixel column", lane_value->first, (long long)lane_value->second);
+    ImGui::EndTooltip();
+  } else if (hovered_) {
     item_tooltip(hovered_->item, model_.tracks[hovered_->track]);
   } else if (hovered_cluster) {
     ImGui::BeginTooltip();
@@ -221,6 +240,101 @@ void Viewer::draw_tracks(float height) {
   }
   handle_input(axis_x0, axis_width, hovered);
   ImGui::EndChild();
+}
+
+std::optional<size_t> Viewer::row_of(size_t track, const Item& it) const {
+  const auto& rows = model_.tracks[track].rows;
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const Item* found = item_at(rows[r], it.start);
+    if (found && found->kind == it.kind && found->index == it.index) return r;
+  }
+  return std::nullopt;
+}
+
+uint32_t Viewer::launch_call(const Item& it) {
+  uint32_t corr = 0, pid = 0;
+  if (it.kind == ItemKind::Kernel) corr = trace_.kernels[it.index].correlation, pid = trace_.kernels[it.index].pid;
+  else if (it.kind == ItemKind::Memcpy) corr = trace_.memcpys[it.index].correlation, pid = trace_.memcpys[it.index].pid;
+  else if (it.kind == ItemKind::Memset) corr = trace_.memsets[it.index].correlation, pid = trace_.memsets[it.index].pid;
+  if (corr == 0) return prof::kNoId;
+  if (!launches_) launches_ = std::make_unique<prof::LaunchIndex>(trace_);
+  return launches_->find(pid, corr);
+}
+
+void Viewer::draw_launch_flow(float origin_y, float x0, float width) {
+  // The selected GPU item's launch: a line from the end of its launch call to its start (the
+  // launch delay), and for kernels with latency timestamps a bar under the kernel's row from
+  // the time it was queued to its start (the queue wait).
+  const Item& it = selected_->item;
+  const auto row = row_of(selected_->track, it);
+  if (it.kind == ItemKind::Nvtx || it.kind == ItemKind::Api || !row) return;
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  const float y_item = origin_y + row_top(selected_->track, *row) + 1;
+  const float x_start = x0 + float(window_.x_of_ns(it.start, width));
+  if (it.kind == ItemKind::Kernel && trace_.kernels[it.index].queued != prof::kNoTime) {
+    const float xq = x0 + float(window_.x_of_ns(trace_.kernels[it.index].queued, width));
+    const float yb = y_item + L::kRowHeight - 4;
+    dl->AddRectFilled(ImVec2(xq, yb), ImVec2(std::max(x_start, xq + 1), yb + 3), IM_COL32(255, 220, 120, 255));
+  }
+  const uint32_t li = launch_call(it);
+  if (li == prof::kNoId) return;
+  const auto& call = trace_.api_calls[li];
+  for (size_t ti = 0; ti < model_.tracks.size(); ++ti) {
+    const Track& t = model_.tracks[ti];
+    if (t.kind != TrackKind::HostApi || t.id != call.tid || t.pid != call.pid) continue;
+    const auto call_row = row_of(ti, Item{call.start, call.end, call.name, li, ItemKind::Api});
+    if (!call_row) return;
+    const float y_call = origin_y + row_top(ti, *call_row) + L::kRowHeight / 2;
+    const float x_call = x0 + float(window_.x_of_ns(call.end, width));
+    const ImVec2 from(x_call, y_call), to(x_start, y_item);
+    dl->AddLine(from, to, IM_COL32(255, 255, 255, 200), 1.5f);
+    dl->AddCircleFilled(to, 3.f, IM_COL32(255, 255, 255, 220));
+    return;
+  }
+}
+
+std::optional<int64_t> Viewer::draw_series_lane(const StepSeries& s, const char* label, float top, float x0,
+                                                float width, bool levels) {
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  const float bottom = top + L::kLaneHeight;
+  dl->AddRectFilled(ImVec2(x0 - L::kHeaderWidth, top), ImVec2(x0 + width, bottom), IM_COL32(24, 28, 36, 255));
+  char text[96];
+  if (levels)
+    std::snprintf(text, sizeof text, "%s (max %lld)", label, (long long)s.peak);
+  else
+    std::snprintf(text, sizeof text, "%s (peak %.1f MiB)", label, double(s.peak) / 1048576.0);
+  dl->AddText(ImVec2(x0 - L::kHeaderWidth + 4, top + 2), IM_COL32(230, 230, 230, 255), text);
+  // Streams busy: 1 gray, 2 orange, 3 or more red; the bar's height is the value's share of
+  // the peak. Memory: one color.
+  auto color = [&](int64_t v) {
+    if (!levels) return IM_COL32(90, 170, 110, 255);
+    return v <= 1 ? IM_COL32(110, 120, 140, 255) : v == 2 ? IM_COL32(230, 150, 40, 255) : IM_COL32(220, 60, 50, 255);
+  };
+  const double peak = double(std::max<int64_t>(1, s.peak));
+  const int columns = int(width);
+  int64_t run_value = 0;
+  int run_start = 0;
+  auto flush = [&](int end_column) {
+    if (run_value <= 0) return;
+    const float h = float(double(run_value) / peak) * (L::kLaneHeight - 4);
+    dl->AddRectFilled(ImVec2(x0 + float(run_start), bottom - 2 - h), ImVec2(x0 + float(end_column), bottom - 2),
+                      color(run_value));
+  };
+  std::optional<int64_t> under_mouse;
+  const ImVec2 mouse = ImGui::GetIO().MousePos;
+  const bool mouse_in = ImGui::IsWindowHovered() && mouse.y >= top && mouse.y < bottom && mouse.x >= x0;
+  for (int c = 0; c < columns; ++c) {
+    const Ns a = window_.ns_at(double(c), double(width)), b = std::max(a + 1, window_.ns_at(double(c + 1), double(width)));
+    const int64_t v = s.max_over(a, b);
+    if (mouse_in && int(mouse.x - x0) == c) under_mouse = v;
+    if (v != run_value) {
+      flush(c);
+      run_value = v;
+      run_start = c;
+    }
+  }
+  flush(columns);
+  return under_mouse;
 }
 
 void Viewer::handle_input(float axis_x0, float axis_width, bool hovered) {
@@ -310,10 +424,8 @@ void Viewer::draw_item_details() {
   ImGui::Text("%s on %s: start %s, end %s, duration %s", to_string(it.kind), model_.tracks[selected_->track].label.c_str(),
               at(it.start, model_.begin).c_str(), at(it.end, model_.begin).c_str(),
               format_duration(double(it.end - it.start)).c_str());
-  uint32_t corr = 0, pid = 0;
   if (it.kind == ItemKind::Kernel) {
     const auto& k = trace_.kernels[it.index];
-    corr = k.correlation, pid = k.pid;
     ImGui::Text("grid (%u, %u, %u), block (%u, %u, %u), %u registers, shared memory %u B static + %u B dynamic, "
                 "correlation %u%s",
                 k.grid[0], k.grid[1], k.grid[2], k.block[0], k.block[1], k.block[2], k.registers, k.static_smem,
@@ -323,18 +435,14 @@ void Viewer::draw_item_details() {
                   format_duration(double(k.start - k.submitted)).c_str());
   } else if (it.kind == ItemKind::Memcpy) {
     const auto& c = trace_.memcpys[it.index];
-    corr = c.correlation, pid = c.pid;
     const double ns = double(std::max<Ns>(1, c.end - c.start));
     ImGui::Text("%llu bytes, %.1f GB/s", (unsigned long long)c.bytes, double(c.bytes) / ns);
-  } else if (it.kind == ItemKind::Memset) {
-    corr = trace_.memsets[it.index].correlation, pid = trace_.memsets[it.index].pid;
   } else if (it.kind == ItemKind::Api) {
     ImGui::Text("correlation %u, return value %d", trace_.api_calls[it.index].correlation,
                 trace_.api_calls[it.index].return_value);
   }
-  if (corr != 0) {  // the launch call, found by correlation id (the index is built once)
-    if (!launches_) launches_ = std::make_unique<prof::LaunchIndex>(trace_);
-    const uint32_t li = launches_->find(pid, corr);
+  {  // the launch call, found by correlation id
+    const uint32_t li = launch_call(it);
     if (li != prof::kNoId) {
       const auto& a = trace_.api_calls[li];
       ImGui::Text("launched by %s at %s on thread %u; launch end to start: %s",

@@ -27,6 +27,7 @@ struct TimelineLayout {
   static constexpr float kRulerHeight = 24.f;
   static constexpr float kRowHeight = 18.f;
   static constexpr float kTrackGap = 8.f;       // between tracks
+  static constexpr float kLaneHeight = 30.f;    // the lanes above the tracks (streams busy, memory)
   static constexpr float kPanelHeight = 270.f;  // the panels below the timeline
 };
 
@@ -58,19 +59,27 @@ class Viewer {
   // Where the last frame put the time axis: x0 .. x1 is the window [t0, t1); y0 is the top of
   // the first track (scrolled), y1 the bottom of the visible tracks.
   Rect timeline_rect() const { return timeline_; }
-  // Top of row `row` of track `track`, relative to the top of the first track.
+  // Top of row `row` of track `track`, relative to the top of the scrolled area (the lanes
+  // for streams busy and memory come first).
   float row_top(size_t track, size_t row) const;
 
  private:
   void draw_header();
   void draw_ruler(float x0, float x1, float y);
   void draw_tracks(float height);
+  // A StepSeries as bars, one per run of pixel columns with the same maximum; returns the
+  // value under the mouse's column when the mouse is in the lane.
+  std::optional<int64_t> draw_series_lane(const StepSeries& s, const char* label, float top, float x0, float width,
+                                          bool levels);
   void draw_panels();
   void draw_item_details();
   void draw_range_stats();
   void draw_kernel_table();
   void draw_stream_table();
   void handle_input(float axis_x0, float axis_width, bool hovered);
+  void draw_launch_flow(float origin_y, float x0, float width);
+  std::optional<size_t> row_of(size_t track, const Item& it) const;  // the row holding `it`
+  uint32_t launch_call(const Item& it);  // index of a GPU item's launch call, or kNoId
   std::string item_name(const Item& it) const;
   const std::string& short_name(prof::StrId id);
   void item_tooltip(const Item& it, const Track& track) const;
@@ -78,7 +87,8 @@ class Viewer {
   prof::Trace trace_;
   std::string source_;
   TimelineModel model_;
-  std::vector<float> track_top_;  // per track, relative to the first; back() = total height
+  std::vector<float> track_top_;  // per track, from the top of the scrolled area; back() = total height
+  float lanes_height_ = 0;        // the series lanes above the tracks
   TimeWindow window_;
   Rect timeline_;
   std::optional<prof::AnalysisResult> analysis_;

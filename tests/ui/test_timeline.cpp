@@ -8,6 +8,7 @@
 #include "ui/kernel_names.h"
 #include "ui/range_stats.h"
 #include "ui/row_layout.h"
+#include "ui/step_series.h"
 #include "ui/time_window.h"
 #include "ui/timeline_model.h"
 
@@ -232,6 +233,63 @@ TEST(RangeStats, WholeTraceAgreesWithTheAnalysis) {
   uint64_t kernels = 0;
   for (const NameTime& n : r.kernels) kernels += n.count;
   EXPECT_EQ(kernels, a.whole.kernels);
+}
+
+TEST(StepSeries, HandComputedSteps) {
+  // Two streams: +1 at 10 and 20; at 30 one ends as another starts (no change); ends at 40, 50.
+  const StepSeries s = step_series({{30, -1}, {10, +1}, {20, +1}, {30, +1}, {40, -1}, {50, -1}});
+  EXPECT_EQ(s.t, (std::vector<Ns>{10, 20, 40, 50}));
+  EXPECT_EQ(s.v, (std::vector<int64_t>{1, 2, 1, 0}));
+  EXPECT_EQ(s.peak, 2);
+  EXPECT_EQ(s.peak_at, 20);
+  EXPECT_EQ(s.at(5), 0);
+  EXPECT_EQ(s.at(10), 1);
+  EXPECT_EQ(s.at(25), 2);
+  EXPECT_EQ(s.at(45), 1);
+  EXPECT_EQ(s.at(60), 0);
+  EXPECT_EQ(s.max_over(0, 15), 1);
+  EXPECT_EQ(s.max_over(0, 10), 0);  // [0, 10): before the first change
+  EXPECT_EQ(s.max_over(25, 35), 2);
+  EXPECT_EQ(s.max_over(41, 100), 1);
+  EXPECT_EQ(s.max_over(50, 60), 0);
+}
+
+TEST(StepSeries, BlockMaximaMatchBruteForce) {
+  uint64_t seed = 7;
+  auto next = [&] { return (seed = seed * 6364136223846793005ull + 1442695040888963407ull) >> 33; };
+  std::vector<std::pair<Ns, int64_t>> ch;
+  for (int i = 0; i < 5000; ++i) ch.emplace_back(Ns(next() % 100000), int64_t(next() % 7) - 3);
+  const StepSeries s = step_series(ch);
+  ASSERT_GT(s.t.size(), 10 * StepSeries::kBlock);
+  for (int q = 0; q < 2000; ++q) {
+    const Ns a = Ns(next() % 100000), b = a + 1 + Ns(next() % (q % 2 ? 50000 : 200));
+    int64_t want = s.at(a);
+    for (size_t i = 0; i < s.t.size(); ++i)
+      if (s.t[i] > a && s.t[i] < b) want = std::max(want, s.v[i]);
+    ASSERT_EQ(s.max_over(a, b), want) << "[" << a << ", " << b << ")";
+  }
+}
+
+// Time a series spends at or above `level`.
+Ns time_at_least(const StepSeries& s, int64_t level) {
+  Ns total = 0;
+  for (size_t i = 0; i + 1 < s.t.size(); ++i)
+    if (s.v[i] >= level) total += s.t[i + 1] - s.t[i];
+  return total;
+}
+
+TEST(StepSeries, StreamsBusyAndMemoryAgreeWithTheAnalysis) {
+  prof::SyntheticOptions o;
+  o.target_events = 20000;
+  const prof::Trace t = prof::make_synthetic_trace(o);
+  const prof::AnalysisResult a = prof::analyze(t);
+  const StepSeries busy = streams_busy(t);
+  EXPECT_EQ(time_at_least(busy, 1), a.whole.busy);
+  EXPECT_EQ(time_at_least(busy, 2), a.whole.stream_overlap);
+  const prof::Trace sample = prof::make_sample_trace();
+  const StepSeries mem = memory_allocated(sample);
+  ASSERT_FALSE(mem.empty());
+  EXPECT_EQ(uint64_t(mem.peak), prof::analyze(sample).resources.peak_allocated_bytes);
 }
 
 TEST(KernelNames, ShortNames) {
