@@ -77,7 +77,12 @@ Track make_track(TrackKind kind, uint32_t id, uint32_t pid, std::string label, s
 
 }  // namespace
 
-TimelineModel build_timeline(const prof::Trace& trace) {
+std::string stream_role(const std::string& label) {
+  const size_t dot = label.rfind('.');
+  return dot == std::string::npos || dot + 1 == label.size() ? label : label.substr(dot + 1);
+}
+
+TimelineModel build_timeline(const prof::Trace& trace, const TimelineOptions& opts) {
   TimelineModel m;
   // GPU work by stream (std::map: tracks in stream id order).
   std::map<uint32_t, std::vector<Item>> by_stream;
@@ -94,10 +99,32 @@ TimelineModel build_timeline(const prof::Trace& trace) {
     const auto& s = trace.memsets[i];
     by_stream[s.stream].push_back({s.start, s.end, memset_name, i, ItemKind::Memset});
   }
-  for (auto& [stream, items] : by_stream) {
-    std::string label = trace.stream_label(stream);
-    if (label != "stream " + std::to_string(stream)) label += " (stream " + std::to_string(stream) + ")";
-    m.tracks.push_back(make_track(TrackKind::GpuStream, stream, 0, std::move(label), std::move(items)));
+  if (!opts.group_streams_by_role) {
+    for (auto& [stream, items] : by_stream) {
+      std::string label = trace.stream_label(stream);
+      if (label != "stream " + std::to_string(stream)) label += " (stream " + std::to_string(stream) + ")";
+      m.tracks.push_back(make_track(TrackKind::GpuStream, stream, 0, std::move(label), std::move(items)));
+      m.tracks.back().streams = {stream};
+    }
+  } else {
+    // Roles in the order of their first stream id; unnamed streams keep a track each.
+    std::vector<std::string> order;
+    std::map<std::string, std::pair<std::vector<uint32_t>, std::vector<Item>>> by_role;
+    for (auto& [stream, items] : by_stream) {
+      const std::string label = trace.stream_label(stream);
+      const std::string role = label == "stream " + std::to_string(stream) ? label : stream_role(label);
+      auto [it, fresh] = by_role.try_emplace(role);
+      if (fresh) order.push_back(role);
+      it->second.first.push_back(stream);
+      it->second.second.insert(it->second.second.end(), items.begin(), items.end());
+    }
+    for (const std::string& role : order) {
+      auto& [streams, items] = by_role[role];
+      const std::string label =
+          streams.size() == 1 ? trace.stream_label(streams[0]) : role + " (" + std::to_string(streams.size()) + " streams)";
+      m.tracks.push_back(make_track(TrackKind::GpuStream, streams[0], 0, label, std::move(items)));
+      m.tracks.back().streams = streams;
+    }
   }
   // Host threads: NVTX, then API calls, per (pid, tid).
   std::map<std::pair<uint32_t, uint32_t>, std::vector<Item>> nvtx, api;

@@ -37,7 +37,8 @@ enum class TrackKind : uint8_t { GpuStream, HostNvtx, HostApi };
 
 struct Track {
   TrackKind kind = TrackKind::GpuStream;
-  uint32_t id = 0;   // stream id, or thread id for host tracks
+  uint32_t id = 0;   // stream id (the first, when grouped by role), or thread id for host tracks
+  std::vector<uint32_t> streams;  // GPU tracks: the streams whose work it shows
   uint32_t pid = 0;
   std::string label; // "main (stream 13)", "thread 4711: NVTX", ...
   std::vector<Row> rows;
@@ -53,9 +54,21 @@ struct TimelineModel {
   uint64_t items = 0;
 };
 
+struct TimelineOptions {
+  // One track per stream role instead of per stream: streams named "<owner>.<role>"
+  // ("L3.aux0", "mtp1.aux0", "target.aux0") share the track of their role ("aux0"). With
+  // per-layer streams a trace has 3 lanes per layer (STREAMS.md: 90 in DeepSeek V4 Pro); by
+  // role it has 3, and overlap within a role shows as extra rows.
+  bool group_streams_by_role = false;
+};
+
 // The trace must be finalized. Kernels, memcpys and memsets go to their stream's track; NVTX
 // ranges (marks as zero-length items) and API calls to their thread's tracks.
-TimelineModel build_timeline(const prof::Trace& trace);
+TimelineModel build_timeline(const prof::Trace& trace, const TimelineOptions& opts = {});
+
+// The role in a stream's label: the text after its last '.' ("L3.aux0" -> "aux0"); the whole
+// label when it has no '.'.
+std::string stream_role(const std::string& label);
 
 // Puts items (any order) into rows: each item goes to the first row whose last item ended at or
 // before its start, taking items by (start ascending, end descending) so that an enclosing

@@ -39,8 +39,24 @@ uint32_t name_color(std::string_view name) {
   return IM_COL32(int(r * 255), int(g * 255), int(b * 255), 255);
 }
 
-Viewer::Viewer(prof::Trace trace, std::string source) : trace_(std::move(trace)), source_(std::move(source)) {
-  model_ = build_timeline(trace_);
+Viewer::Viewer(prof::Trace trace, std::string source, const TimelineOptions& opts)
+    : trace_(std::move(trace)), source_(std::move(source)) {
+  set_options(opts);
+  fit();
+  try {
+    analysis_ = prof::analyze(trace_);
+  } catch (const std::exception& e) {
+    analysis_error_ = e.what();  // the timeline still works; the panels say why they are empty
+  }
+}
+
+void Viewer::set_options(const TimelineOptions& opts) {
+  options_ = opts;
+  model_ = build_timeline(trace_, options_);
+  selected_.reset();  // they point at tracks by index
+  hovered_.reset();
+  if (range_ && !selecting_) select_range(range_->a, range_->b);
+  track_top_.clear();
   lanes_height_ = (model_.streams_busy.empty() ? 0.f : L::kLaneHeight + L::kTrackGap) +
                   (model_.memory.empty() ? 0.f : L::kLaneHeight + L::kTrackGap);
   float y = lanes_height_;
@@ -49,12 +65,17 @@ Viewer::Viewer(prof::Trace trace, std::string source) : trace_(std::move(trace))
     y += float(std::max<size_t>(1, t.rows.size())) * L::kRowHeight + L::kTrackGap;
   }
   track_top_.push_back(y);
-  fit();
-  try {
-    analysis_ = prof::analyze(trace_);
-  } catch (const std::exception& e) {
-    analysis_error_ = e.what();  // the timeline still works; the panels say why they are empty
+}
+
+std::string Viewer::where(const Item& it, const Track& track) const {
+  // Grouped tracks hold several streams: name the item's own.
+  if (track.kind == TrackKind::GpuStream && track.streams.size() > 1) {
+    const uint32_t stream = it.kind == ItemKind::Kernel   ? trace_.kernels[it.index].stream
+                            : it.kind == ItemKind::Memcpy ? trace_.memcpys[it.index].stream
+                                                          : trace_.memsets[it.index].stream;
+    return trace_.stream_label(stream) + " (stream " + std::to_string(stream) + ")";
   }
+  return track.label;
 }
 
 float Viewer::row_top(size_t track, size_t row) const { return track_top_.at(track) + float(row) * L::kRowHeight; }
@@ -108,6 +129,15 @@ void Viewer::draw_header() {
   if (ImGui::Button("Zoom in")) window_.zoom(2.0, mid, max_span);
   ImGui::SameLine();
   if (ImGui::Button("Zoom out")) window_.zoom(0.5, mid, max_span);
+  ImGui::SameLine();
+  bool by_role = options_.group_streams_by_role;
+  if (ImGui::Checkbox("streams by role", &by_role)) {
+    TimelineOptions o = options_;
+    o.group_streams_by_role = by_role;
+    set_options(o);
+  }
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip("one track per stream role (aux0, aux1, ...) instead of per stream: per-layer streams in one lane");
   ImGui::SameLine();
   ImGui::Text("window %s .. %s (%s)   wheel: zoom, left drag: pan, right drag: select a range, click: select",
               format_duration(window_.t0 - window_.rel(model_.begin)).c_str(),
@@ -383,7 +413,7 @@ void Viewer::item_tooltip(const Item& it, const Track& track) const {
   ImGui::PushTextWrapPos(700.f);
   ImGui::TextUnformatted(item_name(it).c_str());
   ImGui::PopTextWrapPos();
-  ImGui::Text("%s on %s", to_string(it.kind), track.label.c_str());
+  ImGui::Text("%s on %s", to_string(it.kind), where(it, track).c_str());
   ImGui::Text("start %s, duration %s", at(it.start, model_.begin).c_str(), format_duration(double(it.end - it.start)).c_str());
   if (it.kind == ItemKind::Kernel) {
     const auto& k = trace_.kernels[it.index];
@@ -421,7 +451,8 @@ void Viewer::draw_item_details() {
   }
   const Item& it = selected_->item;
   ImGui::TextWrapped("%s", item_name(it).c_str());
-  ImGui::Text("%s on %s: start %s, end %s, duration %s", to_string(it.kind), model_.tracks[selected_->track].label.c_str(),
+  ImGui::Text("%s on %s: start %s, end %s, duration %s", to_string(it.kind),
+              where(it, model_.tracks[selected_->track]).c_str(),
               at(it.start, model_.begin).c_str(), at(it.end, model_.begin).c_str(),
               format_duration(double(it.end - it.start)).c_str());
   if (it.kind == ItemKind::Kernel) {

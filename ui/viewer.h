@@ -42,7 +42,10 @@ uint32_t name_color(std::string_view name);  // ImGui's ABGR packing, opaque
 class Viewer {
  public:
   // `source` names the trace in the title line (its path).
-  Viewer(prof::Trace trace, std::string source);
+  Viewer(prof::Trace trace, std::string source, const TimelineOptions& opts = {});
+  // Rebuilds the tracks (e.g. streams grouped by role); keeps the window and the range.
+  void set_options(const TimelineOptions& opts);
+  const TimelineOptions& options() const { return options_; }
 
   // Draws the whole UI into the current ImGui frame, filling the display.
   void draw();
@@ -81,11 +84,13 @@ class Viewer {
   std::optional<size_t> row_of(size_t track, const Item& it) const;  // the row holding `it`
   uint32_t launch_call(const Item& it);  // index of a GPU item's launch call, or kNoId
   std::string item_name(const Item& it) const;
+  std::string where(const Item& it, const Track& track) const;  // "main (stream 13)", "thread 7: NVTX"
   const std::string& short_name(prof::StrId id);
   void item_tooltip(const Item& it, const Track& track) const;
 
   prof::Trace trace_;
   std::string source_;
+  TimelineOptions options_;
   TimelineModel model_;
   std::vector<float> track_top_;  // per track, from the top of the scrolled area; back() = total height
   float lanes_height_ = 0;        // the series lanes above the tracks

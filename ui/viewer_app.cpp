@@ -38,7 +38,9 @@ int run_viewer(const ViewerOptions& o) {
   if (!trace.counts.clean())
     std::fprintf(stderr, "warning: %s has record problems (dropped or malformed records); the timeline shows what is there\n",
                  o.trace.c_str());
-  Viewer viewer(std::move(trace), o.trace);
+  TimelineOptions to;
+  to.group_streams_by_role = o.group_streams_by_role;
+  Viewer viewer(std::move(trace), o.trace, to);
   std::fprintf(stderr, "%llu items on %zu tracks\n", (unsigned long long)viewer.model().items, viewer.model().tracks.size());
   const Ns begin = viewer.model().begin;
   if (win) viewer.set_window({win->first * 1e3, win->second * 1e3, begin});

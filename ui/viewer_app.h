@@ -15,6 +15,7 @@ struct ViewerOptions {
   // Initial window in microseconds after the trace's first event ("" = the whole trace),
   // "START:END"; and a range to select at start, same form.
   std::string window_us, select_us;
+  bool group_streams_by_role = false;  // one track per stream role (aux0, ...) at start
 };
 
 // Returns the process exit code. Throws sl::Error on bad input (unreadable trace, bad window

@@ -17,6 +17,7 @@ void add_view_command(CLI::App& app) {
   struct Opts {
     std::string trace, screenshot, window, select, size = "1600x1000";
     int frames = 0;
+    bool by_role = false;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* cmd = app.add_subcommand(
@@ -30,6 +31,7 @@ void add_view_command(CLI::App& app) {
   cmd->add_option("--size", o->size, "window size WIDTHxHEIGHT in pixels")->capture_default_str();
   cmd->add_option("--window", o->window, "initial time window START:END, microseconds after the first event");
   cmd->add_option("--select", o->select, "select the range START:END (microseconds after the first event) at start");
+  cmd->add_flag("--by-role", o->by_role, "one track per stream role (aux0, aux1, ...) instead of one per stream");
   cmd->callback([o] {
 #ifdef STREAMLAB_HAVE_UI
     ui::ViewerOptions v;
@@ -38,6 +40,7 @@ void add_view_command(CLI::App& app) {
     v.frames = o->frames;
     v.window_us = o->window;
     v.select_us = o->select;
+    v.group_streams_by_role = o->by_role;
     if (std::sscanf(o->size.c_str(), "%dx%d", &v.width, &v.height) != 2)
       throw Error("--size '" + o->size + "': expected WIDTHxHEIGHT, e.g. 1600x1000");
     const int rc = ui::run_viewer(v);

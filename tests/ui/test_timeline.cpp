@@ -66,6 +66,36 @@ TEST(TimelineModel, TracksFromATrace) {
   EXPECT_EQ(m.items, 3u + 1u + 2u + 3u);  // kernels, memcpy, NVTX ranges, API calls
 }
 
+TEST(TimelineModel, StreamsGroupedByRole) {
+  // Per-layer streams: L0.aux0, L1.aux0, L0.aux1 and main; an unnamed stream stays alone.
+  prof::Trace t;
+  prof::TraceBuilder b(t);
+  b.stream(3, 0, prof::kNoTime, prof::kNoTime, "main");
+  b.stream(4, 0, prof::kNoTime, prof::kNoTime, "L0.aux0");
+  b.stream(5, 0, prof::kNoTime, prof::kNoTime, "L0.aux1");
+  b.stream(6, 0, prof::kNoTime, prof::kNoTime, "L1.aux0");
+  b.kernel(3, 0, 100, "m");
+  b.kernel(4, 10, 30, "a");
+  b.kernel(5, 10, 20, "b");
+  b.kernel(6, 20, 40, "c");  // overlaps stream 4's kernel: a second row in the aux0 track
+  b.kernel(9, 50, 60, "x");
+  t.finalize();
+  EXPECT_EQ(build_timeline(t).tracks.size(), 5u);
+  TimelineOptions o;
+  o.group_streams_by_role = true;
+  const TimelineModel m = build_timeline(t, o);
+  ASSERT_EQ(m.tracks.size(), 4u);  // no launch calls given: no host tracks
+  EXPECT_EQ(m.tracks[0].label, "main");
+  EXPECT_EQ(m.tracks[1].label, "aux0 (2 streams)");
+  EXPECT_EQ(m.tracks[1].streams, (std::vector<uint32_t>{4, 6}));
+  EXPECT_EQ(m.tracks[1].rows.size(), 2u);
+  EXPECT_EQ(m.tracks[1].busy, 30);  // [10, 40)
+  EXPECT_EQ(m.tracks[2].label, "L0.aux1");  // a role of one stream keeps the stream's name
+  EXPECT_EQ(m.tracks[3].label, "stream 9");
+  EXPECT_EQ(stream_role("mtp1.aux2"), "aux2");
+  EXPECT_EQ(stream_role("shared_expert"), "shared_expert");
+}
+
 TEST(TimeWindow, ZoomKeepsTheAnchorPanMovesByPixels) {
   TimeWindow w{0, 1000};
   w.zoom(2.0, 250, 1e9);
