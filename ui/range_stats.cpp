@@ -1,6 +1,7 @@
 #include "ui/range_stats.h"
 
 #include <algorithm>
+#include <map>
 #include <unordered_map>
 #include <utility>
 
@@ -32,7 +33,8 @@ RangeStats range_stats(const TimelineModel& model, const prof::Trace& trace, Ns 
     const Track& t = model.tracks[ti];
     TrackTime tt;
     tt.track = ti;
-    std::vector<std::pair<Ns, Ns>> iv, kernel_iv;
+    std::vector<std::pair<Ns, Ns>> iv;
+    std::map<uint32_t, std::vector<std::pair<Ns, Ns>>> kernel_iv;  // by stream: a track may hold several
     for (const Row& row : t.rows) {
       for (size_t i = first_ending_after(row, r.a); i < row.items.size() && row.items[i].start < r.b; ++i) {
         const Item& it = row.items[i];
@@ -40,7 +42,7 @@ RangeStats range_stats(const TimelineModel& model, const prof::Trace& trace, Ns 
         ++tt.items;
         iv.emplace_back(s, e);
         if (it.kind == ItemKind::Kernel) {
-          kernel_iv.emplace_back(s, e);
+          kernel_iv[trace.kernels[it.index].stream].emplace_back(s, e);
           auto [slot, fresh] = name_slot.try_emplace(it.name, r.kernels.size());
           if (fresh) r.kernels.push_back({trace.str(it.name), 0, 0});
           r.kernels[slot->second].count += 1;
@@ -50,8 +52,10 @@ RangeStats range_stats(const TimelineModel& model, const prof::Trace& trace, Ns 
     }
     if (tt.items == 0) continue;
     for (auto [s, e] : merge(std::move(iv))) tt.busy += e - s;
-    if (t.kind == TrackKind::GpuStream)  // GPU busy and overlap count kernels, as the analysis does
-      for (auto [s, e] : merge(std::move(kernel_iv)))
+    // Busy and overlap count kernels per stream, as the analysis does (a stream's kernels
+    // overlapping under programmatic dependent launch count once).
+    for (auto& [stream, kv] : kernel_iv)
+      for (auto [s, e] : merge(std::move(kv)))
         if (e > s) edges.emplace_back(s, +1), edges.emplace_back(e, -1);
     r.tracks.push_back(tt);
   }

@@ -41,7 +41,8 @@ int64_t StepSeries::max_over(Ns a, Ns b) const {
 
 StepSeries streams_busy(const prof::Trace& trace) {
   std::map<uint32_t, std::vector<std::pair<Ns, Ns>>> by_stream;
-  for (const auto& k : trace.kernels) by_stream[k.stream].emplace_back(k.start, k.end);
+  for (const auto& k : trace.kernels)
+    if (k.end > k.start) by_stream[k.stream].emplace_back(k.start, k.end);
   std::vector<std::pair<Ns, int64_t>> changes;
   for (auto& [stream, iv] : by_stream) {
     std::sort(iv.begin(), iv.end());

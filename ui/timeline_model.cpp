@@ -84,21 +84,34 @@ std::string stream_role(const std::string& label) {
 
 TimelineModel build_timeline(const prof::Trace& trace, const TimelineOptions& opts) {
   TimelineModel m;
+  // Every record passes here. On an absolute clock (CUPTI's, or Unix time: past 1e15 ns) a
+  // zero start is a missing timestamp, left off; ends before starts are clamped (rows rely on
+  // ends being ordered like starts).
+  const bool absolute_clock = trace.last_time() != prof::kNoTime && trace.last_time() > Ns(1'000'000'000'000'000);
+  auto add = [&](std::vector<Item>& to, Ns start, Ns end, prof::StrId name, uint32_t index, ItemKind kind) {
+    if (absolute_clock && start <= 0) {
+      ++m.invalid_items;
+      return;
+    }
+    to.push_back({start, end == prof::kNoTime || end < start ? start : end, name, index, kind});
+  };
   // GPU work by stream (std::map: tracks in stream id order).
   std::map<uint32_t, std::vector<Item>> by_stream;
   for (uint32_t i = 0; i < trace.kernels.size(); ++i) {
     const auto& k = trace.kernels[i];
-    by_stream[k.stream].push_back({k.start, k.end, k.name, i, ItemKind::Kernel});
+    add(by_stream[k.stream], k.start, k.end, k.name, i, ItemKind::Kernel);
   }
   const prof::StrId memcpy_name = 0, memset_name = 0;  // named at draw time from their record
   for (uint32_t i = 0; i < trace.memcpys.size(); ++i) {
     const auto& c = trace.memcpys[i];
-    by_stream[c.stream].push_back({c.start, c.end, memcpy_name, i, ItemKind::Memcpy});
+    add(by_stream[c.stream], c.start, c.end, memcpy_name, i, ItemKind::Memcpy);
   }
   for (uint32_t i = 0; i < trace.memsets.size(); ++i) {
     const auto& s = trace.memsets[i];
-    by_stream[s.stream].push_back({s.start, s.end, memset_name, i, ItemKind::Memset});
+    add(by_stream[s.stream], s.start, s.end, memset_name, i, ItemKind::Memset);
   }
+  for (auto it = by_stream.begin(); it != by_stream.end();)  // streams whose records were all invalid
+    it = it->second.empty() ? by_stream.erase(it) : std::next(it);
   if (!opts.group_streams_by_role) {
     for (auto& [stream, items] : by_stream) {
       std::string label = trace.stream_label(stream);
@@ -128,20 +141,21 @@ TimelineModel build_timeline(const prof::Trace& trace, const TimelineOptions& op
   }
   // Host threads: NVTX, then API calls, per (pid, tid).
   std::map<std::pair<uint32_t, uint32_t>, std::vector<Item>> nvtx, api;
-  for (uint32_t i = 0; i < trace.nvtx.size(); ++i) {
+  for (uint32_t i = 0; i < trace.nvtx.size(); ++i) {  // an unclosed range shows as a mark
     const auto& r = trace.nvtx[i];
-    const Ns end = r.end == prof::kNoTime || r.end < r.start ? r.start : r.end;  // unclosed: a mark
-    nvtx[{r.pid, r.tid}].push_back({r.start, end, r.name, i, ItemKind::Nvtx});
+    add(nvtx[{r.pid, r.tid}], r.start, r.end, r.name, i, ItemKind::Nvtx);
   }
   for (uint32_t i = 0; i < trace.api_calls.size(); ++i) {
     const auto& a = trace.api_calls[i];
-    api[{a.pid, a.tid}].push_back({a.start, a.end, a.name, i, ItemKind::Api});
+    add(api[{a.pid, a.tid}], a.start, a.end, a.name, i, ItemKind::Api);
   }
   auto thread_name = [&](uint32_t pid, uint32_t tid) {
     for (const auto& th : trace.threads)
       if (th.pid == pid && th.tid == tid && !th.name.empty()) return th.name;
     return "thread " + std::to_string(tid);
   };
+  for (auto* threads : {&nvtx, &api})
+    for (auto it = threads->begin(); it != threads->end();) it = it->second.empty() ? threads->erase(it) : std::next(it);
   for (auto& [key, items] : nvtx)
     m.tracks.push_back(make_track(TrackKind::HostNvtx, key.second, key.first, thread_name(key.first, key.second) + ": NVTX",
                                   std::move(items)));

@@ -52,6 +52,10 @@ struct TimelineModel {
   StepSeries memory;        // device memory allocated inside the window (empty: none traced)
   Ns begin = 0, end = 0;  // earliest start and latest end over all items (0, 0 when empty)
   uint64_t items = 0;
+  // Records with a zero (unknown) start time in a trace on an absolute clock, left off: one
+  // would stretch the timeline from 0 to the CUPTI clock's 1e18 ns. Records that end before
+  // they start are drawn zero-length.
+  uint64_t invalid_items = 0;
 };
 
 struct TimelineOptions {

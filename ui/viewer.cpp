@@ -21,12 +21,14 @@ uint32_t shade(uint32_t abgr, float f) {  // scales r, g, b
   return (abgr & 0xFF000000u) | ch(0) | ch(8) | ch(16);
 }
 
-// Time relative to the trace's first event, as the ruler shows it.
-std::string at(Ns t, Ns begin) { return format_duration(double(t - begin)); }
+// Time relative to the time zero, as the ruler shows it.
+std::string at(Ns t, Ns zero) { return format_duration(double(t - zero)); }
 
 constexpr uint32_t kMemcpyColor = IM_COL32(214, 140, 40, 255);
 constexpr uint32_t kMemsetColor = IM_COL32(150, 150, 150, 255);
 constexpr uint32_t kApiColor = IM_COL32(90, 120, 170, 255);
+constexpr float kTickSpacing = 90.f;  // pixels between ruler ticks, at least
+constexpr uint32_t kTickColor = IM_COL32(200, 200, 200, 255);
 
 }  // namespace
 
@@ -53,6 +55,10 @@ Viewer::Viewer(prof::Trace trace, std::string source, const TimelineOptions& opt
 void Viewer::set_options(const TimelineOptions& opts) {
   options_ = opts;
   model_ = build_timeline(trace_, options_);
+  // Time zero: the trace's base time (what our exports count from), unless it is unusable.
+  zero_ = trace_.base_time != prof::kNoTime && trace_.base_time > 0 && trace_.base_time <= model_.begin
+              ? trace_.base_time
+              : model_.begin;
   selected_.reset();  // they point at tracks by index
   hovered_.reset();
   if (range_ && !selecting_) select_range(range_->a, range_->b);
@@ -110,11 +116,12 @@ void Viewer::draw() {
                    ImGuiWindowFlags_NoScrollbar | ImGuiWindowFlags_NoScrollWithMouse);
   draw_header();
   const float tracks_height = std::max(60.f, ImGui::GetContentRegionAvail().y - L::kRulerHeight - L::kPanelHeight);
-  const ImVec2 p = ImGui::GetCursorScreenPos();
-  const float width = ImGui::GetContentRegionAvail().x;
-  draw_ruler(p.x + L::kHeaderWidth, p.x + width - ImGui::GetStyle().ScrollbarSize, p.y);
-  ImGui::Dummy(ImVec2(width, L::kRulerHeight));
+  // The ruler is drawn after the tracks, over the space kept for it, so that it uses the
+  // tracks' time axis of this frame (its width depends on the tracks' scrollbar).
+  const float ruler_y = ImGui::GetCursorScreenPos().y;
+  ImGui::Dummy(ImVec2(ImGui::GetContentRegionAvail().x, L::kRulerHeight));
   draw_tracks(tracks_height);
+  draw_ruler(timeline_.x0, timeline_.x1, ruler_y);
   draw_panels();
   ImGui::End();
 }
@@ -140,8 +147,8 @@ void Viewer::draw_header() {
     ImGui::SetTooltip("one track per stream role (aux0, aux1, ...) instead of per stream: per-layer streams in one lane");
   ImGui::SameLine();
   ImGui::Text("window %s .. %s (%s)   wheel: zoom, left drag: pan, right drag: select a range, click: select",
-              format_duration(window_.t0 - window_.rel(model_.begin)).c_str(),
-              format_duration(window_.t1 - window_.rel(model_.begin)).c_str(),
+              format_duration(window_.t0 - window_.rel(zero_)).c_str(),
+              format_duration(window_.t1 - window_.rel(zero_)).c_str(),
               format_duration(window_.span()).c_str());
   if (analysis_) {
     const auto& w = analysis_->whole;
@@ -160,19 +167,25 @@ void Viewer::draw_ruler(float x0, float x1, float y) {
   const float w = x1 - x0;
   if (w <= 0) return;
   dl->AddRectFilled(ImVec2(x0, y), ImVec2(x1, y + L::kRulerHeight), IM_COL32(30, 30, 34, 255));
-  const double step = tick_step(window_.span(), w, 90.0);
-  // Ticks at multiples of `step` from the trace's first event, labelled relative to it.
-  const double base = window_.rel(model_.begin);
-  // (k * step, not a running sum: labels stay exact multiples, "1.00 ms" and not "1000 us").
-  for (double k = std::ceil((window_.t0 - base) / step); base + k * step < window_.t1; k += 1) {
-    const float x = x0 + float(window_.x_of(base + k * step, w));
-    dl->AddLine(ImVec2(x, y + L::kRulerHeight - 8), ImVec2(x, y + L::kRulerHeight), IM_COL32(200, 200, 200, 255));
-    dl->AddText(ImVec2(x + 3, y + 2), IM_COL32(200, 200, 200, 255), format_duration(k * step).c_str());
+  ruler_ = Rect{x0, y, x1, y + L::kRulerHeight};
+  const double step = tick_step(window_.span(), w, kTickSpacing);
+  // Ticks at multiples of `step` from the time zero, labelled relative to it (k * step, not a
+  // running sum: labels stay exact multiples, "1.00 ms" and not "1000 us"). At most one tick
+  // per kTickSpacing pixels, whatever the arithmetic says.
+  const double base = window_.rel(zero_);
+  const double k0 = std::ceil((window_.t0 - base) / step);
+  for (int i = 0; i <= int(w / kTickSpacing) + 1; ++i) {
+    const double k = k0 + i, t = base + k * step;
+    if (!(t < window_.t1)) break;
+    const float x = x0 + float(window_.x_of(t, w));
+    dl->AddLine(ImVec2(x, y + L::kRulerHeight - 8), ImVec2(x, y + L::kRulerHeight), kTickColor);
+    dl->AddText(ImVec2(x + 3, y + 2), kTickColor, format_duration(k * step).c_str());
   }
 }
 
 void Viewer::draw_tracks(float height) {
-  ImGui::BeginChild("tracks", ImVec2(0, height), false, ImGuiWindowFlags_NoScrollWithMouse);
+  ImGui::BeginChild("tracks", ImVec2(0, height), false,
+                    ImGuiWindowFlags_NoScrollWithMouse | ImGuiWindowFlags_AlwaysVerticalScrollbar);
   ImDrawList* dl = ImGui::GetWindowDrawList();
   const ImVec2 origin = ImGui::GetCursorScreenPos();  // top-left of the content, scrolled
   const float view_top = ImGui::GetWindowPos().y, view_bottom = view_top + ImGui::GetWindowHeight();
@@ -273,10 +286,13 @@ void Viewer::draw_tracks(float height) {
 }
 
 std::optional<size_t> Viewer::row_of(size_t track, const Item& it) const {
+  // By start and identity: item_at would miss zero-length items (marks, empty kernels).
   const auto& rows = model_.tracks[track].rows;
   for (size_t r = 0; r < rows.size(); ++r) {
-    const Item* found = item_at(rows[r], it.start);
-    if (found && found->kind == it.kind && found->index == it.index) return r;
+    const auto& items = rows[r].items;
+    auto i = std::lower_bound(items.begin(), items.end(), it.start, [](const Item& x, Ns t) { return x.start < t; });
+    for (; i != items.end() && i->start == it.start; ++i)
+      if (i->kind == it.kind && i->index == it.index) return r;
   }
   return std::nullopt;
 }
@@ -369,6 +385,11 @@ std::optional<int64_t> Viewer::draw_series_lane(const StepSeries& s, const char*
 
 void Viewer::handle_input(float axis_x0, float axis_width, bool hovered) {
   ImGuiIO& io = ImGui::GetIO();
+  if (!ImGui::IsMousePosValid()) {  // the window lost the mouse: end a range drag where it was
+    selecting_ = false;
+    if (range_ && range_->tracks.empty() && range_->b > range_->a) select_range(range_->a, range_->b);
+    return;
+  }
   const double max_span = 1.2 * double(std::max<Ns>(1, model_.end - model_.begin));
   const double mouse_t = window_.t_of(double(io.MousePos.x - axis_x0), axis_width);
   if (hovered && io.MouseWheel != 0.f) {
@@ -403,7 +424,7 @@ void Viewer::handle_input(float axis_x0, float axis_width, bool hovered) {
   }
   // 'f' fits the window; read as a typed character, which does not depend on the backend's key
   // codes (ImGui 1.86 names no key F).
-  if (ImGui::IsWindowFocused())
+  if (ImGui::IsWindowFocused(ImGuiFocusedFlags_RootAndChildWindows))
     for (ImWchar c : io.InputQueueCharacters)
       if (c == 'f' || c == 'F') fit();
 }
@@ -414,7 +435,7 @@ void Viewer::item_tooltip(const Item& it, const Track& track) const {
   ImGui::TextUnformatted(item_name(it).c_str());
   ImGui::PopTextWrapPos();
   ImGui::Text("%s on %s", to_string(it.kind), where(it, track).c_str());
-  ImGui::Text("start %s, duration %s", at(it.start, model_.begin).c_str(), format_duration(double(it.end - it.start)).c_str());
+  ImGui::Text("start %s, duration %s", at(it.start, zero_).c_str(), format_duration(double(it.end - it.start)).c_str());
   if (it.kind == ItemKind::Kernel) {
     const auto& k = trace_.kernels[it.index];
     ImGui::Text("grid (%u, %u, %u), block (%u, %u, %u), %u registers", k.grid[0], k.grid[1], k.grid[2], k.block[0],
@@ -453,7 +474,7 @@ void Viewer::draw_item_details() {
   ImGui::TextWrapped("%s", item_name(it).c_str());
   ImGui::Text("%s on %s: start %s, end %s, duration %s", to_string(it.kind),
               where(it, model_.tracks[selected_->track]).c_str(),
-              at(it.start, model_.begin).c_str(), at(it.end, model_.begin).c_str(),
+              at(it.start, zero_).c_str(), at(it.end, zero_).c_str(),
               format_duration(double(it.end - it.start)).c_str());
   if (it.kind == ItemKind::Kernel) {
     const auto& k = trace_.kernels[it.index];
@@ -477,7 +498,7 @@ void Viewer::draw_item_details() {
     if (li != prof::kNoId) {
       const auto& a = trace_.api_calls[li];
       ImGui::Text("launched by %s at %s on thread %u; launch end to start: %s",
-                  std::string(prof::strip_api_version(trace_.str(a.name))).c_str(), at(a.start, model_.begin).c_str(),
+                  std::string(prof::strip_api_version(trace_.str(a.name))).c_str(), at(a.start, zero_).c_str(),
                   a.tid, format_duration(double(it.start - a.end)).c_str());
     }
   }
@@ -491,7 +512,7 @@ void Viewer::draw_range_stats() {
   const RangeStats& r = *range_;
   const double len = double(std::max<Ns>(1, r.b - r.a));
   ImGui::Text("range %s .. %s (%s): kernels busy %s (%.1f%%), overlap across streams %s (%.1f%% of busy)",
-              at(r.a, model_.begin).c_str(), at(r.b, model_.begin).c_str(), format_duration(len).c_str(),
+              at(r.a, zero_).c_str(), at(r.b, zero_).c_str(), format_duration(len).c_str(),
               format_duration(double(r.gpu_busy)).c_str(), 100.0 * double(r.gpu_busy) / len,
               format_duration(double(r.stream_overlap)).c_str(),
               r.gpu_busy ? 100.0 * double(r.stream_overlap) / double(r.gpu_busy) : 0.0);

@@ -62,6 +62,10 @@ class Viewer {
   // Where the last frame put the time axis: x0 .. x1 is the window [t0, t1); y0 is the top of
   // the first track (scrolled), y1 the bottom of the visible tracks.
   Rect timeline_rect() const { return timeline_; }
+  Rect ruler_rect() const { return ruler_; }
+  // The time the ruler and --window / --select count from: the trace's base time (what our
+  // exports count from), or its first item on the timeline.
+  Ns time_zero() const { return zero_; }
   // Top of row `row` of track `track`, relative to the top of the scrolled area (the lanes
   // for streams busy and memory come first).
   float row_top(size_t track, size_t row) const;
@@ -95,7 +99,8 @@ class Viewer {
   std::vector<float> track_top_;  // per track, from the top of the scrolled area; back() = total height
   float lanes_height_ = 0;        // the series lanes above the tracks
   TimeWindow window_;
-  Rect timeline_;
+  Rect timeline_, ruler_;
+  Ns zero_ = 0;
   std::optional<prof::AnalysisResult> analysis_;
   std::string analysis_error_;
   std::unordered_map<prof::StrId, std::string> short_names_;

@@ -17,7 +17,9 @@ std::pair<double, double> parse_us_range(const std::string& spec, const std::str
   char* end = nullptr;
   auto number = [&](const std::string& s) {
     const double v = std::strtod(s.c_str(), &end);
-    if (s.empty() || *end != '\0' || !(v >= 0)) throw Error(what + " '" + spec + "': expected START:END in microseconds");
+    // Finite and at most 1e12 us (11.6 days): the nanoseconds must fit an int64 with room.
+    if (s.empty() || *end != '\0' || !std::isfinite(v) || v < 0 || v > 1e12)
+      throw Error(what + " '" + spec + "': expected START:END in microseconds (0 .. 1e12)");
     return v;
   };
   if (colon == std::string::npos) throw Error(what + " '" + spec + "': expected START:END in microseconds");
@@ -42,7 +44,10 @@ int run_viewer(const ViewerOptions& o) {
   to.group_streams_by_role = o.group_streams_by_role;
   Viewer viewer(std::move(trace), o.trace, to);
   std::fprintf(stderr, "%llu items on %zu tracks\n", (unsigned long long)viewer.model().items, viewer.model().tracks.size());
-  const Ns begin = viewer.model().begin;
+  if (viewer.model().invalid_items)
+    std::fprintf(stderr, "warning: %llu records with a zero start time left off the timeline\n",
+                 (unsigned long long)viewer.model().invalid_items);
+  const Ns begin = viewer.time_zero();
   if (win) viewer.set_window({win->first * 1e3, win->second * 1e3, begin});
   if (sel) viewer.select_range(begin + Ns(std::llround(sel->first * 1e3)), begin + Ns(std::llround(sel->second * 1e3)));
 

@@ -29,8 +29,9 @@ void add_view_command(CLI::App& app) {
   cmd->add_option("--frames", o->frames, "render this many frames in a hidden window, then exit (default with "
                                          "--screenshot: 3)")->check(CLI::Range(1, 100000));
   cmd->add_option("--size", o->size, "window size WIDTHxHEIGHT in pixels")->capture_default_str();
-  cmd->add_option("--window", o->window, "initial time window START:END, microseconds after the first event");
-  cmd->add_option("--select", o->select, "select the range START:END (microseconds after the first event) at start");
+  cmd->add_option("--window", o->window, "initial time window START:END, in microseconds from the trace's start (its base time, which "
+                  "our exports count from; the ruler shows the same)");
+  cmd->add_option("--select", o->select, "select the range START:END (microseconds from the trace's start) at start");
   cmd->add_flag("--by-role", o->by_role, "one track per stream role (aux0, aux1, ...) instead of one per stream");
   cmd->callback([o] {
 #ifdef STREAMLAB_HAVE_UI

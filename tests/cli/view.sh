@@ -74,4 +74,10 @@ echo "not a trace" > "$tmp/junk.json"
 expect_error "junk.json" xvfb "$bin" view "$tmp/junk.json" --screenshot "$tmp/bad.png"
 expect_error "xvfb-run" env -u DISPLAY "$bin" view "$tmp/h200.sqlite" --screenshot "$tmp/bad.png"
 expect_error "cannot write" xvfb "$bin" view "$tmp/h200.sqlite" --screenshot "$tmp/no/such/dir/bad.png"
+# A screenshot name that is a directory: written to its temporary name, the rename fails, and
+# neither a PNG nor the temporary file is left.
+mkdir "$tmp/adir"
+expect_error "cannot rename" xvfb "$bin" view "$tmp/h200.sqlite" --screenshot "$tmp/adir"
+[ -d "$tmp/adir" ] && [ ! -e "$tmp/adir.part" ] || fail "a failed screenshot left $tmp/adir.part"
+expect_error "expected START:END" xvfb "$bin" view "$tmp/h200.sqlite" --window 0:inf --screenshot "$tmp/bad.png"
 echo "view: ok"

@@ -96,6 +96,44 @@ TEST(TimelineModel, StreamsGroupedByRole) {
   EXPECT_EQ(stream_role("shared_expert"), "shared_expert");
 }
 
+TEST(TimelineModel, InvalidRecordsDoNotStretchTheTimeline) {
+  // A kernel with a zero start (a PyTorch JSON event with ts 0) and one ending before it
+  // starts: the first is left off, the second drawn with zero length.
+  prof::Trace t;
+  prof::TraceBuilder b(t);
+  const Ns base = 1'764'000'000'000'000'000;
+  b.kernel(1, base + 100, base + 200, "good");
+  b.kernel(1, 0, 50, "zero");
+  b.kernel(2, base + 300, base + 250, "backwards");
+  t.finalize();
+  const TimelineModel m = build_timeline(t);
+  EXPECT_EQ(m.invalid_items, 1u);
+  EXPECT_EQ(m.begin, base + 100);
+  EXPECT_EQ(m.end, base + 300);
+  ASSERT_EQ(m.tracks.size(), 2u);
+  EXPECT_EQ(m.tracks[1].rows[0].items[0].end, base + 300);
+  EXPECT_EQ(m.tracks[1].busy, 0);
+}
+
+TEST(RangeStats, GroupingByRoleKeepsTheOverlap) {
+  // L0.aux0 and L1.aux0 overlap in time: one track when grouped, still two streams.
+  prof::Trace t;
+  prof::TraceBuilder b(t);
+  b.stream(4, 0, prof::kNoTime, prof::kNoTime, "L0.aux0");
+  b.stream(6, 0, prof::kNoTime, prof::kNoTime, "L1.aux0");
+  b.kernel(4, 10, 30, "a");
+  b.kernel(6, 20, 40, "c");
+  t.finalize();
+  TimelineOptions o;
+  o.group_streams_by_role = true;
+  const TimelineModel grouped = build_timeline(t, o);
+  ASSERT_EQ(grouped.tracks.size(), 1u);
+  const RangeStats r = range_stats(grouped, t, 0, 100);
+  EXPECT_EQ(r.stream_overlap, 10);  // [20, 30)
+  EXPECT_EQ(r.gpu_busy, 30);
+  EXPECT_EQ(r.stream_overlap, range_stats(build_timeline(t), t, 0, 100).stream_overlap);
+}
+
 TEST(TimeWindow, ZoomKeepsTheAnchorPanMovesByPixels) {
   TimeWindow w{0, 1000};
   w.zoom(2.0, 250, 1e9);

@@ -8,6 +8,7 @@
 
 #include "profiler/synthetic.h"
 #include "ui/gl_window.h"
+#include "ui/time_window.h"
 #include "ui/viewer.h"
 
 namespace sl::ui {
@@ -88,6 +89,37 @@ TEST_F(ViewerRender, KernelsLandWhereTheirTimesSay) {
   const float x_end = v.timeline_rect().x0 + 0.75f * (v.timeline_rect().x1 - v.timeline_rect().x0);
   EXPECT_TRUE(near(pixel(px, width, x_end - 3, y_in(0)), alpha));
   EXPECT_FALSE(near(pixel(px, width, x_end + 3, y_in(0)), alpha));
+}
+
+TEST_F(ViewerRender, RulerTicksSitOnTheTimeAxis) {
+  prof::Trace t;
+  prof::TraceBuilder b(t);
+  b.kernel(1, 1'000'000, 2'000'000, "k");
+  t.finalize();
+  Viewer v(std::move(t), "ruler");
+  ASSERT_EQ(v.time_zero(), 1'000'000);
+  const TimeWindow w{-100'000, 1'100'000, 1'000'000};  // 1.2 ms, from 0.1 ms before time zero
+  v.set_window(w);
+  int width = 0, height = 0;
+  const std::vector<uint8_t> px = render(v, 2, width, height);
+  const Rect axis = v.timeline_rect(), ruler = v.ruler_rect();
+  EXPECT_FLOAT_EQ(ruler.x0, axis.x0);  // the ruler and the tracks share one time axis
+  EXPECT_FLOAT_EQ(ruler.x1, axis.x1);
+  const float aw = axis.x1 - axis.x0;
+  const double step = tick_step(w.span(), aw, 90.0);
+  const float y = ruler.y1 - 3;  // the tick marks' lower end, below the labels
+  // Marks are light gray (200) on a dark ruler (30); an anti-aliased 1 px line at a fractional
+  // x splits its coverage over two pixels, so "bright" is anything well above the background.
+  auto bright = [](Rgb c) { return c.r > 90 && c.g > 90 && c.b > 90; };
+  int ticks = 0;
+  for (double rel = 0; rel < w.t1; rel += step, ++ticks) {
+    const float x = axis.x0 + float((rel - w.t0) / w.span()) * aw;
+    bool found = false;
+    for (float dx = -1; dx <= 1; dx += 1) found = found || bright(pixel(px, width, x + dx, y));
+    EXPECT_TRUE(found) << "no tick mark at " << rel << " ns (x " << x << ")";
+    EXPECT_FALSE(bright(pixel(px, width, x - 6, y))) << "a mark between ticks, left of " << rel << " ns";
+  }
+  EXPECT_GE(ticks, 3);
 }
 
 TEST_F(ViewerRender, RangeSelectionComputesStatistics) {
