@@ -10,7 +10,7 @@ mode=${1:-run}
 case "$mode" in run|test) ;; *) echo "usage: $0 [run|test]" >&2; exit 2 ;; esac
 
 pkgs=(build-essential cmake pkg-config python3 python3-pip python3-venv libgtest-dev libbenchmark-dev libsqlite3-dev sqlite3
-      nlohmann-json3-dev libsimdjson-dev libcli11-dev libimgui-dev libglfw3-dev libgl-dev libstb-dev xvfb xauth)
+      nlohmann-json3-dev libsimdjson-dev libcli11-dev libimgui-dev libglfw3-dev libgl-dev libstb-dev xvfb xauth xdotool)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if ((${#missing[@]})); then

@@ -124,6 +124,45 @@ void Viewer::draw() {
   draw_ruler(timeline_.x0, timeline_.x1, ruler_y);
   draw_panels();
   ImGui::End();
+  if (log_) log_changes();
+}
+
+void Viewer::log_changes() {
+  auto us = [&](Ns t) { return double(t - zero_) / 1e3; };
+  auto rel_us = [&](double rel) { return (rel - window_.rel(zero_)) / 1e3; };
+  if (!logged_layout_) {
+    logged_layout_ = true;
+    std::fprintf(log_, "view: trace %.3f .. %.3f us\n", us(model_.begin), us(model_.end));
+    std::fprintf(log_, "view: axis x %.1f .. %.1f, tracks top %.1f\n", timeline_.x0, timeline_.x1, timeline_.y0);
+    for (size_t i = 0; i < model_.tracks.size(); ++i)
+      std::fprintf(log_, "view: track %zu rows %zu top %.1f %s\n", i, model_.tracks[i].rows.size(), track_top_[i],
+                   model_.tracks[i].label.c_str());
+  }
+  if (window_.t0 != logged_window_.t0 || window_.t1 != logged_window_.t1 || window_.origin != logged_window_.origin) {
+    logged_window_ = window_;
+    std::fprintf(log_, "view: window %.3f .. %.3f us\n", rel_us(window_.t0), rel_us(window_.t1));
+  }
+  std::optional<std::pair<ItemKind, uint32_t>> sel;
+  if (selected_) sel = std::make_pair(selected_->item.kind, selected_->item.index);
+  if (sel != logged_selection_) {
+    logged_selection_ = sel;
+    if (selected_) {
+      const Item& it = selected_->item;
+      std::fprintf(log_, "view: selected %s %.3f .. %.3f us on track %zu: %s\n", to_string(it.kind), us(it.start),
+                   us(it.end), selected_->track, item_name(it).c_str());
+    } else {
+      std::fprintf(log_, "view: selected nothing\n");
+    }
+  }
+  std::optional<std::pair<Ns, Ns>> range;
+  if (range_ && !selecting_) range = std::make_pair(range_->a, range_->b);
+  if (range != logged_range_) {
+    logged_range_ = range;
+    if (range)
+      std::fprintf(log_, "view: range %.3f .. %.3f us, kernels busy %.3f us, overlap across streams %.3f us\n",
+                   us(range_->a), us(range_->b), double(range_->gpu_busy) / 1e3, double(range_->stream_overlap) / 1e3);
+  }
+  std::fflush(log_);
 }
 
 void Viewer::draw_header() {

@@ -7,6 +7,7 @@
 // It reads a trace, never live model objects. The window system lives in GlWindow; the viewer
 // only needs a current ImGui context, so tests drive it frame by frame.
 #pragma once
+#include <cstdio>
 #include <memory>
 #include <optional>
 #include <string>
@@ -61,6 +62,12 @@ class Viewer {
 
   // Where the last frame put the time axis: x0 .. x1 is the window [t0, t1); y0 is the top of
   // the first track (scrolled), y1 the bottom of the visible tracks.
+  // Reports to `log` (null: off), one line each, what the user's actions changed: the time
+  // window, the selected item, the selected range; and once, where the time axis and the
+  // tracks are on screen. Lines start with "view: " and give times in microseconds from
+  // time_zero(), so that a script (or a bug report) can follow a session.
+  void set_event_log(std::FILE* log) { log_ = log; }
+
   Rect timeline_rect() const { return timeline_; }
   Rect ruler_rect() const { return ruler_; }
   // The time the ruler and --window / --select count from: the trace's base time (what our
@@ -72,6 +79,7 @@ class Viewer {
 
  private:
   void draw_header();
+  void log_changes();  // compares with the last frame's state, writes what changed
   void draw_ruler(float x0, float x1, float y);
   void draw_tracks(float height);
   // A StepSeries as bars, one per run of pixel columns with the same maximum; returns the
@@ -114,6 +122,12 @@ class Viewer {
   std::optional<Selected> hovered_;
   std::optional<RangeStats> range_;
   bool selecting_ = false;
+  // The event log and what it last reported.
+  std::FILE* log_ = nullptr;
+  bool logged_layout_ = false;
+  TimeWindow logged_window_{0, 0};
+  std::optional<std::pair<ItemKind, uint32_t>> logged_selection_;
+  std::optional<std::pair<Ns, Ns>> logged_range_;
   Ns select_from_ = 0;
 };
 

@@ -47,6 +47,7 @@ int run_viewer(const ViewerOptions& o) {
   if (viewer.model().invalid_items)
     std::fprintf(stderr, "warning: %llu records with a zero start time left off the timeline\n",
                  (unsigned long long)viewer.model().invalid_items);
+  if (o.log_events) viewer.set_event_log(stderr);
   const Ns begin = viewer.time_zero();
   if (win) viewer.set_window({win->first * 1e3, win->second * 1e3, begin});
   if (sel) viewer.select_range(begin + Ns(std::llround(sel->first * 1e3)), begin + Ns(std::llround(sel->second * 1e3)));

@@ -16,6 +16,7 @@ struct ViewerOptions {
   // "START:END"; and a range to select at start, same form.
   std::string window_us, select_us;
   bool group_streams_by_role = false;  // one track per stream role (aux0, ...) at start
+  bool log_events = false;             // report the session's changes on stderr (Viewer::set_event_log)
 };
 
 // Returns the process exit code. Throws sl::Error on bad input (unreadable trace, bad window

@@ -18,6 +18,7 @@ void add_view_command(CLI::App& app) {
     std::string trace, screenshot, window, select, size = "1600x1000";
     int frames = 0;
     bool by_role = false;
+    bool log = false;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* cmd = app.add_subcommand(
@@ -33,6 +34,8 @@ void add_view_command(CLI::App& app) {
                   "our exports count from; the ruler shows the same)");
   cmd->add_option("--select", o->select, "select the range START:END (microseconds from the trace's start) at start");
   cmd->add_flag("--by-role", o->by_role, "one track per stream role (aux0, aux1, ...) instead of one per stream");
+  cmd->add_flag("--log", o->log, "report on stderr what the session changes: time window, selected item, selected "
+                                 "range (times in microseconds from the trace's start), and where the tracks are");
   cmd->callback([o] {
 #ifdef STREAMLAB_HAVE_UI
     ui::ViewerOptions v;
@@ -42,6 +45,7 @@ void add_view_command(CLI::App& app) {
     v.window_us = o->window;
     v.select_us = o->select;
     v.group_streams_by_role = o->by_role;
+    v.log_events = o->log;
     if (std::sscanf(o->size.c_str(), "%dx%d", &v.width, &v.height) != 2)
       throw Error("--size '" + o->size + "': expected WIDTHxHEIGHT, e.g. 1600x1000");
     const int rc = ui::run_viewer(v);
