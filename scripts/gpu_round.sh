@@ -160,6 +160,15 @@ for st in $stages; do case $st in
       --mtp-compress 0 --batch 8 --context 4096 --steps 3 --json
     run shape_32k_c4 150 $B/streamlab run --config flash-6l --backend cuda --policy shared --mtp-layers 1 \
       --mtp-compress 4 --batch 1 --context 32768 --steps 3 --json ;;
+  nightly)
+    # The nightly job (scripts/nightly.sh) on the carried programs: bench_profiler on this
+    # machine's CPU, bench_decode / bench_launch / bench_trace_overhead on the GPU, twice
+    # (NIGHTS, default 2), the second night compared with the first.
+    for n in $(seq ${NIGHTS:-2}); do
+      BIN_DIR=$B OUT_ROOT="$W/nightly" REPS=${REPS:-3} run "nightly_$n" 400 bash scripts/nightly.sh
+      sleep 1
+    done
+    cp -r "$W/nightly" "$OUT/" 2>/dev/null ;;
   hf)
     run hf_round 575 env BIN=$B OUT="$W/hf" DEADLINE=${HF_DEADLINE:-540} bash scripts/hf_round.sh
     cp "$W"/hf/hf_compare.json "$OUT/" 2>/dev/null ;;

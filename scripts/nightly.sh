@@ -7,18 +7,27 @@
 # benchmark's own noise). Exit status: 0 no regression, 3 a regression, 1 a benchmark failed,
 # 2 bad setup.
 #
-# Environment: BUILD_DIR (default build, e.g. from scripts/quickstart.sh), OUT_ROOT (default
+# Environment: BUILD_DIR (default build, e.g. from scripts/quickstart.sh), or BIN_DIR: a folder
+# of built benchmark programs to run as they are (the GPU machine, which cannot build: the
+# `.gpu/` folder of scripts/gpu_build.sh, carried there), OUT_ROOT (default
 # results/nightly), REPS (repetitions of the CPU benchmarks, default 5), BASELINE (a night's
 # folder to compare with instead of the newest earlier one), THRESHOLD (default 0.10),
 # STREAMLAB_BENCH_EVENTS (bench_profiler's trace size, default here 2000000).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-build=${BUILD_DIR:-build}
+build=${BIN_DIR:-${BUILD_DIR:-build}}
 out_root=${OUT_ROOT:-results/nightly}
 reps=${REPS:-5}
 threshold=${THRESHOLD:-0.10}
 export STREAMLAB_BENCH_EVENTS=${STREAMLAB_BENCH_EVENTS:-2000000}
-[ -f "$build/CMakeCache.txt" ] || { echo "nightly: no build in $build (run scripts/quickstart.sh, or set BUILD_DIR)" >&2; exit 2; }
+if [ -z "${BIN_DIR:-}" ]; then
+  [ -f "$build/CMakeCache.txt" ] || { echo "nightly: no build in $build (run scripts/quickstart.sh, or set BUILD_DIR)" >&2; exit 2; }
+else
+  [ -d "$build" ] || { echo "nightly: BIN_DIR $build is not a folder" >&2; exit 2; }
+  # Prebuilt programs bring the shared libraries the machine lacks (scripts/gpu_build.sh).
+  export LD_LIBRARY_PATH="$(cd "$build" && pwd)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
+export STREAMLAB_CONFIG_DIR=${STREAMLAB_CONFIG_DIR:-$PWD/model/configs}
 [[ $reps =~ ^[1-9][0-9]*$ ]] || { echo "nightly: REPS must be a positive integer, not '$reps'" >&2; exit 2; }
 
 gpu=0
@@ -26,19 +35,28 @@ if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then gpu=1
 cpu_benches=(bench_profiler bench_timeline)
 gpu_benches=(bench_decode bench_launch bench_trace_overhead)
 targets=()
-available=$(cmake --build "$build" --target help 2>/dev/null)
-for b in "${cpu_benches[@]}" "${gpu_benches[@]}"; do grep -q "\b$b\b" <<< "$available" && targets+=("$b"); done
-((${#targets[@]})) || { echo "nightly: $build has no benchmark targets (STREAMLAB_BENCH=OFF?)" >&2; exit 2; }
-echo "== building ${targets[*]}"
-cmake --build "$build" -j "$(nproc)" --target "${targets[@]}" > /dev/null || { echo "nightly: build failed" >&2; exit 2; }
+if [ -z "${BIN_DIR:-}" ]; then
+  available=$(cmake --build "$build" --target help 2>/dev/null)
+  for b in "${cpu_benches[@]}" "${gpu_benches[@]}"; do grep -q "\b$b\b" <<< "$available" && targets+=("$b"); done
+  ((${#targets[@]})) || { echo "nightly: $build has no benchmark targets (STREAMLAB_BENCH=OFF?)" >&2; exit 2; }
+  echo "== building ${targets[*]}"
+  cmake --build "$build" -j "$(nproc)" --target "${targets[@]}" > /dev/null || { echo "nightly: build failed" >&2; exit 2; }
+else
+  for b in "${cpu_benches[@]}" "${gpu_benches[@]}"; do [ -x "$build/$b" ] && targets+=("$b"); done
+  ((${#targets[@]})) || { echo "nightly: no benchmark programs in $build" >&2; exit 2; }
+fi
 
 host=$(hostname -s 2>/dev/null || echo host)
 stamp=$(date -u +%Y-%m-%dT%H%M%SZ)
 dir="$out_root/$stamp-$host"
 mkdir -p "$dir.part" || exit 2
 trap 'rm -rf "$dir.part"' EXIT  # a night that did not finish leaves nothing under its name
-commit=$(git rev-parse HEAD 2>/dev/null || echo unknown)
-git diff --quiet HEAD 2>/dev/null || commit="$commit (dirty)"
+if [ -n "${BIN_DIR:-}" ] && [ -f "$build/COMMIT" ]; then
+  commit=$(head -c 40 "$build/COMMIT"); grep -q dirty "$build/COMMIT" && commit="$commit (dirty)"
+else
+  commit=$(git rev-parse HEAD 2>/dev/null || echo unknown)
+  git diff --quiet HEAD 2>/dev/null || commit="$commit (dirty)"
+fi
 export STREAMLAB_COMMIT=$commit  # the GPU benchmarks put it in their own JSON
 python3 - "$dir.part/provenance.json" "$commit" "$host" "$gpu" <<'PY'
 import json, os, platform, subprocess, sys, datetime
