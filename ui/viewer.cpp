@@ -191,11 +191,14 @@ void Viewer::draw_header() {
               format_duration(window_.span()).c_str());
   if (analysis_) {
     const auto& w = analysis_->whole;
+    size_t with_work = 0;  // streams that ran something: those on the timeline
+    for (const Track& t : model_.tracks) with_work += t.streams.size();
     ImGui::Text("kernels %llu, busy %s, overlap across streams %s (%.1f%% of busy), aux kernels hidden under main %.1f%%, "
-                "main stream: %s",
+                "main stream: %s; streams: %llu in the trace, %zu with GPU work",
                 (unsigned long long)w.kernels, format_duration(double(w.busy)).c_str(),
                 format_duration(double(w.stream_overlap)).c_str(), 100.0 * w.stream_overlap_fraction,
-                100.0 * w.aux_hidden_fraction, trace_.stream_label(analysis_->main_stream).c_str());
+                100.0 * w.aux_hidden_fraction, trace_.stream_label(analysis_->main_stream).c_str(),
+                (unsigned long long)analysis_->resources.streams, with_work);
   } else {
     ImGui::Text("analysis unavailable: %s", analysis_error_.c_str());
   }

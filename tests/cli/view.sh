@@ -60,6 +60,17 @@ for path in sys.argv[1:]:
     print(path.rsplit("/", 1)[1], w, h, len(colors), "colors")
 PY
 
+# A real per-layer-all trace (round 10 c8): 14 aux streams with work, 3 roles.
+gunzip -c results/2026-12-03-h200-round10/c8/per_layer_all.json.gz > "$tmp/pla.json"
+xvfb "$bin" view "$tmp/pla.json" --log --frames 2 2> "$tmp/pla.log" || { cat "$tmp/pla.log"; fail "view per-layer-all"; }
+xvfb "$bin" view "$tmp/pla.json" --log --frames 2 --by-role 2> "$tmp/pla_role.log" || { cat "$tmp/pla_role.log"; fail "view --by-role"; }
+[ "$(grep -c "^view: track .* L[0-9]\.aux[0-2] (stream\|^view: track .* mtp[01]\.aux[0-2] (stream" "$tmp/pla.log")" = 14 ] \
+  || { grep "view: track" "$tmp/pla.log"; fail "expected 14 per-layer aux tracks"; }
+for want in "aux0 (6 streams)" "aux1 (4 streams)" "aux2 (4 streams)"; do
+  grep -q "^view: track [0-9]* rows [0-9]* top [0-9.]* $want\$" "$tmp/pla_role.log" || { grep "view: track" "$tmp/pla_role.log"; fail "no track '$want'"; }
+done
+grep -q "^view: track .*L2.aux0" "$tmp/pla_role.log" && fail "--by-role kept a per-layer track"
+
 # Bad input: a message, a non-zero exit, no image.
 expect_error() {  # expect_error PATTERN CMD...
   local pat=$1; shift
