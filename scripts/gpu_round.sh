@@ -169,6 +169,37 @@ for st in $stages; do case $st in
       sleep 1
     done
     cp -r "$W/nightly" "$OUT/" 2>/dev/null ;;
+  queues)
+    # Hardware queues (STREAMS.md, prediction 2). QUEUE_PARTS picks: `probe` = bench_queues once
+    # per CUDA_DEVICE_MAX_CONNECTIONS setting (QUEUE_SETTINGS, one process each; and unset);
+    # `model` = decode with 4 MTP layers (compress 4, so their aux streams get work) under
+    # per-layer and shared streams at QUEUE_MODEL_SETTINGS; `trace` = the same traced, eager,
+    # at 4 queues, with `streamlab analyze` (suspected false dependencies).
+    parts=${QUEUE_PARTS:-"probe model trace"}
+    if [[ $parts == *probe* ]]; then
+      for q in ${QUEUE_SETTINGS:-1 2 4 8 16 32}; do
+        CUDA_DEVICE_MAX_CONNECTIONS=$q run "queues_$q" 60 $B/bench_queues --out="$W/queues_$q.json"
+      done
+      run queues_unset 60 $B/bench_queues --out="$W/queues_unset.json"
+    fi
+    if [[ $parts == *model* ]]; then
+      for q in ${QUEUE_MODEL_SETTINGS:-4 8 32}; do
+        for p in per-layer shared; do
+          CUDA_DEVICE_MAX_CONNECTIONS=$q run "queue_model_${q}_$p" 150 $B/bench_decode --config=flash-6l \
+            --batches=1,8 --modes=eager,graph --policy=$p --context=2048 --mtp-layers=4 --mtp-compress=4 \
+            --draft-steps=4 --steps=${BENCH_STEPS:-20} --out="$W/queue_model_${q}_$p.json"
+        done
+      done
+    fi
+    if [[ $parts == *trace* ]]; then
+      for p in per-layer shared; do
+        CUDA_DEVICE_MAX_CONNECTIONS=${QUEUE_TRACE_SETTING:-4} run "queue_trace_$p" 150 $B/streamlab run --config flash-6l \
+          --backend cuda --policy $p --mtp-layers 4 --mtp-compress 4 --draft-steps 4 --batch 1 --context 2048 \
+          --steps 4 --warmup-steps 2 --trace "$W/queue_trace_$p.json"
+        run "queue_analyze_$p" 60 $B/streamlab analyze "$W/queue_trace_$p.json" --top 10
+        gzip -f "$W/queue_trace_$p.json"
+      done
+    fi ;;
   hf)
     run hf_round 575 env BIN=$B OUT="$W/hf" DEADLINE=${HF_DEADLINE:-540} bash scripts/hf_round.sh
     cp "$W"/hf/hf_compare.json "$OUT/" 2>/dev/null ;;

@@ -45,6 +45,7 @@ struct Options {
   std::vector<int> batches{1, 8};
   std::vector<std::string> modes{"eager", "graph"};
   int context = 4096, mtp_layers = 1, draft_steps = 1, steps = 20;
+  int mtp_compress = -1;  // -1: the config's
   bool shared_expert_stream = true;
   std::string command_line;
 };
@@ -187,6 +188,10 @@ void run(const Options& o) {
           c.context_length = o.context;
           c.num_nextn_predict_layers = o.mtp_layers;
           c.draft_steps = o.draft_steps;
+          if (o.mtp_compress >= 0) {  // as `streamlab run --mtp-compress`: the MTP slot of compress_ratios too
+            c.mtp_compress_ratio = o.mtp_compress;
+            if (!c.compress_ratios.empty()) c.compress_ratios.back() = o.mtp_compress;
+          }
           validate(c);
           RunShape shape;
           shape.batch = B;
@@ -255,6 +260,7 @@ void run(const Options& o) {
   out["shared_expert_stream"] = o.shared_expert_stream;
   out["context"] = o.context;
   out["mtp_layers"] = o.mtp_layers;
+  out["mtp_compress"] = o.mtp_compress;
   out["draft_steps"] = o.draft_steps;
   out["modes"] = o.modes;
   std::printf("\n%-6s %-6s %12s %12s %12s %12s %12s %8s\n", "batch", "mode", "median ms", "enqueue ms", "floor GB",
@@ -333,6 +339,7 @@ int main(int argc, char** argv) {
     else if (auto v = flag_value(arg, "--batches=")) o.batches = sl::parse_ints(v);
     else if (auto v = flag_value(arg, "--context=")) o.context = std::stoi(v);
     else if (auto v = flag_value(arg, "--mtp-layers=")) o.mtp_layers = std::stoi(v);
+    else if (auto v = flag_value(arg, "--mtp-compress=")) o.mtp_compress = std::stoi(v);
     else if (auto v = flag_value(arg, "--draft-steps=")) o.draft_steps = std::stoi(v);
     else if (auto v = flag_value(arg, "--steps=")) o.steps = std::stoi(v);
     else if (auto v = flag_value(arg, "--modes=")) o.modes = sl::parse_modes(v);
@@ -343,7 +350,7 @@ int main(int argc, char** argv) {
   return sl::bench::bench_main(
       argc, argv, "bench_decode",
       "bench_decode [--config=flash-6l] [--batches=1,8] [--policy=shared] [--context=4096]\n"
-      "             [--mtp-layers=1] [--draft-steps=1] [--steps=20] [--modes=eager,graph]\n"
+      "             [--mtp-layers=1] [--mtp-compress=0|4|128] [--draft-steps=1] [--steps=20] [--modes=eager,graph]\n"
       "             [--no-shared-expert-stream] [--out=FILE.json]\n"
       "Decode step time (CUDA) against the bytes floor; see the header of bench_decode.cpp.\n",
       parse, [&o] {

@@ -28,14 +28,17 @@ inline std::string command_line(int argc, char** argv) {
   return s;
 }
 
-// The STREAMLAB_* tuning variables set in the environment (they change what a run measures;
+// The STREAMLAB_* tuning variables and CUDA_DEVICE_MAX_CONNECTIONS set in the environment (they
+// change what a run measures;
 // STREAMLAB_COMMIT and STREAMLAB_CONFIG_DIR are recorded elsewhere or change nothing).
 inline nlohmann::json tuning_environment() {
   nlohmann::json env = nlohmann::json::object();
   for (char** e = ::environ; e && *e; ++e) {
     const std::string kv = *e;
     const size_t eq = kv.find('=');
-    if (kv.rfind("STREAMLAB_", 0) != 0 || eq == std::string::npos) continue;
+    // STREAMLAB_* knobs, and the driver's queue count (it changes what concurrency can do).
+    const bool knob = kv.rfind("STREAMLAB_", 0) == 0 || kv.rfind("CUDA_DEVICE_MAX_CONNECTIONS=", 0) == 0;
+    if (!knob || eq == std::string::npos) continue;
     const std::string key = kv.substr(0, eq);
     if (key == "STREAMLAB_COMMIT" || key == "STREAMLAB_CONFIG_DIR") continue;
     env[key] = kv.substr(eq + 1);

@@ -1,0 +1,172 @@
+// Which CUDA streams share a hardware work queue (STREAMS.md, prediction 2). A context has
+// CUDA_DEVICE_MAX_CONNECTIONS queues (default 8, at most 32, read once when the context is
+// created: one process per setting); streams beyond that share them, and a kernel of one stream
+// can then wait behind another stream's blocked work: a false dependency.
+//
+// The probe, for every pair i < j of --streams non-blocking streams created in order: a spin
+// kernel on stream i (--spin-us) and behind it a marker kernel (which must wait for the spin:
+// stream order), then a marker kernel on stream j. Markers write the device's global timer. If
+// j's marker ran before i's spin ended, the streams have queues of their own; if it ran after, it
+// waited behind i's marker in a queue they share. Depth first on purpose: one kernel per stream,
+// breadth first, overlaps under any setting (ENVIRONMENT.md). Each pair is probed --reps times
+// and the majority counts. Printed and written (--out): the matrix, the groups of streams that
+// share a queue, and whether the k-th stream created goes to queue k mod Q.
+//
+//   CUDA_DEVICE_MAX_CONNECTIONS=4 bench_queues [--streams=40] [--spin-us=200] [--reps=3] [--out=FILE.json]
+#include <benchmark/benchmark.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "experiments/bench/cuda/bench_util.h"
+#include "experiments/bench/cuda/queue_groups.h"
+
+namespace sl {
+namespace {
+
+#define QUEUES_CUDA(call)                                                                     \
+  do {                                                                                        \
+    cudaError_t e_ = (call);                                                                  \
+    SL_CHECK(e_ == cudaSuccess, "bench_queues: ", #call, " failed: ", cudaGetErrorString(e_)); \
+  } while (0)
+
+__device__ __forceinline__ uint64_t global_timer() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// One thread spinning for `ns` nanoseconds of the global timer; writes when it ended.
+__global__ void spin_kernel(uint64_t ns, uint64_t* end) {
+  const uint64_t t0 = global_timer();
+  while (global_timer() - t0 < ns) {
+  }
+  *end = global_timer();
+}
+
+__global__ void marker_kernel(uint64_t* at) { *at = global_timer(); }
+
+struct Options {
+  int streams = 40;
+  int spin_us = 200;
+  int reps = 3;
+  std::string out;
+  std::string command_line;
+};
+
+void run(const Options& o) {
+  const char* env = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+  const std::string connections = env ? env : "unset (the driver's default, 8)";
+  const int n = o.streams;
+  std::vector<cudaStream_t> s(static_cast<size_t>(n));  // stream k: the k-th created
+  for (auto& st : s) QUEUES_CUDA(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  uint64_t* d = nullptr;  // [spin end, marker i, marker j]
+  QUEUES_CUDA(cudaMalloc(&d, 3 * sizeof(uint64_t)));
+  const uint64_t spin_ns = uint64_t(o.spin_us) * 1000;
+  // Warm-up: module load, first launches.
+  spin_kernel<<<1, 1, 0, s[0]>>>(1000, d);
+  QUEUES_CUDA(cudaGetLastError());
+  QUEUES_CUDA(cudaDeviceSynchronize());
+
+  std::vector<std::vector<bool>> aliased(size_t(n), std::vector<bool>(size_t(n), false));
+  std::vector<std::vector<double>> lead_us(size_t(n), std::vector<double>(size_t(n), 0));  // spin end - marker j
+  const auto t_start = std::chrono::steady_clock::now();
+  for (int i = 0; i < n; ++i) {
+    for (int j = i + 1; j < n; ++j) {
+      int votes = 0;
+      std::vector<double> leads;
+      for (int r = 0; r < o.reps; ++r) {
+        spin_kernel<<<1, 1, 0, s[size_t(i)]>>>(spin_ns, d);
+        marker_kernel<<<1, 1, 0, s[size_t(i)]>>>(d + 1);
+        marker_kernel<<<1, 1, 0, s[size_t(j)]>>>(d + 2);
+        QUEUES_CUDA(cudaGetLastError());
+        QUEUES_CUDA(cudaDeviceSynchronize());
+        uint64_t h[3];
+        QUEUES_CUDA(cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost));
+        // Separate queues: j's marker ran while i spun, well before the spin ended.
+        const double lead = (double(h[0]) - double(h[2])) / 1e3;
+        leads.push_back(lead);
+        if (lead < 0.5 * o.spin_us) ++votes;
+      }
+      aliased[size_t(i)][size_t(j)] = 2 * votes > o.reps;
+      std::sort(leads.begin(), leads.end());
+      lead_us[size_t(i)][size_t(j)] = leads[leads.size() / 2];
+    }
+    if ((i + 1) % 10 == 0) std::fprintf(stderr, "  probed stream %d of %d\n", i + 1, n);
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+  const std::vector<int> group = bench::queue_groups(aliased);
+  const int rr = bench::round_robin_queues(aliased, group);
+  int groups = 0;
+  for (int g : group) groups = std::max(groups, g + 1);
+  size_t pairs = 0;
+  for (int i = 0; i < n; ++i)
+    for (int j = i + 1; j < n; ++j) pairs += aliased[size_t(i)][size_t(j)];
+
+  std::printf("CUDA_DEVICE_MAX_CONNECTIONS=%s: %d streams in %d queue groups, %zu of %d pairs share a queue\n",
+              connections.c_str(), n, groups, pairs, n * (n - 1) / 2);
+  std::printf("groups by creation order:");
+  for (int g : group) std::printf(" %d", g);
+  std::printf("\nround robin (k-th stream created -> queue k mod Q): %s\n",
+              rr ? ("yes, Q = " + std::to_string(rr)).c_str() : "no");
+  nlohmann::json out;
+  out["provenance"] = bench::provenance(o.command_line);
+  out["CUDA_DEVICE_MAX_CONNECTIONS"] = env ? nlohmann::json(env) : nlohmann::json(nullptr);
+  out["streams"] = n;
+  out["spin_us"] = o.spin_us;
+  out["reps"] = o.reps;
+  out["probe_seconds"] = seconds;
+  out["groups"] = group;
+  out["queue_groups"] = groups;
+  out["round_robin_queues"] = rr;
+  out["aliased_pairs"] = pairs;
+  for (int i = 0; i < n; ++i) {
+    std::string row;
+    for (int j = 0; j < n; ++j) row += j <= i ? '.' : aliased[size_t(i)][size_t(j)] ? '1' : '0';
+    out["aliased"].push_back(row);
+    out["lead_us_median"].push_back(lead_us[size_t(i)]);
+  }
+  if (!o.out.empty()) {
+    bench::write_json_atomic(o.out, out);
+    std::printf("wrote %s\n", o.out.c_str());
+  }
+  QUEUES_CUDA(cudaFree(d));
+  for (auto& st : s) QUEUES_CUDA(cudaStreamDestroy(st));
+}
+
+}  // namespace
+}  // namespace sl
+
+int main(int argc, char** argv) {
+  sl::Options o;
+  o.command_line = sl::bench::command_line(argc, argv);
+  auto parse = [&o](const char* arg) {
+    using sl::bench::flag_value;
+    if (auto v = flag_value(arg, "--streams=")) o.streams = std::stoi(v);
+    else if (auto v = flag_value(arg, "--spin-us=")) o.spin_us = std::stoi(v);
+    else if (auto v = flag_value(arg, "--reps=")) o.reps = std::stoi(v);
+    else if (auto v = flag_value(arg, "--out=")) o.out = v;
+    else return false;
+    return true;
+  };
+  return sl::bench::bench_main(
+      argc, argv, "bench_queues",
+      "CUDA_DEVICE_MAX_CONNECTIONS=Q bench_queues [--streams=40] [--spin-us=200] [--reps=3] [--out=FILE.json]\n"
+      "Which streams share a hardware queue: a depth-first probe of every pair; see bench_queues.cu.\n",
+      parse, [&o] {
+        SL_CHECK(o.streams >= 2 && o.streams <= 256, "--streams must be 2 .. 256");
+        SL_CHECK(o.spin_us >= 20 && o.spin_us <= 100000, "--spin-us must be 20 .. 100000");
+        SL_CHECK(o.reps >= 1 && o.reps <= 99, "--reps must be 1 .. 99");
+        sl::run(o);
+        return 0;
+      });
+}
