@@ -10,7 +10,9 @@
 // waited behind i's marker in a queue they share. Depth first on purpose: one kernel per stream,
 // breadth first, overlaps under any setting (ENVIRONMENT.md). Each pair is probed --reps times
 // and the majority counts. Printed and written (--out): the matrix, the groups of streams that
-// share a queue, and whether the k-th stream created goes to queue k mod Q.
+// share a queue, and whether the k-th stream created goes to queue k mod Q. A second probe
+// blocks m streams at once and finds the m at which an unrelated stream starts to wait: the
+// queues in effect when the driver assigns launches to free queues rather than by stream.
 //
 //   CUDA_DEVICE_MAX_CONNECTIONS=4 bench_queues [--streams=40] [--spin-us=200] [--reps=3] [--out=FILE.json]
 #include <benchmark/benchmark.h>
@@ -104,6 +106,50 @@ void run(const Options& o) {
     if ((i + 1) % 10 == 0) std::fprintf(stderr, "  probed stream %d of %d\n", i + 1, n);
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+
+  // Second probe: block the first m streams (a long spin and a marker behind it on each), then a
+  // marker on stream m. If queues were fixed per stream, the pair probe above would show it; if
+  // the driver hands a launch to a queue that is free, an unrelated stream waits only once every
+  // queue is blocked: the smallest m at which stream m's marker waits is the number of queues in
+  // effect. The spin covers the time to launch every blocker (about 2 m launches).
+  uint64_t* blk = nullptr;  // spin ends of the m blockers, then the marker
+  QUEUES_CUDA(cudaMalloc(&blk, size_t(n + 1) * sizeof(uint64_t)));
+  const uint64_t long_spin_ns = std::max<uint64_t>(spin_ns, uint64_t(n) * 20'000 + 500'000);
+  int blocked_at = 0;  // 0: never waited
+  std::vector<double> block_lead_us;
+  for (int m = 1; m < n; ++m) {
+    int votes = 0;
+    double lead_med = 0;
+    std::vector<double> leads;
+    for (int r = 0; r < o.reps; ++r) {
+      for (int i = 0; i < m; ++i) {
+        spin_kernel<<<1, 1, 0, s[size_t(i)]>>>(long_spin_ns, blk + i);
+        marker_kernel<<<1, 1, 0, s[size_t(i)]>>>(blk + n);  // the blocker's marker: waits for its spin
+      }
+      marker_kernel<<<1, 1, 0, s[size_t(m)]>>>(blk + m);
+      QUEUES_CUDA(cudaGetLastError());
+      QUEUES_CUDA(cudaDeviceSynchronize());
+      std::vector<uint64_t> h(size_t(m) + 1);
+      QUEUES_CUDA(cudaMemcpy(h.data(), blk, h.size() * sizeof(uint64_t), cudaMemcpyDeviceToHost));
+      const uint64_t first_end = *std::min_element(h.begin(), h.begin() + m);
+      const double lead = (double(first_end) - double(h[size_t(m)])) / 1e3;  // > 0: ran while all spun
+      leads.push_back(lead);
+      if (lead < 0.5 * double(long_spin_ns) / 1e3) ++votes;
+    }
+    std::sort(leads.begin(), leads.end());
+    lead_med = leads[leads.size() / 2];
+    block_lead_us.push_back(lead_med);
+    if (2 * votes > o.reps) {
+      blocked_at = m;
+      break;
+    }
+  }
+  QUEUES_CUDA(cudaFree(blk));
+  std::printf("blocking probe: %s\n",
+              blocked_at ? ("a stream waits once " + std::to_string(blocked_at) + " other streams are blocked: " +
+                            std::to_string(blocked_at) + " queues in effect")
+                               .c_str()
+                         : ("no stream waited with up to " + std::to_string(n - 1) + " streams blocked").c_str());
   const std::vector<int> group = bench::queue_groups(aliased);
   const int rr = bench::round_robin_queues(aliased, group);
   int groups = 0;
@@ -129,6 +175,9 @@ void run(const Options& o) {
   out["queue_groups"] = groups;
   out["round_robin_queues"] = rr;
   out["aliased_pairs"] = pairs;
+  out["blocked_streams_before_wait"] = blocked_at;  // 0: none up to streams - 1
+  out["blocking_probe_lead_us"] = block_lead_us;   // per m: first blocker's spin end - stream m's marker
+  out["blocking_spin_us"] = double(long_spin_ns) / 1e3;
   for (int i = 0; i < n; ++i) {
     std::string row;
     for (int j = 0; j < n; ++j) row += j <= i ? '.' : aliased[size_t(i)][size_t(j)] ? '1' : '0';
