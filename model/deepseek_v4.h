@@ -89,6 +89,8 @@ class DeepSeekV4 {
   const ModelConfig& config() const { return cfg_; }
   const StreamPlan& stream_plan() const { return plan_; }
   const std::vector<Stream>& created_streams() const { return streams_; }
+  // Host milliseconds the constructor spent creating them (the backend's create_stream calls).
+  double stream_setup_ms() const { return stream_setup_ms_; }
   Ops& ops() { return ops_; }
   ModelWeights& weights() { return w_; }
   Backend& backend() { return be_; }
@@ -130,6 +132,7 @@ class DeepSeekV4 {
   Ops ops_;
   StreamPlan plan_;
   std::vector<Stream> streams_;             // created, in plan order
+  double stream_setup_ms_ = 0;
   std::vector<LayerStreams> layer_streams_; // L + N
   Stream shared_expert_stream_{};           // == main when off
   std::vector<LayerEvents> events_;         // L + N

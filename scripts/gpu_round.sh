@@ -169,6 +169,17 @@ for st in $stages; do case $st in
       sleep 1
     done
     cp -r "$W/nightly" "$OUT/" 2>/dev/null ;;
+  setup)
+    # What each stream policy costs at load and in the graph (STREAMS.md, predictions 1, 3, 4):
+    # tiny config, 4 MTP layers (compress 4), graph replay; per policy SETUP_REPS processes
+    # (streams created and their host time, library memory, graph nodes / edges, step times).
+    for p in ${SETUP_POLICIES:-serial global shared per-layer per-layer-all pool:6}; do
+      for r in $(seq ${SETUP_REPS:-2}); do
+        run "setup_${p/:/}_$r" 60 $B/streamlab run --config tiny --backend cuda --policy $p --mtp-layers 4 \
+          --mtp-compress 4 --draft-steps 4 --steps 3 --graph --json
+        sed -n '/^{/,$p' "$W/setup_${p/:/}_$r.log" > "$W/setup_${p/:/}_$r.json"
+      done
+    done ;;
   queues)
     # Hardware queues (STREAMS.md, prediction 2). QUEUE_PARTS picks: `probe` = bench_queues once
     # per CUDA_DEVICE_MAX_CONNECTIONS setting (QUEUE_SETTINGS, one process each; and unset);

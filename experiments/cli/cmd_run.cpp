@@ -182,8 +182,9 @@ void run(const RunOptions& o) {
     save_checkpoint(*be, cfg, model.weights(), o.save_checkpoint, o.save_dtype == "f32" ? DType::F32 : DType::BF16);
   }
   const size_t shared_expert = model.stream_plan().shared_expert >= 0 ? 1 : 0;
-  std::fprintf(info, "streams created: %zu (%zu aux%s) besides main\n", model.created_streams().size(),
-               model.created_streams().size() - shared_expert, shared_expert ? " + shared_expert" : "");
+  std::fprintf(info, "streams created: %zu (%zu aux%s) besides main, in %.2f ms\n", model.created_streams().size(),
+               model.created_streams().size() - shared_expert, shared_expert ? " + shared_expert" : "",
+               model.stream_setup_ms());
   std::fflush(info);
 
   using clock = std::chrono::steady_clock;
@@ -282,6 +283,7 @@ void run(const RunOptions& o) {
                      {"mtp_layers", cfg.num_nextn_predict_layers},
                      {"mtp_compress_ratio", cfg.mtp_compress_ratio},
                      {"aux_streams", model.created_streams().size()},
+                     {"stream_setup_ms", model.stream_setup_ms()},
                      {"steps", steps},
                      {"graph", o.graph ? nlohmann::json{{"capture_ms", model.graph_stats().capture_ms},
                                                         {"instantiate_ms", model.graph_stats().instantiate_ms},
