@@ -2,8 +2,10 @@
 """Compares two Google Benchmark JSON files (--benchmark_out) benchmark by benchmark: the median
 real time of each (the `median` aggregate when repetitions were run, else the median of its
 iterations' entries), the ratio new / old, and a verdict. A benchmark is a regression when it is
-slower by more than --threshold and by more than its own noise (the larger relative spread,
-max / min - 1, of its repetitions in either file); faster by as much, an improvement.
+slower by more than --threshold and by more than its own noise (twice the median absolute
+deviation of its repetitions over their median; the larger of the two files'); faster by as
+much, an improvement. A benchmark that reports an error in the new file counts as a
+regression.
 
 Exit status: 0 no regression, 3 at least one regression, 2 unusable input.
 
@@ -37,7 +39,10 @@ def load(path):
             t = float(b["real_time"]) * UNIT_NS[b.get("time_unit", "ns")]
         except (KeyError, ValueError, TypeError) as e:
             fail("%s: benchmark entry %r lacks a real time (%s)" % (path, b.get("name"), e))
-        r = runs.setdefault(name, {"median": None, "samples": []})
+        r = runs.setdefault(name, {"median": None, "samples": [], "error": None})
+        if b.get("error_occurred") or b.get("skipped"):
+            r["error"] = b.get("error_message") or "error"
+            continue
         if b.get("run_type") == "aggregate":
             if b.get("aggregate_name") == "median":
                 r["median"] = t
@@ -45,10 +50,18 @@ def load(path):
             r["samples"].append(t)
     out = {}
     for name, r in runs.items():
+        if r["error"] is not None:
+            out[name] = {"error": r["error"]}
+            continue
         med = r["median"] if r["median"] is not None else (statistics.median(r["samples"]) if r["samples"] else None)
         if med is None:
             continue
-        spread = max(r["samples"]) / min(r["samples"]) - 1 if len(r["samples"]) >= 2 and min(r["samples"]) > 0 else 0.0
+        # Noise: twice the median absolute deviation of the repetitions, relative to their median.
+        # Robust: one cold repetition (866 ms among 655 and 657) does not widen it.
+        spread = 0.0
+        if len(r["samples"]) >= 2 and med > 0:
+            m = statistics.median(r["samples"])
+            spread = 2 * statistics.median(abs(x - m) for x in r["samples"]) / m
         out[name] = {"median_ns": med, "spread": spread, "repetitions": len(r["samples"])}
     return out
 
@@ -75,6 +88,12 @@ def main():
         o, n = old.get(name), new.get(name)
         if o is None or n is None:
             rows.append({"name": name, "verdict": "only in " + ("new" if o is None else "old")})
+            continue
+        if "error" in n or "error" in o:  # a benchmark that broke counts as a regression
+            broke = "error" in n
+            regressions += broke
+            rows.append({"name": name, "verdict": ("failed in new: " if broke else "failed in old: ") +
+                         (n if broke else o)["error"]})
             continue
         ratio = n["median_ns"] / o["median_ns"] if o["median_ns"] > 0 else float("inf")
         noise = max(o["spread"], n["spread"])

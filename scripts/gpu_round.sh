@@ -191,7 +191,7 @@ for st in $stages; do case $st in
       for q in ${QUEUE_SETTINGS:-1 2 4 8 16 32}; do
         CUDA_DEVICE_MAX_CONNECTIONS=$q run "queues_$q" 60 $B/bench_queues --out="$W/queues_$q.json"
       done
-      run queues_unset 60 $B/bench_queues --out="$W/queues_unset.json"
+      run queues_unset 60 env -u CUDA_DEVICE_MAX_CONNECTIONS $B/bench_queues --out="$W/queues_unset.json"
     fi
     if [[ $parts == *model* ]]; then
       for q in ${QUEUE_MODEL_SETTINGS:-4 8 32}; do

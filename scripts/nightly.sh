@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
 # The nightly perf job: runs every Google Benchmark program this machine can run (the profiler's
 # and the viewer's everywhere; with a GPU also bench_decode, bench_launch, bench_trace_overhead),
-# writes their JSON (--benchmark_out) and the machine's provenance to
-# results/nightly/<UTC time>-<host>/, and compares each with the newest earlier night on the
-# same host (scripts/bench_compare.py: median ratio new / old, regressions beyond 10 % or the
-# benchmark's own noise). Exit status: 0 no regression, 3 a regression, 1 a benchmark failed,
-# 2 bad setup.
+# writes their JSON (--benchmark_out) and the night's provenance to
+# results/nightly/<UTC time>-<host>/, and compares each with the newest earlier night of the same
+# host that finished clean and measured the same way (scripts/bench_compare.py: median ratio
+# new / old, regressions beyond 10 % or the benchmark's own noise). Exit status: 0 no
+# regression, 3 a regression, 1 a benchmark failed (the night is kept, marked failed in its
+# `status` file, and never used as a baseline), 2 bad setup (nothing written).
+#
+# Night over night, a regression is reported once: the next night compares with the slower
+# one. BASELINE=<night folder> pins a reference night instead (for drift).
 #
 # Environment: BUILD_DIR (default build, e.g. from scripts/quickstart.sh), or BIN_DIR: a folder
 # of built benchmark programs to run as they are (the GPU machine, which cannot build: the
-# `.gpu/` folder of scripts/gpu_build.sh, carried there), OUT_ROOT (default
-# results/nightly), REPS (repetitions of the CPU benchmarks, default 5), BASELINE (a night's
-# folder to compare with instead of the newest earlier one), THRESHOLD (default 0.10),
-# STREAMLAB_BENCH_EVENTS (bench_profiler's trace size, default here 2000000).
+# `.gpu/` folder of scripts/gpu_build.sh, carried there), OUT_ROOT (default results/nightly),
+# REPS (repetitions of the CPU benchmarks, default 5), BASELINE, THRESHOLD (default 0.10),
+# STREAMLAB_BENCH_EVENTS (the CPU benchmarks' synthetic trace size, default here 2000000).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=${BIN_DIR:-${BUILD_DIR:-build}}
@@ -20,36 +23,50 @@ out_root=${OUT_ROOT:-results/nightly}
 reps=${REPS:-5}
 threshold=${THRESHOLD:-0.10}
 export STREAMLAB_BENCH_EVENTS=${STREAMLAB_BENCH_EVENTS:-2000000}
+bad() { echo "nightly: $*" >&2; exit 2; }
+[[ $reps =~ ^[1-9][0-9]*$ ]] || bad "REPS must be a positive integer, not '$reps'"
+[ -z "${BASELINE:-}" ] || [ -f "${BASELINE%/}/provenance.json" ] || bad "BASELINE $BASELINE is not a night's folder"
 if [ -z "${BIN_DIR:-}" ]; then
-  [ -f "$build/CMakeCache.txt" ] || { echo "nightly: no build in $build (run scripts/quickstart.sh, or set BUILD_DIR)" >&2; exit 2; }
+  [ -f "$build/CMakeCache.txt" ] || bad "no build in $build (run scripts/quickstart.sh, or set BUILD_DIR)"
 else
-  [ -d "$build" ] || { echo "nightly: BIN_DIR $build is not a folder" >&2; exit 2; }
+  [ -d "$build" ] || bad "BIN_DIR $build is not a folder"
   # Prebuilt programs bring the shared libraries the machine lacks (scripts/gpu_build.sh).
   export LD_LIBRARY_PATH="$(cd "$build" && pwd)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
 export STREAMLAB_CONFIG_DIR=${STREAMLAB_CONFIG_DIR:-$PWD/model/configs}
-[[ $reps =~ ^[1-9][0-9]*$ ]] || { echo "nightly: REPS must be a positive integer, not '$reps'" >&2; exit 2; }
 
 gpu=0
 if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then gpu=1; fi
+# What each benchmark runs with (besides its output files): part of what makes nights comparable.
+declare -A args=(
+  [bench_profiler]="--benchmark_repetitions=$reps"
+  [bench_timeline]="--benchmark_repetitions=$reps"
+  [bench_decode]="--config=flash-6l --batches=1,8 --policy=shared --context=2048 --mtp-layers=1 --draft-steps=1 --steps=20"
+  [bench_launch]=""
+  [bench_trace_overhead]="--config=flash-2l --batch=8 --context=1024 --steps=20"
+)
+declare -A own_json=([bench_decode]=decode_floor.json [bench_launch]=launch_cost.json [bench_trace_overhead]=trace_overhead.json)
 cpu_benches=(bench_profiler bench_timeline)
 gpu_benches=(bench_decode bench_launch bench_trace_overhead)
+candidates=("${cpu_benches[@]}")
+((gpu)) && candidates+=("${gpu_benches[@]}")
 targets=()
 if [ -z "${BIN_DIR:-}" ]; then
   available=$(cmake --build "$build" --target help 2>/dev/null)
-  for b in "${cpu_benches[@]}" "${gpu_benches[@]}"; do grep -q "\b$b\b" <<< "$available" && targets+=("$b"); done
-  ((${#targets[@]})) || { echo "nightly: $build has no benchmark targets (STREAMLAB_BENCH=OFF?)" >&2; exit 2; }
+  for b in "${candidates[@]}"; do grep -qw -- "$b" <<< "$available" && targets+=("$b"); done
+  ((${#targets[@]})) || bad "$build has no benchmark targets (STREAMLAB_BENCH=OFF?)"
   echo "== building ${targets[*]}"
-  cmake --build "$build" -j "$(nproc)" --target "${targets[@]}" > /dev/null || { echo "nightly: build failed" >&2; exit 2; }
+  cmake --build "$build" -j "$(nproc)" --target "${targets[@]}" > /dev/null || bad "the build failed"
 else
-  for b in "${cpu_benches[@]}" "${gpu_benches[@]}"; do [ -x "$build/$b" ] && targets+=("$b"); done
-  ((${#targets[@]})) || { echo "nightly: no benchmark programs in $build" >&2; exit 2; }
+  for b in "${candidates[@]}"; do [ -x "$build/$b" ] && targets+=("$b"); done
+  ((${#targets[@]})) || bad "no benchmark programs in $build"
 fi
+((gpu)) || echo "== no GPU here: the GPU benchmarks do not run"
 
 host=$(hostname -s 2>/dev/null || echo host)
 stamp=$(date -u +%Y-%m-%dT%H%M%SZ)
 dir="$out_root/$stamp-$host"
-mkdir -p "$dir.part" || exit 2
+mkdir -p "$dir.part" || bad "cannot create $dir.part"
 trap 'rm -rf "$dir.part"' EXIT  # a night that did not finish leaves nothing under its name
 if [ -n "${BIN_DIR:-}" ] && [ -f "$build/COMMIT" ]; then
   commit=$(head -c 40 "$build/COMMIT"); grep -q dirty "$build/COMMIT" && commit="$commit (dirty)"
@@ -58,79 +75,85 @@ else
   git diff --quiet HEAD 2>/dev/null || commit="$commit (dirty)"
 fi
 export STREAMLAB_COMMIT=$commit  # the GPU benchmarks put it in their own JSON
-python3 - "$dir.part/provenance.json" "$commit" "$host" "$gpu" <<'PY'
+settings=$(for b in "${targets[@]}"; do printf '%s\t%s\n' "$b" "${args[$b]}"; done)
+python3 - "$dir.part/provenance.json" "$commit" "$host" "$gpu" "$settings" <<'PY'
 import json, os, platform, subprocess, sys, datetime
-path, commit, host, gpu = sys.argv[1:]
+path, commit, host, gpu, settings = sys.argv[1:]
 def run(*cmd):
     try: return subprocess.run(cmd, capture_output=True, text=True, timeout=30).stdout.strip()
     except Exception: return ""
 cpu = next((l.split(":", 1)[1].strip() for l in run("lscpu").splitlines() if l.startswith("Model name")), platform.processor())
+env = {k: v for k, v in os.environ.items()
+       if (k.startswith("STREAMLAB_") and k not in ("STREAMLAB_COMMIT", "STREAMLAB_CONFIG_DIR"))
+       or k == "CUDA_DEVICE_MAX_CONNECTIONS"}
 p = {"commit": commit, "host": host, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
      "cpu": cpu, "cores": os.cpu_count(), "kernel": platform.release(),
      "gpu": run("nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader") if gpu == "1" else None,
      "cuda": (run("nvcc", "--version").splitlines() or [""])[-1] or None,
-     "STREAMLAB_BENCH_EVENTS": os.environ.get("STREAMLAB_BENCH_EVENTS")}
+     "STREAMLAB_BENCH_EVENTS": os.environ.get("STREAMLAB_BENCH_EVENTS"),
+     "environment": env,
+     "benchmark_args": dict(l.split("\t", 1) for l in settings.splitlines() if l)}
 json.dump(p, open(path, "w"), indent=1)
 PY
+[ -f "$dir.part/provenance.json" ] || bad "could not write provenance.json"
 
-failed=0
-run_bench() {  # run_bench NAME ARGS...: its table on the console, its JSON in the night's folder
-  local name=$1; shift
-  local t0=$SECONDS
-  echo "== $name $*"
-  echo "$build/$name $*" >> "$dir.part/commands.txt"
-  if ! "$build/$name" "$@" --benchmark_out="$dir.part/$name.json" --benchmark_out_format=json; then
-    echo "nightly: $name failed" >&2; failed=1; rm -f "$dir.part/$name.json"
-  fi
-  echo "== $name: $((SECONDS - t0)) s"
-}
+failed=()
 for b in "${targets[@]}"; do
-  case $b in
-    bench_profiler|bench_timeline) run_bench "$b" --benchmark_repetitions="$reps" ;;
-    bench_decode) ((gpu)) && run_bench "$b" --config=flash-6l --batches=1,8 --policy=shared --context=2048 \
-                               --mtp-layers=1 --draft-steps=1 --steps=20 --out="$dir.part/decode_floor.json" ;;
-    bench_launch) ((gpu)) && run_bench "$b" --out="$dir.part/launch_cost.json" ;;
-    bench_trace_overhead) ((gpu)) && run_bench "$b" --config=flash-2l --batch=8 --context=1024 --steps=20 \
-                                       --out="$dir.part/trace_overhead.json" ;;
-  esac
+  t0=$SECONDS
+  # shellcheck disable=SC2206  # the argument strings above are word lists on purpose
+  cmd=("$build/$b" ${args[$b]})
+  [ -n "${own_json[$b]:-}" ] && cmd+=("--out=$dir.part/${own_json[$b]}")
+  echo "== $b ${args[$b]}"
+  echo "${cmd[*]}" | sed "s|$dir.part|<night>|g" >> "$dir.part/commands.txt"
+  if ! "${cmd[@]}" --benchmark_out="$dir.part/$b.json" --benchmark_out_format=json; then
+    echo "nightly: $b failed" >&2
+    failed+=("$b")
+    rm -f "$dir.part/$b.json"
+  fi
+  echo "== $b: $((SECONDS - t0)) s"
 done
-((gpu)) || echo "== no GPU here: the GPU benchmarks did not run"
+if ((${#failed[@]})); then echo "failed: ${failed[*]}" > "$dir.part/status"; else echo ok > "$dir.part/status"; fi
 mv "$dir.part" "$dir" && trap - EXIT
 
-# The newest earlier night of this host, unless BASELINE names one.
-baseline=${BASELINE:-}
-if [ -z "$baseline" ]; then
-  baseline=$(ls -d "$out_root"/*-"$host" 2>/dev/null | grep -v -- "\.part$" | grep -vx -- "$dir" | sort | tail -n 1)
-fi
-regressed=0
-# Nights are comparable when they measured the same thing on the same hardware.
-same_setup() {
-  python3 - "$baseline/provenance.json" "$dir/provenance.json" <<'PY'
+# The baseline: BASELINE, or the newest earlier night of this host that finished clean and
+# measured the same way (hardware, settings, arguments).
+comparable() {  # comparable OLD NEW: empty output and status 0 when they are
+  python3 - "$1/provenance.json" "$2/provenance.json" <<'PY'
 import json, sys
 try:
     a, b = (json.load(open(p)) for p in sys.argv[1:])
 except Exception as e:
     sys.exit("no usable provenance.json (%s)" % e)
-diff = [k for k in ("cpu", "cores", "gpu", "STREAMLAB_BENCH_EVENTS") if a.get(k) != b.get(k)]
-sys.exit("they differ in " + ", ".join("%s (%s / %s)" % (k, a.get(k), b.get(k)) for k in diff) if diff else 0)
+keys = ("cpu", "cores", "gpu", "STREAMLAB_BENCH_EVENTS", "environment", "benchmark_args")
+diff = [k for k in keys if a.get(k) != b.get(k)]
+sys.exit("they differ in " + "; ".join("%s (%s / %s)" % (k, a.get(k), b.get(k)) for k in diff) if diff else 0)
 PY
 }
-if [ -n "$baseline" ] && [ -d "$baseline" ] && ! why=$(same_setup 2>&1); then
-  echo "== not compared with $baseline: $why"
-  baseline=""
+baseline=${BASELINE:+${BASELINE%/}}
+if [ -z "$baseline" ]; then
+  for night in $(ls -d "$out_root"/*Z-"$host" 2>/dev/null | grep -Fvx -- "$dir" | sort -r); do
+    [ "$(cat "$night/status" 2>/dev/null)" = ok ] || { echo "== skipped $night as a baseline: $(cat "$night/status" 2>/dev/null || echo 'no status')"; continue; }
+    if why=$(comparable "$night" "$dir" 2>&1); then baseline=$night; break; fi
+    echo "== not compared with $night: $why"
+  done
+elif ! why=$(comparable "$baseline" "$dir" 2>&1); then
+  echo "== warning: BASELINE $baseline was measured differently: $why"
 fi
-if [ -n "$baseline" ] && [ -d "$baseline" ]; then
+regressed=0
+if [ -n "$baseline" ]; then
   echo "== compared with $baseline"
   for f in "$dir"/bench_*.json; do
-    [ -f "$baseline/$(basename "$f")" ] || continue
-    python3 scripts/bench_compare.py "$baseline/$(basename "$f")" "$f" --threshold "$threshold" \
-      --json "$dir/compare_$(basename "$f")" | tee "$dir/compare_$(basename "$f" .json).txt"
-    case ${PIPESTATUS[0]} in 0) ;; 3) regressed=1 ;; *) failed=1 ;; esac
+    [ -f "$f" ] || continue
+    name=$(basename "$f")
+    if [ ! -f "$baseline/$name" ]; then echo "== no baseline for ${name%.json} in $baseline"; continue; fi
+    python3 scripts/bench_compare.py "$baseline/$name" "$f" --threshold "$threshold" \
+      --json "$dir/compare_$name" | tee "$dir/compare_${name%.json}.txt"
+    case ${PIPESTATUS[0]} in 0) ;; 3) regressed=1 ;; *) failed+=("compare:${name%.json}") ;; esac
   done
 else
-  echo "== no earlier night of $host under $out_root: nothing to compare with"
+  echo "== no earlier clean, comparable night of $host under $out_root: nothing to compare with"
 fi
-echo "== results: $dir"
-((failed)) && exit 1
+echo "== results: $dir ($(cat "$dir/status"))"
+((${#failed[@]})) && exit 1
 ((regressed)) && exit 3
 exit 0

@@ -17,7 +17,7 @@ set -e
 [ $rc1 = 0 ] || { tail -20 "$tmp/n1.log"; fail "first night exited $rc1"; }
 [ $rc2 = 0 ] || [ $rc2 = 3 ] || { tail -20 "$tmp/n2.log"; fail "second night exited $rc2"; }  # 3: noise on a busy machine
 grep -q "nothing to compare with" "$tmp/n1.log" || fail "the first night compared with something"
-grep -q "compared with $tmp/nights/" "$tmp/n2.log" || { tail -20 "$tmp/n2.log"; fail "the second night did not compare"; }
+grep -q "^== compared with $tmp/nights/" "$tmp/n2.log" || { tail -20 "$tmp/n2.log"; fail "the second night did not compare"; }
 nights=("$tmp"/nights/*)
 [ ${#nights[@]} = 2 ] || fail "expected 2 nights, found ${#nights[@]}: ${nights[*]}"
 python3 - "${nights[1]}" "$(git rev-parse HEAD)" <<'PY'
@@ -36,6 +36,34 @@ for name in ("bench_profiler", "bench_timeline"):
     assert all("ratio" in r and r["ratio"] > 0 for r in c["rows"]), c["rows"]
 print("nights:", ", ".join(sorted(os.listdir(os.path.dirname(d)))))
 PY
+# A night whose benchmark fails: kept, marked failed, exit 1; the next night does not use it as
+# its baseline.
+mkdir -p "$tmp/fake"
+printf '#!/bin/sh\necho "bench_profiler: error: broken on purpose" >&2\nexit 1\n' > "$tmp/fake/bench_profiler"
+chmod +x "$tmp/fake/bench_profiler"
+set +e
+BIN_DIR=$tmp/fake OUT_ROOT=$tmp/failed REPS=2 bash scripts/nightly.sh > "$tmp/f1.log" 2>&1; rc=$?
+set -e
+[ $rc = 1 ] || { cat "$tmp/f1.log"; fail "a failing benchmark exited $rc, expected 1"; }
+failed_night=$(ls -d "$tmp"/failed/*)
+[ "$(cat "$failed_night/status")" = "failed: bench_profiler" ] || fail "status: $(cat "$failed_night/status")"
+sleep 1
+BIN_DIR=$tmp/fake OUT_ROOT=$tmp/failed REPS=2 bash scripts/nightly.sh > "$tmp/f2.log" 2>&1 || true
+grep -q "skipped $failed_night as a baseline: failed: bench_profiler" "$tmp/f2.log" || { cat "$tmp/f2.log"; fail "a failed night was a baseline"; }
+# A night killed part-way leaves nothing, not even its .part folder.
+printf '#!/bin/sh\nsleep 2\n' > "$tmp/fake/bench_profiler"
+BIN_DIR=$tmp/fake OUT_ROOT=$tmp/killed REPS=2 bash scripts/nightly.sh > "$tmp/k.log" 2>&1 &
+pid=$!
+for i in $(seq 50); do ls -d "$tmp"/killed/*.part >/dev/null 2>&1 && break; sleep 0.1; done
+ls -d "$tmp"/killed/*.part >/dev/null 2>&1 || fail "the night to kill never started"
+kill -TERM $pid; wait $pid 2>/dev/null || true
+[ -z "$(ls -A "$tmp/killed")" ] || fail "a killed night left $(ls "$tmp/killed")"
+# A BASELINE that is not a night: refused.
+set +e
+BASELINE=$tmp/nowhere night > "$tmp/bad0.log" 2>&1; rc=$?
+set -e
+[ $rc = 2 ] && grep -q "is not a night's folder" "$tmp/bad0.log" || { cat "$tmp/bad0.log"; fail "a bad BASELINE was accepted"; }
+
 # Bad setups: exit 2, no third night, no leftover .part folder.
 set +e
 REPS=abc night > "$tmp/bad1.log" 2>&1; rc=$?

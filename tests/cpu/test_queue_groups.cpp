@@ -14,7 +14,7 @@ std::vector<std::vector<bool>> round_robin(size_t n, size_t q) {
 }
 
 TEST(QueueGroups, RoundRobinIsRecognised) {
-  for (size_t q : {1u, 2u, 4u, 8u, 32u}) {
+  for (size_t q : {1u, 2u, 4u, 8u, 32u}) {  // fewer queues than the 40 streams
     const auto a = round_robin(40, q);
     const auto g = queue_groups(a);
     EXPECT_EQ(g[0], 0);
@@ -35,9 +35,10 @@ TEST(QueueGroups, OtherMappingsAreNot) {
   auto b = round_robin(8, 2);
   b[1][7] = false;
   EXPECT_EQ(round_robin_queues(b, queue_groups(b)), 0);
-  // No aliasing at all: as many queues as streams.
+  // No aliasing at all: a group per stream, and no round robin to speak of.
   std::vector<std::vector<bool>> none(5, std::vector<bool>(5, false));
-  EXPECT_EQ(round_robin_queues(none, queue_groups(none)), 5);
+  EXPECT_EQ(queue_groups(none), (std::vector<int>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(round_robin_queues(none, queue_groups(none)), 0);
 }
 
 }  // namespace

@@ -260,7 +260,7 @@ void run(const Options& o) {
   out["shared_expert_stream"] = o.shared_expert_stream;
   out["context"] = o.context;
   out["mtp_layers"] = o.mtp_layers;
-  out["mtp_compress"] = o.mtp_compress;
+  out["mtp_compress"] = o.mtp_compress >= 0 ? o.mtp_compress : load_config(o.config).mtp_compress_ratio;
   out["draft_steps"] = o.draft_steps;
   out["modes"] = o.modes;
   std::printf("\n%-6s %-6s %12s %12s %12s %12s %12s %8s\n", "batch", "mode", "median ms", "enqueue ms", "floor GB",

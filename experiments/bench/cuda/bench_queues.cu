@@ -12,7 +12,9 @@
 // and the majority counts. Printed and written (--out): the matrix, the groups of streams that
 // share a queue, and whether the k-th stream created goes to queue k mod Q. A second probe
 // blocks m streams at once and finds the m at which an unrelated stream starts to wait: the
-// queues in effect when the driver assigns launches to free queues rather than by stream.
+// queues in effect when the driver assigns launches to free queues rather than by stream; a third
+// blocks one stream, runs k other streams' kernels to completion, then checks whether a fresh
+// stream waits: whether streams take queues in turn.
 //
 //   CUDA_DEVICE_MAX_CONNECTIONS=4 bench_queues [--streams=40] [--spin-us=200] [--reps=3] [--out=FILE.json]
 #include <benchmark/benchmark.h>
@@ -74,8 +76,9 @@ void run(const Options& o) {
   uint64_t* d = nullptr;  // [spin end, marker i, marker j]
   QUEUES_CUDA(cudaMalloc(&d, 3 * sizeof(uint64_t)));
   const uint64_t spin_ns = uint64_t(o.spin_us) * 1000;
-  // Warm-up: module load, first launches.
+  // Warm-up: module load (both kernels), first launches.
   spin_kernel<<<1, 1, 0, s[0]>>>(1000, d);
+  marker_kernel<<<1, 1, 0, s[0]>>>(d + 1);
   QUEUES_CUDA(cudaGetLastError());
   QUEUES_CUDA(cudaDeviceSynchronize());
 
@@ -144,7 +147,49 @@ void run(const Options& o) {
       break;
     }
   }
+
+  // Third probe, to tell "a launch goes to a free queue" from "streams take queues in turn as
+  // they become active": block stream 0, then run k short kernels to completion, each on a stream
+  // of its own (1 .. k), then a marker on stream k + 1. Taking turns, some k lands the marker on
+  // stream 0's queue and it waits; given free queues, it never waits.
+  const uint64_t turn_spin_ns = uint64_t(n) * 60'000 + 1'000'000;
+  std::vector<int> turn_waits;  // the k at which the marker waited
+  std::vector<double> turn_lead_us;
+  for (int k = 0; k + 1 < n; ++k) {
+    int votes = 0;
+    std::vector<double> leads;
+    for (int r = 0; r < o.reps; ++r) {
+      spin_kernel<<<1, 1, 0, s[0]>>>(turn_spin_ns, blk);
+      marker_kernel<<<1, 1, 0, s[0]>>>(blk + n);
+      for (int i = 1; i <= k; ++i) {
+        marker_kernel<<<1, 1, 0, s[size_t(i)]>>>(blk + i);
+        QUEUES_CUDA(cudaStreamSynchronize(s[size_t(i)]));
+      }
+      marker_kernel<<<1, 1, 0, s[size_t(k + 1)]>>>(blk + k + 1);
+      QUEUES_CUDA(cudaGetLastError());
+      QUEUES_CUDA(cudaDeviceSynchronize());
+      uint64_t h[2];
+      QUEUES_CUDA(cudaMemcpy(&h[0], blk, sizeof(uint64_t), cudaMemcpyDeviceToHost));
+      QUEUES_CUDA(cudaMemcpy(&h[1], blk + k + 1, sizeof(uint64_t), cudaMemcpyDeviceToHost));
+      const double lead = (double(h[0]) - double(h[1])) / 1e3;
+      leads.push_back(lead);
+      // A marker that was launched after the spin ended (the host too slow) says nothing: the
+      // spin is sized for 60 us per short kernel.
+      if (lead < 0.1 * double(turn_spin_ns) / 1e3) ++votes;
+    }
+    std::sort(leads.begin(), leads.end());
+    turn_lead_us.push_back(leads[leads.size() / 2]);
+    if (2 * votes > o.reps) turn_waits.push_back(k);
+  }
   QUEUES_CUDA(cudaFree(blk));
+  std::printf("turn probe: %s\n", turn_waits.empty()
+                                      ? ("a fresh stream never waited behind the blocked one, after 0 .. " +
+                                         std::to_string(n - 2) + " other streams ran")
+                                            .c_str()
+                                      : ("a fresh stream waited after k = " + std::to_string(turn_waits[0]) +
+                                         " other streams ran (and " + std::to_string(turn_waits.size() - 1) +
+                                         " more k)")
+                                            .c_str());
   std::printf("blocking probe: %s\n",
               blocked_at ? ("a stream waits once " + std::to_string(blocked_at) + " other streams are blocked: " +
                             std::to_string(blocked_at) + " queues in effect")
@@ -163,7 +208,7 @@ void run(const Options& o) {
   std::printf("groups by creation order:");
   for (int g : group) std::printf(" %d", g);
   std::printf("\nround robin (k-th stream created -> queue k mod Q): %s\n",
-              rr ? ("yes, Q = " + std::to_string(rr)).c_str() : "no");
+              rr ? ("yes, Q = " + std::to_string(rr)).c_str() : pairs == 0 ? "no (no two streams shared a queue)" : "no");
   nlohmann::json out;
   out["provenance"] = bench::provenance(o.command_line);
   out["CUDA_DEVICE_MAX_CONNECTIONS"] = env ? nlohmann::json(env) : nlohmann::json(nullptr);
@@ -178,6 +223,9 @@ void run(const Options& o) {
   out["blocked_streams_before_wait"] = blocked_at;  // 0: none up to streams - 1
   out["blocking_probe_lead_us"] = block_lead_us;   // per m: first blocker's spin end - stream m's marker
   out["blocking_spin_us"] = double(long_spin_ns) / 1e3;
+  out["turn_probe_waits_at_k"] = turn_waits;   // empty: never
+  out["turn_probe_lead_us"] = turn_lead_us;     // per k: spin end - the fresh stream's marker
+  out["turn_spin_us"] = double(turn_spin_ns) / 1e3;
   for (int i = 0; i < n; ++i) {
     std::string row;
     for (int j = 0; j < n; ++j) row += j <= i ? '.' : aliased[size_t(i)][size_t(j)] ? '1' : '0';
@@ -213,7 +261,9 @@ int main(int argc, char** argv) {
       "Which streams share a hardware queue: a depth-first probe of every pair; see bench_queues.cu.\n",
       parse, [&o] {
         SL_CHECK(o.streams >= 2 && o.streams <= 256, "--streams must be 2 .. 256");
-        SL_CHECK(o.spin_us >= 20 && o.spin_us <= 100000, "--spin-us must be 20 .. 100000");
+        // The marker on stream j starts up to ~50 us after the spin (launch latency): shorter
+        // spins would read every pair as sharing.
+        SL_CHECK(o.spin_us >= 200 && o.spin_us <= 100000, "--spin-us must be 200 .. 100000");
         SL_CHECK(o.reps >= 1 && o.reps <= 99, "--reps must be 1 .. 99");
         sl::run(o);
         return 0;

@@ -24,12 +24,13 @@ inline std::vector<int> queue_groups(const std::vector<std::vector<bool>>& alias
 
 // Q when group[k] == k mod Q for every stream (round robin over Q queues, Q = the number of
 // groups), else 0. Also 0 when the matrix contradicts its groups (a pair in one group that did
-// not alias, or a pair in two groups that did): then the sharing is not a fixed queue mapping.
+// not alias, or a pair in two groups that did): then the sharing is not a fixed queue mapping;
+// and 0 when no two streams shared (as many groups as streams: nothing says "round robin").
 inline int round_robin_queues(const std::vector<std::vector<bool>>& aliased, const std::vector<int>& group) {
   const size_t n = group.size();
   int q = 0;
   for (int g : group) q = g + 1 > q ? g + 1 : q;
-  if (q == 0) return 0;
+  if (q == 0 || size_t(q) == n) return 0;
   for (size_t k = 0; k < n; ++k)
     if (group[k] != int(k % size_t(q))) return 0;
   for (size_t i = 0; i < n; ++i)
