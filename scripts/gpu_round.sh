@@ -169,6 +169,12 @@ for st in $stages; do case $st in
       sleep 1
     done
     cp -r "$W/nightly" "$OUT/" 2>/dev/null ;;
+  prefill)
+    # Prefill time per token count, serial / shared / shared with phase A always parallel
+    # (STREAMS.md, prediction 5). bench_prefill is not in gpu_build.sh's default set (the carry
+    # limit): build with EXTRA_TARGETS=bench_prefill and leave the test programs behind.
+    run bench_prefill 500 $B/bench_prefill --config=flash-6l --tokens=${PREFILL_TOKENS:-256,1024,2048,4096,8192} \
+      --reps=${PREFILL_REPS:-5} --out="$OUT/prefill.json" ;;
   setup)
     # What each stream policy costs at load and in the graph (STREAMS.md, predictions 1, 3, 4):
     # tiny config, 4 MTP layers (compress 4), graph replay; per policy SETUP_REPS processes
