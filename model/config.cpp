@@ -332,6 +332,11 @@ void validate_with(const ModelConfig& c, const std::string& prefix) {
 
 }  // namespace
 
+void set_mtp_compress_ratio(ModelConfig& c, int ratio) {
+  c.mtp_compress_ratio = ratio;
+  if (!c.compress_ratios.empty()) c.compress_ratios.back() = ratio;
+}
+
 void validate(const ModelConfig& c) { validate_with(c, "config " + c.name); }
 
 json config_to_json(const ModelConfig& c) {

@@ -79,6 +79,8 @@ ModelConfig load_config(const std::string& name_or_path);
 ModelConfig config_from_json(const nlohmann::json& j, const std::string& source);
 // Validates every constraint of MODEL.md section 11; throws naming the key and constraint.
 void validate(const ModelConfig& c);
+// The MTP layers' compress ratio (0, 4 or 128): the knob and the MTP slot of compress_ratios.
+void set_mtp_compress_ratio(ModelConfig& c, int ratio);
 // DeepSeek layout (the keys of MODEL.md 1.1, plus streamlab's knobs under their own names).
 nlohmann::json config_to_json(const ModelConfig& c);
 // Names of the built-in configs (files in model/configs).

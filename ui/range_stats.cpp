@@ -5,23 +5,9 @@
 #include <unordered_map>
 #include <utility>
 
+#include "ui/intervals.h"
+
 namespace sl::ui {
-namespace {
-
-// Merges intervals (any order) into disjoint sorted ones.
-std::vector<std::pair<Ns, Ns>> merge(std::vector<std::pair<Ns, Ns>> iv) {
-  std::sort(iv.begin(), iv.end());
-  std::vector<std::pair<Ns, Ns>> out;
-  for (auto [s, e] : iv) {
-    if (!out.empty() && s <= out.back().second)
-      out.back().second = std::max(out.back().second, e);
-    else
-      out.emplace_back(s, e);
-  }
-  return out;
-}
-
-}  // namespace
 
 RangeStats range_stats(const TimelineModel& model, const prof::Trace& trace, Ns a, Ns b) {
   RangeStats r;
@@ -51,11 +37,11 @@ RangeStats range_stats(const TimelineModel& model, const prof::Trace& trace, Ns 
       }
     }
     if (tt.items == 0) continue;
-    for (auto [s, e] : merge(std::move(iv))) tt.busy += e - s;
+    for (auto [s, e] : merge_intervals(std::move(iv))) tt.busy += e - s;
     // Busy and overlap count kernels per stream, as the analysis does (a stream's kernels
     // overlapping under programmatic dependent launch count once).
     for (auto& [stream, kv] : kernel_iv)
-      for (auto [s, e] : merge(std::move(kv)))
+      for (auto [s, e] : merge_intervals(std::move(kv)))
         if (e > s) edges.emplace_back(s, +1), edges.emplace_back(e, -1);
     r.tracks.push_back(tt);
   }

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <map>
 
+#include "ui/intervals.h"
+
 namespace sl::ui {
 
 StepSeries step_series(std::vector<std::pair<Ns, int64_t>> changes) {
@@ -44,22 +46,8 @@ StepSeries streams_busy(const prof::Trace& trace) {
   for (const auto& k : trace.kernels)
     if (k.end > k.start) by_stream[k.stream].emplace_back(k.start, k.end);
   std::vector<std::pair<Ns, int64_t>> changes;
-  for (auto& [stream, iv] : by_stream) {
-    std::sort(iv.begin(), iv.end());
-    Ns s = iv[0].first, e = iv[0].second;
-    auto emit = [&] {
-      if (e > s) changes.emplace_back(s, +1), changes.emplace_back(e, -1);
-    };
-    for (size_t i = 1; i < iv.size(); ++i) {
-      if (iv[i].first <= e) {
-        e = std::max(e, iv[i].second);
-      } else {
-        emit();
-        s = iv[i].first, e = iv[i].second;
-      }
-    }
-    emit();
-  }
+  for (auto& [stream, iv] : by_stream)
+    for (auto [s, e] : merge_intervals(std::move(iv))) changes.emplace_back(s, +1), changes.emplace_back(e, -1);
   return step_series(std::move(changes));
 }
 

@@ -4,6 +4,8 @@
 #include <map>
 #include <tuple>
 
+#include "ui/intervals.h"
+
 namespace sl::ui {
 
 const char* to_string(ItemKind k) {
@@ -43,24 +45,12 @@ const Item* item_at(const Row& row, Ns t) {
 
 namespace {
 
-// Union length of all items' intervals (items of different rows may overlap: merge by start).
-Ns union_length(const std::vector<Row>& rows) {
+// The busy time of a track: the union of its items (items of different rows may overlap).
+Ns busy_time(const std::vector<Row>& rows) {
   std::vector<std::pair<Ns, Ns>> iv;
   for (const Row& r : rows)
     for (const Item& i : r.items) iv.emplace_back(i.start, i.end);
-  std::sort(iv.begin(), iv.end());
-  Ns total = 0, cur_s = 0, cur_e = 0;
-  bool open = false;
-  for (auto [s, e] : iv) {
-    if (open && s <= cur_e) {
-      cur_e = std::max(cur_e, e);
-      continue;
-    }
-    if (open) total += cur_e - cur_s;
-    cur_s = s, cur_e = e, open = true;
-  }
-  if (open) total += cur_e - cur_s;
-  return total;
+  return union_length(std::move(iv));
 }
 
 Track make_track(TrackKind kind, uint32_t id, uint32_t pid, std::string label, std::vector<Item> items) {
@@ -71,7 +61,7 @@ Track make_track(TrackKind kind, uint32_t id, uint32_t pid, std::string label, s
   t.label = std::move(label);
   t.items = items.size();
   t.rows = assign_rows(std::move(items));
-  t.busy = union_length(t.rows);
+  t.busy = busy_time(t.rows);
   return t;
 }
 

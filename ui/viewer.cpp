@@ -593,17 +593,22 @@ void Viewer::draw_range_stats() {
   }
 }
 
-void Viewer::draw_kernel_table() {
+bool Viewer::begin_analysis_table(const char* id, std::initializer_list<const char*> headers) {
   if (!analysis_) {
     ImGui::TextDisabled("%s", analysis_error_.c_str());
-    return;
+    return false;
   }
   const ImGuiTableFlags flags = ImGuiTableFlags_Borders | ImGuiTableFlags_RowBg | ImGuiTableFlags_ScrollY |
                                 ImGuiTableFlags_SizingStretchProp;
-  if (!ImGui::BeginTable("kernels", 6, flags)) return;
-  ImGui::TableSetupScrollFreeze(0, 1);
-  for (const char* h : {"kernel", "count", "total", "mean", "median", "max"}) ImGui::TableSetupColumn(h);
+  if (!ImGui::BeginTable(id, int(headers.size()), flags)) return false;
+  ImGui::TableSetupScrollFreeze(0, 1);  // the header row stays while the rows scroll
+  for (const char* h : headers) ImGui::TableSetupColumn(h);
   ImGui::TableHeadersRow();
+  return true;
+}
+
+void Viewer::draw_kernel_table() {
+  if (!begin_analysis_table("kernels", {"kernel", "count", "total", "mean", "median", "max"})) return;
   for (const auto& k : analysis_->kernel_stats) {  // by total time, descending
     ImGui::TableNextRow();
     ImGui::TableNextColumn();
@@ -620,17 +625,9 @@ void Viewer::draw_kernel_table() {
 }
 
 void Viewer::draw_stream_table() {
-  if (!analysis_) {
-    ImGui::TextDisabled("%s", analysis_error_.c_str());
+  if (!begin_analysis_table("streams", {"stream", "priority", "kernels", "busy", "overlapped", "host wait",
+                                        "kernel wait", "queue wait p50"}))
     return;
-  }
-  const ImGuiTableFlags flags = ImGuiTableFlags_Borders | ImGuiTableFlags_RowBg | ImGuiTableFlags_ScrollY |
-                                ImGuiTableFlags_SizingStretchProp;
-  if (!ImGui::BeginTable("streams", 8, flags)) return;
-  ImGui::TableSetupScrollFreeze(0, 1);
-  for (const char* h : {"stream", "priority", "kernels", "busy", "overlapped", "host wait", "kernel wait", "queue wait p50"})
-    ImGui::TableSetupColumn(h);
-  ImGui::TableHeadersRow();
   for (const auto& s : analysis_->streams) {
     ImGui::TableNextRow();
     ImGui::TableNextColumn();

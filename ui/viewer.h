@@ -8,6 +8,7 @@
 // only needs a current ImGui context, so tests drive it frame by frame.
 #pragma once
 #include <cstdio>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <string>
@@ -89,6 +90,9 @@ class Viewer {
   void draw_panels();
   void draw_item_details();
   void draw_range_stats();
+  // A table of the analysis (kernels, streams) with its header row; false when there is none
+  // to draw (no analysis: its error is shown instead).
+  bool begin_analysis_table(const char* id, std::initializer_list<const char*> headers);
   void draw_kernel_table();
   void draw_stream_table();
   void handle_input(float axis_x0, float axis_width, bool hovered);

@@ -34,15 +34,14 @@ void add_model_options(CLI::App* cmd, ModelOptions& o) {
 ModelConfig resolve_config(const ModelOptions& o, const std::string& config_override_path) {
   ModelConfig c = load_config(config_override_path.empty() ? o.config : config_override_path);
   if (o.mtp_layers) c.num_nextn_predict_layers = *o.mtp_layers;
-  if (o.mtp_compress) c.mtp_compress_ratio = *o.mtp_compress;
   if (o.batch) c.batch = *o.batch;
   if (o.context) c.context_length = *o.context;
   if (o.draft_steps) c.draft_steps = *o.draft_steps;
   if (o.prefill_chunk) c.prefill_chunk = *o.prefill_chunk;
   if (o.seed) c.seed = *o.seed;
   if (o.rope) c.swa_layers_use_yarn = *o.rope == "yarn";
-  // compress_ratios' last entry is the MTP slot; keep it in step with the knob.
-  if (!c.compress_ratios.empty()) c.compress_ratios.back() = c.mtp_compress_ratio;
+  // The MTP slot of compress_ratios follows the knob, overridden or as loaded.
+  set_mtp_compress_ratio(c, o.mtp_compress ? *o.mtp_compress : c.mtp_compress_ratio);
   validate(c);
   return c;
 }

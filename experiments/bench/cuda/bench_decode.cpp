@@ -188,10 +188,7 @@ void run(const Options& o) {
           c.context_length = o.context;
           c.num_nextn_predict_layers = o.mtp_layers;
           c.draft_steps = o.draft_steps;
-          if (o.mtp_compress >= 0) {  // as `streamlab run --mtp-compress`: the MTP slot of compress_ratios too
-            c.mtp_compress_ratio = o.mtp_compress;
-            if (!c.compress_ratios.empty()) c.compress_ratios.back() = o.mtp_compress;
-          }
+          if (o.mtp_compress >= 0) set_mtp_compress_ratio(c, o.mtp_compress);
           validate(c);
           RunShape shape;
           shape.batch = B;
@@ -311,12 +308,6 @@ std::vector<std::string> split_commas(const std::string& s) {
   return v;
 }
 
-std::vector<int> parse_ints(const std::string& s) {
-  std::vector<int> v;
-  for (const auto& item : split_commas(s)) v.push_back(std::stoi(item));
-  return v;
-}
-
 std::vector<std::string> parse_modes(const std::string& s) {
   const std::vector<std::string> v = split_commas(s);
   for (const auto& item : v)
@@ -336,7 +327,7 @@ int main(int argc, char** argv) {
     if (auto v = flag_value(arg, "--config=")) o.config = v;
     else if (auto v = flag_value(arg, "--policy=")) o.policy = v;
     else if (auto v = flag_value(arg, "--out=")) o.out = v;
-    else if (auto v = flag_value(arg, "--batches=")) o.batches = sl::parse_ints(v);
+    else if (auto v = flag_value(arg, "--batches=")) o.batches = sl::bench::parse_ints(v);
     else if (auto v = flag_value(arg, "--context=")) o.context = std::stoi(v);
     else if (auto v = flag_value(arg, "--mtp-layers=")) o.mtp_layers = std::stoi(v);
     else if (auto v = flag_value(arg, "--mtp-compress=")) o.mtp_compress = std::stoi(v);

@@ -179,12 +179,8 @@ void run(const Options& o) {
       r.host_samples.push_back(std::chrono::duration<double, std::micro>(h1 - h0).count() / iters);
       dev.push_back(double(ms) * 1e3 / iters);
     }
-    auto median = [](std::vector<double> v) {
-      std::sort(v.begin(), v.end());
-      return v[v.size() / 2];
-    };
-    r.host_us = median(r.host_samples);
-    r.device_us = median(dev);
+    r.host_us = bench::median(r.host_samples);
+    r.device_us = bench::median(dev);
     results.push_back(r);
     std::fprintf(stderr, "  %-20s host %7.3f us  device %7.3f us per iteration\n", r.name.c_str(), r.host_us,
                  r.device_us);

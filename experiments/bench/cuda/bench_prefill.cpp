@@ -47,18 +47,6 @@ const Variant kVariants[] = {{"serial", "serial", 1024},
                              {"shared", "shared", 1024},
                              {"shared-phase-a-always", "shared", INT_MAX}};
 
-std::vector<int> parse_ints(const std::string& s) {
-  std::vector<int> v;
-  size_t i = 0;
-  while (i < s.size()) {
-    size_t j = s.find(',', i);
-    if (j == std::string::npos) j = s.size();
-    v.push_back(std::stoi(s.substr(i, j - i)));
-    i = j + 1;
-  }
-  return v;
-}
-
 void run(const Options& o) {
   std::string why;
   if (!cuda_available(&why)) {
@@ -117,10 +105,6 @@ void run(const Options& o) {
   live->model.reset();
   live->be.reset();
 
-  auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v.empty() ? 0.0 : v[v.size() / 2];
-  };
   std::printf("\n%-8s %14s %14s %24s %14s %18s\n", "tokens", "serial ms", "shared ms", "shared-phase-a-always ms",
               "serial/shared", "always/shared");
   nlohmann::json out;
@@ -128,8 +112,8 @@ void run(const Options& o) {
   out["config"] = o.config;
   out["reps"] = o.reps;
   for (int T : o.tokens) {
-    const double s = median(samples[{"serial", T}]), sh = median(samples[{"shared", T}]),
-                 al = median(samples[{"shared-phase-a-always", T}]);
+    const double s = bench::median(samples[{"serial", T}]), sh = bench::median(samples[{"shared", T}]),
+                 al = bench::median(samples[{"shared-phase-a-always", T}]);
     std::printf("%-8d %14.3f %14.3f %24.3f %14.3f %18.3f\n", T, s, sh, al, s / sh, al / sh);
     out["sizes"].push_back({{"tokens", T},
                             {"serial_ms", samples[{"serial", T}]},
@@ -154,7 +138,7 @@ int main(int argc, char** argv) {
   auto parse = [&o](const char* arg) {
     using sl::bench::flag_value;
     if (auto v = flag_value(arg, "--config=")) o.config = v;
-    else if (auto v = flag_value(arg, "--tokens=")) o.tokens = sl::parse_ints(v);
+    else if (auto v = flag_value(arg, "--tokens=")) o.tokens = sl::bench::parse_ints(v);
     else if (auto v = flag_value(arg, "--reps=")) o.reps = std::stoi(v);
     else if (auto v = flag_value(arg, "--out=")) o.out = v;
     else return false;

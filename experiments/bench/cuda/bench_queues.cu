@@ -103,8 +103,7 @@ void run(const Options& o) {
         if (lead < 0.5 * o.spin_us) ++votes;
       }
       aliased[size_t(i)][size_t(j)] = 2 * votes > o.reps;
-      std::sort(leads.begin(), leads.end());
-      lead_us[size_t(i)][size_t(j)] = leads[leads.size() / 2];
+      lead_us[size_t(i)][size_t(j)] = bench::median(leads);
     }
     if ((i + 1) % 10 == 0) std::fprintf(stderr, "  probed stream %d of %d\n", i + 1, n);
   }
@@ -122,7 +121,6 @@ void run(const Options& o) {
   std::vector<double> block_lead_us;
   for (int m = 1; m < n; ++m) {
     int votes = 0;
-    double lead_med = 0;
     std::vector<double> leads;
     for (int r = 0; r < o.reps; ++r) {
       for (int i = 0; i < m; ++i) {
@@ -139,9 +137,7 @@ void run(const Options& o) {
       leads.push_back(lead);
       if (lead < 0.5 * double(long_spin_ns) / 1e3) ++votes;
     }
-    std::sort(leads.begin(), leads.end());
-    lead_med = leads[leads.size() / 2];
-    block_lead_us.push_back(lead_med);
+    block_lead_us.push_back(bench::median(leads));
     if (2 * votes > o.reps) {
       blocked_at = m;
       break;
@@ -177,8 +173,7 @@ void run(const Options& o) {
       // spin is sized for 60 us per short kernel.
       if (lead < 0.1 * double(turn_spin_ns) / 1e3) ++votes;
     }
-    std::sort(leads.begin(), leads.end());
-    turn_lead_us.push_back(leads[leads.size() / 2]);
+    turn_lead_us.push_back(bench::median(leads));
     if (2 * votes > o.reps) turn_waits.push_back(k);
   }
   QUEUES_CUDA(cudaFree(blk));

@@ -4,6 +4,8 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <algorithm>
+
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -76,6 +78,26 @@ inline void write_json_atomic(const std::string& path, const nlohmann::json& j) 
   f.close();
   SL_CHECK(f.good(), "could not write ", tmp);
   SL_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "could not rename ", tmp, " to ", path);
+}
+
+// The comma-separated integers of a flag value ("1,8" -> {1, 8}).
+inline std::vector<int> parse_ints(const std::string& s) {
+  std::vector<int> v;
+  size_t i = 0;
+  while (i < s.size()) {
+    size_t j = s.find(',', i);
+    if (j == std::string::npos) j = s.size();
+    v.push_back(std::stoi(s.substr(i, j - i)));
+    i = j + 1;
+  }
+  return v;
+}
+
+// The median of samples (the upper one of an even count; 0 for none).
+inline double median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::nth_element(v.begin(), v.begin() + ptrdiff_t(v.size() / 2), v.end());
+  return v[v.size() / 2];
 }
 
 // The value of `arg` when it is `key` followed by the value ("--steps=" + "20"), else null.
