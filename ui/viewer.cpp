@@ -154,6 +154,10 @@ void Viewer::log_changes() {
       std::fprintf(log_, "view: selected nothing\n");
     }
   }
+  if (selecting_ != logged_selecting_) {  // where a right drag started (scripts wait for it)
+    logged_selecting_ = selecting_;
+    if (selecting_) std::fprintf(log_, "view: selecting from %.3f us\n", us(select_from_));
+  }
   std::optional<std::pair<Ns, Ns>> range;
   if (range_ && !selecting_) range = std::make_pair(range_->a, range_->b);
   if (range != logged_range_) {

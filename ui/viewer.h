@@ -128,7 +128,7 @@ class Viewer {
   bool selecting_ = false;
   // The event log and what it last reported.
   std::FILE* log_ = nullptr;
-  bool logged_layout_ = false;
+  bool logged_layout_ = false, logged_selecting_ = false;
   TimeWindow logged_window_{0, 0};
   std::optional<std::pair<ItemKind, uint32_t>> logged_selection_;
   std::optional<std::pair<Ns, Ns>> logged_range_;
