@@ -20,6 +20,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/tensor.h"
 
@@ -79,6 +80,13 @@ class Backend {
   virtual void graph_begin_capture(int slot) { fail(name(), " backend: CUDA graphs are not supported"); }
   virtual GraphStats graph_end_capture(int slot) { fail(name(), " backend: CUDA graphs are not supported"); }
   virtual void graph_replay(int slot) { fail(name(), " backend: CUDA graphs are not supported"); }
+  // Timing marks: points on a stream whose time can be read back after synchronize(), also
+  // from inside a CUDA graph (where a mark is captured as an event-record node), so that the
+  // parts of a step (target, drafts) can be timed without a tracer. The defaults, for backends
+  // that run ops in program order on the host, read the host clock when the mark is recorded.
+  virtual Event create_timing_mark(const std::string& name);
+  virtual void record_timing_mark(Event e, Stream s);
+  virtual double elapsed_ms(Event from, Event to);  // from the mark `from` to the mark `to`
   // Annotation ranges (NVTX on CUDA; no-op on CPU). Names follow MODEL.md.
   virtual void range_push(const char* name) {}
   virtual void range_pop() {}
@@ -234,6 +242,9 @@ class Backend {
     gemm(s, u, x, w3);
     swiglu(s, act, g, u, limit);
   }
+
+ private:
+  std::vector<double> host_marks_ms_;  // the default timing marks (host clock, ms)
 };
 
 }  // namespace sl

@@ -201,16 +201,39 @@ void DeepSeekV4::decode_enqueue() {
   const Stream main{};
   Step st = make_step(B);
   Ops::Scope scope(ops_, "decode");
+  if (step_marks_) be_.record_timing_mark(step_marks_->begin, main);
   // The input of this step is the previous step's greedy token, already on the device.
   ops_.copy(main, "input_tokens", st.tokens, buf_->sampled);
   target_forward(st);
   lm_head(main, buf_->x.rows(0, B), B, w_.hc_head_fn, w_.hc_head_scale, w_.hc_head_base, w_.norm, buf_->last_logits);
   ops_.argmax(main, buf_->sampled, buf_->last_logits);
+  // Every aux stream of the target has joined the main stream by now (each layer joins before
+  // the ops that need its aux results), so this mark is the end of the target's work.
+  if (step_marks_) be_.record_timing_mark(step_marks_->target_done, main);
   if (cfg_.num_nextn_predict_layers > 0 && cfg_.draft_steps > 0) {
     ops_.shift_tokens(main, buf_->mtp_tok.rows(0, B), st.tokens, buf_->sampled);
     mtp_step(0, buf_->x.rows(0, B), buf_->mtp_tok.rows(0, B), st);
     run_drafts();
   }
+  if (step_marks_) be_.record_timing_mark(step_marks_->end, main);
+}
+
+void DeepSeekV4::enable_step_marks() {
+  SL_CHECK(!graph_captured_, "enable_step_marks: call it before the decode graph is captured");
+  if (step_marks_) return;
+  step_marks_ = std::make_unique<StepMarks>();
+  step_marks_->begin = be_.create_timing_mark("step.begin");
+  step_marks_->target_done = be_.create_timing_mark("step.target_done");
+  step_marks_->end = be_.create_timing_mark("step.end");
+}
+
+DeepSeekV4::StepTimes DeepSeekV4::last_step_times() {
+  SL_CHECK(step_marks_, "last_step_times: enable_step_marks() was not called");
+  StepTimes t;
+  t.target_ms = be_.elapsed_ms(step_marks_->begin, step_marks_->target_done);
+  t.draft_ms = be_.elapsed_ms(step_marks_->target_done, step_marks_->end);
+  t.step_ms = be_.elapsed_ms(step_marks_->begin, step_marks_->end);
+  return t;
 }
 
 StepOutput DeepSeekV4::decode_collect() {

@@ -82,6 +82,15 @@ class DeepSeekV4 {
   // on the first call, then replay.
   void decode_replay();
   bool graph_captured() const { return graph_captured_; }
+  // Timing of a decode step's parts without a tracer: timing marks (model/backend.h) on the
+  // main stream at the step's start, after the target (its logits and greedy token) and at its
+  // end. Enable before the first decode step (before a graph is captured); read after
+  // decode_collect / synchronize. target + draft = step.
+  void enable_step_marks();
+  struct StepTimes {
+    double target_ms = 0, draft_ms = 0, step_ms = 0;
+  };
+  StepTimes last_step_times();
   // The routing of the last step's MoE executions (needs RunShape::record_routing).
   std::vector<RoutingRecord> routing();
   const Backend::GraphStats& graph_stats() const { return graph_stats_; }
@@ -91,6 +100,8 @@ class DeepSeekV4 {
   const std::vector<Stream>& created_streams() const { return streams_; }
   // Host milliseconds the constructor spent creating them (the backend's create_stream calls).
   double stream_setup_ms() const { return stream_setup_ms_; }
+  // Fork/join events the model created (every layer owns its own, under every policy).
+  size_t events_created() const { return events_.size() * 6; }
   Ops& ops() { return ops_; }
   ModelWeights& weights() { return w_; }
   Backend& backend() { return be_; }
@@ -145,6 +156,10 @@ class DeepSeekV4 {
   std::vector<RoutingRecord> routing_meta_;  // layer / draft step / tokens per log slot, last step
   bool graph_captured_ = false;
   Backend::GraphStats graph_stats_;
+  struct StepMarks {
+    Event begin, target_done, end;
+  };
+  std::unique_ptr<StepMarks> step_marks_;  // null: not timing step parts
 };
 
 }  // namespace sl

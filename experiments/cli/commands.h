@@ -11,5 +11,7 @@ void add_schedule_command(CLI::App& app);  // cmd_schedule.cpp: print a policy's
 void add_analyze_command(CLI::App& app);   // cmd_analyze.cpp: analyse a trace file
 void add_export_command(CLI::App& app);    // cmd_export.cpp: convert a trace to kineto / sqlite / csv
 void add_view_command(CLI::App& app);      // cmd_view.cpp: the interactive timeline (ui/)
+void add_measure_command(CLI::App& app);   // cmd_measure.cpp: one process's timed decode steps (compare's child)
+void set_measure_argv(int argc, char** argv);
 
 }  // namespace sl::cli

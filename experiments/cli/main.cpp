@@ -10,11 +10,13 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", STREAMLAB_VERSION);
   app.require_subcommand(1);
   sl::cli::set_process_argv(argv);
+  sl::cli::set_measure_argv(argc, argv);
   sl::cli::add_run_command(app);
   sl::cli::add_schedule_command(app);
   sl::cli::add_analyze_command(app);
   sl::cli::add_export_command(app);
   sl::cli::add_view_command(app);
+  sl::cli::add_measure_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -392,6 +392,33 @@ void CudaBackend::wait(Stream s, Event e) {
              cudaStreamWaitEvent(stream(s, "wait"), events_[size_t(e.id)], 0));
 }
 
+// Timing marks are events with timing on, in the same table as the dependency events (so the
+// destructor frees them). Inside a stream capture an ordinary record only adds a dependency;
+// cudaEventRecordExternal makes it an event-record node that fires at every replay.
+Event CudaBackend::create_timing_mark(const std::string& name) {
+  cudaEvent_t e = nullptr;
+  CUDA_CHECK("create_timing_mark '" + name + "'", cudaEventCreateWithFlags(&e, cudaEventDefault));
+  events_.push_back(e);
+  event_names_.push_back(name);
+  return Event{int(events_.size()) - 1};
+}
+
+void CudaBackend::record_timing_mark(Event e, Stream s) {
+  SL_CHECK(e.id >= 0 && size_t(e.id) < events_.size(), "record_timing_mark: event ", e.id, " does not exist");
+  const unsigned flags = capturing_slot_ >= 0 ? cudaEventRecordExternal : cudaEventRecordDefault;
+  CUDA_CHECK("record_timing_mark '" + event_names_[size_t(e.id)] + "'",
+             cudaEventRecordWithFlags(events_[size_t(e.id)], stream(s, "record_timing_mark"), flags));
+}
+
+double CudaBackend::elapsed_ms(Event from, Event to) {
+  for (Event e : {from, to})
+    SL_CHECK(e.id >= 0 && size_t(e.id) < events_.size(), "elapsed_ms: event ", e.id, " does not exist");
+  float ms = 0;
+  CUDA_CHECK("elapsed_ms '" + event_names_[size_t(from.id)] + "' -> '" + event_names_[size_t(to.id)] + "'",
+             cudaEventElapsedTime(&ms, events_[size_t(from.id)], events_[size_t(to.id)]));
+  return double(ms);
+}
+
 void CudaBackend::synchronize() { CUDA_CHECK("synchronize", cudaDeviceSynchronize()); }
 
 // NVTX v3, domain "streamlab". The names are also kept on a host stack so that errors say

@@ -111,6 +111,9 @@ class CudaBackend final : public Backend {
   Event create_event(const std::string& name) override;
   void record(Event e, Stream s) override;
   void wait(Stream s, Event e) override;
+  Event create_timing_mark(const std::string& name) override;
+  void record_timing_mark(Event e, Stream s) override;
+  double elapsed_ms(Event from, Event to) override;
   void synchronize() override;
   // CUDA graphs: stream capture on the main stream (thread-local mode); the aux streams join the
   // capture through the policy's fork events and must have joined back before the end.

@@ -1,0 +1,190 @@
+#include "core/atomic_file.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+
+namespace sl {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string parent_of(const std::string& path) {
+  const fs::path p(path);
+  return p.has_parent_path() ? p.parent_path().string() : std::string(".");
+}
+
+void check_parent(const std::string& path) {
+  const std::string parent = parent_of(path);
+  struct stat st {};
+  if (::stat(parent.c_str(), &st) != 0)
+    fail("cannot write '", path, "': its folder '", parent, "' does not exist (", std::strerror(errno), ")");
+  SL_CHECK(S_ISDIR(st.st_mode), "cannot write '", path, "': '", parent, "' is not a folder");
+}
+
+// Writes all of `data` to fd, retrying short writes and EINTR; false with errno set on failure.
+bool write_all(int fd, std::string_view data) {
+  const char* p = data.data();
+  size_t left = data.size();
+  while (left > 0) {
+    const ssize_t n = ::write(fd, p, left);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    p += n;
+    left -= size_t(n);
+  }
+  return true;
+}
+
+mode_t default_file_mode() {
+  const mode_t mask = ::umask(0);
+  ::umask(mask);
+  return 0666 & ~mask;
+}
+
+}  // namespace
+
+void write_file_atomic(const std::string& path, std::string_view content) {
+  SL_CHECK(!path.empty(), "cannot write a file with an empty name");
+  check_parent(path);
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    // A terminal or /dev/stdout is written in place (a rename would replace the device node);
+    // anything else that is not a regular file is refused.
+    SL_CHECK(S_ISCHR(st.st_mode), "refusing to write '", path, "': it exists and is not a regular file");
+    const int fd = ::open(path.c_str(), O_WRONLY);
+    SL_CHECK(fd >= 0, "cannot open '", path, "' for writing: ", std::strerror(errno));
+    const bool ok = write_all(fd, content);
+    const int err = errno;
+    ::close(fd);
+    SL_CHECK(ok, "writing '", path, "' failed: ", std::strerror(err));
+    return;
+  }
+  const std::string name = fs::path(path).filename().string();
+  std::string tmp = parent_of(path) + "/." + name + ".tmp.XXXXXX";
+  const int fd = ::mkstemp(tmp.data());
+  SL_CHECK(fd >= 0, "cannot create a temporary file beside '", path, "': ", std::strerror(errno));
+  auto give_up = [&](const char* what) {
+    const int err = errno;
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    fail("writing '", path, "' failed (", what, "): ", std::strerror(err), "; the destination was left as it was");
+  };
+  if (::fchmod(fd, default_file_mode()) != 0) give_up("fchmod");
+  if (!write_all(fd, content)) give_up("write");
+  if (::fsync(fd) != 0) give_up("fsync");
+  if (::close(fd) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    fail("writing '", path, "' failed (close): ", std::strerror(err), "; the destination was left as it was");
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    fail("cannot rename '", tmp, "' to '", path, "': ", std::strerror(err));
+  }
+}
+
+void append_line_durable(const std::string& path, std::string_view line) {
+  check_parent(path);
+  std::string data(line);
+  data += '\n';
+  const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT, 0666);
+  SL_CHECK(fd >= 0, "cannot open '", path, "' for appending: ", std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    fail("refusing to append to '", path, "': not a regular file");
+  }
+  // One write(2) on an O_APPEND file: a concurrent or later reader sees the line whole or, if
+  // the writer was killed mid-call, a torn last line without its '\n'.
+  const bool ok = ::write(fd, data.data(), data.size()) == ssize_t(data.size());
+  const int err = errno;
+  const bool synced = ok && ::fsync(fd) == 0;
+  ::close(fd);
+  SL_CHECK(ok && synced, "appending to '", path, "' failed: ", std::strerror(err));
+}
+
+std::vector<std::string> read_complete_lines(const std::string& path, size_t* torn) {
+  if (torn) *torn = 0;
+  std::vector<std::string> out;
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return out;
+  SL_CHECK(S_ISREG(st.st_mode), "'", path, "' is not a regular file");
+  std::ifstream f(path, std::ios::binary);
+  SL_CHECK(f, "cannot read '", path, "'");
+  std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  size_t i = 0;
+  while (i < all.size()) {
+    const size_t nl = all.find('\n', i);
+    if (nl == std::string::npos) {
+      if (torn) *torn = 1;
+      break;
+    }
+    out.push_back(all.substr(i, nl - i));
+    i = nl + 1;
+  }
+  return out;
+}
+
+namespace {
+std::atomic<int> g_staged_counter{0};
+}
+
+StagedDir::StagedDir(std::string final_path) : final_(std::move(final_path)) {
+  while (!final_.empty() && final_.size() > 1 && final_.back() == '/') final_.pop_back();
+  check_parent(final_);
+  SL_CHECK(!fs::exists(final_), "'", final_, "' already exists: not writing over it");
+  staging_ = parent_of(final_) + "/." + fs::path(final_).filename().string() + ".staging-" +
+             std::to_string(::getpid()) + "-" + std::to_string(g_staged_counter++);
+  std::error_code ec;
+  fs::remove_all(staging_, ec);
+  SL_CHECK(fs::create_directory(staging_, ec) && !ec, "cannot create the folder '", staging_, "': ", ec.message());
+}
+
+StagedDir::~StagedDir() {
+  if (committed_) return;
+  std::error_code ec;
+  fs::remove_all(staging_, ec);  // never throws; a leftover is cleaned by remove_stale_staging
+}
+
+void StagedDir::commit() {
+  SL_CHECK(!committed_, "'", final_, "' was already committed");
+  SL_CHECK(!fs::exists(final_), "'", final_, "' appeared while it was being written: its contents are left in '",
+           staging_, "'");
+  if (::rename(staging_.c_str(), final_.c_str()) != 0)
+    fail("cannot rename '", staging_, "' to '", final_, "': ", std::strerror(errno));
+  committed_ = true;
+}
+
+size_t remove_stale_staging(const std::string& folder) {
+  size_t removed = 0;
+  std::error_code ec;
+  if (!fs::is_directory(folder, ec)) return 0;
+  for (const auto& e : fs::directory_iterator(folder, ec)) {
+    const std::string n = e.path().filename().string();
+    const size_t at = n.rfind(".staging-");
+    if (n.empty() || n[0] != '.' || at == std::string::npos) continue;
+    // ".<name>.staging-<pid>-<n>": stale when that process is gone.
+    const long pid = std::strtol(n.c_str() + at + 9, nullptr, 10);
+    if (pid > 0 && (::kill(pid_t(pid), 0) == 0 || errno == EPERM)) continue;
+    std::error_code rm;
+    fs::remove_all(e.path(), rm);
+    removed += !rm;
+  }
+  return removed;
+}
+
+}  // namespace sl

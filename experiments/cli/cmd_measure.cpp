@@ -1,0 +1,269 @@
+// `streamlab measure`: one process's measurement of decode steps under one stream policy, written
+// as JSON (experiments/compare/measurement.h). `compare` and `sweep` run it as their child
+// process, once per policy and repetition, so that no policy inherits another's context, queues
+// or memory; it can also be run by hand.
+//
+// Untraced (default): after the prefill and a warm-up, each mode's steps are timed twice over:
+// the host wall clock from enqueue to completion, and the GPU time between timing marks on the
+// main stream (step start, target done, step end). With --trace, the same process instead traces
+// one window per mode with CUPTI (the structure compare analyses), then stops tracing and times
+// the same number of steps untraced: the tracing on/off ratio inside one process.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/atomic_file.h"
+#include "core/error.h"
+#include "core/rng.h"
+#include "experiments/cli/backend_choice.h"
+#include "experiments/cli/commands.h"
+#include "experiments/cli/model_options.h"
+#include "experiments/cli/provenance.h"
+#include "experiments/compare/measurement.h"
+#include "model/deepseek_v4.h"
+#if STREAMLAB_HAVE_CUDA
+#include "profiler/cupti/cupti_session.h"
+#include "profiler/kineto_json.h"
+#include "profiler/nsys_sqlite.h"
+#include "profiler/summary.h"
+#endif
+
+namespace sl::cli {
+namespace {
+
+struct MeasureOptions {
+  ModelOptions model;
+  std::string backend = "cuda";
+  std::vector<std::string> modes{"eager", "graph"};
+  int steps = 20;
+  int warmup = 3;
+  std::string out;
+  bool trace = false;
+  bool allow_invalid_records = false;
+};
+
+char** g_measure_argv = nullptr;
+int g_measure_argc = 0;
+
+using clock_type = std::chrono::steady_clock;
+double ms_since(clock_type::time_point t0) {
+  return std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
+}
+
+// The prompt `streamlab run` uses: deterministic pseudo-random ids from the seed.
+std::vector<int32_t> seeded_prompt(const ModelConfig& cfg) {
+  std::vector<int32_t> out;
+  const uint64_t key = hash_name("prompt");
+  for (int64_t i = 0; i < int64_t(cfg.batch) * cfg.context_length; ++i)
+    out.push_back(int32_t(splitmix64(cfg.seed ^ splitmix64(key ^ uint64_t(i))) % uint64_t(cfg.vocab_size)));
+  return out;
+}
+
+// One decode step in `mode`, timed. The device half alone is between the two synchronizations
+// (the position upload before it and the token download after it are not part of a step's
+// latency in a serving loop that keeps tokens on the device).
+struct StepTiming {
+  double host_ms = 0, enqueue_ms = 0;
+  DeepSeekV4::StepTimes marks;
+};
+StepTiming timed_step(DeepSeekV4& model, const std::string& mode) {
+  model.decode_prepare();
+  model.backend().synchronize();
+  StepTiming t;
+  const auto t0 = clock_type::now();
+  if (mode == "graph")
+    model.decode_replay();
+  else
+    model.decode_enqueue();
+  t.enqueue_ms = ms_since(t0);
+  model.backend().synchronize();
+  t.host_ms = ms_since(t0);
+  model.decode_collect();
+  t.marks = model.last_step_times();
+  return t;
+}
+
+compare::ModeSamples measure_mode(DeepSeekV4& model, const std::string& mode, int warmup, int steps) {
+  for (int i = 0; i < warmup; ++i) timed_step(model, mode);  // the graph's capture is in the first
+  compare::ModeSamples s;
+  s.mode = mode;
+  for (int i = 0; i < steps; ++i) {
+    const StepTiming t = timed_step(model, mode);
+    s.step_ms.push_back(t.marks.step_ms);
+    s.target_ms.push_back(t.marks.target_ms);
+    s.draft_ms.push_back(t.marks.draft_ms);
+    s.host_ms.push_back(t.host_ms);
+    s.enqueue_ms.push_back(t.enqueue_ms);
+  }
+  if (mode == "graph") {
+    const auto& g = model.graph_stats();
+    s.graph_nodes = g.nodes;
+    s.graph_edges = g.edges;
+    s.capture_ms = g.capture_ms;
+    s.instantiate_ms = g.instantiate_ms;
+  }
+  return s;
+}
+
+std::vector<double> host_times(DeepSeekV4& model, const std::string& mode, int steps) {
+  std::vector<double> v;
+  for (int i = 0; i < steps; ++i) v.push_back(timed_step(model, mode).host_ms);
+  return v;
+}
+
+std::string sibling(const std::string& out, const std::string& suffix) {
+  std::filesystem::path p(out);
+  return (p.parent_path() / (p.stem().string() + suffix)).string();
+}
+
+void measure(const MeasureOptions& o) {
+  SL_CHECK(!o.out.empty(), "measure: --out FILE.json is required");
+  SL_CHECK(o.steps >= 1 && o.steps <= 100000, "measure: --steps must be in [1, 100000], not ", o.steps);
+  SL_CHECK(o.warmup >= 1 && o.warmup <= 1000, "measure: --warmup must be in [1, 1000] (the first step of a mode "
+           "loads modules and captures the graph), not ", o.warmup);
+  SL_CHECK(!o.modes.empty(), "measure: --modes is empty");
+  for (const auto& m : o.modes) SL_CHECK(m == "eager" || m == "graph", "measure: --modes takes eager and/or graph, not '", m, "'");
+  ModelConfig cfg = resolve_config(o.model, "");
+  const StreamPolicy policy = resolve_policy(o.model);
+  if (o.backend == "cpu") {
+    // The CPU reference runs ops one by one on the host: no graphs, no tracer. It is here so that
+    // compare and sweep can be exercised end to end on a machine without a GPU (tests, CI).
+    for (const auto& m : o.modes) SL_CHECK(m == "eager", "measure --backend cpu: only --modes eager (no CUDA graphs on the CPU)");
+    SL_CHECK(!o.trace, "measure --backend cpu: --trace needs the CUDA backend");
+  } else {
+    std::string why;
+    SL_CHECK(gpu_present(&why), "measure: needs a GPU (", why, "); --backend cpu measures the CPU reference");
+  }
+#if STREAMLAB_HAVE_CUDA
+  if (o.trace) {
+    prof::CuptiSession::reexec_with_nvtx_injection(g_measure_argv, "streamlab");
+    SL_CHECK(prof::CuptiSession::instance().start({}) == prof::SessionState::Tracing, "measure --trace: ",
+             prof::CuptiSession::instance().message());
+  }
+#endif
+  const int per_mode = o.warmup + o.steps + (o.trace ? 2 * o.steps : 0);
+  RunShape shape = run_shape(cfg, per_mode * int(o.modes.size()) + 1, false);
+  std::fprintf(stderr, "measure: %s, policy %s, batch %d, context %d, %d MTP layers (compress %d), %d draft steps%s\n",
+               cfg.name.c_str(), policy.str().c_str(), cfg.batch, cfg.context_length, cfg.num_nextn_predict_layers,
+               cfg.mtp_compress_ratio, cfg.draft_steps, o.trace ? ", traced" : "");
+  auto be = make_backend(o.backend);
+  DeepSeekV4 model(*be, cfg, policy, shape);
+  model.enable_step_marks();
+  model.init_random(cfg.seed);
+  model.prefill(seeded_prompt(cfg), cfg.context_length);
+
+  compare::Measurement m;
+  m.provenance = provenance(command_line(g_measure_argc, g_measure_argv));
+  m.config = cfg.name;
+  m.layers = cfg.num_hidden_layers;
+  m.mtp_layers = cfg.num_nextn_predict_layers;
+  m.mtp_compress = cfg.mtp_compress_ratio;
+  m.batch = cfg.batch;
+  m.context = cfg.context_length;
+  m.draft_steps = cfg.draft_steps;
+  m.policy = policy.str();
+  m.aux_priority = o.model.aux_priority;
+  m.shared_expert_stream = policy.shared_expert_stream;
+  m.connections = connections_setting();
+  m.streams_created = int(model.created_streams().size());
+  for (const auto& s : model.stream_plan().streams) {
+    m.stream_names.push_back(s.name);
+    m.stream_owners.push_back(s.owner);
+  }
+  m.stream_setup_ms = model.stream_setup_ms();
+  m.events_created = int(model.events_created());
+
+  if (!o.trace) {
+    for (const auto& mode : o.modes) {
+      std::fprintf(stderr, "measure: %s, %d warm-up + %d timed steps\n", mode.c_str(), o.warmup, o.steps);
+      m.modes.push_back(measure_mode(model, mode, o.warmup, o.steps));
+    }
+  } else {
+#if STREAMLAB_HAVE_CUDA
+    auto& session = prof::CuptiSession::instance();
+    for (const auto& mode : o.modes) host_times(model, mode, o.warmup);  // modules, CUPTI code, graph capture
+    std::vector<compare::TracedWindow> windows;
+    for (const auto& mode : o.modes) {
+      std::fprintf(stderr, "measure: tracing %d %s steps\n", o.steps, mode.c_str());
+      compare::TracedWindow w;
+      w.mode = mode;
+      session.begin_window();
+      w.traced_step_ms = host_times(model, mode, o.steps);
+      prof::Trace trace = session.end_window();
+      trace.metadata["policy"] = policy.str();
+      trace.metadata["mode"] = mode;
+      trace.metadata["config"] = cfg.name;
+      const std::string warn = prof::record_count_warnings(trace.counts);
+      if (!warn.empty()) {
+        std::fprintf(stderr, "measure: %s\n", warn.c_str());
+        SL_CHECK(o.allow_invalid_records || trace.counts.clean(), "measure: the ", mode,
+                 " trace has dropped or invalid records (see above); --allow-invalid-records keeps it");
+      }
+      const std::string json_path = sibling(o.out, "." + mode + ".json");
+      prof::write_kineto_json_file(trace, json_path);
+      w.trace_json = std::filesystem::path(json_path).filename().string();
+      if (mode == "eager") {
+        const std::string sqlite_path = sibling(o.out, "." + mode + ".sqlite");
+        prof::write_nsys_sqlite(trace, sqlite_path);
+        w.trace_sqlite = std::filesystem::path(sqlite_path).filename().string();
+      }
+      windows.push_back(std::move(w));
+    }
+    session.stop();
+    for (auto& w : windows) {
+      std::fprintf(stderr, "measure: %d untraced %s steps (tracing on/off)\n", o.steps, w.mode.c_str());
+      w.untraced_step_ms = host_times(model, w.mode, o.steps);
+    }
+    m.traced = std::move(windows);
+    if (model.graph_captured()) {
+      compare::ModeSamples g;
+      g.mode = "graph";
+      g.graph_nodes = model.graph_stats().nodes;
+      g.graph_edges = model.graph_stats().edges;
+      g.capture_ms = model.graph_stats().capture_ms;
+      g.instantiate_ms = model.graph_stats().instantiate_ms;
+      m.modes.push_back(g);
+    }
+#endif
+  }
+  const MemoryStats mem = be->memory();
+  m.weights_bytes = double(mem.weights_bytes);
+  m.activations_bytes = double(mem.activations_bytes);
+  m.peak_bytes = double(mem.peak_bytes);
+  m.library_bytes = double(mem.library_bytes);
+  write_file_atomic(o.out, compare::to_json(m).dump(1) + "\n");
+  std::fprintf(stderr, "measure: wrote %s\n", o.out.c_str());
+}
+
+}  // namespace
+
+void set_measure_argv(int argc, char** argv) {
+  g_measure_argc = argc;
+  g_measure_argv = argv;
+}
+
+void add_measure_command(CLI::App& app) {
+  auto o = std::make_shared<MeasureOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "measure", "One process's timed decode steps under one stream policy, as JSON (the child process of compare and "
+                 "sweep; needs a GPU)");
+  add_model_options(cmd, o->model);
+  cmd->add_option("--backend", o->backend, "cuda, or cpu (the fp32 reference: eager only, for tests without a GPU)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
+  cmd->add_option("--out", o->out, "the measurement JSON to write (traces go beside it with --trace)")->required();
+  cmd->add_option("--modes", o->modes, "eager and/or graph")->delimiter(',')->capture_default_str();
+  cmd->add_option("--steps", o->steps, "timed decode steps per mode")->capture_default_str();
+  cmd->add_option("--warmup", o->warmup, "untimed decode steps per mode before them")->capture_default_str();
+  cmd->add_flag("--trace", o->trace,
+                "trace one window per mode with CUPTI (Kineto JSON beside --out, and SQLite for eager), then time "
+                "the same steps untraced (the tracing on/off ratio)");
+  cmd->add_flag("--allow-invalid-records", o->allow_invalid_records, "keep a trace with dropped or invalid records");
+  cmd->callback([o] { measure(*o); });
+}
+
+}  // namespace sl::cli

@@ -1,0 +1,214 @@
+#include "experiments/compare/measurement.h"
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace sl::compare {
+
+using nlohmann::json;
+
+const ModeSamples* Measurement::mode(const std::string& name) const {
+  for (const auto& m : modes)
+    if (m.mode == name) return &m;
+  return nullptr;
+}
+
+json to_json(const Measurement& m) {
+  json modes = json::array();
+  for (const auto& s : m.modes) {
+    json j{{"mode", s.mode},         {"step_ms", s.step_ms}, {"target_ms", s.target_ms},
+           {"draft_ms", s.draft_ms}, {"host_ms", s.host_ms}, {"enqueue_ms", s.enqueue_ms}};
+    if (s.mode == "graph")
+      j["graph"] = {{"nodes", s.graph_nodes},
+                    {"edges", s.graph_edges},
+                    {"capture_ms", s.capture_ms},
+                    {"instantiate_ms", s.instantiate_ms}};
+    modes.push_back(j);
+  }
+  json traced = json::array();
+  for (const auto& t : m.traced)
+    traced.push_back({{"mode", t.mode},
+                      {"trace_json", t.trace_json},
+                      {"trace_sqlite", t.trace_sqlite},
+                      {"traced_step_ms", t.traced_step_ms},
+                      {"untraced_step_ms", t.untraced_step_ms}});
+  return {{"schema", m.schema},
+          {"provenance", m.provenance},
+          {"stream_source", m.stream_source},
+          {"model",
+           {{"config", m.config},
+            {"layers", m.layers},
+            {"mtp_layers", m.mtp_layers},
+            {"mtp_compress", m.mtp_compress},
+            {"batch", m.batch},
+            {"context", m.context},
+            {"draft_steps", m.draft_steps}}},
+          {"policy",
+           {{"name", m.policy},
+            {"aux_priority", m.aux_priority},
+            {"shared_expert_stream", m.shared_expert_stream},
+            {"connections", m.connections}}},
+          {"resources",
+           {{"streams_created", m.streams_created},
+            {"stream_names", m.stream_names},
+            {"stream_owners", m.stream_owners},
+            {"stream_setup_ms", m.stream_setup_ms},
+            {"events_created", m.events_created},
+            {"weights_bytes", m.weights_bytes},
+            {"activations_bytes", m.activations_bytes},
+            {"peak_bytes", m.peak_bytes},
+            {"library_bytes", m.library_bytes}}},
+          {"modes", modes},
+          {"traced", traced}};
+}
+
+namespace {
+
+// Field access with the file and the JSON path in every error.
+class Reader {
+ public:
+  Reader(const json& j, std::string where) : j_(j), where_(std::move(where)) {}
+  const json& at(const char* key) const {
+    SL_CHECK(j_.is_object(), where_, ": expected an object");
+    auto it = j_.find(key);
+    SL_CHECK(it != j_.end(), where_, ": missing field \"", key, "\"");
+    return *it;
+  }
+  Reader sub(const char* key) const { return Reader(at(key), where_ + "." + key); }
+  std::string str(const char* key) const {
+    const json& v = at(key);
+    SL_CHECK(v.is_string(), where_, ".", key, ": expected a string");
+    return v.get<std::string>();
+  }
+  double num(const char* key) const {
+    const json& v = at(key);
+    SL_CHECK(v.is_number(), where_, ".", key, ": expected a number");
+    return v.get<double>();
+  }
+  int integer(const char* key) const {
+    const json& v = at(key);
+    SL_CHECK(v.is_number_integer() && v.get<int64_t>() >= -(int64_t(1) << 31) && v.get<int64_t>() < (int64_t(1) << 31),
+             where_, ".", key, ": expected an integer");
+    return v.get<int>();
+  }
+  bool boolean(const char* key) const {
+    const json& v = at(key);
+    SL_CHECK(v.is_boolean(), where_, ".", key, ": expected true or false");
+    return v.get<bool>();
+  }
+  std::vector<double> nums(const char* key) const {
+    const json& v = at(key);
+    SL_CHECK(v.is_array(), where_, ".", key, ": expected an array of numbers");
+    std::vector<double> out;
+    for (const auto& x : v) {
+      SL_CHECK(x.is_number() && std::isfinite(x.get<double>()), where_, ".", key, ": expected finite numbers");
+      out.push_back(x.get<double>());
+    }
+    return out;
+  }
+  std::vector<std::string> strs(const char* key) const {
+    const json& v = at(key);
+    SL_CHECK(v.is_array(), where_, ".", key, ": expected an array of strings");
+    std::vector<std::string> out;
+    for (const auto& x : v) {
+      SL_CHECK(x.is_string(), where_, ".", key, ": expected strings");
+      out.push_back(x.get<std::string>());
+    }
+    return out;
+  }
+  const json& raw() const { return j_; }
+  const std::string& where() const { return where_; }
+
+ private:
+  const json& j_;
+  std::string where_;
+};
+
+}  // namespace
+
+Measurement measurement_from_json(const json& j, const std::string& origin) {
+  Reader r(j, origin);
+  Measurement m;
+  m.schema = r.str("schema");
+  SL_CHECK(m.schema == kMeasurementSchema, origin, ": schema \"", m.schema, "\", expected \"", kMeasurementSchema,
+           "\" (written by another streamlab version?)");
+  m.provenance = r.at("provenance");
+  SL_CHECK(m.provenance.is_object(), origin, ".provenance: expected an object");
+  m.stream_source = r.str("stream_source");
+  const Reader model = r.sub("model");
+  m.config = model.str("config");
+  m.layers = model.integer("layers");
+  m.mtp_layers = model.integer("mtp_layers");
+  m.mtp_compress = model.integer("mtp_compress");
+  m.batch = model.integer("batch");
+  m.context = model.integer("context");
+  m.draft_steps = model.integer("draft_steps");
+  const Reader pol = r.sub("policy");
+  m.policy = pol.str("name");
+  m.aux_priority = pol.str("aux_priority");
+  m.shared_expert_stream = pol.boolean("shared_expert_stream");
+  m.connections = pol.str("connections");
+  const Reader res = r.sub("resources");
+  m.streams_created = res.integer("streams_created");
+  m.stream_names = res.strs("stream_names");
+  m.stream_owners = res.strs("stream_owners");
+  m.stream_setup_ms = res.num("stream_setup_ms");
+  m.events_created = res.integer("events_created");
+  m.weights_bytes = res.num("weights_bytes");
+  m.activations_bytes = res.num("activations_bytes");
+  m.peak_bytes = res.num("peak_bytes");
+  m.library_bytes = res.num("library_bytes");
+  const json& modes = r.at("modes");
+  SL_CHECK(modes.is_array(), origin, ".modes: expected an array");
+  for (size_t i = 0; i < modes.size(); ++i) {
+    const Reader mr(modes[i], origin + ".modes[" + std::to_string(i) + "]");
+    ModeSamples s;
+    s.mode = mr.str("mode");
+    SL_CHECK(s.mode == "eager" || s.mode == "graph", mr.where(), ".mode: \"", s.mode, "\", expected eager or graph");
+    s.step_ms = mr.nums("step_ms");
+    s.target_ms = mr.nums("target_ms");
+    s.draft_ms = mr.nums("draft_ms");
+    s.host_ms = mr.nums("host_ms");
+    s.enqueue_ms = mr.nums("enqueue_ms");
+    SL_CHECK(s.target_ms.size() == s.step_ms.size() && s.draft_ms.size() == s.step_ms.size(), mr.where(),
+             ": step_ms, target_ms and draft_ms must have one value per step");
+    if (s.mode == "graph") {
+      const Reader g = mr.sub("graph");
+      s.graph_nodes = size_t(g.integer("nodes"));
+      s.graph_edges = size_t(g.integer("edges"));
+      s.capture_ms = g.num("capture_ms");
+      s.instantiate_ms = g.num("instantiate_ms");
+    }
+    m.modes.push_back(std::move(s));
+  }
+  const json& traced = r.at("traced");
+  SL_CHECK(traced.is_array(), origin, ".traced: expected an array");
+  for (size_t i = 0; i < traced.size(); ++i) {
+    const Reader tr(traced[i], origin + ".traced[" + std::to_string(i) + "]");
+    TracedWindow t;
+    t.mode = tr.str("mode");
+    t.trace_json = tr.str("trace_json");
+    t.trace_sqlite = tr.str("trace_sqlite");
+    t.traced_step_ms = tr.nums("traced_step_ms");
+    t.untraced_step_ms = tr.nums("untraced_step_ms");
+    m.traced.push_back(std::move(t));
+  }
+  return m;
+}
+
+Measurement read_measurement(const std::string& path) {
+  std::ifstream f(path);
+  SL_CHECK(f, "cannot read the measurement '", path, "'");
+  json j;
+  try {
+    j = json::parse(f);
+  } catch (const json::exception& e) {
+    fail("'", path, "' is not valid JSON: ", e.what());
+  }
+  return measurement_from_json(j, "'" + path + "'");
+}
+
+}  // namespace sl::compare
