@@ -13,5 +13,6 @@ void add_export_command(CLI::App& app);    // cmd_export.cpp: convert a trace to
 void add_view_command(CLI::App& app);      // cmd_view.cpp: the interactive timeline (ui/)
 void add_measure_command(CLI::App& app);   // cmd_measure.cpp: one process's timed decode steps (compare's child)
 void set_measure_argv(int argc, char** argv);
+void add_compare_command(CLI::App& app);   // cmd_compare.cpp: the verdict on stream policies
 
 }  // namespace sl::cli

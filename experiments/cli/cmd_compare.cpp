@@ -1,0 +1,390 @@
+// `streamlab compare`: the verdict on stream policies as one command.
+//
+//   streamlab compare                 on a GPU: run the default comparison live (per-layer vs shared,
+//                                     serial as the no-overlap reference) and write a report folder;
+//                                     without one: show the comparison recorded on an H200 that
+//                                     ships in the repository (results/compare/)
+//   streamlab compare A B [C ...]     compare existing inputs: run folders of earlier compares, our
+//                                     JSON / SQLite traces, PyTorch profiler (Kineto) JSON
+//
+// The statistics are in core/stats.h, the comparison in experiments/compare/comparison.h, the
+// child processes in experiments/compare/live_plan.h.
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/atomic_file.h"
+#include "core/build_info.h"
+#include "core/error.h"
+#include "experiments/cli/commands.h"
+#include "experiments/cli/model_options.h"
+#include "experiments/cli/provenance.h"
+#include "experiments/compare/child_process.h"
+#include "experiments/compare/comparison.h"
+#include "experiments/compare/live_plan.h"
+#include "experiments/compare/report.h"
+#include "experiments/compare/run_folder.h"
+#include "experiments/compare/structure.h"
+#include "experiments/compare/trace_side.h"
+#include "profiler/trace_io.h"
+
+namespace sl::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using compare::Report;
+
+struct CompareCliOptions {
+  std::vector<std::string> inputs;
+  ModelOptions model;
+  std::string backend = "cuda";
+  std::vector<std::string> policies{"per-layer", "shared", "serial"};
+  int repetitions = 5;
+  int steps = 20, warmup = 3, traced_steps = 5;
+  std::vector<std::string> modes{"eager", "graph"};
+  bool no_trace = false, no_baseline_twice = false;
+  std::string out_dir = "results/compare";
+  bool out_dir_given = false;
+  std::string recorded;  // a run folder to show instead of measuring
+  std::string policy_filter;
+  std::string step_range;
+  std::string connections;
+  double margin_pct = 1.0;
+  double fail_if_slower = -1;
+  double child_timeout_s = 900;
+  bool json = false;
+};
+
+// compare's defaults for the model: the flash-shaped decode step where every MTP layer runs and
+// its aux streams carry work (4 MTP layers with compress ratio 4, 4 draft steps), batch 1.
+void apply_compare_defaults(ModelOptions& m) {
+  if (!m.batch) m.batch = 1;
+  if (!m.context) m.context = 2048;
+  if (!m.mtp_layers) m.mtp_layers = 4;
+  if (!m.mtp_compress) m.mtp_compress = 4;
+  if (!m.draft_steps) m.draft_steps = 4;
+}
+
+std::vector<std::string> model_args(const ModelOptions& m) {
+  std::vector<std::string> a{"--config", m.config};
+  auto add = [&](const char* flag, const auto& v) {
+    if (v) a.insert(a.end(), {flag, std::to_string(*v)});
+  };
+  add("--batch", m.batch);
+  add("--context", m.context);
+  add("--mtp-layers", m.mtp_layers);
+  add("--mtp-compress", m.mtp_compress);
+  add("--draft-steps", m.draft_steps);
+  add("--prefill-chunk", m.prefill_chunk);
+  add("--seed", m.seed);
+  if (m.rope) a.insert(a.end(), {"--rope", *m.rope});
+  if (m.aux_priority != "default") a.insert(a.end(), {"--aux-priority", m.aux_priority});
+  if (m.no_shared_expert_stream) a.push_back("--no-shared-expert-stream");
+  return a;
+}
+
+std::string utc_now() {
+  std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+// The measurements' provenance (the first child's: GPU, driver, CUDA, commit, date).
+nlohmann::json measured_provenance(const std::vector<compare::Side>& sides) {
+  for (const auto& s : sides)
+    if (!s.runs.empty()) return s.runs.front().provenance;
+  return nlohmann::json::object();
+}
+
+std::string describe_setup(const nlohmann::json& settings) {
+  const auto& m = settings.value("model", nlohmann::json::object());
+  if (m.empty()) return "";
+  char buf[400];
+  std::snprintf(buf, sizeof buf,
+                "%s, batch %d, context %d, %d MTP layers (compress %d), %d draft steps; %d repetitions per policy%s, "
+                "%d timed steps per mode",
+                m.value("config", std::string("?")).c_str(), m.value("batch", 0), m.value("context", 0),
+                m.value("mtp_layers", 0), m.value("mtp_compress", 0), m.value("draft_steps", 0),
+                settings.value("repetitions", 0), settings.value("baseline_twice", false) ? ", baseline twice" : "",
+                settings.value("steps", 0));
+  return buf;
+}
+
+std::string gpu_words(const nlohmann::json& p) {
+  std::string s = p.value("gpu", std::string("unknown GPU"));
+  const std::string drv = p.value("driver", std::string());
+  const int rt = p.value("cuda_runtime_version", 0);
+  if (!drv.empty() || rt) {
+    s += " (";
+    if (!drv.empty()) s += "driver " + drv;
+    if (rt) s += std::string(drv.empty() ? "" : ", ") + "CUDA " + std::to_string(rt / 1000) + "." + std::to_string(rt % 1000 / 10);
+    s += ")";
+  }
+  return s;
+}
+
+// Builds the report of a folder's sides (live or recorded).
+Report folder_report(const compare::RunFolder& f, std::vector<compare::Side> sides, const CompareCliOptions& o) {
+  auto index_of = [&](const std::string& label) -> size_t {
+    for (size_t i = 0; i < sides.size(); ++i)
+      if (sides[i].label == label) return i;
+    fail("'", f.path, "': summary.json names '", label, "', which has no runs");
+  };
+  const size_t a = index_of(f.baseline);
+  std::optional<size_t> again, ref;
+  if (f.baseline_again) again = index_of(*f.baseline_again);
+  if (f.reference) ref = index_of(*f.reference);
+  compare::CompareOptions co;
+  co.margin_floor = o.margin_pct / 100;
+  Report r;
+  r.cmp = compare::compare_sides(std::move(sides), a, again, ref, co);
+  for (const auto& s : r.cmp.sides) r.resources.push_back(compare::resources_of(s));
+  r.provenance = measured_provenance(r.cmp.sides);
+  r.settings = f.summary.value("settings", nlohmann::json::object());
+  if (!r.settings.contains("description")) r.settings["description"] = describe_setup(r.settings);
+  r.structure = compare::structure_of_folder(f.path, r.cmp);
+  return r;
+}
+
+std::string unique_folder(const std::string& root, const std::string& name) {
+  std::string p = root + "/" + name;
+  for (int k = 2; fs::exists(p); ++k) p = root + "/" + name + "_" + std::to_string(k);
+  return p;
+}
+
+int finish(const Report& r, const CompareCliOptions& o) {
+  if (o.json) std::printf("%s\n", compare::report_json(r).dump(2).c_str());
+  else std::printf("%s", compare::report_text(r).c_str());
+  std::fflush(stdout);
+  if (o.fail_if_slower >= 0) {
+    const auto slower = compare::slower_than(r.cmp, o.fail_if_slower);
+    for (const auto* d : slower)
+      std::fprintf(stderr, "compare: %s is slower than %s on %s by more than %.2f %% (95 %% interval %s)\n",
+                   r.cmp.sides[d->b].label.c_str(), r.cmp.sides[d->a].label.c_str(), d->key.c_str(), o.fail_if_slower,
+                   compare::format_interval(d->interval).c_str());
+    if (!slower.empty()) return 3;
+  }
+  return 0;
+}
+
+int run_live(const CompareCliOptions& o) {
+  compare::LiveSpec spec;
+  spec.exe = compare::self_executable();
+  spec.backend = o.backend;
+  ModelOptions m = o.model;
+  apply_compare_defaults(m);
+  spec.model_args = model_args(m);
+  spec.policies = o.policies;
+  spec.repetitions = o.repetitions;
+  spec.baseline_twice = !o.no_baseline_twice;
+  spec.steps = o.steps;
+  spec.warmup = o.warmup;
+  spec.modes = o.modes;
+  spec.trace = !o.no_trace && o.backend == "cuda";
+  spec.traced_steps = o.traced_steps;
+  spec.child_timeout_s = o.child_timeout_s;
+  if (!o.connections.empty()) spec.env.push_back({"CUDA_DEVICE_MAX_CONNECTIONS", o.connections});
+  if (o.backend == "cpu")
+    for (const auto& md : spec.modes)
+      SL_CHECK(md == "eager", "compare --backend cpu: only --modes eager (the CPU reference has no CUDA graphs)");
+  resolve_config(m, "");  // a bad model option fails here, before any child starts
+  const std::vector<compare::PlannedRun> plan = compare::plan_live(spec);
+
+  if (!fs::exists(o.out_dir)) {
+    SL_CHECK(!o.out_dir_given, "compare: the output folder '", o.out_dir, "' does not exist");
+    fs::create_directories(o.out_dir);
+  }
+  remove_stale_staging(o.out_dir);
+  const nlohmann::json prov = provenance("streamlab compare");
+  const std::string gpu = o.backend == "cpu" ? "cpu" : prov.value("gpu", std::string("gpu"));
+  const std::string date = utc_now();
+  StagedDir dir(unique_folder(o.out_dir, compare::run_folder_name(date, gpu, build_commit_short())));
+  for (const char* sub : {"runs", "traces", "logs"}) fs::create_directory(dir.path() + "/" + sub);
+  std::fprintf(stderr, "compare: %zu child processes (%zu policies x %d repetitions%s%s), results in %s\n", plan.size(),
+               spec.policies.size(), spec.repetitions, spec.baseline_twice ? " + the baseline again" : "",
+               spec.trace ? " + one traced run per policy" : "", dir.final_path().c_str());
+  compare::execute_plan(spec, plan, dir.path(), stderr);
+
+  compare::RunFolder f;
+  f.path = dir.path();
+  f.runs = plan;
+  for (const auto& r : plan)
+    if (std::find(f.side_labels.begin(), f.side_labels.end(), r.side) == f.side_labels.end())
+      f.side_labels.push_back(r.side);
+  f.baseline = spec.policies[0];
+  if (spec.baseline_twice) f.baseline_again = compare::again_label(spec.policies[0]);
+  for (const auto& p : spec.policies)
+    if (p == "serial" && p != spec.policies[0]) f.reference = p;
+  nlohmann::json settings{{"kind", "live"},
+                          {"backend", o.backend},
+                          {"model",
+                           {{"config", m.config},
+                            {"batch", *m.batch},
+                            {"context", *m.context},
+                            {"mtp_layers", *m.mtp_layers},
+                            {"mtp_compress", *m.mtp_compress},
+                            {"draft_steps", *m.draft_steps}}},
+                          {"model_args", spec.model_args},
+                          {"policies", spec.policies},
+                          {"repetitions", spec.repetitions},
+                          {"baseline_twice", spec.baseline_twice},
+                          {"steps", spec.steps},
+                          {"warmup", spec.warmup},
+                          {"traced_steps", spec.trace ? spec.traced_steps : 0},
+                          {"modes", spec.modes},
+                          {"connections", o.connections},
+                          {"margin_floor_pct", o.margin_pct},
+                          {"baseline", f.baseline},
+                          {"baseline_again", f.baseline_again ? nlohmann::json(*f.baseline_again) : nlohmann::json()},
+                          {"reference", f.reference ? nlohmann::json(*f.reference) : nlohmann::json()},
+                          {"runs", compare::plan_to_json(plan)}};
+  f.summary = {{"settings", settings}};
+  std::vector<compare::Side> sides = compare::load_sides(f);
+  for (auto& s : sides) s.origin = "live";
+  Report r = folder_report(f, std::move(sides), o);
+  const std::string folder_name = fs::path(dir.final_path()).filename().string();
+  r.source_line = "streamlab compare: measured live on " + gpu_words(r.provenance) + ", commit " +
+                  r.provenance.value("commit", std::string("unknown")) + ", " + date + " (" + dir.final_path() + ")";
+  r.files = {"report.md", "report.html", "summary.json", "runs/", "traces/", "logs/"};
+  compare::write_report_files(r, dir.path());
+  dir.commit();
+  std::fprintf(stderr, "compare: report in %s/report.html (and report.md, summary.json)\n", dir.final_path().c_str());
+  return finish(r, o);
+}
+
+int run_recorded(const CompareCliOptions& o, const std::string& why_no_gpu) {
+  std::string folder = o.recorded;
+  if (folder.empty()) {
+    for (const std::string root : {std::string(STREAMLAB_SOURCE_DIR) + "/results/compare", std::string("results/compare")}) {
+      folder = compare::find_recorded_run(root);
+      if (!folder.empty()) break;
+    }
+    SL_CHECK(!folder.empty(), "compare: no GPU here (", why_no_gpu,
+             ") and no recorded compare run under results/compare/ to show; run it on a GPU, or give inputs "
+             "(streamlab compare A B)");
+  }
+  const compare::RunFolder f = compare::read_run_folder(folder);
+  Report r = folder_report(f, compare::load_sides(f), o);
+  const std::string date = r.provenance.value("date", std::string("an unknown date"));
+  r.source_line = (o.recorded.empty() ? "No GPU here (" + why_no_gpu + "): showing the comparison recorded on "
+                                      : "Showing the comparison recorded on ") +
+                  gpu_words(r.provenance) + " at commit " + r.provenance.value("commit", std::string("unknown")) +
+                  " on " + date + " (" + folder + "); run streamlab compare on a GPU to measure yours.";
+  return finish(r, o);
+}
+
+int run_inputs(const CompareCliOptions& o) {
+  SL_CHECK(o.inputs.size() >= 2 || fs::is_directory(o.inputs[0]),
+           "compare: give two or more inputs (run folders or trace files), or one run folder");
+  std::vector<compare::Side> sides;
+  bool all_folders = true;
+  nlohmann::json inputs = nlohmann::json::array();
+  for (const auto& in : o.inputs) {
+    SL_CHECK(fs::exists(in), "compare: '", in, "' does not exist");
+    inputs.push_back(in);
+    if (fs::is_directory(in)) {
+      const compare::RunFolder f = compare::read_run_folder(in);
+      if (o.inputs.size() == 1 && o.policy_filter.empty()) {
+        // One folder: its own comparison, recomputed from its runs.
+        Report r = folder_report(f, compare::load_sides(f), o);
+        r.source_line = "streamlab compare: the runs in " + in + ", measured on " + gpu_words(r.provenance) +
+                        " at commit " + r.provenance.value("commit", std::string("unknown"));
+        return finish(r, o);
+      }
+      for (auto& s : compare::load_sides(f)) {
+        if (!o.policy_filter.empty() && s.label != o.policy_filter) continue;
+        if (o.policy_filter.empty() && f.baseline_again && s.label == *f.baseline_again) continue;
+        s.label = fs::path(in).filename().string() + ":" + s.label;
+        sides.push_back(std::move(s));
+      }
+    } else {
+      all_folders = false;
+      const prof::Trace t = prof::load_trace(in);
+      compare::TraceStepOptions so;
+      so.step_range = o.step_range;
+      sides.push_back(compare::side_from_trace(t, fs::path(in).filename().string(), in, so));
+    }
+  }
+  SL_CHECK(sides.size() >= 2, "compare: the inputs hold ", sides.size(), " side(s)",
+           o.policy_filter.empty() ? "" : " with policy '" + o.policy_filter + "'", "; need two or more");
+  compare::CompareOptions co;
+  co.margin_floor = o.margin_pct / 100;
+  Report r;
+  r.cmp = compare::compare_sides(std::move(sides), 0, std::nullopt, std::nullopt, co);
+  for (const auto& s : r.cmp.sides) r.resources.push_back(compare::resources_of(s));
+  r.provenance = measured_provenance(r.cmp.sides);
+  r.settings = {{"kind", "inputs"}, {"inputs", inputs}};
+  r.source_line = "streamlab compare: " + std::to_string(o.inputs.size()) + " inputs, A = " + r.cmp.sides[0].label;
+  if (!all_folders) r.structure = compare::structure_of_inputs(o.inputs, r.cmp);
+  return finish(r, o);
+}
+
+int compare_main(CompareCliOptions o) {
+  SL_CHECK(o.margin_pct > 0 && o.margin_pct < 100, "compare: --margin must be in (0, 100) percent, not ", o.margin_pct);
+  if (!o.inputs.empty()) return run_inputs(o);
+  std::string why;
+  if (o.backend == "cuda" && o.recorded.empty() && gpu_present(&why)) return run_live(o);
+  if (o.backend == "cpu" && o.recorded.empty()) return run_live(o);
+  return run_recorded(o, why);
+}
+
+}  // namespace
+
+void add_compare_command(CLI::App& app) {
+  auto o = std::make_shared<CompareCliOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "compare",
+      "The verdict on stream policies: with no inputs, run per-layer vs shared (serial as the reference) on this GPU "
+      "and write a report folder, or without a GPU show the comparison recorded on an H200; with inputs (run "
+      "folders, our JSON / SQLite traces, PyTorch profiler JSON), compare those");
+  cmd->add_option("inputs", o->inputs, "run folders or trace files to compare (the first is the baseline A)");
+  add_model_options(cmd, o->model);
+  // The policies come from --policies here; --policy picks a side of run-folder inputs.
+  cmd->remove_option(cmd->get_option("--policy"));
+  o->model.config = "flash-6l";
+  cmd->get_option("--config")->default_str("flash-6l");
+  cmd->add_option("--policies", o->policies, "live: policies to run, the first is the baseline A; serial is the "
+                  "no-overlap reference")->delimiter(',')->capture_default_str();
+  cmd->add_option("--repetitions,-r", o->repetitions, "live: processes per policy")->capture_default_str();
+  cmd->add_option("--steps", o->steps, "live: timed decode steps per mode and process")->capture_default_str();
+  cmd->add_option("--warmup", o->warmup, "live: untimed steps per mode before them")->capture_default_str();
+  cmd->add_option("--traced-steps", o->traced_steps, "live: steps per mode in each policy's traced run")
+      ->capture_default_str();
+  cmd->add_flag("--no-trace", o->no_trace, "live: no traced run (no structure, waits or critical path)");
+  cmd->add_flag("--no-baseline-twice", o->no_baseline_twice,
+                "live: measure the baseline once (the margin is then --margin, not the measured noise)");
+  cmd->add_option("--modes", o->modes, "live: eager and/or graph")->delimiter(',')->capture_default_str();
+  cmd->add_option("--backend", o->backend, "live: cuda, or cpu (the CPU reference, tiny configs: tests only)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
+  cmd->add_option("--connections", o->connections,
+                  "live: CUDA_DEVICE_MAX_CONNECTIONS for the children (hardware queues, 1..32)")
+      ->check(CLI::Range(1, 32));
+  cmd->add_option("--out-dir", o->out_dir, "live: where the report folder <date>_<gpu>_<commit>/ goes")
+      ->capture_default_str()
+      ->each([o](const std::string&) { o->out_dir_given = true; });
+  cmd->add_option("--recorded", o->recorded, "show this recorded run folder instead of measuring");
+  cmd->add_option("--policy", o->policy_filter, "inputs: take only this policy's side from each run folder");
+  cmd->add_option("--step-range", o->step_range,
+                  "inputs: the range that delimits a step in traces (a name, or a prefix with *); default decode, "
+                  "else ProfilerStep*, else the whole trace");
+  cmd->add_option("--margin", o->margin_pct,
+                  "equivalence margin floor in percent (the margin is the larger of this and the A-vs-A noise)")
+      ->capture_default_str();
+  cmd->add_option("--fail-if-slower", o->fail_if_slower,
+                  "exit 3 when the 95 % interval says a contender's whole step is slower than A by more than PCT "
+                  "percent");
+  cmd->add_option("--child-timeout", o->child_timeout_s, "live: seconds one child process may take")
+      ->capture_default_str();
+  cmd->add_flag("--json", o->json, "print the summary as JSON on stdout (progress stays on stderr)");
+  cmd->callback([o] {
+    const int rc = compare_main(*o);
+    if (rc != 0) throw CLI::RuntimeError(rc);
+  });
+}
+
+}  // namespace sl::cli

@@ -1,0 +1,230 @@
+// report.md and report.html: the same content as the terminal report, as documents. The HTML
+// is one self-contained file (inline CSS and SVG, PNG screenshots as data URIs), so that it can
+// be mailed or attached to a ticket as it is.
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/atomic_file.h"
+#include "core/stats.h"
+#include "experiments/compare/report.h"
+#include "experiments/compare/structure.h"
+#include "experiments/compare/svg_plot.h"
+
+namespace sl::compare {
+
+namespace {
+
+std::vector<std::string> keys_present(const Comparison& c) {
+  std::vector<std::string> keys;
+  for (const char* mode : kModes)
+    for (const char* part : kParts) {
+      const std::string k = sample_key(mode, part);
+      for (const auto& s : c.sides)
+        if (s.samples.count(k)) {
+          keys.push_back(k);
+          break;
+        }
+    }
+  return keys;
+}
+
+std::string verdict_cell(const Comparison& c, const MetricDiff& d) {
+  switch (d.verdict.verdict) {
+    case stats::Verdict::AFaster: return c.sides[d.a].label + " faster";
+    case stats::Verdict::BFaster: return c.sides[d.b].label + " faster";
+    case stats::Verdict::NoDifference: return "no meaningful difference";
+    case stats::Verdict::Inconclusive:
+      return d.verdict.repetitions_needed ? "inconclusive (~" + std::to_string(d.verdict.repetitions_needed) +
+                                                " repetitions would settle it)"
+                                          : "inconclusive";
+  }
+  return "";
+}
+
+std::string md_escape(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    if (c == '|') o += "\\|";
+    else o += c;
+  }
+  return o;
+}
+
+std::string fmt_ms(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2f ms", v);
+  return b;
+}
+
+std::string ratio_or_dash(const std::optional<double>& x) {
+  if (!x) return "-";
+  char b[32];
+  std::snprintf(b, sizeof b, "%.3f", *x);
+  return b;
+}
+
+// The resources table as rows of cells (shared by markdown and HTML).
+std::vector<std::vector<std::string>> resource_rows(const Report& r) {
+  std::vector<std::vector<std::string>> rows;
+  auto row = [&](const std::string& name, auto cell) {
+    std::vector<std::string> x{name};
+    for (const auto& s : r.resources) x.push_back(cell(s));
+    rows.push_back(x);
+  };
+  row("streams created", [](const SideResources& s) { return std::to_string(s.streams_created); });
+  row("stream setup (host)", [](const SideResources& s) { return fmt_ms(s.stream_setup_ms); });
+  row("events created", [](const SideResources& s) { return std::to_string(s.events_created); });
+  row("library workspaces", [](const SideResources& s) { return format_bytes(s.library_bytes); });
+  row("peak device memory", [](const SideResources& s) { return format_bytes(s.peak_bytes); });
+  row("graph nodes / edges", [](const SideResources& s) {
+    return s.graph_nodes ? std::to_string(s.graph_nodes) + " / " + std::to_string(s.graph_edges) : std::string("-");
+  });
+  row("hardware queues (CUDA_DEVICE_MAX_CONNECTIONS)",
+      [](const SideResources& s) { return s.connections.empty() ? std::string("8 (default)") : s.connections; });
+  row("tracing on/off, eager", [](const SideResources& s) { return ratio_or_dash(s.tracing_ratio_eager); });
+  row("tracing on/off, graph", [](const SideResources& s) { return ratio_or_dash(s.tracing_ratio_graph); });
+  return rows;
+}
+
+std::string provenance_line(const nlohmann::json& p) {
+  std::string s;
+  for (const char* k : {"gpu", "driver", "cuda_runtime_version", "commit", "date", "host"})
+    if (p.contains(k)) s += std::string(s.empty() ? "" : ", ") + k + " " + (p[k].is_string() ? p[k].get<std::string>() : p[k].dump());
+  return s;
+}
+
+}  // namespace
+
+std::string report_markdown(const Report& r) {
+  const Comparison& c = r.cmp;
+  std::ostringstream os;
+  os << "# streamlab compare\n\n" << r.source_line << "\n\n";
+  if (r.settings.contains("description")) os << r.settings["description"].get<std::string>() << "\n\n";
+  if (!r.provenance.empty()) os << "Provenance: " << provenance_line(r.provenance) << ".\n\n";
+  os << "## Verdict\n\n";
+  for (const auto& l : verdict_lines(r)) os << "- " << md_escape(l) << "\n";
+  os << "\n## Step latency\n\nMedian GPU time per decode step between timing marks on the main stream, +- the median "
+        "absolute deviation, processes x steps.\n\n| mode/part |";
+  for (const auto& s : c.sides) os << " " << md_escape(s.label) << " |";
+  os << "\n|---|";
+  for (size_t i = 0; i < c.sides.size(); ++i) os << "---|";
+  os << "\n";
+  for (const auto& k : keys_present(c)) {
+    os << "| " << k << " |";
+    for (const auto& s : c.sides) {
+      auto it = s.samples.find(k);
+      os << " " << (it == s.samples.end() ? "-" : format_latency(summarize(it->second))) << " |";
+    }
+    os << "\n";
+  }
+  os << "\n## Differences against " << md_escape(c.sides[c.baseline].label)
+     << " (A)\n\n| B | mode/part | B/A - 1 | 95 % interval | margin | verdict |\n|---|---|---|---|---|---|\n";
+  for (const auto& d : c.diffs)
+    os << "| " << md_escape(c.sides[d.b].label) << " | " << d.key << " | " << format_pct(d.interval.estimate) << " | "
+       << format_interval(d.interval) << " | " << format_pct(d.verdict.margin).substr(1) << " | "
+       << md_escape(verdict_cell(c, d)) << " |\n";
+  if (c.baseline_again) {
+    os << "\nNoise (" << md_escape(c.sides[c.baseline].label) << " measured twice):";
+    for (const auto& [k, d] : c.noise) os << " " << k << " " << format_interval(d) << ";";
+    os << " the margin of each row is the larger of the floor and this noise.\n";
+  }
+  if (!r.resources.empty()) {
+    os << "\n## Structure and resources\n\n|  |";
+    for (const auto& s : r.resources) os << " " << md_escape(s.label) << " |";
+    os << "\n|---|";
+    for (size_t i = 0; i < r.resources.size(); ++i) os << "---|";
+    os << "\n";
+    for (const auto& row : resource_rows(r)) {
+      os << "|";
+      for (const auto& cell : row) os << " " << md_escape(cell) << " |";
+      os << "\n";
+    }
+  }
+  if (!r.structure.markdown.empty()) os << "\n" << r.structure.markdown;
+  if (!c.notes.empty()) {
+    os << "\n## Notes\n\n";
+    for (const auto& n : c.notes) os << "- " << md_escape(n) << "\n";
+  }
+  if (!r.files.empty()) {
+    os << "\n## Files\n\n";
+    for (const auto& f : r.files) os << "- [" << f << "](" << f << ")\n";
+  }
+  return os.str();
+}
+
+std::string report_html(const Report& r) {
+  const Comparison& c = r.cmp;
+  std::ostringstream os;
+  os << "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'><title>streamlab compare</title>\n"
+     << "<style>body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}"
+        "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px;"
+        "text-align:left}th{background:#f3f3f3}.v{font-weight:bold}svg{display:block;margin:1em 0}"
+        "code,pre{background:#f6f6f6}</style></head><body>\n";
+  os << "<h1>streamlab compare</h1>\n<p>" << html_escape(r.source_line) << "</p>\n";
+  if (r.settings.contains("description"))
+    os << "<p>" << html_escape(r.settings["description"].get<std::string>()) << "</p>\n";
+  if (!r.provenance.empty()) os << "<p><small>Provenance: " << html_escape(provenance_line(r.provenance)) << "</small></p>\n";
+  os << "<h2>Verdict</h2>\n<ul>\n";
+  for (const auto& l : verdict_lines(r)) os << "<li>" << html_escape(l) << "</li>\n";
+  os << "</ul>\n<h2>Step latency</h2>\n";
+  for (const auto& k : keys_present(c)) {
+    std::vector<Series> series;
+    for (const auto& s : c.sides) {
+      auto it = s.samples.find(k);
+      if (it != s.samples.end()) series.push_back({s.label, stats::pooled(it->second)});
+    }
+    os << svg_distributions("Step time per decode step, " + k + " (dots: steps; box: quartiles; bar: median)", series,
+                            "ms")
+       << "\n";
+  }
+  os << "<table><tr><th>B</th><th>mode/part</th><th>median A</th><th>median B</th><th>B/A - 1</th><th>95 % "
+        "interval</th><th>margin</th><th>verdict</th></tr>\n";
+  for (const auto& d : c.diffs)
+    os << "<tr><td>" << html_escape(c.sides[d.b].label) << "</td><td>" << d.key << "</td><td>"
+       << html_escape(format_latency(d.sa)) << "</td><td>" << html_escape(format_latency(d.sb)) << "</td><td>"
+       << format_pct(d.interval.estimate) << "</td><td>" << format_interval(d.interval) << "</td><td>"
+       << format_pct(d.verdict.margin).substr(1) << "</td><td class='v'>" << html_escape(verdict_cell(c, d))
+       << "</td></tr>\n";
+  os << "</table>\n";
+  if (c.baseline_again) {
+    os << "<p>Noise (" << html_escape(c.sides[c.baseline].label) << " measured twice):";
+    for (const auto& [k, d] : c.noise) os << " " << k << " " << format_interval(d) << ";";
+    os << " each row's margin is the larger of the floor and this noise.</p>\n";
+  }
+  if (!r.resources.empty()) {
+    os << "<h2>Structure and resources</h2>\n<table><tr><th></th>";
+    for (const auto& s : r.resources) os << "<th>" << html_escape(s.label) << "</th>";
+    os << "</tr>\n";
+    for (const auto& row : resource_rows(r)) {
+      os << "<tr>";
+      for (const auto& cell : row) os << "<td>" << html_escape(cell) << "</td>";
+      os << "</tr>\n";
+    }
+    os << "</table>\n";
+  }
+  os << r.structure.html;
+  if (!c.notes.empty()) {
+    os << "<h2>Notes</h2>\n<ul>\n";
+    for (const auto& n : c.notes) os << "<li>" << html_escape(n) << "</li>\n";
+    os << "</ul>\n";
+  }
+  if (!r.files.empty()) {
+    os << "<h2>Files</h2>\n<ul>\n";
+    for (const auto& f : r.files) os << "<li><a href='" << html_escape(f) << "'>" << html_escape(f) << "</a></li>\n";
+    os << "</ul>\n";
+  }
+  os << "</body></html>\n";
+  return os.str();
+}
+
+void write_report_files(const Report& r, const std::string& folder) {
+  nlohmann::json j = report_json(r);
+  // The plan, so that the folder can be read back (compare FOLDER, recorded runs).
+  write_file_atomic(folder + "/summary.json", j.dump(1) + "\n");
+  write_file_atomic(folder + "/report.md", report_markdown(r));
+  write_file_atomic(folder + "/report.html", report_html(r));
+}
+
+}  // namespace sl::compare

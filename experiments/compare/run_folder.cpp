@@ -1,0 +1,158 @@
+#include "experiments/compare/run_folder.h"
+
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "core/error.h"
+
+namespace sl::compare {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+json plan_to_json(const std::vector<PlannedRun>& plan) {
+  json a = json::array();
+  for (const auto& r : plan)
+    a.push_back({{"side", r.side},
+                 {"policy", r.policy},
+                 {"repetition", r.repetition},
+                 {"traced", r.traced},
+                 {"out", r.out},
+                 {"log", r.log}});
+  return a;
+}
+
+namespace {
+
+json read_json_file(const std::string& path) {
+  std::ifstream f(path);
+  SL_CHECK(f, "cannot read '", path, "'");
+  try {
+    return json::parse(f);
+  } catch (const json::exception& e) {
+    fail("'", path, "' is not valid JSON: ", e.what());
+  }
+}
+
+std::string str_at(const json& j, const char* key, const std::string& where) {
+  SL_CHECK(j.is_object() && j.contains(key) && j[key].is_string(), where, ": expected a string field \"", key, "\"");
+  return j[key].get<std::string>();
+}
+
+// A path inside the folder that must not climb out of it (summary.json is input, too).
+std::string inside(const std::string& folder, const std::string& rel, const std::string& where) {
+  SL_CHECK(!rel.empty() && rel[0] != '/' && rel.find("..") == std::string::npos, where, ": the path '", rel,
+           "' must stay inside the run folder");
+  return folder + "/" + rel;
+}
+
+}  // namespace
+
+RunFolder read_run_folder(const std::string& path) {
+  RunFolder f;
+  f.path = path;
+  SL_CHECK(fs::is_directory(path), "'", path, "' is not a folder");
+  const std::string sp = path + "/summary.json";
+  SL_CHECK(fs::is_regular_file(sp), "'", path, "' is not a compare run folder: it has no summary.json");
+  f.summary = read_json_file(sp);
+  const std::string where = "'" + sp + "'";
+  SL_CHECK(f.summary.is_object() && f.summary.value("schema", "") == "streamlab.compare/1", where,
+           ": not a streamlab compare summary (schema streamlab.compare/1)");
+  const json& settings = f.summary["settings"];
+  SL_CHECK(settings.is_object() && settings.contains("runs") && settings["runs"].is_array(), where,
+           ": settings.runs is missing (a summary of inputs, not of a live run?)");
+  for (const auto& j : settings["runs"]) {
+    PlannedRun r;
+    r.side = str_at(j, "side", where + " settings.runs[]");
+    r.policy = str_at(j, "policy", where + " settings.runs[]");
+    r.out = str_at(j, "out", where + " settings.runs[]");
+    r.log = j.value("log", "");
+    r.traced = j.value("traced", false);
+    r.repetition = j.value("repetition", 0);
+    inside(path, r.out, where);
+    f.runs.push_back(r);
+    if (std::find(f.side_labels.begin(), f.side_labels.end(), r.side) == f.side_labels.end())
+      f.side_labels.push_back(r.side);
+  }
+  SL_CHECK(!f.runs.empty(), where, ": lists no runs");
+  f.baseline = str_at(settings, "baseline", where + " settings");
+  if (settings.contains("baseline_again") && settings["baseline_again"].is_string())
+    f.baseline_again = settings["baseline_again"].get<std::string>();
+  if (settings.contains("reference") && settings["reference"].is_string())
+    f.reference = settings["reference"].get<std::string>();
+  return f;
+}
+
+std::vector<Side> load_sides(const RunFolder& f) {
+  std::vector<Side> sides;
+  for (const auto& label : f.side_labels) {
+    Side s;
+    s.label = label;
+    s.origin = f.path;
+    sides.push_back(s);
+  }
+  auto side_of = [&](const std::string& label) -> Side& {
+    for (auto& s : sides)
+      if (s.label == label) return s;
+    fail("internal: no side '", label, "'");
+  };
+  for (const auto& r : f.runs) {
+    const std::string p = inside(f.path, r.out, "'" + f.path + "/summary.json'");
+    SL_CHECK(fs::is_regular_file(p), "'", f.path, "': the run '", r.out, "' listed in summary.json is missing");
+    Measurement m = read_measurement(p);
+    Side& s = side_of(r.side);
+    if (r.traced) {
+      s.traced_runs.push_back(std::move(m));
+    } else {
+      add_measurement(s, m);
+    }
+  }
+  return sides;
+}
+
+std::string find_recorded_run(const std::string& root) {
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) return "";
+  std::string best, best_date;
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    if (!e.is_directory() || e.path().filename().string().rfind('.', 0) == 0) continue;
+    const std::string sp = e.path().string() + "/summary.json";
+    if (!fs::is_regular_file(sp)) continue;
+    json j;
+    try {
+      std::ifstream in(sp);
+      j = json::parse(in);
+    } catch (...) {
+      continue;  // not ours or damaged: never the one shown
+    }
+    if (!j.is_object() || j.value("schema", "") != "streamlab.compare/1") continue;
+    const json& prov = j["provenance"];
+    if (!prov.is_object() || !prov.contains("gpu") || !prov["gpu"].is_string()) continue;
+    const std::string gpu = prov["gpu"].get<std::string>();
+    if (gpu.empty() || gpu.rfind("none", 0) == 0) continue;
+    const std::string date = prov.value("date", "");
+    if (best.empty() || date > best_date) {
+      best = e.path().string();
+      best_date = date;
+    }
+  }
+  return best;
+}
+
+std::string run_folder_name(const std::string& date_utc, const std::string& gpu, const std::string& commit) {
+  auto clean = [](const std::string& s) {
+    std::string out;
+    for (char c : s) {
+      if (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-') out += c;
+      else if (!out.empty() && out.back() != '-') out += '-';
+    }
+    while (!out.empty() && out.back() == '-') out.pop_back();
+    return out.empty() ? std::string("unknown") : out;
+  };
+  return clean(date_utc.substr(0, 10)) + "_" + clean(gpu) + "_" + clean(commit);
+}
+
+}  // namespace sl::compare

@@ -1,0 +1,41 @@
+// A compare run folder (results/compare/<date>_<gpu>_<commit>/): summary.json, report.md,
+// report.html, runs/ (one measurement per untraced child process), traces/ (the traced
+// processes: measurement, Kineto JSON, SQLite), logs/. summary.json lists every run with its side,
+// so that the folder can be read back (compare FOLDER, and compare without a GPU, which reads
+// the runs recorded on an H200 that ship in the repository).
+#pragma once
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "experiments/compare/comparison.h"
+#include "experiments/compare/live_plan.h"
+
+namespace sl::compare {
+
+nlohmann::json plan_to_json(const std::vector<PlannedRun>& plan);
+
+struct RunFolder {
+  std::string path;
+  nlohmann::json summary;
+  std::vector<PlannedRun> runs;
+  std::vector<std::string> side_labels;      // in the order of the live run (baseline first)
+  std::string baseline;
+  std::optional<std::string> baseline_again, reference;
+};
+
+// Throws sl::Error naming the folder and what is missing or malformed.
+RunFolder read_run_folder(const std::string& path);
+
+// One side per label (measurements read from the folder); traced runs attached to their side.
+std::vector<Side> load_sides(const RunFolder& f);
+
+// The newest folder under `root` holding a live compare measured on a GPU ("" when none).
+std::string find_recorded_run(const std::string& root);
+
+// "<date>_<gpu>_<commit>", file-name safe ("2026-12-04_NVIDIA-H200_1a2b3c4").
+std::string run_folder_name(const std::string& date_utc, const std::string& gpu, const std::string& commit);
+
+}  // namespace sl::compare
