@@ -14,5 +14,6 @@ void add_view_command(CLI::App& app);      // cmd_view.cpp: the interactive time
 void add_measure_command(CLI::App& app);   // cmd_measure.cpp: one process's timed decode steps (compare's child)
 void set_measure_argv(int argc, char** argv);
 void add_compare_command(CLI::App& app);   // cmd_compare.cpp: the verdict on stream policies
+void add_sweep_command(CLI::App& app);     // cmd_sweep.cpp: policies over a grid of settings, resumable
 
 }  // namespace sl::cli

@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   sl::cli::add_view_command(app);
   sl::cli::add_measure_command(app);
   sl::cli::add_compare_command(app);
+  sl::cli::add_sweep_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,402 @@
+// `streamlab sweep`: the stream policies over a grid of settings, each cell in a child process of
+// its own (`streamlab measure`), resumable.
+//
+// The sweep folder (results/sweep/<date>_<gpu>_<commit>/) holds sweep.json (the grid and settings,
+// written before the first cell), cells.jsonl (one line per finished cell, appended with one
+// write and fsynced), cells/<id>.json (each cell's measurement), logs/, and at the end
+// summary.json, summary.md and summary.html. A sweep killed at any point (Ctrl-C, SIGKILL, a lost
+// machine) resumes with `streamlab sweep --resume DIR`: the cells with a line are kept, a cell
+// cut short has none and runs again.
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/atomic_file.h"
+#include "core/build_info.h"
+#include "core/error.h"
+#include "core/stats.h"
+#include "experiments/cli/commands.h"
+#include "experiments/cli/model_options.h"
+#include "experiments/cli/provenance.h"
+#include "experiments/compare/child_process.h"
+#include "experiments/compare/measurement.h"
+#include "experiments/compare/report.h"
+#include "experiments/compare/run_folder.h"
+#include "experiments/compare/svg_plot.h"
+#include "experiments/compare/sweep_grid.h"
+
+namespace sl::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using compare::CellRecord;
+using compare::SweepCell;
+using compare::SweepGrid;
+using nlohmann::json;
+
+struct SweepOptions {
+  std::string policies = "per-layer,shared", mtp_layers = "1,2,4,8", mtp_compress = "0,4", connections = "1,4,8,32",
+              modes = "eager,graph", batches = "1,8,64";
+  std::string config = "flash-6l";
+  int context = 2048;
+  int draft_steps = 0;  // 0: as many as MTP layers (every MTP layer runs once per step)
+  int steps = 10, warmup = 3;
+  std::string backend = "cuda";
+  std::string out_dir = "results/sweep";
+  bool out_dir_given = false;
+  std::string resume;
+  bool retry_failed = false;
+  double child_timeout_s = 600;
+  bool json_out = false;
+};
+
+std::string utc_now() {
+  std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> v;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ','))
+    if (!item.empty()) v.push_back(item);
+  return v;
+}
+
+std::vector<std::string> cell_argv(const json& settings, const SweepCell& c, const std::string& folder) {
+  const int draft = settings["draft_steps"].get<int>() > 0 ? settings["draft_steps"].get<int>() : std::max(1, c.mtp_layers);
+  return {compare::self_executable(), "measure",
+          "--backend", settings["backend"].get<std::string>(),
+          "--config", settings["config"].get<std::string>(),
+          "--context", std::to_string(settings["context"].get<int>()),
+          "--policy", c.policy,
+          "--mtp-layers", std::to_string(c.mtp_layers),
+          "--mtp-compress", std::to_string(c.mtp_compress),
+          "--draft-steps", std::to_string(draft),
+          "--batch", std::to_string(c.batch),
+          "--modes", c.mode,
+          "--steps", std::to_string(settings["steps"].get<int>()),
+          "--warmup", std::to_string(settings["warmup"].get<int>()),
+          "--out", folder + "/cells/" + c.id() + ".json"};
+}
+
+// The child's own words for a failure: its last line that says "error", else its last line.
+std::string failure_reason(const std::string& log, const compare::ChildResult& r) {
+  const std::string tail = compare::tail_of(log, 40);
+  std::string best, last;
+  std::stringstream ss(tail);
+  std::string line;
+  while (std::getline(ss, line)) {
+    if (line.rfind("  | ", 0) == 0) line = line.substr(4);
+    if (line.empty()) continue;
+    last = line;
+    if (line.find("error") != std::string::npos) best = line;
+  }
+  return r.describe() + ": " + (best.empty() ? last : best);
+}
+
+CellRecord record_of(const SweepCell& c, const std::string& folder, double seconds) {
+  CellRecord r;
+  r.cell = c;
+  r.status = "ok";
+  r.seconds = seconds;
+  r.measurement = "cells/" + c.id() + ".json";
+  const compare::Measurement m = compare::read_measurement(folder + "/" + r.measurement);
+  const compare::ModeSamples* s = m.mode(c.mode);
+  SL_CHECK(s && !s->step_ms.empty(), folder, "/", r.measurement, ": no ", c.mode, " steps in the measurement");
+  r.step_ms = stats::median(s->step_ms);
+  r.target_ms = stats::median(s->target_ms);
+  r.draft_ms = stats::median(s->draft_ms);
+  r.spread_pct = r.step_ms > 0 ? 100 * stats::mad(s->step_ms) / r.step_ms : 0;
+  r.streams_created = m.streams_created;
+  r.graph_nodes = s->graph_nodes;
+  r.graph_edges = s->graph_edges;
+  r.peak_bytes = m.peak_bytes;
+  r.library_bytes = m.library_bytes;
+  return r;
+}
+
+std::string clock_text(double seconds) {
+  const int s = int(seconds + 0.5);
+  char buf[32];
+  if (s >= 3600) std::snprintf(buf, sizeof buf, "%dh%02dm", s / 3600, (s / 60) % 60);
+  else if (s >= 60) std::snprintf(buf, sizeof buf, "%dm%02ds", s / 60, s % 60);
+  else std::snprintf(buf, sizeof buf, "%ds", s);
+  return buf;
+}
+
+// ---- the summary: one row per setting, the policies side by side.
+
+struct SummaryRow {
+  std::string setting;  // "batch 1, graph, queues 8, 4 MTP layers, compress 4"
+  std::vector<const CellRecord*> by_policy;  // in the grid's policy order (nullptr: not run)
+};
+
+std::vector<SummaryRow> summary_rows(const SweepGrid& g, const std::map<std::string, CellRecord>& done) {
+  std::vector<SummaryRow> rows;
+  std::map<std::string, size_t> index;
+  for (const auto& c : g.cells()) {
+    SweepCell key = c;
+    key.policy = "";
+    const std::string k = key.id();
+    if (!index.count(k)) {
+      index[k] = rows.size();
+      SummaryRow r;
+      r.setting = "batch " + std::to_string(c.batch) + ", " + c.mode + ", queues " +
+                  (c.connections ? std::to_string(c.connections) : std::string("default")) + ", " +
+                  std::to_string(c.mtp_layers) + " MTP, compress " + std::to_string(c.mtp_compress);
+      r.by_policy.assign(g.policies.size(), nullptr);
+      rows.push_back(r);
+    }
+    const size_t p = size_t(std::find(g.policies.begin(), g.policies.end(), c.policy) - g.policies.begin());
+    auto it = done.find(c.id());
+    if (it != done.end()) rows[index[k]].by_policy[p] = &it->second;
+  }
+  return rows;
+}
+
+std::string cell_text(const CellRecord* r) {
+  if (!r) return "not run";
+  if (r->status != "ok") return "failed";
+  char b[64];
+  std::snprintf(b, sizeof b, "%.3f ms +-%.1f%%", r->step_ms, r->spread_pct);
+  return b;
+}
+
+std::optional<double> ratio(const SummaryRow& row) {
+  if (row.by_policy.size() < 2) return std::nullopt;
+  const CellRecord *a = row.by_policy[0], *b = row.by_policy[1];
+  if (!a || !b || a->status != "ok" || b->status != "ok" || a->step_ms <= 0) return std::nullopt;
+  return b->step_ms / a->step_ms - 1;
+}
+
+std::string summary_text(const SweepGrid& g, const std::vector<SummaryRow>& rows, const std::string& head) {
+  std::ostringstream os;
+  os << head << "\n";
+  char buf[512];
+  std::snprintf(buf, sizeof buf, "  %-52s", "setting");
+  os << buf;
+  for (const auto& p : g.policies) {
+    std::snprintf(buf, sizeof buf, "%-22s", p.c_str());
+    os << buf;
+  }
+  if (g.policies.size() >= 2) os << g.policies[1] << "/" << g.policies[0] << " - 1";
+  os << "\n";
+  for (const auto& r : rows) {
+    std::snprintf(buf, sizeof buf, "  %-52s", r.setting.c_str());
+    os << buf;
+    for (const auto* c : r.by_policy) {
+      std::snprintf(buf, sizeof buf, "%-22s", cell_text(c).c_str());
+      os << buf;
+    }
+    if (auto x = ratio(r)) os << compare::format_pct(*x);
+    os << "\n";
+  }
+  return os.str();
+}
+
+void write_summary(const std::string& folder, const SweepGrid& g, const json& settings,
+                   const std::map<std::string, CellRecord>& done, const std::string& head) {
+  const std::vector<SummaryRow> rows = summary_rows(g, done);
+  json cells = json::array();
+  for (const auto& [id, r] : done) cells.push_back(r.to_json());
+  json jrows = json::array();
+  for (const auto& r : rows) {
+    json x{{"setting", r.setting}};
+    for (size_t p = 0; p < r.by_policy.size(); ++p)
+      x[g.policies[p]] = r.by_policy[p] ? r.by_policy[p]->to_json() : json();
+    if (auto q = ratio(r)) x["relative_difference"] = *q;
+    jrows.push_back(x);
+  }
+  write_file_atomic(folder + "/summary.json",
+                    json{{"schema", "streamlab.sweep/1"}, {"settings", settings}, {"rows", jrows}, {"cells", cells}}
+                            .dump(1) + "\n");
+  const std::string text = summary_text(g, rows, head);
+  write_file_atomic(folder + "/summary.md", "# streamlab sweep\n\n```\n" + text + "```\n\n" +
+                                                "One process per cell; each figure is the median decode step "
+                                                "(GPU time between timing marks) of that process, +- the median "
+                                                "absolute deviation of its steps. Cells: cells.jsonl; measurements: "
+                                                "cells/.\n");
+  std::vector<std::string> cats;
+  compare::Series s{g.policies.size() >= 2 ? g.policies[1] + " / " + g.policies[0] + " - 1" : "", {}};
+  for (const auto& r : rows)
+    if (auto q = ratio(r)) {
+      cats.push_back(r.setting);
+      s.values.push_back(100 * *q);
+    }
+  std::string html = "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>streamlab sweep</title>"
+                     "<style>body{font-family:system-ui,sans-serif;margin:2em}pre{background:#f6f6f6;padding:1em}"
+                     "</style></head><body><h1>streamlab sweep</h1><pre>" +
+                     compare::html_escape(text) + "</pre>";
+  // Differences can be negative: bars show them shifted so that 0 % is readable in the title.
+  if (!cats.empty()) {
+    double lo = 0;
+    for (double v : s.values) lo = std::min(lo, v);
+    compare::Series shifted = s;
+    for (double& v : shifted.values) v -= lo;
+    html += compare::svg_bars("Step time difference per setting (%; bars start at " + compare::format_pct(lo / 100) +
+                                  ")",
+                              cats, {shifted}, "% above the lowest");
+  }
+  html += "</body></html>\n";
+  write_file_atomic(folder + "/summary.html", html);
+}
+
+int sweep_main(const SweepOptions& o) {
+  std::string folder;
+  SweepGrid grid;
+  json settings;
+  if (!o.resume.empty()) {
+    folder = o.resume;
+    const std::string sp = folder + "/sweep.json";
+    SL_CHECK(fs::is_regular_file(sp), "sweep --resume: '", folder, "' has no sweep.json (not a sweep folder)");
+    std::ifstream f(sp);
+    try {
+      settings = json::parse(f);
+    } catch (const json::exception& e) {
+      fail("'", sp, "' is not valid JSON: ", e.what());
+    }
+    grid = SweepGrid::from_json(settings.value("grid", json::object()), "'" + sp + "' grid");
+    const std::string was = settings.value("commit", std::string());
+    if (was != build_commit())
+      std::fprintf(stderr, "sweep: warning: the sweep started at commit %s, this binary is %s: its cells will mix "
+                   "commits (each cell's measurement records its own)\n", was.c_str(), build_commit().c_str());
+  } else {
+    grid.policies = split(o.policies);
+    grid.mtp_layers = compare::parse_int_list(o.mtp_layers, "--mtp-layers");
+    grid.mtp_compress = compare::parse_int_list(o.mtp_compress, "--mtp-compress");
+    grid.connections = compare::parse_int_list(o.connections, "--connections");
+    grid.modes = split(o.modes);
+    grid.batches = compare::parse_int_list(o.batches, "--batches");
+    grid.validate();
+    for (const auto& p : grid.policies) StreamPolicy::parse(p);  // a bad name fails before any child runs
+    SL_CHECK(o.steps >= 1 && o.warmup >= 1, "sweep: --steps and --warmup must be >= 1");
+    if (o.backend == "cpu")
+      for (const auto& m : grid.modes) SL_CHECK(m == "eager", "sweep --backend cpu: only --modes eager");
+    std::string why;
+    SL_CHECK(o.backend == "cpu" || gpu_present(&why), "sweep: needs a GPU (", why,
+             "); the recorded H200 sweeps are under results/sweep/");
+    if (!fs::exists(o.out_dir)) {
+      SL_CHECK(!o.out_dir_given, "sweep: the output folder '", o.out_dir, "' does not exist");
+      fs::create_directories(o.out_dir);
+    }
+    const json prov = provenance("streamlab sweep");
+    const std::string gpu = o.backend == "cpu" ? "cpu" : prov.value("gpu", std::string("gpu"));
+    const std::string date = utc_now();
+    folder = o.out_dir + "/" + compare::run_folder_name(date, gpu, build_commit_short()) + "_sweep";
+    for (int k = 2; fs::exists(folder); ++k)
+      folder = o.out_dir + "/" + compare::run_folder_name(date, gpu, build_commit_short()) + "_sweep_" + std::to_string(k);
+    fs::create_directory(folder);
+    settings = {{"schema", "streamlab.sweep/1"}, {"grid", grid.to_json()},   {"config", o.config},
+                {"context", o.context},          {"draft_steps", o.draft_steps}, {"steps", o.steps},
+                {"warmup", o.warmup},            {"backend", o.backend},    {"commit", build_commit()},
+                {"provenance", prov},            {"started", date}};
+    write_file_atomic(folder + "/sweep.json", settings.dump(1) + "\n");
+  }
+  for (const char* sub : {"cells", "logs"}) fs::create_directories(folder + "/" + sub);
+  const std::string log_path = folder + "/cells.jsonl";
+  size_t torn = 0;
+  std::map<std::string, CellRecord> done = compare::read_cell_log(log_path, &torn);
+  if (torn) std::fprintf(stderr, "sweep: the last line of cells.jsonl was cut short (a kill mid-write); its cell runs again\n");
+  std::vector<SweepCell> todo;
+  for (const auto& c : grid.cells()) {
+    auto it = done.find(c.id());
+    if (it == done.end() || (o.retry_failed && it->second.status != "ok")) todo.push_back(c);
+  }
+  const size_t total = grid.cells().size();
+  std::fprintf(stderr, "sweep: %zu cells, %zu done, %zu to run; folder %s\n", total, total - todo.size(), todo.size(),
+               folder.c_str());
+  compare::install_interrupt_handlers();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (size_t i = 0; i < todo.size(); ++i) {
+    const SweepCell& c = todo[i];
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::fprintf(stderr, "[%zu/%zu] %s (%s)\n", total - todo.size() + i + 1, total, c.id().c_str(),
+                 i ? ("about " + clock_text(elapsed / double(i) * double(todo.size() - i)) + " left").c_str()
+                   : "estimating");
+    std::vector<std::pair<std::string, std::string>> env;
+    if (c.connections) env.push_back({"CUDA_DEVICE_MAX_CONNECTIONS", std::to_string(c.connections)});
+    const std::string log = folder + "/logs/" + c.id() + ".log";
+    const compare::ChildResult res = compare::run_child(cell_argv(settings, c, folder), log, o.child_timeout_s, env);
+    if (res.interrupted) {
+      std::fprintf(stderr, "sweep: interrupted; %zu of %zu cells are done. Resume with: streamlab sweep --resume %s\n",
+                   done.size(), total, folder.c_str());
+      return 130;
+    }
+    CellRecord r;
+    if (res.ok()) {
+      r = record_of(c, folder, res.seconds);
+    } else {
+      r.cell = c;
+      r.status = "failed";
+      r.seconds = res.seconds;
+      r.reason = failure_reason(log, res);
+      std::fprintf(stderr, "  failed: %s\n", r.reason.c_str());
+    }
+    append_line_durable(log_path, r.to_json().dump());
+    done[c.id()] = r;
+  }
+  const std::string head = "streamlab sweep: " + settings.value("config", std::string()) + ", context " +
+                           std::to_string(settings.value("context", 0)) + ", on " +
+                           settings["provenance"].value("gpu", std::string("?")) + ", commit " +
+                           settings.value("commit", std::string("?")) + " (" + folder + ")";
+  write_summary(folder, grid, settings, done, head);
+  if (o.json_out) {
+    std::ifstream f(folder + "/summary.json");
+    std::printf("%s", std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>()).c_str());
+  } else {
+    std::printf("%s", summary_text(grid, summary_rows(grid, done), head).c_str());
+  }
+  size_t failed = 0;
+  for (const auto& [id, r] : done) failed += r.status != "ok";
+  if (failed) std::fprintf(stderr, "sweep: %zu cells failed (reasons in summary.json and logs/)\n", failed);
+  return 0;
+}
+
+}  // namespace
+
+void add_sweep_command(CLI::App& app) {
+  auto o = std::make_shared<SweepOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "sweep", "Stream policies over a grid (policy x MTP layers x MTP compress x hardware queues x eager/graph x "
+               "batch), each cell in its own process; resumable after a kill (--resume)");
+  cmd->add_option("--policies", o->policies, "policies (the first two are compared per setting)")->capture_default_str();
+  cmd->add_option("--mtp-layers", o->mtp_layers, "MTP layer counts")->capture_default_str();
+  cmd->add_option("--mtp-compress", o->mtp_compress, "MTP compress ratios (0, 4, 128)")->capture_default_str();
+  cmd->add_option("--connections", o->connections, "CUDA_DEVICE_MAX_CONNECTIONS values (0 = unset)")->capture_default_str();
+  cmd->add_option("--modes", o->modes, "eager and/or graph")->capture_default_str();
+  cmd->add_option("--batches", o->batches, "batch sizes")->capture_default_str();
+  cmd->add_option("--config", o->config, "model config")->capture_default_str();
+  cmd->add_option("--context", o->context, "prompt tokens per sequence")->capture_default_str();
+  cmd->add_option("--draft-steps", o->draft_steps, "draft steps per decode step (0: as many as MTP layers)")
+      ->capture_default_str();
+  cmd->add_option("--steps", o->steps, "timed steps per cell")->capture_default_str();
+  cmd->add_option("--warmup", o->warmup, "untimed steps per cell before them")->capture_default_str();
+  cmd->add_option("--backend", o->backend, "cuda, or cpu (the CPU reference: tests only)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
+  cmd->add_option("--out-dir", o->out_dir, "where the sweep folder goes")
+      ->capture_default_str()
+      ->each([o](const std::string&) { o->out_dir_given = true; });
+  cmd->add_option("--resume", o->resume, "continue the sweep in this folder (its grid and settings)");
+  cmd->add_flag("--retry-failed", o->retry_failed, "with --resume: run failed cells again");
+  cmd->add_option("--child-timeout", o->child_timeout_s, "seconds one cell may take")->capture_default_str();
+  cmd->add_flag("--json", o->json_out, "print summary.json instead of the table");
+  cmd->callback([o] {
+    const int rc = sweep_main(*o);
+    if (rc != 0) throw CLI::RuntimeError(rc);
+  });
+}
+
+}  // namespace sl::cli
