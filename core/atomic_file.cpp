@@ -139,6 +139,17 @@ std::vector<std::string> read_complete_lines(const std::string& path, size_t* to
   return out;
 }
 
+size_t drop_torn_tail(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return 0;
+  const std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const size_t keep = all.rfind('\n') == std::string::npos ? 0 : all.rfind('\n') + 1;
+  if (keep == all.size()) return 0;
+  SL_CHECK(::truncate(path.c_str(), off_t(keep)) == 0, "cannot cut the torn last line off '", path, "': ",
+           std::strerror(errno));
+  return all.size() - keep;
+}
+
 namespace {
 std::atomic<int> g_staged_counter{0};
 }

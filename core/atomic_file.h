@@ -25,6 +25,10 @@ void append_line_durable(const std::string& path, std::string_view line);
 // left out and counted in *torn when given). A missing file gives no lines.
 std::vector<std::string> read_complete_lines(const std::string& path, size_t* torn = nullptr);
 
+// Cuts a torn last line (text after the last '\n') off the file, so that the next appended line
+// starts on a line of its own. Returns the bytes removed.
+size_t drop_torn_tail(const std::string& path);
+
 // A folder built under a temporary name beside its final name and renamed into place by
 // commit(); destroyed (with everything in it) if commit() was never reached. The final name
 // must not exist yet.

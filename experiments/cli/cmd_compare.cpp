@@ -114,8 +114,16 @@ std::string describe_setup(const nlohmann::json& settings) {
   return buf;
 }
 
+std::string short_commit(const nlohmann::json& p) {
+  std::string c = p.value("commit", std::string("unknown"));
+  const bool dirty = c.size() > 6 && c.compare(c.size() - 6, 6, "-dirty") == 0;
+  if (dirty) c.resize(c.size() - 6);
+  return (c.size() > 7 ? c.substr(0, 7) : c) + (dirty ? "-dirty" : "");
+}
+
 std::string gpu_words(const nlohmann::json& p) {
   std::string s = p.value("gpu", std::string("unknown GPU"));
+  if (s.rfind("none", 0) == 0) return "the CPU (no GPU; the fp32 reference, streams as labels)";
   const std::string drv = p.value("driver", std::string());
   const int rt = p.value("cuda_runtime_version", 0);
   if (!drv.empty() || rt) {
@@ -248,7 +256,7 @@ int run_live(const CompareCliOptions& o) {
   Report r = folder_report(f, std::move(sides), o);
   const std::string folder_name = fs::path(dir.final_path()).filename().string();
   r.source_line = "streamlab compare: measured live on " + gpu_words(r.provenance) + ", commit " +
-                  r.provenance.value("commit", std::string("unknown")) + ", " + date + " (" + dir.final_path() + ")";
+                  short_commit(r.provenance) + ", " + date + " (" + dir.final_path() + ")";
   r.files = {"report.md", "report.html", "summary.json", "runs/", "traces/", "logs/"};
   compare::write_report_files(r, dir.path());
   dir.commit();
@@ -272,7 +280,7 @@ int run_recorded(const CompareCliOptions& o, const std::string& why_no_gpu) {
   const std::string date = r.provenance.value("date", std::string("an unknown date"));
   r.source_line = (o.recorded.empty() ? "No GPU here (" + why_no_gpu + "): showing the comparison recorded on "
                                       : "Showing the comparison recorded on ") +
-                  gpu_words(r.provenance) + " at commit " + r.provenance.value("commit", std::string("unknown")) +
+                  gpu_words(r.provenance) + " at commit " + short_commit(r.provenance) +
                   " on " + date + " (" + folder + "); run streamlab compare on a GPU to measure yours.";
   return finish(r, o);
 }
@@ -292,7 +300,7 @@ int run_inputs(const CompareCliOptions& o) {
         // One folder: its own comparison, recomputed from its runs.
         Report r = folder_report(f, compare::load_sides(f), o);
         r.source_line = "streamlab compare: the runs in " + in + ", measured on " + gpu_words(r.provenance) +
-                        " at commit " + r.provenance.value("commit", std::string("unknown"));
+                        " at commit " + short_commit(r.provenance);
         return finish(r, o);
       }
       for (auto& s : compare::load_sides(f)) {

@@ -158,6 +158,7 @@ void measure(const MeasureOptions& o) {
 
   compare::Measurement m;
   m.provenance = provenance(command_line(g_measure_argc, g_measure_argv));
+  m.stream_source = o.backend == "cpu" ? "cpu-reference" : "cuda";
   m.config = cfg.name;
   m.layers = cfg.num_hidden_layers;
   m.mtp_layers = cfg.num_nextn_predict_layers;

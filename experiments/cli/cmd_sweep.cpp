@@ -308,7 +308,11 @@ int sweep_main(const SweepOptions& o) {
   const std::string log_path = folder + "/cells.jsonl";
   size_t torn = 0;
   std::map<std::string, CellRecord> done = compare::read_cell_log(log_path, &torn);
-  if (torn) std::fprintf(stderr, "sweep: the last line of cells.jsonl was cut short (a kill mid-write); its cell runs again\n");
+  if (torn) {
+    drop_torn_tail(log_path);
+    std::fprintf(stderr, "sweep: the last line of cells.jsonl was cut short (a kill mid-write): removed, its cell "
+                 "runs again\n");
+  }
   std::vector<SweepCell> todo;
   for (const auto& c : grid.cells()) {
     auto it = done.find(c.id());

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -63,6 +64,9 @@ ChildResult run_child(const std::vector<std::string>& argv, const std::string& l
     fail("cannot start '", argv[0], "': fork failed: ", std::strerror(errno));
   }
   if (pid == 0) {
+    // A child must not outlive a killed parent: it would go on writing into a folder that the
+    // next run removes as stale.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     ::dup2(log, 1);
     ::dup2(log, 2);
     ::close(log);

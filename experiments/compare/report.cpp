@@ -207,15 +207,19 @@ std::string noise_lines(const Comparison& c) {
 
 }  // namespace
 
+std::string system_words(const std::string& system) {
+  if (system == "cuda") return "a C++ engine creating its own CUDA streams (cudaStreamCreateWithPriority, a cuBLAS "
+                               "handle and workspace per stream)";
+  if (system == "cpu-reference") return "the CPU reference (streams are labels, ops run one by one: tests only)";
+  return system;
+}
+
 std::string report_text(const Report& r) {
   std::ostringstream os;
   os << r.source_line << "\n";
   if (r.settings.contains("description")) os << r.settings["description"].get<std::string>() << "\n";
   if (!r.resources.empty() && !r.resources.front().system.empty())
-    os << "system: " << (r.resources.front().system == "cuda"
-                             ? "a C++ engine creating its own CUDA streams (cudaStreamCreateWithPriority)"
-                             : r.resources.front().system)
-       << "\n";
+    os << "system: " << system_words(r.resources.front().system) << "\n";
   os << "\nverdict\n";
   for (const auto& l : verdict_lines(r)) os << "  - " << l << "\n";
   os << "\nstep latency (median +- median absolute deviation, processes x steps)\n" << latency_table(r.cmp);

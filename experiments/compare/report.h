@@ -54,6 +54,9 @@ std::string report_markdown(const Report& r);
 std::string report_html(const Report& r);
 nlohmann::json report_json(const Report& r);
 
+// Which system a side's figures are true of, in words ("cuda" -> a C++ engine creating streams).
+std::string system_words(const std::string& system);
+
 // "+1.23 %" style formatting shared by the renderers.
 std::string format_pct(double fraction, int decimals = 2);
 std::string format_interval(const stats::DiffInterval& d);

@@ -103,6 +103,12 @@ TEST(AtomicFile, TornLastLineIsSkipped) {
   ASSERT_EQ(lines.size(), 2u);
   EXPECT_EQ(lines[1], "{\"a\":2}");
   EXPECT_EQ(torn, 1u);
+  EXPECT_EQ(sl::drop_torn_tail(p), 6u);
+  sl::append_line_durable(p, "{\"a\":4}");
+  const auto after = sl::read_complete_lines(p, &torn);
+  ASSERT_EQ(after.size(), 3u);
+  EXPECT_EQ(after[2], "{\"a\":4}");
+  EXPECT_EQ(torn, 0u);
   EXPECT_TRUE(sl::read_complete_lines(d.path + "/none.jsonl").empty());
 }
 

@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# `streamlab compare` as a user runs it, on the CPU reference (the tiny config) so that CI runs the
+# whole pipeline: child processes, the report folder (written atomically), reading it back, trace
+# inputs, the regression gate on hand-made runs with a known difference, and bad input.
+set -euo pipefail
+bin=$(realpath "$1")
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+M=(--backend cpu --modes eager --config tiny --mtp-layers 2 --draft-steps 2 --context 32)
+
+# 1. A live compare on the CPU: 2 repetitions of 3 policies + the baseline again = 8 children.
+mkdir "$tmp/out"
+"$bin" compare "${M[@]}" --repetitions 2 --steps 6 --out-dir "$tmp/out" > "$tmp/live.txt" 2> "$tmp/live.err" \
+  || { cat "$tmp/live.err"; fail "live compare failed"; }
+grep -q "about .* left" "$tmp/live.err" || fail "no progress with time left on stderr"
+folder=$(ls -d "$tmp"/out/*/)
+test "$(ls "$tmp"/out | wc -l)" = 1 || fail "expected one report folder"
+ls -A "$tmp/out" | grep -q staging && fail "a staging folder was left behind"
+for f in summary.json report.md report.html; do test -s "$folder/$f" || fail "$f missing"; done
+test "$(ls "$folder"/runs/*.json | wc -l)" = 8 || fail "expected 8 measurements in runs/"
+grep -q "^verdict" "$tmp/live.txt" || fail "no verdict section"
+python3 - "$folder" <<'PY'
+import json, sys, html.parser
+folder = sys.argv[1]
+s = json.load(open(folder + "/summary.json"))
+assert s["schema"] == "streamlab.compare/1", s["schema"]
+labels = [x["label"] for x in s["sides"]]
+assert labels == ["per-layer", "shared", "serial", "per-layer (again)"], labels
+roles = {x["label"]: x["role"] for x in s["sides"]}
+assert roles["per-layer"] == "baseline" and roles["serial"] == "reference" and roles["per-layer (again)"] == "baseline again"
+ok = {"A faster", "B faster", "no meaningful difference", "inconclusive"}
+assert s["differences"] and all(d["verdict"] in ok for d in s["differences"])
+assert {d["b"] for d in s["differences"]} == {"shared", "serial"}
+for d in s["differences"]:
+    r = d["relative_difference"]
+    assert r["lo"] <= r["estimate"] <= r["hi"] or abs(r["hi"] - r["lo"]) < 1e-12, d
+assert set(s["noise"]) == {"eager/step", "eager/target", "eager/draft"}
+res = {x["label"]: x["resources"] for x in s["sides"]}
+assert res["per-layer"]["streams_created"] == 10 and res["shared"]["streams_created"] == 7 and res["serial"]["streams_created"] == 0
+# The HTML parses and holds non-empty plots (one distribution per step part).
+class P(html.parser.HTMLParser):
+    def __init__(self):
+        super().__init__(); self.svg = 0; self.marks = 0; self.depth = 0
+    def handle_starttag(self, t, a):
+        if t == "svg": self.svg += 1
+        if t in ("circle", "rect"): self.marks += 1
+p = P(); p.feed(open(folder + "/report.html").read())
+assert p.svg >= 3 and p.marks >= 24, (p.svg, p.marks)
+md = open(folder + "/report.md").read()
+assert "## Verdict" in md and "| shared |" in md
+PY
+
+# 2. Read back: the same differences from the folder alone (the bootstrap is seeded).
+"$bin" compare "$folder" --json > "$tmp/back.json"
+python3 - "$folder/summary.json" "$tmp/back.json" <<'PY'
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+key = lambda d: (d["b"], d["key"])
+da = {key(d): d for d in a["differences"]}; db = {key(d): d for d in b["differences"]}
+assert da.keys() == db.keys()
+for k in da:
+    assert da[k]["relative_difference"] == db[k]["relative_difference"], k
+    assert da[k]["verdict"] == db[k]["verdict"], k
+PY
+"$bin" compare --recorded "$folder" > "$tmp/rec.txt"
+head -1 "$tmp/rec.txt" | grep -q "^Showing the comparison recorded on the CPU" || fail "--recorded first line: $(head -1 "$tmp/rec.txt")"
+
+# 3. An interrupted compare leaves no folder (Ctrl-C), or only a staging folder that the next run
+#    removes (SIGKILL).
+mkdir "$tmp/int"
+"$bin" compare "${M[@]}" --repetitions 50 --steps 6 --out-dir "$tmp/int" > /dev/null 2>&1 & pid=$!
+sleep 1.5; kill -INT $pid; wait $pid && fail "an interrupted compare exited 0" || true
+test -z "$(ls -A "$tmp/int")" || { ls -la "$tmp/int"; fail "an interrupted compare left files"; }
+"$bin" compare "${M[@]}" --repetitions 50 --steps 6 --out-dir "$tmp/int" > /dev/null 2>&1 & pid=$!
+sleep 1.5; { kill -KILL $pid; wait $pid; } 2>/dev/null || true
+ls -A "$tmp/int" | grep -vq staging && fail "SIGKILL left a final folder"
+"$bin" compare "${M[@]}" --policies shared,serial --repetitions 1 --steps 3 --no-baseline-twice --out-dir "$tmp/int" > /dev/null 2>&1
+ls -A "$tmp/int" | grep -q staging && fail "the stale staging folder was not removed"
+test "$(ls "$tmp/int" | wc -l)" = 1 || fail "expected exactly the new folder"
+
+# 4. The gate on hand-made runs with a known difference: B 10 % slower than A, 0.2 % noise.
+python3 - "$tmp" <<'PY'
+import json, os, random, sys
+root = sys.argv[1]
+def folder(name, centre):
+    d = os.path.join(root, name); os.makedirs(d + "/runs")
+    runs = []
+    for r in range(5):
+        rnd = random.Random(hash((name, r)) & 0xffff)
+        steps = [centre * (1 + rnd.gauss(0, 0.002)) for _ in range(10)]
+        m = {"schema": "streamlab.measure/1", "provenance": {"gpu": "test", "commit": "x", "date": "2026-01-01T00:00:00Z"},
+             "stream_source": "cuda",
+             "model": {"config": "tiny", "layers": 6, "mtp_layers": 1, "mtp_compress": 0, "batch": 1, "context": 32, "draft_steps": 1},
+             "policy": {"name": "shared", "aux_priority": "default", "shared_expert_stream": True, "connections": ""},
+             "resources": {"streams_created": 7, "stream_names": [], "stream_owners": [], "stream_setup_ms": 0.1,
+                           "events_created": 48, "weights_bytes": 1, "activations_bytes": 1, "peak_bytes": 1, "library_bytes": 0},
+             "modes": [{"mode": "graph", "step_ms": steps, "target_ms": [x / 2 for x in steps], "draft_ms": [x / 2 for x in steps],
+                        "host_ms": steps, "enqueue_ms": steps, "graph": {"nodes": 1, "edges": 0, "capture_ms": 0, "instantiate_ms": 0}}],
+             "traced": []}
+        p = f"runs/shared_r{r+1}.json"; json.dump(m, open(os.path.join(d, p), "w"))
+        runs.append({"side": "shared", "policy": "shared", "repetition": r + 1, "traced": False, "out": p, "log": ""})
+    json.dump({"schema": "streamlab.compare/1", "provenance": {"gpu": "test"},
+               "settings": {"kind": "live", "baseline": "shared", "runs": runs}}, open(d + "/summary.json", "w"))
+folder("night1", 2.0); folder("night2", 2.2)
+PY
+rc=0; "$bin" compare "$tmp/night1" "$tmp/night2" --policy shared --fail-if-slower 5 > "$tmp/gate.txt" 2> "$tmp/gate.err" || rc=$?
+test $rc = 3 || { cat "$tmp/gate.txt" "$tmp/gate.err"; fail "a 10 % slowdown with --fail-if-slower 5 should exit 3, got $rc"; }
+grep -q "night1:shared faster" "$tmp/gate.txt" || fail "verdict should say A faster"
+grep -q "slower than" "$tmp/gate.err" || fail "the gate should say what is slower"
+"$bin" compare "$tmp/night1" "$tmp/night2" --policy shared --fail-if-slower 15 > /dev/null || fail "15 % gate should pass"
+"$bin" compare "$tmp/night1" "$tmp/night1" --policy shared --fail-if-slower 1 | grep -q "no meaningful difference" \
+  || fail "a folder against itself should be no meaningful difference"
+
+# 5. Bad input: clear errors, exit 1, never a crash.
+expect_error() { local want=$1; shift; local out; if out=$("$@" 2>&1); then fail "expected an error from: $*"; fi
+                 echo "$out" | grep -q "$want" || fail "error for '$*' should mention '$want': $out"; }
+expect_error "does not exist" "$bin" compare "$tmp/nope" "$tmp/night1"
+mkdir "$tmp/empty"; expect_error "no summary.json" "$bin" compare "$tmp/empty" "$tmp/night1"
+head -c 100 "$tmp/night1/summary.json" > "$tmp/trunc.json"; mkdir "$tmp/trunc"; cp "$tmp/trunc.json" "$tmp/trunc/summary.json"
+expect_error "not valid JSON" "$bin" compare "$tmp/trunc" "$tmp/night1"
+expect_error "margin" "$bin" compare "$tmp/night1" "$tmp/night2" --margin 0
+expect_error "does not exist" "$bin" compare "${M[@]}" --out-dir "$tmp/missing/dir"
+expect_error "listed twice" "$bin" compare "${M[@]}" --policies shared,shared --out-dir "$tmp/out"
+echo "compare: all checks passed"
