@@ -1,6 +1,7 @@
 #include "profiler/trace_io.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -8,14 +9,18 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <unordered_map>
 
 #include <nlohmann/json.hpp>
 #include <simdjson.h>
+#include <zlib.h>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/gzip.h"
 #include "profiler/kineto_json.h"
 #include "profiler/nsys_sqlite.h"
 
@@ -666,6 +671,17 @@ const char* to_string(TraceFormat f) {
 }
 
 TraceFormat detect_trace_format(const std::string& path) {
+  if (is_gzip_file(path)) {
+    // Only the head is unpacked: enough to tell SQLite from JSON (ours and PyTorch's JSON are
+    // told apart when loading).
+    gzFile g = gzopen(path.c_str(), "rb");
+    if (!g) fail("cannot open trace '", path, "': ", std::strerror(errno));
+    char head[16] = {};
+    const int n = gzread(g, head, 16);
+    gzclose(g);
+    if (n == 16 && std::memcmp(head, "SQLite format 3\0", 16) == 0) return TraceFormat::Sqlite;
+    return n > 0 ? TraceFormat::KinetoJson : TraceFormat::Unknown;
+  }
   std::ifstream f(path, std::ios::binary);
   if (!f) fail("cannot open trace '", path, "': ", std::strerror(errno));
   char head[16] = {};
@@ -990,6 +1006,24 @@ Trace load_kineto_json_file(const std::string& path) {
 }
 
 Trace load_trace(const std::string& path) {
+  if (is_gzip_file(path)) {
+    // A gzipped trace: JSON is parsed from memory; SQLite needs a file, so it is unpacked beside
+    // the system's temporary files first.
+    const std::string text = gunzip_file(path);
+    if (text.size() >= 16 && std::memcmp(text.data(), "SQLite format 3\0", 16) == 0) {
+      std::string tmp = (std::filesystem::temp_directory_path() / "streamlab-trace-XXXXXX").string();
+      const int fd = ::mkstemp(tmp.data());
+      SL_CHECK(fd >= 0, "cannot unpack '", path, "': no temporary file (", std::strerror(errno), ")");
+      ::close(fd);
+      struct Remove {
+        std::string p;
+        ~Remove() { std::remove(p.c_str()); }
+      } remove{tmp};
+      write_file_atomic(tmp, text);
+      return load_nsys_sqlite(tmp);
+    }
+    return load_kineto_json(text, "'" + path + "'");
+  }
   switch (detect_trace_format(path)) {
     case TraceFormat::Sqlite: return load_nsys_sqlite(path);
     case TraceFormat::StreamlabJson:

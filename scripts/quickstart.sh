@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 mode=${1:-run}
 case "$mode" in run|test) ;; *) echo "usage: $0 [run|test]" >&2; exit 2 ;; esac
 
-pkgs=(build-essential cmake pkg-config python3 python3-pip python3-venv libgtest-dev libbenchmark-dev libsqlite3-dev sqlite3
+pkgs=(build-essential cmake pkg-config python3 python3-pip python3-venv libgtest-dev libbenchmark-dev libsqlite3-dev sqlite3 zlib1g-dev
       nlohmann-json3-dev libsimdjson-dev libcli11-dev libimgui-dev libglfw3-dev libgl-dev libstb-dev xvfb xauth xdotool)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done

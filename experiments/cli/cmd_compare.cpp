@@ -19,6 +19,7 @@
 #include "core/atomic_file.h"
 #include "core/build_info.h"
 #include "core/error.h"
+#include "core/gzip.h"
 #include "experiments/cli/commands.h"
 #include "experiments/cli/model_options.h"
 #include "experiments/cli/provenance.h"
@@ -216,6 +217,12 @@ int run_live(const CompareCliOptions& o) {
                spec.policies.size(), spec.repetitions, spec.baseline_twice ? " + the baseline again" : "",
                spec.trace ? " + one traced run per policy" : "", dir.final_path().c_str());
   compare::execute_plan(spec, plan, dir.path(), stderr);
+  // Traces compress about tenfold; readers take either form (sl::plain_or_gz, load_trace).
+  for (const auto& e : fs::directory_iterator(dir.path() + "/traces")) {
+    const std::string n = e.path().filename().string();
+    const bool trace_file = n.size() > 11 && (n.rfind(".eager.json") == n.size() - 11 || n.rfind(".graph.json") == n.size() - 11);
+    if (trace_file || n.rfind(".sqlite") == n.size() - 7) gzip_file_in_place(e.path().string());
+  }
 
   compare::RunFolder f;
   f.path = dir.path();

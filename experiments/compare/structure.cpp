@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/gzip.h"
 #include "experiments/compare/svg_plot.h"
 #include "profiler/analysis.h"
 #include "profiler/trace_io.h"
@@ -155,8 +156,8 @@ StructureReport structure_of_folder(const std::string& folder, const Comparison&
       std::string eager, graph;
       for (const auto& w : m.traced) {
         const std::string dir = folder + "/traces/";
-        if (w.mode == "eager") eager = dir + w.trace_json;
-        if (w.mode == "graph") graph = dir + w.trace_json;
+        if (w.mode == "eager") eager = plain_or_gz(dir + w.trace_json);
+        if (w.mode == "graph") graph = plain_or_gz(dir + w.trace_json);
       }
       if (eager.empty()) continue;
       SL_CHECK(fs::exists(eager), "the trace '", eager, "' of ", side.label, "'s traced run is missing");

@@ -1,0 +1,94 @@
+#include "core/gzip.h"
+
+#include <zlib.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <vector>
+
+#include "core/atomic_file.h"
+#include "core/error.h"
+
+namespace sl {
+
+bool is_gzip_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  unsigned char m[2] = {0, 0};
+  if (!f.read(reinterpret_cast<char*>(m), 2)) return false;
+  return m[0] == 0x1f && m[1] == 0x8b;
+}
+
+namespace {
+
+std::string read_whole(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  SL_CHECK(f, "cannot open '", path, "': ", std::strerror(errno));
+  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+
+}  // namespace
+
+std::string gunzip_file(const std::string& path) {
+  const std::string in = read_whole(path);
+  z_stream z{};
+  SL_CHECK(inflateInit2(&z, 15 + 16) == Z_OK, "'", path, "': cannot start zlib");
+  std::string out;
+  std::vector<char> buf(size_t(1) << 20);
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
+  z.avail_in = uInt(in.size());
+  int rc = Z_OK;
+  for (;;) {
+    z.next_out = reinterpret_cast<Bytef*>(buf.data());
+    z.avail_out = uInt(buf.size());
+    rc = inflate(&z, Z_NO_FLUSH);
+    out.append(buf.data(), buf.size() - z.avail_out);
+    if (rc == Z_STREAM_END) {
+      if (z.avail_in == 0) break;
+      inflateReset(&z);  // another gzip member follows (concatenated files)
+      continue;
+    }
+    if (rc != Z_OK) {
+      const std::string msg = z.msg ? z.msg : "error " + std::to_string(rc);
+      inflateEnd(&z);
+      fail("'", path, "': damaged gzip data (", msg, ")");
+    }
+    if (z.avail_in == 0 && z.avail_out != 0) {
+      inflateEnd(&z);
+      fail("'", path, "': the gzip data ends early (a truncated file)");
+    }
+  }
+  inflateEnd(&z);
+  return out;
+}
+
+void gzip_file_in_place(const std::string& path) {
+  const std::string in = read_whole(path);
+  z_stream z{};
+  SL_CHECK(deflateInit2(&z, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) == Z_OK, "'", path, "': cannot start zlib");
+  std::string out;
+  out.resize(deflateBound(&z, uLong(in.size())) + 64);
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
+  z.avail_in = uInt(in.size());
+  z.next_out = reinterpret_cast<Bytef*>(out.data());
+  z.avail_out = uInt(out.size());
+  const int rc = deflate(&z, Z_FINISH);
+  out.resize(out.size() - z.avail_out);
+  deflateEnd(&z);
+  SL_CHECK(rc == Z_STREAM_END, "'", path, "': compression failed (", rc, ")");
+  write_file_atomic(path + ".gz", out);
+  std::error_code ec;
+  std::filesystem::remove(path, ec);
+  SL_CHECK(!ec, "cannot remove '", path, "' after compressing it: ", ec.message());
+}
+
+std::string plain_or_gz(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec)) return path;
+  if (std::filesystem::exists(path + ".gz", ec)) return path + ".gz";
+  return path;
+}
+
+}  // namespace sl

@@ -1,0 +1,19 @@
+// gzip files (zlib): the traces a compare run keeps are text that compresses about tenfold, and
+// run folders ship in the repository. Loaders read a gzip file as if it were plain (the format is
+// recognised by its magic bytes, not by the name).
+#pragma once
+#include <string>
+#include <string_view>
+
+namespace sl {
+
+bool is_gzip_file(const std::string& path);  // starts with 1f 8b; false when unreadable
+// The whole decompressed content (every gzip member). Throws sl::Error naming the file on a
+// damaged or truncated stream.
+std::string gunzip_file(const std::string& path);
+// Compresses `path` into `path + ".gz"` (written atomically), then removes `path`.
+void gzip_file_in_place(const std::string& path);
+// `path` if it exists, else `path + ".gz"` if that exists, else `path` (for the error message).
+std::string plain_or_gz(const std::string& path);
+
+}  // namespace sl

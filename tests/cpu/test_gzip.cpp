@@ -1,0 +1,60 @@
+// Gzipped traces read as the plain files they came from (core/gzip.h, load_trace).
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+#include "core/gzip.h"
+#include "profiler/kineto_json.h"
+#include "profiler/nsys_sqlite.h"
+#include "profiler/synthetic.h"
+#include "profiler/trace_io.h"
+
+namespace fs = std::filesystem;
+using namespace sl::prof;
+
+namespace {
+struct TempDir {
+  std::string path;
+  TempDir() {
+    std::string t = (fs::temp_directory_path() / "sl_gz_XXXXXX").string();
+    path = ::mkdtemp(t.data());
+  }
+  ~TempDir() { fs::remove_all(path); }
+};
+}  // namespace
+
+TEST(Gzip, JsonAndSqliteTracesLoadTheSameGzipped) {
+  TempDir d;
+  const Trace t = make_sample_trace();
+  const std::string json = d.path + "/t.json", db = d.path + "/t.sqlite";
+  write_kineto_json_file(t, json);
+  write_nsys_sqlite(t, db);
+  const Trace plain_json = load_trace(json), plain_db = load_trace(db);
+  sl::gzip_file_in_place(json);
+  sl::gzip_file_in_place(db);
+  EXPECT_FALSE(fs::exists(json));
+  ASSERT_TRUE(sl::is_gzip_file(json + ".gz"));
+  EXPECT_EQ(sl::plain_or_gz(json), json + ".gz");
+  EXPECT_EQ(detect_trace_format(db + ".gz"), TraceFormat::Sqlite);
+  EXPECT_EQ(first_difference(load_trace(json + ".gz"), plain_json), "");
+  EXPECT_EQ(first_difference(load_trace(db + ".gz"), plain_db), "");
+}
+
+TEST(Gzip, TruncatedOrDamagedDataIsAnError) {
+  TempDir d;
+  const std::string json = d.path + "/t.json";
+  write_kineto_json_file(make_sample_trace(), json);
+  sl::gzip_file_in_place(json);
+  std::ifstream in(json + ".gz", std::ios::binary);
+  std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::ofstream(d.path + "/cut.gz", std::ios::binary) << all.substr(0, all.size() / 2);
+  EXPECT_THROW(load_trace(d.path + "/cut.gz"), sl::Error);
+  all[all.size() / 2] ^= 0x55;
+  all[all.size() / 2 + 1] ^= 0x55;
+  std::ofstream(d.path + "/bad.gz", std::ios::binary) << all;
+  EXPECT_THROW(load_trace(d.path + "/bad.gz"), sl::Error);
+}
