@@ -13,9 +13,9 @@ W=$(mktemp -d)
 mkdir -p "$OUT"
 export PATH="/usr/local/cuda/bin:$PATH"
 export STREAMLAB_CONFIG_DIR="$PWD/model/configs"
-B=.gpu
+B=${GPU_BIN:-.gpu}
 export LD_LIBRARY_PATH="$PWD/$B${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export STREAMLAB_COMMIT="$(head -c 40 $B/COMMIT)"
+export STREAMLAB_COMMIT="$(head -c 40 $B/COMMIT)$(grep -q dirty $B/COMMIT && echo -dirty)"
 stages=${STAGES:-"env tests tiny flash sanitizer trace bench overhead"}
 declare -A rc
 # run NAME SECONDS CMD...: one stage, bounded in time, its output in $W/NAME.log.
@@ -217,6 +217,23 @@ for st in $stages; do case $st in
         gzip -f "$W/queue_trace_$p.json"
       done
     fi ;;
+  compare)
+    # The verdict as one command (README quick start (a) on a GPU): streamlab compare with its
+    # defaults; the report folder comes back as compare.tar.gz (results/compare/ in the repo).
+    mkdir -p "$W/compare"
+    run compare ${COMPARE_SECONDS:-400} $B/streamlab compare --out-dir "$W/compare" ${COMPARE_ARGS:-}
+    tar czf "$OUT/compare.tar.gz" -C "$W" compare ;;
+  sweep)
+    # streamlab sweep over SWEEP_ARGS, stopped after SWEEP_SECONDS (SIGTERM: the cells done so
+    # far stay); SWEEP_RESUME=folder (carried from an earlier call) continues that sweep.
+    mkdir -p "$W/sweep"
+    if [ -n "${SWEEP_RESUME:-}" ]; then
+      cp -r "$SWEEP_RESUME" "$W/sweep/"
+      run sweep ${SWEEP_SECONDS:-400} $B/streamlab sweep --resume "$W/sweep/$(basename "$SWEEP_RESUME")"
+    else
+      run sweep ${SWEEP_SECONDS:-400} $B/streamlab sweep --out-dir "$W/sweep" ${SWEEP_ARGS:-}
+    fi
+    tar czf "$OUT/sweep.tar.gz" -C "$W" sweep ;;
   hf)
     run hf_round 575 env BIN=$B OUT="$W/hf" DEADLINE=${HF_DEADLINE:-540} bash scripts/hf_round.sh
     cp "$W"/hf/hf_compare.json "$OUT/" 2>/dev/null ;;
