@@ -36,9 +36,19 @@ std::string role_group(const std::string& path, const std::string& step_range, c
       if (has(el[i], [](char c) { return std::isdigit(static_cast<unsigned char>(c)); })) pick = el[i];
   }
   if (pick.empty()) return "(none)";
+  // Without instance numbers: the digits that end each '.'-separated part ("L3" -> "L"),
+  // not those inside one ("c4a" names a compression ratio, the same in every layer).
   std::string g;
-  for (char c : pick)
-    if (!std::isdigit(static_cast<unsigned char>(c))) g += c;
+  for (size_t i = 0; i < pick.size(); ++i) {
+    const bool digit = std::isdigit(static_cast<unsigned char>(pick[i]));
+    size_t j = i;
+    while (j < pick.size() && std::isdigit(static_cast<unsigned char>(pick[j]))) ++j;
+    if (digit && (j == pick.size() || pick[j] == '.')) {
+      i = j - 1;
+      continue;
+    }
+    g += pick[i];
+  }
   return g;
 }
 

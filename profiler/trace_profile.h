@@ -12,9 +12,10 @@
 //   start and the last kernel end (ends before starts at equal times, as in analysis.h).
 // - stream-pair overlap: time during which kernels of both streams run, by stream label (streams
 //   sharing a label count as one); the diagonal holds each label's busy time.
-// - group of a role: one element of its path with the digits removed, so that the instances of
-//   one job across layers form one group ("L3.c4a" -> "L.c4a", "mtp0.c4a" -> "mtp.c4a"). Which
-//   element: GroupOptions.
+// - group of a role: one element of its path without instance numbers (the digits that end
+//   each '.'-separated part), so that the instances of one job across layers form one group
+//   ("L3.c4a" -> "L.c4a", "mtp0.c4a" -> "mtp.c4a", "model.layers.3.mlp" -> "model.layers..mlp").
+//   Which element: GroupOptions.
 // - aux hidden per group: for the group's kernels not on the main stream (analyze()'s: given,
 //   or the stream with most kernel time), the part of their duration during which a
 //   main-stream kernel ran / their total duration.
