@@ -226,7 +226,8 @@ void assign_roles(const GpuOps& ops, const Placement& p, KernelRoles& out) {
     const OpId op = order[i];
     const bool same_group = i > 0 && p.inst[order[i - 1]] == p.inst[op] && path[order[i - 1]] == path[op] &&
                             name[order[i - 1]] == name[op];
-    ordinal = same_group ? ordinal + 1 : 0;
+    // Outside every range there is no instance to count in: one role per name (ordinal 0).
+    ordinal = same_group && p.inst[op] != kNoId ? ordinal + 1 : 0;
     const Role r{path[op], name[op], ordinal};
     auto [it, fresh] = ids.try_emplace(r, uint32_t(out.roles.size()));
     if (fresh) out.roles.push_back(r);

@@ -16,6 +16,7 @@
 // - ordinal: the op's place among the ops of the same name launched inside the same innermost
 //   range instance, in launch order (launch call start, then GPU start: the nodes of one graph
 //   launch share the call and go by start time). It tells apart the three GEMMs of one op.
+//   Ops outside every range (no instance to count in) all get ordinal 0: one role per name.
 // - step: the index, in time order, of the instance of the step range (RoleOptions::step_range,
 //   e.g. "decode") that holds the launch; with no step range chosen, of the outermost range.
 //   kNoStep when the launch is in none. Roles do not include the step: one role recurs once

@@ -62,6 +62,7 @@ Trace program(const Policy& p) {
   decode_step(b, p, 0);
   b.kernel(p.main, 1600, 1610, "tail", 1500, 1505);  // between the steps: in no range
   decode_step(b, p, 2000);
+  b.kernel(p.main, 3600, 3610, "tail", 3500, 3505);  // a second one: the same role
   t.finalize();
   return t;
 }
@@ -116,12 +117,12 @@ TEST(KernelRoles, EveryKernelOfOnePolicyHasItsRole) {
     EXPECT_EQ(r.key(r.ops[op].role), want->second) << "kernel at " << k.start;
     EXPECT_EQ(r.ops[op].step, step) << "kernel at " << k.start;
   }
-  // Each role once per step: 11 roles + the tail.
+  // Each role once per step: 11 roles + the tail (outside ranges: one role per name).
   EXPECT_EQ(r.roles.size(), 12u);
   EXPECT_EQ(r.placed_by_queued, 2u);
-  EXPECT_EQ(r.without_range, 1u);
+  EXPECT_EQ(r.without_range, 2u);
   EXPECT_EQ(r.without_launch, 0u);
-  EXPECT_EQ(r.placed_by_launch, t.kernels.size() - 3);
+  EXPECT_EQ(r.placed_by_launch, t.kernels.size() - 4);
 }
 
 TEST(KernelRoles, TwoPoliciesMatchKernelForKernel) {
@@ -150,7 +151,9 @@ TEST(KernelRoles, OutermostRangesAreTheDefaultSteps) {
   ASSERT_EQ(r.steps.size(), 2u);
   EXPECT_EQ(r.steps[1].nvtx, 11u);  // the 12th range by start: the second "decode"
   for (OpId op = 0; op < ops.size(); ++op) {
-    if (t.kernels[op].start >= 2000) EXPECT_EQ(r.ops[op].step, 1u);
+    const Ns start = t.kernels[op].start;
+    const uint32_t want = start < 1000 ? 0 : start >= 2000 && start < 3000 ? 1 : kNoStep;
+    EXPECT_EQ(r.ops[op].step, want) << "kernel at " << start;
   }
 }
 
