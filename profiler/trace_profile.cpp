@@ -37,7 +37,7 @@ std::string role_group(const std::string& path, const std::string& step_range, c
   }
   if (pick.empty()) return "(none)";
   // Without instance numbers: the digits that end each '.'-separated part ("L3" -> "L"),
-  // not those inside one ("c4a" names a compression ratio, the same in every layer).
+  // not those inside one ("c4a": part of a name, the same in every instance).
   std::string g;
   for (size_t i = 0; i < pick.size(); ++i) {
     const bool digit = std::isdigit(static_cast<unsigned char>(pick[i]));
