@@ -43,8 +43,10 @@ struct GroupOptions {
 };
 
 struct ProfileOptions {
-  AnalysisOptions analysis;
-  RoleOptions roles;
+  AnalysisOptions analysis;  // for analyze(); its main stream is the aux-hidden reference too
+  RoleOptions roles;         // the step range
+  // waits.epsilon means what analysis.false_dep_epsilon means (both 2 us by default): a caller
+  // changing one changes the other, or the two reports disagree on false dependencies.
   WaitOptions waits;
   GroupOptions groups;
 };
