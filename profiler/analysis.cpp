@@ -805,6 +805,7 @@ AnalysisResult analyze(const Trace& t, const AnalysisOptions& opts) {
     }
     rs.allocated_at_end = cur > 0 ? uint64_t(cur) : 0;
     for (const auto& o : t.overheads) rs.cupti_overhead += eff_end(o.start, o.end) - o.start;
+    rs.api = count_api_calls(t);
   }
   return r;
 }

@@ -30,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "profiler/api_calls.h"
 #include "profiler/trace.h"
 
 namespace sl::prof {
@@ -153,6 +154,10 @@ struct ResourceSummary {
   uint64_t contexts = 0;
   uint64_t cuda_event_records = 0, distinct_cuda_events = 0;
   uint64_t syncs = 0, stream_waits = 0, host_syncs = 0;
+  // The same seen as runtime / driver API calls (stream and event creates, event records,
+  // cudaStreamWaitEvent calls, syncs): all a default PyTorch trace shows of them, since it
+  // carries no CUPTI event or synchronization records.
+  ApiCallCounts api;
   uint64_t allocations = 0, frees = 0;
   uint64_t peak_allocated_bytes = 0;          // high-water mark of live allocations in the window
   Ns peak_allocated_at = kNoTime;

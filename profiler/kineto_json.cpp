@@ -600,21 +600,38 @@ class Emitter {
     gpu_op_tail(m, tid);
   }
 
-  // The stream an event was last recorded on before a wait (program order = correlation id).
-  int64_t event_source_stream(uint32_t pid, uint32_t event, uint32_t corr) {
+  // The record of an event last made before a wait (program order = correlation id), or null.
+  const CudaEventRecord* event_source(uint32_t pid, uint32_t event, uint32_t corr) {
     if (event_index_.empty() && !t_.cuda_events.empty()) {
       for (const auto& e : t_.cuda_events) event_index_[(uint64_t(e.pid) << 32) | e.event].push_back(&e);
       for (auto& [k, v] : event_index_)
         std::sort(v.begin(), v.end(), [](auto x, auto y) { return x->correlation < y->correlation; });
     }
     auto it = event_index_.find((uint64_t(pid) << 32) | event);
-    if (it == event_index_.end()) return -1;
-    int64_t s = -1;
+    if (it == event_index_.end()) return nullptr;
+    const CudaEventRecord* src = nullptr;
     for (auto r : it->second) {
       if (corr != 0 && r->correlation > corr) break;
-      s = r->stream;
+      src = r;
     }
-    return s;
+    return src;
+  }
+
+  // Kineto's wait_on_stream / wait_on_cuda_event_record_corr_id: the sync's own fields when it
+  // carries them, else derived from the CUDA event records (HTA needs them to draw the
+  // dependency). Derived values are marked "wait_on derived" so that loading the file back
+  // leaves the fields as they were (lossless round trip).
+  void event_wait_args(const Sync& s) {
+    if (s.event_stream != kNoStream || s.event_record_correlation != 0) {
+      out_.arg<"wait_on_stream">(id_or_minus1(s.event_stream, kNoStream));
+      out_.arg<"wait_on_cuda_event_record_corr_id">(s.event_record_correlation);
+    } else {
+      const CudaEventRecord* src = event_source(s.pid, s.event, s.correlation);
+      out_.arg<"wait_on_stream">(src ? int64_t(src->stream) : int64_t(-1));
+      out_.arg<"wait_on_cuda_event_record_corr_id">(src ? int64_t(src->correlation) : int64_t(-1));
+      out_.arg<"wait_on derived">(1);
+    }
+    out_.arg<"wait_on_cuda_event_id">(id_or_minus1(s.event, kNoId));
   }
 
   void syncs() {
@@ -626,10 +643,9 @@ class Emitter {
       use_track(s.device, tid, true);
       slice_head("cuda_sync", 9, to_string(s.type), s.device, tid, s.start, s.end);
       out_.args<"cuda_sync_kind">(std::string_view(to_string(s.type)));
-      if (s.type == SyncType::EventSynchronize || s.type == SyncType::StreamWaitEvent) {
-        out_.arg<"wait_on_stream">(event_source_stream(s.pid, s.event, s.correlation));
-        out_.arg<"wait_on_cuda_event_id">(id_or_minus1(s.event, kNoId));
-      }
+      if (s.type == SyncType::EventSynchronize || s.type == SyncType::StreamWaitEvent || s.event_stream != kNoStream ||
+          s.event_record_correlation != 0)
+        event_wait_args(s);
       out_.arg<"stream">(id_or_minus1(s.stream, kNoStream));
       out_.arg<"correlation">(s.correlation);
       out_.arg<"device">(s.device);

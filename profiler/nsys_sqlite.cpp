@@ -188,7 +188,8 @@ CREATE TABLE CUPTI_ACTIVITY_KIND_DRIVER (start INTEGER NOT NULL, end INTEGER NOT
   nameId INTEGER NOT NULL REFERENCES StringIds(id), returnValue INTEGER NOT NULL, callchainId INTEGER, cbid INTEGER);
 CREATE TABLE CUPTI_ACTIVITY_KIND_SYNCHRONIZATION (start INTEGER NOT NULL, end INTEGER NOT NULL, deviceId INTEGER NOT NULL,
   contextId INTEGER NOT NULL, greenContextId INTEGER, streamId INTEGER NOT NULL, correlationId INTEGER, globalPid INTEGER,
-  syncType INTEGER NOT NULL REFERENCES ENUM_CUPTI_SYNC_TYPE(id), eventId INTEGER NOT NULL);
+  syncType INTEGER NOT NULL REFERENCES ENUM_CUPTI_SYNC_TYPE(id), eventId INTEGER NOT NULL, eventStreamId INTEGER,
+  eventRecordCorrelationId INTEGER);
 CREATE TABLE NVTX_EVENTS (start INTEGER NOT NULL, end INTEGER, eventType INTEGER NOT NULL REFERENCES ENUM_NSYS_EVENT_TYPE(id),
   rangeId INTEGER, category INTEGER, color INTEGER, text TEXT, globalTid INTEGER, endGlobalTid INTEGER,
   textId INTEGER REFERENCES StringIds(id), domainId INTEGER, uint64Value INTEGER, int64Value INTEGER, doubleValue REAL,
@@ -429,10 +430,13 @@ void write_nsys_sqlite(const Trace& t, const std::string& path) {
     }
   }
   {
-    Stmt s(db, insert_sql("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", 10));
+    // eventStreamId / eventRecordCorrelationId: streamlab's columns (not in nsys's layout, whose
+    // reports ignore them) for where the awaited event was recorded; NULL when not known.
+    Stmt s(db, insert_sql("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", 12));
     for (const auto& x : t.syncs)
       s.row(x.start, x.end, x.device, x.context, /*greenContextId*/ null, id_or_minus1(x.stream, kNoStream),
-            x.correlation, nsys_global_pid(x.pid), uint8_t(x.type), id_or_minus1(x.event, kNoId));
+            x.correlation, nsys_global_pid(x.pid), uint8_t(x.type), id_or_minus1(x.event, kNoId),
+            null_if(id_or_minus1(x.event_stream, kNoStream), -1), null_if(x.event_record_correlation, 0));
   }
   {
     Stmt n(db, "INSERT INTO NVTX_EVENTS (start, end, eventType, rangeId, category, color, text, globalTid, endGlobalTid, "
@@ -809,7 +813,8 @@ Trace load_nsys_sqlite(const std::string& path) {
   }
   if (db.has_table("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION")) {
     TableReader r(db, "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", {"start", "end", "syncType"},
-                  {"deviceId", "contextId", "streamId", "correlationId", "globalPid", "eventId"});
+                  {"deviceId", "contextId", "streamId", "correlationId", "globalPid", "eventId", "eventStreamId",
+                   "eventRecordCorrelationId"});
     while (r.next()) {
       Sync s;
       s.start = r.i("start");
@@ -825,6 +830,9 @@ Trace load_nsys_sqlite(const std::string& path) {
       s.pid = pid_of_global(r.i_or("globalPid", 0));
       int64_t ev = r.i_or("eventId", -1);
       s.event = ev < 0 ? kNoId : uint32_t(ev);
+      int64_t es = r.i_or("eventStreamId", -1);
+      s.event_stream = es < 0 ? kNoStream : uint32_t(es);
+      s.event_record_correlation = uint32_t(std::max<int64_t>(0, r.i_or("eventRecordCorrelationId", 0)));
       t.syncs.push_back(s);
     }
   }

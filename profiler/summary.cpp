@@ -80,6 +80,24 @@ std::string fmt_time(Ns v) { return v == kNoTime ? "" : std::to_string(v); }
 
 }  // namespace
 
+json api_counts_json(const ApiCallCounts& c) {
+  return json{{"kernel_launches", c.kernel_launches}, {"graph_launches", c.graph_launches},
+              {"memory_ops", c.memory_ops},           {"stream_creates", c.stream_creates},
+              {"stream_destroys", c.stream_destroys}, {"event_creates", c.event_creates},
+              {"event_destroys", c.event_destroys},   {"event_records", c.event_records},
+              {"stream_wait_events", c.stream_wait_events}, {"stream_syncs", c.stream_syncs},
+              {"event_syncs", c.event_syncs},         {"device_syncs", c.device_syncs}};
+}
+
+std::string api_counts_text(const ApiCallCounts& c) {
+  std::ostringstream o;
+  o << "stream creates " << c.stream_creates << ", destroys " << c.stream_destroys << "; event creates "
+    << c.event_creates << ", records " << c.event_records << ", stream waits " << c.stream_wait_events
+    << "; syncs: stream " << c.stream_syncs << ", event " << c.event_syncs << ", device " << c.device_syncs
+    << "; launches " << c.kernel_launches << " (graphs " << c.graph_launches << "), memcpy/memset " << c.memory_ops;
+  return o.str();
+}
+
 std::string record_count_warnings(const RecordCounts& c) {
   std::string w;
   if (c.dropped) w += "  " + std::to_string(c.dropped) + " records dropped by CUPTI (buffers full): the trace is incomplete\n";
@@ -193,7 +211,8 @@ json analysis_to_json(const AnalysisResult& r) {
                     {"peak_allocated_bytes", rs.peak_allocated_bytes},
                     {"peak_allocated_at_ns", time_or_null(rs.peak_allocated_at)},
                     {"allocated_at_end_bytes", rs.allocated_at_end},
-                    {"cupti_overhead_ns", rs.cupti_overhead}};
+                    {"cupti_overhead_ns", rs.cupti_overhead},
+                    {"api_calls", api_counts_json(rs.api)}};
   return j;
 }
 
@@ -289,7 +308,8 @@ std::string analysis_to_text(const AnalysisResult& r, size_t top) {
   o << "\nresources\n  streams " << rs.streams << " (created " << rs.streams_created << ", destroyed "
     << rs.streams_destroyed << " in the window, at most " << rs.max_streams_alive << " alive), contexts " << rs.contexts
     << "\n  CUDA event records " << rs.cuda_event_records << " (" << rs.distinct_cuda_events << " events), stream waits "
-    << rs.stream_waits << ", host syncs " << rs.host_syncs << "\n  allocations " << rs.allocations << ", frees "
+    << rs.stream_waits << ", host syncs " << rs.host_syncs << "\n  API calls: " << api_counts_text(rs.api)
+    << "\n  allocations " << rs.allocations << ", frees "
     << rs.frees << ", peak allocated in window " << rs.peak_allocated_bytes << " bytes, CUPTI overhead "
     << us(rs.cupti_overhead) << " us\n";
   return o.str();

@@ -28,6 +28,11 @@ void write_gpu_ops_csv(const Trace& t, std::ostream& out);             // one ro
 // into `dir` (created when missing). Returns the files written. Throws sl::Error on I/O errors.
 std::vector<std::string> write_csv_dir(const Trace& t, const AnalysisResult& r, const std::string& dir);
 
+// Resource counts seen as API calls (ResourceSummary::api): JSON object and one line of text.
+// Shared with the trace profile's report.
+nlohmann::json api_counts_json(const ApiCallCounts& c);
+std::string api_counts_text(const ApiCallCounts& c);
+
 // One line per record-quality problem (dropped, zero timestamps, end < start, invalid); empty
 // when the trace is clean.
 std::string record_count_warnings(const RecordCounts& c);

@@ -551,6 +551,10 @@ Trace make_sample_trace() {
     w2.correlation = cw;
     w2.stream = 7;
     w2.event = 1 + s;
+    if (s == 14) {  // as a PyTorch (Kineto) trace gives it: the recording stream and record call
+      w2.event_stream = s;
+      w2.event_record_correlation = cr;
+    }
     t.syncs.push_back(w2);
   }
   // L1: a CUDA graph launch: one correlation id, three kernels on two streams.

@@ -48,7 +48,8 @@ Trace make_synthetic_trace(const SyntheticOptions& opts);
 
 // A small finalized trace that uses every part of the trace model: kernels on three streams
 // (overlapping, touching, a CUDA-graph launch whose kernels share one correlation id), memcpy,
-// memset, runtime and driver calls, every sync type, CUDA event records, nested push/pop,
+// memset, runtime and driver calls, every sync type, CUDA event records (and one stream wait that
+// carries its recording stream and record call, as a PyTorch trace gives it), nested push/pop,
 // start/end and mark NVTX events in two domains, allocations, counters, CUPTI overhead, named
 // streams with priorities and lifetimes, devices, processes, threads, record counts, metadata,
 // and names that need JSON escaping. Realistic absolute CUPTI-like timestamps.

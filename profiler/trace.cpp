@@ -290,6 +290,11 @@ std::string Trace::stream_label(uint32_t id) const {
   return "stream " + std::to_string(id);
 }
 
+std::string stream_role(const std::string& label) {
+  const size_t dot = label.rfind('.');
+  return dot == std::string::npos || dot + 1 == label.size() ? label : label.substr(dot + 1);
+}
+
 namespace {
 
 struct Diff {
@@ -353,7 +358,7 @@ std::string first_difference(const Trace& a, const Trace& b, bool api_modulo) {
   d.size("syncs", a.syncs, b.syncs);
   for (size_t i = 0; d.out.empty() && i < a.syncs.size(); ++i) {
     F(syncs, start), F(syncs, end), F(syncs, correlation), F(syncs, stream), F(syncs, context), F(syncs, event),
-        F(syncs, pid), F(syncs, device), FE(syncs, type);
+        F(syncs, pid), F(syncs, event_stream), F(syncs, event_record_correlation), F(syncs, device), FE(syncs, type);
   }
   d.size("cuda_events", a.cuda_events, b.cuda_events);
   for (size_t i = 0; d.out.empty() && i < a.cuda_events.size(); ++i) {

@@ -172,10 +172,17 @@ struct ApiCall {
 struct Sync {
   Ns start = 0, end = 0;
   uint32_t correlation = 0;
-  uint32_t stream = kNoStream;
+  uint32_t stream = kNoStream;  // the waiting stream (stream-wait-event, stream sync)
   uint32_t context = 0;
   uint32_t event = kNoId;  // CUDA event id for event syncs / waits
   uint32_t pid = 0;
+  // Where the awaited event was recorded, when the source says so (Kineto writes them as
+  // `wait_on_stream` and `wait_on_cuda_event_record_corr_id`; HTA reads them): the recording
+  // stream and the correlation id of the cudaEventRecord call. They name a wait's producer
+  // without the CUDA event records, which a PyTorch trace does not carry. kNoStream / 0: not
+  // given (CUPTI's own records leave them out: use `event` and Trace::cuda_events then).
+  uint32_t event_stream = kNoStream;
+  uint32_t event_record_correlation = 0;
   uint16_t device = 0;
   SyncType type = SyncType::Unknown;
   uint8_t pad = 0;
@@ -318,6 +325,12 @@ struct Trace {
   // Display name for a stream: its NVTX name, else "stream N".
   std::string stream_label(uint32_t id) const;
 };
+
+// The role in a stream's label: the text after its last '.' ("L3.aux0" -> "aux0", "target.aux0"
+// -> "aux0"); the whole label when it has no '.' or ends with one. Programs that name streams
+// "<owner>.<role>" give streams of one job under different owners (per layer, per model) one
+// role, which is what lines up across stream policies whose stream ids and owners differ.
+std::string stream_role(const std::string& label);
 
 // The first difference between two traces ("" when equal): every event field, strings by
 // content. With `api_names_modulo_version`, runtime names compare after strip_api_version (the

@@ -123,7 +123,8 @@ int field_of(std::string_view k) {
   X(Cbid, "cbid") X(ReturnValue, "return value") X(WaitEvent, "wait_on_cuda_event_id")                    \
   X(SyncType, "sync type") X(SyncKind, "cuda_sync_kind") X(Domain, "domain") X(NvtxKind, "nvtx kind")     \
   X(Color, "color") X(Category, "category") X(EndThread, "end thread") X(MemBytes, "Bytes")               \
-  X(Addr, "Addr") X(DeviceId, "Device Id") X(Name, "name")
+  X(Addr, "Addr") X(DeviceId, "Device Id") X(Name, "name") X(WaitOnStream, "wait_on_stream")                \
+  X(WaitRecordCorr, "wait_on_cuda_event_record_corr_id") X(WaitDerived, "wait_on derived")
 
 enum class A : uint8_t {
 #define SL_X(e, s) e,
@@ -141,7 +142,7 @@ static_assert(kArgCount <= 64);
 
 // args keys bucketed by length: a lookup compares against the one to four keys of that length.
 struct ArgTable {
-  static constexpr size_t kMaxLen = 32;
+  static constexpr size_t kMaxLen = 40;  // longest key: "wait_on_cuda_event_record_corr_id" (33)
   std::array<std::vector<std::pair<std::string_view, uint8_t>>, kMaxLen> by_len;
   ArgTable() {
     for (size_t i = 0; i < kArgCount; ++i) {
@@ -879,6 +880,14 @@ Trace load_kineto_doc(dom::element doc, const std::string& origin) {
         s.event = evid < 0 ? kNoId : uint32_t(evid);
         int64_t ty = ev.arg_int(A::SyncType, -1);
         s.type = ty >= 0 ? SyncType(ty) : sync_type_from_name(ev.arg_str(A::SyncKind, ev.str_or(F_NAME, "")));
+        // Where the awaited event was recorded (Kineto, HTA). Our writer marks values it derived
+        // from the CUDA event records, which travel in the streamlab block: not the sync's own.
+        if (!ev.has_arg(A::WaitDerived)) {
+          int64_t ws = ev.arg_int(A::WaitOnStream, -1);
+          s.event_stream = ws < 0 ? kNoStream : uint32_t(ws);
+          int64_t rc = ev.arg_int(A::WaitRecordCorr, -1);
+          s.event_record_correlation = rc < 0 ? 0 : uint32_t(rc);
+        }
         s.pid = u32(ev.arg_int(A::Process, 0));
         t.syncs.push_back(s);
       } else {  // user_annotation

@@ -67,11 +67,6 @@ Track make_track(TrackKind kind, uint32_t id, uint32_t pid, std::string label, s
 
 }  // namespace
 
-std::string stream_role(const std::string& label) {
-  const size_t dot = label.rfind('.');
-  return dot == std::string::npos || dot + 1 == label.size() ? label : label.substr(dot + 1);
-}
-
 TimelineModel build_timeline(const prof::Trace& trace, const TimelineOptions& opts) {
   TimelineModel m;
   // Every record passes here. On an absolute clock (CUPTI's, or Unix time: past 1e15 ns) a
@@ -115,7 +110,7 @@ TimelineModel build_timeline(const prof::Trace& trace, const TimelineOptions& op
     std::map<std::string, std::pair<std::vector<uint32_t>, std::vector<Item>>> by_role;
     for (auto& [stream, items] : by_stream) {
       const std::string label = trace.stream_label(stream);
-      const std::string role = label == "stream " + std::to_string(stream) ? label : stream_role(label);
+      const std::string role = label == "stream " + std::to_string(stream) ? label : prof::stream_role(label);
       auto [it, fresh] = by_role.try_emplace(role);
       if (fresh) order.push_back(role);
       it->second.first.push_back(stream);

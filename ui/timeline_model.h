@@ -70,10 +70,6 @@ struct TimelineOptions {
 // ranges (marks as zero-length items) and API calls to their thread's tracks.
 TimelineModel build_timeline(const prof::Trace& trace, const TimelineOptions& opts = {});
 
-// The role in a stream's label: the text after its last '.' ("L3.aux0" -> "aux0"); the whole
-// label when it has no '.'.
-std::string stream_role(const std::string& label);
-
 // Puts items (any order) into rows: each item goes to the first row whose last item ended at or
 // before its start, taking items by (start ascending, end descending) so that an enclosing
 // item lands in a lower row than what it encloses.

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "profiler/analysis.h"
+#include "profiler/summary.h"
 #include "profiler/synthetic.h"
 
 using namespace sl::prof;
@@ -524,4 +525,52 @@ TEST(Analysis, SyntheticTraceIsConsistent) {
   EXPECT_LE(r.range->total.busy, r.whole.busy);
   EXPECT_EQ(r.suspected_false_deps, 0u) << "fork/join waits link the streams";
   EXPECT_EQ(r.temporal.idle + r.temporal.compute + r.temporal.non_compute, r.temporal.span);
+}
+
+// What a trace shows only as API calls (a default PyTorch trace has no CUPTI event or sync
+// records): counted by name, versions and per-thread-stream suffixes ignored, a driver call made
+// by a runtime call (same correlation id) not counted twice.
+TEST(Analysis, ResourcesCountApiCalls) {
+  EXPECT_EQ(api_role("cudaEventRecordWithFlags"), ApiRole::EventRecord);
+  EXPECT_EQ(api_role("cudaEventRecord_v3020"), ApiRole::EventRecord);
+  EXPECT_EQ(api_role("cudaStreamWaitEvent_ptsz_v7000"), ApiRole::StreamWaitEvent);
+  EXPECT_EQ(api_role("cuStreamDestroy_v2"), ApiRole::StreamDestroy);
+  EXPECT_EQ(api_role("cudaLaunchKernel"), ApiRole::KernelLaunch);
+  EXPECT_EQ(api_role("cudaLaunchHostFunc"), ApiRole::Other);
+  EXPECT_EQ(api_role("cudaGraphLaunch_v10000"), ApiRole::GraphLaunch);
+  EXPECT_EQ(api_role("cudaMemcpyAsync"), ApiRole::MemoryOp);
+  EXPECT_EQ(api_role("cudaStreamQuery"), ApiRole::Other);
+  Trace t;
+  TraceBuilder b(t);
+  b.api("cudaStreamCreateWithPriority", 0, 1);
+  b.api("cudaStreamCreateWithFlags", 2, 3);
+  b.api("cudaEventCreateWithFlags", 4, 5);
+  b.api("cudaEventRecord", 6, 7);
+  b.api("cudaEventRecordWithFlags", 8, 9);
+  b.api("cudaStreamWaitEvent", 10, 11);
+  const size_t rt = b.api("cudaStreamWaitEvent", 12, 15);
+  b.api("cuStreamWaitEvent", 13, 14, t.api_calls[rt].correlation);  // made by the runtime call
+  t.api_calls.back().kind = ApiKind::Driver;
+  b.api("cuStreamWaitEvent", 16, 17);                                // on its own
+  t.api_calls.back().kind = ApiKind::Driver;
+  b.api("cudaStreamSynchronize", 20, 21);
+  b.api("cudaEventSynchronize", 22, 23);
+  b.api("cudaDeviceSynchronize", 24, 25);
+  b.api("cudaStreamDestroy", 26, 27);
+  b.kernel(7, 30, 40, "k", 28, 29);
+  t.finalize();
+  const ApiCallCounts c = analyze(t).resources.api;
+  EXPECT_EQ(c.stream_creates, 2u);
+  EXPECT_EQ(c.stream_destroys, 1u);
+  EXPECT_EQ(c.event_creates, 1u);
+  EXPECT_EQ(c.event_records, 2u);
+  EXPECT_EQ(c.stream_wait_events, 3u);
+  EXPECT_EQ(c.stream_syncs, 1u);
+  EXPECT_EQ(c.event_syncs, 1u);
+  EXPECT_EQ(c.device_syncs, 1u);
+  EXPECT_EQ(c.kernel_launches, 1u);
+  // In the reports.
+  const std::string text = analysis_to_text(analyze(t));
+  EXPECT_NE(text.find("event creates 1, records 2, stream waits 3"), std::string::npos) << text;
+  EXPECT_EQ(analysis_to_json(analyze(t))["resources"]["api_calls"]["event_records"], 2);
 }

@@ -246,6 +246,64 @@ TEST(KinetoJson, RoundTripIsLossless) {
   EXPECT_EQ(kineto_json_string(back), s);
 }
 
+// Where an awaited event was recorded (Sync::event_stream / event_record_correlation): written
+// under Kineto's names, the sync's own values as they are; values the writer derived from the
+// CUDA event records are marked and stay derived when loaded back.
+TEST(KinetoJson, StreamWaitRecordStreamAndCorrelation) {
+  Trace t;
+  TraceBuilder b(t);
+  b.record_and_wait(/*event=*/5, /*on_stream=*/3, /*waiting_stream=*/4, 100);  // corr 1 record, 2 wait
+  Sync own;
+  own.start = own.end = 200;
+  own.correlation = 9;
+  own.stream = 4;
+  own.event = 6;
+  own.pid = 1;
+  own.type = SyncType::StreamWaitEvent;
+  own.event_stream = 8;               // a stream no event record names: only the sync knows it
+  own.event_record_correlation = 7;
+  t.syncs.push_back(own);
+  t.finalize();
+  json doc = json::parse(kineto_json_string(t));
+  auto syncs = events_of(doc, "cuda_sync");
+  ASSERT_EQ(syncs.size(), 2u);
+  const json& derived = syncs[0]["args"];
+  EXPECT_EQ(derived["wait_on_stream"], 3);
+  EXPECT_EQ(derived["wait_on_cuda_event_record_corr_id"], 1);
+  EXPECT_EQ(derived["wait_on_cuda_event_id"], 5);
+  EXPECT_EQ(derived["wait_on derived"], 1);
+  const json& given = syncs[1]["args"];
+  EXPECT_EQ(given["wait_on_stream"], 8);
+  EXPECT_EQ(given["wait_on_cuda_event_record_corr_id"], 7);
+  EXPECT_FALSE(given.contains("wait_on derived"));
+
+  Trace back = load_kineto_json(kineto_json_string(t), "wait fields");
+  EXPECT_EQ(first_difference(t, back), "");
+  ASSERT_EQ(back.syncs.size(), 2u);
+  EXPECT_EQ(back.syncs[0].event_stream, kNoStream);
+  EXPECT_EQ(back.syncs[0].event_record_correlation, 0u);
+  EXPECT_EQ(back.syncs[1].event_stream, 8u);
+  EXPECT_EQ(back.syncs[1].event_record_correlation, 7u);
+
+  // A PyTorch trace's sync as Kineto writes it (no streamlab block, no marker).
+  const char* pt = R"({"traceEvents": [
+    {"ph": "X", "cat": "cuda_sync", "name": "Stream Wait Event", "pid": 0, "tid": 13, "ts": 10.0, "dur": 0.5,
+     "args": {"cuda_sync_kind": "Stream Wait Event", "wait_on_stream": 7, "wait_on_cuda_event_record_corr_id": 41,
+              "wait_on_cuda_event_id": 3, "stream": 13, "correlation": 44, "device": 0, "context": 1}},
+    {"ph": "X", "cat": "cuda_sync", "name": "Stream Wait Event", "pid": 0, "tid": 13, "ts": 11.0, "dur": 0.5,
+     "args": {"cuda_sync_kind": "Stream Wait Event", "wait_on_stream": -1, "wait_on_cuda_event_record_corr_id": -1,
+              "wait_on_cuda_event_id": 4, "stream": 13, "correlation": 45, "device": 0, "context": 1}}]})";
+  Trace p = load_kineto_json(pt, "pytorch sync");
+  ASSERT_EQ(p.syncs.size(), 2u);
+  EXPECT_EQ(p.syncs[0].type, SyncType::StreamWaitEvent);
+  EXPECT_EQ(p.syncs[0].stream, 13u);
+  EXPECT_EQ(p.syncs[0].event_stream, 7u);
+  EXPECT_EQ(p.syncs[0].event_record_correlation, 41u);
+  EXPECT_EQ(p.syncs[0].event, 3u);
+  EXPECT_EQ(p.syncs[1].event_stream, kNoStream);
+  EXPECT_EQ(p.syncs[1].event_record_correlation, 0u);
+}
+
 TEST(KinetoJson, RoundTripOfSyntheticTrace) {
   SyntheticOptions o;
   o.target_events = 30'000;

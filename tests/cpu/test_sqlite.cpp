@@ -234,6 +234,40 @@ TEST(NsysSqlite, RoundTripIsLossless) {
   EXPECT_EQ(first_difference(s, load_nsys_sqlite(p2)), "");
 }
 
+// The recording stream and record call of a stream wait travel in two columns of our own
+// (NULL when unknown) and come back as they were.
+TEST(NsysSqlite, StreamWaitRecordFieldsRoundTrip) {
+  Trace t = make_sample_trace();
+  size_t with_fields = 0;
+  for (const auto& s : t.syncs) with_fields += s.event_stream != kNoStream;
+  ASSERT_EQ(with_fields, 1u) << "the sample trace carries one wait with its recording stream";
+  std::string path = write_sample(t, "sl_wait_fields.sqlite");
+  {
+    Db db(path);
+    auto rows = db.rows(
+        "SELECT eventStreamId, eventRecordCorrelationId FROM CUPTI_ACTIVITY_KIND_SYNCHRONIZATION "
+        "WHERE eventStreamId IS NOT NULL");
+    ASSERT_EQ(rows.size(), 1u);
+    EXPECT_EQ(rows[0][0], "14");
+    EXPECT_EQ(db.rows("SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_SYNCHRONIZATION WHERE eventRecordCorrelationId IS NULL")[0][0],
+              std::to_string(t.syncs.size() - 1));
+  }
+  Trace back = load_trace(path);
+  EXPECT_EQ(first_difference(t, back), "");
+  // A file without the two columns (an nsys export) loads with the fields unknown.
+  {
+    Db db(path);
+    db.exec("ALTER TABLE CUPTI_ACTIVITY_KIND_SYNCHRONIZATION DROP COLUMN eventStreamId");
+    db.exec("ALTER TABLE CUPTI_ACTIVITY_KIND_SYNCHRONIZATION DROP COLUMN eventRecordCorrelationId");
+  }
+  Trace plain = load_trace(path);
+  ASSERT_EQ(plain.syncs.size(), t.syncs.size());
+  for (const auto& s : plain.syncs) {
+    EXPECT_EQ(s.event_stream, kNoStream);
+    EXPECT_EQ(s.event_record_correlation, 0u);
+  }
+}
+
 TEST(NsysSqlite, KernelShortNames) {
   EXPECT_EQ(kernel_short_name("void ns::gemm<128>(float*, int)"), "gemm");
   EXPECT_EQ(kernel_short_name("rmsnorm"), "rmsnorm");

@@ -36,6 +36,16 @@ TEST(Trace, SyntheticTraceHoldsUnder100BytesPerEvent) {
   EXPECT_LE(per_event, 100.0) << "bytes held per event";
 }
 
+TEST(Trace, StreamRoleIsTheTextAfterTheLastDot) {
+  EXPECT_EQ(stream_role("L3.aux0"), "aux0");
+  EXPECT_EQ(stream_role("target.aux0"), "aux0");
+  EXPECT_EQ(stream_role("a.b.aux2"), "aux2");
+  EXPECT_EQ(stream_role("shared_expert"), "shared_expert");
+  EXPECT_EQ(stream_role("main"), "main");
+  EXPECT_EQ(stream_role("odd."), "odd.");
+  EXPECT_EQ(stream_role(""), "");
+}
+
 TEST(Trace, StringTableInternsOnce) {
   StringTable s;
   EXPECT_EQ(s.str(0), "");

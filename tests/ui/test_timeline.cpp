@@ -92,8 +92,8 @@ TEST(TimelineModel, StreamsGroupedByRole) {
   EXPECT_EQ(m.tracks[1].busy, 30);  // [10, 40)
   EXPECT_EQ(m.tracks[2].label, "L0.aux1");  // a role of one stream keeps the stream's name
   EXPECT_EQ(m.tracks[3].label, "stream 9");
-  EXPECT_EQ(stream_role("mtp1.aux2"), "aux2");
-  EXPECT_EQ(stream_role("shared_expert"), "shared_expert");
+  EXPECT_EQ(sl::prof::stream_role("mtp1.aux2"), "aux2");  // profiler/trace.h
+  EXPECT_EQ(sl::prof::stream_role("shared_expert"), "shared_expert");
 }
 
 TEST(TimelineModel, InvalidRecordsDoNotStretchTheTimeline) {
