@@ -334,7 +334,11 @@ int run_inputs(const CompareCliOptions& o) {
   r.provenance = measured_provenance(r.cmp.sides);
   r.settings = {{"kind", "inputs"}, {"inputs", inputs}};
   r.source_line = "streamlab compare: " + std::to_string(o.inputs.size()) + " inputs, A = " + r.cmp.sides[0].label;
-  if (!all_folders) r.structure = compare::structure_of_inputs(o.inputs, r.cmp);
+  if (!all_folders) {
+    std::vector<std::string> labels;
+    for (const auto& in : o.inputs) labels.push_back(fs::path(in).filename().string());
+    r.structure = compare::structure_of_inputs(o.inputs, labels);
+  }
   return finish(r, o);
 }
 
