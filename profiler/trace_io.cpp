@@ -738,7 +738,15 @@ Trace load_kineto_doc(dom::element doc, const std::string& origin) {
     base = as_int64(base_el);
   }
   const bool ours = has_block && is_type(block_el, Type::OBJECT);
-  auto to_ns = [&](double us) -> Ns { return base + Ns(std::llround(us * 1000.0)); };
+  // PyTorch writes absolute microseconds (~1.7e15): us * 1000 would exceed 2^53 and round to
+  // 256 ns; whole microseconds and the fraction are converted apart, exact to the nanosecond.
+  auto to_ns = [&](double us) -> Ns {
+    // int64 nanoseconds hold +-9.2e15 us; beyond that (1e29, 1e308, inf) the time is not one.
+    if (!(std::fabs(us) < 9.2e15))
+      fail(origin, ": a timestamp of ", us, " us is outside what the trace model holds (+-9.2e15 us)");
+    const double whole = std::floor(us);
+    return base + Ns(whole) * 1000 + Ns(std::llround((us - whole) * 1000.0));
+  };
 
   if (has_dp && is_type(dp_el, Type::ARRAY)) {
     size_t i = 0;

@@ -111,7 +111,47 @@ grep -q "slower than" "$tmp/gate.err" || fail "the gate should say what is slowe
 "$bin" compare "$tmp/night1" "$tmp/night1" --policy shared --fail-if-slower 1 | grep -q "no meaningful difference" \
   || fail "a folder against itself should be no meaningful difference"
 
-# 5. Bad input: clear errors, exit 1, never a crash.
+# 5. Two PyTorch profiler traces of another framework: steps from ProfilerStep ranges, kernels
+#    matched by role across different stream ids, events counted from the runtime calls.
+python3 - "$tmp" <<'PY'
+import json, sys
+def trace(path, main, aux, gemm_us):
+    ev, corr, t = [], 1, 1_700_000_000_000_000.0   # an absolute clock in us, as PyTorch writes it
+    for step in range(12):
+        s0 = t
+        for name, stream, dur in (("gemm", main, gemm_us), ("softmax", aux, 20.0), ("add", main, 10.0)):
+            ev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": t, "dur": 4,
+                       "args": {"correlation": corr}})
+            if name == "softmax":
+                ev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaEventRecordWithFlags", "pid": 1, "tid": 1, "ts": t + 5, "dur": 1, "args": {"correlation": corr + 1000}})
+                ev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaStreamWaitEvent", "pid": 1, "tid": 1, "ts": t + 6, "dur": 1, "args": {"correlation": corr + 2000}})
+            ev.append({"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": stream, "ts": t + 8, "dur": dur,
+                       "args": {"stream": stream, "correlation": corr, "device": 0}})
+            t += 8 + dur + 2; corr += 1
+        ev.append({"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#%d" % step, "pid": 1, "tid": 1, "ts": s0 - 1, "dur": t - s0 + 1})
+        t += 50
+    json.dump({"schemaVersion": 1, "traceEvents": ev}, open(path, "w"))
+trace(sys.argv[1] + "/torch_a.json", 7, 21, 100.0)
+trace(sys.argv[1] + "/torch_b.json", 20, 24, 110.0)
+PY
+"$bin" compare "$tmp/torch_a.json" "$tmp/torch_b.json" --json > "$tmp/torch.json" || fail "compare of two PyTorch traces failed"
+python3 - "$tmp/torch.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+d = [x for x in s["differences"] if x["key"] == "eager/step"]
+assert len(d) == 1, s["differences"]
+# Each step: first kernel start to last end = 8 + 100 + 2 + 8 + 20 + 2 + 8 + 10 - 8 = 150 us (B: gemm +10 us), to the ns.
+assert d[0]["latency_a"]["median_ms"] == 0.150 and d[0]["latency_b"]["median_ms"] == 0.160, d[0]
+assert d[0]["verdict"] == "A faster", d[0]["verdict"]
+assert s["sides"][0]["one_process"] is True
+diff = s["structure"]["diffs"][0]
+assert diff["ops"]["paired"] == 36 and diff["ops"]["only_a"] == 0, diff["ops"]
+PY
+"$bin" compare "$tmp/torch_a.json" "$tmp/torch_b.json" > "$tmp/torch.txt"
+grep -q "event records (API) *12 *12" "$tmp/torch.txt" || { grep -n "event records" "$tmp/torch.txt"; fail "event records from runtime calls not counted"; }
+grep -q "one process" "$tmp/torch.txt" || fail "the one-process caveat is missing"
+
+# 6. Bad input: clear errors, exit 1, never a crash.
 expect_error() { local want=$1; shift; local out; if out=$("$@" 2>&1); then fail "expected an error from: $*"; fi
                  echo "$out" | grep -q "$want" || fail "error for '$*' should mention '$want': $out"; }
 expect_error "does not exist" "$bin" compare "$tmp/nope" "$tmp/night1"
