@@ -11,6 +11,13 @@
 # Night over night, a regression is reported once: the next night compares with the slower
 # one. BASELINE=<night folder> pins a reference night instead (for drift).
 #
+# The policy check: with a GPU (or POLICY_CHECK=cpu: the CPU reference on the tiny config, for
+# tests), `streamlab compare` runs its default comparison into <night>/compare/ with
+# --fail-if-slower POLICY_PCT (default 2): shared slower than per-layer beyond that is a
+# regression (exit 3), and so is the baseline night's shared faster than tonight's by more than
+# POLICY_PCT (compare of the two nights' folders). POLICY_CHECK=off skips it; POLICY_REPS sets
+# the repetitions (default 5).
+#
 # Environment: BUILD_DIR (default build, e.g. from scripts/quickstart.sh), or BIN_DIR: a folder
 # of built benchmark programs to run as they are (the GPU machine, which cannot build: the
 # `.gpu/` folder of scripts/gpu_build.sh, carried there), OUT_ROOT (default results/nightly),
@@ -37,6 +44,7 @@ export STREAMLAB_CONFIG_DIR=${STREAMLAB_CONFIG_DIR:-$PWD/model/configs}
 
 gpu=0
 if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then gpu=1; fi
+
 # What each benchmark runs with (besides its output files): part of what makes nights comparable.
 declare -A args=(
   [bench_profiler]="--benchmark_repetitions=$reps"
@@ -45,6 +53,16 @@ declare -A args=(
   [bench_launch]=""
   [bench_trace_overhead]="--config=flash-2l --batch=8 --context=1024 --steps=20"
 )
+policy=${POLICY_CHECK:-auto}
+case $policy in auto) policy=off; ((gpu)) && policy=gpu ;; gpu|cpu|off) ;; *) bad "POLICY_CHECK must be auto, gpu, cpu or off, not '$policy'" ;; esac
+policy_pct=${POLICY_PCT:-2}
+policy_reps=${POLICY_REPS:-5}
+[[ $policy_pct =~ ^[0-9]+([.][0-9]+)?$ ]] || bad "POLICY_PCT must be a number, not '$policy_pct'"
+[[ $policy_reps =~ ^[1-9][0-9]*$ ]] || bad "POLICY_REPS must be a positive integer, not '$policy_reps'"
+policy_args=(--repetitions "$policy_reps")
+[ "$policy" = cpu ] && policy_args+=(--backend cpu --modes eager --config tiny --mtp-layers 2 --draft-steps 2 --context 32 --steps 5)
+[ "$policy" = off ] || [ -x "$build/streamlab" ] || bad "POLICY_CHECK=$policy needs $build/streamlab"
+[ "$policy" = off ] || args[policy_check]="${policy_args[*]}"
 declare -A own_json=([bench_decode]=decode_floor.json [bench_launch]=launch_cost.json [bench_trace_overhead]=trace_overhead.json)
 cpu_benches=(bench_profiler bench_timeline)
 gpu_benches=(bench_decode bench_launch bench_trace_overhead)
@@ -75,7 +93,8 @@ else
   git diff --quiet HEAD 2>/dev/null || commit="$commit (dirty)"
 fi
 export STREAMLAB_COMMIT=$commit  # the GPU benchmarks put it in their own JSON
-settings=$(for b in "${targets[@]}"; do printf '%s\t%s\n' "$b" "${args[$b]}"; done)
+settings=$(for b in "${targets[@]}"; do printf '%s\t%s\n' "$b" "${args[$b]}"; done
+           [ "$policy" = off ] || printf 'policy_check\t%s --fail-if-slower %s\n' "${args[policy_check]}" "$policy_pct")
 python3 - "$dir.part/provenance.json" "$commit" "$host" "$gpu" "$settings" <<'PY'
 import json, os, platform, subprocess, sys, datetime
 path, commit, host, gpu, settings = sys.argv[1:]
@@ -112,6 +131,21 @@ for b in "${targets[@]}"; do
   fi
   echo "== $b: $((SECONDS - t0)) s"
 done
+# The policy check: streamlab compare's default comparison, gated.
+policy_regressed=0
+if [ "$policy" != off ]; then
+  echo "== policy check: streamlab compare ${policy_args[*]} --fail-if-slower $policy_pct"
+  mkdir -p "$dir.part/compare"
+  echo "streamlab compare ${policy_args[*]} --fail-if-slower $policy_pct" >> "$dir.part/commands.txt"
+  "$build/streamlab" compare "${policy_args[@]}" --fail-if-slower "$policy_pct" --out-dir "$dir.part/compare" \
+    > "$dir.part/policy_check.txt" 2> "$dir.part/policy_check.log"
+  case $? in
+    0) echo "== policy check: passed" ;;
+    3) policy_regressed=1; echo "== policy check: REGRESSION"; cat "$dir.part/policy_check.log" | grep "slower than" ;;
+    *) failed+=(policy_check); tail -5 "$dir.part/policy_check.log" ;;
+  esac
+  sed -n '/^verdict/,/^$/p' "$dir.part/policy_check.txt"
+fi
 if ((${#failed[@]})); then echo "failed: ${failed[*]}" > "$dir.part/status"; else echo ok > "$dir.part/status"; fi
 mv "$dir.part" "$dir" && trap - EXIT
 
@@ -150,9 +184,21 @@ if [ -n "$baseline" ]; then
       --json "$dir/compare_$name" | tee "$dir/compare_${name%.json}.txt"
     case ${PIPESTATUS[0]} in 0) ;; 3) regressed=1 ;; *) failed+=("compare:${name%.json}") ;; esac
   done
+  # The policies night over night: tonight's shared against the baseline night's.
+  old_cmp=$(ls -d "$baseline"/compare/*/ 2>/dev/null | head -n 1); new_cmp=$(ls -d "$dir"/compare/*/ 2>/dev/null | head -n 1)
+  if [ -n "$old_cmp" ] && [ -n "$new_cmp" ]; then
+    for p in ${POLICY_NIGHTLY:-shared per-layer}; do
+      "$build/streamlab" compare "$old_cmp" "$new_cmp" --policy "$p" --fail-if-slower "$policy_pct" \
+        > "$dir/compare_policy_$p.txt" 2>&1
+      case $? in 0) echo "== $p night over night: no regression beyond $policy_pct %" ;;
+                 3) regressed=1; echo "== $p night over night: REGRESSION"; grep "slower than" "$dir/compare_policy_$p.txt" ;;
+                 *) failed+=("compare_policy:$p"); tail -3 "$dir/compare_policy_$p.txt" ;; esac
+    done
+  fi
 else
   echo "== no earlier clean, comparable night of $host under $out_root: nothing to compare with"
 fi
+((policy_regressed)) && regressed=1
 echo "== results: $dir ($(cat "$dir/status"))"
 ((${#failed[@]})) && exit 1
 ((regressed)) && exit 3

@@ -7,7 +7,9 @@ bin=$1
 build=$(cd "$(dirname "$bin")" && pwd)
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
-night() { BUILD_DIR=$build OUT_ROOT=$tmp/nights REPS=${REPS:-2} STREAMLAB_BENCH_EVENTS=20000 bash scripts/nightly.sh; }
+# The policy check runs on the CPU reference (POLICY_CHECK=cpu) with a gate no CPU noise can trip.
+night() { BUILD_DIR=$build OUT_ROOT=$tmp/nights REPS=${REPS:-2} STREAMLAB_BENCH_EVENTS=20000 POLICY_CHECK=${POLICY_CHECK:-cpu} \
+          POLICY_PCT=1000 POLICY_REPS=2 bash scripts/nightly.sh; }
 if ! [ -x "$build/bench_profiler" ]; then echo "nightly: no benchmarks in this build (STREAMLAB_BENCH=OFF): skipped"; exit 0; fi
 set +e
 night > "$tmp/n1.log" 2>&1; rc1=$?
@@ -18,6 +20,8 @@ set -e
 [ $rc2 = 0 ] || [ $rc2 = 3 ] || { tail -20 "$tmp/n2.log"; fail "second night exited $rc2"; }  # 3: noise on a busy machine
 grep -q "nothing to compare with" "$tmp/n1.log" || fail "the first night compared with something"
 grep -q "^== compared with $tmp/nights/" "$tmp/n2.log" || { tail -20 "$tmp/n2.log"; fail "the second night did not compare"; }
+grep -q "^== policy check: passed" "$tmp/n1.log" || { tail -20 "$tmp/n1.log"; fail "the policy check did not run"; }
+grep -q "shared night over night: no regression" "$tmp/n2.log" || { tail -30 "$tmp/n2.log"; fail "no night-over-night policy compare"; }
 nights=("$tmp"/nights/*)
 [ ${#nights[@]} = 2 ] || fail "expected 2 nights, found ${#nights[@]}: ${nights[*]}"
 python3 - "${nights[1]}" "$(git rev-parse HEAD)" <<'PY'
