@@ -1,5 +1,5 @@
 // Attention for all three layer types (MODEL.md 5) with vLLM's aux-stream placement
-// (MODEL.md 10 / STREAMS.md): phase A overlaps the input GEMMs, phase B overlaps the indexer
+// (MODEL.md 10 / docs/streams.md): phase A overlaps the input GEMMs, phase B overlaps the indexer
 // (c4a) or the main compressor (c128a) with the query path, and everything joins before the
 // sparse attention.
 #include "model/model_internal.h"

@@ -24,7 +24,7 @@ DeepSeekV4::DeepSeekV4(Backend& be, const ModelConfig& cfg, const StreamPolicy& 
 
   // Streams, created by their owners in the order the policy's plan gives.
   plan_ = StreamPlan::make(policy_, L, N);
-  // Host time of the creation (STREAMS.md, prediction 1: what per-layer's extra streams cost at
+  // Host time of the creation (docs/streams.md, prediction 1: what per-layer's extra streams cost at
   // load): on CUDA a stream, its cuBLAS handle and workspace, and its op scratch each.
   const auto setup_start = std::chrono::steady_clock::now();
   for (const auto& spec : plan_.streams) streams_.push_back(be_.create_stream(spec.name, policy_.aux_priority));

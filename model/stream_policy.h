@@ -1,4 +1,4 @@
-// Stream policies (STREAMS.md): which auxiliary streams exist, who creates (owns) them, and
+// Stream policies (docs/streams.md): which auxiliary streams exist, who creates (owns) them, and
 // which stream each layer's three aux roles run on. Part of model construction: the target
 // model and the MTP predictor/layers create their streams as their policy says, so the
 // creation order and ownership are those of the code being compared (vLLM before and after

@@ -171,12 +171,12 @@ for st in $stages; do case $st in
     cp -r "$W/nightly" "$OUT/" 2>/dev/null ;;
   prefill)
     # Prefill time per token count, serial / shared / shared with phase A always parallel
-    # (STREAMS.md, prediction 5). bench_prefill is not in gpu_build.sh's default set (the carry
+    # (docs/streams.md, prediction 5). bench_prefill is not in gpu_build.sh's default set (the carry
     # limit): build with EXTRA_TARGETS=bench_prefill and leave the test programs behind.
     run bench_prefill 500 $B/bench_prefill --config=flash-6l --tokens=${PREFILL_TOKENS:-256,1024,2048,4096,8192} \
       --reps=${PREFILL_REPS:-5} --out="$OUT/prefill.json" ;;
   setup)
-    # What each stream policy costs at load and in the graph (STREAMS.md, predictions 1, 3, 4):
+    # What each stream policy costs at load and in the graph (docs/streams.md, predictions 1, 3, 4):
     # tiny config, 4 MTP layers (compress 4), graph replay; per policy SETUP_REPS processes
     # (streams created and their host time, library memory, graph nodes / edges, step times).
     for p in ${SETUP_POLICIES:-serial global shared per-layer per-layer-all pool:6}; do
@@ -187,7 +187,7 @@ for st in $stages; do case $st in
       done
     done ;;
   queues)
-    # Hardware queues (STREAMS.md, prediction 2). QUEUE_PARTS picks: `probe` = bench_queues once
+    # Hardware queues (docs/streams.md, prediction 2). QUEUE_PARTS picks: `probe` = bench_queues once
     # per CUDA_DEVICE_MAX_CONNECTIONS setting (QUEUE_SETTINGS, one process each; and unset);
     # `model` = decode with 4 MTP layers (compress 4, so their aux streams get work) under
     # per-layer and shared streams at QUEUE_MODEL_SETTINGS; `trace` = the same traced, eager,

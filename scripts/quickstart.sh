@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # streamlab quick start: installs what is missing (Debian 12 packages), builds, then either
-#   scripts/quickstart.sh          runs the main job (streamlab run on the default config), or
+#   scripts/quickstart.sh          runs the main job (streamlab compare: per-layer vs shared streams,
+#                                  live on a GPU, else the comparison recorded on an H200), or
 #   scripts/quickstart.sh test     runs every test (CTest; GPU tests skip with a reason without a GPU).
 # Environment: BUILD_DIR (default build), JOBS (default: all cores), STREAMLAB_CUDA=OFF to skip
 # the CUDA backend even when nvcc is present.
@@ -48,8 +49,8 @@ echo "== building with $jobs jobs"
 cmake --build "$build" -j "$jobs"
 
 if [ "$mode" = run ]; then
-  echo "== streamlab run --config tiny --backend cpu"
-  "$build/streamlab" run --config tiny --backend cpu
+  echo "== streamlab compare"
+  "$build/streamlab" compare
 else
   echo "== ctest (label gpu tests skip without a GPU, and say so)"
   ctest --test-dir "$build" --output-on-failure -j "$jobs"

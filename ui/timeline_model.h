@@ -61,7 +61,7 @@ struct TimelineModel {
 struct TimelineOptions {
   // One track per stream role instead of per stream: streams named "<owner>.<role>"
   // ("L3.aux0", "mtp1.aux0", "target.aux0") share the track of their role ("aux0"). With
-  // per-layer streams a trace has 3 lanes per layer (STREAMS.md: 90 in DeepSeek V4 Pro); by
+  // per-layer streams a trace has 3 lanes per layer (docs/streams.md: 90 in DeepSeek V4 Pro); by
   // role it has 3, and overlap within a role shows as extra rows.
   bool group_streams_by_role = false;
 };

@@ -1,4 +1,4 @@
-// Prefill time against the token count, per stream placement (STREAMS.md, prediction 5: overlap
+// Prefill time against the token count, per stream placement (docs/streams.md, prediction 5: overlap
 // pays only while kernels leave SMs free; at large token counts the big GEMMs fill the GPU,
 // which is why vLLM runs phase A on aux streams only up to 1024 tokens).
 //

@@ -1,4 +1,4 @@
-// Which CUDA streams share a hardware work queue (STREAMS.md, prediction 2). A context has
+// Which CUDA streams share a hardware work queue (docs/streams.md, prediction 2). A context has
 // CUDA_DEVICE_MAX_CONNECTIONS queues (default 8, at most 32, read once when the context is
 // created: one process per setting); streams beyond that share them, and a kernel of one stream
 // can then wait behind another stream's blocked work: a false dependency.
