@@ -151,7 +151,19 @@ PY
 grep -q "event records (API) *12 *12" "$tmp/torch.txt" || { grep -n "event records" "$tmp/torch.txt"; fail "event records from runtime calls not counted"; }
 grep -q "one process" "$tmp/torch.txt" || fail "the one-process caveat is missing"
 
-# 6. Bad input: clear errors, exit 1, never a crash.
+# 6. The main job without a GPU (README quick start (a)): the comparison recorded on an H200 that
+#    ships in results/compare/, said so on the first line, exit 0. On a GPU machine it would measure.
+if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
+  echo "compare: a GPU is present, the no-GPU main job is not checked here"
+else
+  "$bin" compare > "$tmp/main.txt" 2> "$tmp/main.err" || { cat "$tmp/main.err"; fail "streamlab compare without a GPU failed"; }
+  head -1 "$tmp/main.txt" | grep -q "^No GPU here (.*): showing the comparison recorded on NVIDIA H200 .* at commit [0-9a-f]\{7\}" \
+    || fail "first line of the no-GPU main job: $(head -1 "$tmp/main.txt")"
+  grep -q "shared vs per-layer, graph replay, whole step: " "$tmp/main.txt" || fail "no graph replay verdict in the main job"
+  grep -q "roles whose time changed most" "$tmp/main.txt" || fail "no role-matched table in the main job"
+fi
+
+# 7. Bad input: clear errors, exit 1, never a crash.
 expect_error() { local want=$1; shift; local out; if out=$("$@" 2>&1); then fail "expected an error from: $*"; fi
                  echo "$out" | grep -q "$want" || fail "error for '$*' should mention '$want': $out"; }
 expect_error "does not exist" "$bin" compare "$tmp/nope" "$tmp/night1"
