@@ -9,7 +9,9 @@
 //
 // The statistics are in core/stats.h, the comparison in experiments/compare/comparison.h, the
 // child processes in experiments/compare/live_plan.h.
+#include <cctype>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <memory>
@@ -31,6 +33,9 @@
 #include "experiments/compare/structure.h"
 #include "experiments/compare/trace_side.h"
 #include "profiler/trace_io.h"
+#ifdef STREAMLAB_HAVE_UI
+#include "ui/viewer_app.h"
+#endif
 
 namespace sl::cli {
 namespace {
@@ -57,6 +62,8 @@ struct CompareCliOptions {
   double fail_if_slower = -1;
   double child_timeout_s = 900;
   bool json = false;
+  bool screenshots = false;     // timeline screenshots into the report folder
+  bool rewrite_report = false;  // one run folder: write its reports again with this binary
 };
 
 // compare's defaults for the model: the flash-shaped decode step where every MTP layer runs and
@@ -157,6 +164,47 @@ Report folder_report(const compare::RunFolder& f, std::vector<compare::Side> sid
   if (!r.settings.contains("description")) r.settings["description"] = describe_setup(r.settings);
   r.structure = compare::structure_of_folder(f.path, r.cmp);
   return r;
+}
+
+// Timeline screenshots of each side's traced eager steps into folder/screenshots/ (the viewer,
+// when this binary has it, in a hidden window: needs a display, e.g. under xvfb-run). Returns
+// (label, png) pairs; `required` turns "no viewer / no display" from a note into an error.
+std::vector<std::pair<std::string, std::string>> take_screenshots(const std::string& folder, Report& r, bool required) {
+  std::vector<std::pair<std::string, std::string>> shots;
+#ifdef STREAMLAB_HAVE_UI
+  if (!std::getenv("DISPLAY") && !std::getenv("WAYLAND_DISPLAY")) {
+    SL_CHECK(!required, "compare --screenshots: no display (run it under xvfb-run -a)");
+    r.cmp.notes.push_back("no timeline screenshots: no display (xvfb-run -a streamlab compare ... --screenshots)");
+    return shots;
+  }
+  fs::create_directories(folder + "/screenshots");
+  for (const auto& side : r.cmp.sides)
+    for (const auto& m : side.traced_runs)
+      for (const auto& w : m.traced) {
+        if (w.mode != "eager") continue;
+        ui::ViewerOptions v;
+        v.trace = plain_or_gz(folder + "/traces/" + w.trace_json);
+        std::string name;
+        for (char ch : side.label) name += std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' ? ch : '_';
+        v.screenshot = folder + "/screenshots/" + name + ".png";
+        v.frames = 3;
+        v.width = 1600;
+        v.height = 900;
+        v.group_streams_by_role = true;
+        try {
+          ui::run_viewer(v);
+          shots.push_back({side.label, v.screenshot});
+        } catch (const Error& e) {
+          SL_CHECK(!required, "compare --screenshots: ", e.what());
+          r.cmp.notes.push_back(std::string("no timeline screenshot of ") + side.label + ": " + e.what());
+        }
+      }
+#else
+  SL_CHECK(!required, "compare --screenshots: this streamlab was built without the viewer (STREAMLAB_UI=OFF)");
+  (void)folder;
+  (void)r;
+#endif
+  return shots;
 }
 
 std::string unique_folder(const std::string& root, const std::string& name) {
@@ -265,6 +313,9 @@ int run_live(const CompareCliOptions& o) {
   r.source_line = "streamlab compare: measured live on " + gpu_words(r.provenance) + ", commit " +
                   short_commit(r.provenance) + ", " + date + " (" + dir.final_path() + ")";
   r.files = {"report.md", "report.html", "summary.json", "runs/", "traces/", "logs/"};
+  r.written_by = build_commit_short();
+  if (spec.trace) r.screenshots = take_screenshots(dir.path(), r, o.screenshots);
+  if (!r.screenshots.empty()) r.files.push_back("screenshots/");
   compare::write_report_files(r, dir.path());
   dir.commit();
   std::fprintf(stderr, "compare: report in %s/report.html (and report.md, summary.json)\n", dir.final_path().c_str());
@@ -308,6 +359,19 @@ int run_inputs(const CompareCliOptions& o) {
         Report r = folder_report(f, compare::load_sides(f), o);
         r.source_line = "streamlab compare: the runs in " + in + ", measured on " + gpu_words(r.provenance) +
                         " at commit " + short_commit(r.provenance);
+        if (o.rewrite_report) {
+          // The measurements stay as they are; the reports are computed again by this binary
+          // (newer analyses, screenshots), and say so.
+          const nlohmann::json old = f.summary;
+          r.source_line = old.value("source", r.source_line);
+          r.files = old.value("files", std::vector<std::string>{});
+          r.written_by = build_commit_short();
+          if (o.screenshots) r.screenshots = take_screenshots(in, r, true);
+          if (!r.screenshots.empty() && std::find(r.files.begin(), r.files.end(), "screenshots/") == r.files.end())
+            r.files.push_back("screenshots/");
+          compare::write_report_files(r, in);
+          std::fprintf(stderr, "compare: rewrote %s/report.md, report.html and summary.json\n", in.c_str());
+        }
         return finish(r, o);
       }
       for (auto& s : compare::load_sides(f)) {
@@ -343,6 +407,10 @@ int run_inputs(const CompareCliOptions& o) {
 }
 
 int compare_main(CompareCliOptions o) {
+  for (auto& in : o.inputs)  // "folder/" and "folder" are one input (labels, paths in messages)
+    while (in.size() > 1 && in.back() == '/') in.pop_back();
+  SL_CHECK(!o.rewrite_report || (o.inputs.size() == 1 && fs::is_directory(o.inputs[0])),
+           "compare --rewrite-report takes exactly one run folder");
   SL_CHECK(o.margin_pct > 0 && o.margin_pct < 100, "compare: --margin must be in (0, 100) percent, not ", o.margin_pct);
   if (!o.inputs.empty()) return run_inputs(o);
   std::string why;
@@ -400,6 +468,12 @@ void add_compare_command(CLI::App& app) {
   cmd->add_option("--child-timeout", o->child_timeout_s, "live: seconds one child process may take")
       ->capture_default_str();
   cmd->add_flag("--json", o->json, "print the summary as JSON on stdout (progress stays on stderr)");
+  cmd->add_flag("--screenshots", o->screenshots,
+                "timeline screenshots of each side's traced steps into the report (needs the viewer and a display: "
+                "xvfb-run -a); a live compare takes them anyway when it can");
+  cmd->add_flag("--rewrite-report", o->rewrite_report,
+                "with one run folder: write its report.md, report.html and summary.json again with this binary "
+                "(the measurements are not touched)");
   cmd->callback([o] {
     const int rc = compare_main(*o);
     if (rc != 0) throw CLI::RuntimeError(rc);

@@ -303,7 +303,8 @@ json report_json(const Report& r) {
           {"differences", diffs},
           {"structure", r.structure.json},
           {"notes", r.cmp.notes},
-          {"files", r.files}};
+          {"files", r.files},
+          {"report_written_by", r.written_by}};
 }
 
 }  // namespace sl::compare

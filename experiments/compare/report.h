@@ -44,6 +44,9 @@ struct Report {
   std::vector<SideResources> resources;
   StructureReport structure;
   std::vector<std::string> files;     // files of the run folder, for links (relative)
+  // Timeline screenshots of each side's traced steps (label, PNG path): report.html embeds them.
+  std::vector<std::pair<std::string, std::string>> screenshots;
+  std::string written_by;             // the commit of the binary that wrote the report
 };
 
 // The verdict sentences, most important first (each difference with its verdict and interval).

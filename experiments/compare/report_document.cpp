@@ -88,6 +88,25 @@ std::vector<std::vector<std::string>> resource_rows(const Report& r) {
   return rows;
 }
 
+// A file as base64, for a data: URI ("" when unreadable).
+std::string base64_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return "";
+  const std::string in((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  static const char* tbl = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  out.reserve((in.size() + 2) / 3 * 4);
+  for (size_t i = 0; i < in.size(); i += 3) {
+    const uint32_t n = (uint32_t(uint8_t(in[i])) << 16) | (i + 1 < in.size() ? uint32_t(uint8_t(in[i + 1])) << 8 : 0) |
+                       (i + 2 < in.size() ? uint32_t(uint8_t(in[i + 2])) : 0);
+    out += tbl[(n >> 18) & 63];
+    out += tbl[(n >> 12) & 63];
+    out += i + 1 < in.size() ? tbl[(n >> 6) & 63] : '=';
+    out += i + 2 < in.size() ? tbl[n & 63] : '=';
+  }
+  return out;
+}
+
 std::string provenance_line(const nlohmann::json& p) {
   std::string s;
   for (const char* k : {"gpu", "driver", "cuda_runtime_version", "commit", "date", "host"})
@@ -147,6 +166,13 @@ std::string report_markdown(const Report& r) {
     os << "\n## Notes\n\n";
     for (const auto& n : c.notes) os << "- " << md_escape(n) << "\n";
   }
+  if (!r.screenshots.empty()) {
+    os << "\n## Timelines\n\n";
+    for (const auto& [label, png] : r.screenshots)
+      os << "- " << md_escape(label) << ": [" << std::filesystem::path(png).filename().string() << "](screenshots/"
+         << std::filesystem::path(png).filename().string() << ")\n";
+  }
+  if (!r.written_by.empty()) os << "\nReport written by streamlab at commit " << r.written_by << ".\n";
   if (!r.files.empty()) {
     os << "\n## Files\n\n";
     for (const auto& f : r.files) os << "- [" << f << "](" << f << ")\n";
@@ -205,6 +231,16 @@ std::string report_html(const Report& r) {
     os << "</table>\n";
   }
   os << r.structure.html;
+  if (!r.screenshots.empty()) {
+    os << "<h2>Timelines</h2>\n<p>The traced steps of each side in streamlab's viewer, streams grouped by role "
+          "(<code>streamlab view TRACE --by-role</code>).</p>\n";
+    for (const auto& [label, png] : r.screenshots) {
+      const std::string data = base64_file(png);
+      if (data.empty()) continue;
+      os << "<h3>" << html_escape(label) << "</h3>\n<img style='max-width:100%' alt='timeline of " << html_escape(label)
+         << "' src='data:image/png;base64," << data << "'>\n";
+    }
+  }
   if (!c.notes.empty()) {
     os << "<h2>Notes</h2>\n<ul>\n";
     for (const auto& n : c.notes) os << "<li>" << html_escape(n) << "</li>\n";

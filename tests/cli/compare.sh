@@ -6,6 +6,8 @@ set -euo pipefail
 bin=$(realpath "$1")
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
+expect_error() { local want=$1; shift; local out; if out=$("$@" 2>&1); then fail "expected an error from: $*"; fi
+                 echo "$out" | grep -q "$want" || fail "error for '$*' should mention '$want': $out"; }
 M=(--backend cpu --modes eager --config tiny --mtp-layers 2 --draft-steps 2 --context 32)
 
 # 1. A live compare on the CPU: 2 repetitions of 3 policies + the baseline again = 8 children.
@@ -163,9 +165,23 @@ else
   grep -q "roles whose time changed most" "$tmp/main.txt" || fail "no role-matched table in the main job"
 fi
 
-# 7. Bad input: clear errors, exit 1, never a crash.
-expect_error() { local want=$1; shift; local out; if out=$("$@" 2>&1); then fail "expected an error from: $*"; fi
-                 echo "$out" | grep -q "$want" || fail "error for '$*' should mention '$want': $out"; }
+# 7. A recorded folder's reports written again by this binary, with timeline screenshots (the
+#    viewer under Xvfb, when this build has it); the measurements stay untouched.
+rec=$(ls -d "$(dirname "$0")"/../../results/compare/*/ | head -n 1)
+cp -r "$rec" "$tmp/rec"
+if "$bin" view --help 2>&1 | grep -q -- "--screenshot" && command -v xvfb-run >/dev/null; then
+  (cd "$tmp/rec" && find runs traces -type f | sort | xargs md5sum) > "$tmp/before.md5"
+  xvfb-run -a "$bin" compare "$tmp/rec" --rewrite-report --screenshots > /dev/null 2> "$tmp/rw.err" || { cat "$tmp/rw.err"; fail "--rewrite-report failed"; }
+  (cd "$tmp/rec" && find runs traces -type f | sort | xargs md5sum) | cmp -s - "$tmp/before.md5" || fail "the measurements changed"
+  test "$(ls "$tmp"/rec/screenshots/*.png | wc -l)" = 3 || fail "expected a screenshot per policy"
+  grep -q "data:image/png;base64," "$tmp/rec/report.html" || fail "report.html does not embed the screenshots"
+  python3 -c "import json,sys; s=json.load(open(sys.argv[1])); assert s['report_written_by'] and s['settings']['runs']" "$tmp/rec/summary.json"
+else
+  echo "compare: no viewer in this build or no xvfb-run: the screenshot check is skipped"
+fi
+expect_error "exactly one run folder" "$bin" compare "$tmp/night1" "$tmp/night2" --rewrite-report
+
+# 8. Bad input: clear errors, exit 1, never a crash.
 expect_error "does not exist" "$bin" compare "$tmp/nope" "$tmp/night1"
 mkdir "$tmp/empty"; expect_error "no summary.json" "$bin" compare "$tmp/empty" "$tmp/night1"
 head -c 100 "$tmp/night1/summary.json" > "$tmp/trunc.json"; mkdir "$tmp/trunc"; cp "$tmp/trunc.json" "$tmp/trunc/summary.json"
