@@ -248,7 +248,7 @@ int run_live(const CompareCliOptions& o) {
   if (o.backend == "cpu")
     for (const auto& md : spec.modes)
       SL_CHECK(md == "eager", "compare --backend cpu: only --modes eager (the CPU reference has no CUDA graphs)");
-  resolve_config(m, "");  // a bad model option fails here, before any child starts
+  resolve_config(m, "");
   const std::vector<compare::PlannedRun> plan = compare::plan_live(spec);
 
   if (!fs::exists(o.out_dir)) {
@@ -412,6 +412,16 @@ int compare_main(CompareCliOptions o) {
   SL_CHECK(!o.rewrite_report || (o.inputs.size() == 1 && fs::is_directory(o.inputs[0])),
            "compare --rewrite-report takes exactly one run folder");
   SL_CHECK(o.margin_pct > 0 && o.margin_pct < 100, "compare: --margin must be in (0, 100) percent, not ", o.margin_pct);
+  // Bad live settings fail here, before any child starts (and also where they would be ignored).
+  SL_CHECK(o.steps >= 1 && o.steps <= 100000, "compare: --steps must be in [1, 100000], not ", o.steps);
+  SL_CHECK(o.warmup >= 1 && o.warmup <= 1000, "compare: --warmup must be in [1, 1000], not ", o.warmup);
+  SL_CHECK(o.traced_steps >= 1 && o.traced_steps <= 1000, "compare: --traced-steps must be in [1, 1000], not ",
+           o.traced_steps);
+  SL_CHECK(o.child_timeout_s > 0, "compare: --child-timeout must be positive");
+  SL_CHECK(!o.modes.empty(), "compare: --modes is empty");
+  for (const auto& md : o.modes)
+    SL_CHECK(md == "eager" || md == "graph", "compare: --modes takes eager and/or graph, not '", md, "'");
+  for (const auto& p : o.policies) StreamPolicy::parse(p);
   if (!o.inputs.empty()) return run_inputs(o);
   std::string why;
   if (o.backend == "cuda" && o.recorded.empty() && gpu_present(&why)) return run_live(o);

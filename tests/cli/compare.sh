@@ -188,5 +188,8 @@ head -c 100 "$tmp/night1/summary.json" > "$tmp/trunc.json"; mkdir "$tmp/trunc"; 
 expect_error "not valid JSON" "$bin" compare "$tmp/trunc" "$tmp/night1"
 expect_error "margin" "$bin" compare "$tmp/night1" "$tmp/night2" --margin 0
 expect_error "does not exist" "$bin" compare "${M[@]}" --out-dir "$tmp/missing/dir"
+expect_error "steps must be" "$bin" compare "${M[@]}" --steps 0 --out-dir "$tmp/out"
+expect_error "unknown stream policy" "$bin" compare "${M[@]}" --policies shared,nope --out-dir "$tmp/out"
+expect_error "modes takes" "$bin" compare --modes warp --out-dir "$tmp/out"
 expect_error "listed twice" "$bin" compare "${M[@]}" --policies shared,shared --out-dir "$tmp/out"
 echo "compare: all checks passed"
