@@ -262,6 +262,17 @@ void Viewer::log_changes() {
     if (selecting_) std::fprintf(log_, "view: selecting from %.3f us\n", double(select_from_ - time_zero()) / 1e3);
   }
   log_range();
+  // The tabs, once ImGui has laid them out (a tab bar places its tabs a frame after they come).
+  if (!logged_tabs_ && !tabs_.empty() &&
+      std::all_of(tabs_.begin(), tabs_.end(), [](const auto& t) { return t.second.x1 > t.second.x0; })) {
+    logged_tabs_ = true;
+    for (const auto& [name, r] : tabs_)
+      std::fprintf(log_, "view: tab %s x %.1f .. %.1f y %.1f .. %.1f\n", name.c_str(), r.x0, r.x1, r.y0, r.y1);
+  }
+  if (open_tab_ != logged_tab_) {
+    logged_tab_ = open_tab_;
+    std::fprintf(log_, "view: panel %s\n", open_tab_.c_str());
+  }
   std::fflush(log_);
 }
 

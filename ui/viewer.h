@@ -15,6 +15,7 @@
 #pragma once
 #include <cstdio>
 #include <initializer_list>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -117,8 +118,8 @@ class Viewer {
   const std::string& alignment() const { return alignment_; }
 
   // Reports to `log` (null: off), one line each, what the user's actions changed: the time
-  // window, the selected item, the selected range; and once, where the time axis and the
-  // tracks are on screen. Lines start with "view: " and give times in microseconds from
+  // window, the selected item, the selected range, the open panel; and once, where the time
+  // axis, the tracks and the panels' tabs are on screen. Lines start with "view: " and give times in microseconds from
   // time_zero(), so that a script (or a bug report) can follow a session.
   void set_event_log(std::FILE* log) { log_ = log; }
 
@@ -168,6 +169,7 @@ class Viewer {
   std::optional<int64_t> draw_series_lane(const StepSeries& s, const char* label, float top, const TimeWindow& w,
                                           const Frame& f, bool levels);
   void draw_panels();
+  bool begin_tab(const char* name);  // BeginTabItem, noting where the tab is and which is open
   void draw_item_details();
   void draw_range_stats();
   void draw_range_diff();
@@ -203,10 +205,12 @@ class Viewer {
   Ns select_from_ = 0;
   // The event log and what it last reported.
   std::FILE* log_ = nullptr;
-  bool logged_layout_ = false, logged_selecting_ = false;
+  bool logged_layout_ = false, logged_selecting_ = false, logged_tabs_ = false;
   TimeWindow logged_window_{0, 0};
   std::optional<std::tuple<size_t, ItemKind, uint32_t>> logged_selection_;
   std::optional<std::pair<Ns, Ns>> logged_range_;
+  std::map<std::string, Rect> tabs_;  // the panels' tab buttons on screen, by name
+  std::string open_tab_, logged_tab_;
 };
 
 }  // namespace sl::ui

@@ -94,9 +94,17 @@ void Viewer::draw_analysis_line(const TraceBlock& b) {
               (unsigned long long)a->resources.streams, with_work);
 }
 
+bool Viewer::begin_tab(const char* name) {
+  const bool open = ImGui::BeginTabItem(name);
+  const ImVec2 a = ImGui::GetItemRectMin(), b = ImGui::GetItemRectMax();  // the tab's button
+  tabs_[name] = Rect{a.x, a.y, b.x, b.y};
+  if (open) open_tab_ = name;
+  return open;
+}
+
 void Viewer::draw_panels() {
   if (!ImGui::BeginTabBar("panels")) return;
-  if (ImGui::BeginTabItem("Selection")) {
+  if (begin_tab("Selection")) {
     ImGui::BeginChild("selection");
     draw_item_details();
     ImGui::Separator();
@@ -107,14 +115,18 @@ void Viewer::draw_panels() {
     ImGui::EndChild();
     ImGui::EndTabItem();
   }
-  // A/B: one table per trace, each half of the panel.
-  const float height = ab() ? ImGui::GetContentRegionAvail().y / 2 - ImGui::GetTextLineHeightWithSpacing() - 4 : 0.f;
-  if (ImGui::BeginTabItem("Kernels")) {
-    for (const TraceBlock& b : blocks_) draw_kernel_table(b, height);
+  // A/B: one table per trace, each half of the tab (less its title line); else the whole tab.
+  auto height = [&] {
+    return ab() ? ImGui::GetContentRegionAvail().y / 2 - ImGui::GetTextLineHeightWithSpacing() - 4 : 0.f;
+  };
+  if (begin_tab("Kernels")) {
+    const float h = height();
+    for (const TraceBlock& b : blocks_) draw_kernel_table(b, h);
     ImGui::EndTabItem();
   }
-  if (ImGui::BeginTabItem("Streams")) {
-    for (const TraceBlock& b : blocks_) draw_stream_table(b, height);
+  if (begin_tab("Streams")) {
+    const float h = height();
+    for (const TraceBlock& b : blocks_) draw_stream_table(b, h);
     ImGui::EndTabItem();
   }
   ImGui::EndTabBar();
@@ -259,10 +271,10 @@ bool Viewer::begin_analysis_table(const TraceBlock& b, const char* id, std::init
     return false;
   }
   const ImGuiTableFlags flags = kTableFlags | ImGuiTableFlags_ScrollY;
-  ImGui::PushID(b.name.c_str());
-  const bool open = ImGui::BeginTable(id, int(headers.size()), flags, ImVec2(0, height));
-  ImGui::PopID();
-  if (!open) return false;
+  // One id per block ("kernels", "kernelsB"): ImGui wants the ID stack as it was at BeginTable
+  // when EndTable comes, so no PushID around it.
+  const std::string table_id = id + (&b == &blocks_[0] ? std::string() : b.name);
+  if (!ImGui::BeginTable(table_id.c_str(), int(headers.size()), flags, ImVec2(0, height))) return false;
   ImGui::TableSetupScrollFreeze(0, 1);  // the header row stays while the rows scroll
   for (const char* h : headers) ImGui::TableSetupColumn(h);
   ImGui::TableHeadersRow();

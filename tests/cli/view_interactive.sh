@@ -3,7 +3,8 @@
 # a mouse and a keyboard from xdotool. The viewer's --log says what each action changed; the
 # expectations come from the pixels the test moved the mouse to: wheel zoom keeps the time
 # under the cursor, a left drag pans by the dragged distance, a right drag selects the range
-# between its ends, a click selects the item under the cursor, `f` fits the trace; in the A/B view
+# between its ends, a click selects the item under the cursor, `f` fits the trace, the panels'
+# tabs open their tables; in the A/B view
 # a right drag selects one range in both traces and a click selects an item of B in aligned time.
 set -euo pipefail
 bin=$1
@@ -62,6 +63,19 @@ def right_drag(xa, xb, y, i):
     i, m = wait_for(r"view: range %s \.\. %s us, kernels busy %s us, overlap across streams %s us(.*)" % (num, num, num, num),
                     i + 1, "a range selected by a right drag")
     return i, start, m
+
+def click_tabs(i):
+    """Opens the Kernels, Streams, then Selection panel by clicking their tabs; the viewer must
+    draw each (the panel line comes after the frame). Returns the log index."""
+    tabs = {}
+    for l in lines():
+        m = re.match(r"view: tab (\w+) x %s \.\. %s y %s \.\. %s" % (num, num, num, num), l)
+        if m: tabs[m[1]] = [float(v) for v in m.groups()[1:]]
+    for name in ("Kernels", "Streams", "Selection"):
+        x0, x1, y0, y1 = tabs[name]
+        xdo("mousemove", "--sync", int((x0 + x1) / 2), int((y0 + y1) / 2)); time.sleep(0.1); xdo("click", 1)
+        i, _ = wait_for(r"view: panel %s$" % name, i + 1, "the %s panel after a click on its tab" % name)
+    return i
 PY
 "$bin" view "$tmp/h200.sqlite" --log --size 1600x1000 --window 1300:1700 2> "$tmp/view.log" &
 viewer=$!
@@ -149,6 +163,8 @@ want0, want1 = trace_b - 0.02 * (trace_e - trace_b), trace_e + 0.02 * (trace_e -
 i, m = wait_for(r"view: window %s \.\. %s us" % (num, num), i + 1, "the fit after 'f'")
 assert abs(float(m[1]) - want0) < 1e-2 and abs(float(m[2]) - want1) < 1e-2, (m[1], m[2], want0, want1)
 print("f: window %s .. %s us" % (m[1], m[2]))
+i = click_tabs(i)
+print("tabs: Kernels, Streams, Selection drawn")
 PY
 kill $viewer; wait $viewer 2>/dev/null || true
 
@@ -195,5 +211,7 @@ xx, m = selected
 assert int(m[3]) == b_track, ("selected on track", m[3], "B's main is", b_track)
 assert float(m[1]) - px_us <= t_at(xx) <= float(m[2]) + px_us, (m[1], m[2], t_at(xx))
 print("A/B click at %.3f us: B's %s (%s .. %s us)" % (t_at(xx), m[4][:50], m[1], m[2]))
+click_tabs(len(lines()) - 1)
+print("A/B tabs: Kernels, Streams (a table per trace), Selection drawn")
 PY
 echo "view_interactive: ok"
