@@ -19,8 +19,8 @@ namespace sl::ui {
 // time (the tracing session's start, which our exports count from) when it lies no more than
 // the trace's span before the first item on the timeline; otherwise that first item. A base
 // further away is a reference of another clock, not the trace's start: a PyTorch trace's
-// baseTimeNanoseconds is a Unix time while its events may sit on CUPTI's clock, 5.48e15 ns
-// (63 days) after it, and counting from there put "5480000 s" on every tick.
+// baseTimeNanoseconds may lie far before its events (5.48e15 ns, 63 days, in the trace that
+// showed it), and counting from there put "5480000 s" on every tick.
 Ns time_zero(const prof::Trace& trace, const TimelineModel& model);
 
 // `ns` after the time zero in the unit of `span` (s from 1 s, ms from 1 ms, us from 1 us, else

@@ -9,7 +9,6 @@
 #include <cstdio>
 #include <stdexcept>
 
-#include "core/error.h"
 #include "profiler/kernel_roles.h"
 #include "ui/kernel_names.h"
 #include "ui/row_layout.h"
@@ -63,13 +62,13 @@ Viewer::Viewer(prof::Trace a, std::string source_a, prof::Trace b, std::string s
   blocks_[0].source = std::move(source_a), blocks_[1].source = std::move(source_b);
   opts.standard_role_order = true;
   set_options(opts);
-  const std::optional<AlignSpec> spec = compare.align ? compare.align : default_alignment(blocks_[0].trace, blocks_[1].trace);
+  align_ = compare.align ? compare.align : default_alignment(blocks_[0].trace, blocks_[1].trace);
   for (TraceBlock& blk : blocks_) {
     blk.start = ui::time_zero(blk.trace, blk.model);
-    blk.zero = spec ? alignment_point(blk.trace, blk.source, *spec) : blk.start;
+    blk.zero = align_ ? alignment_point(blk.trace, blk.source, *align_) : blk.start;
     blk.offset = blk.zero - blocks_[0].zero;
   }
-  alignment_ = spec ? to_string(*spec) : "";
+  alignment_ = align_ ? to_string(*align_) : "";
   fit();
   for (TraceBlock& blk : blocks_) load_block(blk);
 }
@@ -83,7 +82,7 @@ void Viewer::load_block(TraceBlock& b) {
     // Steps are instances of the range the view aligns at (the role statistics do not depend
     // on it; the step paths do).
     prof::ProfileOptions po;
-    if (!alignment_.empty()) po.roles.step_range = std::string(prof::strip_instance_number(parse_align(alignment_).name));
+    if (align_) po.roles.step_range = std::string(prof::strip_instance_number(align_->name));
     b.profile = prof::profile_trace(b.trace, po);
   } catch (const std::exception& e) {
     b.analysis_error = e.what();  // the timeline still works; the panels say why they are empty

@@ -192,7 +192,8 @@ class Viewer {
 
   std::vector<TraceBlock> blocks_;
   TimelineOptions options_;
-  std::string alignment_;
+  std::optional<AlignSpec> align_;  // A/B: the range instance at time 0 (none: the traces' starts)
+  std::string alignment_;           // as --align takes it, "" for none
   TimeWindow window_;
   Rect timeline_, ruler_;
   float content_height_ = 0;  // all blocks
