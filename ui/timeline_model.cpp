@@ -65,7 +65,20 @@ Track make_track(TrackKind kind, uint32_t id, uint32_t pid, std::string label, s
   return t;
 }
 
+// Trace::stream_label of a stream the program did not name: "stream <id>".
+bool unnamed_stream(const std::string& label) {
+  return label.size() > 7 && label.rfind("stream ", 0) == 0 &&
+         std::all_of(label.begin() + 7, label.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
 }  // namespace
+
+int standard_role_rank(const std::string& role) {
+  static const char* const kRanked[] = {"main", "aux0", "aux1", "aux2", "shared_expert"};
+  for (int i = 0; i < 5; ++i)
+    if (role == kRanked[i]) return i;
+  return unnamed_stream(role) ? 6 : 5;
+}
 
 TimelineModel build_timeline(const prof::Trace& trace, const TimelineOptions& opts) {
   TimelineModel m;
@@ -116,6 +129,11 @@ TimelineModel build_timeline(const prof::Trace& trace, const TimelineOptions& op
       it->second.first.push_back(stream);
       it->second.second.insert(it->second.second.end(), items.begin(), items.end());
     }
+    if (opts.standard_role_order)  // stable: unnamed streams stay in stream id order
+      std::stable_sort(order.begin(), order.end(), [](const std::string& x, const std::string& y) {
+        const int rx = standard_role_rank(x), ry = standard_role_rank(y);
+        return rx != ry ? rx < ry : rx == 5 && x < y;
+      });
     for (const std::string& role : order) {
       auto& [streams, items] = by_role[role];
       const std::string label =

@@ -64,7 +64,16 @@ struct TimelineOptions {
   // per-layer streams a trace has 3 lanes per layer (docs/streams.md: 90 in DeepSeek V4 Pro); by
   // role it has 3, and overlap within a role shows as extra rows.
   bool group_streams_by_role = false;
+  // With group_streams_by_role: role tracks in one fixed order, main, aux0, aux1, aux2,
+  // shared_expert, other named roles by name, then unnamed streams by id; instead of the order
+  // of each role's first stream id. Two traces then list their roles alike (the A/B view: a
+  // per-layer trace's aux0 track sits where a shared-pool trace's does).
+  bool standard_role_order = false;
 };
+
+// The place of a stream role in the standard order: 0 main, 1..3 aux0..aux2, 4 shared_expert,
+// 5 any other named role, 6 an unnamed stream ("stream N").
+int standard_role_rank(const std::string& role);
 
 // The trace must be finalized. Kernels, memcpys and memsets go to their stream's track; NVTX
 // ranges (marks as zero-length items) and API calls to their thread's tracks.

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 
 #include "core/error.h"
 #include "profiler/trace_io.h"
@@ -17,9 +18,10 @@ std::pair<double, double> parse_us_range(const std::string& spec, const std::str
   char* end = nullptr;
   auto number = [&](const std::string& s) {
     const double v = std::strtod(s.c_str(), &end);
-    // Finite and at most 1e12 us (11.6 days): the nanoseconds must fit an int64 with room.
-    if (s.empty() || *end != '\0' || !std::isfinite(v) || v < 0 || v > 1e12)
-      throw Error(what + " '" + spec + "': expected START:END in microseconds (0 .. 1e12)");
+    // Finite and at most 1e12 us (11.6 days) either way: the nanoseconds must fit an int64 with
+    // room. Negative: before the time zero (in A/B mode, B's items before the alignment point).
+    if (s.empty() || *end != '\0' || !std::isfinite(v) || std::fabs(v) > 1e12)
+      throw Error(what + " '" + spec + "': expected START:END in microseconds (-1e12 .. 1e12)");
     return v;
   };
   if (colon == std::string::npos) throw Error(what + " '" + spec + "': expected START:END in microseconds");
@@ -28,6 +30,32 @@ std::pair<double, double> parse_us_range(const std::string& spec, const std::str
   return {a, b};
 }
 
+namespace {
+
+prof::Trace load(const std::string& path) {
+  std::fprintf(stderr, "loading %s ...\n", path.c_str());
+  prof::Trace trace = prof::load_trace(path);
+  if (!trace.counts.clean())
+    std::fprintf(stderr, "warning: %s has record problems (dropped or malformed records); the timeline shows what is there\n",
+                 path.c_str());
+  return trace;
+}
+
+void report_block(const Viewer& v, size_t i) {
+  const TraceBlock& b = v.block(i);
+  const std::string who = b.name.empty() ? "" : b.name + ": ";
+  std::fprintf(stderr, "%s%llu items on %zu tracks\n", who.c_str(), (unsigned long long)b.model.items,
+               b.model.tracks.size());
+  if (b.model.invalid_items)
+    std::fprintf(stderr, "warning: %s%llu records with a zero start time left off the timeline\n", who.c_str(),
+                 (unsigned long long)b.model.invalid_items);
+  if (v.ab())
+    std::fprintf(stderr, "%saligned at %s, %.3f us after the trace's start\n", who.c_str(),
+                 v.alignment().empty() ? "its start" : v.alignment().c_str(), double(b.zero - b.start) / 1e3);
+}
+
+}  // namespace
+
 int run_viewer(const ViewerOptions& o) {
   if (o.width < 320 || o.height < 240 || o.width > 16384 || o.height > 16384)
     throw Error("viewer: window size " + std::to_string(o.width) + "x" + std::to_string(o.height) +
@@ -35,18 +63,23 @@ int run_viewer(const ViewerOptions& o) {
   std::optional<std::pair<double, double>> win, sel;
   if (!o.window_us.empty()) win = parse_us_range(o.window_us, "--window");
   if (!o.select_us.empty()) sel = parse_us_range(o.select_us, "--select");
-  std::fprintf(stderr, "loading %s ...\n", o.trace.c_str());
-  prof::Trace trace = prof::load_trace(o.trace);
-  if (!trace.counts.clean())
-    std::fprintf(stderr, "warning: %s has record problems (dropped or malformed records); the timeline shows what is there\n",
-                 o.trace.c_str());
+  std::optional<AlignSpec> align;
+  if (!o.align.empty()) {
+    if (o.trace_b.empty()) throw Error("--align '" + o.align + "': aligning needs two traces (view A B)");
+    align = parse_align(o.align);
+  }
   TimelineOptions to;
   to.group_streams_by_role = o.group_streams_by_role;
-  Viewer viewer(std::move(trace), o.trace, to);
-  std::fprintf(stderr, "%llu items on %zu tracks\n", (unsigned long long)viewer.model().items, viewer.model().tracks.size());
-  if (viewer.model().invalid_items)
-    std::fprintf(stderr, "warning: %llu records with a zero start time left off the timeline\n",
-                 (unsigned long long)viewer.model().invalid_items);
+  std::unique_ptr<Viewer> made;
+  if (o.trace_b.empty()) {
+    made = std::make_unique<Viewer>(load(o.trace), o.trace, to);
+  } else {
+    prof::Trace a = load(o.trace), b = load(o.trace_b);
+    to.group_streams_by_role = true;  // roles line up the two traces' streams
+    made = std::make_unique<Viewer>(std::move(a), o.trace, std::move(b), o.trace_b, CompareOptions{align}, to);
+  }
+  Viewer& viewer = *made;
+  for (size_t i = 0; i < viewer.block_count(); ++i) report_block(viewer, i);
   if (o.log_events) viewer.set_event_log(stderr);
   const Ns begin = viewer.time_zero();
   if (win) viewer.set_window({win->first * 1e3, win->second * 1e3, begin});
@@ -54,7 +87,8 @@ int run_viewer(const ViewerOptions& o) {
 
   const bool batch = o.frames > 0 || !o.screenshot.empty();
   const int frames = o.frames > 0 ? o.frames : 3;  // a screenshot alone: layout settles in 2 frames
-  GlWindow window(o.width, o.height, "streamlab view: " + o.trace, !batch);
+  const std::string title = "streamlab view: " + o.trace + (o.trace_b.empty() ? "" : " vs " + o.trace_b);
+  GlWindow window(o.width, o.height, title, !batch);
   for (int f = 0; batch ? f < frames : !window.should_close(); ++f) {
     window.begin_frame(batch ? 0.0 : 0.25);
     viewer.draw();

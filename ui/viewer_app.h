@@ -1,5 +1,5 @@
-// `streamlab view`: loads a trace (any format trace_io reads), opens the viewer's window and runs
-// it until closed; or, for scripts and CI, renders a fixed number of frames in a hidden window
+// `streamlab view`: loads a trace (any format trace_io reads), or two for the A/B view, opens the
+// viewer's window and runs it until closed; or, for scripts and CI, renders a fixed number of frames in a hidden window
 // and writes the last one as a PNG.
 #pragma once
 #include <optional>
@@ -9,6 +9,10 @@ namespace sl::ui {
 
 struct ViewerOptions {
   std::string trace;                 // path
+  // A/B mode: a second trace, stacked under the first on one time axis, aligned at the start of
+  // the range --align names ("" = the default, Viewer's CompareOptions), streams grouped by role.
+  std::string trace_b;
+  std::string align;
   std::string screenshot;            // PNG of the last frame ("" = none)
   int frames = 0;                    // > 0: render this many frames, then exit (hidden window)
   int width = 1600, height = 1000;   // window size in pixels
@@ -23,7 +27,7 @@ struct ViewerOptions {
 // spec, no display).
 int run_viewer(const ViewerOptions& opts);
 
-// Parses "START:END" (microseconds, END > START >= 0). Throws sl::Error naming `what` otherwise.
+// Parses "START:END" (microseconds, END > START, both within +-1e12). Throws sl::Error naming `what` otherwise.
 std::pair<double, double> parse_us_range(const std::string& spec, const std::string& what);
 
 }  // namespace sl::ui

@@ -1,4 +1,4 @@
-// `streamlab view TRACE`: the interactive timeline (ui/). Built only with STREAMLAB_UI (the GPU
+// `streamlab view TRACE [TRACE_B]`: the interactive timeline (ui/), of one trace or two (A/B). Built only with STREAMLAB_UI (the GPU
 // machines are headless); elsewhere the command exists and says how to get it.
 #include <cstdio>
 #include <cstdlib>
@@ -15,7 +15,7 @@ namespace sl::cli {
 
 void add_view_command(CLI::App& app) {
   struct Opts {
-    std::string trace, screenshot, window, select, size = "1600x1000";
+    std::string trace, trace_b, align, screenshot, window, select, size = "1600x1000";
     int frames = 0;
     bool by_role = false;
     bool log = false;
@@ -23,15 +23,21 @@ void add_view_command(CLI::App& app) {
   auto o = std::make_shared<Opts>();
   CLI::App* cmd = app.add_subcommand(
       "view", "Interactive timeline of a trace (our JSON, PyTorch/Kineto JSON or our SQLite): GPU streams, NVTX "
-              "ranges, CUDA API calls; wheel zooms, left drag pans, right drag selects a range, click selects");
+              "ranges, CUDA API calls; wheel zooms, left drag pans, right drag selects a range, click selects; two traces: the A/B view");
   cmd->add_option("trace", o->trace, "trace file")->required()->check(CLI::ExistingFile);
+  cmd->add_option("trace_b", o->trace_b, "a second trace: the A/B view, both on one time axis, B under A, streams "
+                                         "grouped by role, a selected range compared role by role")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--align", o->align, "A/B: the NVTX range NAME[:INDEX] (INDEX from 0, in time order) whose start is "
+                                       "time 0 in both traces (default: the first decode, else the first "
+                                       "ProfilerStep, else each trace's start)");
   cmd->add_option("--screenshot", o->screenshot,
                   "render in a hidden window and write the last frame as PNG, then exit (headless: xvfb-run -a)");
   cmd->add_option("--frames", o->frames, "render this many frames in a hidden window, then exit (default with "
                                          "--screenshot: 3)")->check(CLI::Range(1, 100000));
   cmd->add_option("--size", o->size, "window size WIDTHxHEIGHT in pixels")->capture_default_str();
   cmd->add_option("--window", o->window, "initial time window START:END, in microseconds from the trace's start (its base time, which "
-                  "our exports count from; the ruler shows the same)");
+                  "our exports count from; the ruler shows the same; A/B: from the alignment point)");
   cmd->add_option("--select", o->select, "select the range START:END (microseconds from the trace's start) at start");
   cmd->add_flag("--by-role", o->by_role, "one track per stream role (aux0, aux1, ...) instead of one per stream");
   cmd->add_flag("--log", o->log, "report on stderr what the session changes: time window, selected item, selected "
@@ -40,6 +46,8 @@ void add_view_command(CLI::App& app) {
 #ifdef STREAMLAB_HAVE_UI
     ui::ViewerOptions v;
     v.trace = o->trace;
+    v.trace_b = o->trace_b;
+    v.align = o->align;
     v.screenshot = o->screenshot;
     v.frames = o->frames;
     v.window_us = o->window;

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `streamlab view`: a real H200 trace (round 9's eager flash-6l decode, our SQLite, and the same
-# exported to our JSON) drawn headless under Xvfb into PNG screenshots; bad input refused with a
+# exported to our JSON) drawn headless under Xvfb into PNG screenshots; the A/B view of two
+# policies' traces (both blocks drawn, aligned, roles in one order); bad input refused with a
 # message and no image left behind. A build without the viewer must say so.
 set -euo pipefail
 bin=$1
@@ -16,6 +17,13 @@ if ! "$bin" view "$tmp/h200.sqlite" --screenshot "$tmp/x.png" > "$tmp/nogui.log"
 fi
 command -v xvfb-run >/dev/null || fail "xvfb-run is missing (Debian package xvfb)"
 xvfb() { xvfb-run -a -s "-screen 0 1920x1200x24 -noreset" "$@"; }
+# Bad input: a message, a non-zero exit, no image.
+expect_error() {  # expect_error PATTERN CMD...
+  local pat=$1; shift
+  if "$@" > "$tmp/err.log" 2>&1; then fail "accepted: $*"; fi
+  grep -q -- "$pat" "$tmp/err.log" || { cat "$tmp/err.log"; fail "no '$pat' in the message of: $*"; }
+  [ ! -e "$tmp/bad.png" ] || fail "a failed run left $tmp/bad.png"
+}
 
 # The whole trace, from SQLite and from our JSON.
 xvfb "$bin" view "$tmp/h200.sqlite" --screenshot "$tmp/sqlite.png" --size 1280x800 2> "$tmp/view.log" \
@@ -24,15 +32,14 @@ grep -q "items on 8 tracks" "$tmp/view.log" || { cat "$tmp/view.log"; fail "expe
 "$bin" export "$tmp/h200.sqlite" --to kineto "$tmp/h200.json" > /dev/null 2>&1
 xvfb "$bin" view "$tmp/h200.json" --screenshot "$tmp/json.png" --size 1280x800 --window 1300:1700 --select 1400:1500 \
   2> "$tmp/view2.log" || { cat "$tmp/view2.log"; fail "view of the JSON trace"; }
-python3 - "$tmp/sqlite.png" "$tmp/json.png" <<'PY'
-import struct, sys, zlib
-for path in sys.argv[1:]:
+# A PNG decoder (8-bit RGBA, stb writes filter bytes per row), shared by the checks below.
+cat > "$tmp/png.py" <<'PY'
+import struct, zlib
+def decode(path):
+    """(width, height, rows): rows[y] holds width * 4 bytes, RGBA."""
     data = open(path, "rb").read()
     assert data[:8] == b"\x89PNG\r\n\x1a\n", path + ": not a PNG"
     w, h = struct.unpack(">II", data[16:24])
-    assert (w, h) == (1280, 800), (path, w, h)
-    # Decode (8-bit RGBA, stb writes filter bytes per row) and count distinct colors: a drawn
-    # timeline has dozens (one per kernel name), an empty or failed frame a handful.
     idat, pos = b"", 8
     while pos < len(data):
         n, kind = struct.unpack(">I4s", data[pos:pos + 8])
@@ -55,6 +62,16 @@ for path in sys.argv[1:]:
                 p = a + b - c; pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
                 line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
         rows.append(bytes(line)); prev = line
+    return w, h, rows
+PY
+PYTHONPATH="$tmp" python3 - "$tmp/sqlite.png" "$tmp/json.png" <<'PY'
+import sys
+from png import decode
+for path in sys.argv[1:]:
+    w, h, rows = decode(path)
+    assert (w, h) == (1280, 800), (path, w, h)
+    # Distinct colors: a drawn timeline has dozens (one per kernel name), an empty or failed
+    # frame a handful.
     colors = {row[i:i + 3] for row in rows[::4] for i in range(0, w * 4, 16)}
     assert len(colors) >= 30, (path, len(colors))
     print(path.rsplit("/", 1)[1], w, h, len(colors), "colors")
@@ -71,13 +88,56 @@ for want in "aux0 (6 streams)" "aux1 (4 streams)" "aux2 (4 streams)"; do
 done
 grep -q "^view: track .*L2.aux0" "$tmp/pla_role.log" && fail "--by-role kept a per-layer track"
 
-# Bad input: a message, a non-zero exit, no image.
-expect_error() {  # expect_error PATTERN CMD...
-  local pat=$1; shift
-  if "$@" > "$tmp/err.log" 2>&1; then fail "accepted: $*"; fi
-  grep -q -- "$pat" "$tmp/err.log" || { cat "$tmp/err.log"; fail "no '$pat' in the message of: $*"; }
-  [ ! -e "$tmp/bad.png" ] || fail "a failed run left $tmp/bad.png"
-}
+# A/B: per-layer over shared (the 2026-12-04 compare, eager), aligned at the first decode step;
+# both blocks drawn, their GPU tracks by role in one order, a range compared in both.
+ab=results/compare/2026-12-04_NVIDIA-H200_2896d51/traces
+xvfb "$bin" view $ab/per-layer.eager.json.gz $ab/shared.eager.json.gz --log --size 1600x1200 --select 0:3600 \
+  --screenshot "$tmp/ab.png" 2> "$tmp/ab.log" || { cat "$tmp/ab.log"; fail "view A B"; }
+grep -q "^view: block A top 0.0 tracks 8: $ab/per-layer.eager.json.gz, aligned at decode:0, 1887.899 us after its start\$" \
+  "$tmp/ab.log" || { cat "$tmp/ab.log"; fail "no block A aligned at decode:0"; }
+grep -q "^view: block B top [0-9.]* tracks 8: $ab/shared.eager.json.gz, aligned at decode:0, 2248.191 us after its start\$" \
+  "$tmp/ab.log" || { cat "$tmp/ab.log"; fail "no block B aligned at decode:0"; }
+grep -Eq "^view: range 0.000 .. 3600.000 us, kernels busy [0-9.]+ us, overlap across streams [0-9.]+ us; B: kernels busy [0-9.]+ us, overlap across streams [0-9.]+ us; roles [1-9][0-9]* " \
+  "$tmp/ab.log" || { grep "view: range" "$tmp/ab.log"; fail "no A/B range line"; }
+PYTHONPATH="$tmp" python3 - "$tmp/ab.log" "$tmp/ab.png" <<'PY'
+import re, sys
+from png import decode
+log = open(sys.argv[1]).read()
+blocks = {m[1]: float(m[2]) for m in re.finditer(r"^view: block (\w) top ([0-9.]+)", log, re.M)}
+tracks = [(int(m[1]), float(m[2]), m[3]) for m in re.finditer(r"^view: track (\d+) rows \d+ top ([0-9.]+) (.*)$", log, re.M)]
+def roles(lo, hi):  # the GPU tracks' roles of the block between tops lo and hi
+    return [re.sub(r" \(\d+ streams\)$", "", label) for _, top, label in tracks
+            if lo <= top < hi and "thread" not in label]
+a, b = roles(blocks["A"], blocks["B"]), roles(blocks["B"], 1e9)
+assert a == b == ["main", "aux0", "aux1", "aux2", "shared_expert", "stream 7"], (a, b)
+assert "aux0 (5 streams)" in log and "aux0 (2 streams)" in log
+ax0, top = map(float, re.search(r"^view: axis x ([0-9.]+) \.\. [0-9.]+, tracks top ([0-9.]+)", log, re.M).groups())
+w, h, rows = decode(sys.argv[2])
+def px(x, y): return tuple(rows[int(y)][int(x) * 4:int(x) * 4 + 3])
+# The header bars: A blue, B orange, at the left end of each block's first line.
+assert px(ax0 - 228, top + blocks["A"] + 5) == (60, 110, 190), px(ax0 - 228, top + blocks["A"] + 5)
+assert px(ax0 - 228, top + blocks["B"] + 5) == (200, 120, 40), px(ax0 - 228, top + blocks["B"] + 5)
+# Each block's main track holds kernels: many colors along its first row.
+for name in "AB":
+    main_top = [t for _, t, label in tracks if label == "main" and t >= blocks[name]][0]
+    y = top + main_top + 14
+    colors = {px(x, y) for x in range(int(ax0), w - 30, 3)}
+    assert len(colors) >= 10, (name, len(colors))
+print("A/B: block B at %.0f px, roles %s, header colors ok" % (blocks["B"], ", ".join(a)))
+PY
+# Graph traces have no ranges: aligned at their starts. A missing instance names file and count.
+xvfb "$bin" view $ab/per-layer.graph.json.gz $ab/shared.graph.json.gz --log --frames 1 2> "$tmp/abg.log" \
+  || { cat "$tmp/abg.log"; fail "view A B of graph traces"; }
+grep -q "^view: block B .*aligned at its start, 0.000 us after its start\$" "$tmp/abg.log" || { cat "$tmp/abg.log"; fail "graph traces not aligned at their starts"; }
+expect_error "align decode:7: $ab/shared.eager.json.gz has 5 'decode' ranges (INDEX 0..4)" \
+  xvfb "$bin" view $ab/shared.eager.json.gz $ab/per-layer.eager.json.gz --align decode:7 --screenshot "$tmp/bad.png"
+expect_error "has no NVTX range 'decode'" xvfb "$bin" view $ab/per-layer.eager.json.gz $ab/per-layer.graph.json.gz \
+  --align decode --screenshot "$tmp/bad.png"
+expect_error "aligning needs two traces" xvfb "$bin" view $ab/per-layer.eager.json.gz --align decode --screenshot "$tmp/bad.png"
+expect_error "INDEX must be a non-negative integer" xvfb "$bin" view $ab/per-layer.eager.json.gz $ab/shared.eager.json.gz \
+  --align decode:x --screenshot "$tmp/bad.png"
+
+# Bad input.
 expect_error "END must be after START" xvfb "$bin" view "$tmp/h200.sqlite" --window 5:1 --screenshot "$tmp/bad.png"
 expect_error "expected WIDTHxHEIGHT" xvfb "$bin" view "$tmp/h200.sqlite" --size big --screenshot "$tmp/bad.png"
 expect_error "does not exist" "$bin" view "$tmp/missing.json" --screenshot "$tmp/bad.png"

@@ -137,5 +137,55 @@ TEST_F(ViewerRender, RangeSelectionComputesStatistics) {
   EXPECT_EQ(v.range()->stream_overlap, 25);  // [50, 75)
 }
 
+// One decode step with a kernel 100 .. 400 us into it, on clock `clock`.
+prof::Trace decode_step(prof::Ns clock, prof::Ns decode_at, const char* kernel) {
+  prof::Trace t;
+  prof::TraceBuilder b(t);
+  b.stream(7, 0, prof::kNoTime, prof::kNoTime, "main");
+  b.nvtx("decode", clock + decode_at, clock + decode_at + 1'000'000);
+  b.kernel(7, clock + decode_at + 100'000, clock + decode_at + 400'000, kernel, clock + decode_at + 10'000,
+           clock + decode_at + 15'000);
+  t.finalize();
+  return t;
+}
+
+TEST_F(ViewerRender, AbBlocksShareOneAlignedTimeAxis) {
+  // A's decode starts 1 ms into its clock, B's 5 ms into CUPTI's (1.8e18 ns): aligned, both
+  // kernels cover 100 .. 400 us of the one time axis, each in its own block.
+  const prof::Ns big = 1'800'000'000'000'000'000;
+  Viewer v(decode_step(0, 1'000'000, "alpha_kernel"), "a.json", decode_step(big, 5'000'000, "beta_kernel"), "b.json",
+           CompareOptions{}, TimelineOptions{true, false});
+  ASSERT_EQ(v.alignment(), "decode:0");
+  const TimeWindow w{-50'000, 500'000, v.time_zero()};
+  v.set_window(w);
+  int width = 0, height = 0;
+  const std::vector<uint8_t> px = render(v, 3, width, height);
+  const Rect r = v.timeline_rect();
+  auto x_at = [&](double ns) { return r.x0 + float((ns - w.t0) / w.span()) * (r.x1 - r.x0); };
+  const size_t a_main = 0, b_main = v.block(0).model.tracks.size();  // B's tracks follow A's
+  ASSERT_EQ(v.block(1).model.tracks[0].label, "main");
+  auto y_in = [&](size_t track) { return r.y0 + v.row_top(track, 0) + TimelineLayout::kRowHeight - 3; };
+  ASSERT_LT(y_in(b_main), r.y1) << "B's main track is off screen";
+  const Rgb alpha = rgb_of(name_color("alpha_kernel")), beta = rgb_of(name_color("beta_kernel"));
+  for (double t : {120'000.0, 380'000.0}) {
+    EXPECT_TRUE(near(pixel(px, width, x_at(t), y_in(a_main)), alpha)) << t;
+    EXPECT_TRUE(near(pixel(px, width, x_at(t), y_in(b_main)), beta)) << t;
+  }
+  for (double t : {80'000.0, 450'000.0}) {
+    EXPECT_FALSE(near(pixel(px, width, x_at(t), y_in(a_main)), alpha)) << t;
+    EXPECT_FALSE(near(pixel(px, width, x_at(t), y_in(b_main)), beta)) << t;
+  }
+  // Each block starts with its header bar, marked A blue, B orange at its left end.
+  auto header = [&](size_t b) { return pixel(px, width, r.x0 - TimelineLayout::kHeaderWidth + 2, r.y0 + v.block(b).top + 5); };
+  EXPECT_TRUE(near(header(0), Rgb{60, 110, 190}));
+  EXPECT_TRUE(near(header(1), Rgb{200, 120, 40}));
+  // A range selected on the shared axis covers both kernels' 100 .. 200 us.
+  v.select_range(v.time_zero() + 100'000, v.time_zero() + 200'000);
+  EXPECT_EQ(v.block(0).range->gpu_busy, 100'000);
+  EXPECT_EQ(v.block(1).range->gpu_busy, 100'000);
+  ASSERT_TRUE(v.range_diff().has_value());
+  ASSERT_EQ(v.range_diff()->rows.size(), 2u);  // alpha in A, beta in B: different names, two roles
+}
+
 }  // namespace
 }  // namespace sl::ui
