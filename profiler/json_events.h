@@ -27,6 +27,13 @@
 
 namespace sl::prof::json_events {
 
+// s == lit, with the literal's length known at compile time (an inline compare, not a memcmp
+// call: these run for every field of every event).
+template <size_t N>
+inline bool is(std::string_view s, const char (&lit)[N]) {
+  return s.size() == N - 1 && __builtin_memcmp(s.data(), lit, N - 1) == 0;
+}
+
 // The event fields the loaders read.
 enum Field : uint8_t { F_PH, F_CAT, F_NAME, F_TS, F_DUR, F_PID, F_TID, F_ARGS, F_COUNT };
 inline constexpr const char* kFieldNames[F_COUNT] = {"ph", "cat", "name", "ts", "dur", "pid", "tid", "args"};
@@ -34,18 +41,18 @@ inline constexpr const char* kFieldNames[F_COUNT] = {"ph", "cat", "name", "ts", 
 inline int field_of(std::string_view k) {
   switch (k.size()) {
     case 2:
-      if (k == "ph") return F_PH;
-      if (k == "ts") return F_TS;
+      if (is(k, "ph")) return F_PH;
+      if (is(k, "ts")) return F_TS;
       return -1;
     case 3:
-      if (k == "cat") return F_CAT;
-      if (k == "pid") return F_PID;
-      if (k == "tid") return F_TID;
-      if (k == "dur") return F_DUR;
+      if (is(k, "cat")) return F_CAT;
+      if (is(k, "pid")) return F_PID;
+      if (is(k, "tid")) return F_TID;
+      if (is(k, "dur")) return F_DUR;
       return -1;
     case 4:
-      if (k == "name") return F_NAME;
-      if (k == "args") return F_ARGS;
+      if (is(k, "name")) return F_NAME;
+      if (is(k, "args")) return F_ARGS;
       return -1;
     default: return -1;
   }
@@ -159,8 +166,8 @@ struct EventContext {
 };
 
 inline bool is_gpu_or_api_category(std::string_view cat) {
-  return cat == "kernel" || cat == "gpu_memcpy" || cat == "gpu_memset" || cat == "cuda_runtime" ||
-         cat == "cuda_driver" || cat == "cuda_sync" || cat == "user_annotation";
+  return is(cat, "kernel") || is(cat, "gpu_memcpy") || is(cat, "gpu_memset") || is(cat, "cuda_runtime") ||
+         is(cat, "cuda_driver") || is(cat, "cuda_sync") || is(cat, "user_annotation");
 }
 
 template <class Ev, class Sink>
@@ -172,7 +179,7 @@ void read_complete_event(const Ev& ev, Sink& s, const EventContext& cx, std::str
   if (start == 0) s.counts.zero_timestamps++;
   int64_t pid = ev.integer(F_PID);
   int64_t tid = ev.integer(F_TID);
-  if (cat == "kernel") {
+  if (is(cat, "kernel")) {
     Kernel k;
     k.start = start;
     k.end = end;
@@ -202,7 +209,7 @@ void read_complete_event(const Ev& ev, Sink& s, const EventContext& cx, std::str
     k.launch_type = uint16_t(ev.arg_int(A::LaunchType, 0));
     k.pid = u32(ev.arg_int(A::Process, 0));
     s.kernels.push_back(k);
-  } else if (cat == "gpu_memcpy") {
+  } else if (is(cat, "gpu_memcpy")) {
     Memcpy m;
     m.start = start;
     m.end = end;
@@ -221,7 +228,7 @@ void read_complete_event(const Ev& ev, Sink& s, const EventContext& cx, std::str
     m.graph_node_id = uint64_t(ev.arg_int(A::GraphNodeId, 0));
     m.pid = u32(ev.arg_int(A::Process, 0));
     s.memcpys.push_back(m);
-  } else if (cat == "gpu_memset") {
+  } else if (is(cat, "gpu_memset")) {
     Memset m;
     m.start = start;
     m.end = end;
@@ -235,19 +242,19 @@ void read_complete_event(const Ev& ev, Sink& s, const EventContext& cx, std::str
     m.graph_node_id = uint64_t(ev.arg_int(A::GraphNodeId, 0));
     m.pid = u32(ev.arg_int(A::Process, 0));
     s.memsets.push_back(m);
-  } else if (cat == "cuda_runtime" || cat == "cuda_driver") {
+  } else if (is(cat, "cuda_runtime") || is(cat, "cuda_driver")) {
     ApiCall a;
     a.start = start;
     a.end = end;
     a.name = s.intern(ev.str(F_NAME));
-    a.kind = cat == "cuda_driver" ? ApiKind::Driver : ApiKind::Runtime;
+    a.kind = is(cat, "cuda_driver") ? ApiKind::Driver : ApiKind::Runtime;
     a.cbid = u32(ev.arg_int(A::Cbid, 0));
     a.correlation = u32(ev.arg_int(A::Correlation, 0));
     a.return_value = int32_t(ev.arg_int(A::ReturnValue, 0));
     a.pid = u32(pid);
     a.tid = u32(tid) & kTidStreamMask;
     s.api_calls.push_back(a);
-  } else if (cat == "cuda_sync") {
+  } else if (is(cat, "cuda_sync")) {
     Sync y;
     y.start = start;
     y.end = end;
@@ -290,7 +297,7 @@ template <class Ev, class Sink>
 void read_instant_event(const Ev& ev, Sink& s, const EventContext& cx) {
   std::string_view cat = ev.str_or(F_CAT, "");
   std::string_view name = ev.str_or(F_NAME, "");
-  if (cat == "user_annotation") {
+  if (is(cat, "user_annotation")) {
     NvtxRange r;
     r.start = r.end = cx.to_ns(ev.number(F_TS));
     r.name = s.intern(name);
@@ -301,7 +308,7 @@ void read_instant_event(const Ev& ev, Sink& s, const EventContext& cx) {
     std::string_view dom = ev.arg_str(A::Domain, "");
     r.domain = dom.empty() ? 0 : s.intern(dom);
     s.nvtx.push_back(r);
-  } else if (name == "[memory]" && cx.ours != Ours::Yes) {
+  } else if (is(name, "[memory]") && cx.ours != Ours::Yes) {
     unless_ours(s, cx, [&] {
       Ns ts = cx.to_ns(ev.number(F_TS));
       int64_t bytes = ev.arg_int(A::MemBytes, 0);
@@ -321,9 +328,9 @@ void read_metadata_event(const Ev& ev, Sink& s, const EventContext& cx) {
   std::string_view value;
   if (!ev.arg_string(A::Name, value)) return;
   int64_t pid = ev.integer(F_PID);
-  if (name == "process_name" && value.rfind("GPU ", 0) != 0) {
+  if (is(name, "process_name") && value.rfind("GPU ", 0) != 0) {
     unless_ours(s, cx, [&] { s.process(u32(pid), value); });
-  } else if (name == "thread_name" && value.rfind("stream ", 0) != 0) {
+  } else if (is(name, "thread_name") && value.rfind("stream ", 0) != 0) {
     unless_ours(s, cx, [&] { s.thread(u32(pid), u32(ev.integer(F_TID)) & kTidStreamMask, value); });
   }
 }
@@ -351,21 +358,21 @@ template <class Ev, class Sink>
 void read_event(const Ev& ev, Sink& s, const EventContext& cx) {
   if (!ev.has(F_PH)) ev.bad("expected field \"ph\"");
   const std::string_view ph = ev.str(F_PH);
-  if (ph == "X") {
+  if (is(ph, "X")) {
     const std::string_view cat = ev.str_or(F_CAT, "");
     if (!is_gpu_or_api_category(cat)) {
       ++s.skipped;  // cpu_op, python_function, gpu_user_annotation (derived), Trace spans, ...
       return;
     }
     read_complete_event(ev, s, cx, cat);
-  } else if (ph == "i" || ph == "I") {
+  } else if (is(ph, "i") || is(ph, "I")) {
     read_instant_event(ev, s, cx);
-  } else if (ph == "M") {
+  } else if (is(ph, "M")) {
     read_metadata_event(ev, s, cx);
-  } else if (ph == "C") {
+  } else if (is(ph, "C")) {
     if (cx.ours == Ours::Yes) return;  // derived from allocations / the block
     unless_ours(s, cx, [&] { read_counter_event(ev, s, cx); });
-  } else if (ph == "s" || ph == "f" || ph == "t" || ph == "B" || ph == "E" || ph == "b" || ph == "e" || ph == "n") {
+  } else if (is(ph, "s") || is(ph, "f") || is(ph, "t") || is(ph, "B") || is(ph, "E") || is(ph, "b") || is(ph, "e") || is(ph, "n")) {
     ++s.skipped;
   } else {
     ev.bad("unexpected ph \"" + std::string(ph) + "\"");

@@ -30,6 +30,7 @@
 // than parsing.
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -45,6 +46,9 @@
 #include <vector>
 
 #include <simdjson.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "core/error.h"
 #include "profiler/json_events.h"
@@ -54,7 +58,6 @@ namespace sl::prof::trace_io_detail {
 
 namespace {
 
-namespace od = simdjson::ondemand;
 namespace dom = simdjson::dom;
 using namespace json_events;
 using Clock = std::chrono::steady_clock;
@@ -81,7 +84,8 @@ bool is_ws(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
 
 // ---------------------------------------------------------------- one event's values
 
-enum class Kind : uint8_t { Null, Bool, Int64, UInt64, Double, String, Array, Object };
+// Number: checked, not converted yet (converted when read: most numbers of skipped events never are).
+enum class Kind : uint8_t { Null, Bool, Int64, UInt64, Double, String, Array, Object, Number };
 
 struct Scalar {
   Kind kind = Kind::Null;
@@ -95,136 +99,439 @@ struct Scalar {
 };
 
 // A field or arg: arrays keep their length and first three elements (grid / block dims).
+// A number's text checked against JSON's grammar: where its digits are, how many.
+struct NumberShape {
+  const char* digits = nullptr;  // the first digit (after any "-")
+  uint16_t int_digits = 0, frac_digits = 0;
+  bool negative = false, exponent = false;
+};
+
 struct Value : Scalar {
   uint32_t count = 0;
   Scalar items[3];
+  NumberShape shape;  // Kind::Number: what to convert
 };
 
-// The key of an object field, unescaped. Keys without a backslash are read in place.
-bool key_of(od::field& f, std::string_view& key) {
-  const char* p = f.key().raw();
-  const char* q = p;
-  while (*q != '"') {
-    if (*q == '\\') return !f.unescaped_key().get(key);
-    ++q;
+// ---------------------------------------------------------------- JSON over the stage-1 index
+
+// One chunk's bytes and simdjson's stage-1 index of them: the position of every structural
+// character ({ } [ ] , :) outside strings and of the first byte of every scalar (string, number,
+// true / false / null). Stage 1 has checked the UTF-8, that strings are closed and hold no
+// unescaped control characters; the walk below checks everything else: the grammar, numbers,
+// atoms and escapes. Any doubt fails (false), and the precise loader takes over.
+class Tokens {
+ public:
+  // index has room for two more entries after its n (simdjson allocates it so): set to len,
+  // where buf has a zero byte, so that the walk needs no bounds checks (token n reads as '\0').
+  void reset(const char* buf, size_t len, uint32_t* index, size_t n, char* arena) {
+    index[n] = index[n + 1] = uint32_t(len);
+    buf_ = buf, index_ = index, n_ = n, arena_ = arena;
   }
-  key = std::string_view(p, size_t(q - p));
-  return true;
-}
+  size_t count() const { return n_; }
+  char ch(size_t i) const { return buf_[index_[i]]; }
+  size_t pos(size_t i) const { return index_[i]; }
 
-bool validate(od::value v, int depth);
+  // Token i is a string: its content, unescaped (escaped ones decoded into the arena).
+  bool string(size_t i, std::string_view& out) {
+    const char* b = buf_ + pos(i) + 1;
+    const char* e = buf_ + pos(i + 1);
+    while (e > b && is_ws(e[-1])) --e;
+    if (e <= b || e[-1] != '"') return false;  // junk after the closing quote
+    --e;
+    if (needs_unescape(b, e)) return unescape(b, e, out);
+    out = std::string_view(b, size_t(e - b));
+    return true;
+  }
 
-// Any value: scalars converted, containers checked through and only their kind kept.
-bool read_scalar(od::value v, Scalar& out, int depth) {
-  od::json_type t;
-  if (v.type().get(t)) return false;
-  switch (t) {
-    case od::json_type::number: {
-      od::number n;
-      if (v.get_number().get(n)) return false;  // malformed, or an integer simdjson cannot hold
-      switch (n.get_number_type()) {
-        case od::number_type::signed_integer: out.kind = Kind::Int64, out.i = n.get_int64(); break;
-        case od::number_type::unsigned_integer: out.kind = Kind::UInt64, out.u = n.get_uint64(); break;
-        default: out.kind = Kind::Double, out.d = n.get_double(); break;
+  // Token i is a number: its shape checked against JSON's grammar.
+  bool scan_number(size_t i, NumberShape& n) const {
+    const char* p = buf_ + pos(i);
+    n.negative = *p == '-';
+    p += n.negative;
+    n.digits = p;
+    const size_t int_digits = digit_run(p);
+    if (int_digits == 0 || (int_digits > 1 && *p == '0')) return false;  // no digit, or a leading zero
+    p += int_digits;
+    size_t frac_digits = 0;
+    if (*p == '.') {
+      frac_digits = digit_run(++p);
+      if (frac_digits == 0) return false;
+      p += frac_digits;
+    }
+    n.exponent = *p == 'e' || *p == 'E';
+    if (n.exponent) {
+      ++p;
+      if (*p == '+' || *p == '-') ++p;
+      const size_t exp_digits = digit_run(p);
+      if (exp_digits == 0) return false;
+      p += exp_digits;
+    }
+    // Nothing but whitespace up to the next token.
+    for (const char* e = buf_ + pos(i + 1); p < e; ++p)
+      if (!is_ws(*p)) return false;
+    if (int_digits > 0xFFFF || frac_digits > 0xFFFF) return false;
+    n.int_digits = uint16_t(int_digits), n.frac_digits = uint16_t(frac_digits);
+    return true;
+  }
+
+  // A scanned number as simdjson types it: an integer that fits int64 is Int64, a larger one
+  // UInt64 (beyond: an error), anything with a fraction or exponent Double (out of range: an
+  // error); -0 is Int64 0.
+  static bool convert(const NumberShape& n, Scalar& out) {
+    if (n.frac_digits || n.exponent) {
+      out.kind = Kind::Double;
+      if (!n.exponent && n.int_digits + n.frac_digits <= 15) {
+        // Exact: the digits (< 2^53) and 10^k (k <= 15) are exact doubles, and one division of
+        // exact doubles is correctly rounded, i.e. the double from_chars and simdjson give.
+        const uint64_t m = parse_digits(n.digits + n.int_digits + 1, n.frac_digits, parse_digits(n.digits, n.int_digits, 0));
+        out.d = double(m) / kPow10[n.frac_digits];
+        if (n.negative) out.d = -out.d;
+        return true;
       }
-      return true;
-    }
-    case od::json_type::string: out.kind = Kind::String; return !v.get_string().get(out.s);
-    case od::json_type::boolean: out.kind = Kind::Bool; return !v.get_bool().get(out.b);
-    case od::json_type::null: {
-      bool null = false;
-      out.kind = Kind::Null;
-      return !v.is_null().get(null) && null;
-    }
-    case od::json_type::array: out.kind = Kind::Array; return validate(v, depth);
-    case od::json_type::object: out.kind = Kind::Object; return validate(v, depth);
-  }
-  return false;
-}
-
-bool read_value(od::value v, Value& out, int depth) {
-  od::json_type t;
-  if (v.type().get(t)) return false;
-  if (t != od::json_type::array) return read_scalar(v, out, depth);
-  if (depth >= kMaxDepth) return false;
-  out.kind = Kind::Array;
-  out.count = 0;
-  od::array a;
-  if (v.get_array().get(a)) return false;
-  for (auto r : a) {
-    od::value e;
-    if (std::move(r).get(e)) return false;
-    bool ok = out.count < 3 ? read_scalar(e, out.items[out.count], depth + 1) : validate(e, depth + 1);
-    if (!ok) return false;
-    ++out.count;
-  }
-  return true;
-}
-
-// Checks a value the loader does not use, completely: nothing is skipped unchecked.
-bool validate(od::value v, int depth) {
-  if (depth > kMaxDepth) return false;
-  od::json_type t;
-  if (v.type().get(t)) return false;
-  switch (t) {
-    case od::json_type::number: {
-      od::number n;
-      return !v.get_number().get(n);
-    }
-    case od::json_type::string: {
-      std::string_view s;
-      return !v.get_string().get(s);
-    }
-    case od::json_type::boolean: {
-      bool b;
-      return !v.get_bool().get(b);
-    }
-    case od::json_type::null: {
-      bool null = false;
-      return !v.is_null().get(null) && null;
-    }
-    case od::json_type::array: {
-      od::array a;
-      if (v.get_array().get(a)) return false;
-      for (auto r : a) {
-        od::value e;
-        if (std::move(r).get(e) || !validate(e, depth + 1)) return false;
+      const char* start = n.digits - n.negative;
+      const char* end = n.digits + n.int_digits + (n.frac_digits ? 1 + n.frac_digits : 0);
+      if (n.exponent) {
+        ++end;  // past "e"
+        if (*end == '+' || *end == '-') ++end;
+        end += digit_run(end);
       }
-      return true;
+      auto [stop, ec] = std::from_chars(start, end, out.d, std::chars_format::general);
+      return ec == std::errc() && stop == end && std::isfinite(out.d);  // out of range: simdjson refuses too
     }
-    case od::json_type::object: {
-      od::object o;
-      if (v.get_object().get(o)) return false;
-      for (auto r : o) {
-        od::field f;
+    if (n.int_digits > 20) return false;
+    uint64_t m = parse_digits(n.digits, std::min<size_t>(n.int_digits, 19), 0);
+    if (n.int_digits == 20) {  // 10^19 <= it < 10^20: past uint64 unless it fits
+      const uint64_t last = uint64_t(n.digits[19] - '0');
+      if (m > (UINT64_MAX - last) / 10) return false;
+      m = m * 10 + last;
+    }
+    if (n.negative) {
+      if (m > uint64_t(INT64_MAX) + 1) return false;
+      out.kind = Kind::Int64, out.i = int64_t(0 - m);
+    } else if (m <= uint64_t(INT64_MAX)) {
+      out.kind = Kind::Int64, out.i = int64_t(m);
+    } else {
+      out.kind = Kind::UInt64, out.u = m;
+    }
+    return true;
+  }
+  // Whether a scanned number converts without error (checked now for what is converted later:
+  // only long integers and exponents can be out of range).
+  static bool in_range(const NumberShape& n) {
+    if (n.exponent || (!n.frac_digits && n.int_digits >= 19) || n.int_digits >= 300) {
+      Scalar ignored;
+      return convert(n, ignored);
+    }
+    return true;
+  }
+  bool number(size_t i, Scalar& out) const {
+    NumberShape n;
+    return scan_number(i, n) && convert(n, out);
+  }
+  bool check_number(size_t i) const {
+    NumberShape n;
+    return scan_number(i, n) && in_range(n);
+  }
+
+  // Token i is exactly `word`.
+  bool atom(size_t i, std::string_view word) const {
+    const char* p = buf_ + pos(i);
+    const char* e = buf_ + pos(i + 1);
+    while (e > p && is_ws(e[-1])) --e;
+    return std::string_view(p, size_t(e - p)) == word;
+  }
+
+  // Any value at token i as a Scalar (containers: checked through, only their kind kept);
+  // i moves past it.
+  bool scalar(size_t& i, Scalar& out, int depth) {
+    switch (ch(i)) {
+      case '"': out.kind = Kind::String; return string(i++, out.s);
+      case 't': out.kind = Kind::Bool, out.b = true; return atom(i++, "true");
+      case 'f': out.kind = Kind::Bool, out.b = false; return atom(i++, "false");
+      case 'n': out.kind = Kind::Null; return atom(i++, "null");
+      case '[': out.kind = Kind::Array; return skip(i, depth);
+      case '{': out.kind = Kind::Object; return skip(i, depth);
+      default: return number(i++, out);
+    }
+  }
+
+  // A value: arrays keep their length and first three elements.
+  bool value(size_t& i, Value& out, int depth, bool lazy = false) {
+    const char c = ch(i);
+    if (lazy && (c == '-' || (c >= '0' && c <= '9'))) {
+      out.kind = Kind::Number;
+      return scan_number(i++, out.shape) && in_range(out.shape);
+    }
+    if (c != '[') return scalar(i, out, depth);
+    if (depth >= kMaxDepth) return false;
+    out.kind = Kind::Array;
+    out.count = 0;
+    if (ch(++i) == ']') return ++i, true;
+    for (;;) {
+      Scalar ignored;
+      if (!scalar(i, out.count < 3 ? out.items[out.count] : ignored, depth + 1)) return false;
+      ++out.count;
+      const char c = ch(i++);
+      if (c == ']') return true;
+      if (c != ',') return false;
+    }
+  }
+
+  // Checks the value at token i completely and moves past it (nothing is skipped unchecked).
+  bool skip(size_t& i, int depth) {
+    if (depth >= kMaxDepth) return false;
+    const char open = ch(i);
+    if (open != '[' && open != '{') {
+      Scalar ignored;
+      if (open == '-' || (open >= '0' && open <= '9')) return check_number(i++);
+      return scalar(i, ignored, depth);
+    }
+    const char close = open == '[' ? ']' : '}';
+    if (ch(++i) == close) return ++i, true;
+    for (;;) {
+      if (open == '{') {
         std::string_view key;
-        if (std::move(r).get(f) || !key_of(f, key) || !validate(f.value(), depth + 1)) return false;
+        if (ch(i) != '"' || !string(i++, key) || ch(i++) != ':') return false;
       }
-      return true;
+      if (!skip(i, depth + 1)) return false;
+      const char c = ch(i++);
+      if (c == close) return true;
+      if (c != ',') return false;
     }
   }
-  return false;
-}
+
+  // An object at token i: `on_field(key, i)` reads each value (moving i past it).
+  template <class F>
+  bool object(size_t& i, F&& on_field) {
+    if (ch(i) != '{') return false;
+    if (ch(++i) == '}') return ++i, true;
+    for (;;) {
+      std::string_view key;
+      if (ch(i) != '"' || !string(i++, key) || ch(i++) != ':' || !on_field(key, i)) return false;
+      const char c = ch(i++);
+      if (c == '}') return true;
+      if (c != ',') return false;
+    }
+  }
+
+ private:
+  static constexpr double kPow10[] = {1e0, 1e1, 1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
+                                      1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15};
+
+  // How many ASCII digits start at p. Reads 16 bytes at a time: tokens lie in a chunk buffer
+  // with simdjson's padding (zeros) after its end.
+  static size_t digit_run(const char* p) {
+    size_t n = 0;
+#if defined(__SSE2__)
+    for (;;) {
+      const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + n));
+      // '0'..'9' -> -128..-119 (signed), everything else above.
+      const __m128i shifted = _mm_sub_epi8(v, _mm_set1_epi8(char('0' + 128)));
+      const unsigned digits = unsigned(_mm_movemask_epi8(_mm_cmplt_epi8(shifted, _mm_set1_epi8(char(-128 + 10)))));
+      const unsigned run = unsigned(__builtin_ctz(~digits));
+      n += run;
+      if (run < 16) return n;
+    }
+#else
+    while (p[n] >= '0' && p[n] <= '9') ++n;
+    return n;
+#endif
+  }
+  // acc * 10^n + the n digits at p (eight at a time: SWAR on a little-endian word).
+  // Reads whole words: digits lie in a chunk buffer with padding after its end.
+  static uint64_t parse_digits(const char* p, size_t n, uint64_t acc) {
+    if constexpr (std::endian::native == std::endian::little) {
+      for (; n >= 8; n -= 8, p += 8) acc = acc * 100000000 + eight_digits(load8(p));
+      if (n == 0) return acc;
+      // The last 1..7 digits moved to the top of the word: the zero bytes below read as leading
+      // zeros.
+      return acc * kPow10Int[n] + eight_digits(load8(p) << (8 * (8 - n)));
+    } else {
+      for (; n > 0; --n) acc = acc * 10 + uint64_t(*p++ - '0');
+      return acc;
+    }
+  }
+  static uint64_t load8(const char* p) {
+    uint64_t v;
+    std::memcpy(&v, p, 8);
+    return v;
+  }
+  // Eight ASCII digits, the first in the lowest byte (SWAR).
+  static uint64_t eight_digits(uint64_t v) {
+    v = (v & 0x0F0F0F0F0F0F0F0Full) * 2561 >> 8;
+    v = (v & 0x00FF00FF00FF00FFull) * 6553601 >> 16;
+    return (v & 0x0000FFFF0000FFFFull) * 42949672960001ull >> 32;
+  }
+  static constexpr uint64_t kPow10Int[] = {1, 10, 100, 1000, 10000, 100000, 1000000, 10000000};
+
+  // Whether [b, e) holds a quote or a backslash. Reads up to 15 bytes past e: the chunk buffer
+  // has simdjson's padding after its end.
+  static bool needs_unescape(const char* b, const char* e) {
+#if defined(__SSE2__)
+    const __m128i quote = _mm_set1_epi8('"'), backslash = _mm_set1_epi8('\\');
+    for (const char* p = b; p < e; p += 16) {
+      const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+      unsigned m = unsigned(_mm_movemask_epi8(_mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, backslash))));
+      if (m) return p + __builtin_ctz(m) < e;
+    }
+    return false;
+#else
+    for (const char* p = b; p < e; ++p)
+      if (*p == '"' || *p == '\\') return true;
+    return false;
+#endif
+  }
+
+  static int hex(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  }
+  static bool hex4(const char* p, const char* e, uint32_t& v) {
+    if (e - p < 4) return false;
+    v = 0;
+    for (int k = 0; k < 4; ++k) {
+      int h = hex(p[k]);
+      if (h < 0) return false;
+      v = v * 16 + uint32_t(h);
+    }
+    return true;
+  }
+  // JSON escapes into the arena; a surrogate must come as a proper pair (as nlohmann requires).
+  bool unescape(const char* p, const char* e, std::string_view& out) {
+    char* start = arena_;
+    char* o = arena_;
+    while (p < e) {
+      char c = *p++;
+      if (c == '"') return false;
+      if (c != '\\') {
+        *o++ = c;
+        continue;
+      }
+      if (p >= e) return false;
+      switch (c = *p++) {
+        case '"': *o++ = '"'; break;
+        case '\\': *o++ = '\\'; break;
+        case '/': *o++ = '/'; break;
+        case 'b': *o++ = '\b'; break;
+        case 'f': *o++ = '\f'; break;
+        case 'n': *o++ = '\n'; break;
+        case 'r': *o++ = '\r'; break;
+        case 't': *o++ = '\t'; break;
+        case 'u': {
+          uint32_t cp;
+          if (!hex4(p, e, cp)) return false;
+          p += 4;
+          if (cp >= 0xDC00 && cp <= 0xDFFF) return false;
+          if (cp >= 0xD800 && cp <= 0xDBFF) {
+            uint32_t lo;
+            if (e - p < 6 || p[0] != '\\' || p[1] != 'u' || !hex4(p + 2, e, lo) || lo < 0xDC00 || lo > 0xDFFF) return false;
+            p += 6;
+            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+          }
+          if (cp < 0x80) {
+            *o++ = char(cp);
+          } else if (cp < 0x800) {
+            *o++ = char(0xC0 | (cp >> 6)), *o++ = char(0x80 | (cp & 0x3F));
+          } else if (cp < 0x10000) {
+            *o++ = char(0xE0 | (cp >> 12)), *o++ = char(0x80 | ((cp >> 6) & 0x3F)), *o++ = char(0x80 | (cp & 0x3F));
+          } else {
+            *o++ = char(0xF0 | (cp >> 18)), *o++ = char(0x80 | ((cp >> 12) & 0x3F));
+            *o++ = char(0x80 | ((cp >> 6) & 0x3F)), *o++ = char(0x80 | (cp & 0x3F));
+          }
+          break;
+        }
+        default: return false;
+      }
+    }
+    arena_ = o;
+    out = std::string_view(start, size_t(o - start));
+    return true;
+  }
+
+  const char* buf_ = nullptr;  // followed by a zero byte
+  const uint32_t* index_ = nullptr;
+  size_t n_ = 0;
+  char* arena_ = nullptr;  // decoded strings (never longer than their escaped form)
+};
+
+// Known keys compared as 8-byte words instead of byte strings. A key is read in whole words:
+// keys lie in a chunk buffer or its arena, both with simdjson's padding (64 bytes) after their
+// ends, so the bytes past a key (up to 7) are readable; they are masked off.
+class KeyTable {
+ public:
+  template <size_t N>
+  explicit KeyTable(const char* const (&names)[N]) {
+    for (size_t i = 0; i < N; ++i) {
+      std::string_view k = names[i];
+      Entry e;
+      e.len = uint32_t(k.size());
+      e.id = int(i);
+      std::memcpy(e.words, k.data(), k.size());  // zero-padded
+      size_t at = slot(e.words[0], k.size());
+      while (entries_[at].id >= 0) at = (at + 1) % kSlots;
+      entries_[at] = e;
+    }
+  }
+  int find(std::string_view k) const {
+    const size_t n = k.size();
+    if (n == 0 || n > kMaxLen) return -1;
+    const uint64_t first = word(k.data(), n);
+    for (size_t at = slot(first, n);; at = (at + 1) % kSlots) {
+      const Entry& e = entries_[at];
+      if (e.id < 0) return -1;
+      if (e.len == n && e.words[0] == first && rest_equal(e, k.data(), n)) return e.id;
+    }
+  }
+
+ private:
+  static constexpr size_t kSlots = 128, kMaxLen = 32;
+  struct Entry {
+    uint64_t words[kMaxLen / 8] = {};
+    uint32_t len = 0;
+    int id = -1;
+  };
+  // The up to 8 bytes at p of a key with `left` bytes from p on, as a little-endian word with the
+  // bytes past the key zeroed.
+  static uint64_t word(const char* p, size_t left) {
+    uint64_t w;
+    if constexpr (std::endian::native == std::endian::little) {
+      std::memcpy(&w, p, 8);
+      if (left < 8) w &= (uint64_t(1) << (8 * left)) - 1;
+    } else {
+      w = 0;
+      std::memcpy(&w, p, std::min<size_t>(left, 8));
+    }
+    return w;
+  }
+  static bool rest_equal(const Entry& e, const char* p, size_t n) {
+    for (size_t i = 1; 8 * i < n; ++i)
+      if (word(p + 8 * i, n - 8 * i) != e.words[i]) return false;
+    return true;
+  }
+  static size_t slot(uint64_t first, size_t len) { return size_t(((first ^ len) * 0x9E3779B97F4A7C15ull) >> 57) % kSlots; }
+
+  Entry entries_[kSlots];
+};
+const KeyTable kFastFields(kFieldNames);
+const KeyTable kFastArgs(kArgNames);
 
 // Field access for one event, with the precise loader's Ev interface and conversion rules;
 // where the precise loader would report an error, bad() hands over to it.
 class FastEvent {
  public:
-  // Reads the fields of one event; false when its JSON is not valid.
-  bool read(od::object obj) {
+  // Reads the event object at token i (moving i past it); false when its JSON is not valid.
+  bool read(Tokens& tk, size_t& i) {
+    tokens_ = &tk;
     has_ = 0;
     args_object_ = false;
-    for (auto r : obj) {
-      od::field f;
-      std::string_view key;
-      if (std::move(r).get(f) || !key_of(f, key)) return false;
-      const int field = field_of(key);
-      bool ok = field == F_ARGS ? read_args(f.value()) : field >= 0 ? read_value(f.value(), f_[field], 1)
-                                                                    : validate(f.value(), 1);
-      if (!ok) return false;
-      if (field >= 0) has_ |= uint32_t(1) << field;
-    }
-    return true;
+    return tk.object(i, [&](std::string_view key, size_t& j) {
+      const int field = kFastFields.find(key);
+      if (field < 0) return tk.skip(j, 1);
+      has_ |= uint32_t(1) << field;
+      return field == F_ARGS ? read_args(tk, j) : tk.value(j, f_[field], 1, true);
+    });
   }
 
   [[noreturn]] void bad(const std::string&) const { throw FastMiss{"an event the precise loader reports"}; }
@@ -232,7 +539,7 @@ class FastEvent {
   bool has(Field f) const { return (has_ >> f) & 1; }
   const Value& at(Field f) const {
     if (!has(f)) bad("");
-    return f_[f];
+    return resolved(f_[f]);
   }
   std::string_view str(Field f) const {
     const Value& v = at(f);
@@ -260,7 +567,7 @@ class FastEvent {
   bool has_arg(A k) const { return args() && ((a_has_ >> int(k)) & 1); }
   int64_t arg_int(A k, int64_t d) const {
     if (!has_arg(k)) return d;
-    const Value& v = a_[int(k)];
+    const Value& v = resolved(a_[int(k)]);
     if (v.kind == Kind::Null) return d;
     int64_t x;
     if (!try_integer(v, x)) bad("");
@@ -269,7 +576,7 @@ class FastEvent {
   int64_t arg_int_req(A k) const {
     if (!has_arg(k)) bad("");
     int64_t x;
-    if (!try_integer(a_[int(k)], x)) bad("");
+    if (!try_integer(resolved(a_[int(k)]), x)) bad("");
     return x;
   }
   std::string_view arg_str(A k, std::string_view d) const {
@@ -295,6 +602,7 @@ class FastEvent {
     return r;
   }
   std::vector<std::pair<std::string_view, double>> counter_values() const {
+    if (!all_args_ok_) bad("");  // "ph" was given twice: not worth the fast path
     std::map<std::string_view, Scalar> items;  // key order, the last of a repeated key
     for (const auto& [k, v] : all_args_) items[k] = v;
     std::vector<std::pair<std::string_view, double>> out;
@@ -307,26 +615,22 @@ class FastEvent {
   }
 
  private:
-  bool read_args(od::value v) {
-    od::json_type t;
-    if (v.type().get(t)) return false;
-    args_object_ = t == od::json_type::object;
-    if (!args_object_) return validate(v, 1);
+  bool read_args(Tokens& tk, size_t& i) {
+    args_object_ = tk.ch(i) == '{';
+    if (!args_object_) return tk.skip(i, 1);
     a_has_ = 0;
     all_args_.clear();
-    od::object o;
-    if (v.get_object().get(o)) return false;
-    for (auto r : o) {
-      od::field f;
-      std::string_view key;
-      if (std::move(r).get(f) || !key_of(f, key)) return false;
-      const int k = kArgTable.find(key);
+    // Every arg is kept only for what may be a counter event ("ph" is usually first).
+    all_args_ok_ = !has(F_PH) || f_[F_PH].kind != Kind::String || is(f_[F_PH].s, "C");
+    return tk.object(i, [&](std::string_view key, size_t& j) {
+      const int k = kFastArgs.find(key);
+      if (k < 0 && !all_args_ok_) return tk.skip(j, 2);
       Value& dst = k >= 0 ? a_[k] : scratch_;
-      if (!read_value(f.value(), dst, 2)) return false;
+      if (!tk.value(j, dst, 2, !all_args_ok_)) return false;
       if (k >= 0) a_has_ |= uint64_t(1) << k;
-      all_args_.emplace_back(key, static_cast<const Scalar&>(dst));
-    }
-    return true;
+      if (all_args_ok_) all_args_.emplace_back(key, static_cast<const Scalar&>(dst));
+      return true;
+    });
   }
 
   // The precise loader's rules: a number is any JSON number; an integer is an integer, an
@@ -364,13 +668,21 @@ class FastEvent {
     }
   }
 
-  Value f_[F_COUNT];
+  // A number read lazily, converted now.
+  const Value& resolved(Value& v) const {
+    if (v.kind == Kind::Number && !Tokens::convert(v.shape, v)) bad("");
+    return v;
+  }
+
+  Tokens* tokens_ = nullptr;  // of the event read last
+  mutable Value f_[F_COUNT];
   uint32_t has_ = 0;
   bool args_object_ = false;
-  Value a_[kArgCount];
+  mutable Value a_[kArgCount];
   uint64_t a_has_ = 0;
   Value scratch_;
   std::vector<std::pair<std::string_view, Scalar>> all_args_;  // every arg, in order (counters)
+  bool all_args_ok_ = false;  // all_args_ holds every arg
 };
 
 // ---------------------------------------------------------------- one chunk's results
@@ -508,7 +820,8 @@ struct Chunk {
   size_t seq = 0;
   size_t begin = 0, len = 0;  // its events' bytes in the source
   std::unique_ptr<char[]> buf;
-  size_t capacity = 0;  // bytes in buf
+  std::unique_ptr<char[]> arena;  // unescaped strings (no longer than the bytes of buf)
+  size_t capacity = 0;  // bytes in buf and in arena
 
   // Parse results.
   const char* miss = nullptr;  // why the fast loader gives up here (nullptr: parsed)
@@ -523,6 +836,7 @@ struct Chunk {
     if (need <= capacity) return;
     capacity = std::max(need, capacity + capacity / 2);
     buf.reset(new char[capacity]);
+    arena.reset(new char[capacity]);
   }
 };
 
@@ -718,6 +1032,25 @@ size_t array_end_candidate(const char* p, size_t n) {
   return std::string::npos;
 }
 
+// simdjson's stage 1 (the structural index, UTF-8 and string checks) for one thread, its
+// buffers reused from chunk to chunk.
+class Stage1 {
+ public:
+  bool run(const char* buf, size_t len) {
+    if (!impl_ && simdjson::get_active_implementation()->create_dom_parser_implementation(
+                      std::max<size_t>(len, 1 << 16), kMaxDepth, impl_))
+      return false;
+    if (impl_->capacity() < len && impl_->set_capacity(std::max(len, impl_->capacity() * 3 / 2))) return false;
+    return impl_->stage1(reinterpret_cast<const uint8_t*>(buf), len, simdjson::stage1_mode::regular) ==
+           simdjson::SUCCESS;
+  }
+  uint32_t* index() const { return impl_->structural_indexes.get(); }
+  size_t count() const { return impl_->n_structural_indexes; }
+
+ private:
+  std::unique_ptr<simdjson::internal::dom_parser_implementation> impl_;
+};
+
 // ---------------------------------------------------------------- the loader
 
 class FastLoader {
@@ -811,7 +1144,9 @@ class FastLoader {
   // One thread: take the next chunk, parse it, merge it in turn; until the events end.
   void work() {
     Chunk c;
-    od::parser parser;
+    Stage1 stage1;
+    Tokens tokens;
+    auto event = std::make_unique<FastEvent>();
     double read_s = 0, events_s = 0, merge_s = 0;
     for (;;) {
       auto t0 = Clock::now();
@@ -824,11 +1159,9 @@ class FastLoader {
       read_s += seconds_since(t0);
       if (!got) break;
       auto t1 = Clock::now();
-      parse(parser, c);
-      auto t2 = Clock::now();
-      events_s += std::chrono::duration<double>(t2 - t1).count();
-      merge_in_turn(c);
-      merge_s += seconds_since(t2);
+      parse(stage1, tokens, *event, c);
+      events_s += seconds_since(t1);
+      merge_in_turn(c, merge_s);
     }
     std::lock_guard<std::mutex> lock(merge_mutex_);
     read_s_ += read_s, events_s_ += events_s, merge_s_ += merge_s;
@@ -874,33 +1207,37 @@ class FastLoader {
   }
 
   // Parses chunk c into c.sink; c.miss says why not.
-  void parse(od::parser& parser, Chunk& c) {
+  void parse(Stage1& stage1, Tokens& tk, FastEvent& ev, Chunk& c) {
     c.sink.clear();
     c.miss = nullptr;
     c.array_ended = false;
     c.events = 0;
-    EventContext cx{base_, ours_.load()};
+    const EventContext cx{base_, ours_.load()};
     try {
-      od::document doc;
-      if (parser.iterate(c.buf.get(), c.len + 2, c.capacity).get(doc)) throw FastMiss{"JSON the precise loader reports"};
-      od::array events;
-      if (doc.get_array().get(events)) throw FastMiss{"JSON the precise loader reports"};
-      FastEvent ev;
-      for (auto r : events) {
-        od::value v;
-        od::object o;
-        if (std::move(r).get(v) || v.get_object().get(o) || !ev.read(o)) throw FastMiss{"JSON the precise loader reports"};
-        read_event(ev, c.sink, cx);
-        ++c.events;
+      const size_t len = c.len + 2;  // with our "[" and "]"
+      if (!stage1.run(c.buf.get(), len)) throw FastMiss{"JSON the precise loader reports"};
+      tk.reset(c.buf.get(), len, stage1.index(), stage1.count(), c.arena.get());
+      size_t i = 1;
+      if (tk.ch(0) != '[') throw FastMiss{"JSON the precise loader reports"};
+      if (tk.ch(i) != ']') {
+        for (;;) {
+          if (tk.ch(i) != '{' || !ev.read(tk, i)) throw FastMiss{"JSON the precise loader reports"};
+          read_event(ev, c.sink, cx);
+          ++c.events;
+          const char sep = tk.ch(i);
+          if (sep == ']') break;
+          if (sep != ',') throw FastMiss{"JSON the precise loader reports"};
+          ++i;
+        }
       }
       // Our "]" closed the array, or "traceEvents" ended inside the chunk and the rest of the
-      // document follows.
-      const char* rest = nullptr;
-      simdjson::error_code err = doc.current_location().get(rest);
-      if (err != simdjson::OUT_OF_BOUNDS) {
-        if (err || rest < c.text() || rest > c.text() + c.len) throw FastMiss{"JSON the precise loader reports"};
+      // document follows (from the next token on).
+      if (tk.pos(i) != len - 1) {
+        if (i + 1 >= tk.count()) throw FastMiss{"JSON the precise loader reports"};
         c.array_ended = true;
-        c.tail_offset = c.begin + size_t(rest - c.text());
+        c.tail_offset = c.begin + tk.pos(i + 1) - 1;
+      } else if (i + 1 != tk.count()) {
+        throw FastMiss{"JSON the precise loader reports"};
       }
       // Each chunk after a separating comma holds an event: "[a,,b]" and "[a,]" must not pass.
       if (c.events == 0 && !(c.seq == 0 && c.array_ended)) throw FastMiss{"JSON the precise loader reports"};
@@ -912,9 +1249,10 @@ class FastLoader {
   }
 
   // Merges chunk c once every earlier chunk is merged (file order).
-  void merge_in_turn(Chunk& c) {
+  void merge_in_turn(Chunk& c, double& merge_s) {
     std::unique_lock<std::mutex> lock(merge_mutex_);
     turn_.wait(lock, [&] { return next_commit_ == c.seq; });
+    auto t0 = Clock::now();
     if (!stop_) {
       if (c.miss) {
         miss_ = c.miss;
@@ -934,6 +1272,7 @@ class FastLoader {
       }
     }
     ++next_commit_;
+    merge_s += seconds_since(t0);
     turn_.notify_all();
   }
 
