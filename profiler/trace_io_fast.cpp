@@ -38,6 +38,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -699,6 +700,7 @@ class ChunkStrings {
 
   void clear() {
     entries_.clear();
+    owned_.clear();
     if (slots_.empty()) slots_.assign(1024, 0);
     else std::fill(slots_.begin(), slots_.end(), 0u);
     insert("", false);  // id 0 is the empty string, as in StringTable
@@ -744,7 +746,8 @@ class ChunkStrings {
   StrId insert(std::string_view s, bool not_ours_only) { return insert(s, not_ours_only, hash(s)); }
   StrId insert(std::string_view s, bool not_ours_only, uint64_t h) {
     if ((entries_.size() + 1) * 2 > slots_.size()) rehash(slots_.size() * 2);
-    entries_.push_back({s, not_ours_only});
+    // A copy: names may be built for the call (counter "name.key").
+    entries_.push_back({owned_.emplace_back(s), not_ours_only});
     place(uint32_t(entries_.size()), slot_hash(h, not_ours_only));
     return StrId(entries_.size() - 1);
   }
@@ -761,6 +764,7 @@ class ChunkStrings {
   }
 
   std::vector<Entry> entries_;
+  std::deque<std::string> owned_;  // the entries' text (a deque: elements never move)
   std::vector<uint32_t> slots_;  // entry index + 1; 0 = empty
 };
 
