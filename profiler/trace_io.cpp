@@ -326,12 +326,17 @@ const dom::element* find(const Fields& f, std::string_view k) {
 }
 // Row i of a table in the block: an array of at least n values.
 struct Row {
-  std::vector<dom::element> v;
+  static constexpr size_t kMax = 16;  // the widest table has 11 columns
+  std::array<dom::element, kMax> v;  // the first kMax values (no allocation per row)
+  size_t n = 0;                      // values in the row
   explicit Row(dom::element e) {
-    for (dom::element x : get_arr(e)) v.push_back(x);
+    for (dom::element x : get_arr(e)) {
+      if (n < kMax) v[n] = x;
+      ++n;
+    }
   }
   dom::element at(size_t i) const {
-    if (i >= v.size()) throw Malformed{"expected at least " + std::to_string(i + 1) + " values, found " + std::to_string(v.size())};
+    if (i >= n) throw Malformed{"expected at least " + std::to_string(i + 1) + " values, found " + std::to_string(n)};
     return v[i];
   }
 };
