@@ -708,6 +708,7 @@ simdjson::padded_string read_file_padded(const std::string& path) {
 
 Trace load_precise(std::string_view text, const std::string& origin, JsonLoadStats* stats) {
   auto t0 = std::chrono::steady_clock::now();
+  if (stats) stats->bytes = text.size();
   dom::parser parser;
   std::string redo;
   dom::element doc = parse_document(parser, text, origin, redo);
