@@ -4,6 +4,7 @@
 // thread; NVTX "step" / "L<n>" ranges; a few memcpys, memsets, syncs and allocations).
 #pragma once
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 #include "profiler/trace.h"
@@ -54,5 +55,13 @@ Trace make_synthetic_trace(const SyntheticOptions& opts);
 // streams with priorities and lifetimes, devices, processes, threads, record counts, metadata,
 // and names that need JSON escaping. Realistic absolute CUPTI-like timestamps.
 Trace make_sample_trace();
+
+// The trace (finalized) in the layout PyTorch's profiler (Kineto) writes, for loader tests and
+// benchmarks: no "streamlab" block; pretty-printed events; a cpu_op around each runtime call;
+// ac2g flows; GPU activities after the CPU side in completion (end time) order, as CUPTI hands
+// them over; "[memory]" allocator events; process / thread names; baseTimeNanoseconds at the end.
+// Loading it back gives the PyTorch-trace reading of the same events (lossy, not a round trip).
+std::string pytorch_profiler_json(const Trace& t);
+void write_pytorch_profiler_json_file(const Trace& t, const std::string& path);  // sl::Error on failure
 
 }  // namespace sl::prof

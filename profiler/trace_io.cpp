@@ -1,16 +1,19 @@
 #include "profiler/trace_io.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <unordered_map>
 
@@ -22,12 +25,18 @@
 #include "core/error.h"
 #include "core/gzip.h"
 #include "profiler/kineto_json.h"
+#include "profiler/json_events.h"
 #include "profiler/nsys_sqlite.h"
+#include "profiler/trace_io_detail.h"
 
-// JSON loading: simdjson's DOM parser (fully validating, a flat tape instead of a tree of
-// nodes) and one pass over each event's fields into fixed slots. nlohmann::json is only used
-// on the error path: when simdjson rejects a document, nlohmann's SAX parser (no DOM) names the
-// byte offset and what it expected, exactly as the loader always reported it.
+// JSON loading, two ways that give the same trace:
+// - the fast loader (trace_io_fast.cpp): simdjson On-Demand over chunks of "traceEvents" on
+//   several threads; it gives up on anything unusual (malformed input included);
+// - the precise loader (here): simdjson's DOM parser (fully validating, a flat tape instead of
+//   a tree of nodes) and one pass over each event's fields into fixed slots. nlohmann::json is
+//   only used on its error path: when simdjson rejects a document, nlohmann's SAX parser (no
+//   DOM) names the byte offset and what it expected, exactly as the loader always reported it.
+// Both read each event through json_events.h's read_event.
 
 namespace sl::prof {
 
@@ -35,6 +44,7 @@ namespace {
 
 namespace dom = simdjson::dom;
 using json = nlohmann::json;
+using namespace json_events;
 using Type = dom::element_type;
 
 bool is_type(dom::element e, Type t) { return e.type() == t; }
@@ -87,77 +97,6 @@ const char* type_name(dom::element e) {
   }
   return "a value";
 }
-
-// The event fields the loader reads, and the args keys. Each event's fields are read in one pass
-// into slots; a key given twice keeps its last value (as nlohmann did).
-enum Field : uint8_t { F_PH, F_CAT, F_NAME, F_TS, F_DUR, F_PID, F_TID, F_ARGS, F_COUNT };
-constexpr const char* kFieldNames[F_COUNT] = {"ph", "cat", "name", "ts", "dur", "pid", "tid", "args"};
-
-int field_of(std::string_view k) {
-  switch (k.size()) {
-    case 2:
-      if (k == "ph") return F_PH;
-      if (k == "ts") return F_TS;
-      return -1;
-    case 3:
-      if (k == "cat") return F_CAT;
-      if (k == "pid") return F_PID;
-      if (k == "tid") return F_TID;
-      if (k == "dur") return F_DUR;
-      return -1;
-    case 4:
-      if (k == "name") return F_NAME;
-      if (k == "args") return F_ARGS;
-      return -1;
-    default: return -1;
-  }
-}
-
-#define SL_ARG_KEYS(X)                                                                                    \
-  X(Device, "device") X(Stream, "stream") X(Context, "context") X(Correlation, "correlation")             \
-  X(Registers, "registers per thread") X(Grid, "grid") X(Block, "block") X(Smem, "shared memory")         \
-  X(StaticSmem, "static shared memory") X(DynamicSmem, "dynamic shared memory") X(GraphId, "graph id")    \
-  X(GraphNodeId, "graph node id") X(QueuedNs, "queued ns") X(SubmittedNs, "submitted ns")                 \
-  X(LaunchType, "launch type") X(Process, "process") X(Bytes, "bytes") X(CopyKind, "copy kind")           \
-  X(SrcKind, "src kind") X(DstKind, "dst kind") X(Value, "value") X(MemoryKind, "memory kind")            \
-  X(Cbid, "cbid") X(ReturnValue, "return value") X(WaitEvent, "wait_on_cuda_event_id")                    \
-  X(SyncType, "sync type") X(SyncKind, "cuda_sync_kind") X(Domain, "domain") X(NvtxKind, "nvtx kind")     \
-  X(Color, "color") X(Category, "category") X(EndThread, "end thread") X(MemBytes, "Bytes")               \
-  X(Addr, "Addr") X(DeviceId, "Device Id") X(Name, "name") X(WaitOnStream, "wait_on_stream")                \
-  X(WaitRecordCorr, "wait_on_cuda_event_record_corr_id") X(WaitDerived, "wait_on derived")
-
-enum class A : uint8_t {
-#define SL_X(e, s) e,
-  SL_ARG_KEYS(SL_X)
-#undef SL_X
-      Count
-};
-constexpr const char* kArgNames[] = {
-#define SL_X(e, s) s,
-    SL_ARG_KEYS(SL_X)
-#undef SL_X
-};
-constexpr size_t kArgCount = size_t(A::Count);
-static_assert(kArgCount <= 64);
-
-// args keys bucketed by length: a lookup compares against the one to four keys of that length.
-struct ArgTable {
-  static constexpr size_t kMaxLen = 40;  // longest key: "wait_on_cuda_event_record_corr_id" (33)
-  std::array<std::vector<std::pair<std::string_view, uint8_t>>, kMaxLen> by_len;
-  ArgTable() {
-    for (size_t i = 0; i < kArgCount; ++i) {
-      std::string_view s = kArgNames[i];
-      by_len.at(s.size()).emplace_back(s, uint8_t(i));
-    }
-  }
-  int find(std::string_view k) const {
-    if (k.size() >= kMaxLen) return -1;
-    for (const auto& [s, id] : by_len[k.size()])
-      if (s == k) return id;
-    return -1;
-  }
-};
-const ArgTable kArgTable;
 
 // Field access for one trace event, with errors that name the file, the event and the field.
 class Ev {
@@ -258,11 +197,9 @@ class Ev {
     }
     return true;
   }
-  dom::object args_object() const { return args_obj_; }  // after args() returned true
   bool has_arg(A k) const { return args() && ((a_has_ >> int(k)) & 1); }
   dom::element arg(A k) const { return a_[int(k)]; }  // after has_arg(k)
 
-  static std::string arg_label(A k) { return std::string("args.\"") + kArgNames[int(k)] + "\""; }
   int64_t arg_int(A k, int64_t d) const {
     if (!has_arg(k)) return d;
     dom::element v = arg(k);
@@ -283,6 +220,24 @@ class Ev {
     dom::element v = arg(k);
     if (!is_type(v, Type::STRING)) bad("expected " + arg_label(k) + " to be a string, found " + type_name(v));
     return as_str(v);
+  }
+  // A string arg: false when absent or not a string.
+  bool arg_string(A k, std::string_view& out) const {
+    if (!has_arg(k) || !is_type(arg(k), Type::STRING)) return false;
+    out = as_str(arg(k));
+    return true;
+  }
+  // A counter event's args (after args() returned true): in key order, a repeated key once with
+  // its last value (as nlohmann's object held them); every value must be a number.
+  std::vector<std::pair<std::string_view, double>> counter_values() const {
+    std::map<std::string_view, dom::element> items;
+    for (dom::key_value_pair kv : args_obj_) items[kv.key] = kv.value;
+    std::vector<std::pair<std::string_view, double>> out;
+    for (const auto& [k, v] : items) {
+      if (!is_number(v)) bad("expected counter args.\"" + std::string(k) + "\" to be a number, found " + type_name(v));
+      out.emplace_back(k, as_double(v));
+    }
+    return out;
   }
   std::array<uint32_t, 3> arg_dim3(A k) const {
     std::array<uint32_t, 3> r{1, 1, 1};
@@ -311,34 +266,6 @@ class Ev {
   mutable dom::element a_[kArgCount];
   mutable uint64_t a_has_ = 0;
 };
-
-uint32_t u32(int64_t v) { return uint32_t(v); }
-
-SyncType sync_type_from_name(std::string_view s) {
-  if (s == "Event Sync" || s == "event_sync" || s == "Event Synchronize") return SyncType::EventSynchronize;
-  if (s == "Stream Wait Event" || s == "stream_wait_event") return SyncType::StreamWaitEvent;
-  if (s == "Stream Sync" || s == "stream_sync" || s == "Stream Synchronize") return SyncType::StreamSynchronize;
-  if (s == "Context Sync" || s == "context_sync" || s == "Context Synchronize") return SyncType::ContextSynchronize;
-  return SyncType::Unknown;
-}
-
-// "Memcpy HtoD (Pageable -> Device)" -> kinds (PyTorch traces carry no numeric kinds).
-void parse_memcpy_name(std::string_view n, Memcpy& m) {
-  static const char* kinds[] = {"Unknown", "HtoD", "DtoH", "HtoA", "AtoH", "AtoA", "AtoD", "DtoA", "DtoD", "HtoH", "PtoP"};
-  for (int k = 1; k <= 10; ++k)
-    if (n.find(std::string(" ") + kinds[k]) != std::string_view::npos) m.kind = MemcpyKind(k);
-  auto mem = [](std::string_view s) {
-    for (int k = 7; k >= 1; --k)
-      if (s == to_string(MemoryKind(k))) return MemoryKind(k);
-    return MemoryKind::Unknown;
-  };
-  size_t l = n.find('('), arrow = n.find(" -> "), r = n.rfind(')');
-  if (l != std::string_view::npos && arrow != std::string_view::npos && r != std::string_view::npos && l < arrow &&
-      arrow < r) {
-    m.src_kind = mem(n.substr(l + 1, arrow - l - 1));
-    m.dst_kind = mem(n.substr(arrow + 4, r - arrow - 4));
-  }
-}
 
 // Conversions for the "streamlab" block and deviceProperties, with nlohmann's get<T>() rules
 // (any number or a boolean converts to an arithmetic type; strings must be strings). A mismatch
@@ -403,17 +330,26 @@ const dom::element* find(const Fields& f, std::string_view k) {
 }
 // Row i of a table in the block: an array of at least n values.
 struct Row {
-  std::vector<dom::element> v;
+  static constexpr size_t kMax = 16;  // the widest table has 11 columns
+  std::array<dom::element, kMax> v;  // the first kMax values (no allocation per row)
+  size_t n = 0;                      // values in the row
   explicit Row(dom::element e) {
-    for (dom::element x : get_arr(e)) v.push_back(x);
+    for (dom::element x : get_arr(e)) {
+      if (n < kMax) v[n] = x;
+      ++n;
+    }
   }
   dom::element at(size_t i) const {
-    if (i >= v.size()) throw Malformed{"expected at least " + std::to_string(i + 1) + " values, found " + std::to_string(v.size())};
+    if (i >= n) throw Malformed{"expected at least " + std::to_string(i + 1) + " values, found " + std::to_string(n)};
     return v[i];
   }
 };
 
 Ns opt_time(dom::element v) { return is_type(v, Type::NULL_VALUE) ? kNoTime : get_num<int64_t>(v); }
+
+}  // namespace
+
+namespace trace_io_detail {
 
 // The "streamlab" block of our own files.
 void load_block(dom::object block, Trace& t, const std::string& origin) {
@@ -562,7 +498,189 @@ void load_block(dom::object block, Trace& t, const std::string& origin) {
   }
 }
 
-Trace load_kineto_doc(dom::element doc, const std::string& origin);
+}  // namespace trace_io_detail
+
+namespace {
+
+// Results of the precise loader go straight into the trace: it knows whether the document is
+// ours before it reads the first event.
+struct TraceSink {
+  Trace& t;
+  std::vector<Kernel>& kernels;
+  std::vector<Memcpy>& memcpys;
+  std::vector<Memset>& memsets;
+  std::vector<ApiCall>& api_calls;
+  std::vector<Sync>& syncs;
+  std::vector<NvtxRange>& nvtx;
+  std::vector<CounterSample>& counters;
+  RecordCounts& counts;
+  uint64_t skipped = 0;
+
+  explicit TraceSink(Trace& tr)
+      : t(tr), kernels(tr.kernels), memcpys(tr.memcpys), memsets(tr.memsets), api_calls(tr.api_calls),
+        syncs(tr.syncs), nvtx(tr.nvtx), counters(tr.counters), counts(tr.counts) {}
+  StrId intern(std::string_view s) { return t.intern(s); }
+  void memory_op(Ns ts, int64_t bytes, uint64_t addr, uint16_t dev) { apply_memory_op(t.allocations, ts, bytes, addr, dev); }
+  void process(uint32_t pid, std::string_view name) { t.processes.push_back({pid, std::string(name)}); }
+  void thread(uint32_t pid, uint32_t tid, std::string_view name) { t.threads.push_back({pid, tid, std::string(name)}); }
+  template <class F>
+  void speculate_not_ours(F&& f) {  // not reached: the precise loader never reads with Ours::Unknown
+    f();
+  }
+};
+
+// Records nlohmann's first syntax error; builds nothing.
+struct SyntaxCheck : nlohmann::json_sax<json> {
+  bool failed = false;
+  bool syntax = false;  // a parse_error (with a byte offset), not e.g. a number overflow
+  size_t byte = 0;
+  std::string what;
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool start_object(std::size_t) override { return true; }
+  bool key(string_t&) override { return true; }
+  bool end_object() override { return true; }
+  bool start_array(std::size_t) override { return true; }
+  bool end_array() override { return true; }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& ex) override {
+    failed = true;
+    if (const auto* pe = dynamic_cast<const json::parse_error*>(&ex)) syntax = true, byte = pe->byte;
+    what = ex.what();
+    return false;
+  }
+};
+
+// Parses `text` (followed by SIMDJSON_PADDING readable bytes) with `parser`. When simdjson
+// refuses it, nlohmann's SAX parser names the byte offset and what it expected, as the loader
+// always reported; valid JSON simdjson cannot hold as is (a number out of its range, nesting
+// deeper than 10000) is loaded from nlohmann's re-serialization, kept in `redo`.
+dom::element parse_document(dom::parser& parser, std::string_view text, const std::string& origin, std::string& redo) {
+  if (text.size() > simdjson::SIMDJSON_MAXSIZE_BYTES)
+    fail(origin, ": too large for the JSON loader (", text.size(), " bytes; at most ", simdjson::SIMDJSON_MAXSIZE_BYTES,
+         ")");
+  // Deeper nesting than simdjson's default 1024 (nlohmann had no limit; nothing we read nests).
+  simdjson::error_code err = parser.allocate(std::max<size_t>(text.size(), 64), 10000);
+  if (err) fail(origin, ": cannot allocate the JSON parser for ", text.size(), " bytes (", simdjson::error_message(err), ")");
+  dom::element doc;
+  err = parser.parse(text.data(), text.size(), false).get(doc);
+  if (!err) return doc;
+  SyntaxCheck check;
+  bool ok = false;
+  try {
+    ok = json::sax_parse(text.begin(), text.end(), &check);
+  } catch (const json::exception& e) {
+    fail(origin, ": not valid JSON (", e.what(), ")");
+  }
+  if (check.failed && !check.syntax) fail(origin, ": not valid JSON (", check.what, ")");
+  if (!ok || check.failed) fail(origin, ": not valid JSON at byte ", check.byte, " (of ", text.size(), "): ", check.what);
+  try {
+    redo = json::parse(text.begin(), text.end()).dump();
+  } catch (const json::exception& e) {
+    fail(origin, ": not valid JSON (", e.what(), ")");
+  }
+  simdjson::error_code err2 = parser.parse(redo.data(), redo.size(), true).get(doc);
+  if (err2) fail(origin, ": JSON the loader cannot read (", simdjson::error_message(err), ")");
+  return doc;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+Trace load_kineto_doc(dom::element doc, const std::string& origin, JsonLoadStats* stats) {
+  using namespace trace_io_detail;
+  auto t0 = std::chrono::steady_clock::now();
+  TopLevel top = read_top_level(doc, origin);
+  Trace t;
+  const Ns base = base_time_of(top, origin);
+  const bool ours = has_our_block(top);
+  load_device_properties(top, t, origin);
+  const EventContext cx{base, ours ? Ours::Yes : Ours::No};
+  TraceSink sink(t);
+  size_t i = 0;
+  for (dom::element e : as_arr(top.events)) {
+    const size_t index = i++;
+    if (!is_type(e, Type::OBJECT)) fail(origin, ": traceEvents[", index, "]: expected an object, found ", type_name(e));
+    Ev ev(as_obj(e), index, origin);
+    read_event(ev, sink, cx);
+  }
+  auto t1 = std::chrono::steady_clock::now();
+  if (ours) load_block(as_obj(top.block), t, origin);
+  else finish_pytorch_trace(t, base, sink.skipped);
+  auto t2 = std::chrono::steady_clock::now();
+  t.finalize();
+  if (stats) {
+    stats->json_events = i;
+    stats->events_s = std::chrono::duration<double>(t1 - t0).count();
+    stats->frame_s = std::chrono::duration<double>(t2 - t1).count();
+    stats->finalize_s = seconds_since(t2);
+  }
+  return t;
+}
+
+}  // namespace
+
+namespace trace_io_detail {
+
+TopLevel read_top_level(dom::element doc, const std::string& origin) {
+  if (!is_type(doc, Type::OBJECT))
+    fail(origin, ": expected a JSON object with a \"traceEvents\" array (a Kineto / Chrome trace), found ", type_name(doc));
+  // The last of a repeated key wins (as in nlohmann).
+  TopLevel top;
+  for (dom::key_value_pair kv : as_obj(doc)) {
+    if (kv.key == "traceEvents") top.events = kv.value, top.has_events = true, ++top.events_keys;
+    else if (kv.key == "baseTimeNanoseconds") top.base = kv.value, top.has_base = true;
+    else if (kv.key == "streamlab") top.block = kv.value, top.has_block = true;
+    else if (kv.key == "deviceProperties") top.device_properties = kv.value, top.has_device_properties = true;
+  }
+  if (!top.has_events || !is_type(top.events, Type::ARRAY))
+    fail(origin, ": expected a \"traceEvents\" array at the top level (a Kineto / Chrome trace)");
+  return top;
+}
+
+Ns base_time_of(const TopLevel& top, const std::string& origin) {
+  if (!top.has_base) return 0;
+  if (!is_integer(top.base))
+    fail(origin, ": expected \"baseTimeNanoseconds\" to be an integer, found ", type_name(top.base), " ", brief(top.base));
+  return as_int64(top.base);
+}
+
+bool has_our_block(const TopLevel& top) { return top.has_block && is_type(top.block, Type::OBJECT); }
+
+void load_device_properties(const TopLevel& top, Trace& t, const std::string& origin) {
+  if (!top.has_device_properties || !is_type(top.device_properties, Type::ARRAY)) return;
+  size_t i = 0;
+  for (dom::element de : as_arr(top.device_properties)) {
+    if (!is_type(de, Type::OBJECT)) fail(origin, ": deviceProperties[", i, "]: expected an object");
+    try {
+      Fields d = fields_of(as_obj(de));
+      Device dev;
+      dev.id = value_or<uint32_t>(d, "id", 0u);
+      dev.name = value_or<std::string>(d, "name", std::string());
+      dev.total_memory = value_or<int64_t>(d, "totalGlobalMem", 0);
+      dev.compute_major = value_or<int>(d, "computeMajor", 0);
+      dev.compute_minor = value_or<int>(d, "computeMinor", 0);
+      dev.max_threads_per_block = value_or<int>(d, "maxThreadsPerBlock", 0);
+      dev.max_threads_per_sm = value_or<int>(d, "maxThreadsPerMultiprocessor", 0);
+      dev.regs_per_block = value_or<int>(d, "regsPerBlock", 0);
+      dev.regs_per_sm = value_or<int>(d, "regsPerMultiprocessor", 0);
+      dev.warp_size = value_or<int>(d, "warpSize", 32);
+      dev.smem_per_block = value_or<int64_t>(d, "sharedMemPerBlock", 0);
+      dev.smem_per_sm = value_or<int64_t>(d, "sharedMemPerMultiprocessor", 0);
+      dev.sm_count = value_or<int>(d, "numSms", 0);
+      dev.smem_per_block_optin = value_or<int64_t>(d, "sharedMemPerBlockOptin", 0);
+      t.devices.push_back(dev);
+    } catch (const Malformed& m) {
+      fail(origin, ": deviceProperties[", i, "]: ", m.what);
+    }
+    ++i;
+  }
+}
 
 // Reading a file straight into simdjson's padded buffer (no second copy).
 simdjson::padded_string read_file_padded(const std::string& path) {
@@ -592,75 +710,71 @@ simdjson::padded_string read_file_padded(const std::string& path) {
   return simdjson::padded_string(text);
 }
 
-// Records nlohmann's first syntax error; builds nothing.
-struct SyntaxCheck : nlohmann::json_sax<json> {
-  bool failed = false;
-  bool syntax = false;  // a parse_error (with a byte offset), not e.g. a number overflow
-  size_t byte = 0;
-  std::string what;
-  bool null() override { return true; }
-  bool boolean(bool) override { return true; }
-  bool number_integer(number_integer_t) override { return true; }
-  bool number_unsigned(number_unsigned_t) override { return true; }
-  bool number_float(number_float_t, const string_t&) override { return true; }
-  bool string(string_t&) override { return true; }
-  bool binary(binary_t&) override { return true; }
-  bool start_object(std::size_t) override { return true; }
-  bool key(string_t&) override { return true; }
-  bool end_object() override { return true; }
-  bool start_array(std::size_t) override { return true; }
-  bool end_array() override { return true; }
-  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& ex) override {
-    failed = true;
-    if (const auto* pe = dynamic_cast<const json::parse_error*>(&ex)) syntax = true, byte = pe->byte;
-    what = ex.what();
-    return false;
-  }
-};
-
-// `text` is followed by simdjson::SIMDJSON_PADDING readable bytes.
-Trace load_padded(std::string_view text, const std::string& origin) {
-  if (text.size() > simdjson::SIMDJSON_MAXSIZE_BYTES)
-    fail(origin, ": too large for the JSON loader (", text.size(), " bytes; at most ", simdjson::SIMDJSON_MAXSIZE_BYTES,
-         ")");
+Trace load_precise(std::string_view text, const std::string& origin, JsonLoadStats* stats) {
+  auto t0 = std::chrono::steady_clock::now();
+  if (stats) stats->bytes = text.size();
   dom::parser parser;
-  dom::element doc;
-  // Deeper nesting than simdjson's default 1024 (nlohmann had no limit; nothing we read nests).
-  simdjson::error_code err = parser.allocate(std::max<size_t>(text.size(), 64), 10000);
-  if (err) fail(origin, ": cannot allocate the JSON parser for ", text.size(), " bytes (", simdjson::error_message(err), ")");
-  err = parser.parse(text.data(), text.size(), false).get(doc);
-  std::string redo;  // nlohmann's re-serialization, for what simdjson refused but nlohmann accepts
-  if (err) {
-    // The error path: nlohmann names the byte offset and what it expected, as it always did.
-    SyntaxCheck check;
-    bool ok = false;
-    try {
-      ok = json::sax_parse(text.begin(), text.end(), &check);
-    } catch (const json::exception& e) {
-      fail(origin, ": not valid JSON (", e.what(), ")");
-    }
-    if (check.failed && !check.syntax) fail(origin, ": not valid JSON (", check.what, ")");
-    if (!ok || check.failed)
-      fail(origin, ": not valid JSON at byte ", check.byte, " (of ", text.size(), "): ", check.what);
-    // Valid JSON simdjson cannot hold as is (a number out of its range, nesting deeper than
-    // 10000): load nlohmann's re-serialization (out-of-range numbers become doubles or null).
-    try {
-      redo = json::parse(text.begin(), text.end()).dump();
-    } catch (const json::exception& e) {
-      fail(origin, ": not valid JSON (", e.what(), ")");
-    }
-    simdjson::error_code err2 = parser.parse(redo.data(), redo.size(), true).get(doc);
-    if (err2) fail(origin, ": JSON the loader cannot read (", simdjson::error_message(err), ")");
-  }
+  std::string redo;
+  dom::element doc = parse_document(parser, text, origin, redo);
+  if (stats) stats->dom_s = seconds_since(t0);
   try {
-    return load_kineto_doc(doc, origin);
+    return load_kineto_doc(doc, origin, stats);
   } catch (const simdjson::simdjson_error& e) {
     // The accessors check types first; this is the net under everything else.
     fail(origin, ": unexpected JSON value (", e.what(), ")");
   }
 }
 
-}  // namespace
+// --------------------------------------------------------------- sources
+
+MemorySource::MemorySource(std::string_view text) : text_(text) { size_ = text.size(); }
+void MemorySource::read(size_t offset, char* dst, size_t n) const { std::memcpy(dst, text_.data() + offset, n); }
+
+FileSource::FileSource(const std::string& path) : path_(path) {
+  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd_ < 0) fail("cannot open trace '", path, "': ", std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0) {
+    int e = errno;
+    ::close(fd_);
+    fail("cannot open trace '", path, "': ", std::strerror(e));
+  }
+  regular_ = S_ISREG(st.st_mode);
+  size_ = regular_ ? size_t(st.st_size) : 0;
+}
+FileSource::~FileSource() { ::close(fd_); }
+
+void FileSource::read(size_t offset, char* dst, size_t n) const {
+  while (n > 0) {
+    ssize_t got = ::pread(fd_, dst, n, off_t(offset));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) fail("reading trace '", path_, "' failed", got < 0 ? std::string(": ") + std::strerror(errno) : "");
+    dst += got;
+    offset += size_t(got);
+    n -= size_t(got);
+  }
+}
+
+// Backwards in blocks of 1 MiB (overlapping by the needle's length), so that a large trace is
+// not read whole to look at its end.
+bool tail_contains(const Source& src, std::string_view needle, size_t window) {
+  const size_t size = src.size();
+  const size_t lowest = size > window ? size - window : 0;
+  const size_t block = size_t(1) << 20;
+  std::string buf;
+  size_t end = size;
+  while (end > lowest) {
+    size_t begin = end - lowest > block ? end - block : lowest;
+    size_t stop = std::min(size, end + needle.size() - 1);
+    buf.resize(stop - begin);
+    src.read(begin, buf.data(), buf.size());
+    if (buf.find(needle) != std::string::npos) return true;
+    end = begin;
+  }
+  return false;
+}
+
+}  // namespace trace_io_detail
 
 const char* to_string(TraceFormat f) {
   switch (f) {
@@ -683,344 +797,75 @@ TraceFormat detect_trace_format(const std::string& path) {
     if (n == 16 && std::memcmp(head, "SQLite format 3\0", 16) == 0) return TraceFormat::Sqlite;
     return n > 0 ? TraceFormat::KinetoJson : TraceFormat::Unknown;
   }
-  std::ifstream f(path, std::ios::binary);
-  if (!f) fail("cannot open trace '", path, "': ", std::strerror(errno));
+  trace_io_detail::FileSource src(path);
   char head[16] = {};
-  f.read(head, 16);
-  size_t n = size_t(f.gcount());
+  size_t n = 0;
+  if (src.regular()) {
+    n = std::min<size_t>(16, src.size());
+    src.read(0, head, n);
+  } else {
+    std::ifstream f(path, std::ios::binary);
+    f.read(head, 16);
+    n = size_t(f.gcount());
+  }
   if (n == 16 && std::memcmp(head, "SQLite format 3\0", 16) == 0) return TraceFormat::Sqlite;
   size_t i = 0;
   while (i < n && std::isspace(static_cast<unsigned char>(head[i]))) ++i;
   if (i < n && head[i] == '{') {
-    // Our files carry the "streamlab" block at the end; look at the tail.
-    f.clear();
-    f.seekg(0, std::ios::end);
-    std::streamoff size = f.tellg();
-    std::streamoff from = std::max<std::streamoff>(0, size - (std::streamoff(64) << 20));
-    std::string tail;
-    f.seekg(from);
-    tail.resize(size_t(size - from));
-    f.read(tail.data(), std::streamsize(tail.size()));
-    if (tail.find("\"streamlab\": {\"version\"") != std::string::npos) return TraceFormat::StreamlabJson;
+    // Our files carry the "streamlab" block at the end; look at the last 64 MiB.
+    if (src.regular() && trace_io_detail::tail_contains(src, "\"streamlab\": {\"version\"", size_t(64) << 20))
+      return TraceFormat::StreamlabJson;
     return TraceFormat::KinetoJson;
   }
   return TraceFormat::Unknown;
 }
 
-Trace load_kineto_json(std::string_view text, const std::string& origin) {
+Trace load_kineto_json(std::string_view text, const std::string& origin, const JsonLoadOptions& opts,
+                       JsonLoadStats* stats) {
+  auto t0 = std::chrono::steady_clock::now();
+  if (stats) *stats = JsonLoadStats{};
+  if (opts.fast) {
+    trace_io_detail::MemorySource src(text);
+    if (auto t = trace_io_detail::load_fast(src, origin, opts, stats)) {
+      if (stats) stats->wall_s = seconds_since(t0);
+      return std::move(*t);
+    }
+  }
+  auto t1 = std::chrono::steady_clock::now();
   simdjson::padded_string padded(text.data(), text.size());
   if (!text.empty() && !padded.data()) fail(origin, ": cannot allocate ", text.size(), " bytes to parse it");
-  return load_padded(std::string_view(padded.data(), text.size()), origin);
-}
-
-namespace {
-
-Trace load_kineto_doc(dom::element doc, const std::string& origin) {
-  if (!is_type(doc, Type::OBJECT))
-    fail(origin, ": expected a JSON object with a \"traceEvents\" array (a Kineto / Chrome trace), found ", type_name(doc));
-  // Top-level keys: the last of a repeated key wins (as in nlohmann).
-  dom::element te, base_el, block_el, dp_el;
-  bool has_te = false, has_base = false, has_block = false, has_dp = false;
-  for (dom::key_value_pair kv : as_obj(doc)) {
-    if (kv.key == "traceEvents") te = kv.value, has_te = true;
-    else if (kv.key == "baseTimeNanoseconds") base_el = kv.value, has_base = true;
-    else if (kv.key == "streamlab") block_el = kv.value, has_block = true;
-    else if (kv.key == "deviceProperties") dp_el = kv.value, has_dp = true;
-  }
-  if (!has_te || !is_type(te, Type::ARRAY))
-    fail(origin, ": expected a \"traceEvents\" array at the top level (a Kineto / Chrome trace)");
-
-  Trace t;
-  Ns base = 0;
-  if (has_base) {
-    if (!is_integer(base_el))
-      fail(origin, ": expected \"baseTimeNanoseconds\" to be an integer, found ", type_name(base_el), " ", brief(base_el));
-    base = as_int64(base_el);
-  }
-  const bool ours = has_block && is_type(block_el, Type::OBJECT);
-  // PyTorch writes absolute microseconds (~1.7e15): us * 1000 would exceed 2^53 and round to
-  // 256 ns; whole microseconds and the fraction are converted apart, exact to the nanosecond.
-  auto to_ns = [&](double us) -> Ns {
-    // int64 nanoseconds hold +-9.2e15 us; beyond that (1e29, 1e308, inf) the time is not one.
-    if (!(std::fabs(us) < 9.2e15))
-      fail(origin, ": a timestamp of ", us, " us is outside what the trace model holds (+-9.2e15 us)");
-    const double whole = std::floor(us);
-    return base + Ns(whole) * 1000 + Ns(std::llround((us - whole) * 1000.0));
-  };
-
-  if (has_dp && is_type(dp_el, Type::ARRAY)) {
-    size_t i = 0;
-    for (dom::element de : as_arr(dp_el)) {
-      if (!is_type(de, Type::OBJECT)) fail(origin, ": deviceProperties[", i, "]: expected an object");
-      try {
-        Fields d = fields_of(as_obj(de));
-        Device dev;
-        dev.id = value_or<uint32_t>(d, "id", 0u);
-        dev.name = value_or<std::string>(d, "name", std::string());
-        dev.total_memory = value_or<int64_t>(d, "totalGlobalMem", 0);
-        dev.compute_major = value_or<int>(d, "computeMajor", 0);
-        dev.compute_minor = value_or<int>(d, "computeMinor", 0);
-        dev.max_threads_per_block = value_or<int>(d, "maxThreadsPerBlock", 0);
-        dev.max_threads_per_sm = value_or<int>(d, "maxThreadsPerMultiprocessor", 0);
-        dev.regs_per_block = value_or<int>(d, "regsPerBlock", 0);
-        dev.regs_per_sm = value_or<int>(d, "regsPerMultiprocessor", 0);
-        dev.warp_size = value_or<int>(d, "warpSize", 32);
-        dev.smem_per_block = value_or<int64_t>(d, "sharedMemPerBlock", 0);
-        dev.smem_per_sm = value_or<int64_t>(d, "sharedMemPerMultiprocessor", 0);
-        dev.sm_count = value_or<int>(d, "numSms", 0);
-        dev.smem_per_block_optin = value_or<int64_t>(d, "sharedMemPerBlockOptin", 0);
-        t.devices.push_back(dev);
-      } catch (const Malformed& m) {
-        fail(origin, ": deviceProperties[", i, "]: ", m.what);
-      }
-      ++i;
-    }
-  }
-
-  std::unordered_map<uint64_t, std::pair<Ns, uint64_t>> live_mem;  // PyTorch [memory] events: addr -> (t, bytes)
-  uint64_t skipped = 0;
-  size_t i = 0;
-  for (dom::element e : as_arr(te)) {
-    const size_t index = i++;
-    if (!is_type(e, Type::OBJECT)) fail(origin, ": traceEvents[", index, "]: expected an object, found ", type_name(e));
-    Ev ev(as_obj(e), index, origin);
-    if (!ev.has(F_PH)) ev.bad("expected field \"ph\"");
-    const std::string_view ph = ev.str(F_PH);
-    if (ph == "X") {
-      const std::string_view cat = ev.str_or(F_CAT, "");
-      if (cat != "kernel" && cat != "gpu_memcpy" && cat != "gpu_memset" && cat != "cuda_runtime" &&
-          cat != "cuda_driver" && cat != "cuda_sync" && cat != "user_annotation") {
-        ++skipped;  // cpu_op, python_function, gpu_user_annotation (derived), Trace spans, ...
-        continue;
-      }
-      Ns start = to_ns(ev.number(F_TS));
-      double dur_us = ev.number(F_DUR);
-      Ns end = start + Ns(std::llround(dur_us * 1000.0));
-      if (end < start) t.counts.end_before_start++;
-      if (start == 0) t.counts.zero_timestamps++;
-      int64_t pid = ev.integer(F_PID);
-      int64_t tid = ev.integer(F_TID);
-      if (cat == "kernel") {
-        Kernel k;
-        k.start = start;
-        k.end = end;
-        k.name = t.intern(ev.str(F_NAME));
-        k.device = uint16_t(ev.arg_int(A::Device, pid));
-        k.stream = u32(ev.arg_int_req(A::Stream));
-        k.context = u32(ev.arg_int(A::Context, 0));
-        k.correlation = u32(ev.arg_int(A::Correlation, 0));
-        k.registers = uint16_t(ev.arg_int(A::Registers, 0));
-        auto g = ev.arg_dim3(A::Grid);
-        auto bl = ev.arg_dim3(A::Block);
-        for (int d = 0; d < 3; ++d) {
-          k.grid[d] = g[d];
-          k.block[d] = uint16_t(std::min<uint32_t>(bl[d], 0xFFFF));
-        }
-        int64_t smem = ev.arg_int(A::Smem, 0);
-        int64_t ssmem = ev.arg_int(A::StaticSmem, -1);
-        k.static_smem = u32(ssmem >= 0 ? ssmem : 0);
-        int64_t dsmem = ev.arg_int(A::DynamicSmem, -1);
-        k.dynamic_smem = u32(dsmem >= 0 ? dsmem : smem - int64_t(k.static_smem));
-        k.graph_id = u32(ev.arg_int(A::GraphId, 0));
-        k.graph_node_id = uint64_t(ev.arg_int(A::GraphNodeId, 0));
-        int64_t q = ev.arg_int(A::QueuedNs, -1);
-        k.queued = q >= 0 ? q : kNoTime;
-        int64_t s = ev.arg_int(A::SubmittedNs, -1);
-        k.submitted = s >= 0 ? s : kNoTime;
-        k.launch_type = uint16_t(ev.arg_int(A::LaunchType, 0));
-        k.pid = u32(ev.arg_int(A::Process, 0));
-        t.kernels.push_back(k);
-      } else if (cat == "gpu_memcpy") {
-        Memcpy m;
-        m.start = start;
-        m.end = end;
-        m.device = uint16_t(ev.arg_int(A::Device, pid));
-        m.stream = u32(ev.arg_int_req(A::Stream));
-        m.context = u32(ev.arg_int(A::Context, 0));
-        m.correlation = u32(ev.arg_int(A::Correlation, 0));
-        m.bytes = uint64_t(ev.arg_int(A::Bytes, 0));
-        parse_memcpy_name(ev.str(F_NAME), m);
-        int64_t ck = ev.arg_int(A::CopyKind, -1);
-        if (ck >= 0) m.kind = MemcpyKind(ck);
-        int64_t sk = ev.arg_int(A::SrcKind, -1);
-        if (sk >= 0) m.src_kind = MemoryKind(sk);
-        int64_t dk = ev.arg_int(A::DstKind, -1);
-        if (dk >= 0) m.dst_kind = MemoryKind(dk);
-        m.graph_node_id = uint64_t(ev.arg_int(A::GraphNodeId, 0));
-        m.pid = u32(ev.arg_int(A::Process, 0));
-        t.memcpys.push_back(m);
-      } else if (cat == "gpu_memset") {
-        Memset m;
-        m.start = start;
-        m.end = end;
-        m.device = uint16_t(ev.arg_int(A::Device, pid));
-        m.stream = u32(ev.arg_int_req(A::Stream));
-        m.context = u32(ev.arg_int(A::Context, 0));
-        m.correlation = u32(ev.arg_int(A::Correlation, 0));
-        m.bytes = uint64_t(ev.arg_int(A::Bytes, 0));
-        m.value = u32(ev.arg_int(A::Value, 0));
-        m.mem_kind = MemoryKind(ev.arg_int(A::MemoryKind, uint8_t(MemoryKind::Device)));
-        m.graph_node_id = uint64_t(ev.arg_int(A::GraphNodeId, 0));
-        m.pid = u32(ev.arg_int(A::Process, 0));
-        t.memsets.push_back(m);
-      } else if (cat == "cuda_runtime" || cat == "cuda_driver") {
-        ApiCall a;
-        a.start = start;
-        a.end = end;
-        a.name = t.intern(ev.str(F_NAME));
-        a.kind = cat == "cuda_driver" ? ApiKind::Driver : ApiKind::Runtime;
-        a.cbid = u32(ev.arg_int(A::Cbid, 0));
-        a.correlation = u32(ev.arg_int(A::Correlation, 0));
-        a.return_value = int32_t(ev.arg_int(A::ReturnValue, 0));
-        a.pid = u32(pid);
-        a.tid = u32(tid) & kTidStreamMask;
-        t.api_calls.push_back(a);
-      } else if (cat == "cuda_sync") {
-        Sync s;
-        s.start = start;
-        s.end = end;
-        s.device = uint16_t(ev.arg_int(A::Device, pid));
-        int64_t st = ev.arg_int(A::Stream, -1);
-        s.stream = st < 0 ? kNoStream : uint32_t(st);
-        s.context = u32(ev.arg_int(A::Context, 0));
-        s.correlation = u32(ev.arg_int(A::Correlation, 0));
-        int64_t evid = ev.arg_int(A::WaitEvent, -1);
-        s.event = evid < 0 ? kNoId : uint32_t(evid);
-        int64_t ty = ev.arg_int(A::SyncType, -1);
-        s.type = ty >= 0 ? SyncType(ty) : sync_type_from_name(ev.arg_str(A::SyncKind, ev.str_or(F_NAME, "")));
-        // Where the awaited event was recorded (Kineto, HTA). Our writer marks values it derived
-        // from the CUDA event records, which travel in the streamlab block: not the sync's own.
-        if (!ev.has_arg(A::WaitDerived)) {
-          int64_t ws = ev.arg_int(A::WaitOnStream, -1);
-          s.event_stream = ws < 0 ? kNoStream : uint32_t(ws);
-          int64_t rc = ev.arg_int(A::WaitRecordCorr, -1);
-          s.event_record_correlation = rc < 0 ? 0 : uint32_t(rc);
-        }
-        s.pid = u32(ev.arg_int(A::Process, 0));
-        t.syncs.push_back(s);
-      } else {  // user_annotation
-        NvtxRange r;
-        r.start = start;
-        r.end = end;
-        r.name = t.intern(ev.str(F_NAME));
-        std::string_view dom = ev.arg_str(A::Domain, "");
-        r.domain = dom.empty() ? 0 : t.intern(dom);
-        r.kind = NvtxKind(std::min<int64_t>(2, std::max<int64_t>(0, ev.arg_int(A::NvtxKind, 0))));
-        r.color = u32(ev.arg_int(A::Color, 0));
-        r.category = u32(ev.arg_int(A::Category, 0));
-        r.pid = u32(pid);
-        r.tid = u32(tid) & kTidStreamMask;
-        r.end_tid = u32(ev.arg_int(A::EndThread, r.tid));
-        t.nvtx.push_back(r);
-      }
-    } else if (ph == "i" || ph == "I") {
-      std::string_view cat = ev.str_or(F_CAT, "");
-      std::string_view name = ev.str_or(F_NAME, "");
-      if (cat == "user_annotation") {
-        NvtxRange r;
-        r.start = r.end = to_ns(ev.number(F_TS));
-        r.name = t.intern(name);
-        r.kind = NvtxKind::Mark;
-        r.pid = u32(ev.integer(F_PID));
-        r.tid = u32(ev.integer(F_TID)) & kTidStreamMask;
-        r.end_tid = r.tid;
-        std::string_view dom = ev.arg_str(A::Domain, "");
-        r.domain = dom.empty() ? 0 : t.intern(dom);
-        t.nvtx.push_back(r);
-      } else if (name == "[memory]" && !ours) {
-        // PyTorch's allocator events: positive Bytes allocate, negative free, keyed by Addr.
-        Ns ts = to_ns(ev.number(F_TS));
-        int64_t bytes = ev.arg_int(A::MemBytes, 0);
-        uint64_t addr = uint64_t(ev.arg_int(A::Addr, 0));
-        int64_t dev = ev.arg_int(A::DeviceId, -1);
-        if (dev < 0) continue;  // CPU memory
-        if (bytes > 0) {
-          live_mem[addr] = {ts, uint64_t(bytes)};
-          Allocation a;
-          a.address = addr;
-          a.bytes = uint64_t(bytes);
-          a.alloc = ts;
-          a.device = uint16_t(dev);
-          t.allocations.push_back(a);
-        } else if (bytes < 0) {
-          for (auto it = t.allocations.rbegin(); it != t.allocations.rend(); ++it)
-            if (it->address == addr && it->free == kNoTime) {
-              it->free = ts;
-              break;
-            }
-        }
-      } else {
-        ++skipped;
-      }
-    } else if (ph == "M") {
-      std::string_view name = ev.str_or(F_NAME, "");
-      if (!ev.has_arg(A::Name) || !is_type(ev.arg(A::Name), Type::STRING)) continue;
-      std::string_view value = as_str(ev.arg(A::Name));
-      int64_t pid = ev.integer(F_PID);
-      if (name == "process_name" && value.rfind("GPU ", 0) != 0 && !ours) {
-        t.processes.push_back({u32(pid), std::string(value)});
-      } else if (name == "thread_name" && !ours && value.rfind("stream ", 0) != 0) {
-        t.threads.push_back({u32(pid), u32(ev.integer(F_TID)) & kTidStreamMask, std::string(value)});
-      }
-    } else if (ph == "C") {
-      if (ours) continue;  // derived from allocations / the block
-      std::string name(ev.str_or(F_NAME, "counter"));
-      Ns ts = to_ns(ev.number(F_TS));
-      int64_t pid = ev.integer(F_PID);
-      if (!ev.args()) continue;
-      // In key order, a repeated key counted once (as nlohmann's object held them).
-      std::map<std::string_view, dom::element> items;
-      for (dom::key_value_pair kv : ev.args_object()) items[kv.key] = kv.value;
-      for (const auto& [k, v] : items) {
-        if (!is_number(v))
-          ev.bad("expected counter args.\"" + std::string(k) + "\" to be a number, found " + type_name(v));
-        CounterSample c;
-        c.ts = ts;
-        c.value = as_double(v);
-        c.name = t.intern(items.size() == 1 ? name : name + "." + std::string(k));
-        c.pid = u32(pid);
-        t.counters.push_back(c);
-      }
-    } else if (ph == "s" || ph == "f" || ph == "t" || ph == "B" || ph == "E" || ph == "b" || ph == "e" || ph == "n") {
-      ++skipped;
-    } else {
-      ev.bad("unexpected ph \"" + std::string(ph) + "\"");
-    }
-  }
-  if (ours) load_block(as_obj(block_el), t, origin);
-  if (!ours) {
-    t.metadata["source"] = "kineto";
-    if (skipped) t.metadata["skipped_events"] = std::to_string(skipped);
-    t.base_time = base != 0 ? base : kNoTime;
-    // PyTorch traces carry no process id on GPU ops; use the only process when there is one.
-    uint32_t only_pid = 0;
-    bool one = true;
-    for (const auto& a : t.api_calls) {
-      if (only_pid == 0) only_pid = a.pid;
-      else if (a.pid != only_pid) one = false;
-    }
-    if (one && only_pid)
-      for (auto& k : t.kernels)
-        if (k.pid == 0) k.pid = only_pid;
-    if (one && only_pid) {
-      for (auto& m : t.memcpys)
-        if (m.pid == 0) m.pid = only_pid;
-      for (auto& m : t.memsets)
-        if (m.pid == 0) m.pid = only_pid;
-      for (auto& s : t.syncs)
-        if (s.pid == 0) s.pid = only_pid;
-    }
-  }
-  t.finalize();
+  if (stats) stats->read_s = seconds_since(t1);
+  Trace t = trace_io_detail::load_precise(std::string_view(padded.data(), text.size()), origin, stats);
+  if (stats) stats->wall_s = seconds_since(t0);
   return t;
 }
 
-}  // namespace
-
-Trace load_kineto_json_file(const std::string& path) {
-  simdjson::padded_string text = read_file_padded(path);
-  return load_padded(std::string_view(text.data(), text.size()), "'" + path + "'");
+Trace load_kineto_json(std::string_view text, const std::string& origin) {
+  return load_kineto_json(text, origin, JsonLoadOptions{});
 }
+
+Trace load_kineto_json_file(const std::string& path, const JsonLoadOptions& opts, JsonLoadStats* stats) {
+  auto t0 = std::chrono::steady_clock::now();
+  if (stats) *stats = JsonLoadStats{};
+  const std::string origin = "'" + path + "'";
+  if (opts.fast) {
+    trace_io_detail::FileSource src(path);
+    if (src.regular()) {
+      if (auto t = trace_io_detail::load_fast(src, origin, opts, stats)) {
+        if (stats) stats->wall_s = seconds_since(t0);
+        return std::move(*t);
+      }
+    }
+  }
+  auto t1 = std::chrono::steady_clock::now();
+  simdjson::padded_string text = trace_io_detail::read_file_padded(path);
+  if (stats) stats->read_s = seconds_since(t1);
+  Trace t = trace_io_detail::load_precise(std::string_view(text.data(), text.size()), origin, stats);
+  if (stats) stats->wall_s = seconds_since(t0);
+  return t;
+}
+
+Trace load_kineto_json_file(const std::string& path) { return load_kineto_json_file(path, JsonLoadOptions{}); }
 
 Trace load_trace(const std::string& path) {
   if (is_gzip_file(path)) {

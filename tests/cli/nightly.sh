@@ -24,13 +24,16 @@ grep -q "^== policy check: passed" "$tmp/n1.log" || { tail -20 "$tmp/n1.log"; fa
 grep -q "shared night over night: no regression" "$tmp/n2.log" || { tail -30 "$tmp/n2.log"; fail "no night-over-night policy compare"; }
 nights=("$tmp"/nights/*)
 [ ${#nights[@]} = 2 ] || fail "expected 2 nights, found ${#nights[@]}: ${nights[*]}"
-python3 - "${nights[1]}" "$(git rev-parse HEAD)" <<'PY'
+# bench_timeline (the viewer's frame cost) exists only in builds with the viewer (STREAMLAB_UI).
+benches=bench_profiler
+[ -x "$build/bench_timeline" ] && benches="$benches bench_timeline"
+python3 - "${nights[1]}" "$(git rev-parse HEAD)" "$benches" <<'PY'
 import json, os, sys
-d, head = sys.argv[1:]
+d, head, benches = sys.argv[1:]
 p = json.load(open(os.path.join(d, "provenance.json")))
 assert p["commit"].startswith(head), (p["commit"], head)
 assert p["STREAMLAB_BENCH_EVENTS"] == "20000" and p["cores"] >= 1, p
-for name in ("bench_profiler", "bench_timeline"):
+for name in benches.split():
     j = json.load(open(os.path.join(d, name + ".json")))
     runs = [b for b in j["benchmarks"] if b.get("run_type") == "iteration"]
     medians = [b for b in j["benchmarks"] if b.get("aggregate_name") == "median"]
