@@ -127,14 +127,6 @@ CellRecord record_of(const SweepCell& c, const std::string& folder, double secon
   return r;
 }
 
-std::string clock_text(double seconds) {
-  const int s = int(seconds + 0.5);
-  char buf[32];
-  if (s >= 3600) std::snprintf(buf, sizeof buf, "%dh%02dm", s / 3600, (s / 60) % 60);
-  else if (s >= 60) std::snprintf(buf, sizeof buf, "%dm%02ds", s / 60, s % 60);
-  else std::snprintf(buf, sizeof buf, "%ds", s);
-  return buf;
-}
 
 // ---- the summary: one row per setting, the policies side by side.
 
@@ -327,7 +319,7 @@ int sweep_main(const SweepOptions& o) {
     const SweepCell& c = todo[i];
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::fprintf(stderr, "[%zu/%zu] %s (%s)\n", total - todo.size() + i + 1, total, c.id().c_str(),
-                 i ? ("about " + clock_text(elapsed / double(i) * double(todo.size() - i)) + " left").c_str()
+                 i ? ("about " + compare::clock_text(elapsed / double(i) * double(todo.size() - i)) + " left").c_str()
                    : "estimating");
     std::vector<std::pair<std::string, std::string>> env;
     if (c.connections) env.push_back({"CUDA_DEVICE_MAX_CONNECTIONS", std::to_string(c.connections)});

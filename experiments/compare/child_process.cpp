@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <fstream>
@@ -120,6 +121,15 @@ std::string tail_of(const std::string& path, size_t lines) {
   std::string out;
   for (const auto& l : last) out += "  | " + l + "\n";
   return out;
+}
+
+std::string clock_text(double seconds) {
+  const int s = int(seconds + 0.5);
+  char buf[32];
+  if (s >= 3600) std::snprintf(buf, sizeof buf, "%dh%02dm", s / 3600, (s / 60) % 60);
+  else if (s >= 60) std::snprintf(buf, sizeof buf, "%dm%02ds", s / 60, s % 60);
+  else std::snprintf(buf, sizeof buf, "%ds", s);
+  return buf;
 }
 
 std::string self_executable() {

@@ -28,6 +28,9 @@ std::string tail_of(const std::string& path, size_t lines = 20);
 // The running program's own path (/proc/self/exe), to start children of the same build.
 std::string self_executable();
 
+// "45s", "3m05s", "1h02m": a duration for progress lines.
+std::string clock_text(double seconds);
+
 // True once SIGINT or SIGTERM arrived (installs the handlers on first call).
 bool interrupt_requested();
 void install_interrupt_handlers();

@@ -99,6 +99,20 @@ Comparison compare_sides(std::vector<Side> sides, size_t baseline, std::optional
   return c;
 }
 
+std::vector<std::string> keys_present(const Comparison& c) {
+  std::vector<std::string> keys;
+  for (const char* mode : kModes)
+    for (const char* part : kParts) {
+      const std::string k = sample_key(mode, part);
+      for (const auto& s : c.sides)
+        if (s.samples.count(k)) {
+          keys.push_back(k);
+          break;
+        }
+    }
+  return keys;
+}
+
 const MetricDiff* find_diff(const Comparison& c, size_t b, const std::string& key) {
   for (const auto& d : c.diffs)
     if (d.b == b && d.key == key) return &d;

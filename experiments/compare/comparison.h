@@ -73,6 +73,9 @@ Comparison compare_sides(std::vector<Side> sides, size_t baseline, std::optional
 // Groups a side's measurements into samples (one group per process and key).
 void add_measurement(Side& side, const Measurement& m);
 
+// The sample keys that any side has, in report order (modes, then parts).
+std::vector<std::string> keys_present(const Comparison& c);
+
 // The diff of contender `b` on `key`, or nullptr.
 const MetricDiff* find_diff(const Comparison& c, size_t b, const std::string& key);
 

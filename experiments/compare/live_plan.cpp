@@ -35,14 +35,6 @@ std::vector<std::string> child_argv(const LiveSpec& s, const PlannedRun& r, cons
   return a;
 }
 
-std::string clock_text(double seconds) {
-  const int s = int(seconds + 0.5);
-  char buf[32];
-  if (s >= 3600) std::snprintf(buf, sizeof buf, "%dh%02dm", s / 3600, (s / 60) % 60);
-  else if (s >= 60) std::snprintf(buf, sizeof buf, "%dm%02ds", s / 60, s % 60);
-  else std::snprintf(buf, sizeof buf, "%ds", s);
-  return buf;
-}
 
 }  // namespace
 

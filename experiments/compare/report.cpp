@@ -116,26 +116,12 @@ std::string pad(std::string s, size_t w) {
   return s;
 }
 
-std::vector<std::string> keys_in_order(const Comparison& c) {
-  std::vector<std::string> keys;
-  for (const char* mode : kModes)
-    for (const char* part : kParts) {
-      const std::string k = sample_key(mode, part);
-      for (const auto& s : c.sides)
-        if (s.samples.count(k)) {
-          keys.push_back(k);
-          break;
-        }
-    }
-  return keys;
-}
-
 std::string latency_table(const Comparison& c) {
   std::ostringstream os;
   os << pad("  mode/part", 16);
   for (const auto& s : c.sides) os << pad(s.label, 34);
   os << "\n";
-  for (const auto& k : keys_in_order(c)) {
+  for (const auto& k : keys_present(c)) {
     os << pad("  " + k, 16);
     for (const auto& s : c.sides) {
       auto it = s.samples.find(k);

@@ -16,20 +16,6 @@ namespace sl::compare {
 
 namespace {
 
-std::vector<std::string> keys_present(const Comparison& c) {
-  std::vector<std::string> keys;
-  for (const char* mode : kModes)
-    for (const char* part : kParts) {
-      const std::string k = sample_key(mode, part);
-      for (const auto& s : c.sides)
-        if (s.samples.count(k)) {
-          keys.push_back(k);
-          break;
-        }
-    }
-  return keys;
-}
-
 std::string verdict_cell(const Comparison& c, const MetricDiff& d) {
   switch (d.verdict.verdict) {
     case stats::Verdict::AFaster: return c.sides[d.a].label + " faster";
