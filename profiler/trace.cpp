@@ -8,6 +8,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "profiler/parallel.h"
+
 namespace sl::prof {
 
 // ---------------------------------------------------------------- StringTable
@@ -128,33 +130,40 @@ RecordCounts& RecordCounts::operator+=(const RecordCounts& o) {
 
 namespace {
 
+// A stable sort by key, skipped when already sorted (the usual case: most sources write in time
+// order).
+template <class T, class KeyOf>
+void sort_by(std::vector<T>& v, KeyOf key_of, unsigned threads) {
+  auto less = [&](const T& a, const T& b) { return key_of(a) < key_of(b); };
+  if (!parallel::is_sorted(v.data(), v.size(), less, threads)) parallel::stable_sort_by_key(v, key_of, threads);
+}
+
+// By start, the longer first on ties: (start, ~end) ascending (~ reverses the order of a signed
+// integer without overflow).
+struct StartKey {
+  Ns start, not_end;
+  bool operator<(const StartKey& o) const { return start < o.start || (start == o.start && not_end < o.not_end); }
+};
 template <class T>
-void sort_by_start(std::vector<T>& v) {
-  auto less = [](const T& a, const T& b) { return a.start < b.start || (a.start == b.start && a.end > b.end); };
-  if (!std::is_sorted(v.begin(), v.end(), less)) std::stable_sort(v.begin(), v.end(), less);
+void sort_by_start(std::vector<T>& v, unsigned threads) {
+  sort_by(v, [](const T& e) { return StartKey{e.start, ~e.end}; }, threads);
 }
 
 }  // namespace
 
-void Trace::finalize() {
-  sort_by_start(kernels);
-  sort_by_start(memcpys);
-  sort_by_start(memsets);
-  sort_by_start(api_calls);
-  sort_by_start(syncs);
-  sort_by_start(nvtx);
-  sort_by_start(overheads);
-  {
-    auto less = [](const CudaEventRecord& a, const CudaEventRecord& b) { return a.ts < b.ts; };
-    if (!std::is_sorted(cuda_events.begin(), cuda_events.end(), less))
-      std::stable_sort(cuda_events.begin(), cuda_events.end(), less);
-    auto less_a = [](const Allocation& a, const Allocation& b) { return a.alloc < b.alloc; };
-    if (!std::is_sorted(allocations.begin(), allocations.end(), less_a))
-      std::stable_sort(allocations.begin(), allocations.end(), less_a);
-    auto less_c = [](const CounterSample& a, const CounterSample& b) { return a.ts < b.ts; };
-    if (!std::is_sorted(counters.begin(), counters.end(), less_c))
-      std::stable_sort(counters.begin(), counters.end(), less_c);
-  }
+void Trace::finalize(unsigned threads) {
+  // One vector after another, each on every thread: the vectors differ too much in size for one
+  // thread per vector to balance.
+  sort_by_start(kernels, threads);
+  sort_by_start(memcpys, threads);
+  sort_by_start(memsets, threads);
+  sort_by_start(api_calls, threads);
+  sort_by_start(syncs, threads);
+  sort_by_start(nvtx, threads);
+  sort_by_start(overheads, threads);
+  sort_by(cuda_events, [](const CudaEventRecord& e) { return e.ts; }, threads);
+  sort_by(allocations, [](const Allocation& a) { return a.alloc; }, threads);
+  sort_by(counters, [](const CounterSample& c) { return c.ts; }, threads);
 
   // NVTX push/pop depth per (pid, tid, domain): ranges sorted by (start, longer first), so a
   // stack of open ends gives the depth.
@@ -175,7 +184,10 @@ void Trace::finalize() {
   {
     std::unordered_set<uint32_t> known;
     for (const auto& s : streams) known.insert(s.id);
+    uint32_t last = kNoStream;  // ops come in runs on one stream: skip the lookup for those
     auto add_stream = [&](uint32_t id, uint32_t ctx, uint32_t dev, uint32_t pid) {
+      if (id == last) return;
+      last = id;
       if (id == kNoStream || known.count(id)) return;
       known.insert(id);
       Stream s;

@@ -311,8 +311,9 @@ struct Trace {
 
   // Sorts every event vector by (start, longer first), fills NVTX push/pop depths, registers
   // streams / contexts / devices that events mention but no record declared, and sets
-  // base_time when unset. Idempotent; loaders and the decoder call it last.
-  void finalize();
+  // base_time when unset. Idempotent; loaders and the decoder call it last. `threads` > 1 sorts
+  // on that many threads (the same order: ties keep their order either way).
+  void finalize(unsigned threads = 1);
 
   size_t event_count() const;      // all timed events held
   size_t bytes_held() const;       // approximate memory of the trace

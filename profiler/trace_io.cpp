@@ -627,6 +627,12 @@ Trace load_kineto_doc(dom::element doc, const std::string& origin, JsonLoadStats
 
 namespace trace_io_detail {
 
+bool block_has_counts(dom::object block) {
+  for (dom::key_value_pair kv : block)
+    if (kv.key == "counts") return true;
+  return false;
+}
+
 TopLevel read_top_level(dom::element doc, const std::string& origin) {
   if (!is_type(doc, Type::OBJECT))
     fail(origin, ": expected a JSON object with a \"traceEvents\" array (a Kineto / Chrome trace), found ", type_name(doc));

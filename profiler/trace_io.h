@@ -34,8 +34,9 @@ struct JsonLoadOptions {
   size_t chunk_bytes = 0;  // bytes of "traceEvents" per chunk (about); 0: 1 MiB
 };
 
-// Where a JSON load spent its time. The fast loader's threads read, parse and merge at once:
-// read_s / events_s / merge_s are sums over its threads, parallel_s the wall time of that part.
+// Where a JSON load spent its time. The fast loader's threads read and parse at once: read_s /
+// events_s are sums over its threads, parallel_s the wall time of that part; merge_s, place_s,
+// frame_s and finalize_s follow it (wall times).
 struct JsonLoadStats {
   bool fast = false;          // the fast loader produced the trace
   std::string fallback;       // why the precise loader ran instead ("" when it did not)
@@ -47,9 +48,11 @@ struct JsonLoadStats {
   double read_s = 0;          // reading the file (or copying the text) into parse buffers
   double dom_s = 0;           // precise loader: simdjson DOM parse of the whole document
   double events_s = 0;        // event fields into trace records (fast loader: JSON parse included)
-  double merge_s = 0;         // fast loader: chunk results appended in file order, names interned
-  double parallel_s = 0;      // fast loader: wall time of the threaded read / parse / merge
-  double frame_s = 0;         // everything outside "traceEvents": top level, deviceProperties, block
+  double merge_s = 0;         // fast loader: the pass in file order over the chunks (names interned, places given)
+  double place_s = 0;         // fast loader: the chunks' records copied into the trace (all threads)
+  double parallel_s = 0;      // fast loader: wall time of the threaded read / parse
+  double frame_s = 0;         // everything outside "traceEvents" (top level, deviceProperties, block), serial part
+  double frame_early_s = 0;   // fast loader: the same read by one thread while the others parsed (in parallel_s)
   double finalize_s = 0;      // Trace::finalize
   double wall_s = 0;          // the whole load
 };

@@ -65,6 +65,8 @@ Ns base_time_of(const TopLevel& top, const std::string& origin);  // 0 when abse
 bool has_our_block(const TopLevel& top);
 void load_device_properties(const TopLevel& top, Trace& t, const std::string& origin);
 void load_block(simdjson::dom::object block, Trace& t, const std::string& origin);
+// Whether the block sets the record counts (load_block then overwrites the events' counts).
+bool block_has_counts(simdjson::dom::object block);
 
 // Reads a file straight into simdjson's padded buffer.
 simdjson::padded_string read_file_padded(const std::string& path);

@@ -1,7 +1,10 @@
 // The fast JSON loader: "traceEvents" cut into chunks at event boundaries, each chunk parsed with
-// simdjson On-Demand on one of several threads into chunk-local records, the chunks merged into
-// the trace in file order. Everything outside "traceEvents" (the top level, deviceProperties,
-// our "streamlab" block) is parsed by the precise loader's code, with the array left out.
+// simdjson On-Demand on one of several threads into chunk-local records; then one short pass in
+// file order interns the chunks' names and gives each chunk its place in the trace's vectors,
+// and the threads copy the records there. Everything outside "traceEvents" (the top level,
+// deviceProperties, our "streamlab" block) is parsed by the precise loader's code, with the array
+// left out; our block, which comes last and can be large, is read by one thread while the others
+// parse the events (where the events end is guessed from where the block starts, and checked).
 //
 // Why it gives the same trace as the precise loader (trace_io.cpp):
 // - every event goes through the same json_events::read_event;
@@ -15,8 +18,8 @@
 //   and c0 starts right after the array's "[", each comma between chunks is a separator of the
 //   array itself (the text before it is a balanced run of complete values);
 // - names are interned per chunk in first-use order and the chunks' tables merged in file
-//   order, so the string table comes out in the same order as when interning one event at a
-//   time.
+//   order, then the block's (read into a table of its own), so the string table comes out in the
+//   same order as when interning one event at a time.
 //
 // What only counts in PyTorch traces (allocator "[memory]" events, process / thread names,
 // counters) depends on whether the document carries our block, which usually comes after the
@@ -27,7 +30,9 @@
 //
 // Memory: chunks are read (pread, or copied from the text) into reused per-thread buffers, so
 // a large file is never held whole; on this kind of machine first-touch page faults cost more
-// than parsing.
+// than parsing. The chunks' records are all held until placed: for a moment the records are
+// there twice (about 50 bytes per event each). The trace's vectors are allocated at their final
+// size and their pages mapped on all threads before anything is written to them.
 #include <algorithm>
 #include <atomic>
 #include <bit>
@@ -36,9 +41,9 @@
 #include <cstdlib>
 #include <charconv>
 #include <chrono>
-#include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -53,6 +58,7 @@
 
 #include "core/error.h"
 #include "profiler/json_events.h"
+#include "profiler/parallel.h"
 #include "profiler/trace_io_detail.h"
 
 namespace sl::prof::trace_io_detail {
@@ -71,6 +77,8 @@ struct FastMiss {
 };
 
 constexpr size_t kDefaultChunkBytes = size_t(1) << 20;
+// Where a chunk's cut is looked for first: the end of its window (events are rarely longer).
+constexpr size_t kCutProbeBytes = size_t(16) << 10;
 // Nesting below an event's fields that the fast loader follows; deeper goes to the precise
 // loader (bounded recursion here; the precise one accepts up to 10000 levels).
 constexpr int kMaxDepth = 64;
@@ -80,6 +88,8 @@ constexpr size_t kMaxThreads = 8;
 constexpr size_t kMaxHeaderBytes = size_t(64) << 20;
 constexpr size_t kBlockProbeBytes = size_t(64) << 20;
 constexpr size_t kBaseProbeBytes = size_t(64) << 10;
+// How far from the end an event ("ph") is looked for: none there, a large tail may follow them.
+constexpr size_t kTailProbeBytes = size_t(64) << 10;
 
 bool is_ws(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
 
@@ -777,7 +787,7 @@ struct MemoryOp {
 
 // read_event's sink for one chunk. Everything that only counts in PyTorch traces (memory ops,
 // process / thread names, counters) is kept here whatever the document is; the merge keeps or
-// drops it once that is known.
+// drops it once that is known. It owns all its text: it outlives the chunk's buffers.
 struct ChunkSink {
   std::vector<Kernel> kernels;
   std::vector<Memcpy> memcpys;
@@ -787,8 +797,8 @@ struct ChunkSink {
   std::vector<NvtxRange> nvtx;
   std::vector<CounterSample> counters;
   std::vector<MemoryOp> memory_ops;
-  std::vector<std::pair<uint32_t, std::string_view>> processes;
-  std::vector<std::tuple<uint32_t, uint32_t, std::string_view>> threads;
+  std::vector<Process> processes;
+  std::vector<Thread> threads;
   RecordCounts counts;
   uint64_t skipped = 0;
   ChunkStrings strings;
@@ -805,8 +815,8 @@ struct ChunkSink {
   }
   StrId intern(std::string_view s) { return strings.intern(s, speculating); }
   void memory_op(Ns ts, int64_t bytes, uint64_t addr, uint16_t dev) { memory_ops.push_back({ts, bytes, addr, dev}); }
-  void process(uint32_t pid, std::string_view name) { processes.emplace_back(pid, name); }
-  void thread(uint32_t pid, uint32_t tid, std::string_view name) { threads.emplace_back(pid, tid, name); }
+  void process(uint32_t pid, std::string_view name) { processes.push_back({pid, std::string(name)}); }
+  void thread(uint32_t pid, uint32_t tid, std::string_view name) { threads.push_back({pid, tid, std::string(name)}); }
   template <class F>
   void speculate_not_ours(F&& f) {
     speculating = true;
@@ -819,20 +829,33 @@ struct ChunkSink {
   }
 };
 
-// A chunk: "[" + events + "]" followed by simdjson's padding, and what it gave.
-struct Chunk {
-  size_t seq = 0;
-  size_t begin = 0, len = 0;  // its events' bytes in the source
-  std::unique_ptr<char[]> buf;
-  std::unique_ptr<char[]> arena;  // unescaped strings (no longer than the bytes of buf)
-  size_t capacity = 0;  // bytes in buf and in arena
+// Where one chunk's records go in the trace's event vectors (or, summed, how many there are).
+struct Parts {
+  size_t kernels = 0, memcpys = 0, memsets = 0, api_calls = 0, syncs = 0, nvtx = 0, counters = 0;
+};
 
-  // Parse results.
+// What one chunk gave, kept until every chunk is parsed: the merge places each chunk's records
+// at offsets that depend on every earlier chunk.
+struct ChunkResult {
+  size_t seq = 0;
+  size_t begin = 0, len = 0;   // its events' bytes in the source
   const char* miss = nullptr;  // why the fast loader gives up here (nullptr: parsed)
   bool array_ended = false;    // "traceEvents" ends inside this chunk ...
   size_t tail_offset = 0;      // ... and the rest of the document starts here (source offset)
   size_t events = 0;
   ChunkSink sink;
+  // Set in file order by the merge.
+  std::vector<StrId> remap;    // chunk string id -> the trace's
+  bool keep_counters = false;  // its counters count (the document is not ours)
+  Parts at;                    // where its records start in each of the trace's vectors
+};
+
+// One thread's chunk: "[" + events + "]" followed by simdjson's padding, and where its results go.
+struct Chunk {
+  ChunkResult* result = nullptr;
+  std::unique_ptr<char[]> buf;
+  std::unique_ptr<char[]> arena;  // unescaped strings (no longer than the bytes of buf)
+  size_t capacity = 0;  // bytes in buf and in arena
 
   char* text() { return buf.get() + 1; }  // the events' bytes (after the added "[")
   void reserve(size_t n) {
@@ -961,8 +984,9 @@ std::optional<Header> scan_header(const Source& src) {
   }
 }
 
-// A top-level "streamlab" object near the end of the file (our writer puts the block last).
-bool probe_block(const Source& src) {
+// Where a top-level "streamlab" object starts near the end of the file (our writer puts the
+// block last): the source offset of the key, or npos.
+size_t find_block(const Source& src) {
   const std::string_view key = "\"streamlab\"";
   const size_t size = src.size(), lowest = size > kBlockProbeBytes ? size - kBlockProbeBytes : 0;
   const size_t block = size_t(1) << 20, overlap = 256;
@@ -971,16 +995,40 @@ bool probe_block(const Source& src) {
     const size_t begin = end - lowest > block ? end - block : lowest;
     buf.resize(std::min(size, end + overlap) - begin);
     src.read(begin, buf.data(), buf.size());
-    for (size_t at = buf.find(key); at != std::string::npos; at = buf.find(key, at + 1)) {
+    for (size_t at = 0;; ++at) {
+      const void* hit = memmem(buf.data() + at, buf.size() - at, key.data(), key.size());  // memchr-fast
+      if (!hit) break;
+      at = size_t(static_cast<const char*>(hit) - buf.data());
       size_t i = at + key.size();
       while (i < buf.size() && is_ws(buf[i])) ++i;
       if (i >= buf.size() || buf[i++] != ':') continue;
       while (i < buf.size() && is_ws(buf[i])) ++i;
-      if (i < buf.size() && buf[i] == '{') return true;
+      if (i < buf.size() && buf[i] == '{') return begin + at;
     }
     end = begin;
   }
-  return false;
+  return std::string::npos;
+}
+
+bool probe_block(const Source& src) { return find_block(src) != std::string::npos; }
+
+// Where "traceEvents" ends when our block follows it ("]", ",", the block's key): the offset
+// just past the "]", or npos. A guess, for reading the block before the events are parsed.
+size_t guess_tail(const Source& src) {
+  const size_t key = find_block(src);
+  if (key == std::string::npos) return key;
+  const size_t from = key > 4096 ? key - 4096 : 0;
+  std::string buf(key - from, '\0');
+  src.read(from, buf.data(), buf.size());
+  size_t i = buf.size();
+  auto back_over_ws = [&] {
+    while (i > 0 && is_ws(buf[i - 1])) --i;
+  };
+  back_over_ws();
+  if (i == 0 || buf[--i] != ',') return std::string::npos;
+  back_over_ws();
+  if (i == 0 || buf[i - 1] != ']') return std::string::npos;
+  return from + i;
 }
 
 // baseTimeNanoseconds near the end (where Kineto writes it); 0 when not found.
@@ -1055,8 +1103,137 @@ class Stage1 {
   std::unique_ptr<simdjson::internal::dom_parser_implementation> impl_;
 };
 
+// ---------------------------------------------------------------- the rest of the document
+
+const char* const kFrameMiss = "the top level or the block has an error the precise loader reports";
+
+// What lies outside "traceEvents" (the top level, deviceProperties, our block), read from the
+// document with the events left out. Nothing in it depends on the events, so it can be read
+// while they are parsed: its names go into a string table of its own and are interned into the
+// trace after the events' names, in their order, which gives the ids of interning them there
+// one at a time.
+struct Frame {
+  size_t tail = std::string::npos;  // the source offset it was read with (just past the events' "]")
+  const char* miss = nullptr;       // it does not parse, or its top level has an error
+  size_t events_keys = 0;
+  Ns base = 0;
+  bool ours = false;
+  const char* load_miss = nullptr;  // deviceProperties or the block has an error
+  Trace part;                       // deviceProperties' devices, and when ours the block's content
+  bool counts_given = false;        // the block sets the record counts
+};
+
+// The top level, deviceProperties and (when ours) the block, by the precise loader's code.
+void read_frame_doc(dom::element doc, const std::string& origin, Frame& f) {
+  TopLevel top;
+  try {
+    top = read_top_level(doc, origin);
+    f.events_keys = top.events_keys;
+    f.base = base_time_of(top, origin);
+    f.ours = has_our_block(top);
+  } catch (const sl::Error&) {
+    f.miss = kFrameMiss;
+    return;
+  } catch (const simdjson::simdjson_error&) {
+    f.miss = kFrameMiss;
+    return;
+  }
+  try {
+    load_device_properties(top, f.part, origin);
+    if (f.ours) {
+      const dom::object block = top.block.get_object().value_unsafe();
+      f.counts_given = block_has_counts(block);
+      load_block(block, f.part, origin);
+    }
+  } catch (const sl::Error&) {
+    f.load_miss = kFrameMiss;
+  } catch (const simdjson::simdjson_error&) {
+    f.load_miss = kFrameMiss;
+  }
+}
+
+// The document with "traceEvents" empty: the bytes before its "[", "]", the bytes from `tail` on.
+Frame read_frame(const Source& src, const std::string& origin, size_t array_begin, size_t tail_offset) {
+  Frame f;
+  f.tail = tail_offset;
+  const size_t tail = src.size() - tail_offset;
+  simdjson::padded_string text(array_begin + 1 + tail);
+  src.read(0, text.data(), array_begin);
+  text.data()[array_begin] = ']';
+  src.read(tail_offset, text.data() + array_begin + 1, tail);
+  dom::parser parser;
+  dom::element doc;
+  if (parser.parse(text).get(doc)) f.miss = "JSON the precise loader reports";
+  else read_frame_doc(doc, origin, f);
+  return f;
+}
+
+template <class T>
+void append(std::vector<T>& to, std::vector<T>& from) {
+  if (to.empty()) to = std::move(from);
+  else to.insert(to.end(), from.begin(), from.end());
+}
+
+// The frame's content added to a trace holding the events, as the precise loader adds it after
+// them (load_device_properties, load_block).
+void add_frame(Frame& f, Trace& t) {
+  Trace& p = f.part;
+  std::vector<StrId> ids(p.strings.size());
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = t.intern(p.str(StrId(i)));
+  for (Stream& s : p.streams) s.name = ids[s.name];
+  for (CounterSample& c : p.counters) c.name = ids[c.name];
+  append(t.devices, p.devices);
+  append(t.contexts, p.contexts);
+  append(t.streams, p.streams);
+  append(t.processes, p.processes);
+  append(t.threads, p.threads);
+  append(t.cuda_events, p.cuda_events);
+  append(t.allocations, p.allocations);
+  append(t.overheads, p.overheads);
+  append(t.counters, p.counters);
+  // load_block sets these only when given; unset, they hold a fresh trace's values.
+  if (p.base_time != kNoTime) t.base_time = p.base_time;
+  if (p.session_start_utc_ns != 0) t.session_start_utc_ns = p.session_start_utc_ns;
+  for (auto& [k, v] : p.metadata) t.metadata[k] = std::move(v);
+  if (f.counts_given) t.counts = p.counts;
+}
+
+// ---------------------------------------------------------------- placing the chunks' records
+
+// Calls f(trace vector, chunk vector, offset) as pointers to members, for every event vector
+// that chunks fill.
+template <class F>
+void for_each_part(F&& f) {
+  f(&Trace::kernels, &ChunkSink::kernels, &Parts::kernels);
+  f(&Trace::memcpys, &ChunkSink::memcpys, &Parts::memcpys);
+  f(&Trace::memsets, &ChunkSink::memsets, &Parts::memsets);
+  f(&Trace::api_calls, &ChunkSink::api_calls, &Parts::api_calls);
+  f(&Trace::syncs, &ChunkSink::syncs, &Parts::syncs);
+  f(&Trace::nvtx, &ChunkSink::nvtx, &Parts::nvtx);
+  f(&Trace::counters, &ChunkSink::counters, &Parts::counters);
+}
+
+// Chunk string ids to the trace's.
+void rename(Kernel& k, const StrId* ids) { k.name = ids[k.name]; }
+void rename(ApiCall& a, const StrId* ids) { a.name = ids[a.name]; }
+void rename(NvtxRange& r, const StrId* ids) { r.name = ids[r.name], r.domain = ids[r.domain]; }
+void rename(CounterSample& c, const StrId* ids) { c.name = ids[c.name]; }
+template <class T>
+void rename(T&, const StrId*) {}
+
+template <class T>
+void place(const std::vector<T>& from, T* to, const StrId* ids) {
+  for (const T& r : from) {
+    *to = r;
+    rename(*to++, ids);
+  }
+}
+
 // ---------------------------------------------------------------- the loader
 
+// Three phases: the threads parse chunks, each into a result of its own; one short pass in file
+// order gives each chunk its string ids and its places in the trace's vectors; the threads copy
+// the chunks' records there. Nothing is merged under a lock while others parse.
 class FastLoader {
  public:
   FastLoader(const Source& src, const std::string& origin, const JsonLoadOptions& opts, JsonLoadStats* stats)
@@ -1079,10 +1256,16 @@ class FastLoader {
     frame_s_ += seconds_since(t0);
 
     for (int pass = 0; pass < 2; ++pass) {
-      if (!events_pass(header->array_begin, cx)) return give_up(miss_);
+      // Our block comes last, and can be large: read it on one thread while the others parse,
+      // when it is worth a thread (with one, it is the same work in another order) and the file
+      // ends with something other than events (looking for a block in a PyTorch trace's last
+      // 64 MiB costs more than its small tail).
+      const bool early_frame =
+          pass == 0 && threads_ > 1 && !header->block_seen && !tail_contains(src_, "\"ph\"", kTailProbeBytes);
+      if (!events_pass(header->array_begin, cx, early_frame)) return give_up(miss_);
       auto t1 = Clock::now();
       std::optional<Trace> t = finish(header->array_begin, cx);
-      frame_s_ += seconds_since(t1);
+      frame_s_ += seconds_since(t1) - finalize_s_;
       if (t) {
         report(true);
         return t;
@@ -1109,49 +1292,64 @@ class FastLoader {
     stats_->read_s = read_s_;
     stats_->events_s = events_s_;
     stats_->merge_s = merge_s_;
+    stats_->place_s = place_s_;
     stats_->parallel_s = parallel_s_;
     stats_->frame_s = frame_s_;
+    stats_->frame_early_s = frame_early_s_;
     stats_->finalize_s = finalize_s_;
   }
 
   // -------- one pass over the events
 
   // Reads "traceEvents" into trace_ (and the pending PyTorch-only lists). false: give up.
-  bool events_pass(size_t array_begin, EventContext cx) {
+  bool events_pass(size_t array_begin, EventContext cx, bool early_frame) {
     trace_ = Trace{};
+    results_.clear();
     pending_memory_.clear(), pending_processes_.clear(), pending_threads_.clear();
     skipped_ = 0;
     events_ = chunks_ = 0;
-    not_ours_error_ = ended_ = stop_ = false;
+    not_ours_error_ = stop_ = false;
     miss_ = nullptr;
     next_pos_ = array_begin;
-    next_seq_ = next_commit_ = 0;
+    next_seq_ = 0;
     chunks_done_ = false;
     ours_ = cx.ours;
     base_ = cx.base;
-    merged_bytes_ = 0;
+    totals_ = Parts{};
+    placed_ = 0;
 
     auto t0 = Clock::now();
     std::vector<std::thread> helpers;
     for (unsigned i = 1; i < threads_; ++i) helpers.emplace_back([this] { work(); });
+    if (early_frame) read_frame_early(array_begin);
     work();
     for (auto& h : helpers) h.join();
     parallel_s_ += seconds_since(t0);
     if (miss_) return false;
-    if (!ended_) {
-      miss_ = "\"traceEvents\" does not end where the fast loader looks";
+    auto t1 = Clock::now();
+    const bool ordered = order_chunks();
+    merge_s_ += seconds_since(t1);
+    if (!ordered) return false;
+    auto t2 = Clock::now();
+    try {
+      place_records();
+    } catch (const std::bad_alloc&) {
+      miss_ = "out of memory in the fast loader";
       return false;
     }
+    results_.clear();
+    place_s_ += seconds_since(t2);
     return true;
   }
 
-  // One thread: take the next chunk, parse it, merge it in turn; until the events end.
+  // One thread: take the next chunk and parse it; until the events end.
   void work() {
     Chunk c;
     Stage1 stage1;
     Tokens tokens;
     auto event = std::make_unique<FastEvent>();
-    double read_s = 0, events_s = 0, merge_s = 0;
+    Parts last;  // the previous chunk's record counts: the next one's are much the same
+    double read_s = 0, events_s = 0;
     for (;;) {
       auto t0 = Clock::now();
       bool got = false;
@@ -1163,62 +1361,98 @@ class FastLoader {
       read_s += seconds_since(t0);
       if (!got) break;
       auto t1 = Clock::now();
-      parse(stage1, tokens, *event, c);
+      parse(stage1, tokens, *event, c, last);
       events_s += seconds_since(t1);
-      merge_in_turn(c, merge_s);
     }
-    std::lock_guard<std::mutex> lock(merge_mutex_);
-    read_s_ += read_s, events_s_ += events_s, merge_s_ += merge_s;
+    std::lock_guard<std::mutex> lock(state_mutex_);
+    read_s_ += read_s, events_s_ += events_s;
   }
 
   void stop_with(const char* why) {
-    std::lock_guard<std::mutex> lock(merge_mutex_);
+    std::lock_guard<std::mutex> lock(state_mutex_);
     if (!miss_) miss_ = why;
     stop_ = true;
   }
 
   // Reads the next chunk's bytes into c: from next_pos_ to the last event boundary within about
-  // chunk_bytes_ (more when there is none), or to the end of the file.
+  // chunk_bytes_ (more when there is none), or to the end of the file. Its result gets the next
+  // slot of results_ (file order). Only finding the cut is serial: most of the bytes are read
+  // after the lock is released, on every thread at once.
   bool next_chunk(Chunk& c) {
-    std::lock_guard<std::mutex> lock(read_mutex_);
-    if (chunks_done_ || stop_) return false;
+    size_t begin = 0, len = 0, have = 0;
+    {
+      std::lock_guard<std::mutex> lock(read_mutex_);
+      if (chunks_done_ || stop_) return false;
+      begin = next_pos_;
+      size_t next = 0;
+      if (!cut_at_probe(c, len, next, have)) cut_reading_all(c, len, next), have = 0;
+      results_.push_back(std::make_unique<ChunkResult>());
+      ChunkResult& r = *results_.back();
+      r.seq = next_seq_++;
+      r.begin = begin;
+      r.len = len;
+      c.result = &r;
+      next_pos_ = next;
+      chunks_done_ = next >= src_.size();
+    }
+    src_.read(begin, c.text(), have);  // [have, len) is there already
+    c.buf[0] = '[';
+    c.text()[len] = ']';
+    std::memset(c.text() + len + 1, 0, simdjson::SIMDJSON_PADDING);
+    return true;
+  }
+
+  // The cut found in the last kCutProbeBytes of a chunk_bytes_ window, reading only those (the
+  // chunk's bytes before `have` are left to read), or the file's end within the window (nothing
+  // read). false: no event boundary there.
+  bool cut_at_probe(Chunk& c, size_t& len, size_t& next, size_t& have) {
+    const size_t n = std::min(chunk_bytes_, src_.size() - next_pos_);
+    c.reserve(n);
+    if (next_pos_ + n == src_.size()) {
+      len = have = n, next = src_.size();
+      return true;
+    }
+    const size_t from = n - std::min(n, kCutProbeBytes);
+    src_.read(next_pos_ + from, c.text() + from, n - from);
+    const size_t cut = last_event_boundary(c.text() + from, n - from);
+    if (cut == std::string::npos) return false;
+    len = from + cut, next = next_pos_ + len + 1;  // the comma belongs to no chunk
+    have = from;
+    return true;
+  }
+
+  // The cut found reading whole windows, doubled until one holds an event boundary or the end
+  // of "traceEvents" (events longer than the probe, or the document's tail).
+  void cut_reading_all(Chunk& c, size_t& len, size_t& next) {
     const size_t size = src_.size();
     for (size_t want = chunk_bytes_;; want *= 2) {
       const size_t n = std::min(want, size - next_pos_);
       c.reserve(n);
       src_.read(next_pos_, c.text(), n);
-      size_t len = n, next = next_pos_ + n;
-      if (next_pos_ + n < size) {
-        size_t cut = last_event_boundary(c.text(), n);
-        if (cut != std::string::npos) {
-          len = cut, next = next_pos_ + cut + 1;  // the comma belongs to no chunk
-        } else if ((cut = array_end_candidate(c.text(), n)) != std::string::npos) {
-          len = cut, next = size;
-        } else {
-          continue;
-        }
+      len = n, next = next_pos_ + n;
+      if (next == size) return;
+      size_t cut = last_event_boundary(c.text(), n);
+      if (cut != std::string::npos) {
+        len = cut, next = next_pos_ + cut + 1;
+        return;
       }
-      c.seq = next_seq_++;
-      c.begin = next_pos_;
-      c.len = len;
-      c.buf[0] = '[';
-      c.text()[len] = ']';
-      std::memset(c.text() + len + 1, 0, simdjson::SIMDJSON_PADDING);
-      next_pos_ = next;
-      chunks_done_ = next >= size;
-      return true;
+      if ((cut = array_end_candidate(c.text(), n)) != std::string::npos) {
+        len = cut, next = size;
+        return;
+      }
     }
   }
 
-  // Parses chunk c into c.sink; c.miss says why not.
-  void parse(Stage1& stage1, Tokens& tk, FastEvent& ev, Chunk& c) {
-    c.sink.clear();
-    c.miss = nullptr;
-    c.array_ended = false;
-    c.events = 0;
+  // Parses chunk c into its result; the result's miss says why not. `last`: the record counts of
+  // the thread's previous chunk, reserved for (growing vectors record by record copies them
+  // and leaves up to half their capacity unused; all of them are kept until placed).
+  void parse(Stage1& stage1, Tokens& tk, FastEvent& ev, Chunk& c, Parts& last) {
+    ChunkResult& r = *c.result;
+    r.sink.clear();
+    for_each_part([&](auto, auto chunk_vec, auto part) { (r.sink.*chunk_vec).reserve(last.*part + last.*part / 8); });
     const EventContext cx{base_, ours_.load()};
     try {
-      const size_t len = c.len + 2;  // with our "[" and "]"
+      const size_t len = r.len + 2;  // with our "[" and "]"
       if (!stage1.run(c.buf.get(), len)) throw FastMiss{"JSON the precise loader reports"};
       tk.reset(c.buf.get(), len, stage1.index(), stage1.count(), c.arena.get());
       size_t i = 1;
@@ -1226,8 +1460,8 @@ class FastLoader {
       if (tk.ch(i) != ']') {
         for (;;) {
           if (tk.ch(i) != '{' || !ev.read(tk, i)) throw FastMiss{"JSON the precise loader reports"};
-          read_event(ev, c.sink, cx);
-          ++c.events;
+          read_event(ev, r.sink, cx);
+          ++r.events;
           const char sep = tk.ch(i);
           if (sep == ']') break;
           if (sep != ',') throw FastMiss{"JSON the precise loader reports"};
@@ -1238,158 +1472,183 @@ class FastLoader {
       // document follows (from the next token on).
       if (tk.pos(i) != len - 1) {
         if (i + 1 >= tk.count()) throw FastMiss{"JSON the precise loader reports"};
-        c.array_ended = true;
-        c.tail_offset = c.begin + tk.pos(i + 1) - 1;
+        r.array_ended = true;
+        r.tail_offset = r.begin + tk.pos(i + 1) - 1;
       } else if (i + 1 != tk.count()) {
         throw FastMiss{"JSON the precise loader reports"};
       }
       // Each chunk after a separating comma holds an event: "[a,,b]" and "[a,]" must not pass.
-      if (c.events == 0 && !(c.seq == 0 && c.array_ended)) throw FastMiss{"JSON the precise loader reports"};
+      if (r.events == 0 && !(r.seq == 0 && r.array_ended)) throw FastMiss{"JSON the precise loader reports"};
     } catch (const FastMiss& m) {
-      c.miss = m.why;
+      r.miss = m.why;
     } catch (const std::bad_alloc&) {
-      c.miss = "out of memory in the fast loader";
+      r.miss = "out of memory in the fast loader";
     }
+    for_each_part([&](auto, auto chunk_vec, auto part) { last.*part = (r.sink.*chunk_vec).size(); });
+    // What comes after a miss or the array's end is not read: the merge stops there.
+    if (r.miss || r.array_ended) stop_ = true;
+    if (needs_ours(r.sink)) guess_ours_soon();
   }
 
-  // Merges chunk c once every earlier chunk is merged (file order).
-  void merge_in_turn(Chunk& c, double& merge_s) {
-    std::unique_lock<std::mutex> lock(merge_mutex_);
-    turn_.wait(lock, [&] { return next_commit_ == c.seq; });
+  // Reads the frame on this thread while the others parse, at the tail guessed from where our
+  // block starts; finish() uses it only if the events end there.
+  void read_frame_early(size_t array_begin) {
     auto t0 = Clock::now();
-    if (!stop_) {
-      if (c.miss) {
-        miss_ = c.miss;
-        stop_ = true;
-      } else {
-        try {
-          merge(c);
-        } catch (const std::bad_alloc&) {
-          miss_ = "out of memory in the fast loader";
-          stop_ = true;
-        }
-        if (c.array_ended) {
-          ended_ = true;
-          tail_offset_ = c.tail_offset;
-          stop_ = true;  // later chunks hold the rest of the document, not events
-        }
+    try {
+      const size_t tail = guess_tail(src_);
+      if (tail != std::string::npos) {
+        set_ours_if_unknown(Ours::Yes);  // found as probe_block finds it
+        frame_ = read_frame(src_, origin_, array_begin, tail);
       }
+    } catch (...) {
+      frame_.reset();  // read again in finish(), which reports
     }
-    ++next_commit_;
-    merge_s += seconds_since(t0);
-    turn_.notify_all();
+    frame_early_s_ += seconds_since(t0);
+  }
+
+  // -------- in file order
+
+  // Whether chunk results only count when the document is not ours.
+  static bool needs_ours(const ChunkSink& s) {
+    const auto& e = s.strings.entries();
+    return !s.counters.empty() || std::any_of(e.begin(), e.end(), [](auto& x) { return x.not_ours_only; });
   }
 
   // Whether the document is ours, guessed from its tail when read_event has not been told.
   bool ours_now() {
     if (ours_.load() == Ours::Unknown) {
-      ours_ = probe_block(src_) ? Ours::Yes : Ours::No;
+      const bool ours = probe_block(src_);
+      set_ours_if_unknown(ours ? Ours::Yes : Ours::No);
     }
     return ours_.load() == Ours::Yes;
   }
-
-  // Grows v for `add` more records, reserving for the whole file by the share merged so far
-  // (no reallocation and copy per chunk; untouched capacity costs no memory).
-  template <class T>
-  void reserve_for(std::vector<T>& v, size_t add) {
-    const size_t need = v.size() + add;
-    if (need <= v.capacity()) return;
-    const double share = double(src_.size()) / double(std::max<size_t>(merged_bytes_, 1));
-    const size_t guess = size_t(double(need) * std::min(share, 1e6) * 1.05) + 64;
-    v.reserve(std::max({need, guess, v.capacity() + v.capacity() / 2}));
+  // The same guess made by a parsing thread as soon as a chunk needs it, so that later chunks
+  // stop reading PyTorch-only events speculatively; the merge makes it again if this fails.
+  void guess_ours_soon() {
+    if (ours_.load() != Ours::Unknown || !probe_mutex_.try_lock()) return;
+    std::lock_guard<std::mutex> lock(probe_mutex_, std::adopt_lock);
+    try {
+      if (ours_.load() == Ours::Unknown) set_ours_if_unknown(probe_block(src_) ? Ours::Yes : Ours::No);
+    } catch (...) {
+    }
   }
-  template <class T>
-  void append(std::vector<T>& to, const std::vector<T>& from) {
-    reserve_for(to, from.size());
-    to.insert(to.end(), from.begin(), from.end());
+  void set_ours_if_unknown(Ours o) {
+    Ours unknown = Ours::Unknown;
+    ours_.compare_exchange_strong(unknown, o);
   }
 
-  void merge(Chunk& c) {
-    ChunkSink& s = c.sink;
-    merged_bytes_ = c.begin + c.len;
-    // Chunk string ids -> the trace's, interned in the chunk's first-use order.
-    const auto& entries = s.strings.entries();
-    remap_.resize(entries.size());
-    const bool has_not_ours_names = std::any_of(entries.begin(), entries.end(), [](auto& e) { return e.not_ours_only; });
-    const bool keep_counters = (!s.counters.empty() || has_not_ours_names) && !ours_now();
+  // Gives each chunk, in file order, its string ids and its places in the trace's vectors (as if
+  // its records were appended), and gathers what is small; up to the chunk where the events end.
+  // false: give up (miss_ says why).
+  bool order_chunks() {
+    for (auto& p : results_) {
+      ChunkResult& r = *p;
+      if (r.miss) {
+        miss_ = r.miss;
+        return false;
+      }
+      intern_names(r);
+      r.at = totals_;
+      for_each_part([&](auto, auto chunk_vec, auto part) { totals_.*part += (r.sink.*chunk_vec).size(); });
+      gather(r);
+      ++placed_;
+      if (r.array_ended) {
+        tail_offset_ = r.tail_offset;
+        return true;  // later chunks hold the rest of the document, not events
+      }
+    }
+    miss_ = "\"traceEvents\" does not end where the fast loader looks";
+    return false;
+  }
+
+  // Chunk string ids -> the trace's, interned in the chunk's first-use order. Names of what only
+  // counts in PyTorch traces are interned (and counters kept) only when the document is not ours.
+  void intern_names(ChunkResult& r) {
+    const auto& entries = r.sink.strings.entries();
+    r.keep_counters = needs_ours(r.sink) && !ours_now();
+    if (!r.keep_counters) r.sink.counters.clear();
+    r.remap.resize(entries.size());
     for (size_t i = 0; i < entries.size(); ++i)
-      remap_[i] = !entries[i].not_ours_only || keep_counters ? trace_.intern(entries[i].text) : 0;
+      r.remap[i] = !entries[i].not_ours_only || r.keep_counters ? trace_.intern(entries[i].text) : 0;
+  }
 
-    Trace& t = trace_;
-    size_t at = t.kernels.size();
-    append(t.kernels, s.kernels);
-    for (size_t i = at; i < t.kernels.size(); ++i) t.kernels[i].name = remap_[t.kernels[i].name];
-    append(t.memcpys, s.memcpys);
-    append(t.memsets, s.memsets);
-    at = t.api_calls.size();
-    append(t.api_calls, s.api_calls);
-    for (size_t i = at; i < t.api_calls.size(); ++i) t.api_calls[i].name = remap_[t.api_calls[i].name];
-    append(t.syncs, s.syncs);
-    at = t.nvtx.size();
-    append(t.nvtx, s.nvtx);
-    for (size_t i = at; i < t.nvtx.size(); ++i) {
-      t.nvtx[i].name = remap_[t.nvtx[i].name];
-      t.nvtx[i].domain = remap_[t.nvtx[i].domain];
-    }
-    if (keep_counters) {
-      at = t.counters.size();
-      append(t.counters, s.counters);
-      for (size_t i = at; i < t.counters.size(); ++i) t.counters[i].name = remap_[t.counters[i].name];
-    }
-    // Kept until it is known whether the document is ours (its names are in the parser's
-    // buffers, which the next chunk reuses: copied).
+  // Counts, and the PyTorch-only lists kept until it is known whether the document is ours.
+  void gather(ChunkResult& r) {
+    ChunkSink& s = r.sink;
     pending_memory_.insert(pending_memory_.end(), s.memory_ops.begin(), s.memory_ops.end());
-    for (const auto& [pid, name] : s.processes) pending_processes_.push_back({pid, std::string(name)});
-    for (const auto& [pid, tid, name] : s.threads) pending_threads_.push_back({pid, tid, std::string(name)});
-    t.counts += s.counts;
+    for (Process& p : s.processes) pending_processes_.push_back(std::move(p));
+    for (Thread& t : s.threads) pending_threads_.push_back(std::move(t));
+    trace_.counts += s.counts;
     skipped_ += s.skipped;
     not_ours_error_ |= s.not_ours_error;
-    events_ += c.events;
+    events_ += r.events;
     ++chunks_;
+  }
+
+  // -------- placing the records
+
+  // The trace's event vectors sized (allocated, mapped on all threads, then constructed), and
+  // every chunk's records copied to its places on all threads.
+  void place_records() {
+    std::vector<std::pair<char*, size_t>> ranges;
+    for_each_part([&](auto trace_vec, auto, auto part) {
+      auto& v = trace_.*trace_vec;
+      v.reserve(totals_.*part);
+      ranges.emplace_back(reinterpret_cast<char*>(v.data()), v.capacity() * sizeof(v[0]));
+    });
+    prefault(ranges);
+    std::vector<std::function<void()>> resizes;
+    for_each_part([&](auto trace_vec, auto, auto part) {
+      resizes.push_back([this, trace_vec, n = totals_.*part] { (trace_.*trace_vec).resize(n); });
+    });
+    parallel::parallel_for(threads_, resizes.size(), [&](size_t i) { resizes[i](); });
+    parallel::parallel_for(threads_, placed_, [&](size_t i) { place_chunk(*results_[i]); });
+  }
+
+  // Maps the pages of `ranges` in pieces on all threads: first writes fault, and faults are the
+  // slow part of filling fresh memory.
+  void prefault(const std::vector<std::pair<char*, size_t>>& ranges) {
+    constexpr size_t kPiece = size_t(4) << 20;
+    std::vector<std::pair<char*, size_t>> pieces;
+    for (auto [p, n] : ranges)
+      for (size_t at = 0; at < n; at += kPiece) pieces.emplace_back(p + at, std::min(kPiece, n - at));
+    parallel::parallel_for(threads_, pieces.size(), [&](size_t i) { parallel::prefault(pieces[i].first, pieces[i].second); });
+  }
+
+  void place_chunk(const ChunkResult& r) {
+    for_each_part([&](auto trace_vec, auto chunk_vec, auto part) {
+      place(r.sink.*chunk_vec, (trace_.*trace_vec).data() + r.at.*part, r.remap.data());
+    });
   }
 
   // -------- everything but the events
 
-  // The document without its events: parsed by the precise loader's code. nullopt with miss_
-  // unset: a guess was wrong, read the events again knowing (cx updated).
+  // The document without its events: parsed by the precise loader's code (or taken from the
+  // early read when the events end where it guessed). nullopt with miss_ unset: a guess was
+  // wrong, read the events again knowing (cx updated).
   std::optional<Trace> finish(size_t array_begin, EventContext& cx) {
-    const size_t tail = src_.size() - tail_offset_;
-    simdjson::padded_string frame(array_begin + 1 + tail);
-    src_.read(0, frame.data(), array_begin);
-    frame.data()[array_begin] = ']';
-    src_.read(tail_offset_, frame.data() + array_begin + 1, tail);
-    dom::parser parser;
-    dom::element doc;
-    if (parser.parse(frame).get(doc)) return fail_with("JSON the precise loader reports");
+    if (!frame_ || frame_->tail != tail_offset_) frame_ = read_frame(src_, origin_, array_begin, tail_offset_);
+    Frame& f = *frame_;
+    if (f.miss) return fail_with(f.miss);
+    if (f.events_keys != 1) return fail_with("\"traceEvents\" given twice");
+    const bool ours_wrong = ours_.load() != Ours::Unknown && (ours_.load() == Ours::Yes) != f.ours;
+    if (f.base != cx.base || ours_wrong) {
+      cx.base = f.base;
+      cx.ours = f.ours ? Ours::Yes : Ours::No;
+      return std::nullopt;
+    }
+    if (!f.ours && not_ours_error_) return fail_with("an event the precise loader reports");
+    if (f.load_miss) return fail_with(f.load_miss);
     Trace& t = trace_;
-    try {
-      TopLevel top = read_top_level(doc, origin_);
-      if (top.events_keys != 1) return fail_with("\"traceEvents\" given twice");
-      const Ns base = base_time_of(top, origin_);
-      const bool ours = has_our_block(top);
-      const bool ours_wrong = ours_.load() != Ours::Unknown && (ours_.load() == Ours::Yes) != ours;
-      if (base != cx.base || ours_wrong) {
-        cx.base = base;
-        cx.ours = ours ? Ours::Yes : Ours::No;
-        return std::nullopt;
-      }
-      if (!ours && not_ours_error_) return fail_with("an event the precise loader reports");
-      load_device_properties(top, t, origin_);
-      if (ours) {
-        load_block(top.block.get_object().value_unsafe(), t, origin_);
-      } else {
-        for (const MemoryOp& m : pending_memory_) apply_memory_op(t.allocations, m.ts, m.bytes, m.addr, m.dev);
-        t.processes.insert(t.processes.end(), pending_processes_.begin(), pending_processes_.end());
-        t.threads.insert(t.threads.end(), pending_threads_.begin(), pending_threads_.end());
-        finish_pytorch_trace(t, base, skipped_);
-      }
-    } catch (const sl::Error&) {
-      return fail_with("the top level or the block has an error the precise loader reports");
-    } catch (const simdjson::simdjson_error&) {
-      return fail_with("the top level or the block has an error the precise loader reports");
+    add_frame(f, t);
+    if (!f.ours) {
+      for (const MemoryOp& m : pending_memory_) apply_memory_op(t.allocations, m.ts, m.bytes, m.addr, m.dev);
+      append(t.processes, pending_processes_);
+      append(t.threads, pending_threads_);
+      finish_pytorch_trace(t, f.base, skipped_);
     }
     auto t0 = Clock::now();
-    t.finalize();
+    t.finalize(threads_);
     finalize_s_ = seconds_since(t0);
     return std::move(t);
   }
@@ -1403,32 +1662,34 @@ class FastLoader {
   JsonLoadStats* stats_;
   size_t chunk_bytes_ = kDefaultChunkBytes;
   unsigned threads_ = 1;
+  std::optional<Frame> frame_;  // read once; kept across passes
 
   // One pass.
   Trace trace_;
+  std::vector<std::unique_ptr<ChunkResult>> results_;  // by seq (file order)
+  Parts totals_;
+  size_t placed_ = 0;  // chunks whose records go into the trace (up to where the events end)
   std::vector<MemoryOp> pending_memory_;
   std::vector<Process> pending_processes_;
   std::vector<Thread> pending_threads_;
-  std::vector<StrId> remap_;
   uint64_t skipped_ = 0;
-  size_t events_ = 0, chunks_ = 0, merged_bytes_ = 0;
+  size_t events_ = 0, chunks_ = 0;
   bool not_ours_error_ = false;
   std::atomic<Ours> ours_{Ours::Unknown};  // Yes / No: told, or guessed (checked in finish)
+  std::mutex probe_mutex_;                 // one thread guesses at a time
   Ns base_ = 0;
 
-  std::mutex read_mutex_;  // chunking
+  std::mutex read_mutex_;  // chunking; results_ grows under it
   size_t next_pos_ = 0, next_seq_ = 0;
   bool chunks_done_ = false;
 
-  std::mutex merge_mutex_;  // merging in file order; also guards the fields below
-  std::condition_variable turn_;
-  size_t next_commit_ = 0;
+  std::mutex state_mutex_;  // guards miss_ while the threads run, and the time sums
   std::atomic<bool> stop_{false};
   const char* miss_ = nullptr;
-  bool ended_ = false;
-  size_t tail_offset_ = 0;
+  size_t tail_offset_ = 0;  // where the document goes on after the events (set by the merge)
 
-  double read_s_ = 0, events_s_ = 0, merge_s_ = 0, parallel_s_ = 0, frame_s_ = 0, finalize_s_ = 0;
+  double read_s_ = 0, events_s_ = 0, merge_s_ = 0, place_s_ = 0, parallel_s_ = 0, frame_s_ = 0, frame_early_s_ = 0,
+         finalize_s_ = 0;
 };
 
 }  // namespace

@@ -56,11 +56,14 @@ void print_phases(const JsonLoadStats& s, size_t events) {
               s.fast ? "parse + event fields (sum over threads)" : "event fields", s.events_s, rate(s.events_s),
               mbs(s.events_s));
   if (s.fast) {
-    std::printf("  %-44s %8.3f s %9.2f M ev/s\n", "merge in file order (sum over threads)", s.merge_s, rate(s.merge_s));
-    std::printf("  %-44s %8.3f s %9.2f M ev/s %9.0f MB/s\n", "threaded part (wall)", s.parallel_s, rate(s.parallel_s),
-                mbs(s.parallel_s));
+    std::printf("  %-44s %8.3f s %9.2f M ev/s %9.0f MB/s\n", "threaded read + parse (wall)", s.parallel_s,
+                rate(s.parallel_s), mbs(s.parallel_s));
+    if (s.frame_early_s > 0)
+      std::printf("  %-44s %8.3f s\n", "  of it: top level + block on one thread", s.frame_early_s);
+    std::printf("  %-44s %8.3f s %9.2f M ev/s\n", "merge: pass in file order (serial)", s.merge_s, rate(s.merge_s));
+    std::printf("  %-44s %8.3f s %9.2f M ev/s\n", "merge: records placed (all threads)", s.place_s, rate(s.place_s));
   }
-  std::printf("  %-44s %8.3f s\n", "top level + deviceProperties + block", s.frame_s);
+  std::printf("  %-44s %8.3f s\n", "top level + deviceProperties + block (serial)", s.frame_s);
   std::printf("  %-44s %8.3f s %9.2f M ev/s\n", "Trace::finalize", s.finalize_s, rate(s.finalize_s));
 }
 

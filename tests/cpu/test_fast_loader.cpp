@@ -264,3 +264,63 @@ TEST(FastLoader, FilesAndTextAgree) {
   EXPECT_TRUE(st.fast) << st.fallback;
   EXPECT_EQ(difference(load_kineto_json_file(pt, precise()), a), "");
 }
+
+// Our block comes last; with several threads it is read while the events are parsed, at a tail
+// guessed from where the block starts. The precise loader's trace whether the guess is right or
+// not, whether the block sets the record counts or not; its error when the block has one.
+TEST(FastLoader, BlockReadWhileEventsAreParsed) {
+  SyntheticOptions o;
+  o.target_events = 40000;
+  const std::string text = kineto_json_string(make_synthetic_trace(o));
+  const size_t block = text.rfind("\"streamlab\": {");
+  ASSERT_NE(block, std::string::npos);
+  ASSERT_GT(text.size() - block, size_t(64) << 10) << "a tail the loader reads early";
+  const std::vector<JsonLoadOptions> variants{chunked(2, 65536), chunked(3, 16384), chunked(1, size_t(1) << 30)};
+  JsonLoadStats st;
+  load_kineto_json(text, "t.json", chunked(3, 65536), &st);
+  EXPECT_TRUE(st.fast) << st.fallback;
+  EXPECT_GT(st.frame_early_s, 0) << "the block is read while the events are parsed";
+  EXPECT_EQ(expect_fast_equals_precise(text, variants, "block read early"), variants.size());
+
+  // Counts given by the block (they replace the events'), or not (the events' count: one ends
+  // before it starts).
+  std::string counts = text;
+  counts.insert(counts.find("\"dur\": ") + 7, "-");
+  counts.replace(counts.find("\"dropped\": 0", block), 12, "\"dropped\": 5");
+  EXPECT_EQ(expect_fast_equals_precise(counts, variants, "block counts"), variants.size());
+  std::string no_counts = counts;
+  const size_t c = no_counts.find("\"counts\": {", block);
+  no_counts.erase(c, no_counts.find("},", c) + 3 - c);
+  EXPECT_EQ(load_kineto_json(no_counts, "t.json", precise()).counts.end_before_start, 1u);
+  EXPECT_EQ(expect_fast_equals_precise(no_counts, variants, "no block counts"), variants.size());
+
+  // A decoy before the block: the last event holds "[1], "streamlab": {...}" (fields nobody
+  // reads), which the guess finds first. The guess is wrong; the events' real end decides.
+  std::string decoy = text;
+  decoy.insert(decoy.rfind("\n{\"", block) + 2, "\"s_list\": [1], \"streamlab\": {\"x\": 1}, ");
+  EXPECT_EQ(expect_fast_equals_precise(decoy, variants, "decoy"), variants.size());
+  // The same decoy in a document without our block, with a long tail (keys sorted: "zzz" after
+  // the events): the guess also says "ours", wrongly; the events are read again as PyTorch's.
+  json doc = json::parse(decoy);
+  doc.erase("streamlab");
+  doc["zzz"] = json::array();
+  for (int i = 0; i < 20000; ++i) doc["zzz"].push_back(i);
+  const std::string not_ours = doc.dump(1);
+  const Trace want = load_kineto_json(not_ours, "t.json", precise());
+  for (const JsonLoadOptions& v : variants) {
+    Trace t = load_kineto_json(not_ours, "t.json", v, &st);
+    EXPECT_EQ(difference(want, t), "") << "not ours, threads " << v.threads;
+    EXPECT_TRUE(st.fast) << st.fallback;
+    if (v.threads > 1) {
+      EXPECT_EQ(st.retries, 1u) << "the wrong guess is noticed";
+    }
+  }
+
+  // An error in the block is the precise loader's.
+  std::string bad = text;
+  const size_t row = bad.find("\n[", bad.find("\"cuda_events\": [", block));
+  bad.insert(row + 1, "[1, 2],");
+  const std::string want_error = error_of(bad, precise());
+  EXPECT_NE(want_error.find("streamlab.cuda_events"), std::string::npos) << want_error;
+  for (const JsonLoadOptions& v : variants) EXPECT_EQ(error_of(bad, v), want_error);
+}

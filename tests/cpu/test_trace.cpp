@@ -1,6 +1,9 @@
 // The trace model: compactness, string interning, finalize().
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <random>
+
 #include "profiler/synthetic.h"
 #include "profiler/trace.h"
 
@@ -121,4 +124,33 @@ TEST(Trace, RecordCountsClean) {
   d.dropped = 2;
   c += d;
   EXPECT_EQ(c.dropped, 2u);
+}
+
+// finalize(threads) sorts on several threads: the same trace as finalize(), ties included (equal
+// starts, and records equal in start and end whose order only the input gives).
+TEST(Trace, FinalizeOnThreadsGivesTheSameTrace) {
+  SyntheticOptions o;
+  o.target_events = 200000;
+  Trace src = make_synthetic_trace(o);
+  std::mt19937 rng(11);
+  auto scramble = [&](auto& v) {
+    // Blocks shuffled (far moves) and neighbours swapped (near moves); every tenth record gets
+    // its predecessor's times, so that ties need the input order.
+    for (size_t i = 1; i < v.size(); i += 10) v[i].start = v[i - 1].start, v[i].end = v[i - 1].end;
+    for (size_t i = 0; i + 64 <= v.size(); i += 64)
+      if (rng() % 3 == 0) std::swap_ranges(v.begin() + i, v.begin() + i + 32, v.begin() + i + 32);
+    for (size_t i = 1; i < v.size(); i += 2)
+      if (rng() % 2) std::swap(v[i - 1], v[i]);
+  };
+  scramble(src.kernels), scramble(src.api_calls), scramble(src.syncs), scramble(src.nvtx);
+  std::shuffle(src.cuda_events.begin(), src.cuda_events.end(), rng);
+  ASSERT_GT(src.kernels.size(), 40000u) << "big enough for the parallel sorts";
+  Trace one = src;
+  one.finalize();
+  for (unsigned threads : {2u, 3u, 8u}) {
+    Trace t = src;
+    t.finalize(threads);
+    // Every field compared: tied records differ in correlation ids, so their order counts too.
+    EXPECT_EQ(first_difference(one, t), "") << threads << " threads";
+  }
 }
