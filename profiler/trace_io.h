@@ -30,7 +30,7 @@ Trace load_trace(const std::string& path);
 
 struct JsonLoadOptions {
   bool fast = true;        // false: the precise loader alone
-  unsigned threads = 0;    // fast loader threads; 0: one per core, at most 8
+  unsigned threads = 0;    // fast loader threads; 0: one per core, at most 16
   size_t chunk_bytes = 0;  // bytes of "traceEvents" per chunk (about); 0: 1 MiB
 };
 
