@@ -12,6 +12,8 @@
 //   names, counters), which are ignored when the file carries our "streamlab" block.
 // Internal to the profiler library.
 #pragma once
+#include <cstdlib>
+#include <cerrno>
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -108,6 +110,18 @@ inline const ArgTable kArgTable;
 inline std::string arg_label(A k) { return std::string("args.\"") + kArgNames[int(k)] + "\""; }
 
 inline uint32_t u32(int64_t v) { return uint32_t(v); }
+
+// An integer written as a JSON string ("stream": "7", as some writers do): the whole text must be
+// a base-10 integer in range. Both loaders read such values the same way.
+inline bool integer_from_text(std::string_view text, int64_t& out) {
+  const std::string s(text);
+  char* end = nullptr;
+  errno = 0;
+  const long long x = std::strtoll(s.c_str(), &end, 10);
+  if (s.empty() || !end || *end != 0 || errno != 0) return false;
+  out = x;
+  return true;
+}
 
 inline SyncType sync_type_from_name(std::string_view s) {
   if (s == "Event Sync" || s == "event_sync" || s == "Event Synchronize") return SyncType::EventSynchronize;

@@ -147,17 +147,7 @@ class Ev {
         }
         return false;
       }
-      case Type::STRING: {
-        std::string s(as_str(v));
-        char* end = nullptr;
-        errno = 0;
-        long long x = std::strtoll(s.c_str(), &end, 10);
-        if (!s.empty() && end && *end == 0 && errno == 0) {
-          out = x;
-          return true;
-        }
-        return false;
-      }
+      case Type::STRING: return integer_from_text(as_str(v), out);
       default: return false;
     }
   }

@@ -666,17 +666,7 @@ class FastEvent {
           return true;
         }
         return false;
-      case Kind::String: {
-        std::string s(v.s);
-        char* end = nullptr;
-        errno = 0;
-        long long x = std::strtoll(s.c_str(), &end, 10);
-        if (!s.empty() && end && *end == 0 && errno == 0) {
-          out = x;
-          return true;
-        }
-        return false;
-      }
+      case Kind::String: return integer_from_text(v.s, out);
       default: return false;
     }
   }

@@ -94,12 +94,6 @@ std::vector<std::string> model_args(const ModelOptions& m) {
   return a;
 }
 
-std::string utc_now() {
-  std::time_t t = std::time(nullptr);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-  return buf;
-}
 
 // The measurements' provenance (the first child's: GPU, driver, CUDA, commit, date).
 nlohmann::json measured_provenance(const std::vector<compare::Side>& sides) {
@@ -184,9 +178,7 @@ std::vector<std::pair<std::string, std::string>> take_screenshots(const std::str
         if (w.mode != "eager") continue;
         ui::ViewerOptions v;
         v.trace = plain_or_gz(folder + "/traces/" + w.trace_json);
-        std::string name;
-        for (char ch : side.label) name += std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' ? ch : '_';
-        v.screenshot = folder + "/screenshots/" + name + ".png";
+        v.screenshot = folder + "/screenshots/" + compare::file_slug(side.label) + ".png";
         v.frames = 3;
         v.width = 1600;
         v.height = 900;

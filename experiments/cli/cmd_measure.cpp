@@ -54,14 +54,6 @@ double ms_since(clock_type::time_point t0) {
   return std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
 }
 
-// The prompt `streamlab run` uses: deterministic pseudo-random ids from the seed.
-std::vector<int32_t> seeded_prompt(const ModelConfig& cfg) {
-  std::vector<int32_t> out;
-  const uint64_t key = hash_name("prompt");
-  for (int64_t i = 0; i < int64_t(cfg.batch) * cfg.context_length; ++i)
-    out.push_back(int32_t(splitmix64(cfg.seed ^ splitmix64(key ^ uint64_t(i))) % uint64_t(cfg.vocab_size)));
-  return out;
-}
 
 // One decode step in `mode`, timed. The device half alone is between the two synchronizations
 // (the position upload before it and the token download after it are not part of a step's

@@ -99,10 +99,7 @@ std::vector<int32_t> prompt_tokens(const RunOptions& o, ModelConfig& cfg) {
     cfg.context_length = int(T0);
     return out;
   }
-  const uint64_t key = hash_name("prompt");
-  for (int64_t i = 0; i < int64_t(B) * cfg.context_length; ++i)
-    out.push_back(int32_t(splitmix64(cfg.seed ^ splitmix64(key ^ uint64_t(i))) % uint64_t(cfg.vocab_size)));
-  return out;
+  return seeded_prompt(cfg);
 }
 
 std::string tokens_str(const std::vector<int32_t>& v) {

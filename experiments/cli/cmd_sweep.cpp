@@ -58,12 +58,6 @@ struct SweepOptions {
   bool json_out = false;
 };
 
-std::string utc_now() {
-  std::time_t t = std::time(nullptr);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-  return buf;
-}
 
 std::vector<std::string> split(const std::string& s) {
   std::vector<std::string> v;

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/rng.h"
 
 namespace sl::cli {
 
@@ -53,6 +54,14 @@ StreamPolicy resolve_policy(const ModelOptions& o) {
   p.aux_priority = o.aux_priority == "highest" ? -5 : 0;
   if (o.no_shared_expert_stream) p.shared_expert_stream = false;
   return p;
+}
+
+std::vector<int32_t> seeded_prompt(const ModelConfig& cfg) {
+  std::vector<int32_t> out;
+  const uint64_t key = hash_name("prompt");
+  for (int64_t i = 0; i < int64_t(cfg.batch) * cfg.context_length; ++i)
+    out.push_back(int32_t(splitmix64(cfg.seed ^ splitmix64(key ^ uint64_t(i))) % uint64_t(cfg.vocab_size)));
+  return out;
 }
 
 RunShape run_shape(const ModelConfig& cfg, int decode_steps, bool all_logits) {

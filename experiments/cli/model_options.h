@@ -3,6 +3,7 @@
 #pragma once
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -26,6 +27,10 @@ void add_model_options(CLI::App* cmd, ModelOptions& o);
 // The config after overrides, validated (throws naming the key on a bad value).
 ModelConfig resolve_config(const ModelOptions& o, const std::string& config_override_path = "");
 StreamPolicy resolve_policy(const ModelOptions& o);
+// The prompt when none is given: batch x context deterministic pseudo-random token ids from the seed
+// (the same for run, measure and every backend).
+std::vector<int32_t> seeded_prompt(const ModelConfig& cfg);
+
 // Shapes for a run of `decode_steps` steps after a prompt of cfg.context_length tokens.
 RunShape run_shape(const ModelConfig& cfg, int decode_steps, bool all_logits);
 

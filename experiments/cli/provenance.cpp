@@ -61,10 +61,15 @@ std::string command_line(int argc, char** argv) {
   return s;
 }
 
-nlohmann::json provenance(const std::string& command) {
+std::string utc_now() {
   std::time_t t = std::time(nullptr);
   char date[64];
   std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return date;
+}
+
+nlohmann::json provenance(const std::string& command) {
+  const std::string date = utc_now();
   char host[256] = {0};
   if (::gethostname(host, sizeof host - 1) != 0) host[0] = 0;
   nlohmann::json env = nlohmann::json::object();

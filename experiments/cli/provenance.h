@@ -17,6 +17,9 @@ nlohmann::json provenance(const std::string& command_line);
 // "a b c" from argv, each argument quoted when it holds a space or quote.
 std::string command_line(int argc, char** argv);
 
+// Now, UTC, as "2026-12-04T00:22:42Z" (the date of every result).
+std::string utc_now();
+
 // CUDA_DEVICE_MAX_CONNECTIONS as this process sees it ("" when unset).
 std::string connections_setting();
 

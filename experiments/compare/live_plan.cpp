@@ -9,12 +9,8 @@
 
 namespace sl::compare {
 
-std::string again_label(const std::string& baseline) { return baseline + " (again)"; }
-
-namespace {
-
 // A file-name-safe form of a side label: "pool:6 (again)" -> "pool6-again".
-std::string slug(const std::string& s) {
+std::string file_slug(const std::string& s) {
   std::string out;
   for (char c : s) {
     if (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_') out += c;
@@ -23,6 +19,11 @@ std::string slug(const std::string& s) {
   while (!out.empty() && out.back() == '-') out.pop_back();
   return out;
 }
+
+std::string again_label(const std::string& baseline) { return baseline + " (again)"; }
+
+namespace {
+
 
 std::vector<std::string> child_argv(const LiveSpec& s, const PlannedRun& r, const std::string& folder) {
   std::vector<std::string> a{s.exe, "measure", "--backend", s.backend, "--policy", r.policy};
@@ -54,7 +55,7 @@ std::vector<PlannedRun> plan_live(const LiveSpec& spec) {
       r.side = side;
       r.policy = side == sides.back() && spec.baseline_twice ? spec.policies[0] : side;
       r.repetition = rep;
-      const std::string base = slug(side) + "_r" + std::to_string(rep);
+      const std::string base = file_slug(side) + "_r" + std::to_string(rep);
       r.out = "runs/" + base + ".json";
       r.log = "logs/" + base + ".log";
       plan.push_back(r);
@@ -65,8 +66,8 @@ std::vector<PlannedRun> plan_live(const LiveSpec& spec) {
       r.side = p;
       r.policy = p;
       r.traced = true;
-      r.out = "traces/" + slug(p) + ".json";
-      r.log = "logs/" + slug(p) + "_traced.log";
+      r.out = "traces/" + file_slug(p) + ".json";
+      r.log = "logs/" + file_slug(p) + "_traced.log";
       plan.push_back(r);
     }
   return plan;

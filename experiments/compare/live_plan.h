@@ -37,6 +37,9 @@ struct PlannedRun {
   std::vector<std::string> argv;
 };
 
+// A file-name-safe form of a side label: "pool:6 (again)" -> "pool6-again".
+std::string file_slug(const std::string& label);
+
 // The label of the baseline's second measurement.
 std::string again_label(const std::string& baseline);
 

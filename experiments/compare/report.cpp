@@ -76,17 +76,12 @@ std::string mode_words(const std::string& key) {
 
 std::string verdict_words(const Report& r, const MetricDiff& d) {
   const std::string a = r.cmp.sides[d.a].label, b = r.cmp.sides[d.b].label;
-  std::string v;
-  switch (d.verdict.verdict) {
-    case stats::Verdict::AFaster: v = a + " faster"; break;
-    case stats::Verdict::BFaster: v = b + " faster"; break;
-    case stats::Verdict::NoDifference: v = "no meaningful difference"; break;
-    case stats::Verdict::Inconclusive: v = "inconclusive"; break;
-  }
-  std::string s = b + " vs " + a + ", " + mode_words(d.key) + ": " + v + " (" + b + "/" + a + " - 1 = " +
-                  format_pct(d.interval.estimate) + ", 95 % interval " + format_interval(d.interval) + ", margin +-" +
-                  format_pct(d.verdict.margin).substr(1) + ")";
-  if (d.verdict.verdict == stats::Verdict::Inconclusive)
+  const bool inconclusive = d.verdict.verdict == stats::Verdict::Inconclusive;
+  std::string s = b + " vs " + a + ", " + mode_words(d.key) + ": " +
+                  (inconclusive ? std::string("inconclusive") : verdict_label(r.cmp, d)) + " (" + b + "/" + a +
+                  " - 1 = " + format_pct(d.interval.estimate) + ", 95 % interval " + format_interval(d.interval) +
+                  ", margin +-" + format_pct(d.verdict.margin).substr(1) + ")";
+  if (inconclusive)
     s += d.verdict.repetitions_needed
              ? "; about " + std::to_string(d.verdict.repetitions_needed) + " repetitions would settle it"
              : "; the difference sits on the margin";
@@ -137,11 +132,7 @@ std::string diff_table(const Comparison& c) {
   os << "  " << pad("B", 22) << pad("mode/part", 14) << pad("B/A - 1", 11) << pad("95 % interval", 22)
      << pad("margin", 9) << "verdict\n";
   for (const auto& d : c.diffs) {
-    std::string v = stats::to_string(d.verdict.verdict);
-    if (d.verdict.verdict == stats::Verdict::AFaster) v = c.sides[d.a].label + " faster";
-    if (d.verdict.verdict == stats::Verdict::BFaster) v = c.sides[d.b].label + " faster";
-    if (d.verdict.verdict == stats::Verdict::Inconclusive && d.verdict.repetitions_needed)
-      v += " (~" + std::to_string(d.verdict.repetitions_needed) + " repetitions)";
+    const std::string v = verdict_label(c, d);
     os << "  " << pad(c.sides[d.b].label, 22) << pad(d.key, 14) << pad(format_pct(d.interval.estimate), 11)
        << pad(format_interval(d.interval), 22) << pad(format_pct(d.verdict.margin).substr(1), 9) << v << "\n";
   }
@@ -150,35 +141,14 @@ std::string diff_table(const Comparison& c) {
 
 std::string resources_table(const std::vector<SideResources>& res) {
   std::ostringstream os;
-  auto row = [&](const std::string& name, auto cell) {
-    os << pad("  " + name, 30);
-    for (const auto& r : res) os << pad(cell(r), 20);
+  os << pad("", 32);
+  for (const auto& r : res) os << pad(r.label, 20);
+  os << "\n";
+  for (const auto& row : resource_rows(res)) {
+    os << pad("  " + row[0], 32);
+    for (size_t i = 1; i < row.size(); ++i) os << pad(row[i], 20);
     os << "\n";
-  };
-  row("", [](const SideResources& r) { return r.label; });
-  row("streams created", [](const SideResources& r) { return std::to_string(r.streams_created); });
-  row("stream setup (host)", [](const SideResources& r) {
-    char b[32];
-    std::snprintf(b, sizeof b, "%.2f ms", r.stream_setup_ms);
-    return std::string(b);
-  });
-  row("events created", [](const SideResources& r) { return std::to_string(r.events_created); });
-  row("library workspaces", [](const SideResources& r) { return format_bytes(r.library_bytes); });
-  row("peak device memory", [](const SideResources& r) { return format_bytes(r.peak_bytes); });
-  row("graph nodes / edges", [](const SideResources& r) {
-    return r.graph_nodes ? std::to_string(r.graph_nodes) + " / " + std::to_string(r.graph_edges) : std::string("-");
-  });
-  row("hardware queues", [](const SideResources& r) {
-    return r.connections.empty() ? std::string("8 (default)") : r.connections;
-  });
-  auto ratio = [](const std::optional<double>& x) {
-    if (!x) return std::string("-");
-    char b[32];
-    std::snprintf(b, sizeof b, "%.3f", *x);
-    return std::string(b);
-  };
-  row("tracing on/off, eager", [&](const SideResources& r) { return ratio(r.tracing_ratio_eager); });
-  row("tracing on/off, graph", [&](const SideResources& r) { return ratio(r.tracing_ratio_graph); });
+  }
   return os.str();
 }
 
@@ -192,6 +162,53 @@ std::string noise_lines(const Comparison& c) {
 }
 
 }  // namespace
+
+std::string verdict_label(const Comparison& c, const MetricDiff& d) {
+  switch (d.verdict.verdict) {
+    case stats::Verdict::AFaster: return c.sides[d.a].label + " faster";
+    case stats::Verdict::BFaster: return c.sides[d.b].label + " faster";
+    case stats::Verdict::NoDifference: return "no meaningful difference";
+    case stats::Verdict::Inconclusive:
+      return d.verdict.repetitions_needed
+                 ? "inconclusive (~" + std::to_string(d.verdict.repetitions_needed) + " repetitions would settle it)"
+                 : "inconclusive";
+  }
+  return "";
+}
+
+std::vector<std::vector<std::string>> resource_rows(const std::vector<SideResources>& res) {
+  auto ms = [](double v) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.2f ms", v);
+    return std::string(b);
+  };
+  auto ratio = [](const std::optional<double>& x) {
+    if (!x) return std::string("-");
+    char b[32];
+    std::snprintf(b, sizeof b, "%.3f", *x);
+    return std::string(b);
+  };
+  std::vector<std::vector<std::string>> rows;
+  auto row = [&](const std::string& name, auto cell) {
+    std::vector<std::string> x{name};
+    for (const auto& s : res) x.push_back(cell(s));
+    rows.push_back(x);
+  };
+  row("streams created", [](const SideResources& s) { return std::to_string(s.streams_created); });
+  row("stream setup (host)", [&](const SideResources& s) { return ms(s.stream_setup_ms); });
+  row("events created", [](const SideResources& s) { return std::to_string(s.events_created); });
+  row("library workspaces", [](const SideResources& s) { return format_bytes(s.library_bytes); });
+  row("peak device memory", [](const SideResources& s) { return format_bytes(s.peak_bytes); });
+  row("graph nodes / edges", [](const SideResources& s) {
+    return s.graph_nodes ? std::to_string(s.graph_nodes) + " / " + std::to_string(s.graph_edges) : std::string("-");
+  });
+  row("hardware queues", [](const SideResources& s) {
+    return s.connections.empty() ? std::string("8 (default)") : s.connections;
+  });
+  row("tracing on/off, eager", [&](const SideResources& s) { return ratio(s.tracing_ratio_eager); });
+  row("tracing on/off, graph", [&](const SideResources& s) { return ratio(s.tracing_ratio_graph); });
+  return rows;
+}
 
 std::string system_words(const std::string& system) {
   if (system == "cuda") return "a C++ engine creating its own CUDA streams (cudaStreamCreateWithPriority, a cuBLAS "

@@ -57,6 +57,13 @@ std::string report_markdown(const Report& r);
 std::string report_html(const Report& r);
 nlohmann::json report_json(const Report& r);
 
+// A difference's verdict as a table cell: "per-layer faster", "no meaningful difference",
+// "inconclusive (~12 repetitions would settle it)".
+std::string verdict_label(const Comparison& c, const MetricDiff& d);
+
+// The resources table, one row per figure: {name, value per side...} (all renderings use it).
+std::vector<std::vector<std::string>> resource_rows(const std::vector<SideResources>& res);
+
 // Which system a side's figures are true of, in words ("cuda" -> a C++ engine creating streams).
 std::string system_words(const std::string& system);
 

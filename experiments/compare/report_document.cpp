@@ -16,19 +16,6 @@ namespace sl::compare {
 
 namespace {
 
-std::string verdict_cell(const Comparison& c, const MetricDiff& d) {
-  switch (d.verdict.verdict) {
-    case stats::Verdict::AFaster: return c.sides[d.a].label + " faster";
-    case stats::Verdict::BFaster: return c.sides[d.b].label + " faster";
-    case stats::Verdict::NoDifference: return "no meaningful difference";
-    case stats::Verdict::Inconclusive:
-      return d.verdict.repetitions_needed ? "inconclusive (~" + std::to_string(d.verdict.repetitions_needed) +
-                                                " repetitions would settle it)"
-                                          : "inconclusive";
-  }
-  return "";
-}
-
 std::string md_escape(const std::string& s) {
   std::string o;
   for (char c : s) {
@@ -36,42 +23,6 @@ std::string md_escape(const std::string& s) {
     else o += c;
   }
   return o;
-}
-
-std::string fmt_ms(double v) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%.2f ms", v);
-  return b;
-}
-
-std::string ratio_or_dash(const std::optional<double>& x) {
-  if (!x) return "-";
-  char b[32];
-  std::snprintf(b, sizeof b, "%.3f", *x);
-  return b;
-}
-
-// The resources table as rows of cells (shared by markdown and HTML).
-std::vector<std::vector<std::string>> resource_rows(const Report& r) {
-  std::vector<std::vector<std::string>> rows;
-  auto row = [&](const std::string& name, auto cell) {
-    std::vector<std::string> x{name};
-    for (const auto& s : r.resources) x.push_back(cell(s));
-    rows.push_back(x);
-  };
-  row("streams created", [](const SideResources& s) { return std::to_string(s.streams_created); });
-  row("stream setup (host)", [](const SideResources& s) { return fmt_ms(s.stream_setup_ms); });
-  row("events created", [](const SideResources& s) { return std::to_string(s.events_created); });
-  row("library workspaces", [](const SideResources& s) { return format_bytes(s.library_bytes); });
-  row("peak device memory", [](const SideResources& s) { return format_bytes(s.peak_bytes); });
-  row("graph nodes / edges", [](const SideResources& s) {
-    return s.graph_nodes ? std::to_string(s.graph_nodes) + " / " + std::to_string(s.graph_edges) : std::string("-");
-  });
-  row("hardware queues (CUDA_DEVICE_MAX_CONNECTIONS)",
-      [](const SideResources& s) { return s.connections.empty() ? std::string("8 (default)") : s.connections; });
-  row("tracing on/off, eager", [](const SideResources& s) { return ratio_or_dash(s.tracing_ratio_eager); });
-  row("tracing on/off, graph", [](const SideResources& s) { return ratio_or_dash(s.tracing_ratio_graph); });
-  return rows;
 }
 
 // A file as base64, for a data: URI ("" when unreadable).
@@ -129,7 +80,7 @@ std::string report_markdown(const Report& r) {
   for (const auto& d : c.diffs)
     os << "| " << md_escape(c.sides[d.b].label) << " | " << d.key << " | " << format_pct(d.interval.estimate) << " | "
        << format_interval(d.interval) << " | " << format_pct(d.verdict.margin).substr(1) << " | "
-       << md_escape(verdict_cell(c, d)) << " |\n";
+       << md_escape(verdict_label(c, d)) << " |\n";
   if (c.baseline_again) {
     os << "\nNoise (" << md_escape(c.sides[c.baseline].label) << " measured twice):";
     for (const auto& [k, d] : c.noise) os << " " << k << " " << format_interval(d) << ";";
@@ -141,7 +92,7 @@ std::string report_markdown(const Report& r) {
     os << "\n|---|";
     for (size_t i = 0; i < r.resources.size(); ++i) os << "---|";
     os << "\n";
-    for (const auto& row : resource_rows(r)) {
+    for (const auto& row : resource_rows(r.resources)) {
       os << "|";
       for (const auto& cell : row) os << " " << md_escape(cell) << " |";
       os << "\n";
@@ -197,7 +148,7 @@ std::string report_html(const Report& r) {
     os << "<tr><td>" << html_escape(c.sides[d.b].label) << "</td><td>" << d.key << "</td><td>"
        << html_escape(format_latency(d.sa)) << "</td><td>" << html_escape(format_latency(d.sb)) << "</td><td>"
        << format_pct(d.interval.estimate) << "</td><td>" << format_interval(d.interval) << "</td><td>"
-       << format_pct(d.verdict.margin).substr(1) << "</td><td class='v'>" << html_escape(verdict_cell(c, d))
+       << format_pct(d.verdict.margin).substr(1) << "</td><td class='v'>" << html_escape(verdict_label(c, d))
        << "</td></tr>\n";
   os << "</table>\n";
   if (c.baseline_again) {
@@ -209,7 +160,7 @@ std::string report_html(const Report& r) {
     os << "<h2>Structure and resources</h2>\n<table><tr><th></th>";
     for (const auto& s : r.resources) os << "<th>" << html_escape(s.label) << "</th>";
     os << "</tr>\n";
-    for (const auto& row : resource_rows(r)) {
+    for (const auto& row : resource_rows(r.resources)) {
       os << "<tr>";
       for (const auto& cell : row) os << "<td>" << html_escape(cell) << "</td>";
       os << "</tr>\n";

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/gzip.h"
 #include "experiments/compare/svg_plot.h"
+#include "experiments/compare/trace_side.h"
 #include "profiler/profile_report.h"
 #include "profiler/trace_diff.h"
 #include "profiler/trace_io.h"
@@ -48,15 +49,7 @@ size_t streams_with_kernels(const prof::AnalysisResult& a) {
 
 prof::ProfileOptions profile_options(const prof::Trace& t) {
   prof::ProfileOptions o;
-  // The step range: "decode" in streamlab traces, PyTorch's profiler steps otherwise.
-  for (const auto& r : t.nvtx) {
-    const std::string& n = t.str(r.name);
-    if (n == "decode") {
-      o.roles.step_range = "decode";
-      break;
-    }
-    if (n.rfind("ProfilerStep", 0) == 0) o.roles.step_range = "ProfilerStep*";
-  }
+  o.roles.step_range = default_step_range(t);  // the same steps as the latency figures
   return o;
 }
 
@@ -218,9 +211,10 @@ StructureReport render(const std::vector<SideTrace>& sides) {
     diffs_text += "\n" + prof::diff_to_text(d, 5);
     diffs_full += "\n" + prof::diff_to_text(d, 20);
   }
-  r.text = side_table(sides) + diffs_text;
-  r.markdown = "## From the traces\n\n```\n" + side_table(sides) + diffs_full + "```\n";
-  r.html = html_plots(sides) + "<h3>Role-matched differences</h3>\n<pre>" + html_escape(side_table(sides) + diffs_full) +
+  const std::string table = side_table(sides);
+  r.text = table + diffs_text;
+  r.markdown = "## From the traces\n\n```\n" + table + diffs_full + "```\n";
+  r.html = html_plots(sides) + "<h3>Role-matched differences</h3>\n<pre>" + html_escape(table + diffs_full) +
            "</pre>\n";
   return r;
 }

@@ -17,16 +17,6 @@ bool name_matches(const std::string& name, const std::string& pattern) {
   return name == pattern;
 }
 
-std::string default_step_range(const prof::Trace& t) {
-  bool profiler_step = false;
-  for (const auto& r : t.nvtx) {
-    if (r.kind != prof::NvtxKind::PushPop) continue;
-    const std::string& n = t.str(r.name);
-    if (n == "decode") return "decode";
-    if (n.rfind("ProfilerStep", 0) == 0) profiler_step = true;
-  }
-  return profiler_step ? "ProfilerStep*" : "";
-}
 
 // A GPU op reduced to what step timing needs: its interval and when / where it was launched.
 struct Op {
@@ -60,6 +50,17 @@ std::vector<Op> gpu_ops(const prof::Trace& t) {
 }
 
 }  // namespace
+
+std::string default_step_range(const prof::Trace& t) {
+  bool profiler_step = false;
+  for (const auto& r : t.nvtx) {
+    if (r.kind != prof::NvtxKind::PushPop) continue;
+    const std::string& n = t.str(r.name);
+    if (n == "decode") return "decode";
+    if (n.rfind("ProfilerStep", 0) == 0) profiler_step = true;
+  }
+  return profiler_step ? "ProfilerStep*" : "";
+}
 
 TraceSteps trace_steps(const prof::Trace& t, const TraceStepOptions& o) {
   TraceSteps out;

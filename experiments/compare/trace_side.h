@@ -27,6 +27,10 @@ struct TraceSteps {
   std::vector<double> target_ms, draft_ms;  // per step, when the sub-ranges exist (else empty)
 };
 
+// The step range a trace's own ranges suggest: "decode" when it has one, else "ProfilerStep*"
+// when it has those, else "" (the whole trace is one step).
+std::string default_step_range(const prof::Trace& t);
+
 TraceSteps trace_steps(const prof::Trace& t, const TraceStepOptions& o = {});
 
 // One side from a loaded trace: the steps above as one process; `label` names it.

@@ -14,6 +14,7 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "tests/cpu/temp_dir.h"
 
 namespace fs = std::filesystem;
 
@@ -24,13 +25,8 @@ std::string read_all(const std::string& p) {
   return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
 }
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    std::string t = (fs::temp_directory_path() / "sl_atomic_XXXXXX").string();
-    path = ::mkdtemp(t.data());
-  }
-  ~TempDir() { fs::remove_all(path); }
+struct TempDir : sl::test::TempDir {
+  TempDir() : sl::test::TempDir("sl_atomic") {}
 };
 
 size_t entries(const std::string& dir) {

@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "tests/cpu/temp_dir.h"
 #include "core/gzip.h"
 #include "profiler/kineto_json.h"
 #include "profiler/nsys_sqlite.h"
@@ -17,13 +18,8 @@ namespace fs = std::filesystem;
 using namespace sl::prof;
 
 namespace {
-struct TempDir {
-  std::string path;
-  TempDir() {
-    std::string t = (fs::temp_directory_path() / "sl_gz_XXXXXX").string();
-    path = ::mkdtemp(t.data());
-  }
-  ~TempDir() { fs::remove_all(path); }
+struct TempDir : sl::test::TempDir {
+  TempDir() : sl::test::TempDir("sl_gz") {}
 };
 }  // namespace
 
