@@ -43,6 +43,9 @@ struct MemoryStats {
   size_t activations_bytes = 0;  // everything else (activations, caches, workspaces)
   size_t peak_bytes = 0;         // high-water mark of the arena / pool
   size_t library_bytes = 0;      // e.g. cuBLAS workspaces (CUDA)
+  size_t blas_handles = 0;       // cuBLAS handles created (CUDA)
+  size_t blas_workspaces = 0;    // cuBLAS workspaces allocated, one per (handle, stream) (CUDA)
+  size_t streams_created = 0;    // CUDA streams the backend created (besides the main stream)
 };
 
 enum class AllocKind { Weight, Activation, Cache, Workspace };
@@ -64,7 +67,15 @@ class Backend {
   virtual MemoryStats memory() const = 0;
 
   // ---------------------------------------------------------------- streams and events
+  // A stream as a C++ engine creates it: on CUDA, with its own cuBLAS handle and workspace.
   virtual Stream create_stream(const std::string& name, int priority) = 0;
+  // A stream of a PyTorch-style pool (model/stream_policy.h, torch source): created bare; GEMMs
+  // on it use the backend's one per-thread cuBLAS handle with a workspace for this stream
+  // allocated at its first GEMM. `claim_stream` marks it drawn (given to a user), naming the roles
+  // it serves; only drawn streams get what using a stream needs (the CUDA backend's op scratch).
+  // Backends without per-stream resources treat both as create_stream.
+  virtual Stream create_pool_stream(const std::string& name, int priority) { return create_stream(name, priority); }
+  virtual void claim_stream(Stream s, const std::string& roles) {}
   virtual void destroy_stream(Stream s) = 0;
   virtual Event create_event(const std::string& name) = 0;
   virtual void record(Event e, Stream s) = 0;  // e completes when s reaches this point

@@ -178,6 +178,17 @@ class CheckBackend final : public Backend {
     streams_[s.id] = {r, d};
     return s;
   }
+  Stream create_pool_stream(const std::string& name, int priority) override {
+    const Stream r = ref_.create_pool_stream(name, priority), d = dut_.create_pool_stream(name, priority);
+    const Stream s{next_stream_++};
+    streams_[s.id] = {r, d};
+    return s;
+  }
+  void claim_stream(Stream s, const std::string& roles) override {
+    const auto it = find_stream(s, "claim_stream");
+    ref_.claim_stream(it->second.first, roles);
+    dut_.claim_stream(it->second.second, roles);
+  }
   void destroy_stream(Stream s) override {
     const auto it = find_stream(s, "destroy_stream");
     ref_.destroy_stream(it->second.first);

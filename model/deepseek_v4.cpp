@@ -23,19 +23,24 @@ DeepSeekV4::DeepSeekV4(Backend& be, const ModelConfig& cfg, const StreamPolicy& 
   const Stream main{};
 
   // Streams, created by their owners in the order the policy's plan gives.
-  plan_ = StreamPlan::make(policy_, L, N);
+  plan_ = StreamPlan::make(policy_, cfg_);
   // Host time of the creation (docs/streams.md, prediction 1: what per-layer's extra streams cost at
-  // load): on CUDA a stream, its cuBLAS handle and workspace, and its op scratch each.
+  // load). cuda source: a stream, its cuBLAS handle and workspace, and its op scratch each. torch
+  // source: the whole pool at the first draw, then each draw's claim (the op scratch of a stream
+  // drawn for the first time).
   const auto setup_start = std::chrono::steady_clock::now();
-  for (const auto& spec : plan_.streams) streams_.push_back(be_.create_stream(spec.name, policy_.aux_priority));
+  for (const auto& ph : plan_.physical)
+    streams_.push_back(ph.pool ? be_.create_pool_stream(ph.name, policy_.aux_priority)
+                               : be_.create_stream(ph.name, policy_.aux_priority));
+  for (size_t k = 0; k < plan_.physical.size(); ++k)
+    if (plan_.physical[k].pool && !plan_.physical[k].requests.empty())
+      be_.claim_stream(streams_[k], plan_.physical[k].name + " = " + plan_.served(int(k)));
   stream_setup_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - setup_start).count();
+  auto stream_of = [&](int request) { return request >= 0 ? streams_[size_t(plan_.streams[size_t(request)].physical)] : main; };
   layer_streams_.resize(size_t(L + N));
   for (int l = 0; l < L + N; ++l)
-    for (int r = 0; r < 3; ++r) {
-      const int idx = plan_.roles[size_t(l)][size_t(r)];
-      layer_streams_[size_t(l)].aux[size_t(r)] = idx >= 0 ? streams_[size_t(idx)] : main;
-    }
-  shared_expert_stream_ = plan_.shared_expert >= 0 ? streams_[size_t(plan_.shared_expert)] : main;
+    for (int r = 0; r < 3; ++r) layer_streams_[size_t(l)].aux[size_t(r)] = stream_of(plan_.roles[size_t(l)][size_t(r)]);
+  shared_expert_stream_ = stream_of(plan_.shared_expert);
 
   // Events: every layer owns its fork/join events (vLLM: 4 per attention layer) and a pair
   // for the MoE shared-expert stream.
@@ -95,8 +100,14 @@ void DeepSeekV4::load(const std::string& dir) { load_checkpoint(be_, cfg_, w_, d
 
 void DeepSeekV4::describe_streams(Schedule& sched) const {
   sched.add_stream({0, "main", "process", 0});
-  for (size_t i = 0; i < streams_.size(); ++i)
-    sched.add_stream({streams_[i].id, plan_.streams[i].name, plan_.streams[i].owner, policy_.aux_priority});
+  // A physical stream is named for what it serves: its request under the cuda source, its pool
+  // slot and every role drawn onto it under the torch source ("torch.pool.p0.01 = target.aux1 +
+  // mtp10.aux0"), so that aliasing shows wherever streams are listed.
+  for (size_t i = 0; i < streams_.size(); ++i) {
+    const auto& ph = plan_.physical[i];
+    const std::string name = ph.pool && !ph.requests.empty() ? ph.name + " = " + plan_.served(int(i)) : ph.name;
+    sched.add_stream({streams_[i].id, name, ph.owner, policy_.aux_priority});
+  }
   for (size_t l = 0; l < events_.size(); ++l) {
     const std::string p = layer_label(cfg_, int(l));
     for (int i = 0; i < 4; ++i) sched.add_event({events_[l].attn[size_t(i)].id, p + ".ev" + std::to_string(i), p});

@@ -31,7 +31,22 @@ class NullBackend final : public Backend {
   void download(void* host, const Tensor&, size_t bytes) override { std::memset(host, 0, bytes); }
   MemoryStats memory() const override { return stats_; }
 
-  Stream create_stream(const std::string&, int) override { return Stream{++streams_}; }
+  // Streams carry the CUDA backend's per-stream resources as counts (model/cuda/cuda_backend_impl.h),
+  // so that `schedule` predicts handles and workspaces without a GPU: an engine stream has a
+  // cuBLAS handle and workspace from creation; a pool stream none, and a workspace from its
+  // first GEMM op.
+  Stream create_stream(const std::string&, int) override {
+    pool_.push_back(false);
+    add_workspace();
+    ++stats_.blas_handles;
+    ++stats_.streams_created;
+    return Stream{++streams_};
+  }
+  Stream create_pool_stream(const std::string&, int) override {
+    pool_.push_back(true);
+    ++stats_.streams_created;
+    return Stream{++streams_};
+  }
   void destroy_stream(Stream) override {}
   Event create_event(const std::string&) override { return Event{events_++}; }
   void record(Event, Stream) override {}
@@ -41,8 +56,15 @@ class NullBackend final : public Backend {
   void init_uniform(Stream, const Tensor&, uint64_t, uint64_t, float, float) override {}
   void fill(Stream, const Tensor&, float) override {}
   void copy(Stream, const Tensor&, const Tensor&) override {}
-  void gemm(Stream, const Tensor&, const Tensor&, const Tensor&) override {}
-  void gemm_grouped(Stream, const Tensor&, const Tensor&, const Tensor&, int) override {}
+  void gemm(Stream s, const Tensor&, const Tensor&, const Tensor&) override { note_gemm(s); }
+  void gemm_grouped(Stream s, const Tensor&, const Tensor&, const Tensor&, int) override { note_gemm(s); }
+  void gemm_pair(Stream s, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) override {
+    note_gemm(s);
+  }
+  void gemm_swiglu(Stream s, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                   float) override {
+    note_gemm(s);
+  }
   void rmsnorm(Stream, const Tensor&, const Tensor&, const Tensor&, float) override {}
   void add(Stream, const Tensor&, const Tensor&, const Tensor&) override {}
   void rope(Stream, const Tensor&, const Tensor&, const Tensor&, bool) override {}
@@ -75,8 +97,28 @@ class NullBackend final : public Backend {
   void swiglu(Stream, const Tensor&, const Tensor&, const Tensor&, float) override {}
 
  private:
+  static constexpr size_t kWorkspaceBytes = size_t(32) << 20;  // as the CUDA backend's
+  void add_workspace() {
+    ++stats_.blas_workspaces;
+    stats_.library_bytes += kWorkspaceBytes;
+  }
+  void note_gemm(Stream s) {
+    const size_t i = size_t(s.id);
+    if (i < pool_.size() && pool_[i]) {
+      pool_[i] = false;  // has its workspace now
+      add_workspace();
+    }
+  }
+
   std::vector<std::string> names_;
-  MemoryStats stats_;
+  MemoryStats stats_ = [] {
+    MemoryStats m;  // the main stream: one handle and its workspace
+    m.blas_handles = 1;
+    m.blas_workspaces = 1;
+    m.library_bytes = kWorkspaceBytes;
+    return m;
+  }();
+  std::vector<bool> pool_{false};  // by stream id: a pool stream that has not run a GEMM yet
   int streams_ = 0;
   int events_ = 0;
 };

@@ -20,6 +20,7 @@
 #include "experiments/cli/backend_choice.h"
 #include "experiments/cli/commands.h"
 #include "experiments/cli/model_options.h"
+#include "experiments/cli/stream_report.h"
 #include "model/check_backend.h"
 #include "model/cpu/cpu_backend.h"
 #include "model/deepseek_v4.h"
@@ -178,10 +179,9 @@ void run(const RunOptions& o) {
     std::fprintf(info, "saving checkpoint to %s (%s)\n", o.save_checkpoint.c_str(), o.save_dtype.c_str());
     save_checkpoint(*be, cfg, model.weights(), o.save_checkpoint, o.save_dtype == "f32" ? DType::F32 : DType::BF16);
   }
-  const size_t shared_expert = model.stream_plan().shared_expert >= 0 ? 1 : 0;
-  std::fprintf(info, "streams created: %zu (%zu aux%s) besides main, in %.2f ms\n", model.created_streams().size(),
-               model.created_streams().size() - shared_expert, shared_expert ? " + shared_expert" : "",
-               model.stream_setup_ms());
+  const int alias_from = first_aliasing_mtp_layers(policy, cfg);
+  print_stream_plan(info, model.stream_plan(), policy, alias_from);
+  std::fprintf(info, "stream setup: %.2f ms (host)\n", model.stream_setup_ms());
   std::fflush(info);
 
   using clock = std::chrono::steady_clock;
@@ -279,7 +279,9 @@ void run(const RunOptions& o) {
                      {"draft_steps", cfg.draft_steps},
                      {"mtp_layers", cfg.num_nextn_predict_layers},
                      {"mtp_compress_ratio", cfg.mtp_compress_ratio},
+                     {"stream_source", stream_source_name(policy.source)},
                      {"aux_streams", model.created_streams().size()},
+                     {"stream_plan", stream_plan_json(model.stream_plan(), policy, alias_from)},
                      {"stream_setup_ms", model.stream_setup_ms()},
                      {"steps", steps},
                      {"graph", o.graph ? nlohmann::json{{"capture_ms", model.graph_stats().capture_ms},
@@ -291,11 +293,16 @@ void run(const RunOptions& o) {
                       {{"weights_bytes", mem.weights_bytes},
                        {"activations_bytes", mem.activations_bytes},
                        {"peak_bytes", mem.peak_bytes},
-                       {"library_bytes", mem.library_bytes}}}};
+                       {"library_bytes", mem.library_bytes},
+                       {"cublas_handles", mem.blas_handles},
+                       {"cublas_workspaces", mem.blas_workspaces},
+                       {"cuda_streams_created", mem.streams_created}}}};
     std::printf("%s\n", j.dump(2).c_str());
   } else {
     std::printf("memory: weights %.1f MiB, activations + caches %.1f MiB, peak %.1f MiB, libraries %.1f MiB\n",
                 mib(mem.weights_bytes), mib(mem.activations_bytes), mib(mem.peak_bytes), mib(mem.library_bytes));
+    if (mem.blas_handles)
+      std::printf("cuBLAS: %zu handles, %zu workspaces\n", mem.blas_handles, mem.blas_workspaces);
   }
   if (!check_error.empty()) fail(check_error);
 }

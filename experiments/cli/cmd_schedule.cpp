@@ -12,6 +12,7 @@
 #include "core/schedule.h"
 #include "experiments/cli/commands.h"
 #include "experiments/cli/model_options.h"
+#include "experiments/cli/stream_report.h"
 #include "model/deepseek_v4.h"
 #include "model/null_backend.h"
 
@@ -117,17 +118,24 @@ void schedule(const ScheduleOptions& o) {
   const auto hazards = sched.hazards();
   const nlohmann::json layers = layer_structure(sched);
   size_t events = sched.events().size();
+  const MemoryStats res = be->memory();  // the null backend's count of what the CUDA backend would hold
+  const int alias_from = first_aliasing_mtp_layers(policy, cfg);
   if (o.json) {
     nlohmann::json j;
     j["config"] = cfg.name;
     j["policy"] = policy.str();
+    j["stream_source"] = stream_source_name(policy.source);
     j["target_layers"] = cfg.num_hidden_layers;
     j["mtp_layers"] = cfg.num_nextn_predict_layers;
     j["mtp_compress_ratio"] = cfg.mtp_compress_ratio;
-    j["streams_created"] = plan.streams.size();
-    j["aux_streams_created"] = plan.streams.size() - (plan.shared_expert >= 0 ? 1 : 0);
-    j["streams"] = nlohmann::json::array();
-    for (const auto& s : plan.streams) j["streams"].push_back({{"name", s.name}, {"owner", s.owner}});
+    j["streams_requested"] = plan.streams.size();
+    j["streams_created"] = plan.physical.size();
+    j["aux_streams_requested"] = plan.streams.size() - (plan.shared_expert >= 0 ? 1 : 0);
+    j["stream_plan"] = stream_plan_json(plan, policy, alias_from);
+    j["predicted_resources"] = {{"cuda_streams", res.streams_created},
+                                {"cublas_handles", res.blas_handles},
+                                {"cublas_workspaces", res.blas_workspaces},
+                                {"cublas_workspace_bytes", res.library_bytes}};
     j["events_created"] = events;
     j["layers"] = layers;
     j["hazards"] = hazards;
@@ -135,12 +143,13 @@ void schedule(const ScheduleOptions& o) {
     std::printf("%s\n", j.dump(2).c_str());
     return;
   }
-  std::printf("policy %s, config %s: %d target layers, %d MTP layers (compress ratio %d)\n", policy.str().c_str(),
-              cfg.name.c_str(), cfg.num_hidden_layers, cfg.num_nextn_predict_layers, cfg.mtp_compress_ratio);
-  std::printf("streams created: %zu (%zu aux", plan.streams.size(),
-              plan.streams.size() - (plan.shared_expert >= 0 ? 1 : 0));
-  std::printf(plan.shared_expert >= 0 ? " + shared_expert)\n" : ")\n");
-  for (const auto& s : plan.streams) std::printf("  %-16s owner %s\n", s.name.c_str(), s.owner.c_str());
+  std::printf("policy %s, stream source %s, config %s: %d target layers, %d MTP layers (compress ratio %d)\n",
+              policy.str().c_str(), stream_source_name(policy.source), cfg.name.c_str(), cfg.num_hidden_layers,
+              cfg.num_nextn_predict_layers, cfg.mtp_compress_ratio);
+  print_stream_plan(stdout, plan, policy, alias_from);
+  std::printf("predicted resources (CUDA backend): %zu CUDA streams besides main, %zu cuBLAS handles, %zu cuBLAS "
+              "workspaces (%.0f MiB)\n",
+              res.streams_created, res.blas_handles, res.blas_workspaces, double(res.library_bytes) / 1048576.0);
   std::printf("events created: %zu\n\nfork/join structure of one decode step:\n", events);
   for (const auto& L : layers) {
     std::printf("  %s %s (%s)\n", L["forward"].get<std::string>().c_str(), L["layer"].get<std::string>().c_str(),

@@ -13,7 +13,15 @@ void add_model_options(CLI::App* cmd, ModelOptions& o) {
     for (const auto& n : builtin_config_names()) s += (s.empty() ? "" : ", ") + n;
     return s;
   }() + ") or a path to a config.json")->capture_default_str();
-  cmd->add_option("--policy", o.policy, "stream policy: serial, per-layer, shared, global, per-layer-all, pool:K")
+  cmd->add_option("--policy", o.policy,
+                  "stream policy: serial, per-layer, shared, global, per-layer-all, trtllm-per-layer, pool:K")
+      ->capture_default_str();
+  cmd->add_option("--stream-source", o.stream_source,
+                  "where the policy's streams come from: cuda (each created with cudaStreamCreateWithPriority and "
+                  "its own cuBLAS handle and workspace, as a C++ engine) or torch (drawn round-robin from "
+                  "PyTorch's pool of 32 per priority, created at the first draw; one cuBLAS handle, a workspace "
+                  "per stream at its first GEMM), as vLLM's torch.cuda.Stream()")
+      ->check(CLI::IsMember({"cuda", "torch"}))
       ->capture_default_str();
   cmd->add_option("--aux-priority", o.aux_priority, "priority of the aux streams: default or highest")
       ->check(CLI::IsMember({"default", "highest"}))
@@ -53,6 +61,7 @@ StreamPolicy resolve_policy(const ModelOptions& o) {
   // backend clamps to the device's range).
   p.aux_priority = o.aux_priority == "highest" ? -5 : 0;
   if (o.no_shared_expert_stream) p.shared_expert_stream = false;
+  p.source = parse_stream_source(o.stream_source);
   return p;
 }
 

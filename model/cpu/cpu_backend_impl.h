@@ -120,7 +120,7 @@ inline float swiglu_clamped(float g, float u, float limit) {
 
 namespace sl {
 
-class CpuBackend final : public Backend {
+class CpuBackend : public Backend {  // not final: tests derive recording backends from it
  public:
   CpuBackend() = default;
   ~CpuBackend() override;

@@ -164,6 +164,7 @@ CudaBackend::CudaBackend(const CudaBackendOptions& opt) : opt_(opt) {
 
   // Stream 0: the backend's own non-blocking "main" stream.
   streams_.push_back(make_stream_rec("main", 0));
+  main_blas_bound_ = streams_[0].stream;
 }
 
 CudaBackend::~CudaBackend() {
@@ -283,6 +284,9 @@ MemoryStats CudaBackend::memory() const {
                         bytes_by_kind_[size_t(AllocKind::Workspace)];
   m.peak_bytes = used_bytes_;  // nothing is freed: the high-water mark is what was handed out
   m.library_bytes = library_bytes_;
+  m.blas_handles = blas_handles_;
+  m.blas_workspaces = blas_workspaces_;
+  m.streams_created = streams_created_;
   return m;
 }
 
@@ -291,32 +295,39 @@ MemoryStats CudaBackend::memory() const {
 // handle bound to it and a 32 MiB workspace (library_bytes), plus an 8 MiB op scratch from the
 // arena; see cuda_backend_impl.h.
 
-CudaBackend::StreamRec CudaBackend::make_stream_rec(const std::string& name, int priority) {
-  const std::string op = "create_stream '" + name + "'";
-  StreamRec r;
-  r.name = name;
-  // Clamp to the device's range ([greatest, least] = [-5, 0] on Hopper; lower = higher priority).
-  const int prio = std::min(std::max(priority, prio_greatest_), prio_least_);
-  CUDA_CHECK(op, cudaStreamCreateWithPriority(&r.stream, cudaStreamNonBlocking, prio));
-  nvtxNameCudaStreamA(r.stream, name.c_str());
-  CUBLAS_CHECK(op, cublasCreate(&r.blas));
-  CUBLAS_CHECK(op, cublasSetStream(r.blas, r.stream));
-  // Split-K reductions of bf16-output GEMMs stay in fp32 (the default allows bf16 partial sums,
-  // which would add a rounding per split in the small-M decode GEMMs).
-  CUBLAS_CHECK(op, cublasSetMathMode(r.blas, cublasMath_t(CUBLAS_DEFAULT_MATH |
-                                                          CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
-  // Tuning experiments: STREAMLAB_CUBLAS_WORKSPACE_KB overrides the workspace size (0: none,
-  // which rules out cuBLAS's split-K kernels and their reduce kernels).
+// The cuBLAS workspace size of every (handle, stream): PyTorch's 32 MiB on Hopper.
+// Tuning experiments: STREAMLAB_CUBLAS_WORKSPACE_KB overrides it (0: none, which rules out
+// cuBLAS's split-K kernels and their reduce kernels).
+static size_t cublas_workspace_bytes() {
   static const size_t ws_bytes = [] {
     const char* v = std::getenv("STREAMLAB_CUBLAS_WORKSPACE_KB");
-    return v ? size_t(std::strtoull(v, nullptr, 10)) << 10 : kCublasWorkspaceBytes;
+    return v ? size_t(std::strtoull(v, nullptr, 10)) << 10 : CudaBackend::kCublasWorkspaceBytes;
   }();
-  r.blas_ws_bytes = ws_bytes;
-  if (ws_bytes) CUDA_CHECK(op, cudaMalloc(&r.blas_ws, ws_bytes));
-  CUBLAS_CHECK(op, cublasSetWorkspace(r.blas, r.blas_ws, ws_bytes));
-  library_bytes_ += ws_bytes;
+  return ws_bytes;
+}
+
+// A workspace may be first needed inside a graph capture (a pool stream whose first GEMM is in
+// the captured step): cudaMalloc is not enqueued work, so it is allowed there in relaxed capture
+// mode, as PyTorch's allocator does it.
+void* CudaBackend::alloc_blas_workspace(const std::string& op, cudaStream_t capture_check) {
+  const size_t bytes = cublas_workspace_bytes();
+  if (!bytes) return nullptr;
+  cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+  CUDA_CHECK(op, cudaStreamIsCapturing(capture_check, &cap));
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  if (cap != cudaStreamCaptureStatusNone) CUDA_CHECK(op, cudaThreadExchangeStreamCaptureMode(&mode));
+  void* ws = nullptr;
+  const cudaError_t e = cudaMalloc(&ws, bytes);
+  if (cap != cudaStreamCaptureStatusNone) CUDA_CHECK(op, cudaThreadExchangeStreamCaptureMode(&mode));
+  CUDA_CHECK(op + " (cuBLAS workspace)", e);
+  library_bytes_ += bytes;
+  ++blas_workspaces_;
+  return ws;
+}
+
+void CudaBackend::give_scratch(StreamRec& r, const std::string& op) {
   // The op scratch comes from the arena (zeroed, like every allocation).
-  const std::string sname = name + ".scratch";
+  const std::string sname = r.name + ".scratch";
   r.scratch = arena_take(kScratchBytes, sname);
   CUDA_CHECK(op, cudaMemsetAsync(r.scratch, 0, kScratchBytes, r.stream));
   CUDA_CHECK(op, cudaStreamSynchronize(r.stream));
@@ -326,25 +337,76 @@ CudaBackend::StreamRec CudaBackend::make_stream_rec(const std::string& name, int
   b.kind = AllocKind::Workspace;
   buffers_.push_back(std::move(b));
   bytes_by_kind_[size_t(AllocKind::Workspace)] += kScratchBytes;
+}
+
+CudaBackend::StreamRec CudaBackend::make_stream_rec(const std::string& name, int priority, bool pool) {
+  const std::string op = "create_stream '" + name + "'";
+  StreamRec r;
+  r.name = name;
+  r.pool = pool;
+  // Clamp to the device's range ([greatest, least] = [-5, 0] on Hopper; lower = higher priority).
+  const int prio = std::min(std::max(priority, prio_greatest_), prio_least_);
+  CUDA_CHECK(op, cudaStreamCreateWithPriority(&r.stream, cudaStreamNonBlocking, prio));
+  nvtxNameCudaStreamA(r.stream, name.c_str());
   r.live = true;
+  if (pool) return r;  // a bare stream until drawn (claim_stream) and until its first GEMM
+  CUBLAS_CHECK(op, cublasCreate(&r.blas));
+  ++blas_handles_;
+  CUBLAS_CHECK(op, cublasSetStream(r.blas, r.stream));
+  // Split-K reductions of bf16-output GEMMs stay in fp32 (the default allows bf16 partial sums,
+  // which would add a rounding per split in the small-M decode GEMMs).
+  CUBLAS_CHECK(op, cublasSetMathMode(r.blas, cublasMath_t(CUBLAS_DEFAULT_MATH |
+                                                          CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
+  r.blas_ws_bytes = cublas_workspace_bytes();
+  r.blas_ws = alloc_blas_workspace(op, r.stream);
+  CUBLAS_CHECK(op, cublasSetWorkspace(r.blas, r.blas_ws, r.blas_ws_bytes));
+  give_scratch(r, op);
   return r;
 }
 
 void CudaBackend::release_stream_rec(StreamRec& r) {
   // Best effort (also runs from the destructor): no throwing.
   if (r.stream) cudaStreamSynchronize(r.stream);
-  if (r.blas) cublasDestroy(r.blas);
+  if (r.blas) {
+    cublasDestroy(r.blas);
+    --blas_handles_;
+  }
   if (r.blas_ws) {
     cudaFree(r.blas_ws);
     library_bytes_ -= r.blas_ws_bytes;
+    --blas_workspaces_;
   }
+  if (r.stream == main_blas_bound_) main_blas_bound_ = nullptr;
   if (r.stream) cudaStreamDestroy(r.stream);
   r = StreamRec{};  // the arena scratch stays reserved (the arena never frees)
 }
 
 Stream CudaBackend::create_stream(const std::string& name, int priority) {
   streams_.push_back(make_stream_rec(name, priority));
+  ++streams_created_;
   return Stream{int(streams_.size()) - 1};
+}
+
+Stream CudaBackend::create_pool_stream(const std::string& name, int priority) {
+  streams_.push_back(make_stream_rec(name, priority, true));
+  ++streams_created_;
+  return Stream{int(streams_.size()) - 1};
+}
+
+void CudaBackend::claim_stream(Stream s, const std::string& roles) {
+  const std::string op = "claim_stream '" + roles + "'";
+  stream(s, op.c_str());
+  StreamRec& r = streams_[size_t(s.id)];
+  nvtxNameCudaStreamA(r.stream, roles.c_str());  // the trace shows every role drawn onto it
+  if (!r.scratch) give_scratch(r, op);
+}
+
+void CudaBackend::note_gemm(Stream s, const char* op) {
+  stream(s, op);
+  StreamRec& r = streams_[size_t(s.id)];
+  if (!r.pool || r.blas_ws || !cublas_workspace_bytes()) return;
+  r.blas_ws_bytes = cublas_workspace_bytes();
+  r.blas_ws = alloc_blas_workspace(std::string(op) + " on '" + r.name + "'", r.stream);
 }
 
 void CudaBackend::destroy_stream(Stream s) {
@@ -361,9 +423,20 @@ cudaStream_t CudaBackend::stream(Stream s, const char* op) const {
   return streams_[size_t(s.id)].stream;
 }
 
-cublasHandle_t CudaBackend::blas(Stream s, const char* op) const {
+cublasHandle_t CudaBackend::blas(Stream s, const char* op) {
   stream(s, op);
-  return streams_[size_t(s.id)].blas;
+  StreamRec& r = streams_[size_t(s.id)];
+  if (!r.pool && s.id != 0) return r.blas;
+  // The main stream's handle serves the main stream and every pool stream: rebind it (stream and
+  // that stream's workspace) when the last GEMM ran elsewhere. Host-side calls only.
+  note_gemm(s, op);
+  StreamRec& m = streams_[0];
+  if (main_blas_bound_ != r.stream) {
+    CUBLAS_CHECK(op, cublasSetStream(m.blas, r.stream));
+    CUBLAS_CHECK(op, cublasSetWorkspace(m.blas, r.blas_ws, r.blas_ws_bytes));
+    main_blas_bound_ = r.stream;
+  }
+  return m.blas;
 }
 
 CudaBackend::Scratch CudaBackend::scratch(Stream s, const char* op, size_t need) const {

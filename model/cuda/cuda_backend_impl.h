@@ -22,6 +22,9 @@
 // memory comparison measures):
 //   - one cuBLAS handle, cublasSetStream'ed once to its stream, with its own 32 MiB workspace
 //     (cublasSetWorkspace; PyTorch's size on Hopper). Reported as MemoryStats::library_bytes.
+//     Pool streams (the torch stream source) have no handle: their GEMMs use the main stream's
+//     handle rebound to them, with a 32 MiB workspace per stream allocated at its first GEMM op,
+//     as PyTorch does (one handle per thread, one workspace per (handle, stream)).
 //     Every handle has the same workspace size, so cuBLAS picks the same algorithm whatever
 //     stream a GEMM runs on: results are bit-identical across stream policies.
 //   - an 8 MiB op scratch from the arena (AllocKind::Workspace, named "<stream>.scratch"): small
@@ -107,6 +110,8 @@ class CudaBackend final : public Backend {
 
   // streams and events (cuda_backend.cu)
   Stream create_stream(const std::string& name, int priority) override;
+  Stream create_pool_stream(const std::string& name, int priority) override;
+  void claim_stream(Stream s, const std::string& roles) override;
   void destroy_stream(Stream s) override;
   Event create_event(const std::string& name) override;
   void record(Event e, Stream s) override;
@@ -191,7 +196,13 @@ class CudaBackend final : public Backend {
 
   // ---------------------------------------------------------------- for the op files
   cudaStream_t stream(Stream s, const char* op) const;  // checked lookup
-  cublasHandle_t blas(Stream s, const char* op) const;
+  // The cuBLAS handle for a GEMM on `s`, bound to `s` and to the workspace of (handle, s). An
+  // engine stream has its own handle; the main stream's handle doubles as the thread's handle
+  // that pool streams share (PyTorch's one handle per thread, rebound per call).
+  cublasHandle_t blas(Stream s, const char* op);
+  // A GEMM op is about to run on `s`: a pool stream gets its (handle, stream) workspace now, at
+  // its first GEMM, as PyTorch allocates it (whether or not our kernel choice then calls cuBLAS).
+  void note_gemm(Stream s, const char* op);
   struct Scratch {
     void* ptr = nullptr;
     size_t bytes = 0;
@@ -214,6 +225,7 @@ class CudaBackend final : public Backend {
     void* scratch = nullptr;  // from the arena
     std::string name;
     bool live = false;
+    bool pool = false;        // a pool stream: no handle of its own (create_pool_stream)
   };
   struct Chunk {
     char* base = nullptr;
@@ -226,7 +238,9 @@ class CudaBackend final : public Backend {
   };
 
   void* arena_take(size_t bytes, const std::string& name);
-  StreamRec make_stream_rec(const std::string& name, int priority);
+  StreamRec make_stream_rec(const std::string& name, int priority, bool pool = false);
+  void give_scratch(StreamRec& r, const std::string& op);
+  void* alloc_blas_workspace(const std::string& op, cudaStream_t capture_check);
   void release_stream_rec(StreamRec& r);
 
   CudaBackendOptions opt_;
@@ -239,6 +253,8 @@ class CudaBackend final : public Backend {
   std::array<size_t, 4> bytes_by_kind_{};
   size_t used_bytes_ = 0, reserved_bytes_ = 0;
   size_t library_bytes_ = 0;
+  size_t blas_handles_ = 0, blas_workspaces_ = 0, streams_created_ = 0;
+  cudaStream_t main_blas_bound_ = nullptr;  // the stream the main handle is bound to now
 
   std::vector<StreamRec> streams_;  // index = Stream::id; 0 = "main"
   struct GraphRec {

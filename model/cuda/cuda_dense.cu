@@ -338,6 +338,7 @@ static void gemm_any(CudaBackend& be, const char* op, Stream s, const GemmArgs& 
                      int batch) {
   cudaStream_t st = be.stream(s, op);
   if (g.M == 0 || g.N == 0) return;
+  be.note_gemm(s, op);
   const bool cublas_ok = (ta == DType::BF16 && tw == DType::BF16 && (to == DType::BF16 || to == DType::F32)) ||
                          (ta == DType::F32 && tw == DType::F32 && to == DType::F32);
   const bool fits_int = g.M < (1ll << 31) && g.N < (1ll << 31) && g.K < (1ll << 31) && g.lda < (1ll << 31) &&
@@ -439,6 +440,7 @@ void CudaBackend::gemm_swiglu(Stream s, const Tensor& act, const Tensor& g, cons
     Backend::gemm_swiglu(s, act, g, u, x, w1, w3, limit);
     return;
   }
+  note_gemm(s, op);
   launch_gemv<bf16, bf16, bf16, GemvMode::Swiglu>(op, stream(s, op), ga, 1, sm_count());
 }
 
@@ -468,6 +470,7 @@ void CudaBackend::gemm_pair(Stream s, const Tensor& out1, const Tensor& out2, co
     return;
   }
   cudaStream_t st = stream(s, op);
+  note_gemm(s, op);
   if (out1.dtype == DType::F32)
     launch_gemv<bf16, bf16, float, GemvMode::Pair>(op, st, ga, 1, sm_count());
   else

@@ -41,6 +41,8 @@ class FaultyCpu final : public Backend {
   void download(void* h, const Tensor& s, size_t n) override { in_->download(h, s, n); }
   MemoryStats memory() const override { return in_->memory(); }
   Stream create_stream(const std::string& n, int p) override { return in_->create_stream(n, p); }
+  Stream create_pool_stream(const std::string& n, int p) override { return in_->create_pool_stream(n, p); }
+  void claim_stream(Stream s, const std::string& r) override { in_->claim_stream(s, r); }
   void destroy_stream(Stream s) override { in_->destroy_stream(s); }
   Event create_event(const std::string& n) override { return in_->create_event(n); }
   void record(Event e, Stream s) override { in_->record(e, s); }
