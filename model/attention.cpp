@@ -1,7 +1,8 @@
 // Attention for all three layer types (MODEL.md 5) with vLLM's aux-stream placement
-// (MODEL.md 10 / docs/streams.md): phase A overlaps the input GEMMs, phase B overlaps the indexer
-// (c4a) or the main compressor (c128a) with the query path, and everything joins before the
-// sparse attention.
+// (docs/streams.md): phase A overlaps the input GEMMs, phase B overlaps the indexer (c4a) or the
+// main compressor (c128a) with the query path, as vLLM did at the MTP fix (--placement vllm-fix)
+// or does now (vllm-head: the c4a indexer split over aux0 and aux2, the main compressor on aux1,
+// scoring and top-k after the join), and everything joins before the sparse attention.
 #include "model/model_internal.h"
 #include "model/parallel.h"
 
@@ -59,7 +60,41 @@ void DeepSeekV4::attention(int layer, const AttentionWeights& aw, LayerCache& ca
     ops_.compressor_pool(s, "compressor.pool", cc.entries, cc.state_u, cc.state_g, cc.state_tags, aw.compressor.norm,
                          table, st.pos, st.seq, cc.ratio, cc.overlap, eps);
   };
-  {
+  auto indexer_query = [&](Stream s) {
+    ops_.gemm(s, "indexer.wq_b", idx_q.view({T, Hi * di}), qr, aw.idx_wq_b);
+    ops_.rope(s, "indexer.rope_q", idx_q, st.pos, table, false);
+  };
+  auto indexer_compressor = [&](Stream s) {
+    CompressorCache& ic = cache.indexer;
+    ops_.compressor_save(s, "indexer.compressor.save", ic.state_u, ic.state_g, ic.state_tags, idx_u, idx_g,
+                         aw.idx_compressor.ape, st.pos, st.seq, ic.ratio);
+    ops_.compressor_pool(s, "indexer.compressor.pool", ic.entries, ic.state_u, ic.state_g, ic.state_tags,
+                         aw.idx_compressor.norm, table, st.pos, st.seq, ic.ratio, ic.overlap, eps);
+  };
+  auto indexer_topk = [&](Stream s) {
+    ops_.indexer_topk(s, sel, idx_q, idx_w, cache.indexer.entries, st.pos, st.seq, cache.indexer.ratio);
+  };
+  if (type == LayerType::C4A && policy_.placement == Placement::VllmHead) {
+    // Current vLLM: three-way. aux0 runs the indexer's query path and forks its compressor onto
+    // aux2 (free by now: phase A joined); aux1 runs the main compressor; the current stream runs
+    // the query path, then, after the join, the indexer's scoring and top-k.
+    Ops::Scope scope(ops_, "phase_b");
+    const auto& iev = events_[size_t(layer)].indexer;
+    StreamFn main_fn = [&](Stream s) {
+      ops_.gemm(s, "wq_b", q.view({T, H * Dh}), qr, aw.wq_b);
+      ops_.rmsnorm_rope(s, "q_head_norm+rope_q", q, q, Tensor{}, eps, st.pos, table);
+      ops_.rope(s, "rope_k", kv.view({T, 1, Dh}), st.pos, table, false);
+      ops_.swa_insert(s, cache.swa, cache.swa_tags, kv, st.pos, st.seq);
+    };
+    std::array<StreamFn, 3> aux{};
+    aux[0] = [&](Stream s) {
+      maybe_execute_in_parallel_from(ops_, s, ls.aux[2], iev[0], iev[1], indexer_query,
+                                     indexer_compressor);
+    };
+    aux[1] = main_compressor;
+    execute_in_parallel(ops_, ls, ev, true, main_fn, aux);
+    indexer_topk(Stream{});
+  } else {
     Ops::Scope scope(ops_, "phase_b");
     StreamFn main_fn = [&](Stream s) {
       ops_.gemm(s, "wq_b", q.view({T, H * Dh}), qr, aw.wq_b);
@@ -71,14 +106,9 @@ void DeepSeekV4::attention(int layer, const AttentionWeights& aw, LayerCache& ca
     StreamFn aux_fn;
     if (type == LayerType::C4A)
       aux_fn = [&](Stream s) {
-        CompressorCache& ic = cache.indexer;
-        ops_.gemm(s, "indexer.wq_b", idx_q.view({T, Hi * di}), qr, aw.idx_wq_b);
-        ops_.rope(s, "indexer.rope_q", idx_q, st.pos, table, false);
-        ops_.compressor_save(s, "indexer.compressor.save", ic.state_u, ic.state_g, ic.state_tags, idx_u, idx_g,
-                             aw.idx_compressor.ape, st.pos, st.seq, ic.ratio);
-        ops_.compressor_pool(s, "indexer.compressor.pool", ic.entries, ic.state_u, ic.state_g, ic.state_tags,
-                             aw.idx_compressor.norm, table, st.pos, st.seq, ic.ratio, ic.overlap, eps);
-        ops_.indexer_topk(s, sel, idx_q, idx_w, ic.entries, st.pos, st.seq, ic.ratio);
+        indexer_query(s);
+        indexer_compressor(s);
+        indexer_topk(s);
       };
     else if (type == LayerType::C128A)
       aux_fn = main_compressor;

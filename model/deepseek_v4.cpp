@@ -50,6 +50,9 @@ DeepSeekV4::DeepSeekV4(Backend& be, const ModelConfig& cfg, const StreamPolicy& 
     for (int i = 0; i < 4; ++i) events_[size_t(l)].attn[size_t(i)] = be_.create_event(p + ".ev" + std::to_string(i));
     events_[size_t(l)].moe_fork = be_.create_event(p + ".moe_fork");
     events_[size_t(l)].moe_join = be_.create_event(p + ".moe_join");
+    if (policy_.placement == Placement::VllmHead && cfg_.layer_type(l) == LayerType::C4A)
+      for (int i = 0; i < 2; ++i)
+        events_[size_t(l)].indexer[size_t(i)] = be_.create_event(p + ".indexer.ev" + std::to_string(i));
   }
 
   allocate_weights(be_, cfg_, w_);
@@ -94,6 +97,12 @@ DeepSeekV4::~DeepSeekV4() {
   }
 }
 
+size_t DeepSeekV4::events_created() const {
+  size_t n = 0;
+  for (const auto& e : events_) n += 6 + (e.indexer[0].id >= 0 ? 2 : 0);
+  return n;
+}
+
 void DeepSeekV4::init_random(uint64_t seed) { init_weights(be_, cfg_, w_, seed); }
 
 void DeepSeekV4::load(const std::string& dir) { load_checkpoint(be_, cfg_, w_, dir); }
@@ -113,6 +122,9 @@ void DeepSeekV4::describe_streams(Schedule& sched) const {
     for (int i = 0; i < 4; ++i) sched.add_event({events_[l].attn[size_t(i)].id, p + ".ev" + std::to_string(i), p});
     sched.add_event({events_[l].moe_fork.id, p + ".moe_fork", p});
     sched.add_event({events_[l].moe_join.id, p + ".moe_join", p});
+    for (int i = 0; i < 2; ++i)
+      if (events_[l].indexer[size_t(i)].id >= 0)
+        sched.add_event({events_[l].indexer[size_t(i)].id, p + ".indexer.ev" + std::to_string(i), p});
   }
 }
 

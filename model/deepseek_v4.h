@@ -100,8 +100,9 @@ class DeepSeekV4 {
   const std::vector<Stream>& created_streams() const { return streams_; }
   // Host milliseconds the constructor spent creating them (the backend's create_stream calls).
   double stream_setup_ms() const { return stream_setup_ms_; }
-  // Fork/join events the model created (every layer owns its own, under every policy).
-  size_t events_created() const { return events_.size() * 6; }
+  // Fork/join events the model created (every layer owns its own, under every policy: 6, and 2
+  // more for the indexer of a c4a layer under the vllm-head placement).
+  size_t events_created() const;
   Ops& ops() { return ops_; }
   ModelWeights& weights() { return w_; }
   Backend& backend() { return be_; }
@@ -116,6 +117,7 @@ class DeepSeekV4 {
   struct LayerEvents {
     std::array<Event, 4> attn;  // [0] fork, [1..3] joins; [0]/[1] reused in phase B (vLLM)
     Event moe_fork, moe_join;
+    std::array<Event, 2> indexer{};  // vllm-head c4a layers: the indexer's own fork / done (id -1 otherwise)
   };
 
   // Forward pieces (decoder_layer.cpp, attention.cpp, moe.cpp, mtp.cpp).

@@ -49,9 +49,10 @@ inline void execute_in_parallel(Ops& ops, const LayerStreams& ls, const std::arr
   }
 }
 
-inline void maybe_execute_in_parallel(Ops& ops, Stream aux, Event fork, Event done, const StreamFn& main_fn,
-                                      const StreamFn& aux_fn) {
-  const Stream main{};
+// maybe_execute_in_parallel from a stream other than the main one (vLLM's indexer forks its
+// compressor from aux0 onto aux2).
+inline void maybe_execute_in_parallel_from(Ops& ops, Stream main, Stream aux, Event fork, Event done,
+                                           const StreamFn& main_fn, const StreamFn& aux_fn) {
   if (!aux_fn) {
     main_fn(main);
     return;
@@ -67,6 +68,11 @@ inline void maybe_execute_in_parallel(Ops& ops, Stream aux, Event fork, Event do
   aux_fn(aux);
   ops.record(done, aux);
   ops.wait(main, done);
+}
+
+inline void maybe_execute_in_parallel(Ops& ops, Stream aux, Event fork, Event done, const StreamFn& main_fn,
+                                      const StreamFn& aux_fn) {
+  maybe_execute_in_parallel_from(ops, Stream{}, aux, fork, done, main_fn, aux_fn);
 }
 
 }  // namespace sl

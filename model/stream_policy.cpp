@@ -17,6 +17,14 @@ StreamSource parse_stream_source(const std::string& text) {
        "drawn from PyTorch's per-priority pool of ", StreamPolicy::kTorchPoolSize, ")");
 }
 
+const char* placement_name(Placement p) { return p == Placement::VllmHead ? "vllm-head" : "vllm-fix"; }
+
+Placement parse_placement(const std::string& text) {
+  if (text == "vllm-fix") return Placement::VllmFix;
+  if (text == "vllm-head") return Placement::VllmHead;
+  fail("unknown placement '", text, "' (expected vllm-fix or vllm-head)");
+}
+
 StreamPolicy StreamPolicy::parse(const std::string& text) {
   StreamPolicy p;
   if (text == "serial") p.kind = PolicyKind::Serial;

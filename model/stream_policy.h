@@ -25,6 +25,15 @@ namespace sl {
 
 enum class PolicyKind { Serial, PerLayer, Shared, Global, PerLayerAll, TrtllmPerLayer, Pool };
 enum class StreamSource { Cuda, Torch };
+// Where a layer's aux work goes in phase B (docs/streams.md):
+// - VllmFix: vLLM at the MTP fix (6fb3f7b46): c4a layers run the whole indexer on aux0 while
+//   the current stream runs the query path and the main compressor (two-way).
+// - VllmHead: current vLLM (0484480bc, vllm/models/deepseek_v4/attention.py): c4a layers run
+//   the indexer's query path on aux0 with its compressor on aux2 inside it, the main compressor
+//   on aux1, and the indexer's scoring and top-k on the current stream after the join.
+enum class Placement { VllmFix, VllmHead };
+const char* placement_name(Placement p);  // "vllm-fix", "vllm-head"
+Placement parse_placement(const std::string& text);
 
 const char* stream_source_name(StreamSource s);  // "cuda", "torch"
 // "cuda" or "torch"; throws on anything else.
@@ -38,6 +47,7 @@ struct StreamPolicy {
   int shared_expert_max_tokens = 256;    // vLLM's VLLM_SHARED_EXPERTS_STREAM_TOKEN_THRESHOLD
   int phase_a_max_tokens = 1024;         // vLLM's VLLM_MULTI_STREAM_GEMM_TOKEN_THRESHOLD
   StreamSource source = StreamSource::Cuda;
+  Placement placement = Placement::VllmFix;
   static constexpr int kTorchPoolSize = 32;  // PyTorch's kStreamsPerPool
 
   // "serial", "per-layer", "shared", "global", "per-layer-all", "trtllm-per-layer", "pool:K".

@@ -91,6 +91,8 @@ std::vector<std::string> model_args(const ModelOptions& m) {
   if (m.rope) a.insert(a.end(), {"--rope", *m.rope});
   if (m.aux_priority != "default") a.insert(a.end(), {"--aux-priority", m.aux_priority});
   if (m.no_shared_expert_stream) a.push_back("--no-shared-expert-stream");
+  if (m.stream_source != "cuda") a.insert(a.end(), {"--stream-source", m.stream_source});
+  if (m.placement != "vllm-fix") a.insert(a.end(), {"--placement", m.placement});
   return a;
 }
 

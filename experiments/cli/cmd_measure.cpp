@@ -150,7 +150,7 @@ void measure(const MeasureOptions& o) {
 
   compare::Measurement m;
   m.provenance = provenance(command_line(g_measure_argc, g_measure_argv));
-  m.stream_source = o.backend == "cpu" ? "cpu-reference" : "cuda";
+  m.stream_source = o.backend == "cpu" ? std::string("cpu-reference") : stream_source_name(policy.source);
   m.config = cfg.name;
   m.layers = cfg.num_hidden_layers;
   m.mtp_layers = cfg.num_nextn_predict_layers;
@@ -163,10 +163,15 @@ void measure(const MeasureOptions& o) {
   m.shared_expert_stream = policy.shared_expert_stream;
   m.connections = connections_setting();
   m.streams_created = int(model.created_streams().size());
-  for (const auto& s : model.stream_plan().streams) {
-    m.stream_names.push_back(s.name);
-    m.stream_owners.push_back(s.owner);
-  }
+  // Named as the trace names them: under the torch source a pool stream lists every role drawn
+  // onto it.
+  Schedule names;
+  model.describe_streams(names);
+  for (const auto& s : names.streams())
+    if (s.id != 0) {
+      m.stream_names.push_back(s.name);
+      m.stream_owners.push_back(s.owner);
+    }
   m.stream_setup_ms = model.stream_setup_ms();
   m.events_created = int(model.events_created());
 

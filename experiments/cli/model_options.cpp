@@ -23,6 +23,12 @@ void add_model_options(CLI::App* cmd, ModelOptions& o) {
                   "per stream at its first GEMM), as vLLM's torch.cuda.Stream()")
       ->check(CLI::IsMember({"cuda", "torch"}))
       ->capture_default_str();
+  cmd->add_option("--placement", o.placement,
+                  "where phase-B aux work goes: vllm-fix (vLLM at the MTP fix: the whole c4a indexer on aux0) or "
+                  "vllm-head (current vLLM: indexer query on aux0 with its compressor on aux2, main compressor on "
+                  "aux1, scoring and top-k on the current stream after the join)")
+      ->check(CLI::IsMember({"vllm-fix", "vllm-head"}))
+      ->capture_default_str();
   cmd->add_option("--aux-priority", o.aux_priority, "priority of the aux streams: default or highest")
       ->check(CLI::IsMember({"default", "highest"}))
       ->capture_default_str();
@@ -62,6 +68,7 @@ StreamPolicy resolve_policy(const ModelOptions& o) {
   p.aux_priority = o.aux_priority == "highest" ? -5 : 0;
   if (o.no_shared_expert_stream) p.shared_expert_stream = false;
   p.source = parse_stream_source(o.stream_source);
+  p.placement = parse_placement(o.placement);
   return p;
 }
 

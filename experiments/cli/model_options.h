@@ -18,6 +18,7 @@ struct ModelOptions {
   std::string policy = "shared";
   std::string aux_priority = "default";
   std::string stream_source = "cuda";
+  std::string placement = "vllm-fix";
   bool no_shared_expert_stream = false;
   std::optional<int> mtp_layers, mtp_compress, batch, context, draft_steps, prefill_chunk;
   std::optional<unsigned long long> seed;

@@ -41,9 +41,10 @@ struct TracedWindow {
 struct Measurement {
   std::string schema = kMeasurementSchema;
   nlohmann::json provenance;        // gpu, driver, runtime, commit, date, command, host, environment
-  // Which system the figures are true of: streamlab's engine creates every stream itself
-  // (cudaStreamCreateWithPriority, a cuBLAS handle and workspace per stream), as a C++ engine
-  // would. PyTorch's pool of streams is another system (see docs/).
+  // Which system the figures are true of: "cuda" (streamlab's engine creates every stream itself:
+  // cudaStreamCreateWithPriority, a cuBLAS handle and workspace per stream, as a C++ engine
+  // would), "torch" (streams drawn from PyTorch's pool, as vLLM gets them; docs/streams.md) or
+  // "cpu-reference" (tests).
   std::string stream_source = "cuda";
   // The model and shape.
   std::string config;

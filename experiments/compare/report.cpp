@@ -213,7 +213,12 @@ std::vector<std::vector<std::string>> resource_rows(const std::vector<SideResour
 std::string system_words(const std::string& system) {
   if (system == "cuda") return "a C++ engine creating its own CUDA streams (cudaStreamCreateWithPriority, a cuBLAS "
                                "handle and workspace per stream)";
-  if (system == "cpu-reference") return "the CPU reference (streams are labels, ops run one by one: tests only)";
+  if (system == "torch")
+    return "PyTorch drawing its streams from its pool (torch.cuda.Stream(): 32 per priority, round-robin, aliasing "
+           "past 32; one cuBLAS handle, a workspace per stream at its first GEMM), as vLLM and TensorRT-LLM's "
+           "PyTorch backend get theirs";
+  if (system.rfind("cpu-reference", 0) == 0)
+    return "the CPU reference (streams are labels, ops run one by one: tests only)";
   return system;
 }
 
