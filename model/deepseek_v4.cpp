@@ -220,10 +220,16 @@ void DeepSeekV4::decode_prepare() {
 }
 
 void DeepSeekV4::decode_enqueue() {
+  Ops::Scope scope(ops_, "decode");
+  enqueue_target();
+  enqueue_draft0();
+  enqueue_later_drafts();
+}
+
+void DeepSeekV4::enqueue_target() {
   const int B = shape_.batch;
   const Stream main{};
   Step st = make_step(B);
-  Ops::Scope scope(ops_, "decode");
   if (step_marks_) be_.record_timing_mark(step_marks_->begin, main);
   // The input of this step is the previous step's greedy token, already on the device.
   ops_.copy(main, "input_tokens", st.tokens, buf_->sampled);
@@ -233,12 +239,34 @@ void DeepSeekV4::decode_enqueue() {
   // Every aux stream of the target has joined the main stream by now (each layer joins before
   // the ops that need its aux results), so this mark is the end of the target's work.
   if (step_marks_) be_.record_timing_mark(step_marks_->target_done, main);
+}
+
+void DeepSeekV4::enqueue_draft0() {
+  const int B = shape_.batch;
+  const Stream main{};
   if (cfg_.num_nextn_predict_layers > 0 && cfg_.draft_steps > 0) {
+    Step st = make_step(B);
     ops_.shift_tokens(main, buf_->mtp_tok.rows(0, B), st.tokens, buf_->sampled);
     mtp_step(0, buf_->x.rows(0, B), buf_->mtp_tok.rows(0, B), st);
-    run_drafts();
   }
-  if (step_marks_) be_.record_timing_mark(step_marks_->end, main);
+}
+
+void DeepSeekV4::enqueue_later_drafts() {
+  if (cfg_.num_nextn_predict_layers > 0 && cfg_.draft_steps > 0) run_drafts();
+  if (step_marks_) be_.record_timing_mark(step_marks_->end, Stream{});
+}
+
+const char* graph_scope_name(GraphScope g) { return g == GraphScope::Split ? "split" : "step"; }
+
+GraphScope parse_graph_scope(const std::string& text) {
+  if (text == "step") return GraphScope::Step;
+  if (text == "split") return GraphScope::Split;
+  fail("unknown graph scope '", text, "' (expected step or split)");
+}
+
+void DeepSeekV4::set_graph_scope(GraphScope g) {
+  SL_CHECK(!graph_captured_, "set_graph_scope: call it before the decode graph is captured");
+  graph_scope_ = g;
 }
 
 void DeepSeekV4::enable_step_marks() {
@@ -278,13 +306,40 @@ StepOutput DeepSeekV4::decode_step_graph() {
 }
 
 void DeepSeekV4::decode_replay() {
-  if (!graph_captured_) {
-    be_.graph_begin_capture(0);
-    decode_enqueue();
-    graph_stats_ = be_.graph_end_capture(0);
-    graph_captured_ = true;
+  struct Piece {
+    const char* name;
+    void (DeepSeekV4::*enqueue)();
+  };
+  std::vector<Piece> pieces;
+  if (graph_scope_ == GraphScope::Step) {
+    pieces.push_back({"step", &DeepSeekV4::decode_enqueue});
+  } else {
+    pieces.push_back({"target", &DeepSeekV4::enqueue_target});
+    const bool drafts = cfg_.num_nextn_predict_layers > 0 && cfg_.draft_steps > 0;
+    if (drafts) pieces.push_back({"draft0", &DeepSeekV4::enqueue_draft0});
+    // Draft steps 1..k-1 in one graph (vLLM captures them together when its attention backends
+    // allow); the step's end mark lives in the last graph.
+    if (cfg_.draft_steps > 1 || step_marks_) pieces.push_back({"drafts1+", &DeepSeekV4::enqueue_later_drafts});
   }
-  be_.graph_replay(0);
+  // Each piece is captured, then replayed, in turn: a later piece reads what an earlier one
+  // computed, so the capture pass must run them in order. One "decode" scope over all of them,
+  // as decode_enqueue has.
+  std::unique_ptr<Ops::Scope> scope;
+  if (!graph_captured_ && graph_scope_ == GraphScope::Split) scope = std::make_unique<Ops::Scope>(ops_, "decode");
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    if (!graph_captured_) {
+      be_.graph_begin_capture(int(i));
+      (this->*pieces[i].enqueue)();
+      const Backend::GraphStats g = be_.graph_end_capture(int(i));
+      graphs_.push_back({pieces[i].name, g});
+      graph_stats_.capture_ms += g.capture_ms;
+      graph_stats_.instantiate_ms += g.instantiate_ms;
+      graph_stats_.nodes += g.nodes;
+      graph_stats_.edges += g.edges;
+    }
+    be_.graph_replay(int(i));
+  }
+  graph_captured_ = true;
 }
 
 std::vector<RoutingRecord> DeepSeekV4::routing() {

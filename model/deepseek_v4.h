@@ -55,6 +55,14 @@ struct StepOutput {
   std::vector<float> draft_logits;           // [draft_steps, B, vocab] when RunShape::draft_logits
 };
 
+// How a graph-mode decode step is captured (--graph-scope):
+// - Step: one CUDA graph for the whole step (target forward and every draft step).
+// - Split: as vLLM's model runner does it, the target forward, draft step 0 and draft steps
+//   1..k-1 are separate graphs, replayed one after the other by the host.
+enum class GraphScope { Step, Split };
+const char* graph_scope_name(GraphScope g);  // "step", "split"
+GraphScope parse_graph_scope(const std::string& text);
+
 class DeepSeekV4 {
  public:
   DeepSeekV4(Backend& be, const ModelConfig& cfg, const StreamPolicy& policy, const RunShape& shape);
@@ -82,6 +90,15 @@ class DeepSeekV4 {
   // on the first call, then replay.
   void decode_replay();
   bool graph_captured() const { return graph_captured_; }
+  // Before the first decode_replay: one graph per step (default) or split as vLLM does.
+  void set_graph_scope(GraphScope g);
+  GraphScope graph_scope() const { return graph_scope_; }
+  // Each captured graph of the step ("step", or "target", "draft0", "drafts1+"), in replay order.
+  struct GraphPiece {
+    std::string name;
+    Backend::GraphStats stats;
+  };
+  const std::vector<GraphPiece>& graphs() const { return graphs_; }
   // Timing of a decode step's parts without a tracer: timing marks (model/backend.h) on the
   // main stream at the step's start, after the target (its logits and greedy token) and at its
   // end. Enable before the first decode step (before a graph is captured); read after
@@ -93,6 +110,7 @@ class DeepSeekV4 {
   StepTimes last_step_times();
   // The routing of the last step's MoE executions (needs RunShape::record_routing).
   std::vector<RoutingRecord> routing();
+  // The step's graphs together (sums over graphs()).
   const Backend::GraphStats& graph_stats() const { return graph_stats_; }
 
   const ModelConfig& config() const { return cfg_; }
@@ -158,6 +176,12 @@ class DeepSeekV4 {
   std::vector<RoutingRecord> routing_meta_;  // layer / draft step / tokens per log slot, last step
   bool graph_captured_ = false;
   Backend::GraphStats graph_stats_;
+  GraphScope graph_scope_ = GraphScope::Step;
+  std::vector<GraphPiece> graphs_;
+  // The parts of decode_enqueue, which the split graph scope captures separately.
+  void enqueue_target();
+  void enqueue_draft0();
+  void enqueue_later_drafts();
   struct StepMarks {
     Event begin, target_done, end;
   };

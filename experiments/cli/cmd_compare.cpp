@@ -93,6 +93,7 @@ std::vector<std::string> model_args(const ModelOptions& m) {
   if (m.no_shared_expert_stream) a.push_back("--no-shared-expert-stream");
   if (m.stream_source != "cuda") a.insert(a.end(), {"--stream-source", m.stream_source});
   if (m.placement != "vllm-fix") a.insert(a.end(), {"--placement", m.placement});
+  if (m.graph_scope != "step") a.insert(a.end(), {"--graph-scope", m.graph_scope});
   return a;
 }
 

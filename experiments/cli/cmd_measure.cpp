@@ -79,6 +79,15 @@ StepTiming timed_step(DeepSeekV4& model, const std::string& mode) {
   return t;
 }
 
+void record_graphs(const DeepSeekV4& model, compare::ModeSamples& s) {
+  const auto& g = model.graph_stats();
+  s.graph_nodes = g.nodes;
+  s.graph_edges = g.edges;
+  s.capture_ms = g.capture_ms;
+  s.instantiate_ms = g.instantiate_ms;
+  for (const auto& p : model.graphs()) s.graphs.push_back({p.name, p.stats.nodes, p.stats.edges});
+}
+
 compare::ModeSamples measure_mode(DeepSeekV4& model, const std::string& mode, int warmup, int steps) {
   for (int i = 0; i < warmup; ++i) timed_step(model, mode);  // the graph's capture is in the first
   compare::ModeSamples s;
@@ -91,13 +100,7 @@ compare::ModeSamples measure_mode(DeepSeekV4& model, const std::string& mode, in
     s.host_ms.push_back(t.host_ms);
     s.enqueue_ms.push_back(t.enqueue_ms);
   }
-  if (mode == "graph") {
-    const auto& g = model.graph_stats();
-    s.graph_nodes = g.nodes;
-    s.graph_edges = g.edges;
-    s.capture_ms = g.capture_ms;
-    s.instantiate_ms = g.instantiate_ms;
-  }
+  if (mode == "graph") record_graphs(model, s);
   return s;
 }
 
@@ -144,6 +147,7 @@ void measure(const MeasureOptions& o) {
                cfg.mtp_compress_ratio, cfg.draft_steps, o.trace ? ", traced" : "");
   auto be = make_backend(o.backend);
   DeepSeekV4 model(*be, cfg, policy, shape);
+  model.set_graph_scope(parse_graph_scope(o.model.graph_scope));
   model.enable_step_marks();
   model.init_random(cfg.seed);
   model.prefill(seeded_prompt(cfg), cfg.context_length);
@@ -162,6 +166,10 @@ void measure(const MeasureOptions& o) {
   m.aux_priority = o.model.aux_priority;
   m.shared_expert_stream = policy.shared_expert_stream;
   m.connections = connections_setting();
+  m.placement = placement_name(policy.placement);
+  m.graph_scope = graph_scope_name(model.graph_scope());
+  for (int k : model.stream_plan().aliased())
+    m.aliased.push_back(model.stream_plan().physical[size_t(k)].name + " = " + model.stream_plan().served(k));
   m.streams_created = int(model.created_streams().size());
   // Named as the trace names them: under the torch source a pool stream lists every role drawn
   // onto it.
@@ -220,10 +228,7 @@ void measure(const MeasureOptions& o) {
     if (model.graph_captured()) {
       compare::ModeSamples g;
       g.mode = "graph";
-      g.graph_nodes = model.graph_stats().nodes;
-      g.graph_edges = model.graph_stats().edges;
-      g.capture_ms = model.graph_stats().capture_ms;
-      g.instantiate_ms = model.graph_stats().instantiate_ms;
+      record_graphs(model, g);
       m.modes.push_back(g);
     }
 #endif
@@ -233,6 +238,8 @@ void measure(const MeasureOptions& o) {
   m.activations_bytes = double(mem.activations_bytes);
   m.peak_bytes = double(mem.peak_bytes);
   m.library_bytes = double(mem.library_bytes);
+  m.cublas_handles = int(mem.blas_handles);
+  m.cublas_workspaces = int(mem.blas_workspaces);
   write_file_atomic(o.out, compare::to_json(m).dump(1) + "\n");
   std::fprintf(stderr, "measure: wrote %s\n", o.out.c_str());
 }

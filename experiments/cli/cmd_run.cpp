@@ -167,6 +167,7 @@ void run(const RunOptions& o) {
   std::fflush(info);
 
   DeepSeekV4 model(*be, cfg, policy, shape);
+  model.set_graph_scope(parse_graph_scope(o.model.graph_scope));
   model.ops().set_op_ranges(!o.no_op_ranges);
   if (o.checkpoint.empty()) {
     std::fprintf(info, "initialising weights from seed %llu\n", cfg.seed);
@@ -180,7 +181,7 @@ void run(const RunOptions& o) {
     save_checkpoint(*be, cfg, model.weights(), o.save_checkpoint, o.save_dtype == "f32" ? DType::F32 : DType::BF16);
   }
   const int alias_from = first_aliasing_mtp_layers(policy, cfg);
-  print_stream_plan(info, model.stream_plan(), policy, alias_from);
+  print_stream_plan(info, model.stream_plan(), policy, alias_from, false);
   std::fprintf(info, "stream setup: %.2f ms (host)\n", model.stream_setup_ms());
   std::fflush(info);
 
@@ -236,8 +237,11 @@ void run(const RunOptions& o) {
     ms = std::chrono::duration<double, std::milli>(clock::now() - t0).count();
     if (capturing) {
       const auto& g = model.graph_stats();
-      std::fprintf(info, "graph captured: capture %.3f ms, instantiate %.3f ms, %zu nodes, %zu edges\n", g.capture_ms,
-                   g.instantiate_ms, g.nodes, g.edges);
+      std::fprintf(info, "graph captured (scope %s): capture %.3f ms, instantiate %.3f ms, %zu nodes, %zu edges\n",
+                   graph_scope_name(model.graph_scope()), g.capture_ms, g.instantiate_ms, g.nodes, g.edges);
+      if (model.graphs().size() > 1)
+        for (const auto& p : model.graphs())
+          std::fprintf(info, "  graph %-9s %zu nodes, %zu edges\n", p.name.c_str(), p.stats.nodes, p.stats.edges);
     }
     report(s, capturing ? "capture" : o.graph ? "replay" : "decode", cfg.batch, ms, out);
     if (!o.dump_decode_logits.empty())
@@ -280,6 +284,7 @@ void run(const RunOptions& o) {
                      {"mtp_layers", cfg.num_nextn_predict_layers},
                      {"mtp_compress_ratio", cfg.mtp_compress_ratio},
                      {"stream_source", stream_source_name(policy.source)},
+                     {"placement", placement_name(policy.placement)},
                      {"aux_streams", model.created_streams().size()},
                      {"stream_plan", stream_plan_json(model.stream_plan(), policy, alias_from)},
                      {"stream_setup_ms", model.stream_setup_ms()},
@@ -287,7 +292,16 @@ void run(const RunOptions& o) {
                      {"graph", o.graph ? nlohmann::json{{"capture_ms", model.graph_stats().capture_ms},
                                                         {"instantiate_ms", model.graph_stats().instantiate_ms},
                                                         {"nodes", model.graph_stats().nodes},
-                                                        {"edges", model.graph_stats().edges}}
+                                                        {"edges", model.graph_stats().edges},
+                                                        {"scope", graph_scope_name(model.graph_scope())},
+                                                        {"graphs", [&] {
+                                                           nlohmann::json a = nlohmann::json::array();
+                                                           for (const auto& p : model.graphs())
+                                                             a.push_back({{"name", p.name},
+                                                                          {"nodes", p.stats.nodes},
+                                                                          {"edges", p.stats.edges}});
+                                                           return a;
+                                                         }()}}
                                        : nlohmann::json(nullptr)},
                      {"memory",
                       {{"weights_bytes", mem.weights_bytes},

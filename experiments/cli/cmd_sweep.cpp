@@ -45,6 +45,7 @@ using nlohmann::json;
 struct SweepOptions {
   std::string policies = "per-layer,shared", mtp_layers = "1,2,4,8", mtp_compress = "0,4", connections = "1,4,8,32",
               modes = "eager,graph", batches = "1,8,64";
+  std::string sources = "cuda", placements = "vllm-fix", graph_scopes = "step";
   std::string config = "flash-6l";
   int context = 2048;
   int draft_steps = 0;  // 0: as many as MTP layers (every MTP layer runs once per step)
@@ -82,6 +83,9 @@ std::vector<std::string> cell_argv(const json& settings, const SweepCell& c, con
           "--modes", c.mode,
           "--steps", std::to_string(settings["steps"].get<int>()),
           "--warmup", std::to_string(settings["warmup"].get<int>()),
+          "--stream-source", c.source,
+          "--placement", c.placement,
+          "--graph-scope", c.graph_scope,
           "--out", folder + "/cells/" + c.id() + ".json"};
 }
 
@@ -265,6 +269,9 @@ int sweep_main(const SweepOptions& o) {
     grid.connections = compare::parse_int_list(o.connections, "--connections");
     grid.modes = split(o.modes);
     grid.batches = compare::parse_int_list(o.batches, "--batches");
+    grid.sources = split(o.sources);
+    grid.placements = split(o.placements);
+    grid.graph_scopes = split(o.graph_scopes);
     grid.validate();
     for (const auto& p : grid.policies) StreamPolicy::parse(p);  // a bad name fails before any child runs
     SL_CHECK(o.steps >= 1 && o.warmup >= 1, "sweep: --steps and --warmup must be >= 1");
@@ -367,6 +374,10 @@ void add_sweep_command(CLI::App& app) {
   cmd->add_option("--connections", o->connections, "CUDA_DEVICE_MAX_CONNECTIONS values (0 = unset)")->capture_default_str();
   cmd->add_option("--modes", o->modes, "eager and/or graph")->capture_default_str();
   cmd->add_option("--batches", o->batches, "batch sizes")->capture_default_str();
+  cmd->add_option("--sources", o->sources, "stream sources: cuda and/or torch")->capture_default_str();
+  cmd->add_option("--placements", o->placements, "phase-B placements: vllm-fix and/or vllm-head")
+      ->capture_default_str();
+  cmd->add_option("--graph-scopes", o->graph_scopes, "graph cells: step and/or split")->capture_default_str();
   cmd->add_option("--config", o->config, "model config")->capture_default_str();
   cmd->add_option("--context", o->context, "prompt tokens per sequence")->capture_default_str();
   cmd->add_option("--draft-steps", o->draft_steps, "draft steps per decode step (0: as many as MTP layers)")

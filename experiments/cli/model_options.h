@@ -19,6 +19,7 @@ struct ModelOptions {
   std::string aux_priority = "default";
   std::string stream_source = "cuda";
   std::string placement = "vllm-fix";
+  std::string graph_scope = "step";  // how graph mode captures a decode step (DeepSeekV4::set_graph_scope)
   bool no_shared_expert_stream = false;
   std::optional<int> mtp_layers, mtp_compress, batch, context, draft_steps, prefill_chunk;
   std::optional<unsigned long long> seed;

@@ -4,13 +4,15 @@
 
 namespace sl::cli {
 
-void print_stream_plan(std::FILE* out, const StreamPlan& plan, const StreamPolicy& policy, int alias_from) {
+void print_stream_plan(std::FILE* out, const StreamPlan& plan, const StreamPolicy& policy, int alias_from,
+                       bool every_stream) {
   const size_t se = plan.shared_expert >= 0 ? 1 : 0;
   std::fprintf(out, "streams requested: %zu (%zu aux%s); CUDA streams created: %zu (source %s)\n",
                plan.streams.size(), plan.streams.size() - se, se ? " + shared_expert" : "", plan.physical.size(),
                stream_source_name(policy.source));
   const bool one_to_one = policy.source == StreamSource::Cuda;
   for (const auto& s : plan.streams) {
+    if (!every_stream) break;
     if (one_to_one)
       std::fprintf(out, "  %-16s owner %s\n", s.name.c_str(), s.owner.c_str());
     else

@@ -26,6 +26,11 @@ json to_json(const Measurement& m) {
                     {"edges", s.graph_edges},
                     {"capture_ms", s.capture_ms},
                     {"instantiate_ms", s.instantiate_ms}};
+    if (!s.graphs.empty()) {
+      json gs = json::array();
+      for (const auto& g : s.graphs) gs.push_back({{"name", g.name}, {"nodes", g.nodes}, {"edges", g.edges}});
+      j["graph"]["graphs"] = gs;
+    }
     modes.push_back(j);
   }
   json traced = json::array();
@@ -50,7 +55,9 @@ json to_json(const Measurement& m) {
            {{"name", m.policy},
             {"aux_priority", m.aux_priority},
             {"shared_expert_stream", m.shared_expert_stream},
-            {"connections", m.connections}}},
+            {"connections", m.connections},
+            {"placement", m.placement},
+            {"graph_scope", m.graph_scope}}},
           {"resources",
            {{"streams_created", m.streams_created},
             {"stream_names", m.stream_names},
@@ -60,7 +67,10 @@ json to_json(const Measurement& m) {
             {"weights_bytes", m.weights_bytes},
             {"activations_bytes", m.activations_bytes},
             {"peak_bytes", m.peak_bytes},
-            {"library_bytes", m.library_bytes}}},
+            {"library_bytes", m.library_bytes},
+            {"cublas_handles", m.cublas_handles},
+            {"cublas_workspaces", m.cublas_workspaces},
+            {"aliased", m.aliased}}},
           {"modes", modes},
           {"traced", traced}};
 }
@@ -151,6 +161,9 @@ Measurement measurement_from_json(const json& j, const std::string& origin) {
   m.aux_priority = pol.str("aux_priority");
   m.shared_expert_stream = pol.boolean("shared_expert_stream");
   m.connections = pol.str("connections");
+  // Fields added later: absent in older files, which were all vllm-fix, step, and had no counts.
+  m.placement = pol.raw().value("placement", std::string("vllm-fix"));
+  m.graph_scope = pol.raw().value("graph_scope", std::string("step"));
   const Reader res = r.sub("resources");
   m.streams_created = res.integer("streams_created");
   m.stream_names = res.strs("stream_names");
@@ -161,6 +174,9 @@ Measurement measurement_from_json(const json& j, const std::string& origin) {
   m.activations_bytes = res.num("activations_bytes");
   m.peak_bytes = res.num("peak_bytes");
   m.library_bytes = res.num("library_bytes");
+  if (res.raw().contains("cublas_handles")) m.cublas_handles = res.integer("cublas_handles");
+  if (res.raw().contains("cublas_workspaces")) m.cublas_workspaces = res.integer("cublas_workspaces");
+  if (res.raw().contains("aliased")) m.aliased = res.strs("aliased");
   const json& modes = r.at("modes");
   SL_CHECK(modes.is_array(), origin, ".modes: expected an array");
   for (size_t i = 0; i < modes.size(); ++i) {
@@ -181,6 +197,14 @@ Measurement measurement_from_json(const json& j, const std::string& origin) {
       s.graph_edges = size_t(g.integer("edges"));
       s.capture_ms = g.num("capture_ms");
       s.instantiate_ms = g.num("instantiate_ms");
+      if (g.raw().contains("graphs")) {
+        const json& gs = g.at("graphs");
+        SL_CHECK(gs.is_array(), g.where(), ".graphs: expected an array");
+        for (size_t k = 0; k < gs.size(); ++k) {
+          const Reader gr(gs[k], g.where() + ".graphs[" + std::to_string(k) + "]");
+          s.graphs.push_back({gr.str("name"), size_t(gr.integer("nodes")), size_t(gr.integer("edges"))});
+        }
+      }
     }
     m.modes.push_back(std::move(s));
   }

@@ -23,9 +23,15 @@ struct ModeSamples {
   std::vector<double> draft_ms;    // the MTP draft steps after it
   std::vector<double> host_ms;     // host wall clock from enqueue to completion (synchronize)
   std::vector<double> enqueue_ms;  // host time until the enqueue / replay call returned
-  // Graph mode: the captured decode step.
+  // Graph mode: the captured decode step (sums over its graphs).
   size_t graph_nodes = 0, graph_edges = 0;
   double capture_ms = 0, instantiate_ms = 0;
+  // Each graph of the step ("step", or "target", "draft0", "drafts1+" under --graph-scope split).
+  struct Graph {
+    std::string name;
+    size_t nodes = 0, edges = 0;
+  };
+  std::vector<Graph> graphs;
 };
 
 // A traced window of one mode (CUPTI), with untraced steps of the same process beside it: the
@@ -54,12 +60,16 @@ struct Measurement {
   std::string aux_priority = "default";
   bool shared_expert_stream = true;
   std::string connections;          // CUDA_DEVICE_MAX_CONNECTIONS as set; "" = unset (driver default 8)
+  std::string placement = "vllm-fix";  // --placement (files before it existed: vllm-fix)
+  std::string graph_scope = "step";    // --graph-scope (files before it existed: step)
   // Resources.
   int streams_created = 0;
   std::vector<std::string> stream_names, stream_owners;
   double stream_setup_ms = 0;
   int events_created = 0;
   double weights_bytes = 0, activations_bytes = 0, peak_bytes = 0, library_bytes = 0;
+  int cublas_handles = 0, cublas_workspaces = 0;  // 0 in files before they were recorded
+  std::vector<std::string> aliased;  // torch source: "pool stream = role + role" per shared stream
   std::vector<ModeSamples> modes;
   std::vector<TracedWindow> traced;
 

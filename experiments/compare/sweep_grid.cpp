@@ -16,12 +16,14 @@ std::string SweepCell::id() const {
   for (char c : policy) p += (std::isalnum(static_cast<unsigned char>(c)) || c == '-') ? c : '-';
   return p + "_n" + std::to_string(mtp_layers) + "_c" + std::to_string(mtp_compress) + "_q" +
          (connections ? std::to_string(connections) : std::string("default")) + "_" + mode + "_b" +
-         std::to_string(batch);
+         std::to_string(batch) + (source != "cuda" ? "_" + source : "") + (placement == "vllm-head" ? "_head" : "") +
+         (graph_scope != "step" ? "_" + graph_scope : "");
 }
 
 json SweepCell::to_json() const {
-  return {{"policy", policy}, {"mtp_layers", mtp_layers}, {"mtp_compress", mtp_compress},
-          {"connections", connections}, {"mode", mode}, {"batch", batch}};
+  return {{"policy", policy},   {"mtp_layers", mtp_layers},   {"mtp_compress", mtp_compress},
+          {"connections", connections}, {"mode", mode}, {"batch", batch},
+          {"source", source},   {"placement", placement},     {"graph_scope", graph_scope}};
 }
 
 namespace {
@@ -54,23 +56,39 @@ SweepCell SweepCell::from_json(const json& j, const std::string& where) {
   c.connections = int_at(j, "connections", where);
   c.mode = str_at(j, "mode", where);
   c.batch = int_at(j, "batch", where);
+  // Added later: logs before them are cuda, vllm-fix, step.
+  if (j.contains("source")) c.source = str_at(j, "source", where);
+  if (j.contains("placement")) c.placement = str_at(j, "placement", where);
+  if (j.contains("graph_scope")) c.graph_scope = str_at(j, "graph_scope", where);
   return c;
 }
 
 std::vector<SweepCell> SweepGrid::cells() const {
   std::vector<SweepCell> out;
-  for (int b : batches)
-    for (const auto& m : modes)
-      for (int q : connections)
-        for (int n : mtp_layers)
-          for (int c : mtp_compress)
-            for (const auto& p : policies) out.push_back({p, n, c, q, m, b});
+  for (const auto& src : sources)
+    for (const auto& pl : placements)
+      for (int b : batches)
+        for (const auto& m : modes)
+          for (const auto& gs : graph_scopes) {
+            if (m == "eager" && gs != graph_scopes.front()) continue;  // the scope only matters to graphs
+            for (int q : connections)
+              for (int n : mtp_layers)
+                for (int c : mtp_compress)
+                  for (const auto& p : policies) {
+                    SweepCell cell{p, n, c, q, m, b};
+                    cell.source = src;
+                    cell.placement = pl;
+                    cell.graph_scope = m == "graph" ? gs : "step";
+                    out.push_back(cell);
+                  }
+          }
   return out;
 }
 
 json SweepGrid::to_json() const {
   return {{"policies", policies}, {"mtp_layers", mtp_layers}, {"mtp_compress", mtp_compress},
-          {"connections", connections}, {"modes", modes}, {"batches", batches}};
+          {"connections", connections}, {"modes", modes}, {"batches", batches},
+          {"sources", sources}, {"placements", placements}, {"graph_scopes", graph_scopes}};
 }
 
 SweepGrid SweepGrid::from_json(const json& j, const std::string& where) {
@@ -81,6 +99,9 @@ SweepGrid SweepGrid::from_json(const json& j, const std::string& where) {
   g.connections = list_at<int>(j, "connections", where);
   g.modes = list_at<std::string>(j, "modes", where);
   g.batches = list_at<int>(j, "batches", where);
+  if (j.contains("sources")) g.sources = list_at<std::string>(j, "sources", where);
+  if (j.contains("placements")) g.placements = list_at<std::string>(j, "placements", where);
+  if (j.contains("graph_scopes")) g.graph_scopes = list_at<std::string>(j, "graph_scopes", where);
   g.validate();
   return g;
 }
@@ -96,8 +117,15 @@ void SweepGrid::validate() const {
     SL_CHECK(q >= 0 && q <= 32, "sweep: --connections values must be in [1, 32] (0 = unset), not ", q);
   for (const auto& m : modes) SL_CHECK(m == "eager" || m == "graph", "sweep: --modes takes eager and graph, not '", m, "'");
   for (int b : batches) SL_CHECK(b >= 1 && b <= 4096, "sweep: --batches values must be in [1, 4096], not ", b);
+  SL_CHECK(!sources.empty() && !placements.empty() && !graph_scopes.empty(),
+           "sweep: every dimension needs at least one value");
+  for (const auto& x : sources) SL_CHECK(x == "cuda" || x == "torch", "sweep: --sources takes cuda and torch, not '", x, "'");
+  for (const auto& x : placements)
+    SL_CHECK(x == "vllm-fix" || x == "vllm-head", "sweep: --placements takes vllm-fix and vllm-head, not '", x, "'");
+  for (const auto& x : graph_scopes)
+    SL_CHECK(x == "step" || x == "split", "sweep: --graph-scopes takes step and split, not '", x, "'");
   const size_t n = policies.size() * mtp_layers.size() * mtp_compress.size() * connections.size() * modes.size() *
-                   batches.size();
+                   batches.size() * sources.size() * placements.size() * graph_scopes.size();
   SL_CHECK(n <= 100000, "sweep: ", n, " cells is more than 100000; choose subsets");
   std::set<std::string> ids;
   for (const auto& c : cells()) SL_CHECK(ids.insert(c.id()).second, "sweep: the cell ", c.id(), " is listed twice");

@@ -18,7 +18,12 @@ struct SweepCell {
   int connections = 0;  // CUDA_DEVICE_MAX_CONNECTIONS; 0 = unset (driver default 8)
   std::string mode;     // eager | graph
   int batch = 1;
-  std::string id() const;  // stable and file-name safe: "shared_n4_c4_q8_graph_b1"
+  std::string source = "cuda";         // --stream-source
+  std::string placement = "vllm-fix";  // --placement
+  std::string graph_scope = "step";    // --graph-scope (graph cells)
+  // Stable and file-name safe: "shared_n4_c4_q8_graph_b1", with "_torch", "_head", "_split"
+  // appended for the non-default source, placement and graph scope (so older logs keep their ids).
+  std::string id() const;
   nlohmann::json to_json() const;
   static SweepCell from_json(const nlohmann::json& j, const std::string& where);
   bool operator==(const SweepCell& o) const { return id() == o.id(); }
@@ -31,6 +36,9 @@ struct SweepGrid {
   std::vector<int> connections{1, 4, 8, 32};
   std::vector<std::string> modes{"eager", "graph"};
   std::vector<int> batches{1, 8, 64};
+  std::vector<std::string> sources{"cuda"};
+  std::vector<std::string> placements{"vllm-fix"};
+  std::vector<std::string> graph_scopes{"step"};  // graph cells only; eager cells run once
   // Cells in run order: the policies innermost, so that the two policies of one setting run
   // back to back (the closest to an A/B the grid offers).
   std::vector<SweepCell> cells() const;

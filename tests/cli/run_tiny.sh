@@ -57,5 +57,6 @@ expect_error "nosuchconfig" run --config nosuchconfig
 expect_error "config.json" run --checkpoint "$tmp/nonexistent"
 echo '{"hidden_size": 256, "num_hidden_layer": 6}' > "$tmp/bad.json"
 expect_error "num_hidden_layer" run --config "$tmp/bad.json"
-"$bin" run --help | grep -q -- "--mtp-compress" || fail "--help lacks --mtp-compress"
+"$bin" run --help > "$tmp/help.txt"
+grep -q -- "--mtp-compress" "$tmp/help.txt" || fail "--help lacks --mtp-compress"
 echo "run_tiny: ok"
