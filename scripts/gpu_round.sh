@@ -217,6 +217,34 @@ for st in $stages; do case $st in
         gzip -f "$W/queue_trace_$p.json"
       done
     fi ;;
+  torchpool)
+    # The torch stream source against PyTorch itself (experiments/peer/torch_stream_pool.py): the
+    # same 40 draws (per-layer, 12 MTP layers of compress 4, 12 draft steps), counted by streamlab
+    # and by torch.cuda.Stream() with a GEMM on every drawn stream.
+    for src in torch cuda; do
+      run "pool_run_$src" 90 $B/streamlab run --config tiny --backend cuda --policy per-layer --mtp-layers 12 \
+        --mtp-compress 4 --draft-steps 12 --steps 3 --graph --stream-source $src --json
+      sed -n '/^{/,$p' "$W/pool_run_$src.log" > "$OUT/pool_run_$src.json"
+    done
+    run torch_pool 120 python3 experiments/peer/torch_stream_pool.py --streamlab "$OUT/pool_run_torch.json" \
+      --out "$OUT/torch_pool_check.json" ;;
+  sources)
+    # Issue: per-layer vs shared under both stream sources, both placements and both graph scopes,
+    # at 1, 4 and 12 MTP layers, MTP compress 0 and 4 (flash-6l, batch 1, one sweep).
+    mkdir -p "$W/sweep"
+    run sources_sweep ${SOURCES_SECONDS:-540} $B/streamlab sweep --config flash-6l --context 2048 \
+      --policies per-layer,shared --mtp-layers ${SOURCES_N:-1,4,12} --mtp-compress 0,4 --connections 0 \
+      --modes ${SOURCES_MODES:-eager,graph} --batches 1 --sources cuda,torch --placements vllm-fix,vllm-head \
+      --graph-scopes step,split --steps ${SOURCES_STEPS:-10} --warmup 3 --out-dir "$W/sweep" ${SWEEP_RESUME:+--resume "$SWEEP_RESUME"}
+    tar czf "$OUT/sources_sweep.tar.gz" -C "$W" sweep ;;
+  pro)
+    # The 90-stream case: V4 Pro's 61 layers (30 compress-4) with 8 routed experts so that it fits,
+    # TensorRT-LLM's per-layer streams against one stream set per role.
+    mkdir -p "$W/pro"
+    run pro_compare 500 $B/streamlab compare --config pro-lite --policies shared,trtllm-per-layer -r ${PRO_REPS:-3} \
+      --steps 10 --warmup 3 --mtp-layers 1 --mtp-compress 0 --draft-steps 1 --context 2048 --no-trace \
+      --out-dir "$W/pro" ${PRO_ARGS:-}
+    tar czf "$OUT/pro_compare.tar.gz" -C "$W" pro ;;
   compare)
     # The verdict as one command (README quick start (a) on a GPU): streamlab compare with its
     # defaults; the report folder comes back as compare.tar.gz (results/compare/ in the repo).

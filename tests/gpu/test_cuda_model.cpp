@@ -157,5 +157,65 @@ TEST(CudaModel, BitIdenticalAcrossPoliciesAndGraphs) {
     }
 }
 
+// Stream sources, placements and graph scopes move work between streams and graphs; they never
+// change what is computed: logits and drafts are bit-identical to shared / cuda / vllm-fix / step.
+// Under the torch source with 40 draws (per-layer, 12 MTP layers of compress 4) the CUDA backend
+// holds what the null backend predicts and what PyTorch's pool holds (experiments/peer/
+// torch_stream_pool.py checks the latter on the same machine): 32 pool streams, one cuBLAS
+// handle, a workspace for main and for each of the 32 streams that ran a GEMM.
+TEST(CudaModel, SourcesPlacementsAndGraphScopesAgree) {
+  REQUIRE_GPU();
+  if (cpu_pair()) GTEST_SKIP() << "needs CUDA graphs";
+  ModelConfig c = tiny(12, 4, 12);
+  const auto p = prompt(c.context_length, c.vocab_size, 1);
+  struct Variant {
+    const char* policy;
+    StreamSource source;
+    Placement placement;
+    GraphScope scope;
+  };
+  const Variant variants[] = {
+      {"shared", StreamSource::Cuda, Placement::VllmFix, GraphScope::Step},
+      {"per-layer", StreamSource::Torch, Placement::VllmFix, GraphScope::Step},
+      {"per-layer", StreamSource::Torch, Placement::VllmHead, GraphScope::Split},
+      {"shared", StreamSource::Cuda, Placement::VllmHead, GraphScope::Split},
+      {"trtllm-per-layer", StreamSource::Cuda, Placement::VllmFix, GraphScope::Step},
+  };
+  std::vector<std::vector<float>> ref;
+  for (const auto& v : variants) {
+    auto gpu = make_cuda_backend({});
+    StreamPolicy pol = StreamPolicy::parse(v.policy);
+    pol.source = v.source;
+    pol.placement = v.placement;
+    DeepSeekV4 m(*gpu, c, pol, shape(c, 3));
+    m.set_graph_scope(v.scope);
+    m.init_random(c.seed);
+    std::vector<std::vector<float>> logits{m.prefill(p, c.context_length).last_logits};
+    for (int s = 0; s < 3; ++s) logits.push_back(m.decode_step_graph().last_logits);
+    if (v.scope == GraphScope::Split) {
+      ASSERT_EQ(m.graphs().size(), 3u) << v.policy;  // target, draft0, drafts1+
+      EXPECT_EQ(m.graphs()[0].name, "target");
+      size_t nodes = 0;
+      for (const auto& g : m.graphs()) nodes += g.stats.nodes;
+      EXPECT_EQ(nodes, m.graph_stats().nodes);
+    }
+    if (v.source == StreamSource::Torch) {
+      const MemoryStats mem = gpu->memory();
+      EXPECT_EQ(mem.streams_created, 32u);
+      EXPECT_EQ(mem.blas_handles, 1u);
+      EXPECT_EQ(mem.blas_workspaces, 33u);
+      EXPECT_EQ(mem.library_bytes, size_t(33) * (size_t(32) << 20));
+    }
+    if (ref.empty()) {
+      ref = logits;
+      continue;
+    }
+    for (size_t s = 0; s < logits.size(); ++s)
+      EXPECT_TRUE(logits[s] == ref[s]) << v.policy << " " << stream_source_name(v.source) << " "
+                                       << placement_name(v.placement) << " " << graph_scope_name(v.scope) << " step "
+                                       << s;
+  }
+}
+
 }  // namespace
 }  // namespace sl
