@@ -229,13 +229,14 @@ for st in $stages; do case $st in
     run torch_pool 120 python3 experiments/peer/torch_stream_pool.py --streamlab "$OUT/pool_run_torch.json" \
       --out "$OUT/torch_pool_check.json" ;;
   sources)
-    # Issue: per-layer vs shared under both stream sources, both placements and both graph scopes,
-    # at 1, 4 and 12 MTP layers, MTP compress 0 and 4 (flash-6l, batch 1, one sweep).
+    # per-layer vs shared under both stream sources, both placements and both graph scopes,
+    # at 1, 4 and 12 MTP layers, MTP compress 0 and 4, batch 1, one sweep. flash-6l-e32 = flash-6l with
+    # 32 routed experts, so that 12 MTP layers fit (a decode token reads 6 experts either way).
     mkdir -p "$W/sweep"
-    run sources_sweep ${SOURCES_SECONDS:-540} $B/streamlab sweep --config flash-6l --context 2048 \
+    run sources_sweep ${SOURCES_SECONDS:-540} $B/streamlab sweep --config ${SOURCES_CONFIG:-flash-6l-e32} --context 2048 \
       --policies per-layer,shared --mtp-layers ${SOURCES_N:-1,4,12} --mtp-compress 0,4 --connections 0 \
       --modes ${SOURCES_MODES:-eager,graph} --batches 1 --sources cuda,torch --placements vllm-fix,vllm-head \
-      --graph-scopes step,split --steps ${SOURCES_STEPS:-10} --warmup 3 --out-dir "$W/sweep" ${SWEEP_RESUME:+--resume "$SWEEP_RESUME"}
+      --graph-scopes step,split --steps ${SOURCES_STEPS:-10} --warmup 3 --out-dir "$W/sweep"
     tar czf "$OUT/sources_sweep.tar.gz" -C "$W" sweep ;;
   pro)
     # The 90-stream case: V4 Pro's 61 layers (30 compress-4) with 8 routed experts so that it fits,
