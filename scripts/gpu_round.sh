@@ -238,6 +238,16 @@ for st in $stages; do case $st in
       --modes ${SOURCES_MODES:-eager,graph} --batches 1 --sources cuda,torch --placements vllm-fix,vllm-head \
       --graph-scopes step,split --steps ${SOURCES_STEPS:-10} --warmup 3 --out-dir "$W/sweep"
     tar czf "$OUT/sources_sweep.tar.gz" -C "$W" sweep ;;
+  sourcecompare)
+    # streamlab compare, per-layer against shared, once per stream source (SOURCE_COMPARE_ARGS
+    # for the model: default 12 MTP layers of compress 4 on flash-6l-e32, past the pool's 32).
+    for src in ${COMPARE_SOURCES:-torch cuda}; do
+      mkdir -p "$W/compare_$src"
+      run "compare_$src" ${COMPARE_SECONDS:-240} $B/streamlab compare --config flash-6l-e32 --policies per-layer,shared \
+        --stream-source $src ${SOURCE_COMPARE_ARGS:---mtp-layers 12 --draft-steps 12 --mtp-compress 4} \
+        --out-dir "$W/compare_$src"
+      tar czf "$OUT/compare_$src.tar.gz" -C "$W" "compare_$src"
+    done ;;
   pro)
     # The 90-stream case: V4 Pro's 61 layers (30 compress-4) with 8 routed experts so that it fits,
     # TensorRT-LLM's per-layer streams against one stream set per role.

@@ -146,6 +146,11 @@ std::vector<SummaryRow> summary_rows(const SweepGrid& g, const std::map<std::str
       r.setting = "batch " + std::to_string(c.batch) + ", " + c.mode + ", queues " +
                   (c.connections ? std::to_string(c.connections) : std::string("default")) + ", " +
                   std::to_string(c.mtp_layers) + " MTP, compress " + std::to_string(c.mtp_compress);
+      // The dimensions added later, named when the grid varies them or they are not the default.
+      if (g.sources.size() > 1 || c.source != "cuda") r.setting += ", " + c.source;
+      if (g.placements.size() > 1 || c.placement != "vllm-fix") r.setting += ", " + c.placement;
+      if (c.mode == "graph" && (g.graph_scopes.size() > 1 || c.graph_scope != "step"))
+        r.setting += ", " + c.graph_scope + " graphs";
       r.by_policy.assign(g.policies.size(), nullptr);
       rows.push_back(r);
     }
@@ -175,7 +180,9 @@ std::string summary_text(const SweepGrid& g, const std::vector<SummaryRow>& rows
   std::ostringstream os;
   os << head << "\n";
   char buf[512];
-  std::snprintf(buf, sizeof buf, "  %-52s", "setting");
+  size_t width = 52;
+  for (const auto& r : rows) width = std::max(width, r.setting.size() + 2);
+  std::snprintf(buf, sizeof buf, "  %-*s", int(width), "setting");
   os << buf;
   for (const auto& p : g.policies) {
     std::snprintf(buf, sizeof buf, "%-22s", p.c_str());
@@ -184,7 +191,7 @@ std::string summary_text(const SweepGrid& g, const std::vector<SummaryRow>& rows
   if (g.policies.size() >= 2) os << g.policies[1] << "/" << g.policies[0] << " - 1";
   os << "\n";
   for (const auto& r : rows) {
-    std::snprintf(buf, sizeof buf, "  %-52s", r.setting.c_str());
+    std::snprintf(buf, sizeof buf, "  %-*s", int(width), r.setting.c_str());
     os << buf;
     for (const auto* c : r.by_policy) {
       std::snprintf(buf, sizeof buf, "%-22s", cell_text(c).c_str());
