@@ -303,6 +303,23 @@ std::string Trace::stream_label(uint32_t id) const {
 }
 
 std::string stream_role(const std::string& label) {
+  // A pooled stream is named "<pool slot> = <name> + <name> ...", one name per user drawn onto it
+  // (aliasing): its role is the set of its users' roles, "aux1|shared_expert".
+  const size_t eq = label.find(" = ");
+  if (eq != std::string::npos) {
+    std::set<std::string> roles;
+    std::string rest = label.substr(eq + 3);
+    for (size_t at = 0; at <= rest.size();) {
+      const size_t plus = rest.find(" + ", at);
+      const std::string part = rest.substr(at, plus == std::string::npos ? std::string::npos : plus - at);
+      if (!part.empty()) roles.insert(stream_role(part));
+      if (plus == std::string::npos) break;
+      at = plus + 3;
+    }
+    std::string out;
+    for (const auto& r : roles) out += (out.empty() ? "" : "|") + r;
+    return out.empty() ? label : out;
+  }
   const size_t dot = label.rfind('.');
   return dot == std::string::npos || dot + 1 == label.size() ? label : label.substr(dot + 1);
 }

@@ -21,6 +21,11 @@ struct SideResources {
   int events_created = 0;
   double library_bytes = 0, peak_bytes = 0, weights_bytes = 0;
   size_t graph_nodes = 0, graph_edges = 0;
+  std::string graph_scope = "step";
+  size_t graph_count = 1;
+  std::string placement = "vllm-fix";
+  int cublas_handles = 0, cublas_workspaces = 0;  // 0: not recorded (older measurements)
+  std::vector<std::string> aliased;   // torch source: pool streams serving several users
   std::string connections;            // CUDA_DEVICE_MAX_CONNECTIONS ("" = driver default)
   // Tracing on / off inside the traced process: median traced step / median untraced step.
   std::optional<double> tracing_ratio_eager, tracing_ratio_graph;

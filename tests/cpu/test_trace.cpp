@@ -43,6 +43,9 @@ TEST(Trace, StreamRoleIsTheTextAfterTheLastDot) {
   EXPECT_EQ(stream_role("L3.aux0"), "aux0");
   EXPECT_EQ(stream_role("target.aux0"), "aux0");
   EXPECT_EQ(stream_role("a.b.aux2"), "aux2");
+  // A pooled stream serving several users (the torch source past 32 draws): the set of their roles.
+  EXPECT_EQ(stream_role("torch.pool.p0.03 = shared_expert + mtp10.aux1"), "aux1|shared_expert");
+  EXPECT_EQ(stream_role("torch.pool.p0.00 = target.aux0"), "aux0");
   EXPECT_EQ(stream_role("shared_expert"), "shared_expert");
   EXPECT_EQ(stream_role("main"), "main");
   EXPECT_EQ(stream_role("odd."), "odd.");
