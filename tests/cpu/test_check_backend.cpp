@@ -96,6 +96,21 @@ class FaultyCpu final : public Backend {
     in_->shift_tokens(s, out, tokens, sampled);
     after("shift_tokens", {out});
   }
+  void verify_tokens(Stream s, const Tensor& out, const Tensor& bonus, const Tensor& drafts) override {
+    in_->verify_tokens(s, out, bonus, drafts);
+    after("verify_tokens", {out});
+  }
+  void accept_drafts(Stream s, const Tensor& accepted, const Tensor& bonus, const Tensor& new_len,
+                     const Tensor& mtp_tokens, const Tensor& last_rows, const Tensor& draft_pos, const Tensor& target,
+                     const Tensor& drafts, const Tensor& forced, const Tensor& pos) override {
+    in_->accept_drafts(s, accepted, bonus, new_len, mtp_tokens, last_rows, draft_pos, target, drafts, forced, pos);
+    after("accept_drafts", {accepted, bonus, new_len, mtp_tokens, last_rows, draft_pos});
+  }
+  void cache_rollback(Stream s, const Tensor& tags, const Tensor& entries, const Tensor& new_len, int ratio,
+                      int extent) override {
+    in_->cache_rollback(s, tags, entries, new_len, ratio, extent);
+    after("cache_rollback", entries.empty() ? std::vector<Tensor>{tags} : std::vector<Tensor>{tags, entries});
+  }
   void hc_pre(Stream s, const Tensor& y, const Tensor& post, const Tensor& comb, const Tensor& X, const Tensor& fn,
               const Tensor& scale, const Tensor& base, int it, float he, float re) override {
     in_->hc_pre(s, y, post, comb, X, fn, scale, base, it, he, re);
