@@ -152,6 +152,35 @@ class Backend {
   // out[b*T0 + i] = tokens[b*T0 + i + 1] for i < T0-1, and sampled[b] for i = T0-1.
   virtual void shift_tokens(Stream s, const Tensor& out, const Tensor& tokens, const Tensor& sampled) = 0;
 
+  // ---------------------------------------------------------------- speculative decoding
+  // The verifying decode step (docs/speculative.md): B sequences of R = 1 + k rows each, row
+  // b*R + i at position p_b + i. Its bookkeeping runs on the device so that a step stays one
+  // CUDA graph; all tensors here are I32.
+  //
+  // The step's input tokens: out[b*R] = bonus[b] (the last committed token, not yet cached),
+  // out[b*R + i] = drafts[i-1, b] for i = 1..k. bonus [B], drafts [k, B], out [B*R].
+  virtual void verify_tokens(Stream s, const Tensor& out, const Tensor& bonus, const Tensor& drafts) = 0;
+  // Acceptance. target [B, R]: the target's greedy token at each row (target[b, i] predicts
+  // position p_b + i + 1); drafts [k, B]: the drafts the step verified (drafts[i, b] sits at row
+  // i + 1); forced [B]: -1 (any negative) = greedy, else the count to accept; pos [B*R]: the
+  // rows' positions (p_b = pos[b*R]). Per sequence: a = min(forced, k) when forced >= 0, else
+  // the longest prefix with drafts[i, b] == target[b, i] (i < a). Writes
+  //   accepted [B] = a;  bonus [B] = target[b, a];  new_len [B] = p_b + a + 1;
+  //   mtp_tokens [B*R]: row i = drafts[i, b] for i < a, else target[b, i] (the MTP's next-token
+  //     input: the committed tokens, then the bonus at row a; rows past a are never used);
+  //   last_rows [B] = b*R + a;  draft_pos [k, B]: row s = new_len + s - 1.
+  virtual void accept_drafts(Stream s, const Tensor& accepted, const Tensor& bonus, const Tensor& new_len,
+                             const Tensor& mtp_tokens, const Tensor& last_rows, const Tensor& draft_pos,
+                             const Tensor& target, const Tensor& drafts, const Tensor& forced, const Tensor& pos) = 0;
+  // Rolls a cache back to new_len [B] positions per sequence: tags [B, S] >= new_len[b] become
+  // -1 (a ring's slots, or a compressor state's). With entries [B, n_max, d] (act, optional: a
+  // compressor's output), rows j of blocks not complete within new_len[b] tokens become zero:
+  // new_len[b] < (j+1)*ratio, touching only those with (j+1)*ratio <= new_len[b] + extent. The
+  // caller guarantees that nothing at or past position new_len[b] + extent was ever written,
+  // so the rows beyond are still zero and a rollback costs O(extent), not O(n_max).
+  virtual void cache_rollback(Stream s, const Tensor& tags, const Tensor& entries, const Tensor& new_len, int ratio,
+                              int extent) = 0;
+
   // ---------------------------------------------------------------- mHC (MODEL.md 3.4)
   // X [T, hc, D] act. fn F32 [mix, hc*D], scale F32 [3], base F32 [mix].
   // Writes y [T, D] act, post F32 [T, hc], comb F32 [T, hc, hc] (Sinkhorn-normalised).

@@ -295,6 +295,40 @@ class CheckBackend final : public Backend {
     check("shift_tokens", {{"out", &out}});
   }
 
+  // ---------------------------------------------------------------- speculative decoding
+  void verify_tokens(Stream s, const Tensor& out, const Tensor& bonus, const Tensor& drafts) override {
+    both("verify_tokens", s, [&](Backend& be, Stream st, Side x) {
+      be.verify_tokens(st, side(x, out), side(x, bonus), side(x, drafts));
+    });
+    check("verify_tokens", {{"out", &out}});
+  }
+  void accept_drafts(Stream s, const Tensor& accepted, const Tensor& bonus, const Tensor& new_len,
+                     const Tensor& mtp_tokens, const Tensor& last_rows, const Tensor& draft_pos, const Tensor& target,
+                     const Tensor& drafts, const Tensor& forced, const Tensor& pos) override {
+    both("accept_drafts", s, [&](Backend& be, Stream st, Side x) {
+      be.accept_drafts(st, side(x, accepted), side(x, bonus), side(x, new_len), side(x, mtp_tokens),
+                       side(x, last_rows), side(x, draft_pos), side(x, target), side(x, drafts), side(x, forced),
+                       side(x, pos));
+    });
+    check("accept_drafts", {{"accepted", &accepted},
+                            {"bonus", &bonus},
+                            {"new_len", &new_len},
+                            {"mtp_tokens", &mtp_tokens},
+                            {"last_rows", &last_rows},
+                            {"draft_pos", &draft_pos}});
+  }
+  void cache_rollback(Stream s, const Tensor& tags, const Tensor& entries, const Tensor& new_len, int ratio,
+                      int extent) override {
+    both("cache_rollback", s, [&](Backend& be, Stream st, Side x) {
+      be.cache_rollback(st, side(x, tags), side(x, entries), side(x, new_len), ratio, extent);
+    });
+    // entries is optional (a sliding-window ring has none): only what was given is an output.
+    if (entries.empty())
+      check("cache_rollback", {{"tags", &tags}});
+    else
+      check("cache_rollback", {{"tags", &tags}, {"entries", &entries}});
+  }
+
   // ---------------------------------------------------------------- mHC
   void hc_pre(Stream s, const Tensor& y, const Tensor& post, const Tensor& comb, const Tensor& X, const Tensor& fn,
               const Tensor& scale, const Tensor& base, int iters, float hc_eps, float rms_eps) override {

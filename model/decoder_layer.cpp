@@ -28,6 +28,12 @@ DeepSeekV4::Buffers::Buffers(Backend& be, const ModelConfig& c, const RunShape& 
   draft_pos = A("draft_positions", DType::I32, {k, B});
   draft_seq = A("draft_sequence", DType::I32, {B});
   draft_rows = A("draft_rows", DType::I32, {B});
+  if (shape.verify) {
+    target_tok = A("verify.target_tokens", DType::I32, {B * (1 + k)});
+    accepted = A("verify.accepted", DType::I32, {B});
+    new_len = A("verify.new_len", DType::I32, {B});
+    forced = A("verify.forced", DType::I32, {B});
+  }
 
   x = A("X", act, {T, hc, D});
   xtmp = A("X.attn", act, {T, hc, D});
@@ -73,7 +79,9 @@ DeepSeekV4::Buffers::Buffers(Backend& be, const ModelConfig& c, const RunShape& 
   hp = A("mtp.hp", act, {T, hc, D});
   ep = A("mtp.ep", act, {T, D});
 
-  const int64_t head_rows = shape.all_logits ? T : B;
+  // The head runs on every prefill token with all_logits, on every verified row (B * (1 + k)) in
+  // a verifying step, else on each sequence's last token.
+  const int64_t head_rows = std::max(shape.all_logits ? T : B, shape.verify ? B * (1 + k) : B);
   h = A("head.h", act, {head_rows, D});
   hnorm = A("head.hnorm", act, {head_rows, D});
   logits = A("logits", DType::F32, {head_rows, V});

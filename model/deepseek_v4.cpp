@@ -19,6 +19,14 @@ DeepSeekV4::DeepSeekV4(Backend& be, const ModelConfig& cfg, const StreamPolicy& 
            "DeepSeekV4: batch, max_seq_tokens and max_positions must be >= 1");
   SL_CHECK(shape_.max_positions <= cfg_.max_position_embeddings, "DeepSeekV4: ", shape_.max_positions,
            " positions exceed max_position_embeddings (", cfg_.max_position_embeddings, ")");
+  if (shape_.verify) {
+    SL_CHECK(cfg_.num_nextn_predict_layers >= 1 && cfg_.draft_steps >= 1,
+             "DeepSeekV4: verifying decode steps need drafts to verify: the config has ",
+             cfg_.num_nextn_predict_layers, " MTP layers and ", cfg_.draft_steps, " draft steps (both must be >= 1)");
+    SL_CHECK(shape_.max_seq_tokens >= 1 + cfg_.draft_steps, "DeepSeekV4: a verifying step runs 1 + k = ",
+             1 + cfg_.draft_steps, " tokens per sequence, but the buffers and cache rings are sized for ",
+             shape_.max_seq_tokens, " (RunShape::max_seq_tokens)");
+  }
   const int L = cfg_.num_hidden_layers, N = cfg_.num_nextn_predict_layers;
   const Stream main{};
 
@@ -201,25 +209,57 @@ StepOutput DeepSeekV4::prefill(const std::vector<int32_t>& tokens, int T0) {
     }
   }
   prompt_len_ = T0;
-  cur_len_ = T0;
+  seq_len_.assign(size_t(B), T0);
   return out;
 }
 
+int DeepSeekV4::position(int seq) const {
+  if (seq_len_.empty()) return 0;  // nothing prefilled yet
+  SL_CHECK(seq >= 0 && size_t(seq) < seq_len_.size(), "position: sequence ", seq, " outside the batch of ",
+           seq_len_.size());
+  return seq_len_[size_t(seq)];
+}
+
 void DeepSeekV4::decode_prepare() {
-  const int B = shape_.batch;
-  SL_CHECK(cur_len_ > 0, "decode_step: prefill a prompt first");
-  SL_CHECK(cur_len_ + 1 + cfg_.draft_steps <= shape_.max_positions, "decode_step: position ", cur_len_,
-           " plus draft steps exceeds the model's ", shape_.max_positions, " positions (raise --steps or context)");
-  std::vector<int32_t> pos(static_cast<size_t>(B), cur_len_), seq(static_cast<size_t>(B)), last(static_cast<size_t>(B));
-  for (int b = 0; b < B; ++b) seq[size_t(b)] = last[size_t(b)] = b;
+  const int B = shape_.batch, k = cfg_.draft_steps;
+  SL_CHECK(!seq_len_.empty(), "decode_step: prefill a prompt first");
+  const int longest = *std::max_element(seq_len_.begin(), seq_len_.end());
   const Stream main{};
+  if (shape_.verify) {
+    // Rows p..p+k verify; the drafts after acceptance reach p + a + 1 + (k - 2) <= p + 2k - 1.
+    SL_CHECK(longest + 2 * k <= shape_.max_positions, "decode_step: a sequence at position ", longest,
+             " verifying ", k, " drafts and drafting ", k, " more reaches position ", longest + 2 * k - 1,
+             ", beyond the model's ", shape_.max_positions, " positions (raise --steps or context)");
+    const int R = 1 + k, T = B * R;
+    std::vector<int32_t> pos(static_cast<size_t>(T)), seq(static_cast<size_t>(T));
+    for (int b = 0; b < B; ++b)
+      for (int i = 0; i < R; ++i) {
+        pos[size_t(b * R + i)] = seq_len_[size_t(b)] + i;
+        seq[size_t(b * R + i)] = b;
+      }
+    const std::vector<int32_t> forced = forced_accept_counts(accept_rule_, B, k, verify_steps_++);
+    be_.upload(main, buf_->pos, pos.data(), pos.size() * 4);
+    be_.upload(main, buf_->seq, seq.data(), seq.size() * 4);
+    be_.upload(main, buf_->forced, forced.data(), forced.size() * 4);
+    // last_rows and the draft positions depend on the acceptance: the step computes them.
+    return;
+  }
+  SL_CHECK(longest + 1 + k <= shape_.max_positions, "decode_step: position ", longest,
+           " plus draft steps exceeds the model's ", shape_.max_positions, " positions (raise --steps or context)");
+  std::vector<int32_t> pos(seq_len_.begin(), seq_len_.end()), seq(static_cast<size_t>(B)), last(static_cast<size_t>(B));
+  for (int b = 0; b < B; ++b) seq[size_t(b)] = last[size_t(b)] = b;
   be_.upload(main, buf_->pos, pos.data(), pos.size() * 4);
   be_.upload(main, buf_->seq, seq.data(), seq.size() * 4);
   be_.upload(main, buf_->last_rows, last.data(), last.size() * 4);
-  upload_draft_positions(cur_len_ + 1);
+  // Without verification every sequence advances by one token per step: one length for all.
+  upload_draft_positions(seq_len_[0] + 1);
 }
 
 void DeepSeekV4::decode_enqueue() {
+  if (shape_.verify) {
+    verify_enqueue();  // its own "decode" scope
+    return;
+  }
   Ops::Scope scope(ops_, "decode");
   enqueue_target();
   enqueue_draft0();
@@ -266,6 +306,8 @@ GraphScope parse_graph_scope(const std::string& text) {
 
 void DeepSeekV4::set_graph_scope(GraphScope g) {
   SL_CHECK(!graph_captured_, "set_graph_scope: call it before the decode graph is captured");
+  SL_CHECK(g == GraphScope::Step || !shape_.verify,
+           "graph scope split: not available for the verifying decode step yet (use --graph-scope step)");
   graph_scope_ = g;
 }
 
@@ -289,8 +331,20 @@ DeepSeekV4::StepTimes DeepSeekV4::last_step_times() {
 
 StepOutput DeepSeekV4::decode_collect() {
   be_.synchronize();
-  cur_len_ += 1;
-  return collect(false, shape_.batch);
+  if (!shape_.verify) {
+    for (int& n : seq_len_) n += 1;
+    return collect(false, shape_.batch);
+  }
+  const int k = cfg_.draft_steps;
+  StepOutput out = collect(false, shape_.batch * (1 + k));
+  // Each sequence committed its accepted drafts and the token before them (the previous bonus).
+  for (size_t b = 0; b < seq_len_.size(); ++b) {
+    const int32_t a = out.accepted[b];
+    SL_CHECK(a >= 0 && a <= k, "decode_collect: sequence ", b, " accepted ", a, " of ", k,
+             " drafts: the device's accept_drafts wrote a count outside [0, k]");
+    seq_len_[b] += a + 1;
+  }
+  return out;
 }
 
 StepOutput DeepSeekV4::decode_step() {
@@ -387,9 +441,14 @@ StepOutput DeepSeekV4::collect(bool prefill, int T) {
     out.draft_logits.resize(size_t(k) * size_t(B) * size_t(V));
     be_.download(out.draft_logits.data(), buf_->draft_logits, out.draft_logits.size() * 4);
   }
-  if (prefill && shape_.all_logits) {
+  // A verifying step keeps the logits of every row it verified (the head runs on all of them).
+  if ((prefill || shape_.verify) && shape_.all_logits) {
     out.all_logits.resize(size_t(T) * size_t(V));
     be_.download(out.all_logits.data(), buf_->logits, out.all_logits.size() * 4);
+  }
+  if (!prefill && shape_.verify) {
+    out.accepted.resize(size_t(B));
+    be_.download(out.accepted.data(), buf_->accepted, size_t(B) * 4);
   }
   return out;
 }

@@ -5,11 +5,15 @@
 // weights, caches and every activation buffer: nothing is allocated afterwards), fill the
 // weights (init_random or load), prefill a prompt batch, then decode steps. A decode step is
 // the target forward on the batch (one token per sequence) followed by `draft_steps` MTP
-// draft steps (MTP layer index = draft step mod N), all greedy.
+// draft steps (MTP layer index = draft step mod N), all greedy. With RunShape::verify, a
+// decode step instead verifies the previous step's k drafts (docs/speculative.md): the target
+// runs 1 + k tokens per sequence, accepts a prefix of the drafts, rolls every cache back to
+// the committed length, and drafts again from there.
 //
 // Nothing in a step reads device memory on the host: tokens flow on the device (argmax ->
 // next step's input), and positions are uploaded before the step, so a decode step can be
-// captured as one CUDA graph.
+// captured as one CUDA graph. A verifying step computes its acceptance, rollback lengths and
+// draft positions on the device too; the host learns the accepted counts in decode_collect.
 #pragma once
 #include <array>
 #include <memory>
@@ -21,6 +25,7 @@
 #include "model/config.h"
 #include "model/kv_cache.h"
 #include "model/ops.h"
+#include "model/speculative.h"
 #include "model/stream_policy.h"
 #include "model/weights.h"
 
@@ -34,6 +39,9 @@ struct RunShape {
   bool all_logits = false;   // keep prefill logits for every token (--dump-logits)
   bool draft_logits = false; // keep every draft step's logits (for comparisons; costs a download)
   bool record_routing = false;  // keep every MoE execution's expert ids (for the bytes floor)
+  // Decode steps verify the previous step's drafts (docs/speculative.md). Needs MTP layers,
+  // draft_steps k >= 1 and max_seq_tokens >= 1 + k.
+  bool verify = false;
 };
 
 // The experts one MoE execution routed to (RunShape::record_routing): target layer l, or the
@@ -47,12 +55,17 @@ struct RoutingRecord {
 
 // What one step produced (host copies).
 struct StepOutput {
-  std::vector<int32_t> sampled;             // [B] greedy token of the target at each sequence's last position
+  // [B] greedy token of the target at each sequence's last position (a verifying step: at its
+  // last committed position, i.e. the bonus token, the next step's first input)
+  std::vector<int32_t> sampled;
   std::vector<std::vector<int32_t>> drafts;  // [draft_steps][B]
   double logits_checksum = 0;               // sum of the target logits at the last positions
   std::vector<float> last_logits;            // [B, vocab] target logits at the last positions
-  std::vector<float> all_logits;             // [tokens, vocab] when RunShape::all_logits (prefill)
+  // [tokens, vocab] when RunShape::all_logits: the prefill's tokens; a verifying step's B * (1 + k)
+  // rows (sequence-major, row b * (1 + k) + i at position p_b + i)
+  std::vector<float> all_logits;
   std::vector<float> draft_logits;           // [draft_steps, B, vocab] when RunShape::draft_logits
+  std::vector<int32_t> accepted;             // [B] drafts accepted per sequence (verifying steps only)
 };
 
 // How a graph-mode decode step is captured (--graph-scope):
@@ -76,8 +89,13 @@ class DeepSeekV4 {
   // Prefill: tokens holds B sequences of T0 tokens each (row-major [B, T0]). Runs in chunks
   // of RunShape::max_seq_tokens, then the first draft steps.
   StepOutput prefill(const std::vector<int32_t>& tokens, int T0);
-  // One decode step at the current positions; inputs are the previous step's greedy tokens.
+  // One decode step at the current positions; inputs are the previous step's greedy tokens
+  // (with RunShape::verify: the previous step's bonus token and drafts).
   StepOutput decode_step();
+  // How a verifying step accepts drafts (default: greedy). Takes effect from the next
+  // decode_prepare (forced counts are an upload, so a captured graph keeps working).
+  void set_accept_rule(const AcceptRule& r) { accept_rule_ = r; }
+  const AcceptRule& accept_rule() const { return accept_rule_; }
   // The two halves of decode_step, for callers that capture or time the device part alone:
   // upload this step's positions, then enqueue the device work (no host reads), then collect.
   void decode_prepare();
@@ -124,7 +142,12 @@ class DeepSeekV4 {
   Ops& ops() { return ops_; }
   ModelWeights& weights() { return w_; }
   Backend& backend() { return be_; }
-  int position() const { return cur_len_; }
+  // Positions filled (cached) in sequence `seq`: the position of its next input token. Equal for
+  // every sequence unless decode steps verify (each sequence advances by its accepted count + 1).
+  int position(int seq = 0) const;
+  // The per-layer caches (L target layers, then N MTP layers), for tests and tools that inspect
+  // what a step left behind.
+  const std::vector<LayerCache>& caches() const { return caches_; }
   // Fills sched with the streams and events this model created (called by the constructor's
   // owner before recording a step).
   void describe_streams(Schedule& sched) const;
@@ -152,6 +175,9 @@ class DeepSeekV4 {
   void lm_head(Stream s, const Tensor& X, int rows, const Tensor& hc_fn, const Tensor& hc_scale,
                const Tensor& hc_base, const Tensor& norm_w, const Tensor& logits);
   void run_drafts();  // draft steps 1..k-1 (step 0 ran with the target's tokens)
+  void verify_enqueue();  // decode_enqueue of a verifying step
+  // Every cache of layers [first, last) rolled back to buf_->new_len (one scope).
+  void rollback_caches(int first, int last);
   Step make_step(int T) const;
   void upload_draft_positions(int first_pos);
   StepOutput collect(bool prefill, int T);
@@ -171,7 +197,9 @@ class DeepSeekV4 {
   std::vector<LayerCache> caches_;          // L + N
   std::vector<Tensor> rope_tables_;         // per layer (shared tensors for equal tables)
   std::unique_ptr<Buffers> buf_;
-  int cur_len_ = 0;                         // positions filled per sequence
+  std::vector<int> seq_len_;                // positions filled per sequence (position())
+  AcceptRule accept_rule_;
+  uint64_t verify_steps_ = 0;               // verifying steps prepared so far (numbers the Rate draws)
   int prompt_len_ = 0;
   std::vector<RoutingRecord> routing_meta_;  // layer / draft step / tokens per log slot, last step
   bool graph_captured_ = false;

@@ -21,6 +21,11 @@ struct CacheDims {
 // MTP draft steps write up to draft_steps - 1 positions beyond the next target position; those
 // slots stay tagged until overwritten, so both rings also keep draft_steps extra slots (without
 // them a draft written ahead could evict the oldest position of a later query's window).
+// A verifying step (docs/speculative.md) inserts 1 + k tokens per sequence, which the model
+// requires max_seq_tokens to hold, and may then reject all but one: its rejected positions
+// (up to p + k) and the drafts written after the rollback (up to p + 2k - 1) evict positions
+// up to p + 2k - 1 - cap = p + k - W - max_seq_tokens, older than any later window (which
+// starts at >= p + 2 - W) since k < max_seq_tokens; likewise for the state ring and its span.
 CacheDims dims(const ModelConfig& c, int layer, int max_positions, int max_seq_tokens) {
   CacheDims d;
   max_seq_tokens += std::max(c.draft_steps, 0);

@@ -27,6 +27,10 @@ struct DeepSeekV4::Buffers {
   Tensor tok, pos, seq, last_rows, next_tok, sampled, mtp_tok;
   Tensor draft_tok, draft_pos;  // [k, B]
   Tensor draft_seq, draft_rows; // [B] = 0..B-1
+  // Verifying steps only (RunShape::verify; docs/speculative.md): the target's greedy token per
+  // row [B*(1+k)], and per sequence the accepted count, the committed length and the forced
+  // count (uploaded; -1 = greedy).
+  Tensor target_tok, accepted, new_len, forced;
   // Residual streams [T, hc, D]: the target's and the MTP drafter's (the target's final X is
   // the MTP's input, so the MTP works in buffers of its own).
   Tensor x, xtmp, mx, mxtmp, xlast;

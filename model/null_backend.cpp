@@ -72,6 +72,10 @@ class NullBackend final : public Backend {
   void argmax(Stream, const Tensor&, const Tensor&) override {}
   void gather_rows(Stream, const Tensor&, const Tensor&, const Tensor&) override {}
   void shift_tokens(Stream, const Tensor&, const Tensor&, const Tensor&) override {}
+  void verify_tokens(Stream, const Tensor&, const Tensor&, const Tensor&) override {}
+  void accept_drafts(Stream, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                     const Tensor&, const Tensor&, const Tensor&, const Tensor&) override {}
+  void cache_rollback(Stream, const Tensor&, const Tensor&, const Tensor&, int, int) override {}
   void hc_pre(Stream, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
               const Tensor&, int, float, float) override {}
   void hc_post(Stream, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) override {}

@@ -334,6 +334,94 @@ ShiftTokensDims validate_shift_tokens(const Tensor& out, const Tensor& tokens, c
   return {B, n};
 }
 
+// ---------------------------------------------------------------- speculative decoding
+// B sequences of R = 1 + k rows; every tensor i32.
+struct VerifyDims {
+  int64_t B, R, k;
+};
+
+// verify_tokens: bonus [B], drafts [k, B] (k >= 1) -> out [B*(1+k)].
+template <class R_>
+VerifyDims validate_verify_tokens(const Tensor& out, const Tensor& bonus, const Tensor& drafts) {
+  constexpr Presence P = R_::presence;
+  const char* op = "verify_tokens";
+  check_dtype<P>(op, "bonus", bonus, DType::I32);
+  check_ndim<P>(op, "bonus", bonus, 1);
+  const int64_t B = bonus.dim(0);
+  check_dtype<P>(op, "drafts", drafts, DType::I32);
+  check_ndim<P>(op, "drafts", drafts, 2);
+  const int64_t k = drafts.dim(0);
+  SL_CHECK(k >= 1, op, ": drafts ", describe(drafts), " holds no draft step");
+  check_i32<P>(op, "drafts", drafts, {k, B});
+  check_i32<P>(op, "out", out, {B * (1 + k)});
+  SL_CHECK(!overlaps(out, bonus) && !overlaps(out, drafts), op, ": out may not alias bonus or drafts");
+  return {B, 1 + k, k};
+}
+
+// accept_drafts: target [B, R], drafts [k, B] (R = 1 + k, k >= 1), forced [B], pos [B*R] ->
+// accepted, bonus, new_len, last_rows [B], mtp_tokens [B*R], draft_pos [k, B]. The outputs
+// alias neither the inputs nor each other (the op reads its inputs after writing outputs).
+template <class R_>
+VerifyDims validate_accept_drafts(const Tensor& accepted, const Tensor& bonus, const Tensor& new_len,
+                                  const Tensor& mtp_tokens, const Tensor& last_rows, const Tensor& draft_pos,
+                                  const Tensor& target, const Tensor& drafts, const Tensor& forced, const Tensor& pos) {
+  constexpr Presence P = R_::presence;
+  const char* op = "accept_drafts";
+  check_dtype<P>(op, "target", target, DType::I32);
+  check_ndim<P>(op, "target", target, 2);
+  const int64_t B = target.dim(0), R = target.dim(1), k = R - 1;
+  SL_CHECK(k >= 1, op, ": target ", describe(target), " has no draft rows (expected [B, 1 + k], k >= 1)");
+  check_i32<P>(op, "drafts", drafts, {k, B});
+  check_i32<P>(op, "forced", forced, {B});
+  check_i32<P>(op, "pos", pos, {B * R});
+  check_i32<P>(op, "accepted", accepted, {B});
+  check_i32<P>(op, "bonus", bonus, {B});
+  check_i32<P>(op, "new_len", new_len, {B});
+  check_i32<P>(op, "mtp_tokens", mtp_tokens, {B * R});
+  check_i32<P>(op, "last_rows", last_rows, {B});
+  check_i32<P>(op, "draft_pos", draft_pos, {k, B});
+  const Tensor* outs[] = {&accepted, &bonus, &new_len, &mtp_tokens, &last_rows, &draft_pos};
+  const char* out_names[] = {"accepted", "bonus", "new_len", "mtp_tokens", "last_rows", "draft_pos"};
+  const Tensor* ins[] = {&target, &drafts, &forced, &pos};
+  for (int i = 0; i < 6; ++i) {
+    for (const Tensor* in : ins)
+      SL_CHECK(!overlaps(*outs[i], *in), op, ": ", out_names[i], " may not alias an input");
+    for (int j = i + 1; j < 6; ++j)
+      SL_CHECK(!overlaps(*outs[i], *outs[j]), op, ": ", out_names[i], " and ", out_names[j], " overlap");
+  }
+  return {B, R, k};
+}
+
+// cache_rollback: tags [B, S], new_len [B]; entries [B, n_max, d] (act) optional, then
+// ratio >= 1. extent >= 0.
+struct CacheRollbackDims {
+  int64_t B, S, n_max, d;  // n_max = d = 0 without entries
+};
+
+template <class R_>
+CacheRollbackDims validate_cache_rollback(const Tensor& tags, const Tensor& entries, const Tensor& new_len, int ratio,
+                                          int extent) {
+  constexpr Presence P = R_::presence;
+  const char* op = "cache_rollback";
+  check_dtype<P>(op, "tags", tags, DType::I32);
+  check_ndim<P>(op, "tags", tags, 2);
+  const int64_t B = tags.dim(0), S = tags.dim(1);
+  check_i32<P>(op, "new_len", new_len, {B});
+  SL_CHECK(extent >= 0, op, ": extent = ", extent, ", expected >= 0");
+  SL_CHECK(!overlaps(tags, new_len), op, ": tags may not alias new_len");
+  int64_t n_max = 0, d = 0;
+  if (!entries.empty()) {
+    check_act<R_>(op, "entries", entries);
+    check_ndim<P>(op, "entries", entries, 3);
+    n_max = entries.dim(1);
+    d = entries.dim(2);
+    check_shape<P>(op, "entries", entries, {B, n_max, d});
+    SL_CHECK(ratio >= 1, op, ": ratio = ", ratio, ", expected >= 1 with entries");
+    SL_CHECK(!overlaps(entries, tags) && !overlaps(entries, new_len), op, ": entries may not alias tags or new_len");
+  }
+  return {B, S, n_max, d};
+}
+
 // The token arguments of the attention ops: pos [T] and seq [T], i32.
 template <Presence P>
 void check_tokens(const char* op, const Tensor& pos, const Tensor& seq, int64_t T) {

@@ -102,6 +102,29 @@ void Ops::shift_tokens(Stream s, const Tensor& out, const Tensor& tokens, const 
   end();
 }
 
+void Ops::verify_tokens(Stream s, const Tensor& out, const Tensor& bonus, const Tensor& drafts) {
+  begin(s, "verify_tokens", {&bonus, &drafts}, {&out});
+  be_.verify_tokens(s, out, bonus, drafts);
+  end();
+}
+
+void Ops::accept_drafts(Stream s, const Tensor& accepted, const Tensor& bonus, const Tensor& new_len,
+                        const Tensor& mtp_tokens, const Tensor& last_rows, const Tensor& draft_pos,
+                        const Tensor& target, const Tensor& drafts, const Tensor& forced, const Tensor& pos) {
+  begin(s, "accept_drafts", {&target, &drafts, &forced, &pos},
+        {&accepted, &bonus, &new_len, &mtp_tokens, &last_rows, &draft_pos});
+  be_.accept_drafts(s, accepted, bonus, new_len, mtp_tokens, last_rows, draft_pos, target, drafts, forced, pos);
+  end();
+}
+
+void Ops::cache_rollback(Stream s, const char* name, const Tensor& tags, const Tensor& entries, const Tensor& new_len,
+                         int ratio, int extent) {
+  // Read-modify-write: the tags and entries are read (compared, kept or cleared) and written.
+  begin(s, name, {&tags, &entries, &new_len}, {&tags, &entries});
+  be_.cache_rollback(s, tags, entries, new_len, ratio, extent);
+  end();
+}
+
 void Ops::hc_expand(Stream s, const Tensor& X, const Tensor& e) {
   begin(s, "hc_expand", {&e}, {&X});
   be_.hc_expand(s, X, e);

@@ -51,6 +51,13 @@ class Ops {
   void argmax(Stream s, const Tensor& out, const Tensor& logits);
   void gather_rows(Stream s, const char* name, const Tensor& out, const Tensor& in, const Tensor& rows);
   void shift_tokens(Stream s, const Tensor& out, const Tensor& tokens, const Tensor& sampled);
+  // Speculative decoding (Backend::verify_tokens, accept_drafts, cache_rollback).
+  void verify_tokens(Stream s, const Tensor& out, const Tensor& bonus, const Tensor& drafts);
+  void accept_drafts(Stream s, const Tensor& accepted, const Tensor& bonus, const Tensor& new_len,
+                     const Tensor& mtp_tokens, const Tensor& last_rows, const Tensor& draft_pos, const Tensor& target,
+                     const Tensor& drafts, const Tensor& forced, const Tensor& pos);
+  void cache_rollback(Stream s, const char* name, const Tensor& tags, const Tensor& entries, const Tensor& new_len,
+                      int ratio, int extent);
   void hc_expand(Stream s, const Tensor& X, const Tensor& e);
   void hc_pre(Stream s, const char* name, const Tensor& y, const Tensor& post, const Tensor& comb, const Tensor& X,
               const Tensor& fn, const Tensor& scale, const Tensor& base, int iters, float hc_eps, float rms_eps);

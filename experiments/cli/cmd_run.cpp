@@ -1,5 +1,7 @@
 // `streamlab run`: build the model on a backend, prefill a prompt batch, then decode steps
-// with MTP drafts; print per-step timing, tokens and a checksum of the logits.
+// with MTP drafts (with --verify on, steps that verify them: docs/speculative.md); print
+// per-step timing, tokens, accepted drafts and a checksum of the logits, and the decode's
+// committed tokens per second.
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -39,6 +41,7 @@ namespace {
 
 struct RunOptions {
   ModelOptions model;
+  SpeculativeOptions spec;
   std::string backend = "cpu";
   int steps = 4;
   std::string checkpoint, tokens_file, dump_logits, dump_decode_logits, save_checkpoint;
@@ -123,7 +126,8 @@ void run(const RunOptions& o) {
   const std::vector<int32_t> prompt = prompt_tokens(o, cfg);
   validate(cfg);
   const StreamPolicy policy = resolve_policy(o.model);
-  const RunShape shape = run_shape(cfg, o.steps, !o.dump_logits.empty());
+  const AcceptRule accept = resolve_accept_rule(o.spec);
+  const RunShape shape = run_shape(cfg, o.steps, !o.dump_logits.empty(), o.spec.on());
   FILE* info = o.json ? stderr : stdout;  // keep stdout parseable under --json
 
 #if STREAMLAB_HAVE_CUDA
@@ -162,6 +166,9 @@ void run(const RunOptions& o) {
                "draft steps %d, decode steps %d\n",
                cfg.name.c_str(), cfg.num_hidden_layers, cfg.num_nextn_predict_layers, be->name().c_str(),
                policy.str().c_str(), cfg.batch, cfg.context_length, cfg.draft_steps, o.steps);
+  if (shape.verify)
+    std::fprintf(info, "decode steps verify the drafts: %d tokens per sequence, accept %s\n", 1 + cfg.draft_steps,
+                 accept_rule_str(accept).c_str());
   std::fprintf(info, "weights: %.1f MiB in %s (allocating)\n", mib(weight_bytes(cfg, be->weight_dtype())),
                dtype_name(be->weight_dtype()));
   std::fflush(info);
@@ -169,6 +176,7 @@ void run(const RunOptions& o) {
   DeepSeekV4 model(*be, cfg, policy, shape);
   model.set_graph_scope(parse_graph_scope(o.model.graph_scope));
   model.ops().set_op_ranges(!o.no_op_ranges);
+  model.set_accept_rule(accept);
   if (o.checkpoint.empty()) {
     std::fprintf(info, "initialising weights from seed %llu\n", cfg.seed);
     model.init_random(cfg.seed);
@@ -202,14 +210,23 @@ void run(const RunOptions& o) {
     nlohmann::json j{{"step", idx}, {"kind", kind}, {"tokens", tokens}, {"ms", ms}, {"sampled", out.sampled},
                      {"drafts", out.drafts}, {"logits_checksum", out.logits_checksum}, {"logits_std", std_dev},
                      {"logits_nonfinite", bad}};
+    // A verifying step: drafts accepted per sequence, and the tokens it committed (a + 1 each).
+    std::string accepted_text;
+    if (!out.accepted.empty()) {
+      int committed = 0;
+      for (int32_t a : out.accepted) committed += a + 1;
+      j["accepted"] = out.accepted;
+      j["committed"] = committed;
+      accepted_text = "  accepted " + tokens_str(out.accepted);
+    }
     steps.push_back(j);
     if (!o.json) {
       std::string drafts = "[";
       for (size_t s = 0; s < out.drafts.size(); ++s) drafts += (s ? "," : "") + tokens_str(out.drafts[s]);
       drafts += "]";
-      std::printf("%-4d %-8s %7d %10.3f  sampled %s  drafts %s  logits checksum %.6e std %.3g%s\n", idx, kind, tokens,
-                  ms, tokens_str(out.sampled).c_str(), drafts.c_str(), out.logits_checksum, std_dev,
-                  bad ? "  NON-FINITE LOGITS" : "");
+      std::printf("%-4d %-8s %7d %10.3f  sampled %s%s  drafts %s  logits checksum %.6e std %.3g%s\n", idx, kind,
+                  tokens, ms, tokens_str(out.sampled).c_str(), accepted_text.c_str(), drafts.c_str(),
+                  out.logits_checksum, std_dev, bad ? "  NON-FINITE LOGITS" : "");
       std::fflush(stdout);
     }
   };
@@ -226,6 +243,10 @@ void run(const RunOptions& o) {
                  o.dump_logits.c_str());
   }
   std::vector<float> decode_logits;  // [steps * batch, vocab] for --dump-decode-logits
+  // Decode totals: tokens committed (a + 1 per sequence and verifying step, else 1), drafts
+  // accepted, and the steps' wall time (a graph's capture step included).
+  int64_t committed = 0, accepted_total = 0;
+  double decode_ms = 0;
   for (int s = 1; s <= o.steps; ++s) {
 #if STREAMLAB_HAVE_CUDA
     if (o.tracing() && s == o.warmup + 1 && prof::CuptiSession::instance().state() == prof::SessionState::Tracing)
@@ -243,7 +264,14 @@ void run(const RunOptions& o) {
         for (const auto& p : model.graphs())
           std::fprintf(info, "  graph %-9s %zu nodes, %zu edges\n", p.name.c_str(), p.stats.nodes, p.stats.edges);
     }
-    report(s, capturing ? "capture" : o.graph ? "replay" : "decode", cfg.batch, ms, out);
+    decode_ms += ms;
+    if (shape.verify) {
+      for (int32_t a : out.accepted) committed += a + 1, accepted_total += a;
+    } else {
+      committed += cfg.batch;
+    }
+    const int rows = shape.verify ? cfg.batch * (1 + cfg.draft_steps) : cfg.batch;  // the target's tokens
+    report(s, capturing ? "capture" : o.graph ? "replay" : "decode", rows, ms, out);
     if (!o.dump_decode_logits.empty())
       decode_logits.insert(decode_logits.end(), out.last_logits.begin(), out.last_logits.end());
   }
@@ -274,6 +302,15 @@ void run(const RunOptions& o) {
 #endif
   const std::string check_error = o.check_against_cpu ? report_check(*be, o.check_tolerance) : "";
   const MemoryStats mem = be->memory();
+  // Drafts accepted per sequence and step (verifying steps), and committed tokens per second of
+  // decode time: what speculative decoding is for.
+  const double mean_accepted = o.steps > 0 ? double(accepted_total) / (double(o.steps) * cfg.batch) : 0.0;
+  const double tokens_per_s = decode_ms > 0 ? double(committed) / (decode_ms / 1000.0) : 0.0;
+  nlohmann::json decode_summary{{"steps", o.steps},
+                                {"committed_tokens", committed},
+                                {"decode_ms", decode_ms},
+                                {"tokens_per_s", tokens_per_s}};
+  if (shape.verify) decode_summary["mean_accepted"] = mean_accepted;
   if (o.json) {
     nlohmann::json j{{"config", cfg.name},
                      {"backend", be->name()},
@@ -281,6 +318,9 @@ void run(const RunOptions& o) {
                      {"batch", cfg.batch},
                      {"context", cfg.context_length},
                      {"draft_steps", cfg.draft_steps},
+                     {"verify", shape.verify},
+                     {"accept", shape.verify ? nlohmann::json(accept_rule_str(accept)) : nlohmann::json(nullptr)},
+                     {"decode", decode_summary},
                      {"mtp_layers", cfg.num_nextn_predict_layers},
                      {"mtp_compress_ratio", cfg.mtp_compress_ratio},
                      {"stream_source", stream_source_name(policy.source)},
@@ -313,6 +353,13 @@ void run(const RunOptions& o) {
                        {"cuda_streams_created", mem.streams_created}}}};
     std::printf("%s\n", j.dump(2).c_str());
   } else {
+    if (o.steps > 0) {
+      std::printf("decode: %lld tokens committed in %d steps, %.3f ms, %.1f tokens/s", (long long)committed, o.steps,
+                  decode_ms, tokens_per_s);
+      if (shape.verify)
+        std::printf(", %.3f drafts accepted per sequence and step (of %d)", mean_accepted, cfg.draft_steps);
+      std::printf("\n");
+    }
     std::printf("memory: weights %.1f MiB, activations + caches %.1f MiB, peak %.1f MiB, libraries %.1f MiB\n",
                 mib(mem.weights_bytes), mib(mem.activations_bytes), mib(mem.peak_bytes), mib(mem.library_bytes));
     if (mem.blas_handles)
@@ -329,6 +376,7 @@ void add_run_command(CLI::App& app) {
   auto o = std::make_shared<RunOptions>();
   CLI::App* cmd = app.add_subcommand("run", "Run the model: prefill a prompt batch, then decode steps with MTP drafts");
   add_model_options(cmd, o->model);
+  add_speculative_options(cmd, o->spec);
   cmd->add_option("--backend", o->backend, "cpu (fp32 reference) or cuda (H200, bf16)")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();

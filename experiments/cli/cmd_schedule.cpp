@@ -1,6 +1,7 @@
 // `streamlab schedule`: which streams a policy creates (count, names, owners) and the per-layer
 // fork/join structure of one decode step, recorded on the null backend (no GPU, no weight
-// memory: any config, flash included).
+// memory: any config, flash included). With --verify on, of a verifying step (docs/speculative.md),
+// whose own bookkeeping ops are counted too.
 #include <cstdio>
 #include <map>
 #include <regex>
@@ -21,6 +22,7 @@ namespace {
 
 struct ScheduleOptions {
   ModelOptions model;
+  SpeculativeOptions spec;
   bool json = false;
   bool full = false;
 };
@@ -104,8 +106,10 @@ void schedule(const ScheduleOptions& o) {
   const StreamPolicy policy = resolve_policy(o.model);
   // A short prompt suffices: the decode step's structure does not depend on its length.
   cfg.context_length = std::min(cfg.context_length, 8);
+  const AcceptRule accept = resolve_accept_rule(o.spec);
   auto be = make_null_backend();
-  DeepSeekV4 model(*be, cfg, policy, run_shape(cfg, 1, false));
+  DeepSeekV4 model(*be, cfg, policy, run_shape(cfg, 1, false, o.spec.on()));
+  model.set_accept_rule(accept);
   std::vector<int32_t> prompt(size_t(cfg.batch) * size_t(cfg.context_length), 1);
   model.prefill(prompt, cfg.context_length);
   Schedule sched;
@@ -116,6 +120,13 @@ void schedule(const ScheduleOptions& o) {
 
   const auto& plan = model.stream_plan();
   const auto hazards = sched.hazards();
+  // A verifying step's own ops (outside the layers' structure): how often each ran.
+  std::map<std::string, int> verify_ops;
+  if (o.spec.on())
+    for (const auto& e : sched.entries())
+      if (e.kind == ScheduleEntry::Op &&
+          (e.name == "verify_tokens" || e.name == "accept_drafts" || e.name.rfind("rollback.", 0) == 0))
+        ++verify_ops[e.name];
   const nlohmann::json layers = layer_structure(sched);
   size_t events = sched.events().size();
   const MemoryStats res = be->memory();  // the null backend's count of what the CUDA backend would hold
@@ -128,6 +139,8 @@ void schedule(const ScheduleOptions& o) {
     j["target_layers"] = cfg.num_hidden_layers;
     j["mtp_layers"] = cfg.num_nextn_predict_layers;
     j["mtp_compress_ratio"] = cfg.mtp_compress_ratio;
+    j["verify"] = o.spec.on();
+    if (o.spec.on()) j["verify_ops"] = verify_ops;
     j["streams_requested"] = plan.streams.size();
     j["streams_created"] = plan.physical.size();
     j["aux_streams_requested"] = plan.streams.size() - (plan.shared_expert >= 0 ? 1 : 0);
@@ -150,7 +163,14 @@ void schedule(const ScheduleOptions& o) {
   std::printf("predicted resources (CUDA backend): %zu CUDA streams besides main, %zu cuBLAS handles, %zu cuBLAS "
               "workspaces (%.0f MiB)\n",
               res.streams_created, res.blas_handles, res.blas_workspaces, double(res.library_bytes) / 1048576.0);
-  std::printf("events created: %zu\n\nfork/join structure of one decode step:\n", events);
+  std::printf("events created: %zu\n", events);
+  if (o.spec.on()) {
+    std::printf("decode step verifies %d drafts per sequence (%d tokens); its bookkeeping ops:", cfg.draft_steps,
+                1 + cfg.draft_steps);
+    for (const auto& [name, n] : verify_ops) std::printf(" %s x%d", name.c_str(), n);
+    std::printf("\n");
+  }
+  std::printf("\nfork/join structure of one decode step:\n");
   for (const auto& L : layers) {
     std::printf("  %s %s (%s)\n", L["forward"].get<std::string>().c_str(), L["layer"].get<std::string>().c_str(),
                 L["type"].get<std::string>().c_str());
@@ -179,6 +199,7 @@ void add_schedule_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "schedule", "Print the streams a policy creates and the per-layer fork/join structure of a decode step");
   add_model_options(cmd, o->model);
+  add_speculative_options(cmd, o->spec);
   cmd->add_flag("--json", o->json, "print as JSON");
   cmd->add_flag("--full", o->full, "also print every recorded op, record and wait");
   cmd->callback([o] { schedule(*o); });

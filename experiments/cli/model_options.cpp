@@ -85,14 +85,44 @@ std::vector<int32_t> seeded_prompt(const ModelConfig& cfg) {
   return out;
 }
 
-RunShape run_shape(const ModelConfig& cfg, int decode_steps, bool all_logits) {
+RunShape run_shape(const ModelConfig& cfg, int decode_steps, bool all_logits, bool verify) {
   RunShape s;
   s.batch = cfg.batch;
   s.max_positions = cfg.context_length + decode_steps + cfg.draft_steps + 1;
   const int per_seq_chunk = std::max(1, cfg.prefill_chunk / cfg.batch);
   s.max_seq_tokens = all_logits ? cfg.context_length : std::min(cfg.context_length, per_seq_chunk);
   s.all_logits = all_logits;
+  if (verify) {
+    // A verifying step starts at most (1 + k) positions after the previous one and reaches 2k - 1
+    // past its start (DeepSeekV4::decode_prepare); it runs 1 + k tokens per sequence.
+    const int k = cfg.draft_steps;
+    s.verify = true;
+    s.max_positions = cfg.context_length + decode_steps * (1 + k) + k + 1;
+    s.max_seq_tokens = std::max(s.max_seq_tokens, 1 + k);
+  }
   return s;
+}
+
+void add_speculative_options(CLI::App* cmd, SpeculativeOptions& o) {
+  cmd->add_option("--verify", o.verify,
+                  "speculative decoding: on = each decode step verifies the previous step's drafts (the target runs "
+                  "1 + k tokens per sequence, accepts a prefix, rolls the caches back; docs/speculative.md), and run "
+                  "reports the drafts accepted per step and committed tokens per second; off (the default, as in "
+                  "earlier results) = the drafts are made but never verified")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
+  cmd->add_option("--accept", o.accept,
+                  "drafts accepted per verifying step (needs --verify on): greedy (the default: the longest prefix "
+                  "the target's greedy tokens confirm; random weights almost never agree), N (min(N, k) every step) "
+                  "or rate:R[:SEED] (each draft with probability R, up to the first rejection; seeded draws)")
+      ->capture_default_str();
+}
+
+AcceptRule resolve_accept_rule(const SpeculativeOptions& o) {
+  const AcceptRule r = parse_accept_rule(o.accept);
+  SL_CHECK(o.on() || r.kind == AcceptRule::Kind::Greedy, "--accept ", o.accept,
+           " sets how verifying steps accept drafts: add --verify on");
+  return r;
 }
 
 }  // namespace sl::cli

@@ -34,7 +34,19 @@ StreamPolicy resolve_policy(const ModelOptions& o);
 // (the same for run, measure and every backend).
 std::vector<int32_t> seeded_prompt(const ModelConfig& cfg);
 
-// Shapes for a run of `decode_steps` steps after a prompt of cfg.context_length tokens.
-RunShape run_shape(const ModelConfig& cfg, int decode_steps, bool all_logits);
+// Shapes for a run of `decode_steps` steps after a prompt of cfg.context_length tokens
+// (verifying steps: each advances up to 1 + k positions and runs 1 + k tokens per sequence).
+RunShape run_shape(const ModelConfig& cfg, int decode_steps, bool all_logits, bool verify = false);
+
+// Speculative decoding (docs/speculative.md), for the subcommands that run decode steps
+// (`run`, `schedule`): whether decode steps verify the drafts, and how many they accept.
+struct SpeculativeOptions {
+  std::string verify = "off";     // "on" | "off"
+  std::string accept = "greedy";  // model/speculative.h: greedy | N | rate:R[:SEED]
+  bool on() const { return verify == "on"; }
+};
+void add_speculative_options(CLI::App* cmd, SpeculativeOptions& o);
+// The acceptance rule; refuses --accept other than greedy without --verify on.
+AcceptRule resolve_accept_rule(const SpeculativeOptions& o);
 
 }  // namespace sl::cli

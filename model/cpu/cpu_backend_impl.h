@@ -10,6 +10,7 @@
 //   cpu_mhc.cpp        hc_pre, hc_post, hc_head, mtp_combine
 //   cpu_attention.cpp  swa_insert, compressor_save/pool, indexer_topk, sparse_attention
 //   cpu_moe.cpp        route, moe_experts, moe_workspace_bytes
+//   cpu_speculative.cpp  verify_tokens, accept_drafts, cache_rollback
 #pragma once
 #include <algorithm>
 #include <array>
@@ -163,6 +164,14 @@ class CpuBackend : public Backend {  // not final: tests derive recording backen
   void argmax(Stream s, const Tensor& out, const Tensor& logits) override;
   void gather_rows(Stream s, const Tensor& out, const Tensor& in, const Tensor& rows) override;
   void shift_tokens(Stream s, const Tensor& out, const Tensor& tokens, const Tensor& sampled) override;
+
+  // speculative decoding (cpu_speculative.cpp)
+  void verify_tokens(Stream s, const Tensor& out, const Tensor& bonus, const Tensor& drafts) override;
+  void accept_drafts(Stream s, const Tensor& accepted, const Tensor& bonus, const Tensor& new_len,
+                     const Tensor& mtp_tokens, const Tensor& last_rows, const Tensor& draft_pos, const Tensor& target,
+                     const Tensor& drafts, const Tensor& forced, const Tensor& pos) override;
+  void cache_rollback(Stream s, const Tensor& tags, const Tensor& entries, const Tensor& new_len, int ratio,
+                      int extent) override;
 
   // mHC (cpu_mhc.cpp)
   void hc_pre(Stream s, const Tensor& y, const Tensor& post, const Tensor& comb, const Tensor& X, const Tensor& fn,

@@ -10,6 +10,7 @@
 //                      sparse_attention
 //   cuda_moe.cu        route, moe_experts (device-side permutation + grouped tensor-core GEMM),
 //                      moe_workspace_bytes
+//   cuda_speculative.cu  verify_tokens, accept_drafts, cache_rollback
 //
 // Memory model. Everything lives in one arena (see CudaBackend::alloc). Nothing is allocated
 // inside a forward step: the model preallocates every buffer at construction, and the ops only
@@ -155,6 +156,14 @@ class CudaBackend final : public Backend {
   void argmax(Stream s, const Tensor& out, const Tensor& logits) override;
   void gather_rows(Stream s, const Tensor& out, const Tensor& in, const Tensor& rows) override;
   void shift_tokens(Stream s, const Tensor& out, const Tensor& tokens, const Tensor& sampled) override;
+
+  // speculative decoding (cuda_speculative.cu)
+  void verify_tokens(Stream s, const Tensor& out, const Tensor& bonus, const Tensor& drafts) override;
+  void accept_drafts(Stream s, const Tensor& accepted, const Tensor& bonus, const Tensor& new_len,
+                     const Tensor& mtp_tokens, const Tensor& last_rows, const Tensor& draft_pos, const Tensor& target,
+                     const Tensor& drafts, const Tensor& forced, const Tensor& pos) override;
+  void cache_rollback(Stream s, const Tensor& tags, const Tensor& entries, const Tensor& new_len, int ratio,
+                      int extent) override;
 
   // mHC (cuda_mhc.cu)
   void hc_pre(Stream s, const Tensor& y, const Tensor& post, const Tensor& comb, const Tensor& X, const Tensor& fn,

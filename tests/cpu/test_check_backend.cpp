@@ -17,6 +17,7 @@
 #include "model/check_backend.h"
 #include "model/cpu/cpu_backend.h"
 #include "model/deepseek_v4.h"
+#include "model/speculative.h"
 
 namespace sl {
 namespace {
@@ -97,6 +98,21 @@ class FaultyCpu final : public Backend {
   void shift_tokens(Stream s, const Tensor& out, const Tensor& tokens, const Tensor& sampled) override {
     in_->shift_tokens(s, out, tokens, sampled);
     after("shift_tokens", {out});
+  }
+  void verify_tokens(Stream s, const Tensor& out, const Tensor& bonus, const Tensor& drafts) override {
+    in_->verify_tokens(s, out, bonus, drafts);
+    after("verify_tokens", {out});
+  }
+  void accept_drafts(Stream s, const Tensor& accepted, const Tensor& bonus, const Tensor& new_len,
+                     const Tensor& mtp_tokens, const Tensor& last_rows, const Tensor& draft_pos, const Tensor& target,
+                     const Tensor& drafts, const Tensor& forced, const Tensor& pos) override {
+    in_->accept_drafts(s, accepted, bonus, new_len, mtp_tokens, last_rows, draft_pos, target, drafts, forced, pos);
+    after("accept_drafts", {accepted, bonus, new_len, mtp_tokens, last_rows, draft_pos});
+  }
+  void cache_rollback(Stream s, const Tensor& tags, const Tensor& entries, const Tensor& new_len, int ratio,
+                      int extent) override {
+    in_->cache_rollback(s, tags, entries, new_len, ratio, extent);
+    after("cache_rollback", entries.empty() ? std::vector<Tensor>{tags} : std::vector<Tensor>{tags, entries});
   }
   void hc_pre(Stream s, const Tensor& y, const Tensor& post, const Tensor& comb, const Tensor& X, const Tensor& fn,
               const Tensor& scale, const Tensor& base, int it, float he, float re) override {
@@ -274,6 +290,54 @@ TEST(CheckBackend, CpuAgainstCpuIsExactEverywhere) {
   // A draft-step path as the report shows it.
   EXPECT_TRUE(std::any_of(recs.begin(), recs.end(), [](const CheckRecord& r) {
     return r.path == "decode#2/draft2/mtp0.c4a/attn/sparse_attention" && r.op == "sparse_attention";
+  }));
+}
+
+// The verifying decode step (docs/speculative.md) through the checker: its own ops (input
+// tokens, acceptance, cache rollback) are compared like every other, exactly, in the step's
+// phases, and the wrapper changes nothing in the accepted counts.
+TEST(CheckBackend, CpuAgainstCpuVerifyingStepIsExact) {
+  const ModelConfig c = tiny_c4(2);
+  auto run = [&](Backend& be) {
+    RunShape s;
+    s.batch = c.batch;
+    s.verify = true;
+    s.max_positions = c.context_length + 4 * (1 + c.draft_steps);
+    s.max_seq_tokens = c.context_length;
+    DeepSeekV4 m(be, c, StreamPolicy::parse("shared"), s);
+    m.init_random(c.seed);
+    m.set_accept_rule(parse_accept_rule("rate:0.5:2"));
+    std::vector<int32_t> p;
+    for (int i = 0; i < c.batch * c.context_length; ++i)
+      p.push_back(int32_t(splitmix64(7 + uint64_t(i)) % uint64_t(c.vocab_size)));
+    std::vector<StepOutput> out{m.prefill(p, c.context_length)};
+    for (int i = 0; i < 2; ++i) out.push_back(m.decode_step());
+    return out;
+  };
+  auto ref = make_cpu_backend(), dut = make_cpu_backend(), plain = make_cpu_backend();
+  auto check = make_check_backend(*ref, *dut);
+  const auto got = run(*check), want = run(*plain);
+  for (size_t i = 1; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].accepted, want[i].accepted) << "step " << i;
+    EXPECT_EQ(got[i].last_logits, want[i].last_logits) << "step " << i;
+    EXPECT_EQ(got[i].drafts, want[i].drafts) << "step " << i;
+  }
+  const auto& recs = check_records(*check);
+  EXPECT_EQ(summarize_checks(recs).failures, 0);
+  std::map<std::string, int> seen;
+  for (const CheckRecord& r : recs) {
+    EXPECT_EQ(r.mismatches, 0) << r.describe();
+    EXPECT_EQ(r.rel_err, 0.0) << r.describe();
+    if (starts_with(r.path, "decode#2/")) ++seen[r.op + "." + r.output];
+  }
+  EXPECT_EQ(seen["verify_tokens.out"], 1);
+  for (const char* out : {"accepted", "bonus", "new_len", "mtp_tokens", "last_rows", "draft_pos"})
+    EXPECT_EQ(seen[std::string("accept_drafts.") + out], 1) << out;
+  // Target: 6 window rings, 4 compressors, 2 indexers; then the c4a MTP layer's three.
+  EXPECT_EQ(seen["cache_rollback.tags"], 12 + 3);
+  EXPECT_EQ(seen["cache_rollback.entries"], 6 + 2);
+  EXPECT_TRUE(std::any_of(recs.begin(), recs.end(), [](const CheckRecord& r) {
+    return r.path == "decode#1/rollback/mtp0/rollback.indexer" && r.op == "cache_rollback";
   }));
 }
 

@@ -15,6 +15,7 @@
 #include "model/cpu/cpu_backend.h"
 #include "model/cuda/cuda_backend.h"
 #include "model/deepseek_v4.h"
+#include "model/speculative.h"
 
 namespace sl {
 namespace {
@@ -48,12 +49,17 @@ ModelConfig tiny(int mtp_layers, int mtp_compress, int draft_steps) {
   return c;
 }
 
-RunShape shape(const ModelConfig& c, int steps) {
+RunShape shape(const ModelConfig& c, int steps, bool verify = false) {
   RunShape s;
   s.batch = c.batch;
   s.max_positions = c.context_length + steps + c.draft_steps + 2;
   s.max_seq_tokens = c.context_length;
   s.draft_logits = true;
+  if (verify) {  // docs/speculative.md: up to 1 + k positions per step, 2k - 1 past its start
+    s.verify = true;
+    s.max_positions = c.context_length + (steps + 2) * (1 + c.draft_steps);
+    s.max_seq_tokens = std::max(s.max_seq_tokens, 1 + c.draft_steps);
+  }
   return s;
 }
 
@@ -66,7 +72,9 @@ RunShape shape(const ModelConfig& c, int steps) {
 // selection and move the logits by 0.2 at batch 2) then cannot hide a real bug or fake one: the
 // logits of every LM-head call (prefill, each decode step, each draft step) are compared at bf16
 // accuracy. Each LM-head call is the GEMM right before an argmax.
-void compare_with_cpu(int mtp_layers, int mtp_compress, int draft_steps, int batch) {
+// With `verify`, the decode steps verify their drafts (docs/speculative.md) under random
+// acceptance, so that sequences drift apart and the MTP's rows past the accepted ones run.
+void compare_with_cpu(int mtp_layers, int mtp_compress, int draft_steps, int batch, bool verify = false) {
   ModelConfig c = tiny(mtp_layers, mtp_compress, draft_steps);
   c.batch = batch;
   const int steps = 3;
@@ -76,8 +84,9 @@ void compare_with_cpu(int mtp_layers, int mtp_compress, int draft_steps, int bat
   opt.sync = CheckOptions::Sync::DecisionsToDut;
   opt.record_init = false;
   auto check = make_check_backend(*cpu, *gpu, opt);
-  DeepSeekV4 got(*check, c, StreamPolicy::parse("shared"), shape(c, steps));
+  DeepSeekV4 got(*check, c, StreamPolicy::parse("shared"), shape(c, steps, verify));
   got.init_random(c.seed);
+  if (verify) got.set_accept_rule(parse_accept_rule("rate:0.6:5"));
   const auto p = prompt(c.context_length, c.vocab_size, batch);
   got.prefill(p, c.context_length);
   for (int s = 0; s < steps; ++s) got.decode_step();
@@ -114,6 +123,46 @@ TEST(CudaModel, TinyCompressedMtpMatchesCpuReference) {
 TEST(CudaModel, TinyMtp128MatchesCpuReference) {
   REQUIRE_GPU();
   compare_with_cpu(2, 128, 2, 1);
+}
+TEST(CudaModel, TinyVerifyingStepsMatchCpuReference) {
+  REQUIRE_GPU();
+  compare_with_cpu(1, 4, 3, 2, true);
+  compare_with_cpu(2, 0, 2, 2, true);
+}
+
+// Verifying steps (docs/speculative.md) under random acceptance: eager and CUDA-graph replay
+// give bit-identical logits, drafts and accepted counts under every policy (the graph keeps
+// working while sequences move by different amounts: positions and forced counts are uploads,
+// the rest is computed on the device).
+TEST(CudaModel, VerifyingStepBitIdenticalEagerAndGraph) {
+  REQUIRE_GPU();
+  if (cpu_pair()) GTEST_SKIP() << "needs CUDA graphs";
+  ModelConfig c = tiny(1, 4, 3);
+  c.batch = 2;
+  const int steps = 4;
+  const auto p = prompt(c.context_length, c.vocab_size, 2);
+  std::vector<StepOutput> ref;
+  for (const char* pol : {"serial", "shared", "per-layer"})
+    for (bool graph : {false, true}) {
+      auto gpu = make_cuda_backend({});
+      DeepSeekV4 m(*gpu, c, StreamPolicy::parse(pol), shape(c, steps, true));
+      m.init_random(c.seed);
+      m.set_accept_rule(parse_accept_rule("rate:0.5:4"));
+      std::vector<StepOutput> got{m.prefill(p, c.context_length)};
+      for (int s = 0; s < steps; ++s) got.push_back(graph ? m.decode_step_graph() : m.decode_step());
+      if (ref.empty()) {
+        ref = got;
+        EXPECT_NE(m.position(0), m.position(1)) << "the seed should move the sequences apart";
+        continue;
+      }
+      for (size_t s = 0; s < got.size(); ++s) {
+        const std::string where = std::string(pol) + (graph ? " graph" : " eager") + " step " + std::to_string(s);
+        EXPECT_TRUE(got[s].last_logits == ref[s].last_logits) << where;
+        EXPECT_EQ(got[s].drafts, ref[s].drafts) << where;
+        EXPECT_EQ(got[s].accepted, ref[s].accepted) << where;
+        EXPECT_EQ(got[s].sampled, ref[s].sampled) << where;
+      }
+    }
 }
 
 // Logits and drafts are bit-identical across every stream policy, eager and graph replay.

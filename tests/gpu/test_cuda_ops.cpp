@@ -569,6 +569,60 @@ TEST_F(CudaOps, EmbedGatherShift) {
   expect_equal_i32(sh, "shift_tokens");
 }
 
+// The verifying step's bookkeeping (docs/speculative.md), exact: input rows, acceptance with
+// greedy and forced sequences (some drafts confirmed by construction, a count above k), and the
+// rollback of tags and bf16 entries across block edges.
+TEST_F(CudaOps, SpeculativeBookkeeping) {
+  const int64_t B = 6, k = 3, R = k + 1;
+  T2 bonus = make_i32("bonus", {B}, randi(size_t(B), 0, 999));
+  T2 drafts = make_i32("drafts", {k, B}, randi(size_t(k * B), 0, 9));
+  T2 rows = make_i32("rows", {B * R}, std::vector<int32_t>(size_t(B * R), -5));
+  cpu_->verify_tokens(Stream{}, rows.c, bonus.c, drafts.c);
+  gpu_->verify_tokens(Stream{}, rows.g, bonus.g, drafts.g);
+  expect_equal_i32(rows, "verify_tokens");
+
+  // Target tokens from a small alphabet so that drafts match by chance too; sequence b copies
+  // its first b drafts into the target (b confirmed drafts, greedy).
+  std::vector<int32_t> target = randi(size_t(B * R), 0, 9), d = geti(*cpu_, drafts.c);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t i = 0; i < std::min(b, k); ++i) target[size_t(b * R + i)] = d[size_t(i * B + b)];
+  std::vector<int32_t> pos;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t i = 0; i < R; ++i) pos.push_back(int32_t(17 * b + 3 + i));
+  T2 tt = make_i32("target", {B, R}, target), tp = make_i32("pos", {B * R}, pos);
+  T2 forced = make_i32("forced", {B}, {-1, -1, -1, -1, 2, 9});
+  auto out = [&](const char* n, Shape s) { return make_i32(n, s, std::vector<int32_t>(size_t(s.numel()), -7)); };
+  T2 acc = out("accepted", {B}), bn = out("bonus_out", {B}), nl = out("new_len", {B}), mtp = out("mtp", {B * R});
+  T2 last = out("last_rows", {B}), dpos = out("draft_pos", {k, B});
+  cpu_->accept_drafts(Stream{}, acc.c, bn.c, nl.c, mtp.c, last.c, dpos.c, tt.c, drafts.c, forced.c, tp.c);
+  gpu_->accept_drafts(Stream{}, acc.g, bn.g, nl.g, mtp.g, last.g, dpos.g, tt.g, drafts.g, forced.g, tp.g);
+  for (const auto& [t, what] : std::vector<std::pair<T2*, const char*>>{
+           {&acc, "accepted"}, {&bn, "bonus"}, {&nl, "new_len"}, {&mtp, "mtp_tokens"}, {&last, "last_rows"},
+           {&dpos, "draft_pos"}})
+    expect_equal_i32(*t, std::string("accept_drafts ") + what);
+  const std::vector<int32_t> a = geti(*gpu_, acc.g);
+  EXPECT_GE(a[3], 3);  // all three drafts confirmed
+  EXPECT_EQ(a[4], 2);  // forced
+  EXPECT_EQ(a[5], 3);  // forced above k
+
+  // Rollback: a 40-slot ring of positions 0..39 and entries of ratio 4, per sequence another
+  // length (on a block edge, just past, inside).
+  const int64_t S = 40, n_max = 12, dd = 16;
+  std::vector<int32_t> tags;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t i = 0; i < S; ++i) tags.push_back(int32_t(i));
+  T2 tg = make_i32("tags", {B, S}, tags);
+  T2 entries = make_rand("entries", Kind::Act, {B, n_max, dd});
+  T2 len = make_i32("len", {B}, {0, 8, 9, 15, 40, 33});
+  cpu_->cache_rollback(Stream{}, tg.c, entries.c, len.c, 4, 5);
+  gpu_->cache_rollback(Stream{}, tg.g, entries.g, len.g, 4, 5);
+  expect_equal_i32(tg, "cache_rollback tags");
+  EXPECT_EQ(gc(entries), gg(entries)) << "cache_rollback entries";
+  cpu_->cache_rollback(Stream{}, tg.c, Tensor{}, len.c, 1, 5);
+  gpu_->cache_rollback(Stream{}, tg.g, Tensor{}, len.g, 1, 5);
+  expect_equal_i32(tg, "cache_rollback tags only");
+}
+
 TEST_F(CudaOps, Argmax) {
   const int64_t n = 6, V = 5000;
   std::vector<float> v = rand(size_t(n * V), -10.f, 10.f);
