@@ -59,6 +59,8 @@ std::string report_markdown(const Report& r) {
   os << "# streamlab compare\n\n" << r.source_line << "\n\n";
   if (r.settings.contains("description")) os << r.settings["description"].get<std::string>() << "\n\n";
   if (!r.provenance.empty()) os << "Provenance: " << provenance_line(r.provenance) << ".\n\n";
+  if (!r.resources.empty() && !r.resources.front().system.empty())
+    os << "System: " << md_escape(system_words(r.resources.front().system)) << ".\n\n";
   os << "## Verdict\n\n";
   for (const auto& l : verdict_lines(r)) os << "- " << md_escape(l) << "\n";
   os << "\n## Step latency\n\nMedian GPU time per decode step between timing marks on the main stream, +- the median "
@@ -129,6 +131,8 @@ std::string report_html(const Report& r) {
   if (r.settings.contains("description"))
     os << "<p>" << html_escape(r.settings["description"].get<std::string>()) << "</p>\n";
   if (!r.provenance.empty()) os << "<p><small>Provenance: " << html_escape(provenance_line(r.provenance)) << "</small></p>\n";
+  if (!r.resources.empty() && !r.resources.front().system.empty())
+    os << "<p>System: " << html_escape(system_words(r.resources.front().system)) << ".</p>\n";
   os << "<h2>Verdict</h2>\n<ul>\n";
   for (const auto& l : verdict_lines(r)) os << "<li>" << html_escape(l) << "</li>\n";
   os << "</ul>\n<h2>Step latency</h2>\n";
