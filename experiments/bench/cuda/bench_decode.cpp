@@ -42,6 +42,7 @@ namespace {
 
 struct Options {
   std::string config = "flash-6l", policy = "shared", out;
+  std::string source = "cuda", placement = "vllm-fix", graph_scope = "step";
   std::vector<int> batches{1, 8};
   std::vector<std::string> modes{"eager", "graph"};
   int context = 4096, mtp_layers = 1, draft_steps = 1, steps = 20;
@@ -199,7 +200,10 @@ void run(const Options& o) {
           live->be = make_cuda_backend({});
           StreamPolicy policy = StreamPolicy::parse(o.policy);
           policy.shared_expert_stream = o.shared_expert_stream;
+          policy.source = parse_stream_source(o.source);
+          policy.placement = parse_placement(o.placement);
           live->model = std::make_unique<DeepSeekV4>(*live->be, c, policy, shape);
+          live->model->set_graph_scope(parse_graph_scope(o.graph_scope));
           live->model->init_random(c.seed);
           std::vector<int32_t> prompt(size_t(B) * size_t(o.context));
           for (size_t i = 0; i < prompt.size(); ++i)
@@ -255,6 +259,9 @@ void run(const Options& o) {
   out["config"] = o.config;
   out["policy"] = o.policy;
   out["shared_expert_stream"] = o.shared_expert_stream;
+  out["stream_source"] = o.source;
+  out["placement"] = o.placement;
+  out["graph_scope"] = o.graph_scope;
   out["context"] = o.context;
   out["mtp_layers"] = o.mtp_layers;
   out["mtp_compress"] = o.mtp_compress >= 0 ? o.mtp_compress : load_config(o.config).mtp_compress_ratio;
@@ -335,6 +342,9 @@ int main(int argc, char** argv) {
     else if (auto v = flag_value(arg, "--steps=")) o.steps = std::stoi(v);
     else if (auto v = flag_value(arg, "--modes=")) o.modes = sl::parse_modes(v);
     else if (std::strcmp(arg, "--no-shared-expert-stream") == 0) o.shared_expert_stream = false;
+    else if (auto v = flag_value(arg, "--stream-source=")) o.source = (sl::parse_stream_source(v), v);
+    else if (auto v = flag_value(arg, "--placement=")) o.placement = (sl::parse_placement(v), v);
+    else if (auto v = flag_value(arg, "--graph-scope=")) o.graph_scope = (sl::parse_graph_scope(v), v);
     else return false;
     return true;
   };
@@ -342,7 +352,8 @@ int main(int argc, char** argv) {
       argc, argv, "bench_decode",
       "bench_decode [--config=flash-6l] [--batches=1,8] [--policy=shared] [--context=4096]\n"
       "             [--mtp-layers=1] [--mtp-compress=0|4|128] [--draft-steps=1] [--steps=20] [--modes=eager,graph]\n"
-      "             [--no-shared-expert-stream] [--out=FILE.json]\n"
+      "             [--no-shared-expert-stream] [--stream-source=cuda|torch] [--placement=vllm-fix|vllm-head]\n"
+      "             [--graph-scope=step|split] [--out=FILE.json]\n"
       "Decode step time (CUDA) against the bytes floor; see the header of bench_decode.cpp.\n",
       parse, [&o] {
         sl::run(o);

@@ -34,6 +34,7 @@ namespace {
 
 struct Options {
   std::string config = "flash-6l", out, command_line;
+  std::string source = "cuda";  // --stream-source
   std::vector<int> tokens{256, 1024, 4096, 8192};
   int reps = 5;
 };
@@ -81,6 +82,7 @@ void run(const Options& o) {
           live->be = make_cuda_backend({});
           StreamPolicy policy = StreamPolicy::parse(v.policy);
           policy.phase_a_max_tokens = v.phase_a_max_tokens;
+          policy.source = parse_stream_source(o.source);
           live->model = std::make_unique<DeepSeekV4>(*live->be, c, policy, shape);
           live->model->init_random(c.seed);
           std::fprintf(stderr, "%s: model built\n", v.name);
@@ -111,6 +113,7 @@ void run(const Options& o) {
   out["provenance"] = bench::provenance(o.command_line);
   out["config"] = o.config;
   out["reps"] = o.reps;
+  out["stream_source"] = o.source;
   for (int T : o.tokens) {
     const double s = bench::median(samples[{"serial", T}]), sh = bench::median(samples[{"shared", T}]),
                  al = bench::median(samples[{"shared-phase-a-always", T}]);
@@ -141,12 +144,14 @@ int main(int argc, char** argv) {
     else if (auto v = flag_value(arg, "--tokens=")) o.tokens = sl::bench::parse_ints(v);
     else if (auto v = flag_value(arg, "--reps=")) o.reps = std::stoi(v);
     else if (auto v = flag_value(arg, "--out=")) o.out = v;
+    else if (auto v = flag_value(arg, "--stream-source=")) o.source = (sl::parse_stream_source(v), v);
     else return false;
     return true;
   };
   return sl::bench::bench_main(
       argc, argv, "bench_prefill",
-      "bench_prefill [--config=flash-6l] [--tokens=256,1024,4096,8192] [--reps=5] [--out=FILE.json]\n"
+      "bench_prefill [--config=flash-6l] [--tokens=256,1024,4096,8192] [--reps=5] [--stream-source=cuda|torch]\n"
+      "              [--out=FILE.json]\n"
       "Prefill time per token count: serial, shared (phase A parallel up to 1024 tokens), shared with\n"
       "phase A always parallel; see bench_prefill.cpp.\n",
       parse, [&o] {

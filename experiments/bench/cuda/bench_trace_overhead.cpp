@@ -40,6 +40,7 @@ namespace {
 
 struct Options {
   std::string config = "flash-2l", policy = "shared", out, command_line;
+  std::string source = "cuda";  // --stream-source
   int batch = 8, context = 1024, steps = 20;
   bool graph = false;
   bool op_ranges = true;  // op-level NVTX ranges (step / layer / phase ranges are always on)
@@ -93,7 +94,9 @@ int run(const Options& o) {
   shape.max_positions = o.context + 3 * o.steps + 8 + c.draft_steps + 2;
   shape.max_seq_tokens = std::min(o.context, std::max(1, c.prefill_chunk / o.batch));
   auto be = make_cuda_backend({});
-  DeepSeekV4 model(*be, c, StreamPolicy::parse(o.policy), shape);
+  StreamPolicy policy = StreamPolicy::parse(o.policy);
+  policy.source = parse_stream_source(o.source);
+  DeepSeekV4 model(*be, c, policy, shape);
   model.init_random(c.seed);
   model.ops().set_op_ranges(o.op_ranges);
   std::vector<int32_t> prompt(size_t(o.batch) * size_t(o.context));
@@ -134,6 +137,7 @@ int run(const Options& o) {
   nlohmann::json j{{"provenance", bench::provenance(o.command_line)},
                    {"config", o.config},
                    {"policy", o.policy},
+                   {"stream_source", o.source},
                    {"batch", o.batch},
                    {"context", o.context},
                    {"mode", o.graph ? "graph" : "eager"},
@@ -169,6 +173,7 @@ int main(int argc, char** argv) {
     using sl::bench::flag_value;
     if (auto v = flag_value(arg, "--config=")) o.config = v;
     else if (auto v = flag_value(arg, "--policy=")) o.policy = v;
+    else if (auto v = flag_value(arg, "--stream-source=")) o.source = (sl::parse_stream_source(v), v);
     else if (auto v = flag_value(arg, "--out=")) o.out = v;
     else if (auto v = flag_value(arg, "--batch=")) o.batch = std::stoi(v);
     else if (auto v = flag_value(arg, "--context=")) o.context = std::stoi(v);
@@ -186,6 +191,7 @@ int main(int argc, char** argv) {
   return sl::bench::bench_main(
       argc, argv, "bench_trace_overhead",
       "bench_trace_overhead [--config=flash-2l] [--batch=8] [--context=1024] [--policy=shared]\n"
+      "                     [--stream-source=cuda|torch]\n"
       "                     [--steps=20] [--graph] [--no-latency-timestamps] [--no-runtime]\n"
       "                     [--no-cuda-events] [--no-memory] [--no-nvtx] [--no-op-ranges]\n"
       "                     [--out=FILE.json]\n"
