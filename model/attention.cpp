@@ -74,6 +74,8 @@ void DeepSeekV4::attention(int layer, const AttentionWeights& aw, LayerCache& ca
   auto indexer_topk = [&](Stream s) {
     ops_.indexer_topk(s, sel, idx_q, idx_w, cache.indexer.entries, st.pos, st.seq, cache.indexer.ratio);
   };
+  // Piecewise graphs leave phase B and the sparse attention of c4a layers eager.
+  if (type == LayerType::C4A) eager_region_begin();
   if (type == LayerType::C4A && policy_.placement == Placement::VllmHead) {
     // Current vLLM: three-way. aux0 runs the indexer's query path and forks its compressor onto
     // aux2 (free by now: phase A joined); aux1 runs the main compressor; the current stream runs
@@ -123,6 +125,7 @@ void DeepSeekV4::attention(int layer, const AttentionWeights& aw, LayerCache& ca
   const Tensor comp = type == LayerType::Sliding ? Tensor{} : cache.comp.entries;
   ops_.sparse_attention(Stream{}, o, q, cache.swa, cache.swa_tags, comp, mode == CompressedKeys::Selected ? sel : Tensor{},
                         aw.attn_sink, st.pos, st.seq, cfg_.sliding_window, mode, cfg_.layer_ratio(layer));
+  if (type == LayerType::C4A) eager_region_end();
   ops_.rope(Stream{}, "rope_inv_o", o, st.pos, table, true);
   ops_.gemm_grouped(Stream{}, "wo_a", z, o.view({T, H * Dh}), aw.wo_a, cfg_.o_groups);
   ops_.gemm(Stream{}, "wo_b", out, z, aw.wo_b);

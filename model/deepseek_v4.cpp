@@ -270,7 +270,7 @@ void DeepSeekV4::enqueue_target() {
   const int B = shape_.batch;
   const Stream main{};
   Step st = make_step(B);
-  if (step_marks_) be_.record_timing_mark(step_marks_->begin, main);
+  if (step_marks_ && !ops_.muted()) be_.record_timing_mark(step_marks_->begin, main);
   // The input of this step is the previous step's greedy token, already on the device.
   ops_.copy(main, "input_tokens", st.tokens, buf_->sampled);
   target_forward(st);
@@ -278,7 +278,7 @@ void DeepSeekV4::enqueue_target() {
   ops_.argmax(main, buf_->sampled, buf_->last_logits);
   // Every aux stream of the target has joined the main stream by now (each layer joins before
   // the ops that need its aux results), so this mark is the end of the target's work.
-  if (step_marks_) be_.record_timing_mark(step_marks_->target_done, main);
+  if (step_marks_ && !ops_.muted()) be_.record_timing_mark(step_marks_->target_done, main);
 }
 
 void DeepSeekV4::enqueue_draft0() {
@@ -293,21 +293,24 @@ void DeepSeekV4::enqueue_draft0() {
 
 void DeepSeekV4::enqueue_later_drafts() {
   if (cfg_.num_nextn_predict_layers > 0 && cfg_.draft_steps > 0) run_drafts();
-  if (step_marks_) be_.record_timing_mark(step_marks_->end, Stream{});
+  if (step_marks_ && !ops_.muted()) be_.record_timing_mark(step_marks_->end, Stream{});
 }
 
-const char* graph_scope_name(GraphScope g) { return g == GraphScope::Split ? "split" : "step"; }
+const char* graph_scope_name(GraphScope g) {
+  return g == GraphScope::Split ? "split" : g == GraphScope::Piecewise ? "piecewise" : "step";
+}
 
 GraphScope parse_graph_scope(const std::string& text) {
   if (text == "step") return GraphScope::Step;
   if (text == "split") return GraphScope::Split;
-  fail("unknown graph scope '", text, "' (expected step or split)");
+  if (text == "piecewise") return GraphScope::Piecewise;
+  fail("unknown graph scope '", text, "' (expected step, split or piecewise)");
 }
 
 void DeepSeekV4::set_graph_scope(GraphScope g) {
   SL_CHECK(!graph_captured_, "set_graph_scope: call it before the decode graph is captured");
-  SL_CHECK(g == GraphScope::Step || !shape_.verify,
-           "graph scope split: not available for the verifying decode step yet (use --graph-scope step)");
+  SL_CHECK(g == GraphScope::Step || !shape_.verify, "graph scope ", graph_scope_name(g),
+           ": not available for the verifying decode step yet (use --graph-scope step)");
   graph_scope_ = g;
 }
 
@@ -359,7 +362,60 @@ StepOutput DeepSeekV4::decode_step_graph() {
   return decode_collect();
 }
 
+void DeepSeekV4::eager_region_begin() {
+  if (!pw_.active) return;
+  if (pw_.capturing) {
+    const Backend::GraphStats g = be_.graph_end_capture(pw_.slot);
+    graphs_.push_back({"piece" + std::to_string(pw_.slot), g});
+    graph_stats_.capture_ms += g.capture_ms;
+    graph_stats_.instantiate_ms += g.instantiate_ms;
+    graph_stats_.nodes += g.nodes;
+    graph_stats_.edges += g.edges;
+    be_.graph_replay(pw_.slot);
+  }
+  ops_.set_muted(false);  // the region's ops are enqueued by the host, every step
+  ++pw_.slot;
+}
+
+void DeepSeekV4::eager_region_end() {
+  if (!pw_.active) return;
+  if (pw_.capturing) {
+    be_.graph_begin_capture(pw_.slot);
+  } else {
+    be_.graph_replay(pw_.slot);  // the next piece, in stream order after the eager region
+    ops_.set_muted(true);         // ... whose ops the model code now walks past
+  }
+}
+
+// The capture pass captures piece 0, replays it, runs the first eager region, captures piece 1,
+// and so on (a piece reads what the region before it computed); a replay pass replays piece 0,
+// walks the model code with the ops muted until an eager region, runs it, replays the next piece.
+void DeepSeekV4::decode_replay_piecewise() {
+  pw_ = {true, !graph_captured_, 0};
+  if (pw_.capturing) {
+    be_.graph_begin_capture(0);
+  } else {
+    be_.graph_replay(0);
+    ops_.set_muted(true);
+  }
+  try {
+    decode_enqueue();
+  } catch (...) {
+    ops_.set_muted(false);
+    pw_ = {};
+    throw;
+  }
+  if (pw_.capturing) eager_region_begin();  // ends, records and replays the last piece
+  ops_.set_muted(false);
+  pw_ = {};
+  graph_captured_ = true;
+}
+
 void DeepSeekV4::decode_replay() {
+  if (graph_scope_ == GraphScope::Piecewise) {
+    decode_replay_piecewise();
+    return;
+  }
   struct Piece {
     const char* name;
     void (DeepSeekV4::*enqueue)();

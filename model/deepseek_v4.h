@@ -72,8 +72,11 @@ struct StepOutput {
 // - Step: one CUDA graph for the whole step (target forward and every draft step).
 // - Split: as vLLM's model runner does it, the target forward, draft step 0 and draft steps
 //   1..k-1 are separate graphs, replayed one after the other by the host.
-enum class GraphScope { Step, Split };
-const char* graph_scope_name(GraphScope g);  // "step", "split"
+// - Piecewise: as vLLM's piecewise capture with its V1 runner: the step is captured in pieces,
+//   and phase B and the sparse attention of every c4a layer (vLLM's `_prepare_and_attn`) run
+//   eagerly between the replayed pieces, their aux streams forked by the host each step.
+enum class GraphScope { Step, Split, Piecewise };
+const char* graph_scope_name(GraphScope g);  // "step", "split", "piecewise"
 GraphScope parse_graph_scope(const std::string& text);
 
 class DeepSeekV4 {
@@ -210,6 +213,17 @@ class DeepSeekV4 {
   void enqueue_target();
   void enqueue_draft0();
   void enqueue_later_drafts();
+  // Piecewise graphs: the attention of a c4a layer calls these around its eager region; they end
+  // the current piece (capture pass: capture and replay it; replay pass: it was replayed at its
+  // start) and start the next one. No-ops outside a piecewise decode_replay.
+  void eager_region_begin();
+  void eager_region_end();
+  void decode_replay_piecewise();
+  struct PiecewiseState {
+    bool active = false, capturing = false;
+    int slot = 0;
+  };
+  PiecewiseState pw_;
   struct StepMarks {
     Event begin, target_done, end;
   };

@@ -22,6 +22,11 @@ class Ops {
   Schedule* schedule() { return sched_; }
   // Op-level annotation ranges cost host time per op; step/layer/phase ranges are always on.
   void set_op_ranges(bool on) { op_ranges_ = on; }
+  // While muted, ops, records and waits reach neither the backend nor the schedule: the model
+  // code walks through work that a replayed CUDA graph already holds (piecewise graphs, where
+  // the host runs the eager regions between graph replays).
+  void set_muted(bool on) { muted_ = on; }
+  bool muted() const { return muted_; }
 
   // Nested scope ("prefill/target/L3/attn"): an annotation range plus the schedule's scope.
   class Scope {
@@ -112,6 +117,7 @@ class Ops {
   Backend& be_;
   Schedule* sched_ = nullptr;
   bool op_ranges_ = true;
+  bool muted_ = false;
   std::string scope_;
 };
 

@@ -321,7 +321,10 @@ int run_recorded(const CompareCliOptions& o, const std::string& why_no_gpu) {
   std::string folder = o.recorded;
   if (folder.empty()) {
     for (const std::string root : {std::string(STREAMLAB_SOURCE_DIR) + "/results/compare", std::string("results/compare")}) {
-      folder = compare::find_recorded_run(root);
+      // Preferably a run of the very settings asked for (by default: compare's defaults).
+      ModelOptions m = o.model;
+      apply_compare_defaults(m);
+      folder = compare::find_recorded_run(root, o.policies, model_args(m));
       if (!folder.empty()) break;
     }
     SL_CHECK(!folder.empty(), "compare: no GPU here (", why_no_gpu,

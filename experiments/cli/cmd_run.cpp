@@ -260,9 +260,11 @@ void run(const RunOptions& o) {
       const auto& g = model.graph_stats();
       std::fprintf(info, "graph captured (scope %s): capture %.3f ms, instantiate %.3f ms, %zu nodes, %zu edges\n",
                    graph_scope_name(model.graph_scope()), g.capture_ms, g.instantiate_ms, g.nodes, g.edges);
-      if (model.graphs().size() > 1)
+      if (model.graphs().size() > 1 && model.graphs().size() <= 4)
         for (const auto& p : model.graphs())
           std::fprintf(info, "  graph %-9s %zu nodes, %zu edges\n", p.name.c_str(), p.stats.nodes, p.stats.edges);
+      else if (model.graphs().size() > 4)
+        std::fprintf(info, "  in %zu graphs (per graph in --json)\n", model.graphs().size());
     }
     decode_ms += ms;
     if (shape.verify) {

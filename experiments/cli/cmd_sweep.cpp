@@ -384,7 +384,8 @@ void add_sweep_command(CLI::App& app) {
   cmd->add_option("--sources", o->sources, "stream sources: cuda and/or torch")->capture_default_str();
   cmd->add_option("--placements", o->placements, "phase-B placements: vllm-fix and/or vllm-head")
       ->capture_default_str();
-  cmd->add_option("--graph-scopes", o->graph_scopes, "graph cells: step and/or split")->capture_default_str();
+  cmd->add_option("--graph-scopes", o->graph_scopes, "graph cells: step, split and/or piecewise")
+      ->capture_default_str();
   cmd->add_option("--config", o->config, "model config")->capture_default_str();
   cmd->add_option("--context", o->context, "prompt tokens per sequence")->capture_default_str();
   cmd->add_option("--draft-steps", o->draft_steps, "draft steps per decode step (0: as many as MTP layers)")

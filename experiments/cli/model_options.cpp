@@ -30,9 +30,11 @@ void add_model_options(CLI::App* cmd, ModelOptions& o) {
       ->check(CLI::IsMember({"vllm-fix", "vllm-head"}))
       ->capture_default_str();
   cmd->add_option("--graph-scope", o.graph_scope,
-                  "graph mode: step (one CUDA graph per decode step) or split (as vLLM's runner: the target "
-                  "forward, draft step 0 and draft steps 1..k-1 as separate graphs replayed in turn)")
-      ->check(CLI::IsMember({"step", "split"}))
+                  "graph mode: step (one CUDA graph per decode step), split (as vLLM's runner: the target "
+                  "forward, draft step 0 and draft steps 1..k-1 as separate graphs replayed in turn) or piecewise "
+                  "(as vLLM's piecewise capture: phase B and the sparse attention of c4a layers run eagerly "
+                  "between graph pieces)")
+      ->check(CLI::IsMember({"step", "split", "piecewise"}))
       ->capture_default_str();
   cmd->add_option("--aux-priority", o.aux_priority, "priority of the aux streams: default or highest")
       ->check(CLI::IsMember({"default", "highest"}))

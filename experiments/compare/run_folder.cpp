@@ -113,10 +113,11 @@ std::vector<Side> load_sides(const RunFolder& f) {
   return sides;
 }
 
-std::string find_recorded_run(const std::string& root) {
+std::string find_recorded_run(const std::string& root, const std::vector<std::string>& policies,
+                              const std::vector<std::string>& model_args) {
   std::error_code ec;
   if (!fs::is_directory(root, ec)) return "";
-  std::string best, best_date;
+  std::string best, best_date, match, match_date;
   for (const auto& e : fs::directory_iterator(root, ec)) {
     if (!e.is_directory() || e.path().filename().string().rfind('.', 0) == 0) continue;
     const std::string sp = e.path().string() + "/summary.json";
@@ -138,8 +139,14 @@ std::string find_recorded_run(const std::string& root) {
       best = e.path().string();
       best_date = date;
     }
+    const json& st = j.value("settings", json::object());
+    if (!policies.empty() && st.is_object() && st.value("policies", json()) == json(policies) &&
+        st.value("model_args", json()) == json(model_args) && (match.empty() || date > match_date)) {
+      match = e.path().string();
+      match_date = date;
+    }
   }
-  return best;
+  return match.empty() ? best : match;
 }
 
 std::string run_folder_name(const std::string& date_utc, const std::string& gpu, const std::string& commit) {

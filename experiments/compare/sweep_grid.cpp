@@ -123,7 +123,8 @@ void SweepGrid::validate() const {
   for (const auto& x : placements)
     SL_CHECK(x == "vllm-fix" || x == "vllm-head", "sweep: --placements takes vllm-fix and vllm-head, not '", x, "'");
   for (const auto& x : graph_scopes)
-    SL_CHECK(x == "step" || x == "split", "sweep: --graph-scopes takes step and split, not '", x, "'");
+    SL_CHECK(x == "step" || x == "split" || x == "piecewise",
+             "sweep: --graph-scopes takes step, split and piecewise, not '", x, "'");
   const size_t n = policies.size() * mtp_layers.size() * mtp_compress.size() * connections.size() * modes.size() *
                    batches.size() * sources.size() * placements.size() * graph_scopes.size();
   SL_CHECK(n <= 100000, "sweep: ", n, " cells is more than 100000; choose subsets");

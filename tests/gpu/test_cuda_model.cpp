@@ -229,6 +229,8 @@ TEST(CudaModel, SourcesPlacementsAndGraphScopesAgree) {
       {"per-layer", StreamSource::Torch, Placement::VllmHead, GraphScope::Split},
       {"shared", StreamSource::Cuda, Placement::VllmHead, GraphScope::Split},
       {"trtllm-per-layer", StreamSource::Cuda, Placement::VllmFix, GraphScope::Step},
+      {"per-layer", StreamSource::Torch, Placement::VllmHead, GraphScope::Piecewise},
+      {"shared", StreamSource::Cuda, Placement::VllmFix, GraphScope::Piecewise},
   };
   std::vector<std::vector<float>> ref;
   for (const auto& v : variants) {
@@ -247,6 +249,11 @@ TEST(CudaModel, SourcesPlacementsAndGraphScopesAgree) {
       size_t nodes = 0;
       for (const auto& g : m.graphs()) nodes += g.stats.nodes;
       EXPECT_EQ(nodes, m.graph_stats().nodes);
+    }
+    if (v.scope == GraphScope::Piecewise) {
+      // One eager region per c4a layer run in a step: target layers 2 and 4, and the (c4a) MTP
+      // layer of each of the 12 draft steps; pieces = regions + 1.
+      EXPECT_EQ(m.graphs().size(), size_t(1 + 2 + 12)) << v.policy;
     }
     if (v.source == StreamSource::Torch) {
       const MemoryStats mem = gpu->memory();
