@@ -154,7 +154,10 @@ void measure(const MeasureOptions& o) {
 
   compare::Measurement m;
   m.provenance = provenance(command_line(g_measure_argc, g_measure_argv));
-  m.stream_source = o.backend == "cpu" ? std::string("cpu-reference") : stream_source_name(policy.source);
+  // The CPU reference runs ops one by one whatever the source: it says so, and which source it
+  // modelled ("cpu-reference:torch").
+  m.stream_source = (o.backend == "cpu" ? std::string("cpu-reference:") : std::string()) +
+                    stream_source_name(policy.source);
   m.config = cfg.name;
   m.layers = cfg.num_hidden_layers;
   m.mtp_layers = cfg.num_nextn_predict_layers;

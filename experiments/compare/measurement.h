@@ -50,7 +50,7 @@ struct Measurement {
   // Which system the figures are true of: "cuda" (streamlab's engine creates every stream itself:
   // cudaStreamCreateWithPriority, a cuBLAS handle and workspace per stream, as a C++ engine
   // would), "torch" (streams drawn from PyTorch's pool, as vLLM gets them; docs/streams.md) or
-  // "cpu-reference" (tests).
+  // "cpu-reference:<source>" (tests: the CPU reference, with the source it modelled).
   std::string stream_source = "cuda";
   // The model and shape.
   std::string config;

@@ -186,6 +186,17 @@ std::string verdict_label(const Comparison& c, const MetricDiff& d) {
   return "";
 }
 
+std::vector<std::string> aliasing_lines(const std::vector<SideResources>& res) {
+  std::vector<std::string> out;
+  std::vector<std::vector<std::string>> seen;
+  for (const auto& r : res) {
+    if (r.aliased.empty() || std::find(seen.begin(), seen.end(), r.aliased) != seen.end()) continue;
+    seen.push_back(r.aliased);  // the baseline measured again aliases as the baseline did
+    for (const auto& a : r.aliased) out.push_back(r.label + ": " + a);
+  }
+  return out;
+}
+
 std::vector<std::vector<std::string>> resource_rows(const std::vector<SideResources>& res) {
   auto ms = [](double v) {
     char b[32];
@@ -253,6 +264,10 @@ std::string report_text(const Report& r) {
   os << "\ndifferences against " << r.cmp.sides[r.cmp.baseline].label << " (A)\n" << diff_table(r.cmp);
   os << noise_lines(r.cmp);
   if (!r.resources.empty()) os << "\nstructure and resources\n" << resources_table(r.resources);
+  if (const auto lines = aliasing_lines(r.resources); !lines.empty()) {
+    os << "CUDA streams serving several roles (aliasing):\n";
+    for (const auto& l : lines) os << "  " << l << "\n";
+  }
   if (!r.structure.text.empty()) os << "\n" << r.structure.text;
   if (!r.cmp.notes.empty()) {
     os << "\nnotes\n";

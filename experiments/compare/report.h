@@ -68,6 +68,9 @@ std::string verdict_label(const Comparison& c, const MetricDiff& d);
 
 // The resources table, one row per figure: {name, value per side...} (all renderings use it).
 std::vector<std::vector<std::string>> resource_rows(const std::vector<SideResources>& res);
+// "per-layer: torch.pool.p0.00 = target.aux0 + mtp9.aux1", one line per aliased CUDA stream of
+// each side (the torch source past the pool's 32 draws); empty when nothing aliases.
+std::vector<std::string> aliasing_lines(const std::vector<SideResources>& res);
 
 // Which system a side's figures are true of, in words ("cuda" -> a C++ engine creating streams).
 std::string system_words(const std::string& system);

@@ -99,6 +99,10 @@ std::string report_markdown(const Report& r) {
       for (const auto& cell : row) os << " " << md_escape(cell) << " |";
       os << "\n";
     }
+    if (const auto lines = aliasing_lines(r.resources); !lines.empty()) {
+      os << "\nCUDA streams serving several roles (aliasing):\n\n";
+      for (const auto& l : lines) os << "- " << md_escape(l) << "\n";
+    }
   }
   if (!r.structure.markdown.empty()) os << "\n" << r.structure.markdown;
   if (!c.notes.empty()) {
@@ -170,6 +174,11 @@ std::string report_html(const Report& r) {
       os << "</tr>\n";
     }
     os << "</table>\n";
+    if (const auto lines = aliasing_lines(r.resources); !lines.empty()) {
+      os << "<p>CUDA streams serving several roles (aliasing):</p>\n<ul>";
+      for (const auto& l : lines) os << "<li>" << html_escape(l) << "</li>";
+      os << "</ul>\n";
+    }
   }
   os << r.structure.html;
   if (!r.screenshots.empty()) {

@@ -165,6 +165,18 @@ else
   grep -q "roles whose time changed most" "$tmp/main.txt" || fail "no role-matched table in the main job"
 fi
 
+# 6b. The torch stream source past PyTorch's pool of 32 (12 MTP layers: 40 draws): the report says
+#     which system it is true of and lists the CUDA streams that serve two roles.
+mkdir "$tmp/torch"
+"$bin" compare --backend cpu --modes eager --config tiny --mtp-layers 12 --draft-steps 12 --context 16 \
+  --stream-source torch --policies per-layer,shared --repetitions 1 --steps 2 --no-trace --out-dir "$tmp/torch" \
+  > "$tmp/torch.txt" 2> "$tmp/torch.err" || { cat "$tmp/torch.err"; fail "torch-source compare failed"; }
+grep -q "per-layer: torch.pool.p0.00 = target.aux0 + mtp9.aux1" "$tmp/torch.txt" || fail "aliasing not listed by compare"
+grep -q "aliased CUDA streams  *8  *0" "$tmp/torch.txt" || fail "aliased stream counts missing"
+grep -q "^- per-layer: torch.pool.p0.03 = shared_expert + mtp10.aux1" "$tmp"/torch/*/report.md \
+  || fail "aliasing not listed in report.md"
+grep -q '"stream_source": "cpu-reference:torch"' "$tmp"/torch/*/runs/per-layer_r1.json || fail "measurement does not record the source"
+
 # 7. A recorded folder's reports written again by this binary, with timeline screenshots (the
 #    viewer under Xvfb, when this build has it); the measurements stay untouched.
 rec=$(ls -d "$(dirname "$0")"/../../results/compare/*/ | head -n 1)
