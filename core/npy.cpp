@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "core/error.h"
+#include "core/input_file.h"
 
 namespace sl {
 
@@ -97,6 +98,7 @@ namespace {
 
 // `expected` names the dtypes the caller accepts, for the error message.
 NpyArray read_npy_impl(const std::string& path, const char* expected) {
+  require_regular_file(path, ".npy file");  // a FIFO would block the read forever
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) fail(path, ": cannot open .npy file: ", std::strerror(errno));
   const size_t file_size = size_t(in.tellg());

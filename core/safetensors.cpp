@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/input_file.h"
 
 namespace sl {
 
@@ -63,6 +64,7 @@ std::string StTensor::shape_str() const {
 // ------------------------------------------------------------------------------------ reading
 
 SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
+  require_regular_file(path, "safetensors file");  // a FIFO would block open() forever
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) fail(path, ": cannot open safetensors file: ", std::strerror(errno));
   struct stat st{};

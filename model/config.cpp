@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/input_file.h"
 
 namespace sl {
 
@@ -424,7 +425,8 @@ ModelConfig load_config(const std::string& name_or_path) {
                  (name_or_path.size() >= 5 && name_or_path.compare(name_or_path.size() - 5, 5, ".json") == 0);
   if (is_path) {
     path = name_or_path;
-    if (!fs::is_regular_file(path, ec)) fail("config file ", path, " not found");
+    if (!fs::exists(path, ec)) fail("config file ", path, " not found");
+    require_regular_file(path, "config file");  // a FIFO would block the read forever
   } else {
     path = (fs::path(builtin_config_dir()) / (name_or_path + ".json")).string();
     if (!fs::is_regular_file(path, ec)) {

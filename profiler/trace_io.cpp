@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -24,6 +25,7 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/gzip.h"
+#include "core/input_file.h"
 #include "profiler/kineto_json.h"
 #include "profiler/json_events.h"
 #include "profiler/nsys_sqlite.h"
@@ -519,6 +521,9 @@ struct TraceSink {
   }
 };
 
+// Deeper JSON is refused: nothing streamlab reads nests more than a few levels.
+constexpr size_t kMaxJsonDepth = 10000;
+
 // Records nlohmann's first syntax error; builds nothing.
 struct SyntaxCheck : nlohmann::json_sax<json> {
   bool failed = false;
@@ -554,11 +559,15 @@ dom::element parse_document(dom::parser& parser, std::string_view text, const st
     fail(origin, ": too large for the JSON loader (", text.size(), " bytes; at most ", simdjson::SIMDJSON_MAXSIZE_BYTES,
          ")");
   // Deeper nesting than simdjson's default 1024 (nlohmann had no limit; nothing we read nests).
-  simdjson::error_code err = parser.allocate(std::max<size_t>(text.size(), 64), 10000);
+  simdjson::error_code err = parser.allocate(std::max<size_t>(text.size(), 64), kMaxJsonDepth);
   if (err) fail(origin, ": cannot allocate the JSON parser for ", text.size(), " bytes (", simdjson::error_message(err), ")");
   dom::element doc;
   err = parser.parse(text.data(), text.size(), false).get(doc);
   if (!err) return doc;
+  // No trace nests deeper than a few levels; deeper input is refused here rather than handed to
+  // the fallback below, whose re-serialization recurses once per level.
+  if (err == simdjson::DEPTH_ERROR)
+    fail(origin, ": JSON nested deeper than ", kMaxJsonDepth, " levels; no trace nests like this");
   SyntaxCheck check;
   bool ok = false;
   try {
@@ -782,6 +791,9 @@ const char* to_string(TraceFormat f) {
 }
 
 TraceFormat detect_trace_format(const std::string& path) {
+  // A stream is read once, by load_trace; looking at its head here would consume it (or, for a
+  // FIFO without a writer, block).
+  if (is_stream(path)) return TraceFormat::Unknown;
   if (is_gzip_file(path)) {
     // Only the head is unpacked: enough to tell SQLite from JSON (ours and PyTorch's JSON are
     // told apart when loading).
@@ -864,6 +876,31 @@ Trace load_kineto_json_file(const std::string& path, const JsonLoadOptions& opts
 Trace load_kineto_json_file(const std::string& path) { return load_kineto_json_file(path, JsonLoadOptions{}); }
 
 Trace load_trace(const std::string& path) {
+  if (is_stream(path)) {
+    // A pipe (`analyze /dev/stdin`), FIFO or device: read it whole (a FIFO waits at most 30 s for
+    // its writer), then load it as the file it carries.
+    // STREAMLAB_FIFO_WAIT_S shortens the wait (tests).
+    static const double wait_s = [] {
+      const char* v = std::getenv("STREAMLAB_FIFO_WAIT_S");
+      return v && std::atof(v) > 0 ? std::atof(v) : 30.0;
+    }();
+    const std::string text = read_stream(path, "trace", wait_s, size_t(64) << 30);
+    if (text.empty()) fail("trace '", path, "': the stream is empty");
+    const bool json_text = text.find_first_not_of(" \t\r\n") != std::string::npos &&
+                           text[text.find_first_not_of(" \t\r\n")] == '{';
+    if (json_text) return load_kineto_json(text, "'" + path + "'");
+    // gzip or SQLite need a file: the stream goes to a temporary one first.
+    std::string tmp = (std::filesystem::temp_directory_path() / "streamlab-stream-XXXXXX").string();
+    const int fd = ::mkstemp(tmp.data());
+    SL_CHECK(fd >= 0, "cannot read trace '", path, "': no temporary file (", std::strerror(errno), ")");
+    ::close(fd);
+    struct Remove {
+      std::string p;
+      ~Remove() { std::remove(p.c_str()); }
+    } remove{tmp};
+    write_file_atomic(tmp, text);
+    return load_trace(tmp);
+  }
   if (is_gzip_file(path)) {
     // A gzipped trace: JSON is parsed from memory; SQLite needs a file, so it is unpacked beside
     // the system's temporary files first.
@@ -882,6 +919,8 @@ Trace load_trace(const std::string& path) {
     }
     return load_kineto_json(text, "'" + path + "'");
   }
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) fail("trace '", path, "': a directory, not a trace file");
   switch (detect_trace_format(path)) {
     case TraceFormat::Sqlite: return load_nsys_sqlite(path);
     case TraceFormat::StreamlabJson:

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/input_file.h"
 #include "experiments/cli/commands.h"
 #include "profiler/analysis.h"
 #include "profiler/summary.h"
@@ -43,10 +44,12 @@ void run(const AnalyzeOptions& o) {
   if (o.json) {
     nlohmann::json j = prof::analysis_to_json(r);
     j["trace"] = o.trace;
-    j["format"] = prof::to_string(prof::detect_trace_format(o.trace));
+    j["format"] = is_stream(o.trace) ? std::string("stream") : prof::to_string(prof::detect_trace_format(o.trace));
     std::cout << j.dump(2) << "\n";
   } else {
-    std::cout << "trace: " << o.trace << " (" << prof::to_string(prof::detect_trace_format(o.trace)) << ")\n";
+    std::cout << "trace: " << o.trace << " ("
+              << (is_stream(o.trace) ? std::string("stream") : prof::to_string(prof::detect_trace_format(o.trace)))
+              << ")\n";
     std::cout << prof::analysis_to_text(r, o.top);
   }
   std::cout.flush();

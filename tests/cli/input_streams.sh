@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Inputs that are not plain files, as a hostile user gives them: JSON nested 100 000 levels deep, a
+# trace on a pipe (`analyze /dev/stdin`, plain and gzipped), a FIFO without a writer named as a
+# trace, a config, a checkpoint shard or a token file, and a directory named as a trace. Each must
+# end with a clear error or a correct result, never a crash or a hang.
+set -euo pipefail
+bin=$(realpath "$1")
+root=$(cd "$(dirname "$0")/../.." && pwd)
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+# expect_error WANT CMD...: exits non-zero within 20 s (not a crash: status < 128) and says WANT.
+expect_error() {
+  local want=$1; shift; local rc=0
+  timeout 20 "$@" > "$tmp/out" 2>&1 || rc=$?
+  [ "$rc" != 0 ] || fail "expected an error from: $*"
+  [ "$rc" -lt 124 ] || fail "'$*' crashed or hung (status $rc): $(tail -2 "$tmp/out")"
+  grep -q -- "$want" "$tmp/out" || fail "error for '$*' should mention '$want': $(cat "$tmp/out")"
+}
+export STREAMLAB_FIFO_WAIT_S=2
+
+# 1. Deep nesting: refused by depth, in every command that reads traces.
+python3 -c "n=100000; open('$tmp/deep.json','w').write('{\"traceEvents\":' + '['*n + ']'*n + '}')"
+expect_error "nested deeper than" "$bin" analyze "$tmp/deep.json"
+expect_error "nested deeper than" "$bin" export "$tmp/deep.json" --to csv "$tmp/deep_csv"
+gzip -c "$tmp/deep.json" > "$tmp/deep.json.gz"
+expect_error "nested deeper than" "$bin" analyze "$tmp/deep.json.gz"
+
+# 2. A trace on a pipe, plain and gzipped, gives the same analysis as the file.
+trace=$(ls "$root"/results/compare/*/traces/shared.graph.json.gz | head -n 1)
+gunzip -c "$trace" > "$tmp/t.json"
+"$bin" analyze "$tmp/t.json" --json > "$tmp/file.json"
+"$bin" analyze /dev/stdin --json < <(cat "$tmp/t.json") > "$tmp/pipe.json" || fail "analyze of a piped trace failed"
+cat "$trace" | "$bin" analyze /dev/stdin --json > "$tmp/pipegz.json" || fail "analyze of a piped gzipped trace failed"
+python3 - "$tmp" <<'PY'
+import json, sys
+d = sys.argv[1]
+a, b, c = (json.load(open(f"{d}/{n}.json")) for n in ("file", "pipe", "pipegz"))
+strip = lambda j: {k: v for k, v in j.items() if k not in ("trace", "format")}
+assert b["format"] == "stream" and c["format"] == "stream", (b["format"], c["format"])
+assert strip(a) == strip(b), "piped trace analysed differently"
+assert strip(a) == strip(c), "piped gzipped trace analysed differently"
+PY
+printf '' | expect_error "stream is empty" "$bin" analyze /dev/stdin
+
+# 3. FIFOs without a writer: a trace waits a bounded time, files that must be regular are refused.
+mkfifo "$tmp/fifo.json"
+expect_error "nothing to read after 2 s" "$bin" analyze "$tmp/fifo.json"
+expect_error "FIFO (named pipe), not a regular file" "$bin" run --config "$tmp/fifo.json" --backend cpu
+mkdir "$tmp/ckpt"
+"$bin" run --config tiny --backend cpu --steps 1 --save-checkpoint "$tmp/ckpt" > /dev/null 2>&1
+shard=$(ls "$tmp"/ckpt/*.safetensors | head -n 1)
+rm "$shard"; mkfifo "$shard"
+expect_error "safetensors file '.*': a FIFO" "$bin" run --config tiny --backend cpu --steps 1 --checkpoint "$tmp/ckpt"
+mkfifo "$tmp/tokens.npy"
+if "$bin" run --help | grep -q -- "--tokens"; then
+  expect_error ".npy file '.*': a FIFO" "$bin" run --config tiny --backend cpu --steps 1 --tokens "$tmp/tokens.npy"
+fi
+
+# 4. A directory named as a trace.
+expect_error "directory" "$bin" analyze "$tmp/ckpt"
+echo "input_streams: ok"
