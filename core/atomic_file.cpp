@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -56,6 +57,16 @@ mode_t default_file_mode() {
 
 }  // namespace
 
+// STREAMLAB_WRITE_FAIL_AFTER=N (tests): an AtomicFile's commit fails with ENOSPC once more than N
+// bytes were written, as a full disk would (the injected failure of the no-partial-file tests).
+static long long injected_write_limit() {
+  static const long long v = [] {
+    const char* e = std::getenv("STREAMLAB_WRITE_FAIL_AFTER");
+    return e && *e ? std::atoll(e) : -1LL;
+  }();
+  return v;
+}
+
 void write_file_atomic(const std::string& path, std::string_view content) {
   SL_CHECK(!path.empty(), "cannot write a file with an empty name");
   check_parent(path);
@@ -84,6 +95,10 @@ void write_file_atomic(const std::string& path, std::string_view content) {
   };
   if (::fchmod(fd, default_file_mode()) != 0) give_up("fchmod");
   if (!write_all(fd, content)) give_up("write");
+  if (injected_write_limit() >= 0 && (long long)content.size() > injected_write_limit()) {
+    errno = ENOSPC;
+    give_up("write");
+  }
   if (::fsync(fd) != 0) give_up("fsync");
   if (::close(fd) != 0) {
     const int err = errno;
@@ -95,6 +110,85 @@ void write_file_atomic(const std::string& path, std::string_view content) {
     ::unlink(tmp.c_str());
     fail("cannot rename '", tmp, "' to '", path, "': ", std::strerror(err));
   }
+}
+
+AtomicFile::AtomicFile(const std::string& path, Kind kind) : path_(path) {
+  SL_CHECK(!path.empty(), "cannot write a file with an empty name");
+  check_parent(path);
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    SL_CHECK(S_ISCHR(st.st_mode) && kind == Kind::Stream, "refusing to write '", path,
+             "': it exists and is not a regular file");
+    f_ = std::fopen(path.c_str(), "wb");
+    SL_CHECK(f_, "cannot open '", path, "' for writing: ", std::strerror(errno));
+    device_ = true;
+    return;
+  }
+  tmp_ = parent_of(path) + "/." + fs::path(path).filename().string() + ".tmp.XXXXXX";
+  const int fd = ::mkstemp(tmp_.data());
+  SL_CHECK(fd >= 0, "cannot create a temporary file beside '", path, "': ", std::strerror(errno));
+  if (::fchmod(fd, default_file_mode()) != 0) {
+    const int err = errno;
+    ::close(fd);
+    ::unlink(tmp_.c_str());
+    fail("cannot prepare a temporary file beside '", path, "': ", std::strerror(err));
+  }
+  if (kind == Kind::Path) {
+    ::close(fd);  // the writer opens the (empty) file itself: SQLite takes it as an empty database
+    return;
+  }
+  f_ = ::fdopen(fd, "wb");
+  if (!f_) {
+    const int err = errno;
+    ::close(fd);
+    ::unlink(tmp_.c_str());
+    fail("cannot open a temporary file beside '", path, "': ", std::strerror(err));
+  }
+}
+
+AtomicFile::~AtomicFile() {
+  if (committed_) return;
+  if (f_) std::fclose(f_);
+  if (!tmp_.empty()) ::unlink(tmp_.c_str());
+}
+
+void AtomicFile::commit() {
+  SL_CHECK(!committed_, "'", path_, "': committed twice");
+  auto give_up = [&](const char* what, int err) {
+    if (f_) std::fclose(f_);
+    f_ = nullptr;
+    if (!tmp_.empty()) ::unlink(tmp_.c_str());
+    committed_ = true;  // nothing left to clean up
+    fail("writing '", path_, "' failed (", what, "): ", std::strerror(err),
+         device_ ? "" : "; the destination was left as it was");
+  };
+  if (f_) {
+    if (std::fflush(f_) != 0 || std::ferror(f_)) give_up("write", errno ? errno : EIO);
+    const long long limit = injected_write_limit();
+    if (limit >= 0 && std::ftell(f_) > limit) give_up("write", ENOSPC);
+    if (!device_ && ::fsync(::fileno(f_)) != 0) give_up("fsync", errno);
+    const int rc = std::fclose(f_);
+    f_ = nullptr;
+    if (rc != 0) give_up("close", errno);
+  } else if (!tmp_.empty()) {
+    // A Path writer closed its file: make it durable before it replaces the destination.
+    const int fd = ::open(tmp_.c_str(), O_RDONLY);
+    if (fd < 0) give_up("open", errno);
+    struct stat st {};
+    const long long limit = injected_write_limit();
+    if (limit >= 0 && ::fstat(fd, &st) == 0 && st.st_size > limit) {
+      ::close(fd);
+      give_up("write", ENOSPC);
+    }
+    if (::fchmod(fd, default_file_mode()) != 0 || ::fsync(fd) != 0) {
+      const int err = errno;
+      ::close(fd);
+      give_up("fsync", err);
+    }
+    ::close(fd);
+  }
+  if (!device_ && ::rename(tmp_.c_str(), path_.c_str()) != 0) give_up("rename", errno);
+  committed_ = true;
 }
 
 void append_line_durable(const std::string& path, std::string_view line) {

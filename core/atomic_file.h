@@ -7,6 +7,7 @@
 // behind the user's back), and a destination that exists but is not a regular file (a folder,
 // a device such as /dev/full, a FIFO) is refused; a rename would replace it.
 #pragma once
+#include <cstdio>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -15,6 +16,30 @@ namespace sl {
 
 // Throws sl::Error naming the path on any failure (the temporary file is removed).
 void write_file_atomic(const std::string& path, std::string_view content);
+
+// write_file_atomic for writers that stream (a multi-GB trace) or need a path of their own
+// (SQLite): the destination is checked as above, the writer writes to file() or to temp_path(),
+// and commit() flushes, fsyncs, checks and renames. Destroyed without commit() (an error, an
+// exception), the temporary file is removed and the destination is left as it was. A character
+// device destination (/dev/stdout) is written in place through file(), with write errors
+// reported; writers that need a path (Kind::Path) refuse it.
+class AtomicFile {
+ public:
+  enum class Kind { Stream, Path };
+  explicit AtomicFile(const std::string& path, Kind kind = Kind::Stream);
+  ~AtomicFile();
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+  std::FILE* file() const { return f_; }                   // Kind::Stream
+  const std::string& temp_path() const { return tmp_; }  // Kind::Path: write here, then commit()
+  const std::string& path() const { return path_; }
+  void commit();
+
+ private:
+  std::string path_, tmp_;
+  std::FILE* f_ = nullptr;
+  bool device_ = false, committed_ = false;
+};
 
 // Appends one line (a '\n' is added) with a single write(2) on a file opened O_APPEND, then
 // fsyncs. Used for logs of finished work that a killed run must be able to resume from: a line

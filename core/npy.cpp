@@ -7,6 +7,7 @@
 #include <fstream>
 #include <memory>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/input_file.h"
 
@@ -235,32 +236,27 @@ void write_npy(const std::string& path, DType dtype, const std::vector<int64_t>&
   header.append(total - pre - header.size() - 1, ' ');
   header.push_back('\n');
 
-  std::string tmp = path + ".partial";
-  std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-  if (!out) fail(path, ": cannot open for writing: ", std::strerror(errno));
-  out.write(kMagic, 6);
-  char ver[2] = {char(version), 0};
-  out.write(ver, 2);
-  size_t hl = header.size();
+  // Through AtomicFile (core/atomic_file.h): the destination is checked (a device node or a
+  // missing folder is refused), and a failed or killed write leaves it as it was.
+  AtomicFile out(path);
+  std::FILE* f = out.file();
+  auto put = [&](const void* p, size_t n) {
+    if (n && std::fwrite(p, 1, n, f) != n) fail(path, ": write failed: ", std::strerror(errno));
+  };
+  put(kMagic, 6);
+  const char ver[2] = {char(version), 0};
+  put(ver, 2);
+  const size_t hl = header.size();
   if (version == 1) {
-    char b[2] = {char(hl & 0xff), char(hl >> 8)};
-    out.write(b, 2);
+    const char b[2] = {char(hl & 0xff), char(hl >> 8)};
+    put(b, 2);
   } else {
-    char b[4] = {char(hl & 0xff), char((hl >> 8) & 0xff), char((hl >> 16) & 0xff), char((hl >> 24) & 0xff)};
-    out.write(b, 4);
+    const char b[4] = {char(hl & 0xff), char((hl >> 8) & 0xff), char((hl >> 16) & 0xff), char((hl >> 24) & 0xff)};
+    put(b, 4);
   }
-  out.write(header.data(), std::streamsize(header.size()));
-  if (numel) out.write(static_cast<const char*>(data), std::streamsize(numel * dtype_size(dtype)));
-  out.close();
-  if (!out) {
-    std::remove(tmp.c_str());
-    fail(path, ": write failed");
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    int e = errno;
-    std::remove(tmp.c_str());
-    fail(path, ": cannot rename ", tmp, " into place: ", std::strerror(e));
-  }
+  put(header.data(), header.size());
+  put(data, numel * dtype_size(dtype));
+  out.commit();
 }
 
 }  // namespace sl

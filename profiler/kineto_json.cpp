@@ -17,6 +17,7 @@
 #include <type_traits>
 #include <unordered_map>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "profiler/export_fields.h"
 #include "profiler/trace_index.h"
@@ -1011,17 +1012,17 @@ size_t write_kineto_json(const Trace& t, std::ostream& os, const KinetoOptions& 
   return n;
 }
 
+// Through a temporary file renamed into place on success (core/atomic_file.h): a killed or
+// failing export leaves the old file or none, never half a trace.
 size_t write_kineto_json_file(const Trace& t, const std::string& path, const KinetoOptions& opts) {
-  std::FILE* f = std::fopen(path.c_str(), "wb");
-  if (!f) fail("cannot open '", path, "' for writing: ", std::strerror(errno));
+  AtomicFile out(path);
   size_t n;
   try {
-    n = write_kineto_json(t, f, opts);
+    n = write_kineto_json(t, out.file(), opts);
   } catch (const Error& e) {
-    std::fclose(f);
     fail("'", path, "': ", e.what());
   }
-  if (std::fclose(f) != 0) fail("closing '", path, "' failed: ", std::strerror(errno));
+  out.commit();
   return n;
 }
 

@@ -15,6 +15,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "profiler/export_fields.h"
 
@@ -311,8 +312,21 @@ std::string kernel_short_name(const std::string& n) {
   return s.empty() ? n : s;
 }
 
+namespace {
+void write_nsys_sqlite_db(const Trace& t, const std::string& path);
+}  // namespace
+
+// Written to a temporary file beside `path` and renamed over it only when complete: a killed or
+// failing export never leaves a database that reads as a (smaller) valid trace.
 void write_nsys_sqlite(const Trace& t, const std::string& path) {
-  std::remove(path.c_str());
+  AtomicFile out(path, AtomicFile::Kind::Path);
+  write_nsys_sqlite_db(t, out.temp_path());  // the database is closed when this returns
+  out.commit();
+}
+
+namespace {
+
+void write_nsys_sqlite_db(const Trace& t, const std::string& path) {
   Db db(path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
   db.exec("PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF; PRAGMA page_size = 65536;");
   db.exec(kSchema);
@@ -494,6 +508,8 @@ void write_nsys_sqlite(const Trace& t, const std::string& path) {
   }
   db.exec("COMMIT");
 }
+
+}  // namespace
 
 // ---------------------------------------------------------------- loader
 

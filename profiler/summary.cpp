@@ -8,6 +8,7 @@
 #include <iomanip>
 #include <sstream>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 
 namespace sl::prof {
@@ -382,25 +383,37 @@ void write_gpu_ops_csv(const Trace& t, std::ostream& o) {
       << m.bytes << ",," << m.graph_node_id << '\n';
 }
 
+// A new folder is built under a temporary name and renamed into place when every table is
+// written (complete or absent); in an existing folder each table replaces its file atomically.
+// The folder's parent must exist: nothing is created behind the user's back.
 std::vector<std::string> write_csv_dir(const Trace& t, const AnalysisResult& r, const std::string& dir) {
   std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) fail("cannot create directory '", dir, "': ", ec.message());
+  std::unique_ptr<StagedDir> staged;
+  if (std::filesystem::exists(dir, ec)) {
+    SL_CHECK(std::filesystem::is_directory(dir, ec), "cannot write the CSV tables to '", dir,
+             "': it exists and is not a folder");
+  } else {
+    const std::filesystem::path parent = std::filesystem::path(dir).has_parent_path()
+                                             ? std::filesystem::path(dir).parent_path()
+                                             : std::filesystem::path(".");
+    SL_CHECK(std::filesystem::is_directory(parent, ec), "cannot write the CSV tables to '", dir, "': its folder '",
+             parent.string(), "' does not exist");
+    staged = std::make_unique<StagedDir>(dir);
+  }
+  const std::string into = staged ? staged->path() : dir;
   std::vector<std::string> files;
   auto one = [&](const std::string& name, auto&& writer) {
-    std::string path = (std::filesystem::path(dir) / name).string();
-    std::ofstream f(path, std::ios::binary);
-    if (!f) fail("cannot open '", path, "' for writing: ", std::strerror(errno));
-    writer(f);
-    f.close();
-    if (!f) fail("writing '", path, "' failed");
-    files.push_back(path);
+    std::ostringstream os;
+    writer(os);
+    write_file_atomic((std::filesystem::path(into) / name).string(), os.str());
+    files.push_back((std::filesystem::path(dir) / name).string());
   };
   one("summary.csv", [&](std::ostream& o) { write_summary_csv(r, o); });
   one("streams.csv", [&](std::ostream& o) { write_streams_csv(r, o); });
   one("kernel_stats.csv", [&](std::ostream& o) { write_kernel_stats_csv(r, o); });
   one("gpu_ops.csv", [&](std::ostream& o) { write_gpu_ops_csv(t, o); });
   if (r.range) one("ranges.csv", [&](std::ostream& o) { write_ranges_csv(r, o); });
+  if (staged) staged->commit();
   return files;
 }
 

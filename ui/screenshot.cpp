@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 
 namespace sl::ui {
@@ -24,20 +25,12 @@ void write_png(const std::string& path, const std::vector<uint8_t>& rgba, int wi
   };
   if (!stbi_write_png_to_func(append, &png, width, height, 4, rgba.data(), width * 4) || png.empty())
     throw Error("screenshot " + path + ": PNG encoding failed");
-  const std::string tmp = path + ".part";
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (!f) throw Error("screenshot " + path + ": cannot write " + tmp + ": " + std::strerror(errno));
-  const bool written = std::fwrite(png.data(), 1, png.size(), f) == png.size();
-  const int write_errno = errno;
-  if (std::fclose(f) != 0 || !written) {
-    std::remove(tmp.c_str());
-    throw Error("screenshot " + path + ": cannot write " + tmp + ": " + std::strerror(written ? errno : write_errno));
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::remove(tmp.c_str());
-    throw Error("screenshot " + path + ": cannot rename " + tmp + ": " + ec.message());
+  // write_file_atomic refuses a device node or a missing folder as the destination and leaves
+  // the destination as it was when writing fails.
+  try {
+    write_file_atomic(path, std::string_view(reinterpret_cast<const char*>(png.data()), png.size()));
+  } catch (const Error& e) {
+    throw Error(std::string("screenshot: ") + e.what());
   }
 }
 

@@ -145,10 +145,13 @@ echo "not a trace" > "$tmp/junk.json"
 expect_error "junk.json" xvfb "$bin" view "$tmp/junk.json" --screenshot "$tmp/bad.png"
 expect_error "xvfb-run" env -u DISPLAY "$bin" view "$tmp/h200.sqlite" --screenshot "$tmp/bad.png"
 expect_error "cannot write" xvfb "$bin" view "$tmp/h200.sqlite" --screenshot "$tmp/no/such/dir/bad.png"
-# A screenshot name that is a directory: written to its temporary name, the rename fails, and
-# neither a PNG nor the temporary file is left.
+# A screenshot name that is a directory (or a device node such as /dev/full) is refused before
+# anything is written, and no temporary file is left beside it.
 mkdir "$tmp/adir"
-expect_error "cannot rename" xvfb "$bin" view "$tmp/h200.sqlite" --screenshot "$tmp/adir"
-[ -d "$tmp/adir" ] && [ ! -e "$tmp/adir.part" ] || fail "a failed screenshot left $tmp/adir.part"
+expect_error "is not a regular file" xvfb "$bin" view "$tmp/h200.sqlite" --screenshot "$tmp/adir"
+[ -d "$tmp/adir" ] && [ -z "$(ls -A "$tmp" | grep -F '.adir.tmp')" ] || fail "a failed screenshot left a temporary file"
+if [ -e /dev/full ]; then
+  expect_error "No space left\|not a regular file" xvfb "$bin" view "$tmp/h200.sqlite" --screenshot /dev/full
+fi
 expect_error "expected START:END" xvfb "$bin" view "$tmp/h200.sqlite" --window 0:inf --screenshot "$tmp/bad.png"
 echo "view: ok"

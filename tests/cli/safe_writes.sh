@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Every writer of results, tried as a hostile user would: a full disk (an injected ENOSPC at
+# commit, STREAMLAB_WRITE_FAIL_AFTER, and /dev/full), a destination that is a folder, a missing
+# parent folder, and a kill in the middle. The destination must keep its old content (or stay
+# absent), no temporary file may be left after an error, and the command must fail saying why.
+set -euo pipefail
+bin=$(realpath "$1")
+root=$(cd "$(dirname "$0")/../.." && pwd)
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+expect_error() {
+  local want=$1; shift; local rc=0
+  timeout 60 "$@" > "$tmp/out" 2>&1 || rc=$?
+  [ "$rc" != 0 ] || fail "expected an error from: $*"
+  [ "$rc" -lt 124 ] || fail "'$*' crashed or hung (status $rc)"
+  grep -q -- "$want" "$tmp/out" || fail "error for '$*' should mention '$want': $(cat "$tmp/out")"
+}
+no_temp_left() { ! ls -A "$1" | grep -q '\.tmp\.' || fail "a temporary file was left in $1: $(ls -A "$1")"; }
+trace=$(ls "$root"/results/compare/*/traces/shared.graph.json.gz | head -n 1)
+
+mkdir "$tmp/out_dir"
+for to in kineto sqlite; do
+  dst="$tmp/out_dir/trace.$to"
+  echo OLD > "$dst"
+  # A full disk at commit: the old file stays.
+  STREAMLAB_WRITE_FAIL_AFTER=1000 expect_error "No space left on device" "$bin" export "$trace" --to $to "$dst"
+  [ "$(cat "$dst")" = OLD ] || fail "--to $to: a failed export changed the destination"
+  no_temp_left "$tmp/out_dir"
+  # A folder as the destination, and a missing parent folder.
+  mkdir "$tmp/out_dir/folder_$to"
+  expect_error "not a regular file" "$bin" export "$trace" --to $to "$tmp/out_dir/folder_$to"
+  expect_error "does not exist" "$bin" export "$trace" --to $to "$tmp/nowhere/sub/trace.$to"
+  [ ! -e "$tmp/nowhere" ] || fail "--to $to created the missing folder"
+  # Success replaces the old file with a complete one that loads.
+  "$bin" export "$trace" --to $to "$dst" 2> /dev/null
+  "$bin" analyze "$dst" > /dev/null || fail "--to $to: the exported file does not load"
+done
+# A device: written in place, the write error reported (kineto); refused where a path is needed.
+if [ -e /dev/full ]; then
+  expect_error "No space left on device" "$bin" export "$trace" --to kineto /dev/full
+  expect_error "not a regular file" "$bin" export "$trace" --to sqlite /dev/full
+fi
+
+# CSV tables: a new folder appears complete or not at all.
+STREAMLAB_WRITE_FAIL_AFTER=10 expect_error "No space left on device" "$bin" export "$trace" --to csv "$tmp/out_dir/tables"
+[ ! -e "$tmp/out_dir/tables" ] || fail "a failed csv export left a partial folder"
+expect_error "does not exist" "$bin" export "$trace" --to csv "$tmp/nowhere/tables"
+"$bin" export "$trace" --to csv "$tmp/out_dir/tables" 2> /dev/null
+test -s "$tmp/out_dir/tables/gpu_ops.csv" || fail "csv export wrote no gpu_ops.csv"
+ls -A "$tmp/out_dir" | grep -q staging && fail "a staging folder was left"
+
+# A kill in the middle of a large export: the destination is the old file or a complete new one.
+gunzip -c "$trace" > "$tmp/big.json"
+for to in kineto sqlite; do
+  dst="$tmp/out_dir/killed.$to"
+  echo OLD > "$dst"
+  "$bin" export "$tmp/big.json" --to $to "$dst" 2> /dev/null & pid=$!
+  sleep 0.2; kill -9 $pid 2> /dev/null || true; wait $pid 2> /dev/null || true
+  if [ "$(head -c 3 "$dst" 2> /dev/null | tr -d "\\0")" != OLD ]; then
+    "$bin" analyze "$dst" > /dev/null || fail "--to $to: a killed export left a destination that does not load"
+  fi
+done
+
+# Model outputs: --dump-logits through the same checks.
+expect_error "not a regular file" "$bin" run --config tiny --backend cpu --steps 1 --dump-logits "$tmp/out_dir/folder_kineto"
+expect_error "does not exist" "$bin" run --config tiny --backend cpu --steps 1 --dump-logits "$tmp/nowhere/l.npy"
+echo OLD > "$tmp/out_dir/l.npy"
+STREAMLAB_WRITE_FAIL_AFTER=100 expect_error "No space left on device" "$bin" run --config tiny --backend cpu --steps 1 \
+  --dump-logits "$tmp/out_dir/l.npy"
+[ "$(cat "$tmp/out_dir/l.npy")" = OLD ] || fail "a failed --dump-logits changed the destination"
+no_temp_left "$tmp/out_dir"
+echo "safe_writes: ok"
