@@ -1,21 +1,39 @@
 #!/usr/bin/env python3
 """Compares two Google Benchmark JSON files (--benchmark_out) benchmark by benchmark: the median
 real time of each (the `median` aggregate when repetitions were run, else the median of its
-iterations' entries), the ratio new / old, and a verdict. A benchmark is a regression when it is
-slower by more than --threshold and by more than its own noise (twice the median absolute
-deviation of its repetitions over their median; the larger of the two files'); faster by as
-much, an improvement. A benchmark that reports an error in the new file counts as a
-regression.
+iterations' entries), the ratio new / old, and a verdict:
 
-Exit status: 0 no regression, 3 at least one regression, 2 unusable input.
+  regression       slower by more than --threshold and by more than its own noise (twice the
+                   median absolute deviation of its repetitions over their median; the larger of
+                   the two files'); faster by as much: improvement; otherwise: same.
+  noise unknown    slower or faster by more than --threshold, but with fewer than 3 repetitions
+                   on a side its noise cannot be measured, so the change cannot be told from
+                   noise: not a regression, and not passed silently either; the summary counts
+                   them. With --strict the slower ones fail the comparison (exit 3).
+  failed in new    the benchmark reports an error in the new file: counts as a regression.
+  missing in new   in the old file, not in the new one (it no longer runs, or was renamed):
+                   counts as a regression, so that a benchmark cannot drop out unnoticed.
+  new benchmark    only in the new file: reported, nothing to compare, not a failure.
 
-  scripts/bench_compare.py OLD.json NEW.json [--threshold 0.10] [--json OUT.json]
+Unusable input exits 2 with a message naming the file (and the benchmark): unreadable or
+malformed JSON, an empty benchmark list, a time that is not a positive finite number.
+
+Exit status: 0 no regression, 3 at least one regression (slower, failed or missing in new; with
+--strict also slower with noise unknown), 2 unusable input.
+
+  scripts/bench_compare.py OLD.json NEW.json [--threshold 0.10] [--strict] [--json OUT.json]
 """
 import argparse
 import json
+import math
 import os
 import statistics
 import sys
+
+# Fewer repetitions than this and the noise is not measured: the MAD of 2 is half their
+# difference, so one cold repetition alone would set the bar, and one repetition has none.
+MIN_REPS = 3
+
 
 def fail(msg):
     print("bench_compare: " + msg, file=sys.stderr)
@@ -25,6 +43,26 @@ def fail(msg):
 UNIT_NS = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
 
 
+def jtype(v):
+    """What a JSON value is, in JSON's words, for messages."""
+    return {dict: "object", list: "list", str: "string", bool: "boolean", int: "number", float: "number",
+            type(None): "null"}.get(type(v), type(v).__name__)
+
+
+def real_time_ns(path, name, b):
+    """The entry's real time in ns; unusable input (exit 2) unless a positive finite number."""
+    try:
+        t = float(b["real_time"]) * UNIT_NS[b.get("time_unit", "ns")]
+    except (KeyError, ValueError, TypeError) as e:
+        fail("%s: benchmark %s: no usable real time (%s: %s)" % (path, name, type(e).__name__, e))
+    # A time of 0, below 0 or NaN is a broken measurement, not a fast one: compared, it would
+    # pass (NaN compares false) or divide by zero.
+    if not (math.isfinite(t) and t > 0):
+        fail("%s: benchmark %s: real time %r %s is not a positive finite number"
+             % (path, name, b.get("real_time"), b.get("time_unit", "ns")))
+    return t
+
+
 def load(path):
     try:
         with open(path) as f:
@@ -32,34 +70,42 @@ def load(path):
         entries = doc["benchmarks"]
     except (OSError, ValueError, KeyError, TypeError) as e:
         fail("%s: not a Google Benchmark JSON file (%s)" % (path, e))
-    runs = {}  # run name -> {"median": ns or None, "samples": [ns...]}
-    for b in entries:
-        try:
-            name = b.get("run_name", b["name"])
-            t = float(b["real_time"]) * UNIT_NS[b.get("time_unit", "ns")]
-        except (KeyError, ValueError, TypeError) as e:
-            fail("%s: benchmark entry %r lacks a real time (%s)" % (path, b.get("name"), e))
+    if not isinstance(entries, list):
+        fail('%s: not a Google Benchmark JSON file ("benchmarks" is a %s, not a list)' % (path, jtype(entries)))
+    if not entries:
+        fail('%s: no benchmarks (an empty "benchmarks" list): nothing was measured' % path)
+    runs = {}  # run name -> {"median": ns or None, "samples": [ns...], "error": message or None}
+    for i, b in enumerate(entries):
+        if not isinstance(b, dict):
+            fail("%s: benchmark entry %d is a %s, not an object" % (path, i, jtype(b)))
+        name = b.get("run_name", b.get("name"))
+        if not isinstance(name, str) or not name:
+            fail("%s: benchmark entry %d has no name" % (path, i))
         r = runs.setdefault(name, {"median": None, "samples": [], "error": None})
+        # An errored entry's time (often 0) means nothing: look at the error first.
         if b.get("error_occurred") or b.get("skipped"):
-            r["error"] = b.get("error_message") or "error"
+            r["error"] = str(b.get("error_message") or "error")
             continue
         if b.get("run_type") == "aggregate":
+            # Only the median is used; the others (stddev 0 when all repetitions agree, cv in
+            # percent, BigO) are not times to check.
             if b.get("aggregate_name") == "median":
-                r["median"] = t
+                r["median"] = real_time_ns(path, name, b)
         else:
-            r["samples"].append(t)
+            r["samples"].append(real_time_ns(path, name, b))
     out = {}
     for name, r in runs.items():
         if r["error"] is not None:
             out[name] = {"error": r["error"]}
             continue
-        med = r["median"] if r["median"] is not None else (statistics.median(r["samples"]) if r["samples"] else None)
-        if med is None:
-            continue
+        if r["median"] is None and not r["samples"]:
+            fail("%s: benchmark %s has neither repetitions nor a median aggregate" % (path, name))
+        med = r["median"] if r["median"] is not None else statistics.median(r["samples"])
         # Noise: twice the median absolute deviation of the repetitions, relative to their median.
-        # Robust: one cold repetition (866 ms among 655 and 657) does not widen it.
-        spread = 0.0
-        if len(r["samples"]) >= 2 and med > 0:
+        # Robust: one cold repetition (866 ms among 655 and 657) does not widen it. Unknown (None)
+        # below MIN_REPS repetitions.
+        spread = None
+        if len(r["samples"]) >= MIN_REPS:
             m = statistics.median(r["samples"])
             spread = 2 * statistics.median(abs(x - m) for x in r["samples"]) / m
         out[name] = {"median_ns": med, "spread": spread, "repetitions": len(r["samples"])}
@@ -74,48 +120,93 @@ def fmt(ns):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("old")
     ap.add_argument("new")
     ap.add_argument("--threshold", type=float, default=0.10, help="relative change that counts (default 0.10)")
+    ap.add_argument("--strict", action="store_true",
+                    help="fail (exit 3) when a benchmark is slower beyond the threshold but its noise is unknown "
+                         "(fewer than %d repetitions on a side)" % MIN_REPS)
     ap.add_argument("--json", help="also write the comparison as JSON here")
     a = ap.parse_args()
-    if not a.threshold > 0:
-        fail("--threshold must be > 0")
+    if not (a.threshold > 0 and math.isfinite(a.threshold)):
+        fail("--threshold must be a number > 0")
     old, new = load(a.old), load(a.new)
-    rows, regressions = [], 0
+    rows = []
+    regressions, missing, added, unknown = [], [], [], []  # names, for the summary
     for name in sorted(set(old) | set(new)):
         o, n = old.get(name), new.get(name)
-        if o is None or n is None:
-            rows.append({"name": name, "verdict": "only in " + ("new" if o is None else "old")})
+        if n is None:
+            missing.append(name)
+            rows.append({"name": name, "verdict": "missing in new"})
+            continue
+        if o is None:
+            added.append(name)
+            rows.append({"name": name, "verdict": "new benchmark"})
             continue
         if "error" in n or "error" in o:  # a benchmark that broke counts as a regression
             broke = "error" in n
-            regressions += broke
+            if broke:
+                regressions.append(name + " (failed in new)")
             rows.append({"name": name, "verdict": ("failed in new: " if broke else "failed in old: ") +
                          (n if broke else o)["error"]})
             continue
-        ratio = n["median_ns"] / o["median_ns"] if o["median_ns"] > 0 else float("inf")
-        noise = max(o["spread"], n["spread"])
-        bar = max(a.threshold, noise)
-        verdict = "regression" if ratio > 1 + bar else "improvement" if ratio < 1 / (1 + bar) else "same"
-        regressions += verdict == "regression"
-        rows.append({"name": name, "old_ns": o["median_ns"], "new_ns": n["median_ns"], "ratio": ratio,
-                     "noise": noise, "verdict": verdict})
+        ratio = n["median_ns"] / o["median_ns"]
+        row = {"name": name, "old_ns": o["median_ns"], "new_ns": n["median_ns"], "ratio": ratio,
+               "old_repetitions": o["repetitions"], "new_repetitions": n["repetitions"]}
+        beyond = ratio > 1 + a.threshold or ratio < 1 / (1 + a.threshold)
+        if o["spread"] is None or n["spread"] is None:
+            # Within the threshold it is "same" whatever the noise (noise only raises the bar);
+            # beyond it, the change might be noise: say so rather than guess.
+            row["noise"] = None
+            if beyond:
+                row["verdict"] = ("slower" if ratio > 1 else "faster") + ", noise unknown"
+                unknown.append(name)
+            else:
+                row["verdict"] = "same"
+        else:
+            noise = max(o["spread"], n["spread"])
+            bar = max(a.threshold, noise)
+            row["noise"] = noise
+            row["verdict"] = "regression" if ratio > 1 + bar else "improvement" if ratio < 1 / (1 + bar) else "same"
+            if row["verdict"] == "regression":
+                regressions.append(name)
+        rows.append(row)
+    unknown_slower = [r["name"] for r in rows if r["verdict"] == "slower, noise unknown"]
+
     width = max([len(r["name"]) for r in rows] + [9])
     print("%-*s %12s %12s %8s %7s  %s" % (width, "benchmark", "old", "new", "new/old", "noise", "verdict"))
     for r in rows:
         if "ratio" in r:
-            print("%-*s %12s %12s %8.3f %6.1f%%  %s" % (width, r["name"], fmt(r["old_ns"]), fmt(r["new_ns"]), r["ratio"],
-                                                       100 * r["noise"], r["verdict"]))
+            noise = "%6.1f%%" % (100 * r["noise"]) if r["noise"] is not None else "?"
+            print("%-*s %12s %12s %8.3f %7s  %s" % (width, r["name"], fmt(r["old_ns"]), fmt(r["new_ns"]), r["ratio"],
+                                                   noise, r["verdict"]))
         else:
             print("%-*s %12s %12s %8s %7s  %s" % (width, r["name"], "", "", "", "", r["verdict"]))
-    print("%d regression(s) beyond %.0f%% (or the benchmark's own noise, when larger)" % (regressions, 100 * a.threshold))
+    print("%d regression(s) beyond %.0f%% (or the benchmark's own noise, when larger)%s"
+          % (len(regressions), 100 * a.threshold, ": " + ", ".join(regressions) if regressions else ""))
+    if missing:
+        print("%d benchmark(s) missing in new, counted as regressions: %s" % (len(missing), ", ".join(missing)))
+    if added:
+        print("%d new benchmark(s), nothing to compare: %s" % (len(added), ", ".join(added)))
+    if unknown:
+        print("%d benchmark(s) not judged, noise unknown: changed by more than %.0f%% with fewer than %d repetitions "
+              "on a side (%s)%s: %s"
+              % (len(unknown), 100 * a.threshold, MIN_REPS,
+                 "%d slower, %d faster" % (len(unknown_slower), len(unknown) - len(unknown_slower)),
+                 "; --strict: the slower ones fail" if a.strict else
+                 "; not failed (--strict fails the slower ones); run more repetitions to judge them",
+                 ", ".join(unknown)))
+    failed = bool(regressions or missing or (a.strict and unknown_slower))
+    status = 3 if failed else 0
     if a.json:
+        summary = {"regressions": regressions, "missing_in_new": missing, "new": added, "noise_unknown": unknown,
+                   "min_repetitions": MIN_REPS, "strict": a.strict, "exit_status": status}
         with open(a.json + ".part", "w") as f:
-            json.dump({"old": a.old, "new": a.new, "threshold": a.threshold, "rows": rows}, f, indent=1)
+            json.dump({"old": a.old, "new": a.new, "threshold": a.threshold, "summary": summary, "rows": rows}, f,
+                      indent=1)
         os.replace(a.json + ".part", a.json)
-    return 3 if regressions else 0
+    return status
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@
 # host that finished clean and measured the same way (scripts/bench_compare.py: median ratio
 # new / old, regressions beyond 10 % or the benchmark's own noise). Exit status: 0 no
 # regression, 3 a regression, 1 a benchmark failed (the night is kept, marked failed in its
-# `status` file, and never used as a baseline), 2 bad setup (nothing written).
+# `status` file, and never used as a baseline), 2 bad setup (no night written).
 #
 # Night over night, a regression is reported once: the next night compares with the slower
 # one. BASELINE=<night folder> pins a reference night instead (for drift).
@@ -17,6 +17,18 @@
 # regression (exit 3), and so is the baseline night's shared faster than tonight's by more than
 # POLICY_PCT (compare of the two nights' folders). POLICY_CHECK=off skips it; POLICY_REPS sets
 # the repetitions (default 5).
+#
+# Repetitions: bench_compare judges a change against a benchmark's noise only with at least 3
+# repetitions a side; with fewer (REPS below 3; the GPU benchmarks, which run once) a change
+# beyond THRESHOLD is reported as "noise unknown", not as a regression. A benchmark of the
+# baseline night missing tonight counts as a regression.
+#
+# Interrupted (SIGINT, e.g. Ctrl-C or `kill -INT` to the script alone; SIGTERM; SIGHUP), the
+# script stops the running benchmark (its whole process group), removes the unfinished
+# `<night>.part` folder and exits 130 / 143 / 129; once the night is complete (renamed from
+# .part), it is kept and only its comparisons are cut short. A night killed outright (SIGKILL,
+# power) leaves its `.part` folder: the next night of this host removes it, saying so, unless
+# another night runs under OUT_ROOT (OUT_ROOT/.nightly.lock tells).
 #
 # Environment: BUILD_DIR (default build, e.g. from scripts/quickstart.sh), or BIN_DIR: a folder
 # of built benchmark programs to run as they are (the GPU machine, which cannot build: the
@@ -31,7 +43,48 @@ reps=${REPS:-5}
 threshold=${THRESHOLD:-0.10}
 export STREAMLAB_BENCH_EVENTS=${STREAMLAB_BENCH_EVENTS:-2000000}
 bad() { echo "nightly: $*" >&2; exit 2; }
+dir=""  # the night's folder (without .part), once named
+
+# Signals. Each child (the build, a benchmark, a compare) runs in a session and process group of
+# its own, in the background, and the script waits for it: bash runs a trap only once a
+# foreground child has ended (so a SIGINT to the script alone was ignored), but at once during
+# `wait`; and a group lets the trap stop the child's own children too (a SIGTERM used to orphan
+# the benchmark). Needs setsid (util-linux), as the lock below needs flock.
+child=""       # the running child's process group
+child_what=""  # what it is, for the message
+run_child() {  # run_child WHAT CMD...: CMD's exit status
+  setsid "${@:2}" &
+  child=$! child_what=$1
+  wait "$child"
+  local rc=$?
+  child=""
+  return $rc
+}
+stop() {  # stop SIGNAL STATUS: the trap of INT, TERM and HUP
+  trap '' INT TERM HUP  # a second Ctrl-C does not cut the cleanup short
+  if [ -n "$child" ]; then
+    kill -TERM -- "-$child" 2>/dev/null
+    # 5 s to finish, then SIGKILL: nothing of it may write into the night once it is removed.
+    for i in $(seq 50); do kill -0 -- "-$child" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL -- "-$child" 2>/dev/null
+    echo "nightly: $1: stopped $child_what (process group $child)" >&2
+  fi
+  if [ -n "$dir" ] && [ -d "$dir.part" ]; then
+    echo "nightly: $1: removed the unfinished night $dir.part" >&2  # by the EXIT trap, as exit runs it
+  elif [ -n "$dir" ] && [ -d "$dir" ]; then
+    echo "nightly: $1: the night $dir is complete; its comparisons were cut short" >&2
+  else
+    echo "nightly: $1: stopped before the night started" >&2
+  fi
+  exit "$2"
+}
+trap 'stop SIGINT 130' INT
+trap 'stop SIGTERM 143' TERM
+trap 'stop SIGHUP 129' HUP
+command -v setsid >/dev/null && command -v flock >/dev/null || bad "needs setsid and flock (util-linux)"
 [[ $reps =~ ^[1-9][0-9]*$ ]] || bad "REPS must be a positive integer, not '$reps'"
+((reps >= 3)) || echo "nightly: REPS=$reps: with fewer than 3 repetitions bench_compare cannot measure the noise;" \
+  "a change beyond THRESHOLD is reported as 'noise unknown', not as a regression" >&2
 [ -z "${BASELINE:-}" ] || [ -f "${BASELINE%/}/provenance.json" ] || bad "BASELINE $BASELINE is not a night's folder"
 if [ -z "${BIN_DIR:-}" ]; then
   [ -f "$build/CMakeCache.txt" ] || bad "no build in $build (run scripts/quickstart.sh, or set BUILD_DIR)"
@@ -74,7 +127,7 @@ if [ -z "${BIN_DIR:-}" ]; then
   for b in "${candidates[@]}"; do grep -qw -- "$b" <<< "$available" && targets+=("$b"); done
   ((${#targets[@]})) || bad "$build has no benchmark targets (STREAMLAB_BENCH=OFF?)"
   echo "== building ${targets[*]}"
-  cmake --build "$build" -j "$(nproc)" --target "${targets[@]}" > /dev/null || bad "the build failed"
+  run_child "the build" cmake --build "$build" -j "$(nproc)" --target "${targets[@]}" > /dev/null || bad "the build failed"
 else
   for b in "${candidates[@]}"; do [ -x "$build/$b" ] && targets+=("$b"); done
   ((${#targets[@]})) || bad "no benchmark programs in $build"
@@ -83,8 +136,29 @@ fi
 
 host=$(hostname -s 2>/dev/null || echo host)
 stamp=$(date -u +%Y-%m-%dT%H%M%SZ)
+mkdir -p "$out_root" || bad "cannot create $out_root"
+
+# The lock: every night holds OUT_ROOT/.nightly.lock shared while it runs (its children inherit
+# it, so a benchmark orphaned by a SIGKILL of the script still holds it); one that gets it
+# exclusive knows no other night runs, so the .part folders of this host are left by killed
+# nights: it removes them. Only this host's (other hosts may share OUT_ROOT, and the lock speaks
+# for this one only) and only names this script makes (<UTC time>-<host>.part). The exclusive
+# lock is downgraded before this night's .part exists, so no other night can take it for stale.
+exec 9>> "$out_root/.nightly.lock" || bad "cannot open $out_root/.nightly.lock"
+if flock -n -x 9; then
+  for stale in "$out_root"/[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]T[0-9][0-9][0-9][0-9][0-9][0-9]Z-"$host".part; do
+    [ -d "$stale" ] || continue
+    rm -rf "$stale" && echo "nightly: removed $stale, left by a night killed before it finished" >&2
+  done
+else
+  echo "nightly: another night is running under $out_root (it holds $out_root/.nightly.lock):" \
+    "its timings and these may disturb each other; stale .part folders left alone" >&2
+fi
+flock -s -w 60 9 || bad "could not lock $out_root/.nightly.lock"
+
 dir="$out_root/$stamp-$host"
-mkdir -p "$dir.part" || bad "cannot create $dir.part"
+# Not mkdir -p: two nights started in the same second would share the folder.
+mkdir "$dir.part" || bad "cannot create $dir.part"
 trap 'rm -rf "$dir.part"' EXIT  # a night that did not finish leaves nothing under its name
 if [ -n "${BIN_DIR:-}" ] && [ -f "$build/COMMIT" ]; then
   commit=$(head -c 40 "$build/COMMIT"); grep -q dirty "$build/COMMIT" && commit="$commit (dirty)"
@@ -124,7 +198,7 @@ for b in "${targets[@]}"; do
   [ -n "${own_json[$b]:-}" ] && cmd+=("--out=$dir.part/${own_json[$b]}")
   echo "== $b ${args[$b]}"
   echo "${cmd[*]}" | sed "s|$dir.part|<night>|g" >> "$dir.part/commands.txt"
-  if ! "${cmd[@]}" --benchmark_out="$dir.part/$b.json" --benchmark_out_format=json; then
+  if ! run_child "$b" "${cmd[@]}" --benchmark_out="$dir.part/$b.json" --benchmark_out_format=json; then
     echo "nightly: $b failed" >&2
     failed+=("$b")
     rm -f "$dir.part/$b.json"
@@ -137,8 +211,8 @@ if [ "$policy" != off ]; then
   echo "== policy check: streamlab compare ${policy_args[*]} --fail-if-slower $policy_pct"
   mkdir -p "$dir.part/compare"
   echo "streamlab compare ${policy_args[*]} --fail-if-slower $policy_pct" >> "$dir.part/commands.txt"
-  "$build/streamlab" compare "${policy_args[@]}" --fail-if-slower "$policy_pct" --out-dir "$dir.part/compare" \
-    > "$dir.part/policy_check.txt" 2> "$dir.part/policy_check.log"
+  run_child "the policy check" "$build/streamlab" compare "${policy_args[@]}" --fail-if-slower "$policy_pct" \
+    --out-dir "$dir.part/compare" > "$dir.part/policy_check.txt" 2> "$dir.part/policy_check.log"
   case $? in
     0) echo "== policy check: passed" ;;
     3) policy_regressed=1; echo "== policy check: REGRESSION"; cat "$dir.part/policy_check.log" | grep "slower than" ;;
@@ -188,8 +262,8 @@ if [ -n "$baseline" ]; then
   old_cmp=$(ls -d "$baseline"/compare/*/ 2>/dev/null | head -n 1); new_cmp=$(ls -d "$dir"/compare/*/ 2>/dev/null | head -n 1)
   if [ -n "$old_cmp" ] && [ -n "$new_cmp" ]; then
     for p in ${POLICY_NIGHTLY:-shared per-layer}; do
-      "$build/streamlab" compare "$old_cmp" "$new_cmp" --policy "$p" --fail-if-slower "$policy_pct" \
-        > "$dir/compare_policy_$p.txt" 2>&1
+      run_child "the $p compare" "$build/streamlab" compare "$old_cmp" "$new_cmp" --policy "$p" \
+        --fail-if-slower "$policy_pct" > "$dir/compare_policy_$p.txt" 2>&1
       case $? in 0) echo "== $p night over night: no regression beyond $policy_pct %" ;;
                  3) regressed=1; echo "== $p night over night: REGRESSION"; grep "slower than" "$dir/compare_policy_$p.txt" ;;
                  *) failed+=("compare_policy:$p"); tail -3 "$dir/compare_policy_$p.txt" ;; esac
