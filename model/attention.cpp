@@ -94,7 +94,7 @@ void DeepSeekV4::attention(int layer, const AttentionWeights& aw, LayerCache& ca
                                      indexer_compressor);
     };
     aux[1] = main_compressor;
-    execute_in_parallel(ops_, ls, ev, true, main_fn, aux);
+    execute_in_parallel(ops_, ls, ev, true, main_fn, aux, phase_b_fault(layer));
     indexer_topk(Stream{});
   } else {
     Ops::Scope scope(ops_, "phase_b");
@@ -114,7 +114,8 @@ void DeepSeekV4::attention(int layer, const AttentionWeights& aw, LayerCache& ca
       };
     else if (type == LayerType::C128A)
       aux_fn = main_compressor;
-    maybe_execute_in_parallel(ops_, ls.aux[0], ev[0], ev[1], main_fn, aux_fn);
+    maybe_execute_in_parallel(ops_, ls.aux[0], ev[0], ev[1], main_fn, aux_fn,
+                              type == LayerType::C4A ? phase_b_fault(layer) : JoinFault{});
   }
 
   // ---- After the join: sparse attention over window + compressed keys, inverse RoPE,

@@ -307,6 +307,20 @@ GraphScope parse_graph_scope(const std::string& text) {
   fail("unknown graph scope '", text, "' (expected step, split or piecewise)");
 }
 
+void DeepSeekV4::plant_fault(const std::string& name) {
+  SL_CHECK(name.empty() || name == "missing-join" || name == "rerecord" || name == "mtp-missing-join",
+           "unknown planted fault '", name, "' (expected missing-join, rerecord or mtp-missing-join)");
+  planted_ = name;
+}
+
+JoinFault DeepSeekV4::phase_b_fault(int layer) const {
+  JoinFault f;
+  const bool mtp = layer >= cfg_.num_hidden_layers;
+  f.skip_join = planted_ == "missing-join" || (planted_ == "mtp-missing-join" && mtp);
+  f.rerecord = planted_ == "rerecord";
+  return f;
+}
+
 void DeepSeekV4::set_graph_scope(GraphScope g) {
   SL_CHECK(!graph_captured_, "set_graph_scope: call it before the decode graph is captured");
   SL_CHECK(g == GraphScope::Step || !shape_.verify, "graph scope ", graph_scope_name(g),

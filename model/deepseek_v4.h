@@ -25,6 +25,7 @@
 #include "model/config.h"
 #include "model/kv_cache.h"
 #include "model/ops.h"
+#include "model/parallel.h"
 #include "model/speculative.h"
 #include "model/stream_policy.h"
 #include "model/weights.h"
@@ -111,6 +112,11 @@ class DeepSeekV4 {
   // on the first call, then replay.
   void decode_replay();
   bool graph_captured() const { return graph_captured_; }
+  // A fault planted on purpose, for the race checker's tests and to run one for real:
+  // "missing-join" (the c4a layers' phase-B join is left out), "rerecord" (the current stream
+  // re-records the phase-B done event right before waiting on it), "mtp-missing-join" (the
+  // missing join in MTP layers only). "" = none. Throws on an unknown name.
+  void plant_fault(const std::string& name);
   // Before the first decode_replay: one graph per step (default) or split as vLLM does.
   void set_graph_scope(GraphScope g);
   GraphScope graph_scope() const { return graph_scope_; }
@@ -224,6 +230,8 @@ class DeepSeekV4 {
     int slot = 0;
   };
   PiecewiseState pw_;
+  std::string planted_;
+  JoinFault phase_b_fault(int layer) const;
   struct StepMarks {
     Event begin, target_done, end;
   };

@@ -21,8 +21,24 @@ namespace sl {
 
 using StreamFn = std::function<void(Stream)>;
 
+// Faults planted on purpose (check-races' tests, and a real run of the first on the GPU):
+// `skip_join`: the current stream does not wait on the aux streams' done events (a missing join);
+// `rerecord`: the current stream re-records a done event itself right before waiting on it, so
+// the wait no longer orders anything after the aux work.
+struct JoinFault {
+  bool skip_join = false, rerecord = false;
+};
+
+// The join of one aux stream back into `main`, with the planted fault if any.
+inline void join(Ops& ops, Stream main, Event done, const JoinFault& f) {
+  if (f.skip_join) return;
+  if (f.rerecord) ops.record(done, main);
+  ops.wait(main, done);
+}
+
 inline void execute_in_parallel(Ops& ops, const LayerStreams& ls, const std::array<Event, 4>& ev, bool parallel,
-                                const StreamFn& main_fn, const std::array<StreamFn, 3>& aux_fn) {
+                                const StreamFn& main_fn, const std::array<StreamFn, 3>& aux_fn,
+                                const JoinFault& fault = {}) {
   const Stream main{};
   bool any = false;
   for (int r = 0; r < 3; ++r) any |= aux_fn[size_t(r)] && parallel && ls.has_aux(r);
@@ -44,7 +60,7 @@ inline void execute_in_parallel(Ops& ops, const LayerStreams& ls, const std::arr
   }
   main_fn(main);
   for (int r = 0; r < 3; ++r) {
-    if (forked[size_t(r)]) ops.wait(main, ev[size_t(r) + 1]);
+    if (forked[size_t(r)]) join(ops, main, ev[size_t(r) + 1], fault);
     else if (aux_fn[size_t(r)]) aux_fn[size_t(r)](main);  // a role without a stream of its own
   }
 }
@@ -52,7 +68,8 @@ inline void execute_in_parallel(Ops& ops, const LayerStreams& ls, const std::arr
 // maybe_execute_in_parallel from a stream other than the main one (vLLM's indexer forks its
 // compressor from aux0 onto aux2).
 inline void maybe_execute_in_parallel_from(Ops& ops, Stream main, Stream aux, Event fork, Event done,
-                                           const StreamFn& main_fn, const StreamFn& aux_fn) {
+                                           const StreamFn& main_fn, const StreamFn& aux_fn,
+                                           const JoinFault& fault = {}) {
   if (!aux_fn) {
     main_fn(main);
     return;
@@ -67,12 +84,12 @@ inline void maybe_execute_in_parallel_from(Ops& ops, Stream main, Stream aux, Ev
   ops.wait(aux, fork);
   aux_fn(aux);
   ops.record(done, aux);
-  ops.wait(main, done);
+  join(ops, main, done, fault);
 }
 
 inline void maybe_execute_in_parallel(Ops& ops, Stream aux, Event fork, Event done, const StreamFn& main_fn,
-                                      const StreamFn& aux_fn) {
-  maybe_execute_in_parallel_from(ops, Stream{}, aux, fork, done, main_fn, aux_fn);
+                                      const StreamFn& aux_fn, const JoinFault& fault = {}) {
+  maybe_execute_in_parallel_from(ops, Stream{}, aux, fork, done, main_fn, aux_fn, fault);
 }
 
 }  // namespace sl

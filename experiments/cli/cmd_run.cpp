@@ -54,6 +54,7 @@ struct RunOptions {
   bool allow_invalid_records = false;
   bool no_latency_timestamps = false;
   bool no_op_ranges = false;
+  std::string plant;  // a fault planted on purpose (check-races' faults, run for real)
   // Op-by-op comparison with the CPU reference on identical inputs (model/check_backend.h).
   bool check_against_cpu = false;
   double check_tolerance = 2e-2;
@@ -176,6 +177,8 @@ void run(const RunOptions& o) {
   DeepSeekV4 model(*be, cfg, policy, shape);
   model.set_graph_scope(parse_graph_scope(o.model.graph_scope));
   model.ops().set_op_ranges(!o.no_op_ranges);
+  model.plant_fault(o.plant);
+  if (!o.plant.empty()) std::fprintf(info, "planted fault: %s (results may be wrong on purpose)\n", o.plant.c_str());
   model.set_accept_rule(accept);
   if (o.checkpoint.empty()) {
     std::fprintf(info, "initialising weights from seed %llu\n", cfg.seed);
@@ -404,6 +407,9 @@ void add_run_command(CLI::App& app) {
                 "trace without CUPTI latency timestamps (kernel queued / submitted): measured on the H200 they are most "
                 "of the tracing overhead (flash-6l batch 8, eager: on/off 1.065 with them, 0.999 without); queue "
                 "waits are then taken from the launch call's end");
+  cmd->add_option("--plant", o->plant,
+                  "run with a fault planted on purpose (see check-races): missing-join, rerecord, mtp-missing-join")
+      ->check(CLI::IsMember({"missing-join", "rerecord", "mtp-missing-join"}));
   cmd->add_flag("--no-op-ranges", o->no_op_ranges,
                 "no NVTX range per op (step, layer and phase ranges stay): fewer NVTX records while tracing");
   cmd->add_flag("--allow-invalid-records", o->allow_invalid_records,

@@ -7,7 +7,8 @@ namespace sl::cli {
 
 void add_run_command(CLI::App& app);       // cmd_run.cpp: run the model (prefill + decode + drafts)
 void set_process_argv(char** argv);        // cmd_run.cpp: `run --trace` may re-execute itself
-void add_schedule_command(CLI::App& app);  // cmd_schedule.cpp: print a policy's streams and fork/join structure
+void add_schedule_command(CLI::App& app);
+void add_check_races_command(CLI::App& app);  // cmd_check_races.cpp: the happens-before check of a policy's schedule  // cmd_schedule.cpp: print a policy's streams and fork/join structure
 void add_analyze_command(CLI::App& app);   // cmd_analyze.cpp: analyse a trace file
 void add_export_command(CLI::App& app);    // cmd_export.cpp: convert a trace to kineto / sqlite / csv
 void add_view_command(CLI::App& app);      // cmd_view.cpp: the interactive timeline (ui/)

@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   sl::cli::set_measure_argv(argc, argv);
   sl::cli::add_run_command(app);
   sl::cli::add_schedule_command(app);
+  sl::cli::add_check_races_command(app);
   sl::cli::add_analyze_command(app);
   sl::cli::add_export_command(app);
   sl::cli::add_view_command(app);
