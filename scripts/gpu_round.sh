@@ -248,6 +248,27 @@ for st in $stages; do case $st in
         --out-dir "$W/compare_$src"
       tar czf "$OUT/compare_$src.tar.gz" -C "$W" "compare_$src"
     done ;;
+  races)
+    # The planted missing join (check-races' first fault) run for real: RACE_TRIALS processes with
+    # it and one without, eager and graph; how often the tokens / logits differ from the clean
+    # run. Then compute-sanitizer memcheck over every policy, and racecheck (shared memory) once.
+    for mode in eager graph; do
+      g=""; [ $mode = graph ] && g=--graph
+      run "race_clean_$mode" 60 $B/streamlab run --config flash-6l-e32 --backend cuda --policy per-layer \
+        --mtp-layers 2 --mtp-compress 4 --draft-steps 2 --context 2048 --steps 4 $g --json
+      for t in $(seq ${RACE_TRIALS:-10}); do
+        run "race_planted_${mode}_$t" 60 $B/streamlab run --config flash-6l-e32 --backend cuda --policy per-layer \
+          --mtp-layers 2 --mtp-compress 4 --draft-steps 2 --context 2048 --steps 4 $g --json --plant missing-join
+      done
+    done
+    for p in ${SANITIZER_POLICIES:-serial per-layer shared global per-layer-all trtllm-per-layer pool:2}; do
+      run "memcheck_${p/:/}" 150 compute-sanitizer --tool memcheck --error-exitcode 9 $B/streamlab run --config tiny \
+        --backend cuda --policy $p --mtp-layers 2 --mtp-compress 4 --draft-steps 2 --steps 2 --placement vllm-head
+    done
+    run memcheck_torch 150 compute-sanitizer --tool memcheck --error-exitcode 9 $B/streamlab run --config tiny \
+      --backend cuda --policy per-layer --stream-source torch --mtp-layers 12 --mtp-compress 4 --draft-steps 12 --steps 1
+    run racecheck_shared 240 compute-sanitizer --tool racecheck --error-exitcode 9 $B/streamlab run --config tiny \
+      --backend cuda --policy shared --mtp-layers 1 --mtp-compress 4 --steps 1 ;;
   pro)
     # The 90-stream case: V4 Pro's 61 layers (30 compress-4) with 8 routed experts so that it fits,
     # TensorRT-LLM's per-layer streams against one stream set per role.
