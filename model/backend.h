@@ -65,6 +65,9 @@ class Backend {
   virtual void upload(Stream s, const Tensor& dst, const void* host, size_t bytes) = 0;
   virtual void download(void* host, const Tensor& src, size_t bytes) = 0;
   virtual MemoryStats memory() const = 0;
+  // Memory the backend could still allocate (host: MemAvailable; CUDA: the device's free memory),
+  // so that a model too large is refused before allocating; 0 when unknown.
+  virtual size_t available_bytes() const { return 0; }
 
   // ---------------------------------------------------------------- streams and events
   // A stream as a C++ engine creates it: on CUDA, with its own cuBLAS handle and workspace.

@@ -317,11 +317,19 @@ void validate_with(const ModelConfig& c, const std::string& prefix) {
         ") (the MTP layer, index num_hidden_layers, is never hash-routed)");
   if (c.num_nextn_predict_layers < 0)
     bad("num_nextn_predict_layers (", c.num_nextn_predict_layers, ") must be >= 0");
+  // Bounds on counts, named, so that a typo fails here instead of as an allocation that never
+  // ends (a model of 2e9 layers holds 2e9 layer records even on the null backend). Far above any
+  // real DeepSeek model: V4 Pro has 61 layers and 1 MTP layer.
+  if (c.num_hidden_layers > kMaxLayers) bad("num_hidden_layers (", c.num_hidden_layers, ") must be <= ", kMaxLayers);
+  if (c.num_nextn_predict_layers > kMaxLayers)
+    bad("num_nextn_predict_layers (", c.num_nextn_predict_layers, ") must be <= ", kMaxLayers);
 
   // Run knobs.
   if (c.batch < 1) bad("batch (", c.batch, ") must be >= 1");
+  if (c.batch > kMaxBatch) bad("batch (", c.batch, ") must be <= ", kMaxBatch);
   if (c.context_length < 1) bad("context_length (", c.context_length, ") must be >= 1");
   if (c.draft_steps < 0) bad("draft_steps (", c.draft_steps, ") must be >= 0");
+  if (c.draft_steps > kMaxLayers) bad("draft_steps (", c.draft_steps, ") must be <= ", kMaxLayers);
   if (c.draft_steps > 0 && c.num_nextn_predict_layers < 1)
     bad("draft_steps (", c.draft_steps, ") needs num_nextn_predict_layers >= 1 (got ", c.num_nextn_predict_layers,
         ")");

@@ -14,6 +14,11 @@ namespace sl {
 enum class LayerType { Sliding, C4A, C128A };
 const char* layer_type_name(LayerType t);  // "sliding", "c4a", "c128a"
 
+// Bounds that validate() enforces on counts (far above any real model; they turn typos into
+// errors instead of endless allocations).
+constexpr int kMaxLayers = 4096;   // target layers, MTP layers, draft steps
+constexpr int kMaxBatch = 65536;   // sequences per step
+
 struct ModelConfig {
   std::string name = "custom";
 

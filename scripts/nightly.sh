@@ -156,8 +156,16 @@ else
 fi
 flock -s -w 60 9 || bad "could not lock $out_root/.nightly.lock"
 
+# Nights are named by the second they start: one started in the same second as another (running,
+# finished or killed) waits for the next second rather than share or fail on its folder. Not
+# mkdir -p: if two still collide, the second fails here instead of sharing.
 dir="$out_root/$stamp-$host"
-# Not mkdir -p: two nights started in the same second would share the folder.
+for _ in 1 2 3 4 5; do
+  [ -e "$dir" ] || [ -e "$dir.part" ] || break
+  sleep 1
+  stamp=$(date -u +%Y-%m-%dT%H%M%SZ)
+  dir="$out_root/$stamp-$host"
+done
 mkdir "$dir.part" || bad "cannot create $dir.part"
 trap 'rm -rf "$dir.part"' EXIT  # a night that did not finish leaves nothing under its name
 if [ -n "${BIN_DIR:-}" ] && [ -f "$build/COMMIT" ]; then

@@ -146,6 +146,7 @@ void measure(const MeasureOptions& o) {
                cfg.name.c_str(), policy.str().c_str(), cfg.batch, cfg.context_length, cfg.num_nextn_predict_layers,
                cfg.mtp_compress_ratio, cfg.draft_steps, o.trace ? ", traced" : "");
   auto be = make_backend(o.backend);
+  check_memory_fits(*be, cfg, shape, "measure");
   DeepSeekV4 model(*be, cfg, policy, shape);
   model.set_graph_scope(parse_graph_scope(o.model.graph_scope));
   model.enable_step_marks();

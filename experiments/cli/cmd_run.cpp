@@ -124,6 +124,13 @@ void run(const RunOptions& o) {
     cfg.name = dir.filename().string();
   }
   SL_CHECK(o.steps >= 0, "--steps must be >= 0");
+  // Every decode step takes at least one position per sequence (1 + k when verifying): the steps
+  // must fit the config's positions, checked here in 64 bits before any shape is computed.
+  const int64_t per_step = o.spec.on() ? 1 + int64_t(cfg.draft_steps) : 1;
+  SL_CHECK(int64_t(cfg.context_length) + int64_t(o.steps) * per_step + 2 * int64_t(cfg.draft_steps) + 2 <=
+               int64_t(cfg.max_position_embeddings),
+           "--steps ", o.steps, " after a context of ", cfg.context_length, " tokens needs more positions than the "
+           "config's max_position_embeddings (", cfg.max_position_embeddings, ")");
   const std::vector<int32_t> prompt = prompt_tokens(o, cfg);
   validate(cfg);
   const StreamPolicy policy = resolve_policy(o.model);
@@ -174,6 +181,7 @@ void run(const RunOptions& o) {
                dtype_name(be->weight_dtype()));
   std::fflush(info);
 
+  check_memory_fits(*be, cfg, shape, "run");
   DeepSeekV4 model(*be, cfg, policy, shape);
   model.set_graph_scope(parse_graph_scope(o.model.graph_scope));
   model.ops().set_op_ranges(!o.no_op_ranges);

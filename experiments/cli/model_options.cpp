@@ -4,6 +4,8 @@
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "model/kv_cache.h"
+#include "model/weights.h"
 
 namespace sl::cli {
 
@@ -47,7 +49,15 @@ void add_model_options(CLI::App* cmd, ModelOptions& o) {
   cmd->add_option("--context", o.context, "prompt tokens per sequence");
   cmd->add_option("--draft-steps", o.draft_steps, "MTP draft steps k per decode step");
   cmd->add_option("--prefill-chunk", o.prefill_chunk, "most prompt tokens per step, over the whole batch");
-  cmd->add_option("--seed", o.seed, "seed of the random weights");
+  cmd->add_option("--seed", o.seed, "seed of the random weights (a whole number >= 0)")
+      ->check(CLI::Validator(
+          [](std::string& v) {
+            // Checked on the text: an unsigned option would wrap -1 to 2^64 - 1 silently.
+            return v.find_first_not_of("0123456789") == std::string::npos && !v.empty()
+                       ? std::string()
+                       : "must be a whole number >= 0, not '" + v + "'";
+          },
+          "UINT"));
   cmd->add_option("--rope", o.rope,
                   "RoPE of sliding-window and MTP layers: yarn (vLLM) or plain (DeepSeek reference / HF)")
       ->check(CLI::IsMember({"yarn", "plain"}));
@@ -85,6 +95,19 @@ std::vector<int32_t> seeded_prompt(const ModelConfig& cfg) {
   for (int64_t i = 0; i < int64_t(cfg.batch) * cfg.context_length; ++i)
     out.push_back(int32_t(splitmix64(cfg.seed ^ splitmix64(key ^ uint64_t(i))) % uint64_t(cfg.vocab_size)));
   return out;
+}
+
+void check_memory_fits(const Backend& be, const ModelConfig& cfg, const RunShape& shape, const char* who) {
+  const size_t avail = be.available_bytes();
+  if (avail == 0) return;
+  const double w = double(weight_bytes(cfg, be.weight_dtype()));
+  double caches = 0;
+  for (int l = 0; l < cfg.n_layers_total(); ++l)
+    caches += double(layer_cache_bytes(cfg, l, shape.batch, shape.max_positions, shape.max_seq_tokens, be.act_dtype()));
+  const double gib = double(size_t(1) << 30);
+  SL_CHECK(w + caches <= double(avail), who, ": config ", cfg.name, " needs ", w / gib, " GiB of weights and ",
+           caches / gib, " GiB of caches on the ", be.name(), " backend, but only ", double(avail) / gib,
+           " GiB are available there; choose a smaller config (fewer layers or experts, a shorter context)");
 }
 
 RunShape run_shape(const ModelConfig& cfg, int decode_steps, bool all_logits, bool verify) {

@@ -34,6 +34,10 @@ StreamPolicy resolve_policy(const ModelOptions& o);
 // (the same for run, measure and every backend).
 std::vector<int32_t> seeded_prompt(const ModelConfig& cfg);
 
+// Refuses, before anything is allocated, a model whose weights and caches exceed what the backend
+// can still allocate, naming both figures (no-op when the backend cannot tell).
+void check_memory_fits(const Backend& be, const ModelConfig& cfg, const RunShape& shape, const char* who);
+
 // Shapes for a run of `decode_steps` steps after a prompt of cfg.context_length tokens
 // (verifying steps: each advances up to 1 + k positions and runs 1 + k tokens per sequence).
 RunShape run_shape(const ModelConfig& cfg, int decode_steps, bool all_logits, bool verify = false);

@@ -6,6 +6,8 @@
 #include "core/bf16.h"
 #include "core/rng.h"
 #include "model/cpu/cpu_backend.h"
+
+#include <cstdio>
 #include "model/cpu/cpu_backend_impl.h"
 
 namespace sl {
@@ -78,6 +80,18 @@ MemoryStats CpuBackend::memory() const {
   m.peak_bytes = peak_bytes_;
   m.library_bytes = 0;
   return m;
+}
+
+size_t CpuBackend::available_bytes() const {
+  // MemAvailable: what the kernel estimates can be allocated without swapping.
+  std::FILE* f = std::fopen("/proc/meminfo", "r");
+  if (!f) return 0;
+  char line[256];
+  size_t kb = 0;
+  while (std::fgets(line, sizeof line, f))
+    if (std::sscanf(line, "MemAvailable: %zu kB", &kb) == 1) break;
+  std::fclose(f);
+  return kb * 1024;
 }
 
 // ---------------------------------------------------------------- streams and events

@@ -136,6 +136,7 @@ class CpuBackend : public Backend {  // not final: tests derive recording backen
   void upload(Stream s, const Tensor& dst, const void* host, size_t bytes) override;
   void download(void* host, const Tensor& src, size_t bytes) override;
   MemoryStats memory() const override;
+  size_t available_bytes() const override;
 
   // streams and events: labels only (cpu_backend.cpp)
   Stream create_stream(const std::string& name, int priority) override;

@@ -277,6 +277,17 @@ void CudaBackend::download(void* host, const Tensor& src, size_t bytes) {
   if (bytes) CUDA_CHECK(op, cudaMemcpy(host, src.data, bytes, cudaMemcpyDeviceToHost));
 }
 
+size_t CudaBackend::available_bytes() const {
+  size_t free_b = 0, total = 0;
+  if (cudaMemGetInfo(&free_b, &total) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  size_t in_arena = 0;  // reserved by the arena but not handed out yet
+  for (const Chunk& c : chunks_) in_arena += c.size - c.used;
+  return free_b + in_arena;
+}
+
 MemoryStats CudaBackend::memory() const {
   MemoryStats m;
   m.weights_bytes = bytes_by_kind_[size_t(AllocKind::Weight)];

@@ -108,6 +108,7 @@ class CudaBackend final : public Backend {
   void upload(Stream s, const Tensor& dst, const void* host, size_t bytes) override;
   void download(void* host, const Tensor& src, size_t bytes) override;
   MemoryStats memory() const override;
+  size_t available_bytes() const override;
 
   // streams and events (cuda_backend.cu)
   Stream create_stream(const std::string& name, int priority) override;

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Limits checked before any work: counts bounded with a message naming the bound, --steps checked
+# in 64 bits against the config's positions, --seed refused when negative (it used to wrap), and a
+# model larger than the memory the backend can still allocate refused with both figures before
+# anything is allocated. Each must fail fast (20 s) with a clear error, not run until killed.
+set -euo pipefail
+bin=$(realpath "$1")
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+expect_error() {
+  local want=$1; shift; local rc=0
+  timeout 20 "$@" > "$tmp/out" 2>&1 || rc=$?
+  [ "$rc" != 0 ] || fail "expected an error from: $*"
+  [ "$rc" != 124 ] || fail "'$*' ran past 20 s instead of refusing"
+  grep -q -- "$want" "$tmp/out" || fail "error for '$*' should mention '$want': $(cat "$tmp/out")"
+}
+expect_error "num_nextn_predict_layers (2000000000) must be <= 4096" "$bin" schedule --mtp-layers 2000000000
+expect_error "batch (100000000) must be <= 65536" "$bin" run --backend cpu --batch 100000000 --steps 1
+expect_error "draft_steps (100000) must be <= 4096" "$bin" schedule --draft-steps 100000
+expect_error "needs more positions than the config's max_position_embeddings" \
+  "$bin" run --backend cpu --steps 2147483647
+expect_error "must be a whole number >= 0, not '-1'" "$bin" run --backend cpu --seed -1 --steps 1
+# flash in f32 on the CPU: about 1.1 TB of weights.
+expect_error "GiB are available" "$bin" run --config flash --backend cpu --steps 1
+grep -q "GiB of weights" "$tmp/out" || fail "the memory refusal does not name the weights' size"
+echo "limits: ok"
