@@ -175,6 +175,13 @@ NpyArray read_npy_impl(const std::string& path, const char* expected) {
          " bytes after the header");
   }
   size_t bytes = numel * dtype_size(a.dtype);
+  // More data than the header describes is as wrong as less: a file written with another shape.
+  if (bytes < avail) {
+    std::string sh;
+    for (size_t k = 0; k < shape.size(); ++k) sh += (k ? ", " : "") + std::to_string(shape[k]);
+    fail(path, ": the header's shape (", sh, ") of ", descr, " covers ", bytes, " bytes, but ", avail,
+         " bytes follow the header (", avail - bytes, " too many)");
+  }
   a.data.resize(bytes);
   read_exact(in, a.data.data(), bytes, path, "array data");
   return a;

@@ -152,6 +152,15 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
       index_[name] = tensors_.size();
       tensors_.push_back(std::move(t));
     }
+    // Two tensors over the same bytes would load as each other's data: offsets must not overlap.
+    std::vector<const StTensor*> by_start;
+    for (const auto& t : tensors_) by_start.push_back(&t);
+    std::sort(by_start.begin(), by_start.end(), [](const StTensor* a, const StTensor* b) { return a->data < b->data; });
+    for (size_t i = 1; i < by_start.size(); ++i)
+      if (by_start[i - 1]->bytes > 0 && by_start[i]->bytes > 0 &&
+          by_start[i - 1]->data + by_start[i - 1]->bytes > by_start[i]->data)
+        fail(path, ": tensors '", by_start[i - 1]->name, "' and '", by_start[i]->name,
+             "' overlap in the data section (their data_offsets intersect)");
   } catch (...) {
     close();
     throw;

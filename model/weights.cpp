@@ -441,6 +441,25 @@ void save_checkpoint(Backend& be, const ModelConfig& c, ModelWeights& w, const s
   SL_CHECK(bool(out), "save_checkpoint: write failed: ", ipath);
 }
 
+// The index of the first NaN / Inf element of a floating-point tensor, or -1. Read from the
+// bits: an all-ones exponent (F32 0x7f800000, BF16 0x7f80, F16 0x7c00).
+static int64_t first_nonfinite(const StTensor& t) {
+  const size_t fe = st_dtype_size(t.dtype), n = fe ? t.bytes / fe : 0;
+  for (size_t e = 0; e < n; ++e) {
+    if (t.dtype == StDType::F32) {
+      uint32_t u;
+      std::memcpy(&u, t.data + 4 * e, 4);
+      if ((u & 0x7f800000u) == 0x7f800000u) return int64_t(e);
+    } else {
+      uint16_t u;
+      std::memcpy(&u, t.data + 2 * e, 2);
+      const uint16_t exp = t.dtype == StDType::BF16 ? 0x7f80 : 0x7c00;
+      if ((u & exp) == exp) return int64_t(e);
+    }
+  }
+  return -1;
+}
+
 void load_checkpoint(Backend& be, const ModelConfig& c, ModelWeights& w, const std::string& dir) {
   const std::string where = "checkpoint " + dir;
   std::error_code ec;
@@ -466,6 +485,10 @@ void load_checkpoint(Backend& be, const ModelConfig& c, ModelWeights& w, const s
     for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
       if (!it.value().is_string()) fail(ipath.string(), ": weight_map[\"", it.key(), "\"] must be a file name");
       const std::string f = it.value().get<std::string>();
+      // A shard is a file of this directory: no path outside it (no folders, no "..").
+      if (f.empty() || f.find('/') != std::string::npos || f == "." || f == "..")
+        fail(ipath.string(), ": weight_map[\"", it.key(), "\"] = \"", f,
+             "\" is not a file name in the checkpoint's directory");
       index_map[it.key()] = f;
       if (seen.insert(f).second) fnames.push_back(f);
     }
@@ -489,6 +512,12 @@ void load_checkpoint(Backend& be, const ModelConfig& c, ModelWeights& w, const s
     if (it == found.end() || fs::path(it->second.second->path()).filename() != f)
       fail(where, ": the index maps ", name, " to ", f, " but that file has no such tensor");
   }
+  // The index must list every tensor of its shards: one it leaves out is a checkpoint whose index
+  // and files disagree.
+  if (!index_map.empty())
+    for (const auto& [name, tf] : found)
+      if (!index_map.count(name))
+        fail(where, ": tensor ", name, " in ", tf.second->path(), " is not in model.safetensors.index.json");
   for (const auto& [name, tf] : found)
     if (st_dtype_is_fp8(tf.first->dtype))
       fail(where, ": FP8 checkpoints are not supported yet (", name, " in ", tf.second->path(), " is ",
@@ -520,6 +549,9 @@ void load_checkpoint(Backend& be, const ModelConfig& c, ModelWeights& w, const s
         fail(where, ": tensor ", s.name, " in ", fp, " has dtype ", st_dtype_name(t.dtype), ", expected I64 or I32");
     } else if (t.dtype != StDType::F32 && t.dtype != StDType::BF16 && t.dtype != StDType::F16) {
       fail(where, ": tensor ", s.name, " in ", fp, " has dtype ", st_dtype_name(t.dtype), ", expected BF16, F32 or F16");
+    } else if (const int64_t bad = first_nonfinite(t); bad >= 0) {
+      // A NaN or Inf weight makes every logit after it NaN: refused here, naming where it is.
+      fail(where, ": tensor ", s.name, " in ", fp, " holds a non-finite value (NaN or Inf) at element ", bad);
     }
     spec_view(s);  // allocated, right size
   }

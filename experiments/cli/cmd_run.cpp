@@ -55,6 +55,7 @@ struct RunOptions {
   bool no_latency_timestamps = false;
   bool no_op_ranges = false;
   std::string plant;  // a fault planted on purpose (check-races' faults, run for real)
+  bool allow_nonfinite_logits = false;
   // Op-by-op comparison with the CPU reference on identical inputs (model/check_backend.h).
   bool check_against_cpu = false;
   double check_tolerance = 2e-2;
@@ -206,6 +207,7 @@ void run(const RunOptions& o) {
 
   using clock = std::chrono::steady_clock;
   nlohmann::json steps = nlohmann::json::array();
+  size_t nonfinite_steps = 0;  // steps whose logits hold a NaN or Inf: the run fails (see the end)
   auto report = [&](int idx, const char* kind, int tokens, double ms, const StepOutput& out) {
     // Spread of the logits: finite and clearly non-zero means the activations stayed healthy
     // through every layer.
@@ -216,6 +218,7 @@ void run(const RunOptions& o) {
       sum += v;
       sq += double(v) * v;
     }
+    if (bad) ++nonfinite_steps;
     const double n = double(std::max<size_t>(out.last_logits.size(), 1));
     const double std_dev = std::sqrt(std::max(0.0, sq / n - (sum / n) * (sum / n)));
     nlohmann::json j{{"step", idx}, {"kind", kind}, {"tokens", tokens}, {"ms", ms}, {"sampled", out.sampled},
@@ -379,6 +382,9 @@ void run(const RunOptions& o) {
       std::printf("cuBLAS: %zu handles, %zu workspaces\n", mem.blas_handles, mem.blas_workspaces);
   }
   if (!check_error.empty()) fail(check_error);
+  SL_CHECK(nonfinite_steps == 0 || o.allow_nonfinite_logits, nonfinite_steps,
+           " steps produced non-finite logits (NaN or Inf): the results are not usable "
+           "(--allow-nonfinite-logits to finish with status 0 anyway)");
 }
 
 }  // namespace
@@ -415,6 +421,8 @@ void add_run_command(CLI::App& app) {
                 "trace without CUPTI latency timestamps (kernel queued / submitted): measured on the H200 they are most "
                 "of the tracing overhead (flash-6l batch 8, eager: on/off 1.065 with them, 0.999 without); queue "
                 "waits are then taken from the launch call's end");
+  cmd->add_flag("--allow-nonfinite-logits", o->allow_nonfinite_logits,
+                "finish with status 0 even when logits are NaN or Inf (they are reported either way)");
   cmd->add_option("--plant", o->plant,
                   "run with a fault planted on purpose (see check-races): missing-join, rerecord, mtp-missing-join")
       ->check(CLI::IsMember({"missing-join", "rerecord", "mtp-missing-join"}));
