@@ -41,8 +41,14 @@ void run(const AnalyzeOptions& o) {
   ao.kernel_wait_threshold = prof::Ns(o.kernel_wait_us * 1000.0);
   ao.false_dep_epsilon = o.false_dep_epsilon_ns;
   prof::AnalysisResult r = prof::analyze(trace, ao);
+  // A trace of host activity only (or an empty one) analyses as all zeros: say why.
+  const bool gpu_activity = !trace.kernels.empty() || !trace.memcpys.empty() || !trace.memsets.empty();
+  if (!gpu_activity)
+    std::fprintf(stderr, "streamlab: note: '%s' has no GPU activity (no kernels, copies or sets): every GPU figure "
+                 "below is zero\n", o.trace.c_str());
   if (o.json) {
     nlohmann::json j = prof::analysis_to_json(r);
+    j["gpu_activity"] = gpu_activity;
     j["trace"] = o.trace;
     j["format"] = is_stream(o.trace) ? std::string("stream") : prof::to_string(prof::detect_trace_format(o.trace));
     std::cout << j.dump(2) << "\n";

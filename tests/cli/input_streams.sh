@@ -41,6 +41,9 @@ assert strip(a) == strip(b), "piped trace analysed differently"
 assert strip(a) == strip(c), "piped gzipped trace analysed differently"
 PY
 printf '' | expect_error "stream is empty" "$bin" analyze /dev/stdin
+# A trace without GPU activity says so (instead of reporting zeros silently).
+printf '{"traceEvents":[]}' | "$bin" analyze /dev/stdin > /dev/null 2> "$tmp/none.err"
+grep -q "has no GPU activity" "$tmp/none.err" || fail "no 'no GPU activity' note for an empty trace"
 
 # 3. FIFOs without a writer: a trace waits a bounded time, files that must be regular are refused.
 mkfifo "$tmp/fifo.json"
