@@ -207,6 +207,7 @@ StepOutput DeepSeekV4::prefill(const std::vector<int32_t>& tokens, int T0) {
       be_.synchronize();
       out = collect(true, T);
     }
+    if (prefill_progress_) prefill_progress_(start + n, T0);
   }
   prompt_len_ = T0;
   seq_len_.assign(size_t(B), T0);

@@ -16,6 +16,7 @@
 // draft positions on the device too; the host learns the accepted counts in decode_collect.
 #pragma once
 #include <array>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -93,6 +94,9 @@ class DeepSeekV4 {
   // Prefill: tokens holds B sequences of T0 tokens each (row-major [B, T0]). Runs in chunks
   // of RunShape::max_seq_tokens, then the first draft steps.
   StepOutput prefill(const std::vector<int32_t>& tokens, int T0);
+  // Called after each prefill chunk is enqueued with the tokens per sequence done so far and the
+  // total (progress output on long prompts; host side, no synchronisation added).
+  void set_prefill_progress(std::function<void(int done, int total)> f) { prefill_progress_ = std::move(f); }
   // One decode step at the current positions; inputs are the previous step's greedy tokens
   // (with RunShape::verify: the previous step's bonus token and drafts).
   StepOutput decode_step();
@@ -231,6 +235,7 @@ class DeepSeekV4 {
   };
   PiecewiseState pw_;
   std::string planted_;
+  std::function<void(int, int)> prefill_progress_;
   JoinFault phase_b_fault(int layer) const;
   struct StepMarks {
     Event begin, target_done, end;

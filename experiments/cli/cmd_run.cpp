@@ -246,6 +246,20 @@ void run(const RunOptions& o) {
   };
   if (!o.json) std::printf("%-4s %-8s %7s %10s\n", "step", "kind", "tokens", "ms");
 
+  // Progress on long prompts (several chunks, or past a few seconds), on the info stream (stderr
+  // under --json), at most one line a second.
+  {
+    const auto start = clock::now();
+    auto last = start;
+    model.set_prefill_progress([&, start, last](int done, int total) mutable {
+      const auto now = clock::now();
+      const double since = std::chrono::duration<double>(now - start).count();
+      if (done >= total || std::chrono::duration<double>(now - last).count() < 1.0) return;
+      last = now;
+      std::fprintf(info, "prefill: %d of %d tokens per sequence enqueued (%.1f s)\n", done, total, since);
+      std::fflush(info);
+    });
+  }
   auto t0 = clock::now();
   StepOutput pre = model.prefill(prompt, cfg.context_length);
   double ms = std::chrono::duration<double, std::milli>(clock::now() - t0).count();

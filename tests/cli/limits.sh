@@ -23,4 +23,8 @@ expect_error "must be a whole number >= 0, not '-1'" "$bin" run --backend cpu --
 # flash in f32 on the CPU: about 1.1 TB of weights.
 expect_error "GiB are available" "$bin" run --config flash --backend cpu --steps 1
 grep -q "GiB of weights" "$tmp/out" || fail "the memory refusal does not name the weights' size"
+# Progress on a long prefill, on stderr under --json (stdout stays one JSON document).
+"$bin" run --backend cpu --context 8000 --prefill-chunk 200 --steps 1 --json > "$tmp/run.json" 2> "$tmp/run.err"
+grep -q "^prefill: [0-9]* of 8000 tokens per sequence enqueued" "$tmp/run.err" || fail "no prefill progress: $(cat "$tmp/run.err")"
+python3 -c "import json,sys; json.load(open(sys.argv[1]))" "$tmp/run.json" || fail "stdout is not one JSON document"
 echo "limits: ok"
