@@ -42,7 +42,7 @@ DeepSeekV4::DeepSeekV4(Backend& be, const ModelConfig& cfg, const StreamPolicy& 
                                : be_.create_stream(ph.name, policy_.aux_priority));
   for (size_t k = 0; k < plan_.physical.size(); ++k)
     if (plan_.physical[k].pool && !plan_.physical[k].requests.empty())
-      be_.claim_stream(streams_[k], plan_.physical[k].name + " = " + plan_.served(int(k)));
+      be_.claim_stream(streams_[k], plan_.label(int(k)));
   stream_setup_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - setup_start).count();
   auto stream_of = [&](int request) { return request >= 0 ? streams_[size_t(plan_.streams[size_t(request)].physical)] : main; };
   layer_streams_.resize(size_t(L + N));
@@ -120,11 +120,8 @@ void DeepSeekV4::describe_streams(Schedule& sched) const {
   // A physical stream is named for what it serves: its request under the cuda source, its pool
   // slot and every role drawn onto it under the torch source ("torch.pool.p0.01 = target.aux1 +
   // mtp10.aux0"), so that aliasing shows wherever streams are listed.
-  for (size_t i = 0; i < streams_.size(); ++i) {
-    const auto& ph = plan_.physical[i];
-    const std::string name = ph.pool && !ph.requests.empty() ? ph.name + " = " + plan_.served(int(i)) : ph.name;
-    sched.add_stream({streams_[i].id, name, ph.owner, policy_.aux_priority});
-  }
+  for (size_t i = 0; i < streams_.size(); ++i)
+    sched.add_stream({streams_[i].id, plan_.label(int(i)), plan_.physical[i].owner, policy_.aux_priority});
   for (size_t l = 0; l < events_.size(); ++l) {
     const std::string p = layer_label(cfg_, int(l));
     for (int i = 0; i < 4; ++i) sched.add_event({events_[l].attn[size_t(i)].id, p + ".ev" + std::to_string(i), p});
@@ -377,15 +374,18 @@ StepOutput DeepSeekV4::decode_step_graph() {
   return decode_collect();
 }
 
+void DeepSeekV4::add_graph(const std::string& name, const Backend::GraphStats& g) {
+  graphs_.push_back({name, g});
+  graph_stats_.capture_ms += g.capture_ms;
+  graph_stats_.instantiate_ms += g.instantiate_ms;
+  graph_stats_.nodes += g.nodes;
+  graph_stats_.edges += g.edges;
+}
+
 void DeepSeekV4::eager_region_begin() {
   if (!pw_.active) return;
   if (pw_.capturing) {
-    const Backend::GraphStats g = be_.graph_end_capture(pw_.slot);
-    graphs_.push_back({"piece" + std::to_string(pw_.slot), g});
-    graph_stats_.capture_ms += g.capture_ms;
-    graph_stats_.instantiate_ms += g.instantiate_ms;
-    graph_stats_.nodes += g.nodes;
-    graph_stats_.edges += g.edges;
+    add_graph("piece" + std::to_string(pw_.slot), be_.graph_end_capture(pw_.slot));
     be_.graph_replay(pw_.slot);
   }
   ops_.set_muted(false);  // the region's ops are enqueued by the host, every step
@@ -455,12 +455,7 @@ void DeepSeekV4::decode_replay() {
     if (!graph_captured_) {
       be_.graph_begin_capture(int(i));
       (this->*pieces[i].enqueue)();
-      const Backend::GraphStats g = be_.graph_end_capture(int(i));
-      graphs_.push_back({pieces[i].name, g});
-      graph_stats_.capture_ms += g.capture_ms;
-      graph_stats_.instantiate_ms += g.instantiate_ms;
-      graph_stats_.nodes += g.nodes;
-      graph_stats_.edges += g.edges;
+      add_graph(pieces[i].name, be_.graph_end_capture(int(i)));
     }
     be_.graph_replay(int(i));
   }

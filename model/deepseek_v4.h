@@ -229,6 +229,7 @@ class DeepSeekV4 {
   void eager_region_begin();
   void eager_region_end();
   void decode_replay_piecewise();
+  void add_graph(const std::string& name, const Backend::GraphStats& g);  // graphs_ and the sums
   struct PiecewiseState {
     bool active = false, capturing = false;
     int slot = 0;

@@ -195,6 +195,11 @@ std::string StreamPlan::served(int k) const {
   return s.empty() ? "(none drawn)" : s;
 }
 
+std::string StreamPlan::label(int k) const {
+  const Physical& ph = physical[size_t(k)];
+  return ph.pool && !ph.requests.empty() ? ph.name + " = " + served(k) : ph.name;
+}
+
 int first_aliasing_mtp_layers(const StreamPolicy& p, const ModelConfig& c, int limit) {
   ModelConfig m = c;
   for (int n = 0; n <= limit; ++n) {

@@ -85,6 +85,9 @@ struct StreamPlan {
   std::vector<int> aliased() const;
   // "target.aux0 + mtp9.aux2" for a physical stream: the requests it serves.
   std::string served(int physical_index) const;
+  // How a physical stream is named in schedules, NVTX and reports: its request's name (cuda), or
+  // its pool slot and every role drawn onto it, "torch.pool.p0.00 = target.aux0 + mtp9.aux1".
+  std::string label(int physical_index) const;
 };
 
 // The smallest MTP layer count from which two requests of this policy share one physical

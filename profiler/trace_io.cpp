@@ -875,6 +875,22 @@ Trace load_kineto_json_file(const std::string& path, const JsonLoadOptions& opts
 
 Trace load_kineto_json_file(const std::string& path) { return load_kineto_json_file(path, JsonLoadOptions{}); }
 
+// Loads `text` (the content of `path`: a stream, or an unpacked .gz) with a loader that needs a
+// file, through a temporary file removed afterwards.
+template <class Loader>
+Trace via_temp_file(const std::string& path, const std::string& text, Loader load) {
+  std::string tmp = (std::filesystem::temp_directory_path() / "streamlab-trace-XXXXXX").string();
+  const int fd = ::mkstemp(tmp.data());
+  SL_CHECK(fd >= 0, "cannot read trace '", path, "': no temporary file (", std::strerror(errno), ")");
+  ::close(fd);
+  struct Remove {
+    std::string p;
+    ~Remove() { std::remove(p.c_str()); }
+  } remove{tmp};
+  write_file_atomic(tmp, text);
+  return load(tmp);
+}
+
 Trace load_trace(const std::string& path) {
   if (is_stream(path)) {
     // A pipe (`analyze /dev/stdin`), FIFO or device: read it whole (a FIFO waits at most 30 s for
@@ -890,32 +906,14 @@ Trace load_trace(const std::string& path) {
                            text[text.find_first_not_of(" \t\r\n")] == '{';
     if (json_text) return load_kineto_json(text, "'" + path + "'");
     // gzip or SQLite need a file: the stream goes to a temporary one first.
-    std::string tmp = (std::filesystem::temp_directory_path() / "streamlab-stream-XXXXXX").string();
-    const int fd = ::mkstemp(tmp.data());
-    SL_CHECK(fd >= 0, "cannot read trace '", path, "': no temporary file (", std::strerror(errno), ")");
-    ::close(fd);
-    struct Remove {
-      std::string p;
-      ~Remove() { std::remove(p.c_str()); }
-    } remove{tmp};
-    write_file_atomic(tmp, text);
-    return load_trace(tmp);
+    return via_temp_file(path, text, [](const std::string& tmp) { return load_trace(tmp); });
   }
   if (is_gzip_file(path)) {
     // A gzipped trace: JSON is parsed from memory; SQLite needs a file, so it is unpacked beside
     // the system's temporary files first.
     const std::string text = gunzip_file(path);
     if (text.size() >= 16 && std::memcmp(text.data(), "SQLite format 3\0", 16) == 0) {
-      std::string tmp = (std::filesystem::temp_directory_path() / "streamlab-trace-XXXXXX").string();
-      const int fd = ::mkstemp(tmp.data());
-      SL_CHECK(fd >= 0, "cannot unpack '", path, "': no temporary file (", std::strerror(errno), ")");
-      ::close(fd);
-      struct Remove {
-        std::string p;
-        ~Remove() { std::remove(p.c_str()); }
-      } remove{tmp};
-      write_file_atomic(tmp, text);
-      return load_nsys_sqlite(tmp);
+      return via_temp_file(path, text, [](const std::string& tmp) { return load_nsys_sqlite(tmp); });
     }
     return load_kineto_json(text, "'" + path + "'");
   }

@@ -46,16 +46,16 @@ void run(const AnalyzeOptions& o) {
   if (!gpu_activity)
     std::fprintf(stderr, "streamlab: note: '%s' has no GPU activity (no kernels, copies or sets): every GPU figure "
                  "below is zero\n", o.trace.c_str());
+  const std::string format =
+      is_stream(o.trace) ? std::string("stream") : prof::to_string(prof::detect_trace_format(o.trace));
   if (o.json) {
     nlohmann::json j = prof::analysis_to_json(r);
     j["gpu_activity"] = gpu_activity;
     j["trace"] = o.trace;
-    j["format"] = is_stream(o.trace) ? std::string("stream") : prof::to_string(prof::detect_trace_format(o.trace));
+    j["format"] = format;
     std::cout << j.dump(2) << "\n";
   } else {
-    std::cout << "trace: " << o.trace << " ("
-              << (is_stream(o.trace) ? std::string("stream") : prof::to_string(prof::detect_trace_format(o.trace)))
-              << ")\n";
+    std::cout << "trace: " << o.trace << " (" << format << ")\n";
     std::cout << prof::analysis_to_text(r, o.top);
   }
   std::cout.flush();

@@ -173,7 +173,7 @@ void measure(const MeasureOptions& o) {
   m.placement = placement_name(policy.placement);
   m.graph_scope = graph_scope_name(model.graph_scope());
   for (int k : model.stream_plan().aliased())
-    m.aliased.push_back(model.stream_plan().physical[size_t(k)].name + " = " + model.stream_plan().served(k));
+    m.aliased.push_back(model.stream_plan().label(k));
   m.streams_created = int(model.created_streams().size());
   // Named as the trace names them: under the torch source a pool stream lists every role drawn
   // onto it.
