@@ -18,6 +18,8 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <limits>
 #include <map>
 #include <string>
 #include <string_view>
@@ -109,7 +111,13 @@ inline const ArgTable kArgTable;
 
 inline std::string arg_label(A k) { return std::string("args.\"") + kArgNames[int(k)] + "\""; }
 
-inline uint32_t u32(int64_t v) { return uint32_t(v); }
+// For what only counts in PyTorch traces (read, maybe speculatively, before it is known whether the
+// document is ours): an id outside 32 bits is an error of the event.
+template <class Ev>
+uint32_t u32(const Ev& ev, int64_t v, const char* field) {
+  if (v < 0 || v > int64_t(UINT32_MAX)) ev.bad(std::string(field) + " " + std::to_string(v) + " outside 0..4294967295");
+  return uint32_t(v);
+}
 
 // An integer written as a JSON string ("stream": "7", as some writers do): the whole text must be
 // a base-10 integer in range. Both loaders read such values the same way.
@@ -174,133 +182,241 @@ inline void apply_memory_op(std::vector<Allocation>& allocations, Ns ts, int64_t
 // then read speculatively (Sink::speculate_not_ours) and kept or dropped once it is known.
 enum class Ours : uint8_t { No, Yes, Unknown };
 
+// The range checks of one record's fields against the trace model's types. A value the model
+// cannot hold (a stream id of 2^40, a timestamp of 1e29 us) is not truncated into another one:
+// the first such field names the problem and the record is dropped, counted by the sink
+// (RecordCounts::reject) with the event's index, and reported; analyze fails on it unless
+// --allow-invalid-records.
+struct FieldCheck {
+  const char* record;       // "kernel", "memcpy", ...
+  std::string what, value;  // the first problem ("" = none)
+
+  bool ok() const { return what.empty(); }
+  void fail(std::string_view problem, std::string v) {
+    if (!ok()) return;
+    what = std::string("traceEvents: ") + record + " " + std::string(problem);
+    value = std::move(v);
+  }
+  // v as T when lo <= v <= hi. (Integers past int64 arrive as INT64_MAX: see saturated().)
+  template <class T>
+  T fit(int64_t v, std::string_view field, int64_t lo = int64_t(std::numeric_limits<T>::min()),
+        int64_t hi = int64_t(std::min<uint64_t>(uint64_t(std::numeric_limits<T>::max()), uint64_t(INT64_MAX) - 1))) {
+    if (v >= lo && v <= hi) return T(v);
+    fail(std::string(field) + " outside " + std::to_string(lo) + ".." + std::to_string(hi), shown(v));
+    return T{};
+  }
+  // A field whose -1 means "none" (a sync's stream, a CUDA event id): -1 -> none, else fit.
+  template <class T>
+  T fit_or_none(int64_t v, std::string_view field, T none) {
+    return v == -1 ? none : fit<T>(v, field, 0, int64_t(none) - 1);
+  }
+  static std::string shown(int64_t v) { return v == INT64_MAX ? ">= 2^63" : std::to_string(v); }
+};
+
+// JSON integers beyond int64 saturate to INT64_MAX when read, so that no range check passes
+// them (2^64-1 must not come back as -1).
+inline int64_t saturated(uint64_t u) { return u > uint64_t(INT64_MAX) ? INT64_MAX : int64_t(u); }
+
+// The largest time the loaders accept, in ns from the epoch or the base time (2^62: year 2116):
+// spans and sums of a few such values stay inside int64.
+inline constexpr Ns kMaxTraceNs = Ns(1) << 62;
+// The longest record: no GPU op or API call runs 11 days; a longer one is a corrupt value (and
+// sums of them would overflow).
+inline constexpr double kMaxDurationUs = 1e12;
+
 struct EventContext {
   Ns base = 0;  // baseTimeNanoseconds
   Ours ours = Ours::No;
   // PyTorch writes absolute microseconds (~1.7e15): us * 1000 would exceed 2^53 and round to
   // 256 ns, so whole microseconds and the fraction are converted apart. int64 nanoseconds hold
-  // +-9.2e15 us; a timestamp beyond that (1e29, 1e308) is not one, and an error.
-  template <class Ev>
-  Ns to_ns(const Ev& ev, double us) const {
-    if (!(std::fabs(us) < 9.2e15)) ev.bad("a timestamp of " + std::to_string(us) + " us is outside what the trace "
-                                          "model holds (+-9.2e15 us)");
-    const double whole = std::floor(us);
-    return base + Ns(whole) * 1000 + Ns(std::llround((us - whole) * 1000.0));
+  // +-9.2e15 us; a timestamp beyond that (1e29, 1e308), or one that overflows with the base
+  // time, is not one: the record is invalid.
+  Ns to_ns(double us, FieldCheck& c, std::string_view field) const {
+    if (std::fabs(us) < double(kMaxTraceNs) / 1000.0) {
+      const double whole = std::floor(us);
+      Ns ns = 0;
+      if (!__builtin_add_overflow(Ns(whole) * 1000 + Ns(std::llround((us - whole) * 1000.0)), base, &ns) &&
+          ns >= -kMaxTraceNs && ns <= kMaxTraceNs)
+        return ns;
+    }
+    c.fail(std::string(field) + " outside +-2^62 ns (with baseTimeNanoseconds)", us_text(us));
+    return 0;
+  }
+  // A duration added to `start` (ns): the end, or the record is invalid.
+  Ns end_of(Ns start, double dur_us, FieldCheck& c) const {
+    if (std::fabs(dur_us) <= kMaxDurationUs) return start + Ns(std::llround(dur_us * 1000.0));
+    c.fail("\"dur\" longer than 1e12 us (11.6 days): a corrupt value", us_text(dur_us));
+    return 0;
+  }
+  static std::string us_text(double us) {
+    char v[40];
+    std::snprintf(v, sizeof v, "%.6g us", us);
+    return v;
   }
 };
+
+// The category's record name in messages ("kernel" -> "kernel", "cuda_runtime" -> "API call").
+inline const char* record_of(std::string_view cat) {
+  if (is(cat, "kernel")) return "kernel";
+  if (is(cat, "gpu_memcpy")) return "memcpy";
+  if (is(cat, "gpu_memset")) return "memset";
+  if (is(cat, "cuda_runtime") || is(cat, "cuda_driver")) return "API call";
+  if (is(cat, "cuda_sync")) return "sync";
+  return "NVTX range";
+}
 
 inline bool is_gpu_or_api_category(std::string_view cat) {
   return is(cat, "kernel") || is(cat, "gpu_memcpy") || is(cat, "gpu_memset") || is(cat, "cuda_runtime") ||
          is(cat, "cuda_driver") || is(cat, "cuda_sync") || is(cat, "user_annotation");
 }
 
-template <class Ev, class Sink>
-void read_complete_event(const Ev& ev, Sink& s, const EventContext& cx, std::string_view cat) {
-  Ns start = cx.to_ns(ev, ev.number(F_TS));
-  double dur_us = ev.number(F_DUR);
-  Ns end = start + Ns(std::llround(dur_us * 1000.0));
+// A sink holds `counts` (RecordCounts) and `event`, the index in "traceEvents" of the event read.
+template <class Sink>
+void reject(Sink& s, std::string_view what, std::string_view value) {
+  s.counts.reject(what, s.event, value);
+}
+
+// Whether a record read with check `c` goes into the trace: not when a field was out of range
+// (counted, with why). End before start and zero timestamps are kept and counted, as the
+// CUPTI decoder counts them.
+template <class Sink>
+bool keep(Sink& s, const FieldCheck& c, Ns start, Ns end) {
+  if (!c.ok()) {
+    reject(s, c.what, c.value);
+    return false;
+  }
   if (end < start) s.counts.end_before_start++;
   if (start == 0) s.counts.zero_timestamps++;
-  int64_t pid = ev.integer(F_PID);
-  int64_t tid = ev.integer(F_TID);
+  return true;
+}
+
+// A GPU op or API call in another phase than "X" (complete: ts and dur): "B"/"E" pairs, instants,
+// async events. The trace model has no way to pair them, so they are dropped, and counted.
+template <class Sink>
+void reject_not_complete(Sink& s, std::string_view cat, std::string_view ph) {
+  reject(s, std::string("traceEvents: ") + record_of(cat) + " given as a \"" + std::string(ph) +
+                "\" event (GPU ops and API calls must be complete \"X\" events with a duration)",
+         "");
+}
+
+// What only counts in PyTorch traces (allocator events, counters) may be read before it is known
+// whether the document is ours, so an out-of-range timestamp there is an error of the event, not
+// a dropped record.
+template <class Ev>
+Ns to_ns_or_bad(const Ev& ev, const EventContext& cx) {
+  FieldCheck c{"event", {}, {}};
+  const Ns ns = cx.to_ns(ev.number(F_TS), c, "\"ts\"");
+  if (!c.ok()) ev.bad(c.what + ": " + c.value);
+  return ns;
+}
+
+template <class Ev, class Sink>
+void read_complete_event(const Ev& ev, Sink& s, const EventContext& cx, std::string_view cat) {
+  FieldCheck c{record_of(cat), {}, {}};
+  const Ns start = cx.to_ns(ev.number(F_TS), c, "\"ts\"");
+  const Ns end = cx.end_of(start, ev.number(F_DUR), c);
+  const int64_t pid = ev.integer(F_PID);
+  const int64_t tid = ev.integer(F_TID);
+  // CUDA's stream ids fit 32 bits; 0xFFFFFFFF is the model's "no stream" (context scope).
+  constexpr int64_t kMaxStream = int64_t(kNoStream) - 1;
   if (is(cat, "kernel")) {
     Kernel k;
     k.start = start;
     k.end = end;
     k.name = s.intern(ev.str(F_NAME));
-    k.device = uint16_t(ev.arg_int(A::Device, pid));
-    k.stream = u32(ev.arg_int_req(A::Stream));
-    k.context = u32(ev.arg_int(A::Context, 0));
-    k.correlation = u32(ev.arg_int(A::Correlation, 0));
-    k.registers = uint16_t(ev.arg_int(A::Registers, 0));
+    k.device = c.fit<uint16_t>(ev.arg_int(A::Device, pid), "args.\"device\"");
+    k.stream = c.fit<uint32_t>(ev.arg_int_req(A::Stream), "args.\"stream\"", 0, kMaxStream);
+    k.context = c.fit<uint32_t>(ev.arg_int(A::Context, 0), "args.\"context\"");
+    k.correlation = c.fit<uint32_t>(ev.arg_int(A::Correlation, 0), "args.\"correlation\"");
+    k.registers = c.fit<uint16_t>(ev.arg_int(A::Registers, 0), "args.\"registers per thread\"");
     auto g = ev.arg_dim3(A::Grid);
     auto bl = ev.arg_dim3(A::Block);
     for (int d = 0; d < 3; ++d) {
       k.grid[d] = g[d];
-      k.block[d] = uint16_t(std::min<uint32_t>(bl[d], 0xFFFF));
+      k.block[d] = c.fit<uint16_t>(bl[d], "args.\"block\"");
     }
-    int64_t smem = ev.arg_int(A::Smem, 0);
-    int64_t ssmem = ev.arg_int(A::StaticSmem, -1);
-    k.static_smem = u32(ssmem >= 0 ? ssmem : 0);
-    int64_t dsmem = ev.arg_int(A::DynamicSmem, -1);
-    k.dynamic_smem = u32(dsmem >= 0 ? dsmem : smem - int64_t(k.static_smem));
-    k.graph_id = u32(ev.arg_int(A::GraphId, 0));
-    k.graph_node_id = uint64_t(ev.arg_int(A::GraphNodeId, 0));
-    int64_t q = ev.arg_int(A::QueuedNs, -1);
+    const int64_t smem = ev.arg_int(A::Smem, 0);
+    const int64_t ssmem = ev.arg_int(A::StaticSmem, -1);
+    k.static_smem = ssmem >= 0 ? c.fit<uint32_t>(ssmem, "args.\"static shared memory\"") : 0;
+    const int64_t dsmem = ev.arg_int(A::DynamicSmem, -1);
+    k.dynamic_smem = c.fit<uint32_t>(dsmem >= 0 ? dsmem : smem - int64_t(k.static_smem),
+                                     dsmem >= 0 ? "args.\"dynamic shared memory\"" : "args.\"shared memory\"");
+    k.graph_id = c.fit<uint32_t>(ev.arg_int(A::GraphId, 0), "args.\"graph id\"");
+    k.graph_node_id = c.fit<uint64_t>(ev.arg_int(A::GraphNodeId, 0), "args.\"graph node id\"");
+    const int64_t q = ev.arg_int(A::QueuedNs, -1);
     k.queued = q >= 0 ? q : kNoTime;
-    int64_t sub = ev.arg_int(A::SubmittedNs, -1);
+    const int64_t sub = ev.arg_int(A::SubmittedNs, -1);
     k.submitted = sub >= 0 ? sub : kNoTime;
-    k.launch_type = uint16_t(ev.arg_int(A::LaunchType, 0));
-    k.pid = u32(ev.arg_int(A::Process, 0));
-    s.kernels.push_back(k);
+    k.launch_type = c.fit<uint16_t>(ev.arg_int(A::LaunchType, 0), "args.\"launch type\"");
+    k.pid = c.fit<uint32_t>(ev.arg_int(A::Process, 0), "args.\"process\"");
+    if (keep(s, c, start, end)) s.kernels.push_back(k);
   } else if (is(cat, "gpu_memcpy")) {
     Memcpy m;
     m.start = start;
     m.end = end;
-    m.device = uint16_t(ev.arg_int(A::Device, pid));
-    m.stream = u32(ev.arg_int_req(A::Stream));
-    m.context = u32(ev.arg_int(A::Context, 0));
-    m.correlation = u32(ev.arg_int(A::Correlation, 0));
-    m.bytes = uint64_t(ev.arg_int(A::Bytes, 0));
+    m.device = c.fit<uint16_t>(ev.arg_int(A::Device, pid), "args.\"device\"");
+    m.stream = c.fit<uint32_t>(ev.arg_int_req(A::Stream), "args.\"stream\"", 0, kMaxStream);
+    m.context = c.fit<uint32_t>(ev.arg_int(A::Context, 0), "args.\"context\"");
+    m.correlation = c.fit<uint32_t>(ev.arg_int(A::Correlation, 0), "args.\"correlation\"");
+    m.bytes = c.fit<uint64_t>(ev.arg_int(A::Bytes, 0), "args.\"bytes\"");
     parse_memcpy_name(ev.str(F_NAME), m);
-    int64_t ck = ev.arg_int(A::CopyKind, -1);
-    if (ck >= 0) m.kind = MemcpyKind(ck);
-    int64_t sk = ev.arg_int(A::SrcKind, -1);
-    if (sk >= 0) m.src_kind = MemoryKind(sk);
-    int64_t dk = ev.arg_int(A::DstKind, -1);
-    if (dk >= 0) m.dst_kind = MemoryKind(dk);
-    m.graph_node_id = uint64_t(ev.arg_int(A::GraphNodeId, 0));
-    m.pid = u32(ev.arg_int(A::Process, 0));
-    s.memcpys.push_back(m);
+    const int64_t ck = ev.arg_int(A::CopyKind, -1);
+    if (ck != -1) m.kind = MemcpyKind(c.fit<uint8_t>(ck, "args.\"copy kind\"", 0, int64_t(MemcpyKind::PtoP)));
+    const int64_t sk = ev.arg_int(A::SrcKind, -1);
+    if (sk != -1) m.src_kind = MemoryKind(c.fit<uint8_t>(sk, "args.\"src kind\"", 0, int64_t(MemoryKind::ManagedStatic)));
+    const int64_t dk = ev.arg_int(A::DstKind, -1);
+    if (dk != -1) m.dst_kind = MemoryKind(c.fit<uint8_t>(dk, "args.\"dst kind\"", 0, int64_t(MemoryKind::ManagedStatic)));
+    m.graph_node_id = c.fit<uint64_t>(ev.arg_int(A::GraphNodeId, 0), "args.\"graph node id\"");
+    m.pid = c.fit<uint32_t>(ev.arg_int(A::Process, 0), "args.\"process\"");
+    if (keep(s, c, start, end)) s.memcpys.push_back(m);
   } else if (is(cat, "gpu_memset")) {
     Memset m;
     m.start = start;
     m.end = end;
-    m.device = uint16_t(ev.arg_int(A::Device, pid));
-    m.stream = u32(ev.arg_int_req(A::Stream));
-    m.context = u32(ev.arg_int(A::Context, 0));
-    m.correlation = u32(ev.arg_int(A::Correlation, 0));
-    m.bytes = uint64_t(ev.arg_int(A::Bytes, 0));
-    m.value = u32(ev.arg_int(A::Value, 0));
-    m.mem_kind = MemoryKind(ev.arg_int(A::MemoryKind, uint8_t(MemoryKind::Device)));
-    m.graph_node_id = uint64_t(ev.arg_int(A::GraphNodeId, 0));
-    m.pid = u32(ev.arg_int(A::Process, 0));
-    s.memsets.push_back(m);
+    m.device = c.fit<uint16_t>(ev.arg_int(A::Device, pid), "args.\"device\"");
+    m.stream = c.fit<uint32_t>(ev.arg_int_req(A::Stream), "args.\"stream\"", 0, kMaxStream);
+    m.context = c.fit<uint32_t>(ev.arg_int(A::Context, 0), "args.\"context\"");
+    m.correlation = c.fit<uint32_t>(ev.arg_int(A::Correlation, 0), "args.\"correlation\"");
+    m.bytes = c.fit<uint64_t>(ev.arg_int(A::Bytes, 0), "args.\"bytes\"");
+    m.value = c.fit<uint32_t>(ev.arg_int(A::Value, 0), "args.\"value\"");
+    m.mem_kind = MemoryKind(c.fit<uint8_t>(ev.arg_int(A::MemoryKind, uint8_t(MemoryKind::Device)), "args.\"memory kind\"",
+                                           0, int64_t(MemoryKind::ManagedStatic)));
+    m.graph_node_id = c.fit<uint64_t>(ev.arg_int(A::GraphNodeId, 0), "args.\"graph node id\"");
+    m.pid = c.fit<uint32_t>(ev.arg_int(A::Process, 0), "args.\"process\"");
+    if (keep(s, c, start, end)) s.memsets.push_back(m);
   } else if (is(cat, "cuda_runtime") || is(cat, "cuda_driver")) {
     ApiCall a;
     a.start = start;
     a.end = end;
     a.name = s.intern(ev.str(F_NAME));
     a.kind = is(cat, "cuda_driver") ? ApiKind::Driver : ApiKind::Runtime;
-    a.cbid = u32(ev.arg_int(A::Cbid, 0));
-    a.correlation = u32(ev.arg_int(A::Correlation, 0));
-    a.return_value = int32_t(ev.arg_int(A::ReturnValue, 0));
-    a.pid = u32(pid);
-    a.tid = u32(tid) & kTidStreamMask;
-    s.api_calls.push_back(a);
+    a.cbid = c.fit<uint32_t>(ev.arg_int(A::Cbid, 0), "args.\"cbid\"");
+    a.correlation = c.fit<uint32_t>(ev.arg_int(A::Correlation, 0), "args.\"correlation\"");
+    a.return_value = c.fit<int32_t>(ev.arg_int(A::ReturnValue, 0), "args.\"return value\"");
+    a.pid = c.fit<uint32_t>(pid, "\"pid\"");
+    a.tid = c.fit<uint32_t>(tid, "\"tid\"") & kTidStreamMask;
+    if (keep(s, c, start, end)) s.api_calls.push_back(a);
   } else if (is(cat, "cuda_sync")) {
     Sync y;
     y.start = start;
     y.end = end;
-    y.device = uint16_t(ev.arg_int(A::Device, pid));
-    int64_t st = ev.arg_int(A::Stream, -1);
-    y.stream = st < 0 ? kNoStream : uint32_t(st);
-    y.context = u32(ev.arg_int(A::Context, 0));
-    y.correlation = u32(ev.arg_int(A::Correlation, 0));
-    int64_t evid = ev.arg_int(A::WaitEvent, -1);
-    y.event = evid < 0 ? kNoId : uint32_t(evid);
-    int64_t ty = ev.arg_int(A::SyncType, -1);
-    y.type = ty >= 0 ? SyncType(ty) : sync_type_from_name(ev.arg_str(A::SyncKind, ev.str_or(F_NAME, "")));
+    y.device = c.fit<uint16_t>(ev.arg_int(A::Device, pid), "args.\"device\"");
+    y.stream = c.fit_or_none<uint32_t>(ev.arg_int(A::Stream, -1), "args.\"stream\"", kNoStream);
+    y.context = c.fit<uint32_t>(ev.arg_int(A::Context, 0), "args.\"context\"");
+    y.correlation = c.fit<uint32_t>(ev.arg_int(A::Correlation, 0), "args.\"correlation\"");
+    y.event = c.fit_or_none<uint32_t>(ev.arg_int(A::WaitEvent, -1), "args.\"wait_on_cuda_event_id\"", kNoId);
+    const int64_t ty = ev.arg_int(A::SyncType, -1);
+    y.type = ty != -1 ? SyncType(c.fit<uint8_t>(ty, "args.\"sync type\"", 0, int64_t(SyncType::ContextSynchronize)))
+                      : sync_type_from_name(ev.arg_str(A::SyncKind, ev.str_or(F_NAME, "")));
     // Where the awaited event was recorded (Kineto, HTA). Our writer marks values it derived
     // from the CUDA event records, which travel in the streamlab block: not the sync's own.
     if (!ev.has_arg(A::WaitDerived)) {
-      int64_t ws = ev.arg_int(A::WaitOnStream, -1);
-      y.event_stream = ws < 0 ? kNoStream : uint32_t(ws);
-      int64_t rc = ev.arg_int(A::WaitRecordCorr, -1);
-      y.event_record_correlation = rc < 0 ? 0 : uint32_t(rc);
+      y.event_stream = c.fit_or_none<uint32_t>(ev.arg_int(A::WaitOnStream, -1), "args.\"wait_on_stream\"", kNoStream);
+      const int64_t rc = ev.arg_int(A::WaitRecordCorr, -1);
+      y.event_record_correlation = rc == -1 ? 0 : c.fit<uint32_t>(rc, "args.\"wait_on_cuda_event_record_corr_id\"");
     }
-    y.pid = u32(ev.arg_int(A::Process, 0));
-    s.syncs.push_back(y);
+    y.pid = c.fit<uint32_t>(ev.arg_int(A::Process, 0), "args.\"process\"");
+    if (keep(s, c, start, end)) s.syncs.push_back(y);
   } else {  // user_annotation
     NvtxRange r;
     r.start = start;
@@ -308,13 +424,13 @@ void read_complete_event(const Ev& ev, Sink& s, const EventContext& cx, std::str
     r.name = s.intern(ev.str(F_NAME));
     std::string_view dom = ev.arg_str(A::Domain, "");
     r.domain = dom.empty() ? 0 : s.intern(dom);
-    r.kind = NvtxKind(std::min<int64_t>(2, std::max<int64_t>(0, ev.arg_int(A::NvtxKind, 0))));
-    r.color = u32(ev.arg_int(A::Color, 0));
-    r.category = u32(ev.arg_int(A::Category, 0));
-    r.pid = u32(pid);
-    r.tid = u32(tid) & kTidStreamMask;
-    r.end_tid = u32(ev.arg_int(A::EndThread, r.tid));
-    s.nvtx.push_back(r);
+    r.kind = NvtxKind(c.fit<uint8_t>(ev.arg_int(A::NvtxKind, 0), "args.\"nvtx kind\"", 0, int64_t(NvtxKind::Mark)));
+    r.color = c.fit<uint32_t>(ev.arg_int(A::Color, 0), "args.\"color\"");
+    r.category = c.fit<uint32_t>(ev.arg_int(A::Category, 0), "args.\"category\"");
+    r.pid = c.fit<uint32_t>(pid, "\"pid\"");
+    r.tid = c.fit<uint32_t>(tid, "\"tid\"") & kTidStreamMask;
+    r.end_tid = c.fit<uint32_t>(ev.arg_int(A::EndThread, r.tid), "args.\"end thread\"");
+    if (keep(s, c, start, end)) s.nvtx.push_back(r);
   }
 }
 
@@ -326,27 +442,31 @@ void unless_ours(Sink& s, const EventContext& cx, F&& f) {
 }
 
 template <class Ev, class Sink>
-void read_instant_event(const Ev& ev, Sink& s, const EventContext& cx) {
+void read_instant_event(const Ev& ev, Sink& s, const EventContext& cx, std::string_view ph_i) {
   std::string_view cat = ev.str_or(F_CAT, "");
   std::string_view name = ev.str_or(F_NAME, "");
   if (is(cat, "user_annotation")) {
+    FieldCheck c{"NVTX mark", {}, {}};
     NvtxRange r;
-    r.start = r.end = cx.to_ns(ev, ev.number(F_TS));
+    r.start = r.end = cx.to_ns(ev.number(F_TS), c, "\"ts\"");
     r.name = s.intern(name);
     r.kind = NvtxKind::Mark;
-    r.pid = u32(ev.integer(F_PID));
-    r.tid = u32(ev.integer(F_TID)) & kTidStreamMask;
+    r.pid = c.fit<uint32_t>(ev.integer(F_PID), "\"pid\"");
+    r.tid = c.fit<uint32_t>(ev.integer(F_TID), "\"tid\"") & kTidStreamMask;
     r.end_tid = r.tid;
     std::string_view dom = ev.arg_str(A::Domain, "");
     r.domain = dom.empty() ? 0 : s.intern(dom);
-    s.nvtx.push_back(r);
+    if (keep(s, c, r.start, r.end)) s.nvtx.push_back(r);
+  } else if (is_gpu_or_api_category(cat)) {
+    reject_not_complete(s, cat, ph_i);  // a kernel, copy or API call needs its duration
   } else if (is(name, "[memory]") && cx.ours != Ours::Yes) {
     unless_ours(s, cx, [&] {
-      Ns ts = cx.to_ns(ev, ev.number(F_TS));
+      Ns ts = to_ns_or_bad(ev, cx);
       int64_t bytes = ev.arg_int(A::MemBytes, 0);
       uint64_t addr = uint64_t(ev.arg_int(A::Addr, 0));
       int64_t dev = ev.arg_int(A::DeviceId, -1);
       if (dev < 0) return;  // CPU memory
+      if (dev > 0xFFFF) ev.bad("args.\"Device Id\" " + std::to_string(dev) + " outside 0..65535");
       s.memory_op(ts, bytes, addr, uint16_t(dev));
     });
   } else {
@@ -361,16 +481,16 @@ void read_metadata_event(const Ev& ev, Sink& s, const EventContext& cx) {
   if (!ev.arg_string(A::Name, value)) return;
   int64_t pid = ev.integer(F_PID);
   if (is(name, "process_name") && value.rfind("GPU ", 0) != 0) {
-    unless_ours(s, cx, [&] { s.process(u32(pid), value); });
+    unless_ours(s, cx, [&] { s.process(u32(ev, pid, "\"pid\""), value); });
   } else if (is(name, "thread_name") && value.rfind("stream ", 0) != 0) {
-    unless_ours(s, cx, [&] { s.thread(u32(pid), u32(ev.integer(F_TID)) & kTidStreamMask, value); });
+    unless_ours(s, cx, [&] { s.thread(u32(ev, pid, "\"pid\""), u32(ev, ev.integer(F_TID), "\"tid\"") & kTidStreamMask, value); });
   }
 }
 
 template <class Ev, class Sink>
 void read_counter_event(const Ev& ev, Sink& s, const EventContext& cx) {
   std::string name(ev.str_or(F_NAME, "counter"));
-  Ns ts = cx.to_ns(ev, ev.number(F_TS));
+  Ns ts = to_ns_or_bad(ev, cx);
   int64_t pid = ev.integer(F_PID);
   if (!ev.args()) return;
   // In key order, a repeated key counted once with its last value (as nlohmann's object held them).
@@ -380,7 +500,7 @@ void read_counter_event(const Ev& ev, Sink& s, const EventContext& cx) {
     c.ts = ts;
     c.value = v;
     c.name = s.intern(items.size() == 1 ? name : name + "." + std::string(k));
-    c.pid = u32(pid);
+    c.pid = u32(ev, pid, "\"pid\"");
     s.counters.push_back(c);
   }
 }
@@ -398,14 +518,18 @@ void read_event(const Ev& ev, Sink& s, const EventContext& cx) {
     }
     read_complete_event(ev, s, cx, cat);
   } else if (is(ph, "i") || is(ph, "I")) {
-    read_instant_event(ev, s, cx);
+    read_instant_event(ev, s, cx, ph);
   } else if (is(ph, "M")) {
     read_metadata_event(ev, s, cx);
   } else if (is(ph, "C")) {
     if (cx.ours == Ours::Yes) return;  // derived from allocations / the block
     unless_ours(s, cx, [&] { read_counter_event(ev, s, cx); });
-  } else if (is(ph, "s") || is(ph, "f") || is(ph, "t") || is(ph, "B") || is(ph, "E") || is(ph, "b") || is(ph, "e") || is(ph, "n")) {
-    ++s.skipped;
+  } else if (is(ph, "B") || is(ph, "E") || is(ph, "b") || is(ph, "e") || is(ph, "n")) {
+    const std::string_view cat = ev.str_or(F_CAT, "");
+    if (is_gpu_or_api_category(cat)) reject_not_complete(s, cat, ph);
+    else ++s.skipped;
+  } else if (is(ph, "s") || is(ph, "f") || is(ph, "t")) {
+    ++s.skipped;  // flows
   } else {
     ev.bad("unexpected ph \"" + std::string(ph) + "\"");
   }

@@ -967,6 +967,7 @@ Trace load_nsys_sqlite(const std::string& path) {
     }
   }
   t.finalize();
+  reject_repeated_correlations(t);
   return t;
 }
 

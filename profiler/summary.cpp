@@ -42,17 +42,14 @@ json scope_json(const ScopeMetrics& m) {
 }
 
 json counts_json(const RecordCounts& c) {
-  return json{{"dropped", c.dropped},
-              {"zero_timestamps", c.zero_timestamps},
-              {"end_before_start", c.end_before_start},
-              {"overhead_records", c.overhead_records},
-              {"invalid_records", c.invalid_records},
-              {"unknown_kinds", c.unknown_kinds},
-              {"warmup_discarded", c.warmup_discarded},
-              {"buffers", c.buffers},
-              {"buffer_bytes", c.buffer_bytes},
-              {"pool_exhausted", c.pool_exhausted},
-              {"clean", c.clean()}};
+  json j = json::object();
+  for (const RecordCountField& f : kRecordCountFields) j[f.name] = c.*f.member;
+  json issues = json::array();
+  for (const LoadIssue& i : c.load_issues)
+    issues.push_back({{"what", i.what}, {"records", i.records}, {"first", i.first}, {"first_value", i.first_value}});
+  j["load_issues"] = issues;
+  j["clean"] = c.clean();
+  return j;
 }
 
 std::string csv_field(const std::string& s) {
@@ -105,6 +102,14 @@ std::string record_count_warnings(const RecordCounts& c) {
   if (c.zero_timestamps) w += "  " + std::to_string(c.zero_timestamps) + " records with a zero timestamp\n";
   if (c.end_before_start) w += "  " + std::to_string(c.end_before_start) + " records with end < start\n";
   if (c.invalid_records) w += "  " + std::to_string(c.invalid_records) + " malformed records\n";
+  if (c.rejected_on_load) {
+    w += "  " + std::to_string(c.rejected_on_load) + " records the loader dropped or could not read unambiguously:\n";
+    for (const LoadIssue& i : c.load_issues)
+      w += "    " + std::to_string(i.records) + " x " + i.what + " (the first: " +
+           (i.first == kNoIndex ? i.first_value
+                                : "#" + std::to_string(i.first) + (i.first_value.empty() ? "" : ", value " + i.first_value)) +
+           ")\n";
+  }
   return w;
 }
 

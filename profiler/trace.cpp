@@ -112,18 +112,40 @@ std::string_view strip_api_version(std::string_view name) {
   return name.substr(0, p);
 }
 
+void RecordCounts::reject(std::string_view what, uint64_t where, std::string_view value) {
+  ++rejected_on_load;
+  for (LoadIssue& i : load_issues)
+    if (i.what == what) {
+      ++i.records;
+      return;
+    }
+  load_issues.push_back({std::string(what), 1, where, std::string(value)});
+}
+
 RecordCounts& RecordCounts::operator+=(const RecordCounts& o) {
-  dropped += o.dropped;
-  zero_timestamps += o.zero_timestamps;
-  end_before_start += o.end_before_start;
-  overhead_records += o.overhead_records;
-  invalid_records += o.invalid_records;
-  unknown_kinds += o.unknown_kinds;
-  warmup_discarded += o.warmup_discarded;
-  buffers += o.buffers;
-  buffer_bytes += o.buffer_bytes;
-  pool_exhausted += o.pool_exhausted;
+  for (const RecordCountField& f : kRecordCountFields) this->*f.member += o.*f.member;
+  for (const LoadIssue& oi : o.load_issues) {
+    auto it = std::find_if(load_issues.begin(), load_issues.end(), [&](const LoadIssue& i) { return i.what == oi.what; });
+    if (it == load_issues.end()) load_issues.push_back(oi);
+    else it->records += oi.records;
+  }
   return *this;
+}
+
+uint64_t reject_repeated_correlations(Trace& t) {
+  std::unordered_set<uint64_t> seen[2];  // (pid, correlation) per ApiKind
+  uint64_t n = 0;
+  for (const ApiCall& a : t.api_calls) {
+    if (a.correlation == 0) continue;  // no id: nothing links to it
+    if (seen[int(a.kind) & 1].insert((uint64_t(a.pid) << 32) | a.correlation).second) continue;
+    ++n;
+    t.counts.reject("API call repeats the correlation id of an earlier call of its process (the GPU op's launch "
+                    "call is ambiguous)",
+                    kNoIndex,
+                    "correlation " + std::to_string(a.correlation) + " of pid " + std::to_string(a.pid) + ", " +
+                        t.str(a.name) + " at " + std::to_string(a.start) + " ns");
+  }
+  return n;
 }
 
 // ---------------------------------------------------------------- Trace
@@ -445,12 +467,15 @@ std::string first_difference(const Trace& a, const Trace& b, bool api_modulo) {
   size_t i = 0;
   d.check("trace", i, "base_time", a.base_time, b.base_time);
   d.check("trace", i, "session_start_utc_ns", a.session_start_utc_ns, b.session_start_utc_ns);
-  d.check("counts", i, "dropped", a.counts.dropped, b.counts.dropped);
-  d.check("counts", i, "zero_timestamps", a.counts.zero_timestamps, b.counts.zero_timestamps);
-  d.check("counts", i, "end_before_start", a.counts.end_before_start, b.counts.end_before_start);
-  d.check("counts", i, "overhead_records", a.counts.overhead_records, b.counts.overhead_records);
-  d.check("counts", i, "invalid_records", a.counts.invalid_records, b.counts.invalid_records);
-  d.check("counts", i, "warmup_discarded", a.counts.warmup_discarded, b.counts.warmup_discarded);
+  for (const RecordCountField& f : kRecordCountFields) d.check("counts", i, f.name, a.counts.*f.member, b.counts.*f.member);
+  d.size("load_issues", a.counts.load_issues, b.counts.load_issues);
+  for (size_t j = 0; d.out.empty() && j < a.counts.load_issues.size(); ++j) {
+    const LoadIssue &x = a.counts.load_issues[j], &y = b.counts.load_issues[j];
+    d.check("load_issues", j, "what", x.what, y.what);
+    d.check("load_issues", j, "records", x.records, y.records);
+    d.check("load_issues", j, "first", x.first, y.first);
+    d.check("load_issues", j, "first_value", x.first_value, y.first_value);
+  }
   return d.out;
 }
 

@@ -266,8 +266,24 @@ static_assert(sizeof(NvtxRange) <= 100 && sizeof(Allocation) <= 100 && sizeof(Co
                   sizeof(Overhead) <= 100,
               "NVTX / allocation / counter / overhead records must stay <= 100 bytes");
 
-// Record quality counters. Any non-zero value in dropped / zero_timestamps / end_before_start
-// makes a run's result suspect; the CLI says so and exits non-zero unless allowed.
+// A kind of record a trace loader refused or could not read unambiguously: a field outside the
+// trace model's range (a stream id of 2^40, a timestamp of 1e308 us), a kernel written as a
+// "B"/"E" pair, an API call repeating another's correlation id. The records are counted (and,
+// unless only ambiguous, dropped) so that a report never rests silently on them.
+struct LoadIssue {
+  std::string what;         // where and what, without the value: "traceEvents: kernel args.\"stream\" outside
+                            // 0..4294967294", "CUPTI_ACTIVITY_KIND_KERNEL: end < start"
+  uint64_t records = 0;     // records with it
+  uint64_t first = 0;       // the first one's index in "traceEvents", or its rowid in the table
+                            // (kNoIndex: first_value says where it is)
+  std::string first_value;  // the value it carried ("" when none applies)
+};
+
+inline constexpr uint64_t kNoIndex = ~uint64_t(0);
+
+// Record quality counters. Any non-zero value in dropped / zero_timestamps / end_before_start /
+// invalid_records / rejected_on_load makes a result suspect; the CLI says so and exits non-zero
+// unless allowed.
 struct RecordCounts {
   uint64_t dropped = 0;           // cuptiActivityGetNumDroppedRecords, summed over contexts
   uint64_t zero_timestamps = 0;   // records with start or end == 0
@@ -279,9 +295,37 @@ struct RecordCounts {
   uint64_t buffers = 0;           // CUPTI buffers completed
   uint64_t buffer_bytes = 0;      // bytes of records delivered
   uint64_t pool_exhausted = 0;    // buffer requests refused because the pool cap was reached
+  uint64_t rejected_on_load = 0;  // records a trace loader dropped or found ambiguous (load_issues says why)
+  std::vector<LoadIssue> load_issues;  // one per kind of problem, in the order first met
 
-  bool clean() const { return dropped == 0 && zero_timestamps == 0 && end_before_start == 0 && invalid_records == 0; }
-  RecordCounts& operator+=(const RecordCounts& o);
+  bool clean() const {
+    return dropped == 0 && zero_timestamps == 0 && end_before_start == 0 && invalid_records == 0 &&
+           rejected_on_load == 0;
+  }
+  // Counts one record with `what` (first met at `where`, carrying `value`).
+  void reject(std::string_view what, uint64_t where, std::string_view value);
+  RecordCounts& operator+=(const RecordCounts& o);  // issues merged by `what`, the earlier first kept
+};
+
+// RecordCounts by name, in the order the exports write them (Kineto JSON "streamlab" -> "counts"
+// {"<name>": N, ...}, SQLite STREAMLAB_META rows "count.<name>") and every reader, report and
+// comparison of counts uses.
+struct RecordCountField {
+  const char* name;
+  uint64_t RecordCounts::*member;
+};
+inline constexpr RecordCountField kRecordCountFields[] = {
+    {"dropped", &RecordCounts::dropped},
+    {"zero_timestamps", &RecordCounts::zero_timestamps},
+    {"end_before_start", &RecordCounts::end_before_start},
+    {"overhead_records", &RecordCounts::overhead_records},
+    {"invalid_records", &RecordCounts::invalid_records},
+    {"unknown_kinds", &RecordCounts::unknown_kinds},
+    {"warmup_discarded", &RecordCounts::warmup_discarded},
+    {"buffers", &RecordCounts::buffers},
+    {"buffer_bytes", &RecordCounts::buffer_bytes},
+    {"pool_exhausted", &RecordCounts::pool_exhausted},
+    {"rejected_on_load", &RecordCounts::rejected_on_load},
 };
 
 struct Trace {
@@ -326,6 +370,12 @@ struct Trace {
   // Display name for a stream: its NVTX name, else "stream N".
   std::string stream_label(uint32_t id) const;
 };
+
+// What a loader checks once a trace is whole (after finalize): API calls of one process that
+// repeat the correlation id of an earlier call of the same kind (runtime or driver). A GPU op
+// is linked to one launch call by that id, so its launch delay would rest on a guess; they are
+// counted as rejected (the first call keeps the id). Returns how many.
+uint64_t reject_repeated_correlations(Trace& t);
 
 // The role in a stream's label: the text after its last '.' ("L3.aux0" -> "aux0", "target.aux0"
 // -> "aux0"); the whole label when it has no '.' or ends with one. Programs that name streams

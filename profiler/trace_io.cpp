@@ -139,8 +139,8 @@ class Ev {
   // Integer (or integral number, or numeric string: some traces write ids as strings).
   static bool try_integer(dom::element v, int64_t& out) {
     switch (v.type()) {
-      case Type::INT64:
-      case Type::UINT64: out = as_int64(v); return true;
+      case Type::INT64: out = v.get_int64().value_unsafe(); return true;
+      case Type::UINT64: out = saturated(v.get_uint64().value_unsafe()); return true;
       case Type::DOUBLE: {
         double d = v.get_double().value_unsafe();
         if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9.2e18) {
@@ -266,11 +266,20 @@ struct Malformed {
   std::string what;
 };
 
+// An integer into T: one T cannot hold is refused, not wrapped (a stream id of 2^40 is not 0).
+template <class T>
+T fitted(dom::element e, auto v) {
+  if constexpr (std::is_integral_v<T>) {
+    if (!std::in_range<T>(v)) throw Malformed{"integer " + brief(e) + " outside the range of its field"};
+  }
+  return T(v);
+}
+
 template <class T>
 T get_num(dom::element e) {
   switch (e.type()) {
-    case Type::INT64: return T(e.get_int64().value_unsafe());
-    case Type::UINT64: return T(e.get_uint64().value_unsafe());
+    case Type::INT64: return fitted<T>(e, e.get_int64().value_unsafe());
+    case Type::UINT64: return fitted<T>(e, e.get_uint64().value_unsafe());
     case Type::DOUBLE: {
       double d = e.get_double().value_unsafe();
       if constexpr (std::is_floating_point_v<T>) {
@@ -278,7 +287,7 @@ T get_num(dom::element e) {
       } else {
         // nlohmann casts; out-of-range casts are undefined behaviour, so clamp through int64.
         if (!std::isfinite(d) || std::fabs(d) >= 9.2e18) throw Malformed{"number " + brief(e) + " out of range"};
-        return T(int64_t(d));
+        return fitted<T>(e, int64_t(d));
       }
     }
     case Type::BOOL: return T(e.get_bool().value_unsafe() ? 1 : 0);
@@ -369,16 +378,9 @@ void load_block(dom::object block, Trace& t, const std::string& origin) {
       section = "counts";
       Fields c;
       if (is_type(*e, Type::OBJECT)) c = fields_of(get_obj(*e));
-      t.counts.dropped = value_or<uint64_t>(c, "dropped", 0);
-      t.counts.zero_timestamps = value_or<uint64_t>(c, "zero_timestamps", 0);
-      t.counts.end_before_start = value_or<uint64_t>(c, "end_before_start", 0);
-      t.counts.overhead_records = value_or<uint64_t>(c, "overhead_records", 0);
-      t.counts.invalid_records = value_or<uint64_t>(c, "invalid_records", 0);
-      t.counts.unknown_kinds = value_or<uint64_t>(c, "unknown_kinds", 0);
-      t.counts.warmup_discarded = value_or<uint64_t>(c, "warmup_discarded", 0);
-      t.counts.buffers = value_or<uint64_t>(c, "buffers", 0);
-      t.counts.buffer_bytes = value_or<uint64_t>(c, "buffer_bytes", 0);
-      t.counts.pool_exhausted = value_or<uint64_t>(c, "pool_exhausted", 0);
+      RecordCounts given;
+      for (const RecordCountField& f : kRecordCountFields) given.*f.member = value_or<uint64_t>(c, f.name, 0);
+      t.counts = counts_with_rejections(std::move(given), t.counts);
     }
     if (auto e = find(b, "metadata")) {
       section = "metadata";
@@ -507,6 +509,7 @@ struct TraceSink {
   std::vector<CounterSample>& counters;
   RecordCounts& counts;
   uint64_t skipped = 0;
+  uint64_t event = 0;  // index of the event read (in "traceEvents")
 
   explicit TraceSink(Trace& tr)
       : t(tr), kernels(tr.kernels), memcpys(tr.memcpys), memsets(tr.memsets), api_calls(tr.api_calls),
@@ -613,6 +616,7 @@ Trace load_kineto_doc(dom::element doc, const std::string& origin, JsonLoadStats
   else finish_pytorch_trace(t, base, sink.skipped);
   auto t2 = std::chrono::steady_clock::now();
   t.finalize();
+  reject_repeated_correlations(t);
   if (stats) {
     stats->json_events = i;
     stats->events_s = std::chrono::duration<double>(t1 - t0).count();
@@ -625,6 +629,13 @@ Trace load_kineto_doc(dom::element doc, const std::string& origin, JsonLoadStats
 }  // namespace
 
 namespace trace_io_detail {
+
+RecordCounts counts_with_rejections(RecordCounts block, const RecordCounts& loaded) {
+  RecordCounts rejected;
+  rejected.rejected_on_load = loaded.rejected_on_load;
+  rejected.load_issues = loaded.load_issues;
+  return block += rejected;
+}
 
 bool block_has_counts(dom::object block) {
   for (dom::key_value_pair kv : block)
@@ -652,6 +663,12 @@ Ns base_time_of(const TopLevel& top, const std::string& origin) {
   if (!top.has_base) return 0;
   if (!is_integer(top.base))
     fail(origin, ": expected \"baseTimeNanoseconds\" to be an integer, found ", type_name(top.base), " ", brief(top.base));
+  // Epoch nanoseconds: at most 2^62 (year 2116), so that base + ts stays inside int64.
+  const bool fits = is_type(top.base, Type::INT64) && top.base.get_int64().value_unsafe() >= 0 &&
+                    top.base.get_int64().value_unsafe() <= kMaxTraceNs;
+  if (!fits)
+    fail(origin, ": \"baseTimeNanoseconds\" ", brief(top.base), " outside 0..", kMaxTraceNs,
+         " (epoch nanoseconds the trace model holds)");
   return as_int64(top.base);
 }
 

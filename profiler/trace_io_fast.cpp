@@ -659,7 +659,7 @@ class FastEvent {
   static bool try_integer(const Scalar& v, int64_t& out) {
     switch (v.kind) {
       case Kind::Int64: out = v.i; return true;
-      case Kind::UInt64: out = int64_t(v.u); return true;
+      case Kind::UInt64: out = saturated(v.u); return true;
       case Kind::Double:
         if (std::isfinite(v.d) && v.d == std::floor(v.d) && std::fabs(v.d) < 9.2e18) {
           out = int64_t(v.d);
@@ -791,8 +791,9 @@ struct ChunkSink {
   std::vector<MemoryOp> memory_ops;
   std::vector<Process> processes;
   std::vector<Thread> threads;
-  RecordCounts counts;
+  RecordCounts counts;  // load issues with `first` counted from the chunk's first event
   uint64_t skipped = 0;
+  uint64_t event = 0;  // index of the event read, in the chunk
   ChunkStrings strings;
   bool not_ours_error = false;  // the precise loader would fail here if the document is not ours
   bool speculating = false;
@@ -1187,7 +1188,7 @@ void add_frame(Frame& f, Trace& t) {
   if (p.base_time != kNoTime) t.base_time = p.base_time;
   if (p.session_start_utc_ns != 0) t.session_start_utc_ns = p.session_start_utc_ns;
   for (auto& [k, v] : p.metadata) t.metadata[k] = std::move(v);
-  if (f.counts_given) t.counts = p.counts;
+  if (f.counts_given) t.counts = counts_with_rejections(std::move(p.counts), t.counts);
 }
 
 // ---------------------------------------------------------------- placing the chunks' records
@@ -1452,6 +1453,7 @@ class FastLoader {
       if (tk.ch(i) != ']') {
         for (;;) {
           if (tk.ch(i) != '{' || !ev.read(tk, i)) throw FastMiss{"JSON the precise loader reports"};
+          r.sink.event = r.events;
           read_event(ev, r.sink, cx);
           ++r.events;
           const char sep = tk.ch(i);
@@ -1570,6 +1572,7 @@ class FastLoader {
     pending_memory_.insert(pending_memory_.end(), s.memory_ops.begin(), s.memory_ops.end());
     for (Process& p : s.processes) pending_processes_.push_back(std::move(p));
     for (Thread& t : s.threads) pending_threads_.push_back(std::move(t));
+    for (LoadIssue& i : s.counts.load_issues) i.first += events_;  // chunk -> document index
     trace_.counts += s.counts;
     skipped_ += s.skipped;
     not_ours_error_ |= s.not_ours_error;
@@ -1641,6 +1644,7 @@ class FastLoader {
     }
     auto t0 = Clock::now();
     t.finalize(threads_);
+    reject_repeated_correlations(t);
     finalize_s_ = seconds_since(t0);
     return std::move(t);
   }
