@@ -1,4 +1,4 @@
-// Attention for all three layer types (MODEL.md 5) with vLLM's aux-stream placement
+// Attention for all three layer types (docs/model.md 5) with vLLM's aux-stream placement
 // (docs/streams.md): phase A overlaps the input GEMMs, phase B overlaps the indexer (c4a) or the
 // main compressor (c128a) with the query path, as vLLM did at the MTP fix (--placement vllm-fix)
 // or does now (vllm-head: the c4a indexer split over aux0 and aux2, the main compressor on aux1,
@@ -119,7 +119,7 @@ void DeepSeekV4::attention(int layer, const AttentionWeights& aw, LayerCache& ca
   }
 
   // ---- After the join: sparse attention over window + compressed keys, inverse RoPE,
-  // grouped low-rank output projection (MODEL.md 5.5, 5.6).
+  // grouped low-rank output projection (docs/model.md 5.5, 5.6).
   const CompressedKeys mode = type == LayerType::C4A     ? CompressedKeys::Selected
                               : type == LayerType::C128A ? CompressedKeys::All
                                                          : CompressedKeys::None;

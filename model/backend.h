@@ -1,5 +1,5 @@
 // The backend interface: the small set of ops the DeepSeek V4 + MTP forward is written
-// against (MODEL.md names). The model code (model/*.cpp) calls only these; the CPU fp32
+// against (docs/model.md names). The model code (model/*.cpp) calls only these; the CPU fp32
 // reference (model/cpu) and the CUDA backend (model/cuda) implement them. Which buffers each
 // op reads and writes is declared by the model-side facade (model/ops.h), which also records
 // the stream schedule; backends just compute.
@@ -35,7 +35,7 @@ struct Event {
   int id = -1;
 };
 
-// Which key set the sparse attention reads beyond the sliding window (MODEL.md 5.5).
+// Which key set the sparse attention reads beyond the sliding window (docs/model.md 5.5).
 enum class CompressedKeys { None, All, Selected };
 
 struct MemoryStats {
@@ -101,7 +101,7 @@ class Backend {
   virtual Event create_timing_mark(const std::string& name);
   virtual void record_timing_mark(Event e, Stream s);
   virtual double elapsed_ms(Event from, Event to);  // from the mark `from` to the mark `to`
-  // Annotation ranges (NVTX on CUDA; no-op on CPU). Names follow MODEL.md.
+  // Annotation ranges (NVTX on CUDA; no-op on CPU). Names follow docs/model.md.
   virtual void range_push(const char* name) {}
   virtual void range_pop() {}
 
@@ -115,7 +115,7 @@ class Backend {
   // out[M,N] = a[M,K] . w[N,K]^T, fp32 accumulation. out is act_dtype or F32; a is act_dtype
   // or F32; w is weight_dtype or F32.
   virtual void gemm(Stream s, const Tensor& out, const Tensor& a, const Tensor& w) = 0;
-  // Block-diagonal ("grouped") GEMM of the output projection (MODEL.md 5.6):
+  // Block-diagonal ("grouped") GEMM of the output projection (docs/model.md 5.6):
   // out[M, G*N] with out[:, g*N:(g+1)*N] = a[:, g*K:(g+1)*K] . w[g*N:(g+1)*N, :]^T.
   virtual void gemm_grouped(Stream s, const Tensor& out, const Tensor& a, const Tensor& w, int groups) = 0;
   // out[r,:] = w . x[r,:] / sqrt(mean(x[r,:]^2) + eps). Rows = numel/dim where dim = last dim
@@ -129,7 +129,7 @@ class Backend {
     rmsnorm(s, out2, x2, w2, eps2);
   }
   // out = rmsnorm over the last dim of x [T, heads, dim], then RoPE on out (the query's per-head
-  // norm and rotation, MODEL.md 5.2) in one op. The default runs rmsnorm, then rope.
+  // norm and rotation, docs/model.md 5.2) in one op. The default runs rmsnorm, then rope.
   virtual void rmsnorm_rope(Stream s, const Tensor& out, const Tensor& x, const Tensor& w, float eps,
                             const Tensor& pos, const Tensor& table) {
     const int64_t dim = x.dim(-1);
@@ -138,7 +138,7 @@ class Backend {
   }
   // out = a + b (same shape).
   virtual void add(Stream s, const Tensor& out, const Tensor& a, const Tensor& b) = 0;
-  // Interleaved RoPE (MODEL.md 3.2) in place on the last R = table.dim(1) dims of each head
+  // Interleaved RoPE (docs/model.md 3.2) in place on the last R = table.dim(1) dims of each head
   // vector: x [T, heads, dim], angle row pos[t] of table (F32 [P, R]: R/2 cos then R/2 sin).
   // inverse: sin -> -sin.
   virtual void rope(Stream s, const Tensor& x, const Tensor& pos, const Tensor& table, bool inverse) = 0;
@@ -151,7 +151,7 @@ class Backend {
   virtual void argmax(Stream s, const Tensor& out, const Tensor& logits) = 0;
   // out[i, :] = in[rows[i], :] (rows I32 [n]).
   virtual void gather_rows(Stream s, const Tensor& out, const Tensor& in, const Tensor& rows) = 0;
-  // MTP token shift (MODEL.md 7, step 0): tokens are B sequences of T0 tokens each;
+  // MTP token shift (docs/model.md 7, step 0): tokens are B sequences of T0 tokens each;
   // out[b*T0 + i] = tokens[b*T0 + i + 1] for i < T0-1, and sampled[b] for i = T0-1.
   virtual void shift_tokens(Stream s, const Tensor& out, const Tensor& tokens, const Tensor& sampled) = 0;
 
@@ -184,13 +184,13 @@ class Backend {
   virtual void cache_rollback(Stream s, const Tensor& tags, const Tensor& entries, const Tensor& new_len, int ratio,
                               int extent) = 0;
 
-  // ---------------------------------------------------------------- mHC (MODEL.md 3.4)
+  // ---------------------------------------------------------------- mHC (docs/model.md 3.4)
   // X [T, hc, D] act. fn F32 [mix, hc*D], scale F32 [3], base F32 [mix].
   // Writes y [T, D] act, post F32 [T, hc], comb F32 [T, hc, hc] (Sinkhorn-normalised).
   virtual void hc_pre(Stream s, const Tensor& y, const Tensor& post, const Tensor& comb, const Tensor& X,
                       const Tensor& fn, const Tensor& scale, const Tensor& base, int sinkhorn_iters, float hc_eps,
                       float rms_eps) = 0;
-  // hc_pre, then out = rmsnorm(y, norm_w, norm_eps): a sub-layer's input (MODEL.md 4, hc_pre ->
+  // hc_pre, then out = rmsnorm(y, norm_w, norm_eps): a sub-layer's input (docs/model.md 4, hc_pre ->
   // RMSNorm) in one op, so that a backend may fuse the two (the CUDA backend does: one kernel
   // launch fewer per sub-layer). y, post and comb are written as by hc_pre. The default runs the
   // two ops.
@@ -204,7 +204,7 @@ class Backend {
   virtual void hc_post(Stream s, const Tensor& X_out, const Tensor& f, const Tensor& res, const Tensor& post,
                        const Tensor& comb) = 0;
   // f = f1 + f2, then hc_post(X_out, f, res, post, comb): the MoE's routed + shared sum and the
-  // FFN sub-layer's hc_post (MODEL.md 4, 6) in one op, so that a backend may fuse them. The
+  // FFN sub-layer's hc_post (docs/model.md 4, 6) in one op, so that a backend may fuse them. The
   // default runs add, then hc_post.
   virtual void add_hc_post(Stream s, const Tensor& X_out, const Tensor& f, const Tensor& f1, const Tensor& f2,
                            const Tensor& res, const Tensor& post, const Tensor& comb) {
@@ -214,17 +214,17 @@ class Backend {
   // h[t, :] = sum_s (sigmoid(m_s * scale[0] + base[s]) + hc_eps) * X[t, s, :]; fn F32 [hc, hc*D].
   virtual void hc_head(Stream s, const Tensor& h, const Tensor& X, const Tensor& fn, const Tensor& scale,
                        const Tensor& base, float hc_eps, float rms_eps) = 0;
-  // Residual expansion (MODEL.md 2): X[t, s, :] = e[t, :] for every stream s.
+  // Residual expansion (docs/model.md 2): X[t, s, :] = e[t, :] for every stream s.
   virtual void hc_expand(Stream s, const Tensor& X, const Tensor& e) = 0;
-  // MTP input (MODEL.md 7): X[t, s, :] = hp[t, s, :] + ep[t, :].
+  // MTP input (docs/model.md 7): X[t, s, :] = hp[t, s, :] + ep[t, :].
   virtual void mtp_combine(Stream s, const Tensor& X, const Tensor& hp, const Tensor& ep) = 0;
 
-  // ---------------------------------------------------------------- attention (MODEL.md 5)
+  // ---------------------------------------------------------------- attention (docs/model.md 5)
   // Sliding-window cache insert: cache [B, cap, d] act, tags I32 [B, cap]; k [T, d].
   // Slot pos % cap of row seq[t] gets k[t] and tag pos[t].
   virtual void swa_insert(Stream s, const Tensor& cache, const Tensor& tags, const Tensor& k, const Tensor& pos,
                           const Tensor& seq) = 0;
-  // Compressor state save (MODEL.md 5.3): u, g F32 [T, c*d] (the wkv / wgate GEMM outputs);
+  // Compressor state save (docs/model.md 5.3): u, g F32 [T, c*d] (the wkv / wgate GEMM outputs);
   // state_u, state_g F32 [B, S, c*d], state_tags I32 [B, S]. Slot p % S of row seq[t] gets
   // u[t], g[t] + ape[p % ratio] and tag p. ape F32 [ratio, c*d].
   virtual void compressor_save(Stream s, const Tensor& state_u, const Tensor& state_g, const Tensor& state_tags,
@@ -238,13 +238,13 @@ class Backend {
   virtual void compressor_pool(Stream s, const Tensor& entries, const Tensor& state_u, const Tensor& state_g,
                                const Tensor& state_tags, const Tensor& norm_w, const Tensor& table, const Tensor& pos,
                                const Tensor& seq, int ratio, bool overlap, float rms_eps) = 0;
-  // Lightning indexer scoring + top-k (MODEL.md 5.4): q [T, Hi, di] (RoPE applied), w [T, Hi]
+  // Lightning indexer scoring + top-k (docs/model.md 5.4): q [T, Hi, di] (RoPE applied), w [T, Hi]
   // (raw weights_proj output; the op applies di^-1/2 Hi^-1/2), keys [B, n_max, di].
   // score(t, j) = sum_h w_h * relu(q_h . key_j) for j < n_c = (pos+1)/ratio.
   // sel I32 [T, K]: the top min(K, n_c) j by score (higher first, ties -> lower j), then -1.
   virtual void indexer_topk(Stream s, const Tensor& sel, const Tensor& q, const Tensor& w, const Tensor& keys,
                             const Tensor& pos, const Tensor& seq, int ratio) = 0;
-  // Sparse attention with sink (MODEL.md 5.5). q [T, H, Dh]; window keys from swa/swa_tags
+  // Sparse attention with sink (docs/model.md 5.5). q [T, H, Dh]; window keys from swa/swa_tags
   // (positions max(0, p-W+1)..p whose tags match); compressed keys from comp [B, n_max, Dh]:
   // None, All (j < (p+1)/ratio), or Selected (sel [T, K], entries >= 0). Keys are values.
   // sink F32 [H]; scale = Dh^-1/2. o [T, H, Dh].
@@ -252,7 +252,7 @@ class Backend {
                                 const Tensor& swa_tags, const Tensor& comp, const Tensor& sel, const Tensor& sink,
                                 const Tensor& pos, const Tensor& seq, int window, CompressedKeys mode, int ratio) = 0;
 
-  // ---------------------------------------------------------------- MoE (MODEL.md 6)
+  // ---------------------------------------------------------------- MoE (docs/model.md 6)
   // Routing from F32 logits [T, E]: s = sqrt(softplus(z)); ids I32 [T, k] from tid2eid
   // (I32 [V, k], indexed by tokens[t]) when given, else top-k of s + bias (F32 [E]; ties ->
   // lower index); weights F32 [T, k] = s[ids] / sum * scaling (sum <= 0 -> divide by 1).
@@ -265,7 +265,7 @@ class Backend {
                            const Tensor& w1, const Tensor& w2, const Tensor& w3, float swiglu_limit,
                            const Tensor& workspace) = 0;
   virtual size_t moe_workspace_bytes(int64_t tokens, int k, int D, int F, int E) const = 0;
-  // out = silu(min(g, L)) * clamp(u, -L, L) (MODEL.md 3.3).
+  // out = silu(min(g, L)) * clamp(u, -L, L) (docs/model.md 3.3).
   virtual void swiglu(Stream s, const Tensor& out, const Tensor& g, const Tensor& u, float limit) = 0;
   // Two projections of one input, out1 = a . w1^T and out2 = a . w2^T (wq_a and wkv; a
   // compressor's wkv and wgate), in one op so that a backend may run them as one launch. The
@@ -275,7 +275,7 @@ class Backend {
     gemm(s, out1, a, w1);
     gemm(s, out2, a, w2);
   }
-  // A dense SwiGLU expert's input half (the shared expert, MODEL.md 6): g = x . w1^T, u = x . w3^T,
+  // A dense SwiGLU expert's input half (the shared expert, docs/model.md 6): g = x . w1^T, u = x . w3^T,
   // act = swiglu(g, u, limit), in one op so that a backend may fuse them (the CUDA backend does at
   // decode sizes, and then leaves g and u unwritten: act is the op's result). The default runs
   // the three ops.

@@ -1,5 +1,5 @@
 // Model configuration: parsing DeepSeek's config.json layout (plus streamlab's knobs),
-// validation against MODEL.md section 11, and the built-in configs in model/configs.
+// validation against docs/model.md section 11, and the built-in configs in model/configs.
 #include "model/config.h"
 
 #include <algorithm>
@@ -41,7 +41,7 @@ int ModelConfig::layer_ratio(int layer) const {
 LayerType ModelConfig::layer_type(int layer) const {
   int r = layer_ratio(layer);
   if (r == 1) return LayerType::Sliding;
-  if (r == 4) return LayerType::C4A;  // overlap + indexer are tied to the value 4 (MODEL.md 11.5)
+  if (r == 4) return LayerType::C4A;  // overlap + indexer are tied to the value 4 (docs/model.md 11, constraint 5)
   return LayerType::C128A;            // any other ratio > 1: heavily compressed, all entries attended
 }
 
@@ -177,7 +177,7 @@ ModelConfig config_from_json(const json& j, const std::string& source) {
         else if (r.key() == "beta_fast") c.yarn_beta_fast = P.get_double(rk, r.value());
         else if (r.key() == "beta_slow") c.yarn_beta_slow = P.get_double(rk, r.value());
         else if (r.key() == "mscale" || r.key() == "mscale_all_dim") {
-          // vLLM forces both to 0 (magnitude factor 1, MODEL.md 3.2); accepted and ignored.
+          // vLLM forces both to 0 (magnitude factor 1, docs/model.md 3.2); accepted and ignored.
           P.get_double(rk, r.value());
         } else
           fail("config ", source, ": unknown key '", rk, "'");

@@ -1,4 +1,4 @@
-// Model configuration: the DeepSeek V4 config.json keys (MODEL.md section 1) plus streamlab's
+// Model configuration: the DeepSeek V4 config.json keys (docs/model.md section 1) plus streamlab's
 // run knobs. Loaded from JSON (a built-in name such as `tiny`, or a path), overridden from the
 // command line, then validated: a bad config is rejected with the key and the broken constraint.
 #pragma once
@@ -9,7 +9,7 @@
 
 namespace sl {
 
-// Per-layer attention type (MODEL.md 1.2). Stored as a type, not inferred from the ratio
+// Per-layer attention type (docs/model.md 1.2). Stored as a type, not inferred from the ratio
 // value at use sites: the HCA ratio may be shrunk (tiny uses 16) while c4a stays 4.
 enum class LayerType { Sliding, C4A, C128A };
 const char* layer_type_name(LayerType t);  // "sliding", "c4a", "c128a"
@@ -22,7 +22,7 @@ constexpr int kMaxBatch = 65536;   // sequences per step
 struct ModelConfig {
   std::string name = "custom";
 
-  // ---- DeepSeek config.json keys (MODEL.md 1.1) ----
+  // ---- DeepSeek config.json keys (docs/model.md 1.1) ----
   int vocab_size = 0;
   int hidden_size = 0;                 // D
   int num_hidden_layers = 0;           // L
@@ -59,8 +59,8 @@ struct ModelConfig {
 
   // ---- streamlab knobs (file or command line) ----
   int mtp_compress_ratio = 0;        // 0 (the real checkpoint: sliding-window MTP), 4 or 128
-  bool swa_layers_use_yarn = true;   // MODEL.md 3.2 [DIFF]: true = vLLM, false = reference/HF
-  bool mtp_zero_embed_pos0 = true;   // MODEL.md 7 [vLLM only]
+  bool swa_layers_use_yarn = true;   // docs/model.md 3.2 and 12.2: true = vLLM, false = reference/HF
+  bool mtp_zero_embed_pos0 = true;   // docs/model.md 7 and 12.2: vLLM's behaviour
   int batch = 1;                     // sequences per step
   int context_length = 32;           // prompt tokens per sequence
   int draft_steps = 1;               // k, MTP draft steps per decode step
@@ -82,11 +82,11 @@ struct ModelConfig {
 // file. Throws sl::Error naming the file and the key on any problem.
 ModelConfig load_config(const std::string& name_or_path);
 ModelConfig config_from_json(const nlohmann::json& j, const std::string& source);
-// Validates every constraint of MODEL.md section 11; throws naming the key and constraint.
+// Validates every constraint of docs/model.md section 11; throws naming the key and constraint.
 void validate(const ModelConfig& c);
 // The MTP layers' compress ratio (0, 4 or 128): the knob and the MTP slot of compress_ratios.
 void set_mtp_compress_ratio(ModelConfig& c, int ratio);
-// DeepSeek layout (the keys of MODEL.md 1.1, plus streamlab's knobs under their own names).
+// DeepSeek layout (the keys of docs/model.md 1.1, plus streamlab's knobs under their own names).
 nlohmann::json config_to_json(const ModelConfig& c);
 // Names of the built-in configs (files in model/configs).
 std::vector<std::string> builtin_config_names();

@@ -1,4 +1,4 @@
-// The target forward (MODEL.md 2), the decoder layer (MODEL.md 4) and the LM head.
+// The target forward (docs/model.md 2), the decoder layer (docs/model.md 4) and the LM head.
 #include <algorithm>
 
 #include "model/model_internal.h"
@@ -98,7 +98,7 @@ void DeepSeekV4::target_forward(const Step& st) {
   for (int l = 0; l < cfg_.num_hidden_layers; ++l) decoder_layer(l, w_.layers[size_t(l)], caches_[size_t(l)], X, Xtmp, st);
 }
 
-// MODEL.md 4: two sub-layers, each hc_pre -> RMSNorm -> f -> hc_post. X is the residual in
+// docs/model.md 4: two sub-layers, each hc_pre -> RMSNorm -> f -> hc_post. X is the residual in
 // and out; Xtmp holds it between the two sub-layers.
 void DeepSeekV4::decoder_layer(int layer, const BlockWeights& bw, LayerCache& cache, const Tensor& X,
                                const Tensor& Xtmp, const Step& st) {
@@ -128,7 +128,7 @@ void DeepSeekV4::decoder_layer(int layer, const BlockWeights& bw, LayerCache& ca
   }
 }
 
-// Final collapse of the 4 streams, norm and vocabulary projection (MODEL.md 2 and 7).
+// Final collapse of the 4 streams, norm and vocabulary projection (docs/model.md 2 and 7).
 void DeepSeekV4::lm_head(Stream s, const Tensor& X, int rows, const Tensor& hc_fn, const Tensor& hc_scale,
                          const Tensor& hc_base, const Tensor& norm_w, const Tensor& logits) {
   Ops::Scope scope(ops_, "head");

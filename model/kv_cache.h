@@ -1,4 +1,4 @@
-// Per-layer caches (MODEL.md 5.2-5.4), one row per sequence:
+// Per-layer caches (docs/model.md 5.7), one row per sequence:
 // - the sliding-window cache: a ring of K (= V) vectors with a position tag per slot;
 // - for compressed layers, the compressor's state ring (u and g of recent tokens, fp32) and
 //   the compressed entries;

@@ -1,4 +1,4 @@
-// MoE (MODEL.md 6): router + routed experts on the main stream, the shared expert on the
+// MoE (docs/model.md 6): router + routed experts on the main stream, the shared expert on the
 // process-global shared-expert stream when the batch is small (vLLM's rule), joined back to the
 // main stream before the caller sums the two (decoder_layer's add_hc_post).
 #include "model/model_internal.h"

@@ -1,4 +1,4 @@
-// MTP draft steps (MODEL.md 7). Step 0 runs over every token the target just processed
+// MTP draft steps (docs/model.md 7). Step 0 runs over every token the target just processed
 // (input: the target's pre-hc_head residual and the next token); step s >= 1 runs one token
 // per sequence on the previous step's residual and draft token. MTP layer = step mod N.
 #include "model/model_internal.h"

@@ -1,4 +1,4 @@
-// The model-side facade over the backend: every op call names itself (MODEL.md names),
+// The model-side facade over the backend: every op call names itself (docs/model.md names),
 // declares the buffers it reads and writes, is recorded in the stream schedule when one is
 // attached, and is annotated with a backend range (NVTX on CUDA). The model code calls only
 // this; backends only compute.

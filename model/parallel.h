@@ -1,4 +1,4 @@
-// Fork/join over a layer's aux streams, as vLLM's two primitives do it (MODEL.md section 10):
+// Fork/join over a layer's aux streams, as vLLM's two primitives do it (docs/model.md section 10):
 //
 // execute_in_parallel (phase A): record the fork event on the main stream; for each aux
 // function, switch to its stream, wait on the fork, run it, record its done event (aux work

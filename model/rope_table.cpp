@@ -1,4 +1,4 @@
-// RoPE angle tables (MODEL.md 3.2).
+// RoPE angle tables (docs/model.md 3.2).
 //
 // Precision: the tables follow vLLM's construction step by step in fp32 (the inverse
 // frequencies, the YaRN ramp and blend, and the angle float32(p) * inv[i] each rounded to fp32

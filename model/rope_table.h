@@ -1,4 +1,4 @@
-// The RoPE angle tables (MODEL.md 3.2), built on the host and uploaded by every backend, so
+// The RoPE angle tables (docs/model.md 3.2), built on the host and uploaded by every backend, so
 // that the CPU reference and the CUDA backend rotate by bit-identical cos/sin values.
 //
 // A table is F32 [max_positions, R]: row p is cos(theta(p, 0..R/2-1)) then
@@ -10,7 +10,7 @@
 
 namespace sl {
 
-// YaRN's correction range (MODEL.md 3.2): frequencies i <= lo keep the original rotation
+// YaRN's correction range (docs/model.md 3.2): frequencies i <= lo keep the original rotation
 // (extrapolation), i >= hi are divided by the scaling factor (interpolation), and the ramp
 // blends linearly in between. hi is a double because it is nudged by 0.001 when lo == hi.
 struct YarnRange {
@@ -30,7 +30,7 @@ std::vector<float> rope_inv_freq(int R, double base, bool yarn, const ModelConfi
 // [max_positions, R] row-major, as described at the top of this file.
 std::vector<float> build_rope_table(int R, double base, bool yarn, const ModelConfig& c, int max_positions);
 
-// Which table a layer uses (MODEL.md 3.2): compressed layers (c4a, c128a) rotate with
+// Which table a layer uses (docs/model.md 3.2): compressed layers (c4a, c128a) rotate with
 // compress_rope_theta and YaRN; sliding-only layers (and the MTP layer unless it is
 // configured with a compressor) with rope_theta, and YaRN only if c.swa_layers_use_yarn
 // (true = vLLM; false = DeepSeek's reference / HF). layer >= num_hidden_layers is an MTP layer.

@@ -1,4 +1,4 @@
-// Weight specs (MODEL.md section 9), deterministic initialisation, and checkpoint I/O in
+// Weight specs (docs/model.md section 9), deterministic initialisation, and checkpoint I/O in
 // DeepSeek's safetensors layout.
 #include "model/weights.h"
 
@@ -45,7 +45,8 @@ namespace fs = std::filesystem;
 //   (~sqrt(layers)) rather than exponentially, and the streams stay distinct.
 // - attn_sink, compressor ape, gate.bias: 0.1 U (small offsets, same order as trained
 //   models; they perturb but do not dominate the softmaxes / the top-k).
-// - tid2eid: k distinct expert ids per vocabulary row (MODEL.md 11.6 [ASSUMED]).
+// - tid2eid: k distinct expert ids per vocabulary row (docs/model.md section 11, constraint 6;
+//   an assumption, 12.3).
 namespace {
 
 constexpr float kNormScale = 0.1f, kNormOffset = 1.0f;
@@ -78,7 +79,7 @@ struct SpecBuilder {
     add(prefix + "scale", Shape{nscale}, scale, kHcScaleNoise, kHcScaleOffset, true);
   }
   void compressor(const std::string& p, int ratio, int d, CompressorWeights& w) {
-    const int cc = ratio == 4 ? 2 : 1;  // overlap doubles the channels (MODEL.md 5.3)
+    const int cc = ratio == 4 ? 2 : 1;  // overlap doubles the channels (docs/model.md 5.3)
     linear(p + "wkv.weight", int64_t(cc) * d, c.hidden_size, &w.wkv);
     linear(p + "wgate.weight", int64_t(cc) * d, c.hidden_size, &w.wgate);
     add(p + "ape", Shape{ratio, int64_t(cc) * d}, &w.ape, kSmall, 0.f, true);

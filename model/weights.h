@@ -1,4 +1,4 @@
-// The model's weights, named and shaped as DeepSeek's checkpoint (MODEL.md section 9), and
+// The model's weights, named and shaped as DeepSeek's checkpoint (docs/model.md section 9), and
 // the three ways to fill them: deterministic random initialisation from a seed, loading a
 // checkpoint directory (config.json + *.safetensors), and saving one.
 //
@@ -88,8 +88,8 @@ struct WeightSpec {
 // Every tensor of the checkpoint, in a fixed order. `w` must outlive the specs; its
 // tensors are filled in by allocate_weights.
 std::vector<WeightSpec> weight_specs(const ModelConfig& c, ModelWeights& w);
-// Bytes the weights take on a backend whose weight dtype is `wdt` (F32 kept where MODEL.md
-// keeps it). Printed before allocation.
+// Bytes the weights take on a backend whose weight dtype is `wdt` (the tensors docs/model.md 8
+// keeps in F32 stay F32). Printed before allocation.
 size_t weight_bytes(const ModelConfig& c, DType wdt);
 // Allocates every weight tensor on the backend (one allocation per dst tensor).
 void allocate_weights(Backend& be, const ModelConfig& c, ModelWeights& w);

@@ -1,6 +1,6 @@
 // Analysis of a trace: what the streams bought.
 //
-// Definitions (docs/streams.md "Metrics", TRACING.md "Analysis"):
+// Definitions (docs/measurement.md 5; the HTA breakdowns: docs/traces.md 8):
 // - busy = length of the union of kernel intervals; overlap = time with >= 2 kernels running;
 //   overlap fraction = overlap / busy; stream overlap = time with kernels of >= 2 streams
 //   running (the same, less the overlap of kernels of one stream under PDL). Sweep over sorted start/end points; at equal timestamps

@@ -1,4 +1,4 @@
-// Kineto-style Chrome trace JSON (TRACING.md "Export 1"): opens in Perfetto UI and in
+// Kineto-style Chrome trace JSON (docs/traces.md 3): opens in Perfetto UI and in
 // Holistic Trace Analysis like a PyTorch profiler trace.
 //
 // Layout written:

@@ -1,4 +1,4 @@
-// A strict validator of the Kineto-style JSON rules of TRACING.md "Export 1", used by tests on
+// A strict validator of the Kineto-style JSON rules of docs/traces.md 3.9, used by tests on
 // streamlab's own output (and usable on any Kineto trace):
 // - top level: schemaVersion (int), deviceProperties (array), distributedInfo {"rank": int}
 //   written so HTA's rank regex (`"rank":\s+\d+`) finds it, baseTimeNanoseconds (int),

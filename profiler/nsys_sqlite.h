@@ -1,4 +1,4 @@
-// SQLite in the Nsight Systems export layout (TRACING.md "Export 2"), so that `nsys stats`
+// SQLite in the Nsight Systems export layout (docs/traces.md 5), so that `nsys stats`
 // reports (cuda_gpu_kern_sum, cuda_api_sum, nvtx_sum, cuda_gpu_trace, ...), `nsys analyze` rules
 // (gpu_gaps, ...) and users' SQL written for nsys exports run on streamlab traces.
 //

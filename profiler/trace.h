@@ -257,7 +257,7 @@ struct Thread {
 };
 #pragma pack(pop)
 
-// The compactness contract of the issue: at most 100 bytes per event held.
+// The compactness contract (docs/traces.md 1): at most 100 bytes per event held.
 static_assert(sizeof(Kernel) <= 100, "Kernel record must stay <= 100 bytes");
 static_assert(sizeof(Memcpy) <= 100 && sizeof(Memset) <= 100, "memory op records must stay <= 100 bytes");
 static_assert(sizeof(ApiCall) <= 100 && sizeof(Sync) <= 100 && sizeof(CudaEventRecord) <= 100,

@@ -149,7 +149,7 @@ for st in $stages; do case $st in
       rm -f "$W/b$b.json"
     done ;;
   shapes)
-    # Issue 3 item 6: prefill at 4k and 32k, decode at batch 1, 8, 64, MTP compress 0 and 4.
+    # Real shapes: prefill at 4k and 32k, decode at batch 1, 8, 64, MTP compress 0 and 4.
     run shape_32k_c0 150 $B/streamlab run --config flash-6l --backend cuda --policy shared --mtp-layers 1 \
       --mtp-compress 0 --batch 1 --context 32768 --steps 3 --json
     run shape_b64_c4 200 $B/streamlab run --config flash-6l --backend cuda --policy shared --mtp-layers 1 \

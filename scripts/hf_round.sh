@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Hugging Face peer comparison at flash dimensions, in one device call (issue 3, item 7b).
+# Hugging Face peer comparison at flash dimensions, in one device call.
 #
 # Our model (streamlab, CUDA, bf16) against transformers' DeepseekV4ForCausalLM on the same
 # random checkpoint and the same prompt:

@@ -1,6 +1,7 @@
-// Profiler throughput (issue 4, item 8): analysis of a synthetic 10M-event trace (target >= 5M
-// events/s), Kineto JSON export (target >= 2M events/s) and the JSON loader on 1M events (target
-// >= 5M events/s; experiments/bench/bench_trace_load.py compares it with HTA's), plus the SQLite
+// Profiler throughput against its speed targets (docs/measurement.md 7): analysis of a synthetic
+// 10M-event trace (target >= 5M events/s), Kineto JSON export (target >= 2M events/s) and the JSON
+// loader on 1M events (target >= 5M events/s; experiments/bench/bench_trace_load.py compares it
+// with HTA's), plus the SQLite
 // export and the precise JSON loader for reference. Rates are events of the trace model per second; the summary after the
 // Google Benchmark table prints wall-clock and CPU-time rates and their ratio to the targets.
 //

@@ -2,7 +2,7 @@
 """Independent peer for streamlab: Hugging Face transformers' DeepseekV4ForCausalLM.
 
 Loads a checkpoint directory that streamlab saved (DeepSeek's layout: config.json +
-model-0000K-of-0000N.safetensors + model.safetensors.index.json, tensor names of MODEL.md
+model-0000K-of-0000N.safetensors + model.safetensors.index.json, tensor names of docs/model.md
 section 9, bf16 or f32) with transformers' eager PyTorch implementation, then
 
   * --prefill TOKENS.npy [--dump-logits OUT.npy]: logits of every prompt position, float32
@@ -107,7 +107,7 @@ def convert_config(raw: dict) -> tuple[dict, list[str]]:
     if raw.get("swa_layers_use_yarn", False):
         notes.append(
             "config.json has swa_layers_use_yarn=true (vLLM RoPE); HF always uses plain RoPE on sliding layers "
-            "(MODEL.md 3.2 [DIFF]): compare with a streamlab run made with --rope plain"
+            "(docs/model.md 3.2): compare with a streamlab run made with --rope plain"
         )
     L = int(d["num_hidden_layers"])
     ratios = list(d.pop("compress_ratios"))
@@ -292,7 +292,7 @@ def patch_rmsnorm_dtype(model) -> int:
 
 
 def patch_stable_indexer_topk(model, torch) -> int:
-    """Make the lightning indexer's top-k break ties toward the lower entry index (MODEL.md 5.4's
+    """Make the lightning indexer's top-k break ties toward the lower entry index (docs/model.md 5.4's
     rule, which streamlab follows). HF calls `index_scores.topk(...)`, whose order among equal
     scores is unspecified; exact ties are common in tiny configs (score = sum_h w_h ReLU(q.k) is
     exactly 0 whenever every head's dot product is <= 0). Only the indexer's forward is affected:
@@ -374,7 +374,7 @@ def load_model(path: str, raw: dict, dtype_name: str, device: str, attn: str, to
                      "the next bf16 Linear fails)")
     if stable_topk:
         n = patch_stable_indexer_topk(model, torch)
-        notes.append(f"--stable-topk: {n} indexer top-k(s) break ties toward the lower entry index (MODEL.md 5.4)")
+        notes.append(f"--stable-topk: {n} indexer top-k(s) break ties toward the lower entry index (docs/model.md 5.4)")
     model.eval()
     n_mtp = sum(1 for n in names if n.startswith("mtp."))
     if n_mtp:
@@ -555,7 +555,7 @@ def main(argv=None) -> int:
     ap.add_argument("--attn", default="eager", help="attention implementation (HF V4 supports eager only)")
     ap.add_argument("--json", metavar="OUT.json", help="write the result JSON here (else to stdout)")
     ap.add_argument("--stable-topk", action="store_true",
-                    help="indexer top-k ties go to the lower entry index (MODEL.md 5.4, as streamlab); HF's own "
+                    help="indexer top-k ties go to the lower entry index (docs/model.md 5.4, as streamlab); HF's own "
                          "order among equal scores is unspecified")
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     args = ap.parse_args(argv)

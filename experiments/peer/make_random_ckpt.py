@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Write a random-weight checkpoint in streamlab's / DeepSeek's layout (MODEL.md section 9 names,
+"""Write a random-weight checkpoint in streamlab's / DeepSeek's layout (docs/model.md section 9 names,
 config.json + model-0000K-of-0000N.safetensors + model.safetensors.index.json) for a streamlab
 config file, without building streamlab. For trying hf_peer.py at flash dimensions on a machine
 that has torch but no streamlab build; the scales follow model/weights.cpp roughly (LeCun

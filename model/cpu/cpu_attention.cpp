@@ -1,4 +1,4 @@
-// Attention-side ops (MODEL.md 5): the sliding-window cache, the compressor (state ring +
+// Attention-side ops (docs/model.md 5): the sliding-window cache, the compressor (state ring +
 // pooling into compressed entries), the lightning indexer's top-k, and the sparse attention
 // with sink.
 //
@@ -48,7 +48,7 @@ void CpuBackend::swa_insert(Stream s, const Tensor& cache, const Tensor& tags, c
   }
 }
 
-// ---------------------------------------------------------------- compressor (MODEL.md 5.3)
+// ---------------------------------------------------------------- compressor (docs/model.md 5.3)
 
 void CpuBackend::compressor_save(Stream s, const Tensor& state_u, const Tensor& state_g, const Tensor& state_tags,
                                  const Tensor& u, const Tensor& g, const Tensor& ape, const Tensor& pos,
@@ -148,7 +148,7 @@ void CpuBackend::compressor_pool(Stream s, const Tensor& entries, const Tensor& 
   }
 }
 
-// ---------------------------------------------------------------- lightning indexer (MODEL.md 5.4)
+// ---------------------------------------------------------------- lightning indexer (docs/model.md 5.4)
 
 void CpuBackend::indexer_topk(Stream s, const Tensor& sel, const Tensor& q, const Tensor& w, const Tensor& keys,
                               const Tensor& pos, const Tensor& seq, int ratio) {
@@ -188,7 +188,7 @@ void CpuBackend::indexer_topk(Stream s, const Tensor& sel, const Tensor& q, cons
   }
 }
 
-// ---------------------------------------------------------------- sparse attention (MODEL.md 5.5)
+// ---------------------------------------------------------------- sparse attention (docs/model.md 5.5)
 
 void CpuBackend::sparse_attention(Stream s, const Tensor& o, const Tensor& q, const Tensor& swa,
                                   const Tensor& swa_tags, const Tensor& comp, const Tensor& sel, const Tensor& sink,

@@ -194,7 +194,7 @@ void CpuBackend::embed(Stream s, const Tensor& out, const Tensor& ids, const Ten
              ") of table ", describe(table));
     float* dst = out.ptr<float>() + t * D;
     // vLLM's MTP zeroes the embedding of position-0 tokens (there is no previous hidden
-    // state to pair them with); MODEL.md 7.
+    // state to pair them with); docs/model.md 7.
     if (zero_pos0 && pos.ptr<int32_t>()[t] == 0)
       std::fill_n(dst, D, 0.f);
     else

@@ -109,7 +109,7 @@ inline void rope_vec(float* v, int64_t len, const float* angles, int64_t R, bool
   }
 }
 
-// The SwiGLU-with-clamp activation of one value pair (MODEL.md 3.3): the gate is clamped
+// The SwiGLU-with-clamp activation of one value pair (docs/model.md 3.3): the gate is clamped
 // above only, the up projection on both sides.
 inline float swiglu_clamped(float g, float u, float limit) {
   g = std::min(g, limit);

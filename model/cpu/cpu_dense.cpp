@@ -64,7 +64,7 @@ void CpuBackend::gemm_grouped(Stream s, const Tensor& out, const Tensor& a, cons
   check_stream(op, s);
   const auto [M, N, K, G] = checks::validate_gemm_grouped<OpRules>(out, a, w, groups);
   // Group g maps its K-slice of every row of a to its N-slice of out with its own N rows of
-  // w: one strided GEMM per group (MODEL.md 5.6, the contiguous head groups of wo_a).
+  // w: one strided GEMM per group (docs/model.md 5.6, the contiguous head groups of wo_a).
   for (int64_t g = 0; g < G; ++g)
     matmul_nt(out.ptr<float>() + g * N, G * N, a.ptr<float>() + g * K, G * K, w.ptr<float>() + g * N * K, K, M, N,
               K);

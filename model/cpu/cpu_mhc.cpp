@@ -1,4 +1,4 @@
-// mHC, the manifold-constrained hyper-connections (MODEL.md 3.4): the residual is hc streams
+// mHC, the manifold-constrained hyper-connections (docs/model.md 3.4): the residual is hc streams
 // per token; hc_pre collapses them into a sub-layer input and produces the post/comb mixes,
 // hc_post spreads the sub-layer output back, hc_head collapses them for the LM head.
 #include <cstring>
@@ -143,7 +143,7 @@ void CpuBackend::hc_expand(Stream s, const Tensor& X, const Tensor& e) {
   const char* op = "hc_expand";
   check_stream(op, s);
   const auto [T, hc, D] = checks::validate_hc_expand<OpRules>(X, e);
-  // Every stream of the residual starts as the token's embedding (MODEL.md 2).
+  // Every stream of the residual starts as the token's embedding (docs/model.md 2).
   for (int64_t t = 0; t < T; ++t)
     for (int64_t st = 0; st < hc; ++st)
       std::memcpy(X.ptr<float>() + (t * hc + st) * D, e.ptr<float>() + t * D, size_t(D) * sizeof(float));

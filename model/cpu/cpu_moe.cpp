@@ -1,5 +1,5 @@
-// MoE (MODEL.md 6): the router (sqrt-softplus scores, hash or biased top-k selection) and
-// the routed experts (SwiGLU with clamp, MODEL.md 3.3).
+// MoE (docs/model.md 6): the router (sqrt-softplus scores, hash or biased top-k selection) and
+// the routed experts (SwiGLU with clamp, docs/model.md 3.3).
 #include <cstring>
 #include <numeric>
 

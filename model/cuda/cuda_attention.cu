@@ -1,4 +1,4 @@
-// Attention-side ops on the GPU (MODEL.md 5): the sliding-window cache insert, the compressor
+// Attention-side ops on the GPU (docs/model.md 5): the sliding-window cache insert, the compressor
 // (state save + pooling into compressed entries), the lightning indexer's scoring and top-k,
 // and the sparse attention with sink.
 //

@@ -420,7 +420,7 @@ void CudaBackend::gemm(Stream s, const Tensor& out, const Tensor& a, const Tenso
   gemm_any(*this, op, s, g, out.dtype, a.dtype, w.dtype, 1);
 }
 
-// The shared expert's w1 and w3 GEMMs and their SwiGLU (MODEL.md 6) as one GEMV launch at decode
+// The shared expert's w1 and w3 GEMMs and their SwiGLU (docs/model.md 6) as one GEMV launch at decode
 // sizes (bf16_gemv_takes: M <= 2, small bf16 weights): each warp streams the same column of both
 // matrices, and act is written without storing g and u (left untouched). act equals the three
 // ops' result bit for bit. Other shapes run the three ops.

@@ -1,6 +1,6 @@
-// mHC on the GPU (MODEL.md 3.4): hc_pre (RMS + 24 mix logits + sigmoids + Sinkhorn + the
-// pre-weighted collapse), hc_post, hc_head, hc_expand, mtp_combine. hc = 4 is baked in (the
-// spec keeps it fixed; MODEL.md 11.4).
+// mHC on the GPU (docs/model.md 3.4): hc_pre (RMS + 24 mix logits + sigmoids + Sinkhorn + the
+// pre-weighted collapse), hc_post, hc_head, hc_expand, mtp_combine. hc = 4 is baked in (a
+// config must keep it: docs/model.md section 11, constraint 4).
 //
 // The expensive part of hc_pre / hc_head is the mix GEMM m[T, mix] = X[T, 4D] . fn[mix, 4D]^T
 // (fn F32, 1.5 MiB for hc_pre at D = 4096). It runs on the tensor cores, exactly enough for

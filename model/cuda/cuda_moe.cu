@@ -1,4 +1,4 @@
-// MoE on the GPU (MODEL.md 6): routing, and the routed experts as a device-side permutation
+// MoE on the GPU (docs/model.md 6): routing, and the routed experts as a device-side permutation
 // plus one launch per expert matrix over all experts. Nothing here reads device memory on the
 // host, so the whole MoE is CUDA-graph capturable.
 //

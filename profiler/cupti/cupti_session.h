@@ -1,6 +1,6 @@
 // The CUPTI tracing session (CUDA builds only): one per process.
 //
-// TRACING.md's rules, in order of a run:
+// The rules of docs/traces.md 2, in order of a run:
 // - start() before any CUDA call: latency timestamps on; activity kinds CONCURRENT_KERNEL (never
 //   KIND_KERNEL, which serializes kernels), MEMCPY, MEMSET, RUNTIME (noisy call ids disabled at
 //   the source), DRIVER (optional), SYNCHRONIZATION, CUDA_EVENT (where available), MEMORY2,

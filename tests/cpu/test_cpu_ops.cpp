@@ -399,7 +399,7 @@ struct HcRef {
   std::vector<double> y, post, comb;
 };
 
-// MODEL.md 3.4 in double, written from the spec.
+// docs/model.md 3.4 in double, written from the document.
 HcRef ref_hc_pre(const std::vector<float>& X, const std::vector<float>& fn, const std::vector<float>& scale,
                  const std::vector<float>& base, int T, int hc, int D, int iters, double hc_eps, double rms_eps) {
   const int n = hc * D, mix = (2 + hc) * hc;
@@ -605,7 +605,7 @@ TEST_F(CpuOps, CompressorSaveAddsApeAndTags) {
   }
 }
 
-// The compressor pooling of MODEL.md 5.3 in double, from the raw per-position u and g (before
+// The compressor pooling of docs/model.md 5.3 in double, from the raw per-position u and g (before
 // ape) rather than from the backend's state: entry j of one sequence.
 std::vector<double> ref_pool(const std::vector<float>& U, const std::vector<float>& Gr, const std::vector<float>& ape,
                              const std::vector<bool>& present, int j, int ratio, bool overlap, int d,

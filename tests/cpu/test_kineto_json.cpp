@@ -1,4 +1,4 @@
-// Kineto-style JSON: the layout of TRACING.md, the strict validator, and the lossless round trip.
+// Kineto-style JSON: the layout of docs/traces.md 3, the strict validator, and the lossless round trip.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>

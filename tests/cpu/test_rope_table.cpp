@@ -1,4 +1,4 @@
-// The host-built RoPE tables (model/rope_table.h) against MODEL.md 3.2, computed here in
+// The host-built RoPE tables (model/rope_table.h) against docs/model.md 3.2, computed here in
 // double: the YaRN correction range, the blended inverse frequencies, the cos/sin rows, and
 // which base/YaRN setting each layer type gets.
 #include <gtest/gtest.h>
@@ -23,7 +23,7 @@ sl::ModelConfig tiny_like() {
 
 constexpr double kPi = 3.14159265358979323846;
 
-// MODEL.md 3.2 in double.
+// docs/model.md 3.2 in double.
 std::vector<double> ref_inv(int R, double base, bool yarn, const sl::ModelConfig& c) {
   auto cd = [&](double n) {
     return R * std::log(c.yarn_original_max_position / (2 * kPi * n)) / (2 * std::log(base));

@@ -1,4 +1,4 @@
-// Weight specs (names and shapes of MODEL.md section 9), byte/parameter totals, deterministic
+// Weight specs (names and shapes of docs/model.md section 9), byte/parameter totals, deterministic
 // initialisation, and checkpoint save/load round trips and errors (on the CPU backend).
 #include <gtest/gtest.h>
 
@@ -242,7 +242,7 @@ TEST(Weights, WeightBytesMatchSpecsAndAllocation) {
   EXPECT_FALSE(m.w.layers[2].attn.idx_compressor.ape.empty());
 }
 
-// Flash totals, computed by hand from MODEL.md 1.1 and 9 (D 4096, H 64, Dh 512, Lq 1024,
+// Flash totals, computed by hand from docs/model.md 1.1 and 9 (D 4096, H 64, Dh 512, Lq 1024,
 // G 8, Lo 1024, Hi 64, di 128, E 256, k 6, F 2048, V 129280, hc 4, mix 24).
 TEST(Weights, FlashTotals) {
   const int64_t D = 4096, H = 64, Dh = 512, Lq = 1024, G = 8, Lo = 1024, Hi = 64, di = 128, E = 256, k = 6,

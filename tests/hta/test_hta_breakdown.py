@@ -12,7 +12,7 @@
 One documented difference is removed before HTA reads the file: Kineto gives cuda_sync slices a
 "stream" arg, and HTA's temporal breakdown counts every event with a stream as GPU time, so a
 host-side cudaStreamSynchronize would count as GPU work. streamlab's breakdown is over GPU ops
-(kernels, memcpy, memset) as TRACING.md defines it, so the cuda_sync slices are dropped from HTA's
+(kernels, memcpy, memset) as docs/traces.md 8 defines it, so the cuda_sync slices are dropped from HTA's
 copy (the script also reports HTA's numbers with them, for information).
 
 Usage: test_hta_breakdown.py STREAMLAB_BINARY [--keep DIR]

@@ -1,4 +1,4 @@
-// Decode step time against the bytes floor (issue 3, item 7a), on the CUDA backend.
+// Decode step time against the bytes floor (docs/measurement.md 7), on the CUDA backend.
 //
 // floor = bytes a decode step must read / measured device-to-device copy bandwidth, where the
 // bytes are: every dense weight of each layer execution (target layers once, the MTP layer of

@@ -8,7 +8,7 @@
 // stream order), then a marker kernel on stream j. Markers write the device's global timer. If
 // j's marker ran before i's spin ended, the streams have queues of their own; if it ran after, it
 // waited behind i's marker in a queue they share. Depth first on purpose: one kernel per stream,
-// breadth first, overlaps under any setting (ENVIRONMENT.md). Each pair is probed --reps times
+// breadth first, overlaps under any setting (docs/measurement.md 8). Each pair is probed --reps times
 // and the majority counts. Printed and written (--out): the matrix, the groups of streams that
 // share a queue, and whether the k-th stream created goes to queue k mod Q. A second probe
 // blocks m streams at once and finds the m at which an unrelated stream starts to wait: the

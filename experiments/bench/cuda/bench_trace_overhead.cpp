@@ -1,4 +1,4 @@
-// Tracing overhead (issue 4, item 8): decode step time with CUPTI tracing on against off, in
+// Tracing overhead (docs/measurement.md 6): decode step time with CUPTI tracing on against off, in
 // one process, same model and inputs. CUPTI must attach before CUDA initialises (latency
 // timestamps), so the order is: tracing ON window, then stop (every activity kind disabled,
 // unsubscribed), then two OFF windows; the two OFF windows measured back to back give the
