@@ -6,6 +6,7 @@
 #include <concepts>
 #include <cstdio>
 #include <initializer_list>
+#include <limits>
 #include <memory>
 #include <cstring>
 #include <map>
@@ -574,6 +575,57 @@ class TableReader {
     fail("'", db_.path(), "': table ", table_, " row ", row_, ": ", what);
   }
 
+  // Range checks against the trace model's types, as the JSON loaders do them: the row's value
+  // of column c as T when it lies in lo..hi; else the row is invalid and the first such column
+  // names why (keep() then drops and counts it, with the rowid).
+  template <class T>
+  T fit(const std::string& c, int64_t v, int64_t lo = int64_t(std::numeric_limits<T>::min()),
+        int64_t hi = int64_t(std::min<uint64_t>(uint64_t(std::numeric_limits<T>::max()), uint64_t(INT64_MAX)))) {
+    if (v >= lo && v <= hi) return T(v);
+    if (problem_.empty()) {
+      problem_ = table_ + ": " + c + " outside " + std::to_string(lo) + ".." + std::to_string(hi);
+      value_ = std::to_string(v);
+    }
+    return T{};
+  }
+  template <class T>
+  T u(const std::string& c) { return fit<T>(c, i(c)); }
+  template <class T>
+  T u_or(const std::string& c, int64_t d) { return fit<T>(c, i_or(c, d)); }
+  // A stream / event id where -1 or NULL means none.
+  uint32_t id_or_none(const std::string& c, uint32_t none) {
+    const int64_t v = i_or(c, -1);
+    return v == -1 ? none : fit<uint32_t>(c, v, 0, int64_t(none) - 1);
+  }
+  // A time in ns: inside +-2^62 (what the JSON loaders accept, so that spans fit int64).
+  Ns time(const std::string& c) { return fit<Ns>(c, i(c), -kMaxTimeNs, kMaxTimeNs); }
+  Ns time_or_none(const std::string& c) { return is_null(c) ? kNoTime : time(c); }
+
+  // Whether the row read goes into the trace: not when a column was out of range (counted with
+  // why). End before start and zero timestamps are kept and counted, as in the other loaders.
+  bool keep(RecordCounts& counts, Ns start, Ns end) {
+    if (!problem_.empty()) {
+      counts.reject(problem_, uint64_t(row_), value_);
+      problem_.clear();
+      return false;
+    }
+    if (end < start) counts.end_before_start++;
+    if (start == 0) counts.zero_timestamps++;
+    return true;
+  }
+  bool keep(RecordCounts& counts) {  // a row without a duration (a counter sample, a CUDA event record)
+    if (problem_.empty()) return true;
+    counts.reject(problem_, uint64_t(row_), value_);
+    problem_.clear();
+    return false;
+  }
+  // For tables that describe the trace rather than hold its records (streams, contexts): an
+  // out-of-range value is an error.
+  void require_fit() const {
+    if (!problem_.empty()) bad(problem_ + " (value " + value_ + ")");
+  }
+  static constexpr Ns kMaxTimeNs = Ns(1) << 62;
+
  private:
   Db& db_;
   std::string table_;
@@ -581,6 +633,7 @@ class TableReader {
   std::map<std::string, int> index_;
   std::unique_ptr<Stmt> stmt_;
   int64_t row_ = 0;
+  std::string problem_, value_;  // the row's first out-of-range column
 };
 
 uint32_t pid_of_global(int64_t g) { return uint32_t((g >> 24) & 0xFFFFFF); }
@@ -624,7 +677,24 @@ Trace load_nsys_sqlite(const std::string& path) {
     return it->second;
   };
 
-  if (db.has_table("STREAMLAB_META")) {
+  // Our export (it has STREAMLAB_META) always has every table of its schema: one missing means the
+  // file was altered, and reading on would report an empty trace as if nothing ran.
+  const bool ours = db.has_table("STREAMLAB_META");
+  for (const char* table : {"CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",
+                            "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_DRIVER",
+                            "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"}) {
+    if (ours && !db.has_table(table))
+      fail("'", path, "': no ", table, " table, which every streamlab SQLite export has: the file was altered");
+  }
+  // Nsight Systems leaves out the tables of kinds it saw no record of, but a CUDA trace has at
+  // least its API calls.
+  if (!ours && !db.has_table("CUPTI_ACTIVITY_KIND_RUNTIME") && !db.has_table("CUPTI_ACTIVITY_KIND_DRIVER") &&
+      !db.has_table("CUPTI_ACTIVITY_KIND_KERNEL"))
+    fail("'", path, "': no CUPTI_ACTIVITY_KIND_RUNTIME, _DRIVER or _KERNEL table: not an Nsight Systems export of a CUDA "
+                    "trace (nsys profile --trace=cuda, then nsys export --type sqlite)");
+  RecordCounts given;  // the counts our export wrote, when it did
+  bool counts_given = false;
+  if (ours) {
     TableReader r(db, "STREAMLAB_META", {"name", "value"}, {});
     while (r.next()) {
       std::string k = r.s("name"), v = r.s("value");
@@ -635,10 +705,13 @@ Trace load_nsys_sqlite(const std::string& path) {
           r.bad("value of \"" + k + "\" is not a number: " + v);
         }
       };
-      if (k == "base_time_ns") t.base_time = Ns(num());
-      else if (k.rfind("count.", 0) == 0) {
+      if (k == "base_time_ns") {
+        if (num() > uint64_t(TableReader::kMaxTimeNs)) r.bad("base_time_ns " + v + " outside 0..2^62");
+        t.base_time = Ns(num());
+      } else if (k.rfind("count.", 0) == 0) {
+        counts_given = true;
         for (const RecordCountField& f : kRecordCountFields)
-          if (k.compare(6, std::string::npos, f.name) == 0) t.counts.*f.member = num();
+          if (k.compare(6, std::string::npos, f.name) == 0) given.*f.member = num();
       } else if (k.rfind("meta.", 0) == 0) t.metadata[k.substr(5)] = v;
     }
   } else {
@@ -655,7 +728,8 @@ Trace load_nsys_sqlite(const std::string& path) {
                    "maxShmemPerSm", "maxRegistersPerSm", "threadsPerWarp", "maxShmemPerBlockOptin"});
     while (r.next()) {
       Device d;
-      d.id = uint32_t(r.i("id"));
+      d.id = r.u<uint32_t>("id");
+      r.require_fit();
       d.name = r.s("name");
       d.uuid = r.s("uuid");
       d.l2_cache_size = r.i_or("l2CacheSize", 0);
@@ -681,28 +755,30 @@ Trace load_nsys_sqlite(const std::string& path) {
                   {"name", "created", "destroyed"});
     while (r.next()) {
       Stream s;
-      s.id = uint32_t(r.i("streamId"));
-      s.context = uint32_t(r.i("contextId"));
-      s.device = uint32_t(r.i("deviceId"));
-      s.pid = uint32_t(r.i("pid"));
-      s.priority = int32_t(r.i("priority"));
-      s.flags = uint8_t(r.i("flags"));
-      s.is_null = uint8_t(r.i("nullStream"));
+      s.id = r.fit<uint32_t>("streamId", r.i("streamId"), 0, int64_t(kNoStream) - 1);
+      s.context = r.u<uint32_t>("contextId");
+      s.device = r.u<uint32_t>("deviceId");
+      s.pid = r.u<uint32_t>("pid");
+      s.priority = r.u<int32_t>("priority");
+      s.flags = r.u<uint8_t>("flags");
+      s.is_null = r.fit<uint8_t>("nullStream", r.i("nullStream"), 0, 1);
       std::string n = r.s("name");
       s.name = n.empty() ? 0 : t.intern(n);
-      s.created = r.t_or_none("created");
-      s.destroyed = r.t_or_none("destroyed");
+      s.created = r.time_or_none("created");
+      s.destroyed = r.time_or_none("destroyed");
+      r.require_fit();
       t.streams.push_back(s);
     }
   } else if (db.has_table("TARGET_INFO_CUDA_STREAM")) {
     TableReader r(db, "TARGET_INFO_CUDA_STREAM", {"streamId"}, {"processId", "contextId", "priority", "flag"});
     while (r.next()) {
       Stream s;
-      s.id = uint32_t(r.i("streamId"));
-      s.pid = uint32_t(r.i_or("processId", 0));
-      s.context = uint32_t(r.i_or("contextId", 0));
-      s.priority = int32_t(r.i_or("priority", 0));
-      s.flags = uint8_t(r.i_or("flag", 0));
+      s.id = r.fit<uint32_t>("streamId", r.i("streamId"), 0, int64_t(kNoStream) - 1);
+      s.pid = r.u_or<uint32_t>("processId", 0);
+      s.context = r.u_or<uint32_t>("contextId", 0);
+      s.priority = r.u_or<int32_t>("priority", 0);
+      s.flags = r.u_or<uint8_t>("flag", 0);
+      r.require_fit();
       t.streams.push_back(s);
     }
   }
@@ -710,12 +786,13 @@ Trace load_nsys_sqlite(const std::string& path) {
     TableReader r(db, "STREAMLAB_CONTEXTS", {"contextId", "deviceId", "pid"}, {"nullStreamId", "created", "destroyed"});
     while (r.next()) {
       Context c;
-      c.id = uint32_t(r.i("contextId"));
-      c.device = uint32_t(r.i("deviceId"));
-      c.pid = uint32_t(r.i("pid"));
-      c.null_stream = r.is_null("nullStreamId") ? kNoStream : uint32_t(r.i("nullStreamId"));
-      c.created = r.t_or_none("created");
-      c.destroyed = r.t_or_none("destroyed");
+      c.id = r.u<uint32_t>("contextId");
+      c.device = r.u<uint32_t>("deviceId");
+      c.pid = r.u<uint32_t>("pid");
+      c.null_stream = r.id_or_none("nullStreamId", kNoStream);
+      c.created = r.time_or_none("created");
+      c.destroyed = r.time_or_none("destroyed");
+      r.require_fit();
       t.contexts.push_back(c);
     }
   }
@@ -724,7 +801,9 @@ Trace load_nsys_sqlite(const std::string& path) {
     while (r.next()) {
       std::string n = r.s("name");
       if (n.rfind("process ", 0) == 0) continue;  // placeholder rows we wrote
-      t.processes.push_back({uint32_t(r.i("pid")), n});
+      const uint32_t pid = r.u<uint32_t>("pid");
+      r.require_fit();
+      t.processes.push_back({pid, n});
     }
   }
   if (db.has_table("ThreadNames")) {
@@ -742,29 +821,29 @@ Trace load_nsys_sqlite(const std::string& path) {
                    "dynamicSharedMemory", "graphNodeId", "graphId", "queued", "submitted"});
     while (r.next()) {
       Kernel k;
-      k.start = r.i("start");
-      k.end = r.i("end");
-      k.device = uint16_t(r.i("deviceId"));
-      k.stream = uint32_t(r.i("streamId"));
-      k.context = uint32_t(r.i_or("contextId", 0));
-      k.correlation = uint32_t(r.i_or("correlationId", 0));
+      k.start = r.time("start");
+      k.end = r.time("end");
+      k.device = r.u<uint16_t>("deviceId");
+      k.stream = r.fit<uint32_t>("streamId", r.i("streamId"), 0, int64_t(kNoStream) - 1);
+      k.context = r.u_or<uint32_t>("contextId", 0);
+      k.correlation = r.u_or<uint32_t>("correlationId", 0);
       k.pid = pid_of_global(r.i_or("globalPid", 0));
       k.name = S(r, has_demangled ? "demangledName" : "shortName");
-      k.launch_type = uint16_t(r.i_or("launchType", 0));
-      k.registers = uint16_t(r.i_or("registersPerThread", 0));
-      k.grid[0] = uint32_t(r.i_or("gridX", 1));
-      k.grid[1] = uint32_t(r.i_or("gridY", 1));
-      k.grid[2] = uint32_t(r.i_or("gridZ", 1));
-      k.block[0] = uint16_t(r.i_or("blockX", 1));
-      k.block[1] = uint16_t(r.i_or("blockY", 1));
-      k.block[2] = uint16_t(r.i_or("blockZ", 1));
-      k.static_smem = uint32_t(r.i_or("staticSharedMemory", 0));
-      k.dynamic_smem = uint32_t(r.i_or("dynamicSharedMemory", 0));
-      k.graph_node_id = uint64_t(r.i_or("graphNodeId", 0));
-      k.graph_id = uint32_t(r.i_or("graphId", 0));
-      k.queued = r.t_or_none("queued");
-      k.submitted = r.t_or_none("submitted");
-      t.kernels.push_back(k);
+      k.launch_type = r.u_or<uint16_t>("launchType", 0);
+      k.registers = r.u_or<uint16_t>("registersPerThread", 0);
+      k.grid[0] = r.u_or<uint32_t>("gridX", 1);
+      k.grid[1] = r.u_or<uint32_t>("gridY", 1);
+      k.grid[2] = r.u_or<uint32_t>("gridZ", 1);
+      k.block[0] = r.u_or<uint16_t>("blockX", 1);
+      k.block[1] = r.u_or<uint16_t>("blockY", 1);
+      k.block[2] = r.u_or<uint16_t>("blockZ", 1);
+      k.static_smem = r.u_or<uint32_t>("staticSharedMemory", 0);
+      k.dynamic_smem = r.u_or<uint32_t>("dynamicSharedMemory", 0);
+      k.graph_node_id = r.u_or<uint64_t>("graphNodeId", 0);
+      k.graph_id = r.u_or<uint32_t>("graphId", 0);
+      k.queued = r.time_or_none("queued");
+      k.submitted = r.time_or_none("submitted");
+      if (r.keep(t.counts, k.start, k.end)) t.kernels.push_back(k);
     }
   }
   if (db.has_table("CUPTI_ACTIVITY_KIND_MEMCPY")) {
@@ -772,21 +851,19 @@ Trace load_nsys_sqlite(const std::string& path) {
                   {"contextId", "correlationId", "globalPid", "srcKind", "dstKind", "graphNodeId"});
     while (r.next()) {
       Memcpy m;
-      m.start = r.i("start");
-      m.end = r.i("end");
-      m.device = uint16_t(r.i("deviceId"));
-      m.stream = uint32_t(r.i("streamId"));
-      m.bytes = uint64_t(r.i("bytes"));
-      int64_t ck = r.i("copyKind");
-      if (ck < 0 || ck > 10) r.bad("copyKind " + std::to_string(ck) + " out of range (expected 0..10)");
-      m.kind = MemcpyKind(ck);
-      m.context = uint32_t(r.i_or("contextId", 0));
-      m.correlation = uint32_t(r.i_or("correlationId", 0));
+      m.start = r.time("start");
+      m.end = r.time("end");
+      m.device = r.u<uint16_t>("deviceId");
+      m.stream = r.fit<uint32_t>("streamId", r.i("streamId"), 0, int64_t(kNoStream) - 1);
+      m.bytes = r.u<uint64_t>("bytes");
+      m.kind = MemcpyKind(r.fit<uint8_t>("copyKind", r.i("copyKind"), 0, int64_t(MemcpyKind::PtoP)));
+      m.context = r.u_or<uint32_t>("contextId", 0);
+      m.correlation = r.u_or<uint32_t>("correlationId", 0);
       m.pid = pid_of_global(r.i_or("globalPid", 0));
-      m.src_kind = MemoryKind(r.i_or("srcKind", 0) & 0xFF);
-      m.dst_kind = MemoryKind(r.i_or("dstKind", 0) & 0xFF);
-      m.graph_node_id = uint64_t(r.i_or("graphNodeId", 0));
-      t.memcpys.push_back(m);
+      m.src_kind = MemoryKind(r.fit<uint8_t>("srcKind", r.i_or("srcKind", 0), 0, int64_t(MemoryKind::ManagedStatic)));
+      m.dst_kind = MemoryKind(r.fit<uint8_t>("dstKind", r.i_or("dstKind", 0), 0, int64_t(MemoryKind::ManagedStatic)));
+      m.graph_node_id = r.u_or<uint64_t>("graphNodeId", 0);
+      if (r.keep(t.counts, m.start, m.end)) t.memcpys.push_back(m);
     }
   }
   if (db.has_table("CUPTI_ACTIVITY_KIND_MEMSET")) {
@@ -794,18 +871,18 @@ Trace load_nsys_sqlite(const std::string& path) {
                   {"contextId", "correlationId", "globalPid", "value", "memKind", "graphNodeId"});
     while (r.next()) {
       Memset m;
-      m.start = r.i("start");
-      m.end = r.i("end");
-      m.device = uint16_t(r.i("deviceId"));
-      m.stream = uint32_t(r.i("streamId"));
-      m.bytes = uint64_t(r.i("bytes"));
-      m.context = uint32_t(r.i_or("contextId", 0));
-      m.correlation = uint32_t(r.i_or("correlationId", 0));
+      m.start = r.time("start");
+      m.end = r.time("end");
+      m.device = r.u<uint16_t>("deviceId");
+      m.stream = r.fit<uint32_t>("streamId", r.i("streamId"), 0, int64_t(kNoStream) - 1);
+      m.bytes = r.u<uint64_t>("bytes");
+      m.context = r.u_or<uint32_t>("contextId", 0);
+      m.correlation = r.u_or<uint32_t>("correlationId", 0);
       m.pid = pid_of_global(r.i_or("globalPid", 0));
-      m.value = uint32_t(r.i_or("value", 0));
-      m.mem_kind = MemoryKind(r.i_or("memKind", 3) & 0xFF);
-      m.graph_node_id = uint64_t(r.i_or("graphNodeId", 0));
-      t.memsets.push_back(m);
+      m.value = r.u_or<uint32_t>("value", 0);
+      m.mem_kind = MemoryKind(r.fit<uint8_t>("memKind", r.i_or("memKind", 3), 0, int64_t(MemoryKind::ManagedStatic)));
+      m.graph_node_id = r.u_or<uint64_t>("graphNodeId", 0);
+      if (r.keep(t.counts, m.start, m.end)) t.memsets.push_back(m);
     }
   }
   for (const char* table : {"CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_DRIVER"}) {
@@ -814,17 +891,17 @@ Trace load_nsys_sqlite(const std::string& path) {
     bool driver = std::strcmp(table, "CUPTI_ACTIVITY_KIND_DRIVER") == 0;
     while (r.next()) {
       ApiCall a;
-      a.start = r.i("start");
-      a.end = r.i("end");
+      a.start = r.time("start");
+      a.end = r.time("end");
       a.name = S(r, "nameId");
       int64_t g = r.i_or("globalTid", 0);
       a.pid = pid_of_global(g);
       a.tid = tid_of_global(g);
-      a.correlation = uint32_t(r.i_or("correlationId", 0));
-      a.return_value = int32_t(r.i_or("returnValue", 0));
-      a.cbid = uint32_t(r.i_or("cbid", 0));
+      a.correlation = r.u_or<uint32_t>("correlationId", 0);
+      a.return_value = r.u_or<int32_t>("returnValue", 0);
+      a.cbid = r.u_or<uint32_t>("cbid", 0);
       a.kind = driver ? ApiKind::Driver : ApiKind::Runtime;
-      t.api_calls.push_back(a);
+      if (r.keep(t.counts, a.start, a.end)) t.api_calls.push_back(a);
     }
   }
   if (db.has_table("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION")) {
@@ -833,23 +910,18 @@ Trace load_nsys_sqlite(const std::string& path) {
                    "eventRecordCorrelationId"});
     while (r.next()) {
       Sync s;
-      s.start = r.i("start");
-      s.end = r.i("end");
-      int64_t ty = r.i("syncType");
-      if (ty < 0 || ty > 4) r.bad("syncType " + std::to_string(ty) + " out of range (expected 0..4)");
-      s.type = SyncType(ty);
-      s.device = uint16_t(r.i_or("deviceId", 0));
-      s.context = uint32_t(r.i_or("contextId", 0));
-      int64_t st = r.i_or("streamId", -1);
-      s.stream = st < 0 ? kNoStream : uint32_t(st);
-      s.correlation = uint32_t(r.i_or("correlationId", 0));
+      s.start = r.time("start");
+      s.end = r.time("end");
+      s.type = SyncType(r.fit<uint8_t>("syncType", r.i("syncType"), 0, int64_t(SyncType::ContextSynchronize)));
+      s.device = r.u_or<uint16_t>("deviceId", 0);
+      s.context = r.u_or<uint32_t>("contextId", 0);
+      s.stream = r.id_or_none("streamId", kNoStream);
+      s.correlation = r.u_or<uint32_t>("correlationId", 0);
       s.pid = pid_of_global(r.i_or("globalPid", 0));
-      int64_t ev = r.i_or("eventId", -1);
-      s.event = ev < 0 ? kNoId : uint32_t(ev);
-      int64_t es = r.i_or("eventStreamId", -1);
-      s.event_stream = es < 0 ? kNoStream : uint32_t(es);
-      s.event_record_correlation = uint32_t(std::max<int64_t>(0, r.i_or("eventRecordCorrelationId", 0)));
-      t.syncs.push_back(s);
+      s.event = r.id_or_none("eventId", kNoId);
+      s.event_stream = r.id_or_none("eventStreamId", kNoStream);
+      s.event_record_correlation = r.u_or<uint32_t>("eventRecordCorrelationId", 0);
+      if (r.keep(t.counts, s.start, s.end)) t.syncs.push_back(s);
     }
   }
   if (db.has_table("NVTX_EVENTS")) {
@@ -866,9 +938,9 @@ Trace load_nsys_sqlite(const std::string& path) {
       int64_t ty = r.i("eventType");
       if (ty != kEventTypePushPop && ty != kEventTypeStartEnd && ty != kEventTypeMark && ty != 70 && ty != 71) continue;
       NvtxRange n;
-      n.start = r.i("start");
+      n.start = r.time("start");
       n.kind = (ty == kEventTypePushPop || ty == 70) ? NvtxKind::PushPop : (ty == kEventTypeMark) ? NvtxKind::Mark : NvtxKind::StartEnd;
-      n.end = n.kind == NvtxKind::Mark ? n.start : r.i_or("end", n.start);
+      n.end = n.kind == NvtxKind::Mark || r.is_null("end") ? n.start : r.time("end");
       n.name = !r.is_null("textId") ? S(r, "textId") : t.intern(r.s("text"));
       int64_t g = r.i_or("globalTid", 0);
       n.pid = pid_of_global(g);
@@ -879,9 +951,9 @@ Trace load_nsys_sqlite(const std::string& path) {
         auto it = domains.find({n.pid, dom});
         n.domain = it == domains.end() ? t.intern("domain " + std::to_string(dom)) : it->second;
       }
-      n.category = uint32_t(r.i_or("category", 0));
-      n.color = uint32_t(r.i_or("color", 0));
-      t.nvtx.push_back(n);
+      n.category = r.u_or<uint32_t>("category", 0);
+      n.color = r.u_or<uint32_t>("color", 0);
+      if (r.keep(t.counts, n.start, n.end)) t.nvtx.push_back(n);
     }
   }
   if (db.has_table("CUDA_GPU_MEMORY_USAGE_EVENTS")) {
@@ -890,37 +962,40 @@ Trace load_nsys_sqlite(const std::string& path) {
     std::unordered_map<uint64_t, size_t> open;  // (address) -> allocation index
     while (r.next()) {
       int64_t op = r.i("memoryOperationType");
+      // Addresses are 64-bit patterns: SQLite's int64 holds them as they are.
       uint64_t addr = uint64_t(r.i("address"));
       if (op == 0) {
         Allocation a;
         a.address = addr;
-        a.bytes = uint64_t(r.i("bytes"));
-        a.alloc = r.i("start");
+        a.bytes = r.u<uint64_t>("bytes");
+        a.alloc = r.time("start");
         a.pid = pid_of_global(r.i_or("globalPid", 0));
-        a.device = uint16_t(r.i_or("deviceId", 0));
-        a.context = uint32_t(r.i_or("contextId", 0));
-        a.kind = MemoryKind(r.i_or("memKind", 3) & 0xFF);
-        a.correlation = uint32_t(r.i_or("correlationId", 0));
-        int64_t st = r.i_or("streamId", -1);
-        a.stream = st < 0 ? kNoStream : uint32_t(st);
-        a.from_pool = uint8_t(r.i_or("isAsync", 0));
+        a.device = r.u_or<uint16_t>("deviceId", 0);
+        a.context = r.u_or<uint32_t>("contextId", 0);
+        a.kind = MemoryKind(r.fit<uint8_t>("memKind", r.i_or("memKind", 3), 0, int64_t(MemoryKind::ManagedStatic)));
+        a.correlation = r.u_or<uint32_t>("correlationId", 0);
+        a.stream = r.id_or_none("streamId", kNoStream);
+        a.from_pool = r.fit<uint8_t>("isAsync", r.i_or("isAsync", 0), 0, 1);
+        if (!r.keep(t.counts, a.alloc, a.alloc)) continue;
         open[addr] = t.allocations.size();
         t.allocations.push_back(a);
       } else if (op == 1) {
+        const Ns at = r.time("start");
         auto it = open.find(addr);
         if (it != open.end()) {
-          t.allocations[it->second].free = r.i("start");
+          if (!r.keep(t.counts, at, at)) continue;
+          t.allocations[it->second].free = at;
           open.erase(it);
         } else {
           Allocation a;  // allocated before the window
           a.address = addr;
-          a.bytes = uint64_t(r.i("bytes"));
+          a.bytes = r.u<uint64_t>("bytes");
           a.alloc = kNoTime;
-          a.free = r.i("start");
+          a.free = at;
           a.pid = pid_of_global(r.i_or("globalPid", 0));
-          a.device = uint16_t(r.i_or("deviceId", 0));
-          a.context = uint32_t(r.i_or("contextId", 0));
-          t.allocations.push_back(a);
+          a.device = r.u_or<uint16_t>("deviceId", 0);
+          a.context = r.u_or<uint32_t>("contextId", 0);
+          if (r.keep(t.counts, at, at)) t.allocations.push_back(a);
         }
       } else {
         r.bad("memoryOperationType " + std::to_string(op) + " (expected 0 allocation or 1 deallocation)");
@@ -931,13 +1006,13 @@ Trace load_nsys_sqlite(const std::string& path) {
     TableReader r(db, "PROFILER_OVERHEAD", {"start", "end"}, {"globalTid", "overheadKind", "objectKind", "objectId"});
     while (r.next()) {
       Overhead o;
-      o.start = r.i("start");
-      o.end = r.i("end");
+      o.start = r.time("start");
+      o.end = r.time("end");
       o.pid = pid_of_global(r.i_or("globalTid", 0));
-      o.kind = uint32_t(r.i_or("overheadKind", 0));
-      o.object_kind = uint32_t(r.i_or("objectKind", 0));
-      o.object_id = uint32_t(r.i_or("objectId", 0));
-      t.overheads.push_back(o);
+      o.kind = r.u_or<uint32_t>("overheadKind", 0);
+      o.object_kind = r.u_or<uint32_t>("objectKind", 0);
+      o.object_id = r.u_or<uint32_t>("objectId", 0);
+      if (r.keep(t.counts, o.start, o.end)) t.overheads.push_back(o);
     }
   }
   if (db.has_table("STREAMLAB_CUDA_EVENTS")) {
@@ -945,27 +1020,28 @@ Trace load_nsys_sqlite(const std::string& path) {
                   {"ts"});
     while (r.next()) {
       CudaEventRecord e;
-      e.ts = r.t_or_none("ts");
-      e.correlation = uint32_t(r.i("correlationId"));
-      e.context = uint32_t(r.i("contextId"));
-      e.stream = uint32_t(r.i("streamId"));
-      e.event = uint32_t(r.i("eventId"));
-      e.pid = uint32_t(r.i("pid"));
-      e.device = uint16_t(r.i("deviceId"));
-      t.cuda_events.push_back(e);
+      e.ts = r.time_or_none("ts");
+      e.correlation = r.u<uint32_t>("correlationId");
+      e.context = r.u<uint32_t>("contextId");
+      e.stream = r.fit<uint32_t>("streamId", r.i("streamId"), 0, int64_t(kNoStream) - 1);
+      e.event = r.u<uint32_t>("eventId");
+      e.pid = r.u<uint32_t>("pid");
+      e.device = r.u<uint16_t>("deviceId");
+      if (r.keep(t.counts)) t.cuda_events.push_back(e);
     }
   }
   if (db.has_table("STREAMLAB_COUNTERS")) {
     TableReader r(db, "STREAMLAB_COUNTERS", {"ts", "value", "name", "pid"}, {});
     while (r.next()) {
       CounterSample c;
-      c.ts = r.i("ts");
+      c.ts = r.time("ts");
       c.value = r.d("value");
       c.name = t.intern(r.s("name"));
-      c.pid = uint32_t(r.i("pid"));
-      t.counters.push_back(c);
+      c.pid = r.u<uint32_t>("pid");
+      if (r.keep(t.counts)) t.counters.push_back(c);
     }
   }
+  if (counts_given) t.counts = counts_with_rejections(std::move(given), t.counts);
   t.finalize();
   reject_repeated_correlations(t);
   return t;

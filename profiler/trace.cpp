@@ -132,6 +132,17 @@ RecordCounts& RecordCounts::operator+=(const RecordCounts& o) {
   return *this;
 }
 
+RecordCounts counts_with_rejections(RecordCounts given, const RecordCounts& loaded) {
+  // Records with end < start or a zero timestamp stay in the trace: more of them in the file
+  // than the recording counted means the file was altered since.
+  given.end_before_start = std::max(given.end_before_start, loaded.end_before_start);
+  given.zero_timestamps = std::max(given.zero_timestamps, loaded.zero_timestamps);
+  RecordCounts rejected;
+  rejected.rejected_on_load = loaded.rejected_on_load;
+  rejected.load_issues = loaded.load_issues;
+  return given += rejected;
+}
+
 uint64_t reject_repeated_correlations(Trace& t) {
   std::unordered_set<uint64_t> seen[2];  // (pid, correlation) per ApiKind
   uint64_t n = 0;

@@ -307,6 +307,11 @@ struct RecordCounts {
   RecordCounts& operator+=(const RecordCounts& o);  // issues merged by `what`, the earlier first kept
 };
 
+// A trace's counts when the file gives them (our JSON's block, our SQLite's STREAMLAB_META): the
+// file's (the recording's own), with at least as many end < start / zero-timestamp records as
+// the load found, plus the records this load rejected.
+RecordCounts counts_with_rejections(RecordCounts given, const RecordCounts& loaded);
+
 // RecordCounts by name, in the order the exports write them (Kineto JSON "streamlab" -> "counts"
 // {"<name>": N, ...}, SQLite STREAMLAB_META rows "count.<name>") and every reader, report and
 // comparison of counts uses.

@@ -609,6 +609,7 @@ Trace load_kineto_doc(dom::element doc, const std::string& origin, JsonLoadStats
     const size_t index = i++;
     if (!is_type(e, Type::OBJECT)) fail(origin, ": traceEvents[", index, "]: expected an object, found ", type_name(e));
     Ev ev(as_obj(e), index, origin);
+    sink.event = index;
     read_event(ev, sink, cx);
   }
   auto t1 = std::chrono::steady_clock::now();
@@ -629,13 +630,6 @@ Trace load_kineto_doc(dom::element doc, const std::string& origin, JsonLoadStats
 }  // namespace
 
 namespace trace_io_detail {
-
-RecordCounts counts_with_rejections(RecordCounts block, const RecordCounts& loaded) {
-  RecordCounts rejected;
-  rejected.rejected_on_load = loaded.rejected_on_load;
-  rejected.load_issues = loaded.load_issues;
-  return block += rejected;
-}
 
 bool block_has_counts(dom::object block) {
   for (dom::key_value_pair kv : block)

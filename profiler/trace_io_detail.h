@@ -67,9 +67,6 @@ void load_device_properties(const TopLevel& top, Trace& t, const std::string& or
 void load_block(simdjson::dom::object block, Trace& t, const std::string& origin);
 // Whether the block sets the record counts (load_block then overwrites the events' counts).
 bool block_has_counts(simdjson::dom::object block);
-// A trace's counts when its block gives them: the block's (the recording's own, which already
-// count the events' end < start and zero timestamps) plus the records this load rejected.
-RecordCounts counts_with_rejections(RecordCounts block, const RecordCounts& loaded);
 
 // Reads a file straight into simdjson's padded buffer.
 simdjson::padded_string read_file_padded(const std::string& path);

@@ -79,7 +79,8 @@ void add_analyze_command(CLI::App& app) {
       "analyze",
       "Analyse a trace: stream overlap, aux hidden fraction, queue waits and suspected false dependencies, launch "
       "delays, HTA temporal / idle breakdowns, kernel statistics, resources. Exits non-zero when the trace has "
-      "dropped, zero-timestamp or end<start records unless --allow-invalid-records is given.");
+      "dropped, zero-timestamp or end<start records, or records the loader rejected (a field outside the trace "
+      "model's range, a GPU op without a duration, a repeated correlation id), unless --allow-invalid-records is given.");
   cmd->add_option("TRACE", o->trace,
                   "trace file: streamlab JSON, PyTorch profiler / Kineto JSON, or streamlab SQLite (detected by content)")
       ->required()
@@ -107,7 +108,8 @@ void add_analyze_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--top", o->top, "kernel names listed in the text report")->capture_default_str();
   cmd->add_flag("--allow-invalid-records", o->allow_invalid,
-                "exit 0 even when the trace reports dropped / zero-timestamp / end<start records");
+                "exit 0 even when the trace reports dropped / zero-timestamp / end<start records or records the "
+                "loader rejected (the rest of the trace is analysed)");
   cmd->callback([o] { run(*o); });
 }
 
