@@ -29,10 +29,12 @@
 // about it or about baseTimeNanoseconds redoes the events once).
 //
 // Memory: chunks are read (pread, or copied from the text) into reused per-thread buffers, so
-// a large file is never held whole; on this kind of machine first-touch page faults cost more
-// than parsing. The chunks' records are all held until placed: for a moment the records are
-// there twice (about 50 bytes per event each). The trace's vectors are allocated at their final
-// size and their pages mapped on all threads before anything is written to them.
+// a large file is never held whole. The chunks' records are held until placed, in mappings of
+// their own; placing copies them into the trace's vectors in file order and releases each
+// chunk's as soon as it is copied, so the records are held about once (peak: the trace model,
+// the chunks not yet copied, then finalize's sort keys; bench_trace_load prints it).
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <atomic>
 #include <bit>
@@ -777,17 +779,38 @@ struct MemoryOp {
   uint16_t dev;
 };
 
+// Storage for the chunks' records in mappings of their own: freed, their pages go back to the
+// system at once (the heap would keep them), so records copied into the trace and released do
+// not stay resident beside it. See place_records.
+template <class T>
+struct PageAllocator {
+  using value_type = T;
+  PageAllocator() = default;
+  template <class U>
+  PageAllocator(const PageAllocator<U>&) {}
+  T* allocate(size_t n) {
+    void* p = ::mmap(nullptr, n * sizeof(T), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::bad_alloc();
+    return static_cast<T*>(p);
+  }
+  void deallocate(T* p, size_t n) { ::munmap(p, n * sizeof(T)); }
+  template <class U>
+  bool operator==(const PageAllocator<U>&) const { return true; }
+};
+template <class T>
+using ChunkVector = std::vector<T, PageAllocator<T>>;
+
 // read_event's sink for one chunk. Everything that only counts in PyTorch traces (memory ops,
 // process / thread names, counters) is kept here whatever the document is; the merge keeps or
 // drops it once that is known. It owns all its text: it outlives the chunk's buffers.
 struct ChunkSink {
-  std::vector<Kernel> kernels;
-  std::vector<Memcpy> memcpys;
-  std::vector<Memset> memsets;
-  std::vector<ApiCall> api_calls;
-  std::vector<Sync> syncs;
-  std::vector<NvtxRange> nvtx;
-  std::vector<CounterSample> counters;
+  ChunkVector<Kernel> kernels;
+  ChunkVector<Memcpy> memcpys;
+  ChunkVector<Memset> memsets;
+  ChunkVector<ApiCall> api_calls;
+  ChunkVector<Sync> syncs;
+  ChunkVector<NvtxRange> nvtx;
+  ChunkVector<CounterSample> counters;
   std::vector<MemoryOp> memory_ops;
   std::vector<Process> processes;
   std::vector<Thread> threads;
@@ -840,7 +863,6 @@ struct ChunkResult {
   // Set in file order by the merge.
   std::vector<StrId> remap;    // chunk string id -> the trace's
   bool keep_counters = false;  // its counters count (the document is not ours)
-  Parts at;                    // where its records start in each of the trace's vectors
 };
 
 // One thread's chunk: "[" + events + "]" followed by simdjson's padding, and where its results go.
@@ -1214,12 +1236,15 @@ void rename(CounterSample& c, const StrId* ids) { c.name = ids[c.name]; }
 template <class T>
 void rename(T&, const StrId*) {}
 
+// Appends a chunk's records to the trace's vector (reserved: no reallocation), renamed, and
+// releases the chunk's.
 template <class T>
-void place(const std::vector<T>& from, T* to, const StrId* ids) {
-  for (const T& r : from) {
-    *to = r;
-    rename(*to++, ids);
+void place(ChunkVector<T>& from, std::vector<T>& to, const StrId* ids) {
+  for (T r : from) {
+    rename(r, ids);
+    to.push_back(r);
   }
+  ChunkVector<T>().swap(from);
 }
 
 // ---------------------------------------------------------------- the loader
@@ -1542,7 +1567,6 @@ class FastLoader {
         return false;
       }
       intern_names(r);
-      r.at = totals_;
       for_each_part([&](auto, auto chunk_vec, auto part) { totals_.*part += (r.sink.*chunk_vec).size(); });
       gather(r);
       ++placed_;
@@ -1582,38 +1606,20 @@ class FastLoader {
 
   // -------- placing the records
 
-  // The trace's event vectors sized (allocated, mapped on all threads, then constructed), and
-  // every chunk's records copied to its places on all threads.
+  // The trace's event vectors reserved (address space only), then filled vector by vector (on
+  // several threads) in file order, each chunk's records released as soon as they are copied.
+  // The records are so held about once: the peak is the trace model plus the chunks not yet
+  // copied, where copying into vectors sized and mapped in advance held the model twice.
   void place_records() {
-    std::vector<std::pair<char*, size_t>> ranges;
-    for_each_part([&](auto trace_vec, auto, auto part) {
-      auto& v = trace_.*trace_vec;
-      v.reserve(totals_.*part);
-      ranges.emplace_back(reinterpret_cast<char*>(v.data()), v.capacity() * sizeof(v[0]));
-    });
-    prefault(ranges);
-    std::vector<std::function<void()>> resizes;
-    for_each_part([&](auto trace_vec, auto, auto part) {
-      resizes.push_back([this, trace_vec, n = totals_.*part] { (trace_.*trace_vec).resize(n); });
-    });
-    parallel::parallel_for(threads_, resizes.size(), [&](size_t i) { resizes[i](); });
-    parallel::parallel_for(threads_, placed_, [&](size_t i) { place_chunk(*results_[i]); });
-  }
-
-  // Maps the pages of `ranges` in pieces on all threads: first writes fault, and faults are the
-  // slow part of filling fresh memory.
-  void prefault(const std::vector<std::pair<char*, size_t>>& ranges) {
-    constexpr size_t kPiece = size_t(4) << 20;
-    std::vector<std::pair<char*, size_t>> pieces;
-    for (auto [p, n] : ranges)
-      for (size_t at = 0; at < n; at += kPiece) pieces.emplace_back(p + at, std::min(kPiece, n - at));
-    parallel::parallel_for(threads_, pieces.size(), [&](size_t i) { parallel::prefault(pieces[i].first, pieces[i].second); });
-  }
-
-  void place_chunk(const ChunkResult& r) {
+    std::vector<std::function<void()>> parts;
     for_each_part([&](auto trace_vec, auto chunk_vec, auto part) {
-      place(r.sink.*chunk_vec, (trace_.*trace_vec).data() + r.at.*part, r.remap.data());
+      parts.push_back([this, trace_vec, chunk_vec, n = totals_.*part] {
+        auto& to = trace_.*trace_vec;
+        to.reserve(n);
+        for (size_t i = 0; i < placed_; ++i) place(results_[i]->sink.*chunk_vec, to, results_[i]->remap.data());
+      });
     });
+    parallel::parallel_for(threads_, parts.size(), [&](size_t i) { parts[i](); });
   }
 
   // -------- everything but the events

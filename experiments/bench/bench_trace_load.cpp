@@ -6,8 +6,11 @@
 //   bench_trace_load --write-pytorch EVENTS FILE      PyTorch profiler layout (no block)
 //
 // --precise times the precise (DOM) loader alone; --check also loads with it and requires the
-// same trace. Each repetition prints one line; the last line is the median
+// same trace. After the loads, a "memory:" line gives the peak RSS against the trace model's
+// bytes and the file's (the check's load comes after it). Each repetition prints one line; the last line is the median
 // ("median: load_s=... events_per_s=... mb_per_s=..."), which bench_trace_load.sh reads.
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -106,6 +109,17 @@ int main(int argc, char** argv) {
                   double(events) / s.wall_s / 1e6, double(s.bytes) / s.wall_s / 1e6);
       print_phases(s, events);
       if (r + 1 == reps) last = std::move(t);
+    }
+    {
+      // Peak memory of the loads against the trace model they built and the file: the loader's
+      // own overhead is peak - model (the process's baseline is a few MB).
+      struct rusage ru {};
+      ::getrusage(RUSAGE_SELF, &ru);
+      const double peak_mb = double(ru.ru_maxrss) / 1024.0, model_mb = double(last.bytes_held()) / 1e6 * 1e6 / 1048576.0,
+                   file_mb = double(bytes) / 1048576.0;
+      std::printf("memory: peak_rss_mib=%.0f model_mib=%.0f file_mib=%.0f peak_over_model=%.2f peak_over_file=%.2f "
+                  "overhead_mib=%.0f\n",
+                  peak_mb, model_mb, file_mb, peak_mb / model_mb, peak_mb / file_mb, peak_mb - model_mb);
     }
     if (check) {
       JsonLoadOptions precise;
