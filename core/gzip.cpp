@@ -31,37 +31,53 @@ std::string read_whole(const std::string& path) {
 
 }  // namespace
 
-std::string gunzip_file(const std::string& path) {
-  const std::string in = read_whole(path);
+void gunzip_file(const std::string& path, const std::function<void(const char*, size_t)>& out) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  SL_CHECK(f, "cannot open '", path, "': ", std::strerror(errno));
+  struct Close {
+    std::FILE* f;
+    ~Close() { std::fclose(f); }
+  } close_f{f};
   z_stream z{};
   SL_CHECK(inflateInit2(&z, 15 + 16) == Z_OK, "'", path, "': cannot start zlib");
-  std::string out;
-  std::vector<char> buf(size_t(1) << 20);
-  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
-  z.avail_in = uInt(in.size());
-  int rc = Z_OK;
+  struct End {
+    z_stream* z;
+    ~End() { inflateEnd(z); }
+  } end_z{&z};
+  std::vector<char> in(size_t(1) << 20), buf(size_t(1) << 20);
+  bool eof = false;
   for (;;) {
+    if (z.avail_in == 0 && !eof) {
+      const size_t n = std::fread(in.data(), 1, in.size(), f);
+      SL_CHECK(!std::ferror(f), "cannot read '", path, "': ", std::strerror(errno));
+      eof = n < in.size();
+      z.next_in = reinterpret_cast<Bytef*>(in.data());
+      z.avail_in = uInt(n);
+    }
     z.next_out = reinterpret_cast<Bytef*>(buf.data());
     z.avail_out = uInt(buf.size());
-    rc = inflate(&z, Z_NO_FLUSH);
-    out.append(buf.data(), buf.size() - z.avail_out);
+    const int rc = inflate(&z, Z_NO_FLUSH);
+    if (buf.size() > z.avail_out) out(buf.data(), buf.size() - z.avail_out);
     if (rc == Z_STREAM_END) {
-      if (z.avail_in == 0) break;
+      if (z.avail_in == 0 && eof) return;
+      if (z.avail_in == 0) {  // more input may follow: another member, or trailing nothing
+        const int c = std::fgetc(f);
+        if (c == EOF) return;
+        std::ungetc(c, f);
+      }
       inflateReset(&z);  // another gzip member follows (concatenated files)
       continue;
     }
-    if (rc != Z_OK) {
-      const std::string msg = z.msg ? z.msg : "error " + std::to_string(rc);
-      inflateEnd(&z);
-      fail("'", path, "': damaged gzip data (", msg, ")");
-    }
-    if (z.avail_in == 0 && z.avail_out != 0) {
-      inflateEnd(&z);
+    if (rc == Z_BUF_ERROR && z.avail_in == 0 && eof)
       fail("'", path, "': the gzip data ends early (a truncated file)");
-    }
+    if (rc != Z_OK && rc != Z_BUF_ERROR) fail("'", path, "': damaged gzip data (", z.msg ? z.msg : "error " + std::to_string(rc), ")");
   }
-  inflateEnd(&z);
-  return out;
+}
+
+std::string gunzip_file(const std::string& path) {
+  std::string text;
+  gunzip_file(path, [&](const char* p, size_t n) { text.append(p, n); });
+  return text;
 }
 
 void gzip_file_in_place(const std::string& path) {

@@ -2,14 +2,19 @@
 // run folders ship in the repository. Loaders read a gzip file as if it were plain (the format is
 // recognised by its magic bytes, not by the name).
 #pragma once
+#include <cstddef>
+#include <functional>
 #include <string>
 #include <string_view>
 
 namespace sl {
 
 bool is_gzip_file(const std::string& path);  // starts with 1f 8b; false when unreadable
-// The whole decompressed content (every gzip member). Throws sl::Error naming the file on a
-// damaged or truncated stream.
+// The decompressed content (every gzip member), handed to `out` piece by piece as it is
+// inflated: neither the file nor its content is held whole. Throws sl::Error naming the file on
+// a damaged or truncated stream (after `out` saw the good part).
+void gunzip_file(const std::string& path, const std::function<void(const char*, size_t)>& out);
+// The whole decompressed content.
 std::string gunzip_file(const std::string& path);
 // Compresses `path` into `path + ".gz"` (written atomically), then removes `path`.
 void gzip_file_in_place(const std::string& path);

@@ -38,7 +38,8 @@ bool is_stream(const std::string& path) {
   return S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode) || S_ISSOCK(st.st_mode);
 }
 
-std::string read_stream(const std::string& path, const std::string& what, double wait_s, size_t max_bytes) {
+void read_stream(const std::string& path, const std::string& what, double wait_s, size_t max_bytes,
+                 const std::function<void(const char*, size_t)>& out) {
   // Non-blocking open: a FIFO without a writer would block open() itself.
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) fail(what, " '", path, "': ", std::strerror(errno));
@@ -48,7 +49,7 @@ std::string read_stream(const std::string& path, const std::string& what, double
   } close_fd{fd};
   struct stat st {};
   const bool fifo = ::fstat(fd, &st) == 0 && S_ISFIFO(st.st_mode);
-  std::string out;
+  size_t total = 0;
   char buf[1 << 16];
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(wait_s);
   bool got_any = false;
@@ -56,8 +57,9 @@ std::string read_stream(const std::string& path, const std::string& what, double
     const ssize_t n = ::read(fd, buf, sizeof buf);
     if (n > 0) {
       got_any = true;
-      out.append(buf, size_t(n));
-      SL_CHECK(out.size() <= max_bytes, what, " '", path, "': more than ", max_bytes, " bytes on the stream");
+      total += size_t(n);
+      SL_CHECK(total <= max_bytes, what, " '", path, "': more than ", max_bytes, " bytes on the stream");
+      out(buf, size_t(n));
       continue;
     }
     if (n < 0 && errno == EINTR) continue;
@@ -77,7 +79,12 @@ std::string read_stream(const std::string& path, const std::string& what, double
       break;
     }
   }
-  return out;
+}
+
+std::string read_stream(const std::string& path, const std::string& what, double wait_s, size_t max_bytes) {
+  std::string text;
+  read_stream(path, what, wait_s, max_bytes, [&](const char* p, size_t n) { text.append(p, n); });
+  return text;
 }
 
 }  // namespace sl

@@ -5,6 +5,7 @@
 // time for a writer.
 #pragma once
 #include <cstddef>
+#include <functional>
 #include <string>
 
 namespace sl {
@@ -16,8 +17,11 @@ void require_regular_file(const std::string& path, const std::string& what);
 // True for a FIFO / pipe, character device or socket (e.g. /dev/stdin fed by a pipe).
 bool is_stream(const std::string& path);
 
-// Reads a stream whole. A FIFO whose writer has not connected (or written) within `wait_s`
-// seconds is an error, as is more than `max_bytes` of data.
+// Reads a stream to its end, handing each piece read to `out`. A FIFO whose writer has not
+// connected (or written) within `wait_s` seconds is an error, as is more than `max_bytes` of data.
+void read_stream(const std::string& path, const std::string& what, double wait_s, size_t max_bytes,
+                 const std::function<void(const char*, size_t)>& out);
+// The same, into one string.
 std::string read_stream(const std::string& path, const std::string& what, double wait_s, size_t max_bytes);
 
 }  // namespace sl

@@ -24,6 +24,7 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/host_memory.h"
 #include "core/gzip.h"
 #include "core/input_file.h"
 #include "profiler/kineto_json.h"
@@ -864,6 +865,8 @@ Trace load_kineto_json(std::string_view text, const std::string& origin) {
 }
 
 Trace load_kineto_json_file(const std::string& path, const JsonLoadOptions& opts, JsonLoadStats* stats) {
+  JsonLoadStats own;  // for the fast loader's reason, when the caller does not ask for stats
+  if (!stats) stats = &own;
   auto t0 = std::chrono::steady_clock::now();
   if (stats) *stats = JsonLoadStats{};
   const std::string origin = "'" + path + "'";
@@ -876,6 +879,17 @@ Trace load_kineto_json_file(const std::string& path, const JsonLoadOptions& opts
       }
     }
   }
+  // The precise loader parses the document whole: its text, simdjson's tape (up to about twice
+  // the text for event-dense JSON) and its strings, then the trace. A file that would not fit is
+  // refused here with the figures, rather than allocated until the process is killed.
+  if (struct stat st {}; ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
+    const double need = 4.0 * double(st.st_size), have = double(host_memory_available());
+    if (have > 0 && need > have)
+      fail(origin, ": ", !stats->fallback.empty() ? "the fast loader could not read it (" + stats->fallback + ") and " : "",
+           "the precise JSON loader would need about ", need / double(1 << 30), " GiB (4x the file's ",
+           double(st.st_size) / double(1 << 30), " GiB), more than the ", have / double(1 << 30),
+           " GiB available");
+  }
   auto t1 = std::chrono::steady_clock::now();
   simdjson::padded_string text = trace_io_detail::read_file_padded(path);
   if (stats) stats->read_s = seconds_since(t1);
@@ -886,58 +900,95 @@ Trace load_kineto_json_file(const std::string& path, const JsonLoadOptions& opts
 
 Trace load_kineto_json_file(const std::string& path) { return load_kineto_json_file(path, JsonLoadOptions{}); }
 
-// Loads `text` (the content of `path`: a stream, or an unpacked .gz) with a loader that needs a
-// file, through a temporary file removed afterwards.
-template <class Loader>
-Trace via_temp_file(const std::string& path, const std::string& text, Loader load) {
-  std::string tmp = (std::filesystem::temp_directory_path() / "streamlab-trace-XXXXXX").string();
-  const int fd = ::mkstemp(tmp.data());
-  SL_CHECK(fd >= 0, "cannot read trace '", path, "': no temporary file (", std::strerror(errno), ")");
-  ::close(fd);
-  struct Remove {
-    std::string p;
-    ~Remove() { std::remove(p.c_str()); }
-  } remove{tmp};
-  write_file_atomic(tmp, text);
-  return load(tmp);
-}
+namespace {
 
-Trace load_trace(const std::string& path) {
-  if (is_stream(path)) {
-    // A pipe (`analyze /dev/stdin`), FIFO or device: read it whole (a FIFO waits at most 30 s for
-    // its writer), then load it as the file it carries.
-    // STREAMLAB_FIFO_WAIT_S shortens the wait (tests).
-    static const double wait_s = [] {
-      const char* v = std::getenv("STREAMLAB_FIFO_WAIT_S");
-      return v && std::atof(v) > 0 ? std::atof(v) : 30.0;
-    }();
-    const std::string text = read_stream(path, "trace", wait_s, size_t(64) << 30);
-    if (text.empty()) fail("trace '", path, "': the stream is empty");
-    const bool json_text = text.find_first_not_of(" \t\r\n") != std::string::npos &&
-                           text[text.find_first_not_of(" \t\r\n")] == '{';
-    if (json_text) return load_kineto_json(text, "'" + path + "'");
-    // gzip or SQLite need a file: the stream goes to a temporary one first.
-    return via_temp_file(path, text, [](const std::string& tmp) { return load_trace(tmp); });
+// A copy of a trace that cannot be read in place (a stream, a gzip file) in a temporary file,
+// written piece by piece as it is read or unpacked: the loaders then read it as any file, in
+// chunks, so the trace is never held whole in memory. Removed when done.
+class TempCopy {
+ public:
+  explicit TempCopy(const std::string& of) : of_(of) {
+    path_ = (std::filesystem::temp_directory_path() / "streamlab-trace-XXXXXX").string();
+    fd_ = ::mkstemp(path_.data());
+    SL_CHECK(fd_ >= 0, "cannot read trace '", of, "': no temporary file in ",
+             std::filesystem::temp_directory_path().string(), " (", std::strerror(errno), ")");
   }
-  if (is_gzip_file(path)) {
-    // A gzipped trace: JSON is parsed from memory; SQLite needs a file, so it is unpacked beside
-    // the system's temporary files first.
-    const std::string text = gunzip_file(path);
-    if (text.size() >= 16 && std::memcmp(text.data(), "SQLite format 3\0", 16) == 0) {
-      return via_temp_file(path, text, [](const std::string& tmp) { return load_nsys_sqlite(tmp); });
+  ~TempCopy() {
+    if (fd_ >= 0) ::close(fd_);
+    std::remove(path_.c_str());
+  }
+  TempCopy(const TempCopy&) = delete;
+  TempCopy& operator=(const TempCopy&) = delete;
+  void append(const char* p, size_t n) {
+    while (n > 0) {
+      const ssize_t w = ::write(fd_, p, n);
+      if (w < 0 && errno == EINTR) continue;
+      SL_CHECK(w > 0, "cannot read trace '", of_, "': writing its copy ", path_, " failed (", std::strerror(errno),
+               "; TMPDIR chooses where it goes)");
+      p += w, n -= size_t(w);
     }
-    return load_kineto_json(text, "'" + path + "'");
+  }
+  const std::string& path() {
+    if (fd_ >= 0) {
+      SL_CHECK(::close(fd_) == 0, "cannot read trace '", of_, "': closing its copy ", path_, " failed (",
+               std::strerror(errno), ")");
+      fd_ = -1;
+    }
+    return path_;
+  }
+
+ private:
+  std::string of_, path_;
+  int fd_ = -1;
+};
+
+// Loads regular file `file` (gzipped or not), naming it `shown` in messages: the user's path
+// when `file` is a temporary copy.
+Trace load_file(const std::string& file, const std::string& shown) {
+  if (is_gzip_file(file)) {
+    TempCopy copy(shown);
+    gunzip_file(file, [&](const char* p, size_t n) { copy.append(p, n); });
+    return load_file(copy.path(), shown);
   }
   struct stat st {};
-  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) fail("trace '", path, "': a directory, not a trace file");
-  switch (detect_trace_format(path)) {
-    case TraceFormat::Sqlite: return load_nsys_sqlite(path);
-    case TraceFormat::StreamlabJson:
-    case TraceFormat::KinetoJson: return load_kineto_json_file(path);
-    default:
-      fail("'", path, "': not a trace streamlab can read (expected our JSON, a PyTorch profiler / Kineto JSON, or "
-                      "our SQLite; the file starts with neither '{' nor the SQLite header)");
+  if (::stat(file.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) fail("trace '", shown, "': a directory, not a trace file");
+  try {
+    switch (detect_trace_format(file)) {
+      case TraceFormat::Sqlite: return load_nsys_sqlite(file);
+      case TraceFormat::StreamlabJson:
+      case TraceFormat::KinetoJson: return load_kineto_json_file(file);
+      default:
+        fail("'", file, "': not a trace streamlab can read (expected our JSON, a PyTorch profiler / Kineto JSON, or "
+                        "our SQLite; the file starts with neither '{' nor the SQLite header)");
+    }
+  } catch (const Error& e) {
+    if (file == shown) throw;
+    std::string m = e.what();
+    for (size_t at = m.find(file); at != std::string::npos; at = m.find(file, at + shown.size()))
+      m.replace(at, file.size(), shown);
+    throw Error(m);
   }
+}
+
+}  // namespace
+
+Trace load_trace(const std::string& path) {
+  if (!is_stream(path)) return load_file(path, path);
+  // A pipe (`analyze /dev/stdin`), FIFO or device: copied to a file first (a FIFO waits at most
+  // 30 s for its writer; STREAMLAB_FIFO_WAIT_S shortens the wait for tests), then loaded as the
+  // file it carries, whatever its format.
+  static const double wait_s = [] {
+    const char* v = std::getenv("STREAMLAB_FIFO_WAIT_S");
+    return v && std::atof(v) > 0 ? std::atof(v) : 30.0;
+  }();
+  TempCopy copy(path);
+  size_t bytes = 0;
+  read_stream(path, "trace", wait_s, size_t(1) << 40, [&](const char* p, size_t n) {
+    copy.append(p, n);
+    bytes += n;
+  });
+  if (bytes == 0) fail("trace '", path, "': the stream is empty");
+  return load_file(copy.path(), path);
 }
 
 }  // namespace sl::prof

@@ -81,6 +81,8 @@ struct FastMiss {
 constexpr size_t kDefaultChunkBytes = size_t(1) << 20;
 // Where a chunk's cut is looked for first: the end of its window (events are rarely longer).
 constexpr size_t kCutProbeBytes = size_t(16) << 10;
+// The largest chunk: events and the document's tail are cut at newlines (see cut_reading_all).
+constexpr size_t kMaxChunkBytes = size_t(256) << 20;
 // Nesting below an event's fields that the fast loader follows; deeper goes to the precise
 // loader (bounded recursion here; the precise one accepts up to 10000 levels).
 constexpr int kMaxDepth = 64;
@@ -1265,7 +1267,8 @@ class FastLoader {
 
   std::optional<Trace> run() {
     auto t0 = Clock::now();
-    if (src_.size() > simdjson::SIMDJSON_MAXSIZE_BYTES) return give_up("larger than simdjson reads");
+    // No limit on the file's size: simdjson's (4 GiB) applies to each chunk and to the document
+    // without its events, each parsed on its own.
     std::optional<Header> header = scan_header(src_);
     if (!header) return give_up("no \"traceEvents\" array in the top level the fast loader reads");
     EventContext cx;
@@ -1373,6 +1376,8 @@ class FastLoader {
       bool got = false;
       try {
         got = next_chunk(c);
+      } catch (const FastMiss& m) {
+        stop_with(m.why);
       } catch (...) {
         stop_with("reading the next chunk failed");
       }
@@ -1440,10 +1445,15 @@ class FastLoader {
   }
 
   // The cut found reading whole windows, doubled until one holds an event boundary or the end
-  // of "traceEvents" (events longer than the probe, or the document's tail).
+  // of "traceEvents" (events longer than the probe, or the document's tail). Up to
+  // kMaxChunkBytes: a document without newlines between its events (minified JSON) would
+  // otherwise be read whole into one chunk; the precise loader takes it (with its own memory
+  // check).
   void cut_reading_all(Chunk& c, size_t& len, size_t& next) {
     const size_t size = src_.size();
     for (size_t want = chunk_bytes_;; want *= 2) {
+      if (want > kMaxChunkBytes && size - next_pos_ > kMaxChunkBytes)
+        throw FastMiss{"no event boundary (a newline between events) within 256 MiB: minified JSON?"};
       const size_t n = std::min(want, size - next_pos_);
       c.reserve(n);
       src_.read(next_pos_, c.text(), n);

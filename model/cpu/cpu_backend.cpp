@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/bf16.h"
+#include "core/host_memory.h"
 #include "core/rng.h"
 #include "model/cpu/cpu_backend.h"
 
@@ -82,17 +83,7 @@ MemoryStats CpuBackend::memory() const {
   return m;
 }
 
-size_t CpuBackend::available_bytes() const {
-  // MemAvailable: what the kernel estimates can be allocated without swapping.
-  std::FILE* f = std::fopen("/proc/meminfo", "r");
-  if (!f) return 0;
-  char line[256];
-  size_t kb = 0;
-  while (std::fgets(line, sizeof line, f))
-    if (std::sscanf(line, "MemAvailable: %zu kB", &kb) == 1) break;
-  std::fclose(f);
-  return kb * 1024;
-}
+size_t CpuBackend::available_bytes() const { return host_memory_available(); }
 
 // ---------------------------------------------------------------- streams and events
 // Ops run in program order, so streams and events carry no behaviour; they are still

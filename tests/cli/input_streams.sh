@@ -61,4 +61,23 @@ fi
 
 # 4. A directory named as a trace.
 expect_error "directory" "$bin" analyze "$tmp/ckpt"
+
+# 5. Traces read through a temporary copy (streams, gzip) name the user's file in their errors,
+# not the copy: a truncated gzipped SQLite, a damaged gzip.
+"$bin" export "$tmp/t.json" --to sqlite "$tmp/t.sqlite" > /dev/null
+head -c 20000 "$tmp/t.sqlite" | gzip -c > "$tmp/cut.sqlite.gz"
+expect_error "'$tmp/cut.sqlite.gz'" "$bin" analyze "$tmp/cut.sqlite.gz"
+grep -q "streamlab-trace-" "$tmp/out" && fail "the error names the temporary copy: $(cat "$tmp/out")"
+head -c $(( $(stat -c %s "$trace") / 2 )) "$trace" > "$tmp/cut.json.gz"
+expect_error "ends early" "$bin" analyze "$tmp/cut.json.gz"
+
+# 6. A JSON trace the fast loader cannot read and too big for the precise loader (which parses
+# the document whole, about 4x the file) is refused up front with both figures, not allocated
+# until the process is killed. Half of MemAvailable, sparse: no disk used.
+avail_mib=$(awk '/MemAvailable/ {print int($2 / 1024)}' /proc/meminfo)
+printf '{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "dur": 1, "pid": 0, "tid": 1, "args": {"stream": 7}},\n' > "$tmp/huge.json"
+truncate -s $((avail_mib / 2))M "$tmp/huge.json"
+expect_error "the precise JSON loader would need about" "$bin" analyze "$tmp/huge.json"
+grep -q "GiB available" "$tmp/out" || fail "no available figure: $(cat "$tmp/out")"
+rm "$tmp/huge.json"
 echo "input_streams: ok"
