@@ -47,7 +47,7 @@ void DeepSeekV4::attention(int layer, const AttentionWeights& aw, LayerCache& ca
                        aw.idx_compressor.wgate);
       };
     }
-    execute_in_parallel(ops_, ls, ev, parallel, main_fn, aux);
+    execute_in_parallel(ops_, ls, ev, parallel, main_fn, aux, phase_a_fault(layer));
   }
   ops_.rmsnorm_pair(Stream{}, "q_norm+kv_norm", qr, qr_raw, aw.q_norm, kv, kv, aw.kv_norm, eps);
 

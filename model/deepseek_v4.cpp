@@ -305,10 +305,22 @@ GraphScope parse_graph_scope(const std::string& text) {
   fail("unknown graph scope '", text, "' (expected step, split or piecewise)");
 }
 
+const std::vector<std::string>& DeepSeekV4::fault_names() {
+  static const std::vector<std::string> names = {"missing-join", "rerecord", "mtp-missing-join", "mtp-early-fork"};
+  return names;
+}
+
 void DeepSeekV4::plant_fault(const std::string& name) {
-  SL_CHECK(name.empty() || name == "missing-join" || name == "rerecord" || name == "mtp-missing-join",
-           "unknown planted fault '", name, "' (expected missing-join, rerecord or mtp-missing-join)");
+  const auto& names = fault_names();
+  SL_CHECK(name.empty() || std::find(names.begin(), names.end(), name) != names.end(), "unknown planted fault '", name,
+           "' (expected missing-join, rerecord, mtp-missing-join or mtp-early-fork)");
   planted_ = name;
+}
+
+JoinFault DeepSeekV4::phase_a_fault(int layer) const {
+  JoinFault f;
+  f.skip_fork = planted_ == "mtp-early-fork" && layer >= cfg_.num_hidden_layers;
+  return f;
 }
 
 JoinFault DeepSeekV4::phase_b_fault(int layer) const {
@@ -316,6 +328,7 @@ JoinFault DeepSeekV4::phase_b_fault(int layer) const {
   const bool mtp = layer >= cfg_.num_hidden_layers;
   f.skip_join = planted_ == "missing-join" || (planted_ == "mtp-missing-join" && mtp);
   f.rerecord = planted_ == "rerecord";
+  f.skip_fork = planted_ == "mtp-early-fork" && mtp;
   return f;
 }
 

@@ -119,8 +119,10 @@ class DeepSeekV4 {
   // A fault planted on purpose, for the race checker's tests and to run one for real:
   // "missing-join" (the c4a layers' phase-B join is left out), "rerecord" (the current stream
   // re-records the phase-B done event right before waiting on it), "mtp-missing-join" (the
-  // missing join in MTP layers only). "" = none. Throws on an unknown name.
+  // missing join in MTP layers only), "mtp-early-fork" (the MTP layers' aux streams start
+  // without waiting on the current stream). "" = none. Throws on an unknown name.
   void plant_fault(const std::string& name);
+  static const std::vector<std::string>& fault_names();  // the names plant_fault takes
   // Before the first decode_replay: one graph per step (default) or split as vLLM does.
   void set_graph_scope(GraphScope g);
   GraphScope graph_scope() const { return graph_scope_; }
@@ -237,6 +239,7 @@ class DeepSeekV4 {
   PiecewiseState pw_;
   std::string planted_;
   std::function<void(int, int)> prefill_progress_;
+  JoinFault phase_a_fault(int layer) const;
   JoinFault phase_b_fault(int layer) const;
   struct StepMarks {
     Event begin, target_done, end;

@@ -24,9 +24,12 @@ using StreamFn = std::function<void(Stream)>;
 // Faults planted on purpose (check-races' tests, and a real run of the first on the GPU):
 // `skip_join`: the current stream does not wait on the aux streams' done events (a missing join);
 // `rerecord`: the current stream re-records a done event itself right before waiting on it, so
-// the wait no longer orders anything after the aux work.
+// the wait no longer orders anything after the aux work;
+// `skip_fork`: the aux streams start without waiting on the current stream's fork event, so their
+// work overlaps whatever the current stream did before (an MTP layer's indexer rewriting the
+// shared top-k buffer while the target's sparse attention may still read it).
 struct JoinFault {
-  bool skip_join = false, rerecord = false;
+  bool skip_join = false, rerecord = false, skip_fork = false;
 };
 
 // The join of one aux stream back into `main`, with the planted fault if any.
@@ -53,7 +56,7 @@ inline void execute_in_parallel(Ops& ops, const LayerStreams& ls, const std::arr
   for (int r = 0; r < 3; ++r) {
     if (!aux_fn[size_t(r)] || !ls.has_aux(r)) continue;
     const Stream aux = ls.aux[size_t(r)];
-    ops.wait(aux, ev[0]);
+    if (!fault.skip_fork) ops.wait(aux, ev[0]);
     aux_fn[size_t(r)](aux);
     ops.record(ev[size_t(r) + 1], aux);
     forked[size_t(r)] = true;
@@ -81,7 +84,7 @@ inline void maybe_execute_in_parallel_from(Ops& ops, Stream main, Stream aux, Ev
   }
   ops.record(fork, main);
   main_fn(main);
-  ops.wait(aux, fork);
+  if (!fault.skip_fork) ops.wait(aux, fork);
   aux_fn(aux);
   ops.record(done, aux);
   join(ops, main, done, fault);

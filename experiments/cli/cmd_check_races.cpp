@@ -96,8 +96,10 @@ void add_check_races_command(CLI::App& app) {
   cmd->add_option("--steps", o->steps, "decode steps to check")->capture_default_str();
   cmd->add_option("--plant", o->plant,
                   "plant a fault on purpose: missing-join (c4a phase B not joined), rerecord (the join's event "
-                  "re-recorded by the waiting stream), mtp-missing-join (MTP layers only)")
-      ->check(CLI::IsMember({"missing-join", "rerecord", "mtp-missing-join"}));
+                  "re-recorded by the waiting stream), mtp-missing-join (MTP layers only), mtp-early-fork (MTP "
+                  "layers' aux streams start without waiting for the main stream: their indexer rewrites the top-k "
+                  "buffer the target's sparse attention reads)")
+      ->check(CLI::IsMember(DeepSeekV4::fault_names()));
   cmd->add_flag("--json", o->json, "print as JSON");
   cmd->callback([o] {
     const int rc = check_races(*o);

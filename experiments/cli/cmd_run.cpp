@@ -438,8 +438,9 @@ void add_run_command(CLI::App& app) {
   cmd->add_flag("--allow-nonfinite-logits", o->allow_nonfinite_logits,
                 "finish with status 0 even when logits are NaN or Inf (they are reported either way)");
   cmd->add_option("--plant", o->plant,
-                  "run with a fault planted on purpose (see check-races): missing-join, rerecord, mtp-missing-join")
-      ->check(CLI::IsMember({"missing-join", "rerecord", "mtp-missing-join"}));
+                  "run with a fault planted on purpose (see check-races --help): missing-join, rerecord, mtp-missing-join, "
+                  "mtp-early-fork")
+      ->check(CLI::IsMember(DeepSeekV4::fault_names()));
   cmd->add_flag("--no-op-ranges", o->no_op_ranges,
                 "no NVTX range per op (step, layer and phase ranges stay): fewer NVTX records while tracing");
   cmd->add_flag("--allow-invalid-records", o->allow_invalid_records,

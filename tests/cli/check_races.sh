@@ -8,7 +8,8 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 
 # 1. No race anywhere the model is right (MTP layers compressed by 4 so that they use their aux
 #    streams; the torch source at 12 MTP layers aliases 8 pool streams).
-for pol in serial per-layer shared global per-layer-all trtllm-per-layer pool:2; do
+# pool:1 puts every role of every layer on one aux stream (two roles, one stream: serialised, not racing).
+for pol in serial per-layer shared global per-layer-all trtllm-per-layer pool:2 pool:1; do
   for pl in vllm-fix vllm-head; do
     "$bin" check-races --policy $pol --placement $pl --mtp-layers 2 --draft-steps 2 --mtp-compress 4 > "$tmp/o" \
       || { cat "$tmp/o"; fail "$pol $pl: races reported on a correct schedule"; }
@@ -37,6 +38,10 @@ expect_race "is not ordered before 'indexer_topk'" --plant rerecord --placement 
 # Two MTP layers writing the same top-k buffer on different streams without ordering.
 expect_race "write-after-write on topk_indices: 'indexer_topk' (prefill/draft0/mtp0.c4a/attn/phase_b, mtp0.aux0) is not ordered before 'indexer_topk' (prefill/draft1/mtp1.c4a/attn/phase_b, mtp1.aux0)" \
   --plant mtp-missing-join --policy per-layer --mtp-layers 2 --mtp-compress 4 --draft-steps 2
+# The MTP layers' aux work started without waiting for the main stream: the MTP indexer rewrites
+# the top-k buffer that the target's sparse attention still reads (target and MTP share it).
+expect_race "write-after-read on topk_indices: 'sparse_attention' (prefill/target/L4.c4a/attn, main) is not ordered before 'indexer_topk' (prefill/draft0/mtp0.c4a/attn/phase_b, mtp0.aux0)" \
+  --plant mtp-early-fork --policy per-layer --mtp-layers 1 --mtp-compress 4 --draft-steps 1
 "$bin" check-races --plant missing-join --json > "$tmp/j.json" || true
 python3 -c "import json,sys; j=json.load(open(sys.argv[1])); assert j['races'] > 0 and j['parts'][0]['races'], j" "$tmp/j.json"
 if "$bin" check-races --plant nonsense > "$tmp/o" 2>&1; then fail "an unknown fault was accepted"; fi
