@@ -269,6 +269,41 @@ for st in $stages; do case $st in
       --backend cuda --policy per-layer --stream-source torch --mtp-layers 12 --mtp-compress 4 --draft-steps 12 --steps 1
     run racecheck_shared 240 compute-sanitizer --tool racecheck --error-exitcode 9 $B/streamlab run --config tiny \
       --backend cuda --policy shared --mtp-layers 1 --mtp-compress 4 --steps 1 ;;
+  racecheck)
+    # compute-sanitizer racecheck (shared-memory hazards inside kernels) under every policy, all
+    # at once on the one GPU (each alone takes minutes); one log and exit code per policy.
+    for p in ${SANITIZER_POLICIES:-serial per-layer shared global per-layer-all trtllm-per-layer pool:2}; do
+      ( n="racecheck_${p/:/}"; timeout ${RACECHECK_SECONDS:-500} compute-sanitizer --tool racecheck --error-exitcode 9 \
+          $B/streamlab run --config tiny --backend cuda --policy $p --mtp-layers 2 --mtp-compress 4 --draft-steps 2 \
+          --steps 1 --placement vllm-head > "$W/$n.log" 2>&1; echo $? > "$W/$n.rc" ) &
+    done
+    wait
+    for f in "$W"/racecheck_*.rc; do n=$(basename "$f" .rc); rc[$n]=$(cat "$f"); tail -n 2 "$W/$n.log"; done
+    tar czf "$OUT/round.tar.gz" -C "$W" . ;;
+  earlyfork)
+    # check-races' mtp-early-fork fault run for real: the MTP layers' aux streams start without
+    # waiting on the main stream, so the MTP indexer may rewrite the top-k buffer while the
+    # target's sparse attention reads it. RACE_TRIALS processes with it, one without; eager and
+    # graph. How often the logits differ from the clean run is read from the logs.
+    for mode in eager graph; do
+      g=""; [ $mode = graph ] && g=--graph
+      run "fork_clean_$mode" 60 $B/streamlab run --config flash-6l-e32 --backend cuda --policy per-layer \
+        --mtp-layers 2 --mtp-compress 4 --draft-steps 2 --context 2048 --steps 4 $g --json
+      for t in $(seq ${RACE_TRIALS:-8}); do
+        run "fork_planted_${mode}_$t" 60 $B/streamlab run --config flash-6l-e32 --backend cuda --policy per-layer \
+          --mtp-layers 2 --mtp-compress 4 --draft-steps 2 --context 2048 --steps 4 $g --json --plant mtp-early-fork
+      done
+    done ;;
+  traceload)
+    # The JSON loader's speed on the host's cores (3M-event synthetic traces, ours and PyTorch's
+    # layout), --check: the same trace as the precise loader; and its peak memory.
+    $B/bench_trace_load --write-synthetic 3000000 "$W/ours.json" > /dev/null
+    $B/bench_trace_load --write-pytorch 3000000 "$W/pytorch.json" > /dev/null
+    for f in ours pytorch; do
+      run "trace_load_$f" 200 $B/bench_trace_load "$W/$f.json" --reps 5 --check
+      for th in 1 8; do run "trace_load_${f}_t$th" 200 $B/bench_trace_load "$W/$f.json" --reps 5 --threads $th; done
+    done
+    rm -f "$W/ours.json" "$W/pytorch.json" ;;
   pro)
     # The 90-stream case: V4 Pro's 61 layers (30 compress-4) with 8 routed experts so that it fits,
     # TensorRT-LLM's per-layer streams against one stream set per role.
