@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <memory>
 #include <sstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,7 @@
 #include "experiments/cli/backend_choice.h"
 #include "experiments/cli/commands.h"
 #include "experiments/cli/model_options.h"
+#include "experiments/cli/phase_ticker.h"
 #include "experiments/cli/stream_report.h"
 #include "model/check_backend.h"
 #include "model/cpu/cpu_backend.h"
@@ -183,7 +185,9 @@ void run(const RunOptions& o) {
   std::fflush(info);
 
   check_memory_fits(*be, cfg, shape, "run");
+  std::optional<PhaseTicker> ticker(std::in_place, info, "allocating weights, caches and activations");
   DeepSeekV4 model(*be, cfg, policy, shape);
+  ticker.reset();
   model.set_graph_scope(parse_graph_scope(o.model.graph_scope));
   model.ops().set_op_ranges(!o.no_op_ranges);
   model.plant_fault(o.plant);
@@ -191,13 +195,16 @@ void run(const RunOptions& o) {
   model.set_accept_rule(accept);
   if (o.checkpoint.empty()) {
     std::fprintf(info, "initialising weights from seed %llu\n", cfg.seed);
+    PhaseTicker t(info, "initialising weights");
     model.init_random(cfg.seed);
   } else {
     std::fprintf(info, "loading %s\n", o.checkpoint.c_str());
+    PhaseTicker t(info, "loading the checkpoint");
     model.load(o.checkpoint);
   }
   if (!o.save_checkpoint.empty()) {
     std::fprintf(info, "saving checkpoint to %s (%s)\n", o.save_checkpoint.c_str(), o.save_dtype.c_str());
+    PhaseTicker t(info, "saving the checkpoint");
     save_checkpoint(*be, cfg, model.weights(), o.save_checkpoint, o.save_dtype == "f32" ? DType::F32 : DType::BF16);
   }
   const int alias_from = first_aliasing_mtp_layers(policy, cfg);
@@ -261,7 +268,9 @@ void run(const RunOptions& o) {
     });
   }
   auto t0 = clock::now();
+  ticker.emplace(info, "prefill of " + std::to_string(cfg.context_length) + " tokens per sequence");
   StepOutput pre = model.prefill(prompt, cfg.context_length);
+  ticker.reset();
   double ms = std::chrono::duration<double, std::milli>(clock::now() - t0).count();
   report(0, "prefill", cfg.batch * cfg.context_length, ms, pre);
   if (!o.dump_logits.empty()) {
