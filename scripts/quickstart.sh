@@ -43,7 +43,10 @@ if [ "$mode" = test ]; then
   fi
   [ -x "$venv/bin/python" ] && py_args=(-DPython3_EXECUTABLE="$(cd "$venv/bin" && pwd)/python")
 fi
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DSTREAMLAB_CUDA="$cuda" "${py_args[@]}" >"$build/configure.log" 2>&1 \
+# CI builds with warnings as errors (CI=true, as .ci/run runs).
+werror=OFF; [ "${CI:-}" = true ] && werror=ON
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DSTREAMLAB_CUDA="$cuda" -DSTREAMLAB_WERROR=$werror "${py_args[@]}" \
+  >"$build/configure.log" 2>&1 \
   || { cat "$build/configure.log"; exit 1; }
 echo "== building with $jobs jobs"
 cmake --build "$build" -j "$jobs"

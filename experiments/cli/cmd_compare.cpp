@@ -320,7 +320,7 @@ int run_live(const CompareCliOptions& o) {
 int run_recorded(const CompareCliOptions& o, const std::string& why_no_gpu) {
   std::string folder = o.recorded;
   if (folder.empty()) {
-    for (const std::string root : {std::string(STREAMLAB_SOURCE_DIR) + "/results/compare", std::string("results/compare")}) {
+    for (const std::string& root : {std::string(STREAMLAB_SOURCE_DIR) + "/results/compare", std::string("results/compare")}) {
       // Preferably a run of the very settings asked for (by default: compare's defaults).
       ModelOptions m = o.model;
       apply_compare_defaults(m);

@@ -97,7 +97,10 @@ nlohmann::json layer_structure(const Schedule& sched) {
 
 std::string join(const nlohmann::json& a, const char* sep = " ") {
   std::string s;
-  for (const auto& x : a) s += (s.empty() ? "" : sep) + x.get<std::string>();
+  for (const auto& x : a) {
+    if (!s.empty()) s += sep;
+    s += x.get<std::string>();
+  }
   return s;
 }
 
