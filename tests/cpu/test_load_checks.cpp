@@ -183,6 +183,18 @@ TEST(LoadChecks, RepeatedCorrelationIdsAreCounted) {
   EXPECT_EQ(t.counts.load_issues[0].first, kNoIndex);
   EXPECT_NE(t.counts.load_issues[0].first_value.find("correlation 77 of pid 4242"), std::string::npos)
       << t.counts.load_issues[0].first_value;
+  // The same id in another process is another id (several processes: the sorted path).
+  doc = base_doc();
+  doc["traceEvents"][2]["pid"] = 4243;
+  doc["traceEvents"][2]["args"]["correlation"] = 77;
+  EXPECT_TRUE(load_both(doc).counts.clean());
+  doc["traceEvents"].push_back({{"ph", "X"}, {"cat", "cuda_runtime"}, {"name", "cudaMemcpyAsync"}, {"pid", 4243},
+                                {"tid", 1}, {"ts", 300.0}, {"dur", 1.0}, {"args", {{"correlation", 77}}}});
+  t = load_both(doc);
+  EXPECT_EQ(t.counts.rejected_on_load, 1u);
+  EXPECT_NE(t.counts.load_issues.at(0).first_value.find("correlation 77 of pid 4243, cudaMemcpyAsync"),
+            std::string::npos)
+      << t.counts.load_issues.at(0).first_value;
   // A runtime and a driver call may share an id (one calls the other): not counted.
   doc = base_doc();
   doc["traceEvents"][2]["cat"] = "cuda_driver";
