@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <memory>
 
 #include "core/atomic_file.h"
@@ -160,6 +161,19 @@ NpyArray read_npy_impl(const std::string& path, const char* expected) {
   else
     fail(path, ": expected dtype ", expected, ", got ", descr);
   a.shape = shape;
+  // NumPy's own limit: the nonzero dimensions' product, in bytes, fits an int64. A shape such as
+  // (2**50, 2**50, 0) has no elements and so passes the size check below, but its numel()
+  // would overflow.
+  int64_t nonzero = 1;
+  for (int64_t d : shape) {
+    if (d == 0) continue;
+    if (nonzero > std::numeric_limits<int64_t>::max() / int64_t(dtype_size(a.dtype)) / d) {
+      std::string sh;
+      for (size_t k = 0; k < shape.size(); ++k) sh += (k ? ", " : "") + std::to_string(shape[k]);
+      fail(path, ": .npy shape (", sh, ") of ", descr, " is too large: its size in bytes overflows 64 bits");
+    }
+    nonzero *= d;
+  }
   // Check the size against the file before allocating (a corrupt shape must not allocate TBs).
   const size_t data_off = size_t(in.tellg());
   const size_t avail = file_size > data_off ? file_size - data_off : 0;
@@ -198,8 +212,10 @@ std::vector<int64_t> read_npy_int64(const std::string& path, std::vector<int64_t
   if (a.dtype == DType::F32) fail(path, ": expected dtype int32 or int64, got <f4");
   if (shape) *shape = a.shape;
   std::vector<int64_t> v(size_t(a.numel()));
-  if (a.dtype == DType::I64) std::memcpy(v.data(), a.data.data(), a.data.size());
-  else
+  // Not for an empty array: memcpy from its null buffer is undefined even for 0 bytes.
+  if (a.dtype == DType::I64) {
+    if (!v.empty()) std::memcpy(v.data(), a.data.data(), a.data.size());
+  } else
     for (size_t i = 0; i < v.size(); ++i) v[i] = a.ptr<int32_t>()[i];
   return v;
 }
@@ -210,7 +226,7 @@ std::vector<float> read_npy_f32(const std::string& path, std::vector<int64_t>* s
     fail(path, ": expected dtype float32 (<f4), got ", a.dtype == DType::I32 ? "<i4" : "<i8");
   if (shape) *shape = a.shape;
   std::vector<float> v(size_t(a.numel()));
-  std::memcpy(v.data(), a.data.data(), a.data.size());
+  if (!v.empty()) std::memcpy(v.data(), a.data.data(), a.data.size());  // as above
   return v;
 }
 
