@@ -185,7 +185,12 @@ struct EventContext {
     if (!(std::fabs(us) < 9.2e15)) ev.bad("a timestamp of " + std::to_string(us) + " us is outside what the trace "
                                           "model holds (+-9.2e15 us)");
     const double whole = std::floor(us);
-    return base + Ns(whole) * 1000 + Ns(std::llround((us - whole) * 1000.0));
+    // Added to baseTimeNanoseconds (any int64), it can still leave int64: an error, not a wrap.
+    Ns ns;
+    if (__builtin_add_overflow(base, Ns(whole) * 1000 + Ns(std::llround((us - whole) * 1000.0)), &ns))
+      ev.bad("a timestamp of " + std::to_string(us) + " us after baseTimeNanoseconds " + std::to_string(base) +
+             " is outside what the trace model holds");
+    return ns;
   }
 };
 
@@ -198,7 +203,12 @@ template <class Ev, class Sink>
 void read_complete_event(const Ev& ev, Sink& s, const EventContext& cx, std::string_view cat) {
   Ns start = cx.to_ns(ev, ev.number(F_TS));
   double dur_us = ev.number(F_DUR);
-  Ns end = start + Ns(std::llround(dur_us * 1000.0));
+  // The same bound as for timestamps: a longer duration, or one that ends beyond int64, is an
+  // error, not a wrap.
+  Ns end;
+  if (!(std::fabs(dur_us) < 9.2e15) || __builtin_add_overflow(start, Ns(std::llround(dur_us * 1000.0)), &end))
+    ev.bad("a duration of " + std::to_string(dur_us) + " us from " + std::to_string(start) +
+           " ns is outside what the trace model holds");
   if (end < start) s.counts.end_before_start++;
   if (start == 0) s.counts.zero_timestamps++;
   int64_t pid = ev.integer(F_PID);
