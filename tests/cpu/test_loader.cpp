@@ -168,6 +168,20 @@ TEST(Loader, ErrorsNameTheFileOffsetEventAndExpectation) {
   EXPECT_NE(e.find("baseTimeNanoseconds"), std::string::npos) << e;
   e = error_of(R"({"traceEvents": [{"ph": "Q", "name": "x"}]})");
   EXPECT_NE(e.find("unexpected ph \"Q\""), std::string::npos) << e;
+  // Times that leave int64 nanoseconds: an error naming the event, not a signed overflow
+  // (tests/fuzz/regressions/kineto_json). A timestamp past baseTimeNanoseconds:
+  e = error_of(R"({"baseTimeNanoseconds": 9223372036854775807, "traceEvents": [{"ph": "X", "cat": "kernel",
+      "name": "k", "pid": 0, "tid": 0, "ts": 1, "dur": 1, "args": {"stream": 1}}]})");
+  EXPECT_NE(e.find("traceEvents[0]"), std::string::npos) << e;
+  EXPECT_NE(e.find("after baseTimeNanoseconds 9223372036854775807"), std::string::npos) << e;
+  // A duration that ends past int64, and one too long to be one.
+  e = error_of(R"({"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 0,
+      "ts": 9000000000000000, "dur": 9000000000000000, "args": {"stream": 1}}]})");
+  EXPECT_NE(e.find("traceEvents[0]"), std::string::npos) << e;
+  EXPECT_NE(e.find("a duration of"), std::string::npos) << e;
+  e = error_of(R"({"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 0,
+      "ts": 1, "dur": 1e300, "args": {"stream": 1}}]})");
+  EXPECT_NE(e.find("a duration of"), std::string::npos) << e;
 }
 
 TEST(Loader, UnknownAndMissingFiles) {
