@@ -10,7 +10,8 @@
 #                                           replay the regressions; exit 1 on any crash
 #   scripts/fuzz.sh long SECONDS DIR        the long run: each target SECONDS in turn (fork mode,
 #                                           going on past crashes), from copies of the binaries in
-#                                           DIR/bin; logs, corpora and artifacts under DIR
+#                                           DIR/bin; logs, corpora and artifacts under DIR;
+#                                           FUZZ_TARGETS="a b" for some targets only
 #   scripts/fuzz.sh corpus                  rewrite the seed corpora with the project's writers
 #
 # Targets: kineto_json nsys_sqlite config safetensors npy (tests/fuzz/fuzz_<target>.cpp).
@@ -162,12 +163,14 @@ case "$mode" in
     do_build
     # Copies: fork mode starts its jobs from the binary's path, and build-fuzz may be rebuilt
     # meanwhile.
+    run_targets=(${FUZZ_TARGETS:-${targets[@]}})
     mkdir -p "$dir/bin"
-    for t in "${targets[@]}"; do cp "$build/fuzz_$t" "$dir/bin/"; done
-    { echo "commit: $(git rev-parse HEAD)$(git diff --quiet HEAD -- . ':!results' || echo ' (with uncommitted changes)')"
+    for t in "${run_targets[@]}"; do check_target "$t"; cp "$build/fuzz_$t" "$dir/bin/"; done
+    { echo "== scripts/fuzz.sh long $secs $dir: ${run_targets[*]}"
+      echo "commit: $(git rev-parse HEAD)$(git diff --quiet HEAD -- . ':!results' || echo ' (with uncommitted changes)')"
       echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"; echo "machine: $(nproc) cores, $(uname -sr)"
-      echo "compiler: $(${CXX:-clang++} --version | head -n 1)"; } > "$dir/provenance.txt"
-    for t in "${targets[@]}"; do
+      echo "compiler: $(${CXX:-clang++} --version | head -n 1)"; } >> "$dir/provenance.txt"
+    for t in "${run_targets[@]}"; do
       mkdir -p "$dir/corpus/$t" "$dir/artifacts/$t"
       cmd=("$dir/bin/fuzz_$t" "$dir/corpus/$t" "$build/corpus/$t" "tests/fuzz/corpus/$t" -max_total_time="$secs"
            "${limits[@]}" $(dict_args "$t") -fork=1 -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1
