@@ -171,14 +171,14 @@ case "$mode" in
       echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"; echo "machine: $(nproc) cores, $(uname -sr)"
       echo "compiler: $(${CXX:-clang++} --version | head -n 1)"; } >> "$dir/provenance.txt"
     for t in "${run_targets[@]}"; do
-      mkdir -p "$dir/corpus/$t" "$dir/artifacts/$t"
+      mkdir -p "$dir/corpus/$t" "$dir/artifacts/$t" "$build/corpus/$t"
       cmd=("$dir/bin/fuzz_$t" "$dir/corpus/$t" "$build/corpus/$t" "tests/fuzz/corpus/$t" -max_total_time="$secs"
            "${limits[@]}" $(dict_args "$t") -fork=1 -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1
            -artifact_prefix="$dir/artifacts/$t/" -print_final_stats=1)
       echo "command: ${cmd[*]}" >> "$dir/provenance.txt"
       echo "== long run: $t, ${secs}s, started $(date -u +%H:%M:%SZ)"
       "${cmd[@]}" > "$dir/$t.log" 2>&1 || echo "== long run: $t: libFuzzer exit $?"
-      grep -E "^#[0-9]+: cov" "$dir/$t.log" | tail -n 1
+      grep -E "^#[0-9]+: cov" "$dir/$t.log" | tail -n 1 || true
     done
     echo "== long run: done $(date -u +%H:%M:%SZ)"
     ;;
