@@ -161,19 +161,6 @@ NpyArray read_npy_impl(const std::string& path, const char* expected) {
   else
     fail(path, ": expected dtype ", expected, ", got ", descr);
   a.shape = shape;
-  // NumPy's own limit: the nonzero dimensions' product, in bytes, fits an int64. A shape such as
-  // (2**50, 2**50, 0) has no elements and so passes the size check below, but its numel()
-  // would overflow.
-  int64_t nonzero = 1;
-  for (int64_t d : shape) {
-    if (d == 0) continue;
-    if (nonzero > std::numeric_limits<int64_t>::max() / int64_t(dtype_size(a.dtype)) / d) {
-      std::string sh;
-      for (size_t k = 0; k < shape.size(); ++k) sh += (k ? ", " : "") + std::to_string(shape[k]);
-      fail(path, ": .npy shape (", sh, ") of ", descr, " is too large: its size in bytes overflows 64 bits");
-    }
-    nonzero *= d;
-  }
   // Check the size against the file before allocating (a corrupt shape must not allocate TBs).
   const size_t data_off = size_t(in.tellg());
   const size_t avail = file_size > data_off ? file_size - data_off : 0;
@@ -195,6 +182,19 @@ NpyArray read_npy_impl(const std::string& path, const char* expected) {
     for (size_t k = 0; k < shape.size(); ++k) sh += (k ? ", " : "") + std::to_string(shape[k]);
     fail(path, ": the header's shape (", sh, ") of ", descr, " covers ", bytes, " bytes, but ", avail,
          " bytes follow the header (", avail - bytes, " too many)");
+  }
+  // NumPy's own limit: the nonzero dimensions' product, in bytes, fits an int64. A shape such as
+  // (2**50, 2**50, 0) has no elements and so passes the size checks above, but its numel()
+  // would overflow.
+  int64_t nonzero = 1;
+  for (int64_t d : shape) {
+    if (d == 0) continue;
+    if (nonzero > std::numeric_limits<int64_t>::max() / int64_t(dtype_size(a.dtype)) / d) {
+      std::string sh;
+      for (size_t k = 0; k < shape.size(); ++k) sh += (k ? ", " : "") + std::to_string(shape[k]);
+      fail(path, ": .npy shape (", sh, ") of ", descr, " is too large: its size in bytes overflows 64 bits");
+    }
+    nonzero *= d;
   }
   a.data.resize(bytes);
   read_exact(in, a.data.data(), bytes, path, "array data");
