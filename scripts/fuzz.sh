@@ -15,10 +15,10 @@
 #   scripts/fuzz.sh corpus                  rewrite the seed corpora with the project's writers
 #
 # Targets: kineto_json nsys_sqlite config safetensors npy (tests/fuzz/fuzz_<target>.cpp).
-# Environment: FUZZ_BUILD_DIR (default build-fuzz), JOBS (default 2), CXX / CC (default
-# clang++ / clang). Inputs the fuzzer finds go to $FUZZ_BUILD_DIR/corpus/<target> (the committed
-# seeds in tests/fuzz/corpus/<target> are read, never written); crashes, timeouts and
-# out-of-memory inputs to $FUZZ_BUILD_DIR/artifacts/<target>/.
+# Environment: FUZZ_BUILD_DIR (default build-fuzz), JOBS (default 2), FUZZ_CXX / FUZZ_CC
+# (default clang++ / clang; not CXX / CC, which often name gcc). Inputs the fuzzer finds go to
+# $FUZZ_BUILD_DIR/corpus/<target> (the committed seeds in tests/fuzz/corpus/<target> are read,
+# never written); crashes, timeouts and out-of-memory inputs to $FUZZ_BUILD_DIR/artifacts/<target>/.
 # Exit status: 0 passed, 1 a crash (or a build failure), 77 skipped (no clang / libFuzzer here).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -36,7 +36,7 @@ usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' 
 
 # Whether clang with libFuzzer is here; says why not. 77 is CTest's "skipped" for the caller.
 have_libfuzzer() {
-  local cxx=${CXX:-clang++}
+  local cxx=${FUZZ_CXX:-clang++}
   if ! command -v "$cxx" >/dev/null; then
     echo "== fuzz: SKIPPED: $cxx not found (the fuzz targets need clang with libFuzzer; apt-get install clang)"
     return 1
@@ -56,7 +56,7 @@ have_libfuzzer() {
 
 do_build() {
   have_libfuzzer || exit 77
-  export CXX=${CXX:-clang++} CC=${CC:-clang}
+  export CXX=${FUZZ_CXX:-clang++} CC=${FUZZ_CC:-clang}
   mkdir -p "$build"
   if [ ! -f "$build/CMakeCache.txt" ]; then
     # -O1 -g: libFuzzer's usual choice (fast to build, readable stacks); tests, benchmarks,
@@ -169,7 +169,7 @@ case "$mode" in
     { echo "== scripts/fuzz.sh long $secs $dir: ${run_targets[*]}"
       echo "commit: $(git rev-parse HEAD)$(git diff --quiet HEAD -- . ':!results' || echo ' (with uncommitted changes)')"
       echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"; echo "machine: $(nproc) cores, $(uname -sr)"
-      echo "compiler: $(${CXX:-clang++} --version | head -n 1)"; } >> "$dir/provenance.txt"
+      echo "compiler: $(${FUZZ_CXX:-clang++} --version | head -n 1)"; } >> "$dir/provenance.txt"
     for t in "${run_targets[@]}"; do
       mkdir -p "$dir/corpus/$t" "$dir/artifacts/$t" "$build/corpus/$t"
       cmd=("$dir/bin/fuzz_$t" "$dir/corpus/$t" "$build/corpus/$t" "tests/fuzz/corpus/$t" -max_total_time="$secs"
