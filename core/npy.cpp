@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <memory>
 
 #include "core/atomic_file.h"
@@ -182,6 +183,19 @@ NpyArray read_npy_impl(const std::string& path, const char* expected) {
     fail(path, ": the header's shape (", sh, ") of ", descr, " covers ", bytes, " bytes, but ", avail,
          " bytes follow the header (", avail - bytes, " too many)");
   }
+  // NumPy's own limit: the nonzero dimensions' product, in bytes, fits an int64. A shape such as
+  // (2**50, 2**50, 0) has no elements and so passes the size checks above, but its numel()
+  // would overflow.
+  int64_t nonzero = 1;
+  for (int64_t d : shape) {
+    if (d == 0) continue;
+    if (nonzero > std::numeric_limits<int64_t>::max() / int64_t(dtype_size(a.dtype)) / d) {
+      std::string sh;
+      for (size_t k = 0; k < shape.size(); ++k) sh += (k ? ", " : "") + std::to_string(shape[k]);
+      fail(path, ": .npy shape (", sh, ") of ", descr, " is too large: its size in bytes overflows 64 bits");
+    }
+    nonzero *= d;
+  }
   a.data.resize(bytes);
   read_exact(in, a.data.data(), bytes, path, "array data");
   return a;
@@ -198,8 +212,10 @@ std::vector<int64_t> read_npy_int64(const std::string& path, std::vector<int64_t
   if (a.dtype == DType::F32) fail(path, ": expected dtype int32 or int64, got <f4");
   if (shape) *shape = a.shape;
   std::vector<int64_t> v(size_t(a.numel()));
-  if (a.dtype == DType::I64) std::memcpy(v.data(), a.data.data(), a.data.size());
-  else
+  // Not for an empty array: memcpy from its null buffer is undefined even for 0 bytes.
+  if (a.dtype == DType::I64) {
+    if (!v.empty()) std::memcpy(v.data(), a.data.data(), a.data.size());
+  } else
     for (size_t i = 0; i < v.size(); ++i) v[i] = a.ptr<int32_t>()[i];
   return v;
 }
@@ -210,7 +226,7 @@ std::vector<float> read_npy_f32(const std::string& path, std::vector<int64_t>* s
     fail(path, ": expected dtype float32 (<f4), got ", a.dtype == DType::I32 ? "<i4" : "<i8");
   if (shape) *shape = a.shape;
   std::vector<float> v(size_t(a.numel()));
-  std::memcpy(v.data(), a.data.data(), a.data.size());
+  if (!v.empty()) std::memcpy(v.data(), a.data.data(), a.data.size());  // as above
   return v;
 }
 

@@ -128,6 +128,9 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
         if (!d.is_number_integer() || (!d.is_number_unsigned() && d.get<int64_t>() < 0))
           fail(where(), ": shape entries must be non-negative integers, got ", v["shape"].dump());
         uint64_t dv = d.get<uint64_t>();
+        // StTensor::shape holds int64: a larger entry would read back negative.
+        if (dv > uint64_t(std::numeric_limits<int64_t>::max()))
+          fail(where(), ": shape entry ", dv, " in ", v["shape"].dump(), " does not fit a 64-bit signed integer");
         if (dv != 0 && numel > std::numeric_limits<uint64_t>::max() / 16 / dv)
           fail(where(), ": shape ", v["shape"].dump(), " is too large");
         numel *= dv;

@@ -54,10 +54,15 @@ class Db {
   }
   bool has_table(const std::string& name) {
     sqlite3_stmt* st = nullptr;
-    sqlite3_prepare_v2(db_, "SELECT 1 FROM sqlite_master WHERE type IN ('table','view') AND name = ?", -1, &st, nullptr);
+    sqlite3_prepare_v2(db_, "SELECT type = 'view' FROM sqlite_master WHERE type IN ('table','view') AND name = ?", -1,
+                       &st, nullptr);
     sqlite3_bind_text(st, 1, name.c_str(), -1, SQLITE_TRANSIENT);
     bool r = sqlite3_step(st) == SQLITE_ROW;
+    const bool view = r && sqlite3_column_int(st, 0) != 0;
     sqlite3_finalize(st);
+    // A view is a query stored in the file: reading it can run without end (a recursive one
+    // yields rows forever), whereas a table's rows are bounded by the file's size.
+    if (view) fail("'", path_, "': ", name, " is a view; the loader reads tables only");
     return r;
   }
   std::set<std::string> columns(const std::string& table) {
@@ -652,6 +657,17 @@ Trace load_nsys_sqlite(const std::string& path) {
       fail("'", path, "': not an SQLite database (expected the 16-byte header \"SQLite format 3\")");
   }
   Db db(path, SQLITE_OPEN_READONLY);
+  {
+    // A column computed on reading (GENERATED ... VIRTUAL) runs an expression stored in the file
+    // for every row, quick_check included: like a view, it can cost without bound (printf('%.*c',
+    // 1e9, 'x') per row). Stored values are bounded by the file's size.
+    Stmt q(db, "SELECT m.name, c.name FROM sqlite_master AS m, pragma_table_xinfo(m.name) AS c "
+               "WHERE m.type = 'table' AND c.hidden = 2 LIMIT 1");
+    if (q.next())
+      fail("'", path, "': table ", reinterpret_cast<const char*>(sqlite3_column_text(q.get(), 0)), " column \"",
+           reinterpret_cast<const char*>(sqlite3_column_text(q.get(), 1)),
+           "\" is a virtual generated column; the loader reads stored values only");
+  }
   {
     // A truncated or corrupt file: check integrity quickly before reading.
     Stmt q(db, "PRAGMA quick_check");

@@ -12,6 +12,8 @@ case "$mode" in run|test) ;; *) echo "usage: $0 [run|test]" >&2; exit 2 ;; esac
 
 pkgs=(build-essential cmake pkg-config python3 python3-pip python3-venv libgtest-dev libbenchmark-dev libsqlite3-dev sqlite3 zlib1g-dev
       nlohmann-json3-dev libsimdjson-dev libcli11-dev libimgui-dev libglfw3-dev libgl-dev libstb-dev xvfb xauth xdotool)
+# The fuzz targets' bounded run (CTest fuzz.bounded, scripts/fuzz.sh ci) needs clang and libFuzzer.
+if [ "$mode" = test ]; then pkgs+=(clang libclang-rt-14-dev); fi
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if ((${#missing[@]})); then

@@ -121,6 +121,13 @@ TEST(Npy, RoundTrip) {
   a = read_npy(d.file("e.npy"));
   EXPECT_EQ(a.shape, (std::vector<int64_t>{0, 5}));
   EXPECT_TRUE(a.data.empty());
+  // Empty arrays through the typed readers (tests/fuzz: a memcpy from a null buffer).
+  write_npy(d.file("e64.npy"), DType::I64, {0, 5}, nullptr);
+  EXPECT_TRUE(read_npy_int64(d.file("e64.npy"), &shape).empty());
+  EXPECT_EQ(shape, (std::vector<int64_t>{0, 5}));
+  write_npy(d.file("ef.npy"), DType::F32, {3, 0}, nullptr);
+  EXPECT_TRUE(read_npy_f32(d.file("ef.npy"), &shape).empty());
+  EXPECT_EQ(shape, (std::vector<int64_t>{3, 0}));
 }
 
 TEST(Npy, WrittenHeaderIsNumpyFormat) {
@@ -190,6 +197,10 @@ TEST(Npy, Errors) {
   expect_err("nokey.npy", npy_v1("{'descr': '<f4', 'shape': (4,), }", f8), "fortran_order");
   expect_err("junk.npy", npy_v1("{'descr': '<f4', 'fortran_order': Maybe, 'shape': (4,), }", f8), "malformed");
   expect_err("empty.npy", "", "truncated");
+  // No elements (a zero dimension), but a size in bytes past 64 bits: numel() would overflow.
+  expect_err("zero_huge.npy",
+             npy_v1("{'descr': '<i8', 'fortran_order': False, 'shape': (1125899906842624, 1125899906842624, 0), }", ""),
+             "overflows 64 bits", true);
   EXPECT_NE(error_of([&] { read_npy(d.file("missing.npy")); }).find("missing.npy"), std::string::npos);
   std::vector<int32_t> iv = {1};
   write_npy(d.file("int.npy"), DType::I32, {1}, iv.data());
@@ -351,6 +362,10 @@ TEST(Safetensors, CorruptFilesGiveErrors) {
   expect_err("huge.safetensors",
              safetensors_bytes(R"({"w":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,4]}})", data),
              "tensor 'w'");
+  // An entry past int64 would read back as a negative dimension (tests/fuzz).
+  expect_err("int64.safetensors",
+             safetensors_bytes(R"({"w":{"dtype":"F32","shape":[0,18446744073709551615],"data_offsets":[0,0]}})", data),
+             "tensor 'w': shape entry 18446744073709551615");
   expect_err("meta.safetensors", safetensors_bytes(R"({"__metadata__":{"format":1}})", data), "__metadata__");
   EXPECT_NE(error_of([&] { SafetensorsFile f(d.file("missing.safetensors")); }).find("missing.safetensors"),
             std::string::npos);

@@ -308,6 +308,35 @@ TEST(NsysSqlite, LoaderErrorsNameTableColumnAndRow) {
     db.exec("DROP TABLE StringIds");
   }
   EXPECT_THROW(load_nsys_sqlite(path), sl::Error);
+  // A view in place of a table is refused, not read: a recursive one never ends
+  // (tests/fuzz/regressions/nsys_sqlite).
+  {
+    Db db(path);
+    db.exec("CREATE VIEW StringIds AS WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) "
+            "SELECT x AS id, 'a' AS value FROM c");
+  }
+  try {
+    load_nsys_sqlite(path);
+    FAIL() << "expected sl::Error";
+  } catch (const sl::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("sl_bad.sqlite': StringIds is a view; the loader reads tables only"),
+              std::string::npos)
+        << e.what();
+  }
+  // So is a column computed on reading (each row can cost without bound).
+  {
+    Db db(path);
+    db.exec("DROP VIEW StringIds");
+    db.exec("CREATE TABLE StringIds (id INTEGER, value TEXT GENERATED ALWAYS AS (printf('%.*c', 1000, 'x')) VIRTUAL)");
+  }
+  try {
+    load_nsys_sqlite(path);
+    FAIL() << "expected sl::Error";
+  } catch (const sl::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("table StringIds column \"value\" is a virtual generated column"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(NsysSqlite, TruncatedFileIsAnErrorNotACrash) {
