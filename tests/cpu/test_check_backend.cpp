@@ -369,7 +369,9 @@ TEST(CheckBackend, FindsSwappedAttentionRows) {
   EXPECT_EQ(s.failures, faults);
   print_check_report(stdout, recs, 2e-2, 5, 5);  // what a user sees
   for (const CheckRecord& r : recs) {
-    if (r.failed) EXPECT_EQ(r.op, "sparse_attention") << r.describe();
+    if (r.failed) {
+      EXPECT_EQ(r.op, "sparse_attention") << r.describe();
+    }
   }
 }
 
@@ -550,8 +552,12 @@ TEST(CheckBackend, RouteWeightsFollowTheirExperts) {
       EXPECT_EQ(r.kind, CheckRecord::Kind::Selection);
       EXPECT_EQ(r.mismatches, 1);
     }
-    if (r.path == replaced && r.output == "weights") EXPECT_EQ(r.note, "1 rows left out: their ids differ");
-    if (r.path == swapped) EXPECT_EQ(r.mismatches, 0) << r.describe();
+    if (r.path == replaced && r.output == "weights") {
+      EXPECT_EQ(r.note, "1 rows left out: their ids differ");
+    }
+    if (r.path == swapped) {
+      EXPECT_EQ(r.mismatches, 0) << r.describe();
+    }
   }
 }
 

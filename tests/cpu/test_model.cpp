@@ -112,8 +112,12 @@ void expect_decode_equals_prefill(int n, int mtp_layers, int draft_steps, int mt
   // Draft step 0 sees the same inputs on both paths. With one MTP layer every draft step
   // writes the same layer's cache on both paths, so all drafts agree.
   ASSERT_EQ(dec.drafts.size(), full.drafts.size());
-  if (!dec.drafts.empty()) EXPECT_EQ(dec.drafts[0], full.drafts[0]);
-  if (mtp_layers == 1) EXPECT_EQ(dec.drafts, full.drafts);
+  if (!dec.drafts.empty()) {
+    EXPECT_EQ(dec.drafts[0], full.drafts[0]);
+  }
+  if (mtp_layers == 1) {
+    EXPECT_EQ(dec.drafts, full.drafts);
+  }
 }
 
 // Position 47 completes a block of both ratios (4 and 16): the decode step adds a compressed

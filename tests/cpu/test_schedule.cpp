@@ -178,7 +178,9 @@ void expect_aux_ops_inside_fork_join(const Schedule& sched, const std::string& p
     EXPECT_TRUE(joined) << policy << ": aux op " << e.name << " in " << e.scope << " has no join";
     ++checked;
   }
-  if (policy != "serial") EXPECT_GT(checked, 0) << policy;
+  if (policy != "serial") {
+    EXPECT_GT(checked, 0) << policy;
+  }
 }
 
 TEST(ModelSchedule, EveryAuxOpIsBetweenForkAndJoinAndNothingRaces) {
