@@ -1,5 +1,6 @@
 // Model configuration: parsing DeepSeek's config.json layout (plus streamlab's knobs),
-// validation against docs/model.md section 11, and the built-in configs in model/configs.
+// validation against docs/model.md section 11, and the built-in configs (model/configs, compiled
+// into the binary; STREAMLAB_CONFIG_DIR names a folder searched before them).
 #include "model/config.h"
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 
 #include "core/error.h"
 #include "core/input_file.h"
+#include "model/builtin_configs.h"
 
 namespace sl {
 
@@ -410,53 +412,81 @@ json config_to_json(const ModelConfig& c) {
   return j;
 }
 
-std::string builtin_config_dir() {
-  if (const char* env = std::getenv("STREAMLAB_CONFIG_DIR"); env && *env) return env;
-  return STREAMLAB_SOURCE_DIR "/model/configs";
+std::string config_dir_override() {
+  const char* env = std::getenv("STREAMLAB_CONFIG_DIR");
+  return env ? env : "";
 }
 
-std::vector<std::string> builtin_config_names() {
-  std::vector<std::string> names;
+namespace {
+
+// `name`.json in the override folder, or "" when there is none.
+std::string override_config_path(const std::string& name) {
+  const std::string dir = config_dir_override();
+  if (dir.empty()) return "";
   std::error_code ec;
-  fs::directory_iterator it(builtin_config_dir(), ec);
-  if (ec) return names;
-  for (const auto& e : it)
-    if (e.is_regular_file() && e.path().extension() == ".json") names.push_back(e.path().stem().string());
-  std::sort(names.begin(), names.end());
-  return names;
+  const fs::path p = fs::path(dir) / (name + ".json");
+  return fs::is_regular_file(p, ec) ? p.string() : "";
+}
+
+const BuiltinConfigText* compiled_in_config(std::string_view name) {
+  for (const BuiltinConfigText& t : builtin_config_texts())
+    if (t.name == name) return &t;
+  return nullptr;
+}
+
+ModelConfig parse_config(std::string_view text, const std::string& origin, const std::string& name) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    fail("config ", origin, ": invalid JSON: ", e.what());
+  }
+  ModelConfig c = config_from_json(j, origin);
+  c.name = name;
+  validate_with(c, "config " + origin);
+  return c;
+}
+
+}  // namespace
+
+std::vector<std::string> builtin_config_names() {
+  std::set<std::string> names;
+  for (const BuiltinConfigText& t : builtin_config_texts()) names.insert(std::string(t.name));
+  if (const std::string dir = config_dir_override(); !dir.empty()) {
+    std::error_code ec;
+    fs::directory_iterator it(dir, ec);
+    if (!ec)
+      for (const auto& e : it)
+        if (e.is_regular_file(ec) && e.path().extension() == ".json") names.insert(e.path().stem().string());
+  }
+  return {names.begin(), names.end()};
 }
 
 ModelConfig load_config(const std::string& name_or_path) {
-  std::string path;
   std::error_code ec;
-  bool is_path = fs::is_regular_file(name_or_path, ec) ||
-                 (name_or_path.size() >= 5 && name_or_path.compare(name_or_path.size() - 5, 5, ".json") == 0);
-  if (is_path) {
-    path = name_or_path;
-    if (!fs::exists(path, ec)) fail("config file ", path, " not found");
-    require_regular_file(path, "config file");  // a FIFO would block the read forever
-  } else {
-    path = (fs::path(builtin_config_dir()) / (name_or_path + ".json")).string();
-    if (!fs::is_regular_file(path, ec)) {
-      std::ostringstream os;
-      auto names = builtin_config_names();
-      for (size_t i = 0; i < names.size(); ++i) os << (i ? ", " : "") << names[i];
-      fail("unknown config '", name_or_path, "': not a file, and no built-in config of that name in ",
-           builtin_config_dir(), " (available: ", names.empty() ? std::string("none") : os.str(), ")");
-    }
+  const bool is_path = fs::is_regular_file(name_or_path, ec) ||
+                       (name_or_path.size() >= 5 && name_or_path.compare(name_or_path.size() - 5, 5, ".json") == 0) ||
+                       name_or_path.find('/') != std::string::npos;
+  std::string path = is_path ? name_or_path : override_config_path(name_or_path);
+  if (path.empty()) {
+    if (const BuiltinConfigText* t = compiled_in_config(name_or_path))
+      return parse_config(t->json, "built-in " + name_or_path, name_or_path);
+    std::ostringstream os;
+    auto names = builtin_config_names();
+    for (size_t i = 0; i < names.size(); ++i) os << (i ? ", " : "") << names[i];
+    const std::string dir = config_dir_override();
+    fail("unknown config '", name_or_path, "': not a file, and no built-in config of that name",
+         dir.empty() ? std::string() : " (nor in STREAMLAB_CONFIG_DIR=" + dir + ")",
+         "; available: ", names.empty() ? std::string("none") : os.str());
   }
-  std::ifstream in(path);
+  if (!fs::exists(path, ec)) fail("config file ", path, " not found");
+  require_regular_file(path, "config file");  // a FIFO would block the read forever
+  std::ifstream in(path, std::ios::binary);
   if (!in) fail("config ", path, ": cannot open for reading");
-  json j;
-  try {
-    j = json::parse(in);
-  } catch (const json::exception& e) {
-    fail("config ", path, ": invalid JSON: ", e.what());
-  }
-  ModelConfig c = config_from_json(j, path);
-  c.name = fs::path(path).stem().string();
-  validate_with(c, "config " + path);
-  return c;
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) fail("config ", path, ": read error");
+  return parse_config(text.str(), path, fs::path(path).stem().string());
 }
 
 }  // namespace sl

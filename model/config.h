@@ -78,8 +78,8 @@ struct ModelConfig {
   int max_compressed_entries(int layer, int max_positions) const;
 };
 
-// Resolves a built-in config name (`tiny`, `flash`, `flash-6l`, ...) or a path to a JSON
-// file. Throws sl::Error naming the file and the key on any problem.
+// Resolves a config name (`tiny`, `flash`, `flash-6l`, ...: $STREAMLAB_CONFIG_DIR/<name>.json,
+// else the compiled-in one) or a path to a JSON file (anything ending in .json or holding a '/'). Throws sl::Error naming the file and the key on any problem.
 ModelConfig load_config(const std::string& name_or_path);
 ModelConfig config_from_json(const nlohmann::json& j, const std::string& source);
 // Validates every constraint of docs/model.md section 11; throws naming the key and constraint.
@@ -88,8 +88,11 @@ void validate(const ModelConfig& c);
 void set_mtp_compress_ratio(ModelConfig& c, int ratio);
 // DeepSeek layout (the keys of docs/model.md 1.1, plus streamlab's knobs under their own names).
 nlohmann::json config_to_json(const ModelConfig& c);
-// Names of the built-in configs (files in model/configs).
+// Names of the built-in configs: those compiled in (model/configs at build time) and the *.json
+// files of $STREAMLAB_CONFIG_DIR, which are searched first (a folder of one's own configs, or
+// model/configs itself while editing them without a rebuild).
 std::vector<std::string> builtin_config_names();
-std::string builtin_config_dir();
+// $STREAMLAB_CONFIG_DIR, or "" when unset.
+std::string config_dir_override();
 
 }  // namespace sl

@@ -1,13 +1,16 @@
 // streamlab: what do my streams actually buy me? Entry point; subcommands in cmd_*.cpp.
 #include <cstdio>
 #include <exception>
+#include <functional>
+#include <string>
 
 #include "core/error.h"
 #include "experiments/cli/commands.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"streamlab: DeepSeek V4 + MTP forward under CUPTI tracing, comparing CUDA stream policies"};
-  app.set_version_flag("--version", STREAMLAB_VERSION);
+  app.set_version_flag("--version", std::function<std::string()>(sl::cli::version_text),
+                       "print the version, commit and CUDA / CUPTI versions, and exit");
   app.require_subcommand(1);
   sl::cli::set_process_argv(argv);
   sl::cli::set_measure_argv(argc, argv);

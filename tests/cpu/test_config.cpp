@@ -2,15 +2,18 @@
 // rejected naming the key, unknown keys / wrong types are rejected, JSON round trip.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "model/builtin_configs.h"
 #include "model/config.h"
 
 using namespace sl;
@@ -27,8 +30,11 @@ std::string error_of(const std::function<void()>& f) {
   return "<no error>";
 }
 
+// The config files of the source tree, which the binary compiles in.
+const std::string kSourceConfigs = STREAMLAB_SOURCE_DIR "/model/configs";
+
 json tiny_json() {
-  std::ifstream in(builtin_config_dir() + "/tiny.json");
+  std::ifstream in(kSourceConfigs + "/tiny.json");
   return json::parse(in);
 }
 
@@ -61,7 +67,7 @@ TEST(Config, BuiltinsLoadAndValidate) {
 }
 
 TEST(Config, LoadByPathAndUnknownName) {
-  ModelConfig c = load_config(builtin_config_dir() + "/tiny.json");
+  ModelConfig c = load_config(kSourceConfigs + "/tiny.json");
   EXPECT_EQ(c.name, "tiny");
   std::string e = error_of([] { load_config("no-such-config"); });
   EXPECT_NE(e.find("no-such-config"), std::string::npos) << e;
@@ -71,20 +77,44 @@ TEST(Config, LoadByPathAndUnknownName) {
   EXPECT_NE(e.find("/nonexistent/dir/x.json"), std::string::npos) << e;
 }
 
-TEST(Config, EnvOverridesConfigDir) {
+TEST(Config, CompiledInConfigsAreTheSourceFiles) {
+  // Byte for byte, and all of them: the binary must not need the source tree to find `tiny`.
+  namespace fs = std::filesystem;
+  std::vector<std::string> files;
+  for (const auto& e : fs::directory_iterator(kSourceConfigs))
+    if (e.path().extension() == ".json") files.push_back(e.path().stem().string());
+  std::sort(files.begin(), files.end());
+  std::vector<std::string> compiled;
+  for (const BuiltinConfigText& t : builtin_config_texts()) {
+    compiled.emplace_back(t.name);
+    std::ifstream in(kSourceConfigs + "/" + std::string(t.name) + ".json", std::ios::binary);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(text, t.json) << t.name;
+  }
+  EXPECT_EQ(compiled, files);
+}
+
+TEST(Config, EnvDirIsSearchedBeforeTheCompiledIn) {
   namespace fs = std::filesystem;
   fs::path d = fs::temp_directory_path() / "sl_test_config_dir";
+  fs::remove_all(d);
   fs::create_directories(d);
   json j = tiny_json();
   j["hidden_size"] = 512;
   std::ofstream(d / "mine.json") << j.dump();
+  j["hidden_size"] = 128;
+  std::ofstream(d / "tiny.json") << j.dump();  // shadows the compiled-in tiny
   ::setenv("STREAMLAB_CONFIG_DIR", d.c_str(), 1);
-  EXPECT_EQ(builtin_config_dir(), d.string());
+  EXPECT_EQ(config_dir_override(), d.string());
   auto names = builtin_config_names();
-  ModelConfig c = load_config("mine");
+  ModelConfig mine = load_config("mine"), tiny = load_config("tiny"), flash = load_config("flash-2l");
   ::unsetenv("STREAMLAB_CONFIG_DIR");
-  EXPECT_EQ(names, std::vector<std::string>{"mine"});
-  EXPECT_EQ(c.hidden_size, 512);
+  EXPECT_NE(std::find(names.begin(), names.end(), "mine"), names.end());
+  EXPECT_NE(std::find(names.begin(), names.end(), "flash"), names.end());  // the compiled-in ones stay
+  EXPECT_EQ(mine.hidden_size, 512);
+  EXPECT_EQ(tiny.hidden_size, 128);
+  EXPECT_EQ(flash.name, "flash-2l");
+  EXPECT_NE(load_config("tiny").hidden_size, 128);  // unset: the compiled-in tiny again
   fs::remove_all(d);
 }
 

@@ -96,7 +96,7 @@ void nsys_sqlite(const fs::path& tmp) {
 
 void config() {
   for (const char* name : {"tiny", "tiny-clamp", "flash-2l"})
-    put("config", std::string(name) + ".json", slurp(fs::path(builtin_config_dir()) / (std::string(name) + ".json")));
+    put("config", std::string(name) + ".json", slurp(fs::path(STREAMLAB_SOURCE_DIR "/model/configs") / (std::string(name) + ".json")));
   ModelConfig c = load_config("tiny");
   put("config", "tiny_written.json", config_to_json(c).dump());
   // Near-valid: a count that breaks a constraint, a key of the wrong type.
