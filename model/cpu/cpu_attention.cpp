@@ -9,6 +9,7 @@
 #include <limits>
 #include <numeric>
 
+#include "model/attention_candidates.h"
 #include "model/cpu/cpu_backend_impl.h"
 
 namespace sl {
@@ -161,7 +162,7 @@ void CpuBackend::indexer_topk(Stream s, const Tensor& sel, const Tensor& q, cons
   const float wscale = float(1.0 / std::sqrt(double(di) * double(Hi)));
   for (int64_t t = 0; t < T; ++t) {
     const int32_t p = pos.ptr<int32_t>()[t], b = seq.ptr<int32_t>()[t];
-    const int64_t n_c = (int64_t(p) + 1) / ratio;  // causality: entries completed at or before p
+    const int64_t n_c = compressed_entries_seen(p, ratio);
     SL_CHECK(n_c <= n_max, op, ": token ", t, " at pos ", p, " sees ", n_c, " entries, keys ", describe(keys),
              " holds ", n_max);
     scratch_f_.resize(size_t(n_c));
@@ -208,12 +209,12 @@ void CpuBackend::sparse_attention(Stream s, const Tensor& o, const Tensor& q, co
     // The candidate keys (each is also its value): the window, then the compressed entries.
     std::vector<const float*>& keys = scratch_keys_;
     keys.clear();
-    for (int64_t pp = std::max<int64_t>(0, int64_t(p) - window + 1); pp <= p; ++pp) {
+    for (int64_t pp = window_first_position(p, window); pp <= p; ++pp) {
       const int64_t slot = pp % cap;
       if (swa_tags.ptr<int32_t>()[b * cap + slot] == pp) keys.push_back(swa.ptr<float>() + (b * cap + slot) * Dh);
     }
     if (mode == CompressedKeys::All) {
-      const int64_t n_c = (int64_t(p) + 1) / ratio;
+      const int64_t n_c = compressed_entries_seen(p, ratio);
       SL_CHECK(n_c <= n_max, op, ": token ", t, " at pos ", p, " sees ", n_c, " entries, comp ", describe(comp),
                " holds ", n_max);
       for (int64_t j = 0; j < n_c; ++j) keys.push_back(comp.ptr<float>() + (b * n_max + j) * Dh);

@@ -21,6 +21,7 @@
 #include <map>
 #include <mutex>
 
+#include "model/attention_candidates.h"
 #include "model/cuda/cuda_common.cuh"
 
 namespace sl {
@@ -31,23 +32,6 @@ using namespace nvcuda;
 namespace {
 
 constexpr float kNegInf = -INFINITY;
-
-// Raises a kernel's dynamic shared memory limit (once per kernel and size). Host-side state,
-// guarded: ops may be issued from several host threads.
-template <class K>
-void allow_smem(const char* op, K* kernel, size_t bytes, size_t optin) {
-  SL_CHECK(bytes <= optin, op, ": needs ", bytes, " bytes of shared memory per block; the device allows ", optin,
-           " (shape too large for this kernel)");
-  if (bytes <= 48 * 1024) return;
-  static std::mutex mu;
-  static std::map<const void*, size_t> set;
-  std::lock_guard<std::mutex> lock(mu);
-  size_t& cur = set[reinterpret_cast<const void*>(kernel)];
-  if (bytes > cur) {
-    CUDA_CHECK(op, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
-    cur = bytes;
-  }
-}
 
 __host__ __device__ __forceinline__ size_t align128(size_t n) { return (n + 127) / 128 * 128; }
 __host__ __device__ __forceinline__ int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -258,29 +242,6 @@ __device__ __forceinline__ unsigned score_key(float f) {
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
-// Exclusive prefix sum of v over a 256-thread block (in thread order); *total gets the block's
-// sum. wsum: 8 ints of shared memory. All threads must call.
-__device__ __forceinline__ int block_excl_scan256(int v, int* wsum, int* total) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  int x = v;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const int y = __shfl_up_sync(0xffffffffu, x, o);
-    if (lane >= o) x += y;
-  }
-  if (lane == 31) wsum[warp] = x;
-  __syncthreads();
-  int off = 0, tot = 0;
-#pragma unroll
-  for (int w = 0; w < 8; ++w) {
-    off += w < warp ? wsum[w] : 0;
-    tot += wsum[w];
-  }
-  __syncthreads();
-  *total = tot;
-  return off + x - v;
-}
-
 // Scoring of the causal keys j in [j_begin, j_end) (j < n_c) for token t, by one block of 256
 // threads (8 warps): the token's Hi query heads (padded to HP, a multiple of 16) sit in shared
 // memory; the keys stream through in tiles of 64 rows (16-byte loads; each key row read once);
@@ -426,9 +387,9 @@ __device__ void idx_select(const IdxArgs& a, unsigned char* smem, int64_t t, int
       my_eq += u == prefix;
     }
     int tot = 0;
-    const int eq_before = block_excl_scan256(my_eq, misc, &tot);
+    const int eq_before = block_excl_scan<256>(my_eq, misc, &tot);
     const int take_eq = max(0, min(my_eq, remaining - eq_before));
-    int at = block_excl_scan256(my_gt + take_eq, misc, &tot);
+    int at = block_excl_scan<256>(my_gt + take_eq, misc, &tot);
     int eq_taken = 0;
     for (int64_t j = jlo; j < jhi; ++j) {
       const unsigned u = score_key(sc[j]);
@@ -466,7 +427,7 @@ __device__ __forceinline__ int64_t idx_nc(const IdxArgs& a, int64_t t, int32_t* 
   const int32_t p = a.pos[t], b = a.seq[t];
   *b_out = b;
   const bool ok = p >= 0 && b >= 0 && b < a.B;
-  return ok ? min64((int64_t(p) + 1) / a.ratio, a.n_max) : 0;
+  return ok ? min64(compressed_entries_seen(p, a.ratio), a.n_max) : 0;
 }
 
 // Fused (many tokens): one block per token scores all its causal keys into shared memory and
@@ -558,6 +519,23 @@ __host__ __device__ inline size_t attn_smem_bytes(int Dh) {
   return n;
 }
 
+// A token's candidate list, shared by both sparse-attention kernels: nwin window positions from
+// p0 (model/attention_candidates.h), then the compressed entries (All: every entry complete at p,
+// at most n_max; Selected: the Ksel picks of the indexer); ntot in all. None for a padding token
+// (p < 0) or a sequence outside the batch.
+struct AttnCandidates {
+  int64_t nwin = 0, p0 = 0, ntot = 0;
+};
+__device__ __forceinline__ AttnCandidates attn_candidates(const AttnArgs& a, int32_t p, int32_t b) {
+  AttnCandidates c;
+  if (p < 0 || b < 0 || b >= a.B) return c;
+  c.nwin = window_length(p, a.window);
+  c.p0 = window_first_position(p, a.window);
+  const int64_t ncomp = a.mode == 1 ? min64(compressed_entries_seen(p, a.ratio), a.n_max) : a.mode == 2 ? a.Ksel : 0;
+  c.ntot = c.nwin + ncomp;
+  return c;
+}
+
 // The chunk's candidate rows: candidate i (of the token's list) is, for i < nwin, the window
 // position p0 + i (tag-checked); after that a compressed entry (All: j = i - nwin; Selected:
 // j = sel[t, i - nwin]). cptr[i - c0] = its key row, or null when absent. All threads; ends with
@@ -636,13 +614,8 @@ __global__ __launch_bounds__(256, 2) void sparse_attention_kernel(AttnArgs a) {
   const int64_t t = blockIdx.y;
   const int z = blockIdx.z;
   const int32_t p = a.pos[t], b = a.seq[t];
-  const bool tok_ok = p >= 0 && b >= 0 && b < a.B;
-  const int64_t nwin = tok_ok ? min64(int64_t(p) + 1, a.window) : 0;
-  const int64_t p0 = int64_t(p) - nwin + 1;
-  int64_t ncomp = 0;
-  if (tok_ok && a.mode == 1) ncomp = min64((int64_t(p) + 1) / a.ratio, a.n_max);
-  if (tok_ok && a.mode == 2) ncomp = a.Ksel;
-  const int64_t ntot = nwin + ncomp;
+  const AttnCandidates cand = attn_candidates(a, p, b);
+  const int64_t nwin = cand.nwin, p0 = cand.p0, ntot = cand.ntot;
   // This block's candidate range.
   int64_t cb = 0, ce = ntot;
   if (a.nsplit > 1) {
@@ -835,13 +808,8 @@ __global__ __launch_bounds__(256, 2) void sparse_attention_decode_kernel(AttnArg
   const int64_t t = blockIdx.y;
   const int z = blockIdx.z;
   const int32_t p = a.pos[t], b = a.seq[t];
-  const bool tok_ok = p >= 0 && b >= 0 && b < a.B;
-  const int64_t nwin = tok_ok ? min64(int64_t(p) + 1, a.window) : 0;
-  const int64_t p0 = int64_t(p) - nwin + 1;
-  int64_t ncomp = 0;
-  if (tok_ok && a.mode == 1) ncomp = min64((int64_t(p) + 1) / a.ratio, a.n_max);
-  if (tok_ok && a.mode == 2) ncomp = a.Ksel;
-  const int64_t ntot = nwin + ncomp;
+  const AttnCandidates cand = attn_candidates(a, p, b);
+  const int64_t nwin = cand.nwin, p0 = cand.p0, ntot = cand.ntot;
   const int64_t per = (ntot + a.nsplit - 1) / a.nsplit;
   const int64_t cb = min64(ntot, z * per), ce = min64(ntot, cb + per);
 

@@ -10,6 +10,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <utility>
 
 #include "model/cuda/cuda_backend_impl.h"
@@ -53,6 +55,26 @@ void launch_kernel(const char* op, void (*kernel)(KArgs...), dim3 grid, dim3 blo
   cfg.attrs = &attr;
   cfg.numAttrs = pdl_enabled() ? 1 : 0;
   CUDA_CHECK(op, cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+}
+
+// ---------------------------------------------------------------- dynamic shared memory
+// Raises a kernel's dynamic shared-memory limit to `bytes` (above the 48 KiB every kernel gets)
+// before its first launch at that size; `optin` is the device's per-block opt-in maximum. Kept
+// per kernel and guarded: ops may be issued from several host threads. A shape that needs more
+// than the device allows is an error naming the op, not a failed launch.
+template <class K>
+void allow_smem(const char* op, K* kernel, size_t bytes, size_t optin) {
+  SL_CHECK(bytes <= optin, op, ": needs ", bytes, " bytes of shared memory per block; the device allows ", optin,
+           " (shape too large for this kernel)");
+  if (bytes <= 48 * 1024) return;
+  static std::mutex mu;
+  static std::map<const void*, size_t> raised;
+  std::lock_guard<std::mutex> lock(mu);
+  size_t& cur = raised[reinterpret_cast<const void*>(kernel)];
+  if (bytes > cur) {
+    CUDA_CHECK(op, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+    cur = bytes;
+  }
 }
 
 // ---------------------------------------------------------------- run-time dtype loads/stores
@@ -170,5 +192,39 @@ void launch_swiglu(const char* op, cudaStream_t st, void* out, int dto, const vo
 // the K ranges (cuda_dense.cu), for small-N weights that would otherwise occupy a few SMs.
 void gemv_split_k(CudaBackend& be, const char* op, Stream s, float* out, const void* x, DType xdt, const float* w,
                   int64_t T, int64_t N, int64_t K, int splits);
+
+// ---------------------------------------------------------------- block scan
+// Exclusive prefix sum of v over a block of kThreads threads (in thread order); *total gets the
+// block's sum. wsum: kThreads / 32 ints of shared memory. All threads must call. Integer sums in
+// a fixed order: the same result on every run.
+template <int kThreads>
+__device__ __forceinline__ int block_excl_scan(int v, int* wsum, int* total) {
+  static_assert(kThreads % 32 == 0 && kThreads <= 1024, "whole warps, at most 1024 threads");
+  constexpr int kWarps = kThreads / 32;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  int x = v;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int y = __shfl_up_sync(0xffffffffu, x, o);
+    if (lane >= o) x += y;
+  }
+  if (lane == 31) wsum[warp] = x;
+  __syncthreads();
+  if (warp == 0) {  // inclusive scan of the warp sums
+    int w = lane < kWarps ? wsum[lane] : 0;
+#pragma unroll
+    for (int o = 1; o < kWarps; o <<= 1) {
+      const int y = __shfl_up_sync(0xffffffffu, w, o);
+      if (lane >= o) w += y;
+    }
+    if (lane < kWarps) wsum[lane] = w;
+  }
+  __syncthreads();
+  const int excl = x - v + (warp > 0 ? wsum[warp - 1] : 0);
+  *total = wsum[kWarps - 1];
+  __syncthreads();
+  return excl;
+}
+
 
 }  // namespace sl::cuda

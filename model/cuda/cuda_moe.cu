@@ -38,20 +38,6 @@ using namespace nvcuda;
 
 namespace {
 
-template <class K>
-void allow_smem(const char* op, K* kernel, size_t bytes, size_t optin) {
-  SL_CHECK(bytes <= optin, op, ": needs ", bytes, " bytes of shared memory per block; the device allows ", optin);
-  if (bytes <= 48 * 1024) return;
-  static std::mutex mu;
-  static std::map<const void*, size_t> set;
-  std::lock_guard<std::mutex> lock(mu);
-  size_t& cur = set[reinterpret_cast<const void*>(kernel)];
-  if (bytes > cur) {
-    CUDA_CHECK(op, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
-    cur = bytes;
-  }
-}
-
 inline size_t al256(size_t n) { return (n + 255) / 256 * 256; }
 
 // Split-K for decode: at most this many pairs, SK = kMaxSplit ways.
@@ -190,34 +176,6 @@ __global__ __launch_bounds__(256) void route_kernel(RouteArgs a) {
 
 // ================================================================ permutation
 
-// Exclusive prefix sum of v over a 1024-thread block (thread order); *total gets the sum.
-// wsum: 32 ints of shared memory. All threads must call.
-__device__ __forceinline__ int block_excl_scan1024(int v, int* wsum, int* total) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  int x = v;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const int y = __shfl_up_sync(0xffffffffu, x, o);
-    if (lane >= o) x += y;
-  }
-  if (lane == 31) wsum[warp] = x;
-  __syncthreads();
-  if (warp == 0) {
-    int w = wsum[lane];
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const int y = __shfl_up_sync(0xffffffffu, w, o);
-      if (lane >= o) w += y;
-    }
-    wsum[lane] = w;
-  }
-  __syncthreads();
-  const int excl = x - v + (warp > 0 ? wsum[warp - 1] : 0);
-  *total = wsum[31];
-  __syncthreads();
-  return excl;
-}
-
 // One block of 1024 threads (E <= 1024). Counts (shared-memory integer atomics), two block scans
 // (rows and BM-row tiles per expert), then a stable scatter in chunks of 1024 pairs: a pair's rank
 // among the chunk's earlier pairs of its expert is counted directly (shared-memory broadcast
@@ -241,8 +199,8 @@ __global__ __launch_bounds__(1024) void moe_permute_kernel(const int32_t* ids, i
   __syncthreads();
   const int c = tid < E ? cnt[tid] : 0;
   int total_rows = 0, total_tiles = 0;
-  const int off = block_excl_scan1024(c, wsum, &total_rows);
-  const int toff = block_excl_scan1024((c + BM - 1) / BM, wsum, &total_tiles);
+  const int off = block_excl_scan<1024>(c, wsum, &total_rows);
+  const int toff = block_excl_scan<1024>((c + BM - 1) / BM, wsum, &total_tiles);
   if (tid < E) {
     counts[tid] = c;
     offsets[tid] = off;

@@ -51,36 +51,30 @@ struct Options {
   std::string command_line;
 };
 
-#define BENCH_CUDA(call)                                                                     \
-  do {                                                                                       \
-    cudaError_t e_ = (call);                                                                 \
-    SL_CHECK(e_ == cudaSuccess, "bench_decode: ", #call, " failed: ", cudaGetErrorString(e_)); \
-  } while (0)
-
 // Device-to-device copy bandwidth, counting bytes read plus bytes written (METHOD.md).
 double copy_bandwidth_bytes_per_s(std::vector<double>* samples_out) {
   const size_t bytes = size_t(2) << 30;
   void *a = nullptr, *b = nullptr;
-  BENCH_CUDA(cudaMalloc(&a, bytes));
-  BENCH_CUDA(cudaMalloc(&b, bytes));
-  BENCH_CUDA(cudaMemset(a, 1, bytes));
+  BENCH_CUDA_CHECK(cudaMalloc(&a, bytes));
+  BENCH_CUDA_CHECK(cudaMalloc(&b, bytes));
+  BENCH_CUDA_CHECK(cudaMemset(a, 1, bytes));
   cudaEvent_t e0, e1;
-  BENCH_CUDA(cudaEventCreate(&e0));
-  BENCH_CUDA(cudaEventCreate(&e1));
+  BENCH_CUDA_CHECK(cudaEventCreate(&e0));
+  BENCH_CUDA_CHECK(cudaEventCreate(&e1));
   std::vector<double> bw;
   for (int i = 0; i < 23; ++i) {
-    BENCH_CUDA(cudaEventRecord(e0));
-    BENCH_CUDA(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice));
-    BENCH_CUDA(cudaEventRecord(e1));
-    BENCH_CUDA(cudaEventSynchronize(e1));
+    BENCH_CUDA_CHECK(cudaEventRecord(e0));
+    BENCH_CUDA_CHECK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice));
+    BENCH_CUDA_CHECK(cudaEventRecord(e1));
+    BENCH_CUDA_CHECK(cudaEventSynchronize(e1));
     float ms = 0;
-    BENCH_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+    BENCH_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
     if (i >= 3) bw.push_back(2.0 * double(bytes) / (double(ms) * 1e-3));
   }
-  BENCH_CUDA(cudaFree(a));
-  BENCH_CUDA(cudaFree(b));
-  BENCH_CUDA(cudaEventDestroy(e0));
-  BENCH_CUDA(cudaEventDestroy(e1));
+  BENCH_CUDA_CHECK(cudaFree(a));
+  BENCH_CUDA_CHECK(cudaFree(b));
+  BENCH_CUDA_CHECK(cudaEventDestroy(e0));
+  BENCH_CUDA_CHECK(cudaEventDestroy(e1));
   std::sort(bw.begin(), bw.end());
   if (samples_out) *samples_out = bw;
   return bw[bw.size() / 2];

@@ -30,12 +30,6 @@
 namespace sl {
 namespace {
 
-#define LAUNCH_CUDA(call)                                                                     \
-  do {                                                                                        \
-    cudaError_t e_ = (call);                                                                  \
-    SL_CHECK(e_ == cudaSuccess, "bench_launch: ", #call, " failed: ", cudaGetErrorString(e_)); \
-  } while (0)
-
 // The size of a typical argument block of the backend's kernels (its HcArgs, AttnArgs, ...).
 struct Args128 {
   const void* p[16];
@@ -79,7 +73,7 @@ void launch(bool pdl, cudaStream_t st, void (*kernel)(KArgs...), Args... args) {
   cfg.stream = st;
   cfg.attrs = &attr;
   cfg.numAttrs = pdl ? 1 : 0;
-  LAUNCH_CUDA(cudaLaunchKernelEx(&cfg, kernel, args...));
+  BENCH_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, args...));
 }
 
 struct Pattern {
@@ -101,13 +95,13 @@ void run(const Options& o) {
     std::exit(2);
   }
   cudaStream_t s0, s1;
-  LAUNCH_CUDA(cudaStreamCreateWithFlags(&s0, cudaStreamNonBlocking));
-  LAUNCH_CUDA(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
+  BENCH_CUDA_CHECK(cudaStreamCreateWithFlags(&s0, cudaStreamNonBlocking));
+  BENCH_CUDA_CHECK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
   cudaEvent_t e0, e1, t0, t1;
-  LAUNCH_CUDA(cudaEventCreateWithFlags(&e0, cudaEventDisableTiming));
-  LAUNCH_CUDA(cudaEventCreateWithFlags(&e1, cudaEventDisableTiming));
-  LAUNCH_CUDA(cudaEventCreate(&t0));
-  LAUNCH_CUDA(cudaEventCreate(&t1));
+  BENCH_CUDA_CHECK(cudaEventCreateWithFlags(&e0, cudaEventDisableTiming));
+  BENCH_CUDA_CHECK(cudaEventCreateWithFlags(&e1, cudaEventDisableTiming));
+  BENCH_CUDA_CHECK(cudaEventCreate(&t0));
+  BENCH_CUDA_CHECK(cudaEventCreate(&t1));
   Args128 a128{};
   int flip = 0;
 
@@ -119,20 +113,20 @@ void run(const Options& o) {
        [&] { launch(true, s0, empty_kernel_128, a128); }},
       {"launch_pdl_2streams", "PDL launches alternating between two streams",
        [&] { launch(true, (flip ^= 1) ? s0 : s1, empty_kernel, 0); }},
-      {"record", "cudaEventRecord on one stream", [&] { LAUNCH_CUDA(cudaEventRecord(e0, s0)); }},
+      {"record", "cudaEventRecord on one stream", [&] { BENCH_CUDA_CHECK(cudaEventRecord(e0, s0)); }},
       {"record_wait", "cudaEventRecord on one stream + cudaStreamWaitEvent on another",
        [&] {
-         LAUNCH_CUDA(cudaEventRecord(e0, s0));
-         LAUNCH_CUDA(cudaStreamWaitEvent(s1, e0, 0));
+         BENCH_CUDA_CHECK(cudaEventRecord(e0, s0));
+         BENCH_CUDA_CHECK(cudaStreamWaitEvent(s1, e0, 0));
        }},
       {"fork_join", "launch main, record, wait aux, launch aux, record, wait main (PDL launches)",
        [&] {
          launch(true, s0, empty_kernel, 0);
-         LAUNCH_CUDA(cudaEventRecord(e0, s0));
-         LAUNCH_CUDA(cudaStreamWaitEvent(s1, e0, 0));
+         BENCH_CUDA_CHECK(cudaEventRecord(e0, s0));
+         BENCH_CUDA_CHECK(cudaStreamWaitEvent(s1, e0, 0));
          launch(true, s1, empty_kernel, 0);
-         LAUNCH_CUDA(cudaEventRecord(e1, s1));
-         LAUNCH_CUDA(cudaStreamWaitEvent(s0, e1, 0));
+         BENCH_CUDA_CHECK(cudaEventRecord(e1, s1));
+         BENCH_CUDA_CHECK(cudaStreamWaitEvent(s0, e1, 0));
        }},
   };
   // The same calls with the GPU behind: what a host pays when its waits are on unfinished work.
@@ -155,26 +149,26 @@ void run(const Options& o) {
     r.what = p.what;
     std::vector<double> dev;
     for (int rep = 0; rep < o.reps + 1; ++rep) {  // the first repeat warms up
-      LAUNCH_CUDA(cudaDeviceSynchronize());
+      BENCH_CUDA_CHECK(cudaDeviceSynchronize());
       if (p.behind) {  // ~50 ms of spinning on both streams, longer than the timed calls take
         spin_kernel<<<1, 1, 0, s0>>>(100'000'000LL);
-        LAUNCH_CUDA(cudaGetLastError());
+        BENCH_CUDA_CHECK(cudaGetLastError());
         spin_kernel<<<1, 1, 0, s1>>>(100'000'000LL);
-        LAUNCH_CUDA(cudaGetLastError());
+        BENCH_CUDA_CHECK(cudaGetLastError());
       }
-      LAUNCH_CUDA(cudaEventRecord(t0, s0));
+      BENCH_CUDA_CHECK(cudaEventRecord(t0, s0));
       auto h0 = clock::now();
       // Behind the spin, at most 200 iterations: about a decode step's depth of queued work
       // (a step is ~240 launches), not a test of how deep the launch queue goes.
       const int iters = p.behind ? std::min(o.iters, 200) : o.iters;
       for (int i = 0; i < iters; ++i) p.once();
       auto h1 = clock::now();
-      LAUNCH_CUDA(cudaEventRecord(e1, s1));  // s1's work (if any) before the stop
-      LAUNCH_CUDA(cudaStreamWaitEvent(s0, e1, 0));
-      LAUNCH_CUDA(cudaEventRecord(t1, s0));
-      LAUNCH_CUDA(cudaEventSynchronize(t1));
+      BENCH_CUDA_CHECK(cudaEventRecord(e1, s1));  // s1's work (if any) before the stop
+      BENCH_CUDA_CHECK(cudaStreamWaitEvent(s0, e1, 0));
+      BENCH_CUDA_CHECK(cudaEventRecord(t1, s0));
+      BENCH_CUDA_CHECK(cudaEventSynchronize(t1));
       float ms = 0;
-      LAUNCH_CUDA(cudaEventElapsedTime(&ms, t0, t1));
+      BENCH_CUDA_CHECK(cudaEventElapsedTime(&ms, t0, t1));
       if (rep == 0) continue;
       r.host_samples.push_back(std::chrono::duration<double, std::micro>(h1 - h0).count() / iters);
       dev.push_back(double(ms) * 1e3 / iters);

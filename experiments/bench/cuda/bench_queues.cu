@@ -37,12 +37,6 @@
 namespace sl {
 namespace {
 
-#define QUEUES_CUDA(call)                                                                     \
-  do {                                                                                        \
-    cudaError_t e_ = (call);                                                                  \
-    SL_CHECK(e_ == cudaSuccess, "bench_queues: ", #call, " failed: ", cudaGetErrorString(e_)); \
-  } while (0)
-
 __device__ __forceinline__ uint64_t global_timer() {
   uint64_t t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
@@ -72,15 +66,15 @@ void run(const Options& o) {
   const std::string connections = env ? env : "unset (the driver's default, 8)";
   const int n = o.streams;
   std::vector<cudaStream_t> s(static_cast<size_t>(n));  // stream k: the k-th created
-  for (auto& st : s) QUEUES_CUDA(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  for (auto& st : s) BENCH_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
   uint64_t* d = nullptr;  // [spin end, marker i, marker j]
-  QUEUES_CUDA(cudaMalloc(&d, 3 * sizeof(uint64_t)));
+  BENCH_CUDA_CHECK(cudaMalloc(&d, 3 * sizeof(uint64_t)));
   const uint64_t spin_ns = uint64_t(o.spin_us) * 1000;
   // Warm-up: module load (both kernels), first launches.
   spin_kernel<<<1, 1, 0, s[0]>>>(1000, d);
   marker_kernel<<<1, 1, 0, s[0]>>>(d + 1);
-  QUEUES_CUDA(cudaGetLastError());
-  QUEUES_CUDA(cudaDeviceSynchronize());
+  BENCH_CUDA_CHECK(cudaGetLastError());
+  BENCH_CUDA_CHECK(cudaDeviceSynchronize());
 
   std::vector<std::vector<bool>> aliased(size_t(n), std::vector<bool>(size_t(n), false));
   std::vector<std::vector<double>> lead_us(size_t(n), std::vector<double>(size_t(n), 0));  // spin end - marker j
@@ -93,10 +87,10 @@ void run(const Options& o) {
         spin_kernel<<<1, 1, 0, s[size_t(i)]>>>(spin_ns, d);
         marker_kernel<<<1, 1, 0, s[size_t(i)]>>>(d + 1);
         marker_kernel<<<1, 1, 0, s[size_t(j)]>>>(d + 2);
-        QUEUES_CUDA(cudaGetLastError());
-        QUEUES_CUDA(cudaDeviceSynchronize());
+        BENCH_CUDA_CHECK(cudaGetLastError());
+        BENCH_CUDA_CHECK(cudaDeviceSynchronize());
         uint64_t h[3];
-        QUEUES_CUDA(cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost));
+        BENCH_CUDA_CHECK(cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost));
         // Separate queues: j's marker ran while i spun, well before the spin ended.
         const double lead = (double(h[0]) - double(h[2])) / 1e3;
         leads.push_back(lead);
@@ -115,7 +109,7 @@ void run(const Options& o) {
   // queue is blocked: the smallest m at which stream m's marker waits is the number of queues in
   // effect. The spin covers the time to launch every blocker (about 2 m launches).
   uint64_t* blk = nullptr;  // spin ends of the m blockers, then the marker
-  QUEUES_CUDA(cudaMalloc(&blk, size_t(n + 1) * sizeof(uint64_t)));
+  BENCH_CUDA_CHECK(cudaMalloc(&blk, size_t(n + 1) * sizeof(uint64_t)));
   const uint64_t long_spin_ns = std::max<uint64_t>(spin_ns, uint64_t(n) * 20'000 + 500'000);
   int blocked_at = 0;  // 0: never waited
   std::vector<double> block_lead_us;
@@ -128,10 +122,10 @@ void run(const Options& o) {
         marker_kernel<<<1, 1, 0, s[size_t(i)]>>>(blk + n);  // the blocker's marker: waits for its spin
       }
       marker_kernel<<<1, 1, 0, s[size_t(m)]>>>(blk + m);
-      QUEUES_CUDA(cudaGetLastError());
-      QUEUES_CUDA(cudaDeviceSynchronize());
+      BENCH_CUDA_CHECK(cudaGetLastError());
+      BENCH_CUDA_CHECK(cudaDeviceSynchronize());
       std::vector<uint64_t> h(size_t(m) + 1);
-      QUEUES_CUDA(cudaMemcpy(h.data(), blk, h.size() * sizeof(uint64_t), cudaMemcpyDeviceToHost));
+      BENCH_CUDA_CHECK(cudaMemcpy(h.data(), blk, h.size() * sizeof(uint64_t), cudaMemcpyDeviceToHost));
       const uint64_t first_end = *std::min_element(h.begin(), h.begin() + m);
       const double lead = (double(first_end) - double(h[size_t(m)])) / 1e3;  // > 0: ran while all spun
       leads.push_back(lead);
@@ -159,14 +153,14 @@ void run(const Options& o) {
       marker_kernel<<<1, 1, 0, s[0]>>>(blk + n);
       for (int i = 1; i <= k; ++i) {
         marker_kernel<<<1, 1, 0, s[size_t(i)]>>>(blk + i);
-        QUEUES_CUDA(cudaStreamSynchronize(s[size_t(i)]));
+        BENCH_CUDA_CHECK(cudaStreamSynchronize(s[size_t(i)]));
       }
       marker_kernel<<<1, 1, 0, s[size_t(k + 1)]>>>(blk + k + 1);
-      QUEUES_CUDA(cudaGetLastError());
-      QUEUES_CUDA(cudaDeviceSynchronize());
+      BENCH_CUDA_CHECK(cudaGetLastError());
+      BENCH_CUDA_CHECK(cudaDeviceSynchronize());
       uint64_t h[2];
-      QUEUES_CUDA(cudaMemcpy(&h[0], blk, sizeof(uint64_t), cudaMemcpyDeviceToHost));
-      QUEUES_CUDA(cudaMemcpy(&h[1], blk + k + 1, sizeof(uint64_t), cudaMemcpyDeviceToHost));
+      BENCH_CUDA_CHECK(cudaMemcpy(&h[0], blk, sizeof(uint64_t), cudaMemcpyDeviceToHost));
+      BENCH_CUDA_CHECK(cudaMemcpy(&h[1], blk + k + 1, sizeof(uint64_t), cudaMemcpyDeviceToHost));
       const double lead = (double(h[0]) - double(h[1])) / 1e3;
       leads.push_back(lead);
       // A marker that was launched after the spin ended (the host too slow) says nothing: the
@@ -176,7 +170,7 @@ void run(const Options& o) {
     turn_lead_us.push_back(bench::median(leads));
     if (2 * votes > o.reps) turn_waits.push_back(k);
   }
-  QUEUES_CUDA(cudaFree(blk));
+  BENCH_CUDA_CHECK(cudaFree(blk));
   std::printf("turn probe: %s\n", turn_waits.empty()
                                       ? ("a fresh stream never waited behind the blocked one, after 0 .. " +
                                          std::to_string(n - 2) + " other streams ran")
@@ -231,8 +225,8 @@ void run(const Options& o) {
     bench::write_json_atomic(o.out, out);
     std::printf("wrote %s\n", o.out.c_str());
   }
-  QUEUES_CUDA(cudaFree(d));
-  for (auto& st : s) QUEUES_CUDA(cudaStreamDestroy(st));
+  BENCH_CUDA_CHECK(cudaFree(d));
+  for (auto& st : s) BENCH_CUDA_CHECK(cudaStreamDestroy(st));
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <errno.h>  // program_invocation_short_name
 #include <ctime>
 #include <unistd.h>  // environ
 #include <fstream>
@@ -21,6 +22,15 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+
+// Every CUDA call of a benchmark: a failure throws sl::Error naming the benchmark, the call and
+// CUDA's error string (the backend's own calls go through model/cuda/cuda_check.h instead).
+#define BENCH_CUDA_CHECK(call)                                                                    \
+  do {                                                                                            \
+    const cudaError_t bench_err_ = (call);                                                        \
+    SL_CHECK(bench_err_ == cudaSuccess, program_invocation_short_name, ": ", #call, " failed: ",  \
+             cudaGetErrorName(bench_err_), " (", cudaGetErrorString(bench_err_), ")");            \
+  } while (0)
 
 namespace sl::bench {
 
