@@ -16,6 +16,14 @@ export STREAMLAB_CONFIG_DIR="$PWD/model/configs"
 B=${GPU_BIN:-.gpu}
 export LD_LIBRARY_PATH="$PWD/$B${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export STREAMLAB_COMMIT="$(head -c 40 $B/COMMIT)$(grep -q dirty $B/COMMIT && echo -dirty)"
+# The flash-shaped runs' common arguments, named once (a change of the set-up is one edit):
+# streamlab run on flash-6l with the shared policy and 1 MTP layer; bench_decode's spelling of
+# the same at context 2048 with 1 draft step (the policy stays per call); the race runs on
+# flash-6l-e32 (2 MTP layers of compress 4, 4 decode steps).
+RUN_FLASH=(run --config flash-6l --backend cuda --policy shared --mtp-layers 1)
+BENCH_FLASH=(--config=flash-6l --context=2048 --mtp-layers=1 --draft-steps=1)
+RUN_RACE=(run --config flash-6l-e32 --backend cuda --policy per-layer --mtp-layers 2 --mtp-compress 4 --draft-steps 2
+          --context 2048 --steps 4)
 stages=${STAGES:-"env tests tiny flash sanitizer trace bench overhead"}
 declare -A rc
 # run NAME SECONDS CMD...: one stage, bounded in time, its output in $W/NAME.log.
@@ -58,14 +66,14 @@ for st in $stages; do case $st in
     for v in ${MOE_SPLITS:-"4,4" "8,4" "16,4" "8,8" "4,4:nopair"}; do
       sk=${v%%:*}; pair=1; [[ $v == *:nopair ]] && pair=0
       STREAMLAB_MOE_SPLIT_K=$sk STREAMLAB_MOE_PAIR=$pair run "moe_split_${sk/,/_}_p$pair" 90 $B/bench_decode \
-        --config=flash-6l --batches=${MOE_BATCHES:-1} --modes=graph --policy=shared --context=2048 --mtp-layers=1 \
-        --draft-steps=1 --steps=10 --out="$W/moe_split_${sk/,/_}_p$pair.json"
+        "${BENCH_FLASH[@]}" --batches=${MOE_BATCHES:-1} --modes=graph --policy=shared \
+        --steps=10 --out="$W/moe_split_${sk/,/_}_p$pair.json"
     done ;;
   pdlab)
     # Programmatic dependent launch on (default) and off (STREAMLAB_PDL=0), batch 1 and 8, eager and graph.
     for pdl in 1 0; do
-      STREAMLAB_PDL=$pdl run "pdl_$pdl" 150 $B/bench_decode --config=flash-6l --batches=1,8 --modes=eager,graph \
-        --policy=shared --context=2048 --mtp-layers=1 --draft-steps=1 --steps=${BENCH_STEPS:-20} \
+      STREAMLAB_PDL=$pdl run "pdl_$pdl" 150 $B/bench_decode "${BENCH_FLASH[@]}" --batches=1,8 --modes=eager,graph \
+        --policy=shared --steps=${BENCH_STEPS:-20} \
         --out="$W/pdl_$pdl.json"
     done ;;
   envsweep)
@@ -73,8 +81,8 @@ for st in $stages; do case $st in
     # ENV_SWEEP="name:VAR=v,VAR2=w name2:..." (an empty list after the colon = the defaults).
     for v in ${ENV_SWEEP:-"default:"}; do
       name=${v%%:*}; vars=${v#*:}
-      run "sweep_$name" 150 env ${vars//,/ } $B/bench_decode --config=flash-6l --batches=${SWEEP_BATCHES:-1,8} \
-        --modes=${SWEEP_MODES:-eager,graph} --policy=shared --context=2048 --mtp-layers=1 --draft-steps=1 \
+      run "sweep_$name" 150 env ${vars//,/ } $B/bench_decode "${BENCH_FLASH[@]}" --batches=${SWEEP_BATCHES:-1,8} \
+        --modes=${SWEEP_MODES:-eager,graph} --policy=shared \
         --steps=${BENCH_STEPS:-20} --out="$W/sweep_$name.json"
     done ;;
   policies)
@@ -83,8 +91,8 @@ for st in $stages; do case $st in
     # ending in "-nose" runs that policy with the shared expert on the main stream.
     for p in ${POLICIES:-"serial" "shared" "per-layer" "shared-nose"}; do
       extra=""; pol=$p; [[ $p == *-nose ]] && { pol=${p%-nose}; extra=--no-shared-expert-stream; }
-      run "policy_$p" 150 $B/bench_decode --config=flash-6l --batches=${SWEEP_BATCHES:-1,8} \
-        --modes=${SWEEP_MODES:-eager,graph} --policy=$pol $extra --context=2048 --mtp-layers=1 --draft-steps=1 \
+      run "policy_$p" 150 $B/bench_decode "${BENCH_FLASH[@]}" --batches=${SWEEP_BATCHES:-1,8} \
+        --modes=${SWEEP_MODES:-eager,graph} --policy=$pol $extra \
         --steps=${BENCH_STEPS:-20} --out="$W/policy_$p.json"
     done ;;
   launch)
@@ -93,14 +101,14 @@ for st in $stages; do case $st in
   apisum)
     # Eager flash-6l decode at batch 1, traced: host time per CUDA API call (nsys cuda_api_sum on
     # our SQLite) beside the kernels; what an eager step's enqueue is made of.
-    run trace_api_b1 90 $B/streamlab run --config flash-6l --backend cuda --policy shared --mtp-layers 1 \
+    run trace_api_b1 90 $B/streamlab "${RUN_FLASH[@]}" \
       --draft-steps 1 --batch 1 --context 2048 --steps 6 --warmup-steps 2 --sqlite "$W/api_b1.sqlite"
     nsys=$(ls /opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys 2>/dev/null | head -n 1)
     run api_sum_b1 60 "$nsys" stats -q -r cuda_api_sum -f csv -o "$W/api_b1" "$W/api_b1.sqlite"
     gzip -f "$W/api_b1.sqlite"; tar czf "$OUT/round.tar.gz" -C "$W" . ;;
   graphtrace)
     # Traced graph replay, batch 1: how much of a replayed step the GPU spends between kernels.
-    run trace_graph_b1 90 $B/streamlab run --config flash-6l --backend cuda --policy shared --mtp-layers 1 \
+    run trace_graph_b1 90 $B/streamlab "${RUN_FLASH[@]}" \
       --draft-steps 1 --batch 1 --context 2048 --steps 6 --warmup-steps 2 --graph --trace "$W/gb1.json"
     run breakdown_graph_b1 30 $B/streamlab analyze "$W/gb1.json" --top 45
     run byop_graph_b1 30 $B/streamlab analyze "$W/gb1.json" --by-op
@@ -108,14 +116,14 @@ for st in $stages; do case $st in
   attnsplit)
     # The decode attention's split count (STREAMLAB_ATTN_SPLIT; default: up to 16), batch 1, graph.
     for n in 0 8 32; do
-      STREAMLAB_ATTN_SPLIT=$n run attn_split_$n 90 $B/bench_decode --config=flash-6l --batches=1 --modes=graph \
-        --policy=shared --context=2048 --mtp-layers=1 --draft-steps=1 --steps=20 --out="$W/attn_split_$n.json"
+      STREAMLAB_ATTN_SPLIT=$n run attn_split_$n 90 $B/bench_decode "${BENCH_FLASH[@]}" --batches=1 --modes=graph \
+        --policy=shared --steps=20 --out="$W/attn_split_$n.json"
     done ;;
   cublasws)
     # cuBLAS without a workspace (no split-K kernels) against the default 32 MiB, graph replay.
     for kb in 0 32768; do
-      STREAMLAB_CUBLAS_WORKSPACE_KB=$kb run cublas_ws_$kb 120 $B/bench_decode --config=flash-6l --batches=1,8 \
-        --modes=graph --policy=shared --context=2048 --mtp-layers=1 --draft-steps=1 --steps=20 \
+      STREAMLAB_CUBLAS_WORKSPACE_KB=$kb run cublas_ws_$kb 120 $B/bench_decode "${BENCH_FLASH[@]}" --batches=1,8 \
+        --modes=graph --policy=shared --steps=20 \
         --out="$W/cublas_ws_$kb.json"
     done ;;
   overhead)
@@ -143,22 +151,22 @@ for st in $stages; do case $st in
   breakdown)
     # Where decode time goes, per kernel (op kind): traced flash-6l decode steps, batch 1 and 8.
     for b in 1 8; do
-      run "trace_b$b" 90 $B/streamlab run --config flash-6l --backend cuda --policy shared --mtp-layers 1 \
+      run "trace_b$b" 90 $B/streamlab "${RUN_FLASH[@]}" \
         --draft-steps 1 --batch $b --context 2048 --steps 6 --warmup-steps 2 --trace "$W/b$b.json"
       run "breakdown_b$b" 30 $B/streamlab analyze "$W/b$b.json" --top 45
       rm -f "$W/b$b.json"
     done ;;
   shapes)
     # Real shapes: prefill at 4k and 32k, decode at batch 1, 8, 64, MTP compress 0 and 4.
-    run shape_32k_c0 150 $B/streamlab run --config flash-6l --backend cuda --policy shared --mtp-layers 1 \
+    run shape_32k_c0 150 $B/streamlab "${RUN_FLASH[@]}" \
       --mtp-compress 0 --batch 1 --context 32768 --steps 3 --json
-    run shape_b64_c4 200 $B/streamlab run --config flash-6l --backend cuda --policy shared --mtp-layers 1 \
+    run shape_b64_c4 200 $B/streamlab "${RUN_FLASH[@]}" \
       --mtp-compress 4 --batch 64 --context 4096 --steps 3 --json
-    run shape_b1_c0 90 $B/streamlab run --config flash-6l --backend cuda --policy shared --mtp-layers 1 \
+    run shape_b1_c0 90 $B/streamlab "${RUN_FLASH[@]}" \
       --mtp-compress 0 --batch 1 --context 4096 --steps 3 --json
-    run shape_b8_c0 90 $B/streamlab run --config flash-6l --backend cuda --policy shared --mtp-layers 1 \
+    run shape_b8_c0 90 $B/streamlab "${RUN_FLASH[@]}" \
       --mtp-compress 0 --batch 8 --context 4096 --steps 3 --json
-    run shape_32k_c4 150 $B/streamlab run --config flash-6l --backend cuda --policy shared --mtp-layers 1 \
+    run shape_32k_c4 150 $B/streamlab "${RUN_FLASH[@]}" \
       --mtp-compress 4 --batch 1 --context 32768 --steps 3 --json ;;
   nightly)
     # The nightly job (scripts/nightly.sh) on the carried programs: bench_profiler on this
@@ -254,11 +262,9 @@ for st in $stages; do case $st in
     # run. Then compute-sanitizer memcheck over every policy, and racecheck (shared memory) once.
     for mode in eager graph; do
       g=""; [ $mode = graph ] && g=--graph
-      run "race_clean_$mode" 60 $B/streamlab run --config flash-6l-e32 --backend cuda --policy per-layer \
-        --mtp-layers 2 --mtp-compress 4 --draft-steps 2 --context 2048 --steps 4 $g --json
+      run "race_clean_$mode" 60 $B/streamlab "${RUN_RACE[@]}" $g --json
       for t in $(seq ${RACE_TRIALS:-10}); do
-        run "race_planted_${mode}_$t" 60 $B/streamlab run --config flash-6l-e32 --backend cuda --policy per-layer \
-          --mtp-layers 2 --mtp-compress 4 --draft-steps 2 --context 2048 --steps 4 $g --json --plant missing-join
+        run "race_planted_${mode}_$t" 60 $B/streamlab "${RUN_RACE[@]}" $g --json --plant missing-join
       done
     done
     for p in ${SANITIZER_POLICIES:-serial per-layer shared global per-layer-all trtllm-per-layer pool:2}; do
@@ -285,11 +291,9 @@ for st in $stages; do case $st in
     # graph. How often the logits differ from the clean run is read from the logs.
     for mode in eager graph; do
       g=""; [ $mode = graph ] && g=--graph
-      run "fork_clean_$mode" 60 $B/streamlab run --config flash-6l-e32 --backend cuda --policy per-layer \
-        --mtp-layers 2 --mtp-compress 4 --draft-steps 2 --context 2048 --steps 4 $g --json
+      run "fork_clean_$mode" 60 $B/streamlab "${RUN_RACE[@]}" $g --json
       for t in $(seq ${RACE_TRIALS:-8}); do
-        run "fork_planted_${mode}_$t" 60 $B/streamlab run --config flash-6l-e32 --backend cuda --policy per-layer \
-          --mtp-layers 2 --mtp-compress 4 --draft-steps 2 --context 2048 --steps 4 $g --json --plant mtp-early-fork
+        run "fork_planted_${mode}_$t" 60 $B/streamlab "${RUN_RACE[@]}" $g --json --plant mtp-early-fork
       done
     done ;;
   traceload)

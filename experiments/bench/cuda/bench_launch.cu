@@ -197,12 +197,12 @@ void run(const Options& o) {
     bench::write_json_atomic(o.out, out);
     std::printf("wrote %s\n", o.out.c_str());
   }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  cudaEventDestroy(t0);
-  cudaEventDestroy(t1);
-  cudaStreamDestroy(s0);
-  cudaStreamDestroy(s1);
+  BENCH_CUDA_CHECK(cudaEventDestroy(e0));
+  BENCH_CUDA_CHECK(cudaEventDestroy(e1));
+  BENCH_CUDA_CHECK(cudaEventDestroy(t0));
+  BENCH_CUDA_CHECK(cudaEventDestroy(t1));
+  BENCH_CUDA_CHECK(cudaStreamDestroy(s0));
+  BENCH_CUDA_CHECK(cudaStreamDestroy(s1));
 }
 
 }  // namespace
