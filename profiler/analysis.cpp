@@ -364,141 +364,121 @@ bool hta_is_compute_kernel(std::string_view name) {
   return true;
 }
 
-AnalysisResult analyze(const Trace& t, const AnalysisOptions& opts) {
-  AnalysisResult r;
-  r.options = opts;
-  r.events = t.event_count();
-  r.counts = t.counts;
+namespace {
 
-  StreamIndex sidx(t);
-  LaunchIndex launches(t);
-  WaitEdges edges(t);
+// The main stream: the one given (which must have run kernels), or the stream with the most
+// kernel time (ties: the lower id); kNoStream for a trace without kernels.
+uint32_t choose_main_stream(const Trace& t, const std::optional<uint32_t>& given) {
+  std::unordered_map<uint32_t, Ns> ktime;
+  for (const auto& k : t.kernels) ktime[k.stream] += eff_end(k.start, k.end) - k.start;
+  if (given) {
+    if (!ktime.count(*given)) {
+      std::vector<uint32_t> ids;
+      for (auto& [id, _] : ktime) ids.push_back(id);
+      std::sort(ids.begin(), ids.end());
+      std::string known;
+      for (size_t i = 0; i < ids.size() && i < 20; ++i) known += (i ? ", " : "") + std::to_string(ids[i]);
+      fail("--main-stream ", *given, ": no kernel ran on that stream; streams with kernels: ",
+           known.empty() ? "(none)" : known);
+    }
+    return *given;
+  }
+  uint32_t main = kNoStream;  // none when no kernel ran
+  Ns best = -1;
+  for (auto& [id, tm] : ktime)
+    if (tm > best || (tm == best && id < main)) {
+      best = tm;
+      main = id;
+    }
+  return main;
+}
 
-  // ---- main stream: given, or the stream with the most kernel time.
-  {
-    std::unordered_map<uint32_t, Ns> ktime;
-    for (const auto& k : t.kernels) ktime[k.stream] += eff_end(k.start, k.end) - k.start;
-    if (opts.main_stream) {
-      if (!ktime.count(*opts.main_stream)) {
-        std::string known;
-        std::vector<uint32_t> ids;
-        for (auto& [id, _] : ktime) ids.push_back(id);
-        std::sort(ids.begin(), ids.end());
-        for (size_t i = 0; i < ids.size() && i < 20; ++i) known += (i ? ", " : "") + std::to_string(ids[i]);
-        fail("--main-stream ", *opts.main_stream, ": no kernel ran on that stream; streams with kernels: ",
-             known.empty() ? "(none)" : known);
-      }
-      r.main_stream = *opts.main_stream;
+// The length of the union of intervals added in start order.
+class IntervalUnion {
+ public:
+  void add(Ns s, Ns e) {
+    if (end_ == kNoTime || s > end_) {
+      if (end_ != kNoTime) total_ += end_ - start_;
+      start_ = s;
+      end_ = e;
     } else {
-      Ns best = -1;
-      for (auto& [id, tm] : ktime)
-        if (tm > best || (tm == best && id < r.main_stream)) {
-          best = tm;
-          r.main_stream = id;
-        }
+      end_ = std::max(end_, e);
     }
   }
+  Ns total() const { return end_ == kNoTime ? total_ : total_ + (end_ - start_); }
 
-  // ---- whole-trace sweep with per-stream state, queue waits and false dependencies.
-  std::vector<StreamState> ss(sidx.size());
-  WholeExtras x;
-  x.launches = &launches;
-  x.edges = edges.empty() ? nullptr : &edges;
-  x.streams = &ss;
-  x.epsilon = opts.false_dep_epsilon;
-  x.max_listed = opts.max_false_deps_listed;
-  r.whole = sweep(t, t.kernels.size(), [](size_t i) { return uint32_t(i); }, r.main_stream, sidx, &x);
-  r.suspected_false_deps = x.false_deps;
-  r.false_deps = std::move(x.listed);
-  r.kernels_without_launch = x.without_launch;
-  r.graph_kernels = x.graph_kernels;
+ private:
+  Ns start_ = 0, end_ = kNoTime, total_ = 0;
+};
 
-  // ---- per-stream metrics (+ memcpy / memset counts, HTA idle breakdown).
-  if (ss.size() < sidx.size()) ss.resize(sidx.size());
-  std::vector<StreamMetrics> sm(sidx.size());
-  for (size_t d = 0; d < sidx.size(); ++d) {
-    sm[d].stream = sidx.id(int(d));
-    sm[d].label = t.stream_label(sm[d].stream);
-    if (const Stream* s = t.find_stream(sm[d].stream)) sm[d].priority = s->priority;
-  }
-  std::vector<Ns> prev_end(sidx.size(), kNoTime);
-  Ns tb_first = kNoTime, tb_last = kNoTime, tb_union = 0, tb_compute = 0;
-  Ns run_end = kNoTime, run_start = 0;          // union of all GPU ops
-  Ns crun_end = kNoTime, crun_start = 0;        // union of compute kernels
-  std::vector<int8_t> compute_cache(t.strings.size(), -1);
+// One pass over every GPU op in start order: memcpy / memset counts and HTA's idle breakdown per
+// stream (into `sm`, indexed like `sidx`, grown for streams seen only here), and HTA's temporal
+// breakdown (idle / compute / non-compute time over the trace's GPU span).
+TemporalBreakdown tally_gpu_ops(const Trace& t, const LaunchIndex& launches, StreamIndex& sidx,
+                                Ns kernel_wait_threshold, std::vector<StreamMetrics>& sm) {
+  std::vector<Ns> prev_end(sm.size(), kNoTime);
+  Ns first = kNoTime, last = kNoTime;
+  IntervalUnion busy, compute;
+  std::vector<int8_t> compute_cache(t.strings.size(), -1);  // per kernel name: HTA's "compute"?
   for_each_gpu_op(t, [&](int kind, Ns s, Ns e, uint32_t stream, uint32_t pid, uint32_t corr, StrId name) {
-    int d = sidx(stream);
+    const int d = sidx(stream);
     if (size_t(d) >= sm.size()) {
       sm.resize(d + 1);
-      prev_end.resize(d + 1, kNoTime);
       sm[d].stream = stream;
       sm[d].label = t.stream_label(stream);
     }
+    if (size_t(d) >= prev_end.size()) prev_end.resize(d + 1, kNoTime);
     if (kind == 1) sm[d].memcpys++;
     if (kind == 2) sm[d].memsets++;
-    // HTA idle breakdown.
+    // HTA's idle breakdown: the gap before an op is host wait when its launch came after the
+    // previous op ended, kernel wait when short, other otherwise.
     if (prev_end[d] != kNoTime) {
-      Ns gap = s - prev_end[d];
-      uint32_t ai = launches.find(pid, corr);
+      const Ns gap = s - prev_end[d];
+      const uint32_t ai = launches.find(pid, corr);
       if (ai != kNoId && t.api_calls[ai].start > prev_end[d])
         sm[d].idle_host_wait += gap;
-      else if (gap < opts.kernel_wait_threshold)
+      else if (gap < kernel_wait_threshold)
         sm[d].idle_kernel_wait += gap;
       else
         sm[d].idle_other += gap;
     }
     prev_end[d] = e;
-    // HTA temporal breakdown.
-    tb_first = tb_first == kNoTime ? s : tb_first;
-    tb_last = tb_last == kNoTime ? e : std::max(tb_last, e);
-    if (run_end == kNoTime || s > run_end) {
-      if (run_end != kNoTime) tb_union += run_end - run_start;
-      run_start = s;
-      run_end = e;
-    } else {
-      run_end = std::max(run_end, e);
-    }
-    bool compute = false;
+    first = first == kNoTime ? s : first;
+    last = last == kNoTime ? e : std::max(last, e);
+    busy.add(s, e);
     if (kind == 0) {
       int8_t& c = compute_cache[name];
       if (c < 0) c = hta_is_compute_kernel(t.str(name)) ? 1 : 0;
-      compute = c == 1;
-    }
-    if (compute) {
-      if (crun_end == kNoTime || s > crun_end) {
-        if (crun_end != kNoTime) tb_compute += crun_end - crun_start;
-        crun_start = s;
-        crun_end = e;
-      } else {
-        crun_end = std::max(crun_end, e);
-      }
+      if (c == 1) compute.add(s, e);
     }
   });
-  if (run_end != kNoTime) tb_union += run_end - run_start;
-  if (crun_end != kNoTime) tb_compute += crun_end - crun_start;
-  if (tb_first != kNoTime) {
-    auto& tb = r.temporal;
-    tb.span = tb_last - tb_first;
-    tb.idle = tb.span - tb_union;
-    tb.compute = tb_compute;
-    tb.non_compute = tb_union - tb_compute;
-    if (tb.span > 0) {
-      tb.idle_pct = 100.0 * double(tb.idle) / double(tb.span);
-      tb.compute_pct = 100.0 * double(tb.compute) / double(tb.span);
-      tb.non_compute_pct = 100.0 * double(tb.non_compute) / double(tb.span);
-    }
+  TemporalBreakdown tb;
+  if (first == kNoTime) return tb;
+  tb.span = last - first;
+  tb.idle = tb.span - busy.total();
+  tb.compute = compute.total();
+  tb.non_compute = busy.total() - compute.total();
+  if (tb.span > 0) {
+    tb.idle_pct = 100.0 * double(tb.idle) / double(tb.span);
+    tb.compute_pct = 100.0 * double(tb.compute) / double(tb.span);
+    tb.non_compute_pct = 100.0 * double(tb.non_compute) / double(tb.span);
   }
+  return tb;
+}
 
+// The sweep's per-stream state into each stream's metrics, and the queue-wait and launch-delay
+// statistics per stream and over all kernels (the samples are released as they are used: on
+// big traces they are the largest allocation of the analysis).
+void finish_stream_metrics(std::vector<StreamState>& ss, uint32_t main_stream, std::vector<StreamMetrics>& sm,
+                           AnalysisResult& r) {
   std::vector<Ns> all_waits, all_delays;
-  {
-    size_t nw = 0, nd = 0;
-    for (const auto& st : ss) {
-      nw += st.queue_waits.size();
-      nd += st.launch_delays.size();
-    }
-    all_waits.reserve(nw);
-    all_delays.reserve(nd);
+  size_t nw = 0, nd = 0;
+  for (const auto& st : ss) {
+    nw += st.queue_waits.size();
+    nd += st.launch_delays.size();
   }
+  all_waits.reserve(nw);
+  all_delays.reserve(nd);
   for (size_t d = 0; d < sm.size(); ++d) {
     if (d < ss.size()) {
       StreamState& st = ss[d];
@@ -517,296 +497,405 @@ AnalysisResult analyze(const Trace& t, const AnalysisOptions& opts) {
       std::vector<Ns>().swap(st.queue_waits);
       std::vector<Ns>().swap(st.launch_delays);
     }
-    sm[d].is_main = sm[d].stream == r.main_stream;
+    sm[d].is_main = sm[d].stream == main_stream;
   }
   r.queue_wait = stats_of(all_waits);
   r.launch_delay = stats_of(all_delays);
-  std::vector<Ns>().swap(all_waits);
-  std::vector<Ns>().swap(all_delays);
-  // Streams that exist but ran nothing are reported too (an empty aux stream is a finding).
+}
+
+// Every stream's metrics, sorted by id; streams that exist but ran nothing are reported too (an
+// empty aux stream is a finding).
+std::vector<StreamMetrics> stream_metrics(const Trace& t, const LaunchIndex& launches, StreamIndex& sidx,
+                                          std::vector<StreamState>& ss, const AnalysisOptions& opts,
+                                          AnalysisResult& r) {
+  std::vector<StreamMetrics> sm(sidx.size());
+  for (size_t d = 0; d < sidx.size(); ++d) {
+    sm[d].stream = sidx.id(int(d));
+    sm[d].label = t.stream_label(sm[d].stream);
+    if (const Stream* s = t.find_stream(sm[d].stream)) sm[d].priority = s->priority;
+  }
+  r.temporal = tally_gpu_ops(t, launches, sidx, opts.kernel_wait_threshold, sm);
+  finish_stream_metrics(ss, r.main_stream, sm, r);
   std::sort(sm.begin(), sm.end(), [](const StreamMetrics& a, const StreamMetrics& b) { return a.stream < b.stream; });
-  r.streams = std::move(sm);
+  return sm;
+}
 
-  // ---- kernel statistics by name (counting sort of durations by name id).
-  {
-    const size_t ns = t.strings.size();
-    std::vector<uint32_t> off(ns + 1, 0);
-    for (const auto& k : t.kernels) off[k.name + 1]++;
-    for (size_t i = 0; i < ns; ++i) off[i + 1] += off[i];
-    std::vector<Ns> durs(t.kernels.size());
-    std::vector<uint32_t> pos(off.begin(), off.end() - 1);
-    for (const auto& k : t.kernels) durs[pos[k.name]++] = eff_end(k.start, k.end) - k.start;
-    for (size_t name = 0; name < ns; ++name) {
-      uint32_t b = off[name], e = off[name + 1];
-      if (b == e) continue;
-      KernelNameStats s;
-      s.name = t.str(StrId(name));
-      s.count = e - b;
-      s.min = durs[b];
-      s.max = durs[b];
-      for (uint32_t i = b; i < e; ++i) {
-        s.total += durs[i];
-        s.min = std::min(s.min, durs[i]);
-        s.max = std::max(s.max, durs[i]);
-      }
-      s.mean = double(s.total) / double(s.count);
-      size_t n = e - b, hi = n / 2;
-      std::nth_element(durs.begin() + b, durs.begin() + b + hi, durs.begin() + e);
-      double med = double(durs[b + hi]);
-      if (n % 2 == 0) med = (med + double(*std::max_element(durs.begin() + b, durs.begin() + b + hi))) / 2.0;
-      s.median = med;
-      r.kernel_stats.push_back(std::move(s));
+// Kernel durations by name (a counting sort of durations by name id), sorted by total time.
+std::vector<KernelNameStats> kernel_stats_by_name(const Trace& t) {
+  const size_t ns = t.strings.size();
+  std::vector<uint32_t> off(ns + 1, 0);
+  for (const auto& k : t.kernels) off[k.name + 1]++;
+  for (size_t i = 0; i < ns; ++i) off[i + 1] += off[i];
+  std::vector<Ns> durs(t.kernels.size());
+  std::vector<uint32_t> pos(off.begin(), off.end() - 1);
+  for (const auto& k : t.kernels) durs[pos[k.name]++] = eff_end(k.start, k.end) - k.start;
+  std::vector<KernelNameStats> out;
+  for (size_t name = 0; name < ns; ++name) {
+    const uint32_t b = off[name], e = off[name + 1];
+    if (b == e) continue;
+    KernelNameStats s;
+    s.name = t.str(StrId(name));
+    s.count = e - b;
+    s.min = durs[b];
+    s.max = durs[b];
+    for (uint32_t i = b; i < e; ++i) {
+      s.total += durs[i];
+      s.min = std::min(s.min, durs[i]);
+      s.max = std::max(s.max, durs[i]);
     }
-    std::sort(r.kernel_stats.begin(), r.kernel_stats.end(), [](const KernelNameStats& a, const KernelNameStats& b) {
-      return a.total > b.total || (a.total == b.total && a.name < b.name);
-    });
+    s.mean = double(s.total) / double(s.count);
+    const size_t n = e - b, hi = n / 2;
+    std::nth_element(durs.begin() + b, durs.begin() + b + hi, durs.begin() + e);
+    double med = double(durs[b + hi]);
+    if (n % 2 == 0) med = (med + double(*std::max_element(durs.begin() + b, durs.begin() + b + hi))) / 2.0;
+    s.median = med;
+    out.push_back(std::move(s));
   }
+  std::sort(out.begin(), out.end(), [](const KernelNameStats& a, const KernelNameStats& b) {
+    return a.total > b.total || (a.total == b.total && a.name < b.name);
+  });
+  return out;
+}
 
-  // ---- kernel time by operation (innermost push/pop range around the launch call).
-  if (opts.by_op) {
-    // Push/pop ranges per (pid, tid), by start. Properly nested on a thread, so the innermost
-    // range containing time q is the last one starting at or before q that has not ended.
-    std::map<std::pair<uint32_t, uint32_t>, std::vector<uint32_t>> per_thread;
+// Push/pop NVTX ranges per (pid, tid), by start. Properly nested on a thread, so the innermost
+// range containing time q is the last one starting at or before q that has not ended.
+class ThreadRanges {
+ public:
+  explicit ThreadRanges(const Trace& t) : t_(t) {
     for (uint32_t i = 0; i < t.nvtx.size(); ++i)
-      if (t.nvtx[i].kind == NvtxKind::PushPop) per_thread[{t.nvtx[i].pid, t.nvtx[i].tid}].push_back(i);
-    for (auto& [_, v] : per_thread)
+      if (t.nvtx[i].kind == NvtxKind::PushPop) per_thread_[{t.nvtx[i].pid, t.nvtx[i].tid}].push_back(i);
+    for (auto& [_, v] : per_thread_)
       std::stable_sort(v.begin(), v.end(), [&](uint32_t a, uint32_t b) { return t.nvtx[a].start < t.nvtx[b].start; });
-    constexpr int64_t kNoLaunch = -1, kNoRange = -2;
-    std::map<int64_t, OpTimeStats> by;          // key: StrId of the range name, or kNo*
-    std::map<int64_t, std::set<uint32_t>> seen;  // range instances per key
-    // The innermost range of one thread's list containing host time q, or kNoId.
-    auto innermost = [&](const std::vector<uint32_t>& v, Ns q) -> uint32_t {
-      auto ub = std::upper_bound(v.begin(), v.end(), q, [&](Ns x, uint32_t i) { return x < t.nvtx[i].start; });
-      for (auto j = ub; j != v.begin();) {
-        --j;
-        if (t.nvtx[*j].end > q) return *j;
-      }
-      return kNoId;
-    };
-    for (const auto& k : t.kernels) {
-      int64_t key = kNoLaunch;
-      uint32_t inst = kNoId;
-      const uint32_t ai = launches.find(k.pid, k.correlation);
-      if (ai != kNoId) {
-        key = kNoRange;
-        const ApiCall& a = t.api_calls[ai];
-        auto it = per_thread.find({a.pid, a.tid});
-        if (it != per_thread.end()) inst = innermost(it->second, a.start);
-      } else if (k.queued != kNoTime) {
-        // No runtime launch record (e.g. libraries such as cuBLAS launch through the driver API,
-        // whose records are off by default): the queued latency timestamp is the host time of
-        // the launch; the thread is unknown, so the most recently opened containing range of any
-        // thread of the process is taken.
-        key = kNoRange;
-        for (auto it = per_thread.lower_bound({k.pid, 0}); it != per_thread.end() && it->first.first == k.pid; ++it) {
-          const uint32_t c = innermost(it->second, k.queued);
-          if (c != kNoId && (inst == kNoId || t.nvtx[c].start > t.nvtx[inst].start)) inst = c;
-        }
-      }
-      if (inst != kNoId) key = int64_t(t.nvtx[inst].name);
-      OpTimeStats& o = by[key];
-      o.kernels++;
-      o.total += eff_end(k.start, k.end) - k.start;
-      if (inst != kNoId) seen[key].insert(inst);
+  }
+  // The innermost range of thread (pid, tid) containing host time q, or kNoId.
+  uint32_t innermost(uint32_t pid, uint32_t tid, Ns q) const {
+    auto it = per_thread_.find({pid, tid});
+    return it == per_thread_.end() ? kNoId : innermost_in(it->second, q);
+  }
+  // The most recently opened range of any thread of `pid` containing q, or kNoId.
+  uint32_t innermost_any_thread(uint32_t pid, Ns q) const {
+    uint32_t best = kNoId;
+    for (auto it = per_thread_.lower_bound({pid, 0}); it != per_thread_.end() && it->first.first == pid; ++it) {
+      const uint32_t c = innermost_in(it->second, q);
+      if (c != kNoId && (best == kNoId || t_.nvtx[c].start > t_.nvtx[best].start)) best = c;
     }
-    for (auto& [key, o] : by) {
-      o.name = key == kNoLaunch ? "(no launch call)" : key == kNoRange ? "(no range)" : t.str(StrId(key));
-      o.ranges = seen[key].size();
-      for (uint32_t i : seen[key]) o.host += t.nvtx[i].end - t.nvtx[i].start;
-      r.op_stats.push_back(std::move(o));
-    }
-    // Names may repeat across domains: merge by name.
-    std::sort(r.op_stats.begin(), r.op_stats.end(), [](const OpTimeStats& a, const OpTimeStats& b) { return a.name < b.name; });
-    std::vector<OpTimeStats> merged;
-    for (auto& o : r.op_stats) {
-      if (!merged.empty() && merged.back().name == o.name) {
-        merged.back().kernels += o.kernels;
-        merged.back().total += o.total;
-        merged.back().ranges += o.ranges;
-        merged.back().host += o.host;
-      } else {
-        merged.push_back(std::move(o));
-      }
-    }
-    std::sort(merged.begin(), merged.end(), [](const OpTimeStats& a, const OpTimeStats& b) {
-      return a.total > b.total || (a.total == b.total && a.name < b.name);
-    });
-    r.op_stats = std::move(merged);
+    return best;
   }
 
-  // ---- per NVTX range name.
-  if (!opts.range.empty()) {
-    RangeSummary rs;
-    rs.name = opts.range;
-    rs.total.concurrency.assign(1, 0);
-    std::vector<const NvtxRange*> inst;
-    // "name*" matches every range whose name starts with "name" (e.g. PyTorch's "ProfilerStep#N").
-    const bool prefix = opts.range.size() > 1 && opts.range.back() == '*';
-    const std::string stem = prefix ? opts.range.substr(0, opts.range.size() - 1) : opts.range;
-    for (const auto& n : t.nvtx) {
-      if (n.kind == NvtxKind::Mark) continue;
-      const std::string& nm = t.str(n.name);
-      if (prefix ? nm.rfind(stem, 0) == 0 : nm == opts.range) {
+ private:
+  uint32_t innermost_in(const std::vector<uint32_t>& v, Ns q) const {
+    auto ub = std::upper_bound(v.begin(), v.end(), q, [&](Ns x, uint32_t i) { return x < t_.nvtx[i].start; });
+    for (auto j = ub; j != v.begin();) {
+      --j;
+      if (t_.nvtx[*j].end > q) return *j;
+    }
+    return kNoId;
+  }
+  const Trace& t_;
+  std::map<std::pair<uint32_t, uint32_t>, std::vector<uint32_t>> per_thread_;
+};
+
+// Ops with the same name (from several NVTX domains) made one, sorted by total time.
+std::vector<OpTimeStats> merge_ops_by_name(std::vector<OpTimeStats> ops) {
+  std::sort(ops.begin(), ops.end(), [](const OpTimeStats& a, const OpTimeStats& b) { return a.name < b.name; });
+  std::vector<OpTimeStats> merged;
+  for (auto& o : ops) {
+    if (!merged.empty() && merged.back().name == o.name) {
+      merged.back().kernels += o.kernels;
+      merged.back().total += o.total;
+      merged.back().ranges += o.ranges;
+      merged.back().host += o.host;
+    } else {
+      merged.push_back(std::move(o));
+    }
+  }
+  std::sort(merged.begin(), merged.end(), [](const OpTimeStats& a, const OpTimeStats& b) {
+    return a.total > b.total || (a.total == b.total && a.name < b.name);
+  });
+  return merged;
+}
+
+// Kernel time by operation: the innermost push/pop range around each kernel's launch call.
+std::vector<OpTimeStats> kernel_time_by_op(const Trace& t, const LaunchIndex& launches) {
+  const ThreadRanges ranges(t);
+  constexpr int64_t kNoLaunch = -1, kNoRange = -2;
+  std::map<int64_t, OpTimeStats> by;           // key: StrId of the range name, or kNo*
+  std::map<int64_t, std::set<uint32_t>> seen;  // range instances per key
+  for (const auto& k : t.kernels) {
+    int64_t key = kNoLaunch;
+    uint32_t inst = kNoId;
+    const uint32_t ai = launches.find(k.pid, k.correlation);
+    if (ai != kNoId) {
+      key = kNoRange;
+      const ApiCall& a = t.api_calls[ai];
+      inst = ranges.innermost(a.pid, a.tid, a.start);
+    } else if (k.queued != kNoTime) {
+      // No runtime launch record (e.g. libraries such as cuBLAS launch through the driver API,
+      // whose records are off by default): the queued latency timestamp is the host time of
+      // the launch; the thread is unknown, so the most recently opened containing range of any
+      // thread of the process is taken.
+      key = kNoRange;
+      inst = ranges.innermost_any_thread(k.pid, k.queued);
+    }
+    if (inst != kNoId) key = int64_t(t.nvtx[inst].name);
+    OpTimeStats& o = by[key];
+    o.kernels++;
+    o.total += eff_end(k.start, k.end) - k.start;
+    if (inst != kNoId) seen[key].insert(inst);
+  }
+  std::vector<OpTimeStats> ops;
+  for (auto& [key, o] : by) {
+    o.name = key == kNoLaunch ? "(no launch call)" : key == kNoRange ? "(no range)" : t.str(StrId(key));
+    o.ranges = seen[key].size();
+    for (uint32_t i : seen[key]) o.host += t.nvtx[i].end - t.nvtx[i].start;
+    ops.push_back(std::move(o));
+  }
+  return merge_ops_by_name(std::move(ops));
+}
+
+// The NVTX ranges a --range name selects: "name", "domain:name", or "name*" (every range whose
+// name starts with "name", e.g. PyTorch's "ProfilerStep#N"). None is an error listing the names
+// the trace has.
+std::vector<const NvtxRange*> ranges_named(const Trace& t, const std::string& want) {
+  std::vector<const NvtxRange*> inst;
+  const bool prefix = want.size() > 1 && want.back() == '*';
+  const std::string stem = prefix ? want.substr(0, want.size() - 1) : want;
+  for (const auto& n : t.nvtx) {
+    if (n.kind == NvtxKind::Mark) continue;
+    const std::string& nm = t.str(n.name);
+    if (prefix ? nm.rfind(stem, 0) == 0 : nm == want) {
+      inst.push_back(&n);
+      continue;
+    }
+    if (n.domain != 0) {
+      const std::string& dm = t.str(n.domain);
+      if (want.size() == dm.size() + 1 + nm.size() && want.compare(0, dm.size(), dm) == 0 && want[dm.size()] == ':' &&
+          want.compare(dm.size() + 1, nm.size(), nm) == 0)
         inst.push_back(&n);
-        continue;
-      }
-      // Also accept "domain:name".
-      if (n.domain != 0) {
-        const std::string& dm = t.str(n.domain);
-        if (opts.range.size() == dm.size() + 1 + nm.size() && opts.range.compare(0, dm.size(), dm) == 0 &&
-            opts.range[dm.size()] == ':' && opts.range.compare(dm.size() + 1, nm.size(), nm) == 0)
-          inst.push_back(&n);
-      }
     }
-    if (inst.empty()) {
-      std::map<std::string, size_t> names;
-      for (const auto& n : t.nvtx)
-        if (n.kind != NvtxKind::Mark) names[t.str(n.name)]++;
-      std::string known;
-      size_t i = 0;
-      for (auto& [nm, c] : names) {
-        if (i++ >= 20) {
-          known += ", ...";
-          break;
-        }
-        known += (known.empty() ? "" : ", ") + ("\"" + nm + "\"");
-      }
-      fail("--range \"", opts.range, "\": no NVTX range of that name in the trace; ranges present: ",
-           known.empty() ? "(none: the trace holds no NVTX ranges)" : known);
+  }
+  if (!inst.empty()) return inst;
+  std::map<std::string, size_t> names;
+  for (const auto& n : t.nvtx)
+    if (n.kind != NvtxKind::Mark) names[t.str(n.name)]++;
+  std::string known;
+  size_t i = 0;
+  for (auto& [nm, c] : names) {
+    if (i++ >= 20) {
+      known += ", ...";
+      break;
     }
-    // Kernels (by start, or by launch-call start) sorted, for binary search per instance.
-    std::vector<std::pair<Ns, uint32_t>> by_launch;
-    if (opts.range_by_launch) {
-      by_launch.reserve(t.kernels.size());
-      for (uint32_t i = 0; i < t.kernels.size(); ++i) {
-        const auto& k = t.kernels[i];
-        uint32_t ai = launches.find(k.pid, k.correlation);
-        if (ai != kNoId) by_launch.push_back({t.api_calls[ai].start, i});
-      }
-      std::sort(by_launch.begin(), by_launch.end());
+    known += (known.empty() ? "" : ", ") + ("\"" + nm + "\"");
+  }
+  fail("--range \"", want, "\": no NVTX range of that name in the trace; ranges present: ",
+       known.empty() ? "(none: the trace holds no NVTX ranges)" : known);
+}
+
+// The kernels of each selected range: those that start inside it (same process), or with
+// `by_launch`, those whose launch call starts inside it on the range's own thread.
+class RangeMembers {
+ public:
+  RangeMembers(const Trace& t, const LaunchIndex& launches, bool by_launch)
+      : t_(t), launches_(launches), by_launch_(by_launch) {
+    if (!by_launch) return;
+    by_launch_start_.reserve(t.kernels.size());
+    for (uint32_t i = 0; i < t.kernels.size(); ++i) {
+      const auto& k = t.kernels[i];
+      const uint32_t ai = launches.find(k.pid, k.correlation);
+      if (ai != kNoId) by_launch_start_.push_back({t.api_calls[ai].start, i});
     }
-    std::vector<uint32_t> members;
-    uint64_t index = 0;
-    for (const NvtxRange* n : inst) {
-      members.clear();
-      if (opts.range_by_launch) {
-        auto lo = std::lower_bound(by_launch.begin(), by_launch.end(), std::make_pair(n->start, uint32_t(0)));
-        for (auto it = lo; it != by_launch.end() && it->first < n->end; ++it) {
-          const auto& k = t.kernels[it->second];
-          if (k.pid != n->pid) continue;
-          uint32_t ai = launches.find(k.pid, k.correlation);
-          if (ai != kNoId && t.api_calls[ai].tid != n->tid) continue;
-          members.push_back(it->second);
-        }
-        std::sort(members.begin(), members.end());
-      } else {
-        auto lo = std::lower_bound(t.kernels.begin(), t.kernels.end(), n->start,
-                                   [](const Kernel& k, Ns v) { return k.start < v; });
-        for (auto it = lo; it != t.kernels.end() && it->start < n->end; ++it)
-          if (it->pid == n->pid) members.push_back(uint32_t(it - t.kernels.begin()));
+    std::sort(by_launch_start_.begin(), by_launch_start_.end());
+  }
+  // Kernel indices, ascending.
+  void of(const NvtxRange& n, std::vector<uint32_t>& members) const {
+    members.clear();
+    if (by_launch_) {
+      auto lo = std::lower_bound(by_launch_start_.begin(), by_launch_start_.end(), std::make_pair(n.start, uint32_t(0)));
+      for (auto it = lo; it != by_launch_start_.end() && it->first < n.end; ++it) {
+        const auto& k = t_.kernels[it->second];
+        if (k.pid != n.pid) continue;
+        const uint32_t ai = launches_.find(k.pid, k.correlation);
+        if (ai != kNoId && t_.api_calls[ai].tid != n.tid) continue;
+        members.push_back(it->second);
       }
-      RangeInstance ri;
-      ri.index = index++;
-      ri.start = n->start;
-      ri.end = n->end;
-      ri.pid = n->pid;
-      ri.tid = n->tid;
-      ri.depth = n->depth;
-      ri.metrics = sweep(t, members.size(), [&](size_t i) { return members[i]; }, r.main_stream, sidx, nullptr);
-      add_scope(rs.total, ri.metrics);
-      rs.per_instance.push_back(std::move(ri));
+      std::sort(members.begin(), members.end());
+      return;
     }
-    rs.instances = rs.per_instance.size();
-    auto& tot = rs.total;
-    tot.overlap_fraction = tot.busy > 0 ? double(tot.overlap) / double(tot.busy) : 0.0;
-    tot.stream_overlap_fraction = tot.busy > 0 ? double(tot.stream_overlap) / double(tot.busy) : 0.0;
-    tot.aux_hidden_fraction = tot.aux_time > 0 ? double(tot.aux_hidden) / double(tot.aux_time) : 0.0;
-    r.range = std::move(rs);
+    auto lo = std::lower_bound(t_.kernels.begin(), t_.kernels.end(), n.start,
+                               [](const Kernel& k, Ns v) { return k.start < v; });
+    for (auto it = lo; it != t_.kernels.end() && it->start < n.end; ++it)
+      if (it->pid == n.pid) members.push_back(uint32_t(it - t_.kernels.begin()));
   }
 
-  // ---- resources.
-  {
-    auto& rs = r.resources;
-    rs.streams = t.streams.size();
-    rs.contexts = t.contexts.size();
-    std::vector<std::pair<Ns, int>> ev;  // (time, +1 / -1)
-    uint32_t alive_at_start = 0;
-    for (const auto& s : t.streams) {
-      if (s.created != kNoTime) {
-        rs.streams_created++;
-        ev.push_back({s.created, +1});
-      } else {
-        alive_at_start++;
-      }
-      if (s.destroyed != kNoTime) {
-        rs.streams_destroyed++;
-        ev.push_back({s.destroyed, -1});
-      }
-    }
-    std::sort(ev.begin(), ev.end(), [](auto& a, auto& b) { return a.first < b.first || (a.first == b.first && a.second < b.second); });
-    int64_t alive = alive_at_start;
-    rs.max_streams_alive = alive_at_start;
-    Ns t0 = kNoTime;  // earliest event: the vectors are sorted (finalized trace)
-    auto front = [&](Ns v) {
-      if (v != kNoTime && (t0 == kNoTime || v < t0)) t0 = v;
-    };
-    if (!t.kernels.empty()) front(t.kernels.front().start);
-    if (!t.memcpys.empty()) front(t.memcpys.front().start);
-    if (!t.memsets.empty()) front(t.memsets.front().start);
-    if (!t.api_calls.empty()) front(t.api_calls.front().start);
-    if (!t.syncs.empty()) front(t.syncs.front().start);
-    if (!t.nvtx.empty()) front(t.nvtx.front().start);
-    if (!t.allocations.empty()) front(t.allocations.front().alloc);
-    rs.streams_alive.push_back({t0 == kNoTime ? 0 : t0, uint32_t(alive)});
-    for (auto& [tm, d] : ev) {
-      alive += d;
-      if (alive < 0) alive = 0;
-      rs.max_streams_alive = std::max<uint64_t>(rs.max_streams_alive, uint64_t(alive));
-      if (!rs.streams_alive.empty() && rs.streams_alive.back().first == tm)
-        rs.streams_alive.back().second = uint32_t(alive);
-      else
-        rs.streams_alive.push_back({tm, uint32_t(alive)});
-    }
+ private:
+  const Trace& t_;
+  const LaunchIndex& launches_;
+  bool by_launch_;
+  std::vector<std::pair<Ns, uint32_t>> by_launch_start_;
+};
 
-    rs.cuda_event_records = t.cuda_events.size();
-    {
-      std::vector<uint64_t> ids;
-      ids.reserve(t.cuda_events.size());
-      for (const auto& e : t.cuda_events) ids.push_back((uint64_t(e.pid) << 32) | e.event);
-      std::sort(ids.begin(), ids.end());
-      rs.distinct_cuda_events = uint64_t(std::unique(ids.begin(), ids.end()) - ids.begin());
-    }
-    rs.syncs = t.syncs.size();
-    for (const auto& s : t.syncs) {
-      if (s.type == SyncType::StreamWaitEvent)
-        rs.stream_waits++;
-      else
-        rs.host_syncs++;
-    }
-
-    std::vector<std::pair<Ns, int64_t>> mem;  // (time, +bytes / -bytes)
-    for (const auto& a : t.allocations) {
-      if (a.alloc == kNoTime) continue;  // allocated before the window: size unknown to the window
-      rs.allocations++;
-      mem.push_back({a.alloc, int64_t(a.bytes)});
-      if (a.free != kNoTime) {
-        rs.frees++;
-        mem.push_back({a.free, -int64_t(a.bytes)});
-      }
-    }
-    std::sort(mem.begin(), mem.end(), [](auto& a, auto& b) { return a.first < b.first || (a.first == b.first && a.second < b.second); });
-    int64_t cur = 0;
-    for (auto& [tm, d] : mem) {
-      cur += d;
-      if (cur > int64_t(rs.peak_allocated_bytes)) {
-        rs.peak_allocated_bytes = uint64_t(cur);
-        rs.peak_allocated_at = tm;
-      }
-    }
-    rs.allocated_at_end = cur > 0 ? uint64_t(cur) : 0;
-    for (const auto& o : t.overheads) rs.cupti_overhead += eff_end(o.start, o.end) - o.start;
-    rs.api = count_api_calls(t);
+// The metrics of each instance of the --range name, and their sum.
+RangeSummary range_summary(const Trace& t, const AnalysisOptions& opts, const LaunchIndex& launches,
+                           uint32_t main_stream, StreamIndex& sidx) {
+  RangeSummary rs;
+  rs.name = opts.range;
+  rs.total.concurrency.assign(1, 0);
+  const RangeMembers members_of(t, launches, opts.range_by_launch);
+  std::vector<uint32_t> members;
+  uint64_t index = 0;
+  for (const NvtxRange* n : ranges_named(t, opts.range)) {
+    members_of.of(*n, members);
+    RangeInstance ri;
+    ri.index = index++;
+    ri.start = n->start;
+    ri.end = n->end;
+    ri.pid = n->pid;
+    ri.tid = n->tid;
+    ri.depth = n->depth;
+    ri.metrics = sweep(t, members.size(), [&](size_t i) { return members[i]; }, main_stream, sidx, nullptr);
+    add_scope(rs.total, ri.metrics);
+    rs.per_instance.push_back(std::move(ri));
   }
+  rs.instances = rs.per_instance.size();
+  auto& tot = rs.total;
+  tot.overlap_fraction = tot.busy > 0 ? double(tot.overlap) / double(tot.busy) : 0.0;
+  tot.stream_overlap_fraction = tot.busy > 0 ? double(tot.stream_overlap) / double(tot.busy) : 0.0;
+  tot.aux_hidden_fraction = tot.aux_time > 0 ? double(tot.aux_hidden) / double(tot.aux_time) : 0.0;
+  return rs;
+}
+
+// The trace's earliest timestamp (its vectors are sorted by start once finalized), or kNoTime.
+Ns first_timestamp(const Trace& t) {
+  Ns t0 = kNoTime;
+  auto front = [&](Ns v) {
+    if (v != kNoTime && (t0 == kNoTime || v < t0)) t0 = v;
+  };
+  if (!t.kernels.empty()) front(t.kernels.front().start);
+  if (!t.memcpys.empty()) front(t.memcpys.front().start);
+  if (!t.memsets.empty()) front(t.memsets.front().start);
+  if (!t.api_calls.empty()) front(t.api_calls.front().start);
+  if (!t.syncs.empty()) front(t.syncs.front().start);
+  if (!t.nvtx.empty()) front(t.nvtx.front().start);
+  if (!t.allocations.empty()) front(t.allocations.front().alloc);
+  return t0;
+}
+
+// Streams created and destroyed, and how many were alive over time (a stream without a creation
+// record existed before the trace began).
+void stream_lifetimes(const Trace& t, ResourceSummary& rs) {
+  std::vector<std::pair<Ns, int>> ev;  // (time, +1 / -1)
+  uint32_t alive_at_start = 0;
+  for (const auto& s : t.streams) {
+    if (s.created != kNoTime) {
+      rs.streams_created++;
+      ev.push_back({s.created, +1});
+    } else {
+      alive_at_start++;
+    }
+    if (s.destroyed != kNoTime) {
+      rs.streams_destroyed++;
+      ev.push_back({s.destroyed, -1});
+    }
+  }
+  std::sort(ev.begin(), ev.end(), [](auto& a, auto& b) { return a.first < b.first || (a.first == b.first && a.second < b.second); });
+  int64_t alive = alive_at_start;
+  rs.max_streams_alive = alive_at_start;
+  const Ns t0 = first_timestamp(t);
+  rs.streams_alive.push_back({t0 == kNoTime ? 0 : t0, uint32_t(alive)});
+  for (auto& [tm, d] : ev) {
+    alive = std::max<int64_t>(0, alive + d);
+    rs.max_streams_alive = std::max<uint64_t>(rs.max_streams_alive, uint64_t(alive));
+    if (rs.streams_alive.back().first == tm)
+      rs.streams_alive.back().second = uint32_t(alive);
+    else
+      rs.streams_alive.push_back({tm, uint32_t(alive)});
+  }
+}
+
+// Device memory allocated through the trace: counts, the peak and when, and what is left at the
+// end. An allocation made before the trace began has no known size in it and is left out.
+void allocation_peak(const Trace& t, ResourceSummary& rs) {
+  std::vector<std::pair<Ns, int64_t>> mem;  // (time, +bytes / -bytes)
+  for (const auto& a : t.allocations) {
+    if (a.alloc == kNoTime) continue;
+    rs.allocations++;
+    mem.push_back({a.alloc, int64_t(a.bytes)});
+    if (a.free != kNoTime) {
+      rs.frees++;
+      mem.push_back({a.free, -int64_t(a.bytes)});
+    }
+  }
+  std::sort(mem.begin(), mem.end(), [](auto& a, auto& b) { return a.first < b.first || (a.first == b.first && a.second < b.second); });
+  int64_t cur = 0;
+  for (auto& [tm, d] : mem) {
+    cur += d;
+    if (cur > int64_t(rs.peak_allocated_bytes)) {
+      rs.peak_allocated_bytes = uint64_t(cur);
+      rs.peak_allocated_at = tm;
+    }
+  }
+  rs.allocated_at_end = cur > 0 ? uint64_t(cur) : 0;
+}
+
+// What the trace used: streams, contexts, CUDA events, synchronisations, memory, CUPTI's own
+// overhead and the API calls by kind.
+ResourceSummary resource_summary(const Trace& t) {
+  ResourceSummary rs;
+  rs.streams = t.streams.size();
+  rs.contexts = t.contexts.size();
+  stream_lifetimes(t, rs);
+  rs.cuda_event_records = t.cuda_events.size();
+  std::vector<uint64_t> ids;
+  ids.reserve(t.cuda_events.size());
+  for (const auto& e : t.cuda_events) ids.push_back((uint64_t(e.pid) << 32) | e.event);
+  std::sort(ids.begin(), ids.end());
+  rs.distinct_cuda_events = uint64_t(std::unique(ids.begin(), ids.end()) - ids.begin());
+  rs.syncs = t.syncs.size();
+  for (const auto& s : t.syncs) {
+    if (s.type == SyncType::StreamWaitEvent)
+      rs.stream_waits++;
+    else
+      rs.host_syncs++;
+  }
+  allocation_peak(t, rs);
+  for (const auto& o : t.overheads) rs.cupti_overhead += eff_end(o.start, o.end) - o.start;
+  rs.api = count_api_calls(t);
+  return rs;
+}
+
+}  // namespace
+
+AnalysisResult analyze(const Trace& t, const AnalysisOptions& opts) {
+  AnalysisResult r;
+  r.options = opts;
+  r.events = t.event_count();
+  r.counts = t.counts;
+
+  StreamIndex sidx(t);
+  LaunchIndex launches(t);
+  WaitEdges edges(t);
+  r.main_stream = choose_main_stream(t, opts.main_stream);
+
+  // The whole-trace sweep: overlap, per-stream state, queue waits, suspected false dependencies.
+  std::vector<StreamState> ss(sidx.size());
+  WholeExtras x;
+  x.launches = &launches;
+  x.edges = edges.empty() ? nullptr : &edges;
+  x.streams = &ss;
+  x.epsilon = opts.false_dep_epsilon;
+  x.max_listed = opts.max_false_deps_listed;
+  r.whole = sweep(t, t.kernels.size(), [](size_t i) { return uint32_t(i); }, r.main_stream, sidx, &x);
+  r.suspected_false_deps = x.false_deps;
+  r.false_deps = std::move(x.listed);
+  r.kernels_without_launch = x.without_launch;
+  r.graph_kernels = x.graph_kernels;
+
+  if (ss.size() < sidx.size()) ss.resize(sidx.size());
+  r.streams = stream_metrics(t, launches, sidx, ss, opts, r);
+  r.kernel_stats = kernel_stats_by_name(t);
+  if (opts.by_op) r.op_stats = kernel_time_by_op(t, launches);
+  if (!opts.range.empty()) r.range = range_summary(t, opts, launches, r.main_stream, sidx);
+  r.resources = resource_summary(t);
   return r;
 }
 

@@ -29,6 +29,7 @@ TEST(Analysis, EmptyTrace) {
   EXPECT_EQ(r.whole.overlap_fraction, 0.0);
   EXPECT_EQ(r.temporal.span, 0);
   EXPECT_TRUE(r.kernel_stats.empty());
+  EXPECT_EQ(r.main_stream, kNoStream);  // no kernel: no main stream (not stream 0)
 }
 
 TEST(Analysis, OverlapTouchingAndAuxHidden) {
