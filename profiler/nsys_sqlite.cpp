@@ -644,99 +644,119 @@ class TableReader {
 uint32_t pid_of_global(int64_t g) { return uint32_t((g >> 24) & 0xFFFFFF); }
 uint32_t tid_of_global(int64_t g) { return uint32_t(g & 0xFFFFFF); }
 
-}  // namespace
+// The file starts with SQLite's header (a clear error for a JSON trace given as SQLite).
+void check_sqlite_header(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) fail("cannot open trace '", path, "': ", std::strerror(errno));
+  char head[16] = {};
+  size_t n = std::fread(head, 1, 16, f);
+  std::fclose(f);
+  if (n < 16 || std::memcmp(head, "SQLite format 3\0", 16) != 0)
+    fail("'", path, "': not an SQLite database (expected the 16-byte header \"SQLite format 3\")");
+}
 
-Trace load_nsys_sqlite(const std::string& path) {
-  {
-    std::FILE* f = std::fopen(path.c_str(), "rb");
-    if (!f) fail("cannot open trace '", path, "': ", std::strerror(errno));
-    char head[16] = {};
-    size_t n = std::fread(head, 1, 16, f);
-    std::fclose(f);
-    if (n < 16 || std::memcmp(head, "SQLite format 3\0", 16) != 0)
-      fail("'", path, "': not an SQLite database (expected the 16-byte header \"SQLite format 3\")");
+// A column computed on reading (GENERATED ... VIRTUAL) runs an expression stored in the file for
+// every row, quick_check included: like a view, it can cost without bound (printf('%.*c', 1e9,
+// 'x') per row). Stored values are bounded by the file's size.
+void refuse_virtual_columns(Db& db) {
+  Stmt q(db, "SELECT m.name, c.name FROM sqlite_master AS m, pragma_table_xinfo(m.name) AS c "
+             "WHERE m.type = 'table' AND c.hidden = 2 LIMIT 1");
+  if (q.next())
+    fail("'", db.path(), "': table ", reinterpret_cast<const char*>(sqlite3_column_text(q.get(), 0)), " column \"",
+         reinterpret_cast<const char*>(sqlite3_column_text(q.get(), 1)),
+         "\" is a virtual generated column; the loader reads stored values only");
+}
+
+// A truncated or corrupt file: checked quickly before reading.
+void check_integrity(Db& db) {
+  Stmt q(db, "PRAGMA quick_check");
+  if (q.next()) {
+    const unsigned char* r = sqlite3_column_text(q.get(), 0);
+    std::string res = r ? reinterpret_cast<const char*>(r) : "";
+    if (res != "ok") fail("'", db.path(), "': SQLite file is corrupt (", res, ")");
   }
-  Db db(path, SQLITE_OPEN_READONLY);
-  {
-    // A column computed on reading (GENERATED ... VIRTUAL) runs an expression stored in the file
-    // for every row, quick_check included: like a view, it can cost without bound (printf('%.*c',
-    // 1e9, 'x') per row). Stored values are bounded by the file's size.
-    Stmt q(db, "SELECT m.name, c.name FROM sqlite_master AS m, pragma_table_xinfo(m.name) AS c "
-               "WHERE m.type = 'table' AND c.hidden = 2 LIMIT 1");
-    if (q.next())
-      fail("'", path, "': table ", reinterpret_cast<const char*>(sqlite3_column_text(q.get(), 0)), " column \"",
-           reinterpret_cast<const char*>(sqlite3_column_text(q.get(), 1)),
-           "\" is a virtual generated column; the loader reads stored values only");
-  }
-  {
-    // A truncated or corrupt file: check integrity quickly before reading.
-    Stmt q(db, "PRAGMA quick_check");
-    if (q.next()) {
-      const unsigned char* r = sqlite3_column_text(q.get(), 0);
-      std::string res = r ? reinterpret_cast<const char*>(r) : "";
-      if (res != "ok") fail("'", path, "': SQLite file is corrupt (", res, ")");
-    }
-  }
-  if (!db.has_table("StringIds"))
-    fail("'", path, "': no StringIds table (expected an SQLite file in the Nsight Systems export layout)");
-  Trace t;
-  std::unordered_map<int64_t, StrId> strs;
-  {
+}
+
+// StringIds: the names every other table refers to by id, interned into the trace.
+class StringIds {
+ public:
+  StringIds(Db& db, Trace& t) {
+    if (!db.has_table("StringIds"))
+      fail("'", db.path(), "': no StringIds table (expected an SQLite file in the Nsight Systems export layout)");
     TableReader r(db, "StringIds", {"id", "value"}, {});
-    while (r.next()) strs[r.i("id")] = t.intern(r.s("value"));
+    while (r.next()) ids_[r.i("id")] = t.intern(r.s("value"));
   }
-  auto S = [&](const TableReader& r, const std::string& col) -> StrId {
+  // Column `col` of the row r is on: the string it names (0, the empty string, for NULL).
+  StrId operator()(const TableReader& r, const std::string& col) const {
     if (r.is_null(col)) return 0;
-    int64_t id = r.i(col);
-    auto it = strs.find(id);
-    if (it == strs.end()) r.bad("column \"" + col + "\" refers to string id " + std::to_string(id) + " missing from StringIds");
+    const int64_t id = r.i(col);
+    auto it = ids_.find(id);
+    if (it == ids_.end()) r.bad("column \"" + col + "\" refers to string id " + std::to_string(id) + " missing from StringIds");
     return it->second;
-  };
+  }
 
-  // Our export (it has STREAMLAB_META) always has every table of its schema: one missing means the
-  // file was altered, and reading on would report an empty trace as if nothing ran.
-  const bool ours = db.has_table("STREAMLAB_META");
+ private:
+  std::unordered_map<int64_t, StrId> ids_;
+};
+
+// Our export (it has STREAMLAB_META) always has every table of its schema: one missing means the
+// file was altered, and reading on would report an empty trace as if nothing ran. Nsight Systems
+// leaves out the tables of kinds it saw no record of, but a CUDA trace has at least its API calls.
+void require_cuda_tables(Db& db, bool ours) {
   for (const char* table : {"CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",
                             "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_DRIVER",
                             "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"}) {
     if (ours && !db.has_table(table))
-      fail("'", path, "': no ", table, " table, which every streamlab SQLite export has: the file was altered");
+      fail("'", db.path(), "': no ", table, " table, which every streamlab SQLite export has: the file was altered");
   }
-  // Nsight Systems leaves out the tables of kinds it saw no record of, but a CUDA trace has at
-  // least its API calls.
   if (!ours && !db.has_table("CUPTI_ACTIVITY_KIND_RUNTIME") && !db.has_table("CUPTI_ACTIVITY_KIND_DRIVER") &&
       !db.has_table("CUPTI_ACTIVITY_KIND_KERNEL"))
-    fail("'", path, "': no CUPTI_ACTIVITY_KIND_RUNTIME, _DRIVER or _KERNEL table: not an Nsight Systems export of a CUDA "
-                    "trace (nsys profile --trace=cuda, then nsys export --type sqlite)");
-  RecordCounts given;  // the counts our export wrote, when it did
-  bool counts_given = false;
-  if (ours) {
-    TableReader r(db, "STREAMLAB_META", {"name", "value"}, {});
-    while (r.next()) {
-      std::string k = r.s("name"), v = r.s("value");
-      auto num = [&]() -> uint64_t {
-        try {
-          return std::stoull(v);
-        } catch (...) {
-          r.bad("value of \"" + k + "\" is not a number: " + v);
-        }
-      };
-      if (k == "base_time_ns") {
-        if (num() > uint64_t(TableReader::kMaxTimeNs)) r.bad("base_time_ns " + v + " outside 0..2^62");
-        t.base_time = Ns(num());
-      } else if (k.rfind("count.", 0) == 0) {
-        counts_given = true;
-        for (const RecordCountField& f : kRecordCountFields)
-          if (k.compare(6, std::string::npos, f.name) == 0) given.*f.member = num();
-      } else if (k.rfind("meta.", 0) == 0) t.metadata[k.substr(5)] = v;
-    }
-  } else {
+    fail("'", db.path(), "': no CUPTI_ACTIVITY_KIND_RUNTIME, _DRIVER or _KERNEL table: not an Nsight Systems export of a "
+                         "CUDA trace (nsys profile --trace=cuda, then nsys export --type sqlite)");
+}
+
+// STREAMLAB_META (ours): base time, metadata, and the record counts the exporter wrote into
+// `given` (returns whether it wrote any). Another file's metadata says it came from nsys.
+bool read_meta(Db& db, Trace& t, bool ours, RecordCounts& given) {
+  if (!ours) {
     t.metadata["source"] = "nsys";
+    return false;
   }
+  bool counts_given = false;
+  TableReader r(db, "STREAMLAB_META", {"name", "value"}, {});
+  while (r.next()) {
+    std::string k = r.s("name"), v = r.s("value");
+    auto num = [&]() -> uint64_t {
+      try {
+        return std::stoull(v);
+      } catch (...) {
+        r.bad("value of \"" + k + "\" is not a number: " + v);
+      }
+    };
+    if (k == "base_time_ns") {
+      if (num() > uint64_t(TableReader::kMaxTimeNs)) r.bad("base_time_ns " + v + " outside 0..2^62");
+      t.base_time = Ns(num());
+    } else if (k.rfind("count.", 0) == 0) {
+      counts_given = true;
+      for (const RecordCountField& f : kRecordCountFields)
+        if (k.compare(6, std::string::npos, f.name) == 0) given.*f.member = num();
+    } else if (k.rfind("meta.", 0) == 0) {
+      t.metadata[k.substr(5)] = v;
+    }
+  }
+  return counts_given;
+}
+
+// The session start in UTC (TARGET_INFO_SESSION_START_TIME), when the file has it.
+void read_session_start(Db& db, Trace& t) {
   if (db.has_table("TARGET_INFO_SESSION_START_TIME")) {
     TableReader r(db, "TARGET_INFO_SESSION_START_TIME", {"utcEpochNs"}, {});
     if (r.next()) t.session_start_utc_ns = r.i_or("utcEpochNs", 0);
   }
+}
+
+// The GPUs (TARGET_INFO_GPU): the deviceProperties of the Kineto JSON.
+void read_devices(Db& db, Trace& t) {
   if (db.has_table("TARGET_INFO_GPU")) {
     TableReader r(db, "TARGET_INFO_GPU", {"id"},
                   {"name", "uuid", "l2CacheSize", "totalMemory", "memoryBandwidth", "clockRate", "smCount", "computeMajor",
@@ -766,6 +786,10 @@ Trace load_nsys_sqlite(const std::string& path) {
       t.devices.push_back(d);
     }
   }
+}
+
+// The streams: ours (STREAMLAB_STREAMS, with names and lifetimes), else Nsight Systems' own list.
+void read_streams(Db& db, Trace& t) {
   if (db.has_table("STREAMLAB_STREAMS")) {
     TableReader r(db, "STREAMLAB_STREAMS", {"streamId", "contextId", "deviceId", "pid", "priority", "flags", "nullStream"},
                   {"name", "created", "destroyed"});
@@ -798,6 +822,10 @@ Trace load_nsys_sqlite(const std::string& path) {
       t.streams.push_back(s);
     }
   }
+}
+
+// CUDA contexts (STREAMLAB_CONTEXTS, ours only).
+void read_contexts(Db& db, Trace& t) {
   if (db.has_table("STREAMLAB_CONTEXTS")) {
     TableReader r(db, "STREAMLAB_CONTEXTS", {"contextId", "deviceId", "pid"}, {"nullStreamId", "created", "destroyed"});
     while (r.next()) {
@@ -812,6 +840,10 @@ Trace load_nsys_sqlite(const std::string& path) {
       t.contexts.push_back(c);
     }
   }
+}
+
+// Process names (PROCESSES), without the placeholder rows our export writes.
+void read_processes(Db& db, Trace& t) {
   if (db.has_table("PROCESSES")) {
     TableReader r(db, "PROCESSES", {"pid"}, {"name"});
     while (r.next()) {
@@ -822,13 +854,21 @@ Trace load_nsys_sqlite(const std::string& path) {
       t.processes.push_back({pid, n});
     }
   }
+}
+
+// Thread names (ThreadNames).
+void read_threads(Db& db, Trace& t, const StringIds& strings) {
   if (db.has_table("ThreadNames")) {
     TableReader r(db, "ThreadNames", {"nameId", "globalTid"}, {});
     while (r.next()) {
       int64_t g = r.i("globalTid");
-      t.threads.push_back({pid_of_global(g), tid_of_global(g), t.str(S(r, "nameId"))});
+      t.threads.push_back({pid_of_global(g), tid_of_global(g), t.str(strings(r, "nameId"))});
     }
   }
+}
+
+// Kernels (CUPTI_ACTIVITY_KIND_KERNEL); the demangled name when the file has it.
+void read_kernels(Db& db, Trace& t, const StringIds& strings) {
   if (db.has_table("CUPTI_ACTIVITY_KIND_KERNEL")) {
     const bool has_demangled = db.columns("CUPTI_ACTIVITY_KIND_KERNEL").count("demangledName") > 0;
     TableReader r(db, "CUPTI_ACTIVITY_KIND_KERNEL", {"start", "end", "deviceId", "streamId"},
@@ -844,7 +884,7 @@ Trace load_nsys_sqlite(const std::string& path) {
       k.context = r.u_or<uint32_t>("contextId", 0);
       k.correlation = r.u_or<uint32_t>("correlationId", 0);
       k.pid = pid_of_global(r.i_or("globalPid", 0));
-      k.name = S(r, has_demangled ? "demangledName" : "shortName");
+      k.name = strings(r, has_demangled ? "demangledName" : "shortName");
       k.launch_type = r.u_or<uint16_t>("launchType", 0);
       k.registers = r.u_or<uint16_t>("registersPerThread", 0);
       k.grid[0] = r.u_or<uint32_t>("gridX", 1);
@@ -862,6 +902,10 @@ Trace load_nsys_sqlite(const std::string& path) {
       if (r.keep(t.counts, k.start, k.end)) t.kernels.push_back(k);
     }
   }
+}
+
+// Memory copies (CUPTI_ACTIVITY_KIND_MEMCPY).
+void read_memcpys(Db& db, Trace& t) {
   if (db.has_table("CUPTI_ACTIVITY_KIND_MEMCPY")) {
     TableReader r(db, "CUPTI_ACTIVITY_KIND_MEMCPY", {"start", "end", "deviceId", "streamId", "bytes", "copyKind"},
                   {"contextId", "correlationId", "globalPid", "srcKind", "dstKind", "graphNodeId"});
@@ -882,6 +926,10 @@ Trace load_nsys_sqlite(const std::string& path) {
       if (r.keep(t.counts, m.start, m.end)) t.memcpys.push_back(m);
     }
   }
+}
+
+// Memsets (CUPTI_ACTIVITY_KIND_MEMSET).
+void read_memsets(Db& db, Trace& t) {
   if (db.has_table("CUPTI_ACTIVITY_KIND_MEMSET")) {
     TableReader r(db, "CUPTI_ACTIVITY_KIND_MEMSET", {"start", "end", "deviceId", "streamId", "bytes"},
                   {"contextId", "correlationId", "globalPid", "value", "memKind", "graphNodeId"});
@@ -901,6 +949,10 @@ Trace load_nsys_sqlite(const std::string& path) {
       if (r.keep(t.counts, m.start, m.end)) t.memsets.push_back(m);
     }
   }
+}
+
+// Runtime and driver API calls (CUPTI_ACTIVITY_KIND_RUNTIME, _DRIVER).
+void read_api_calls(Db& db, Trace& t, const StringIds& strings) {
   for (const char* table : {"CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_DRIVER"}) {
     if (!db.has_table(table)) continue;
     TableReader r(db, table, {"start", "end", "nameId"}, {"globalTid", "correlationId", "returnValue", "cbid"});
@@ -909,7 +961,7 @@ Trace load_nsys_sqlite(const std::string& path) {
       ApiCall a;
       a.start = r.time("start");
       a.end = r.time("end");
-      a.name = S(r, "nameId");
+      a.name = strings(r, "nameId");
       int64_t g = r.i_or("globalTid", 0);
       a.pid = pid_of_global(g);
       a.tid = tid_of_global(g);
@@ -920,6 +972,10 @@ Trace load_nsys_sqlite(const std::string& path) {
       if (r.keep(t.counts, a.start, a.end)) t.api_calls.push_back(a);
     }
   }
+}
+
+// Synchronisations, stream waits on events included (CUPTI_ACTIVITY_KIND_SYNCHRONIZATION).
+void read_syncs(Db& db, Trace& t) {
   if (db.has_table("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION")) {
     TableReader r(db, "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", {"start", "end", "syncType"},
                   {"deviceId", "contextId", "streamId", "correlationId", "globalPid", "eventId", "eventStreamId",
@@ -940,6 +996,10 @@ Trace load_nsys_sqlite(const std::string& path) {
       if (r.keep(t.counts, s.start, s.end)) t.syncs.push_back(s);
     }
   }
+}
+
+// NVTX ranges and marks (NVTX_EVENTS), with their domains' names from the domain-create rows.
+void read_nvtx(Db& db, Trace& t, const StringIds& strings) {
   if (db.has_table("NVTX_EVENTS")) {
     std::map<std::pair<uint32_t, int64_t>, StrId> domains;
     {
@@ -957,7 +1017,7 @@ Trace load_nsys_sqlite(const std::string& path) {
       n.start = r.time("start");
       n.kind = (ty == kEventTypePushPop || ty == 70) ? NvtxKind::PushPop : (ty == kEventTypeMark) ? NvtxKind::Mark : NvtxKind::StartEnd;
       n.end = n.kind == NvtxKind::Mark || r.is_null("end") ? n.start : r.time("end");
-      n.name = !r.is_null("textId") ? S(r, "textId") : t.intern(r.s("text"));
+      n.name = !r.is_null("textId") ? strings(r, "textId") : t.intern(r.s("text"));
       int64_t g = r.i_or("globalTid", 0);
       n.pid = pid_of_global(g);
       n.tid = tid_of_global(g);
@@ -972,6 +1032,10 @@ Trace load_nsys_sqlite(const std::string& path) {
       if (r.keep(t.counts, n.start, n.end)) t.nvtx.push_back(n);
     }
   }
+}
+
+// Device memory allocations and frees (CUDA_GPU_MEMORY_USAGE_EVENTS), paired by address.
+void read_allocations(Db& db, Trace& t) {
   if (db.has_table("CUDA_GPU_MEMORY_USAGE_EVENTS")) {
     TableReader r(db, "CUDA_GPU_MEMORY_USAGE_EVENTS", {"start", "address", "bytes", "memoryOperationType"},
                   {"globalPid", "deviceId", "contextId", "memKind", "correlationId", "streamId", "isAsync"});
@@ -1018,6 +1082,10 @@ Trace load_nsys_sqlite(const std::string& path) {
       }
     }
   }
+}
+
+// CUPTI's own overhead (PROFILER_OVERHEAD, when it has the overheadKind column).
+void read_overheads(Db& db, Trace& t) {
   if (db.has_table("PROFILER_OVERHEAD") && db.columns("PROFILER_OVERHEAD").count("overheadKind")) {
     TableReader r(db, "PROFILER_OVERHEAD", {"start", "end"}, {"globalTid", "overheadKind", "objectKind", "objectId"});
     while (r.next()) {
@@ -1031,6 +1099,10 @@ Trace load_nsys_sqlite(const std::string& path) {
       if (r.keep(t.counts, o.start, o.end)) t.overheads.push_back(o);
     }
   }
+}
+
+// CUDA event records (STREAMLAB_CUDA_EVENTS, ours only).
+void read_cuda_events(Db& db, Trace& t) {
   if (db.has_table("STREAMLAB_CUDA_EVENTS")) {
     TableReader r(db, "STREAMLAB_CUDA_EVENTS", {"correlationId", "contextId", "streamId", "eventId", "pid", "deviceId"},
                   {"ts"});
@@ -1046,6 +1118,10 @@ Trace load_nsys_sqlite(const std::string& path) {
       if (r.keep(t.counts)) t.cuda_events.push_back(e);
     }
   }
+}
+
+// Counter samples (STREAMLAB_COUNTERS, ours only).
+void read_counters(Db& db, Trace& t) {
   if (db.has_table("STREAMLAB_COUNTERS")) {
     TableReader r(db, "STREAMLAB_COUNTERS", {"ts", "value", "name", "pid"}, {});
     while (r.next()) {
@@ -1057,6 +1133,37 @@ Trace load_nsys_sqlite(const std::string& path) {
       if (r.keep(t.counts)) t.counters.push_back(c);
     }
   }
+}
+
+}  // namespace
+
+Trace load_nsys_sqlite(const std::string& path) {
+  check_sqlite_header(path);
+  Db db(path, SQLITE_OPEN_READONLY);
+  refuse_virtual_columns(db);
+  check_integrity(db);
+  Trace t;
+  const StringIds strings(db, t);
+  const bool ours = db.has_table("STREAMLAB_META");
+  require_cuda_tables(db, ours);
+  RecordCounts given;  // the counts our export wrote, when it did
+  const bool counts_given = read_meta(db, t, ours, given);
+  read_session_start(db, t);
+  read_devices(db, t);
+  read_streams(db, t);
+  read_contexts(db, t);
+  read_processes(db, t);
+  read_threads(db, t, strings);
+  read_kernels(db, t, strings);
+  read_memcpys(db, t);
+  read_memsets(db, t);
+  read_api_calls(db, t, strings);
+  read_syncs(db, t);
+  read_nvtx(db, t, strings);
+  read_allocations(db, t);
+  read_overheads(db, t);
+  read_cuda_events(db, t);
+  read_counters(db, t);
   if (counts_given) t.counts = counts_with_rejections(std::move(given), t.counts);
   t.finalize();
   reject_repeated_correlations(t);
