@@ -332,186 +332,231 @@ void write_nsys_sqlite(const Trace& t, const std::string& path) {
 
 namespace {
 
+// A column the writers have no value for: NULL in the row.
+constexpr auto null = std::nullopt;
+
+// StringIds as written: our string ids, plus short names and domains interned on the fly into a
+// side table. Ids are handed out in first-use order, so the table writers work out their string
+// ids in column order, in the order write_nsys_sqlite_db calls them.
+class NsysStrings {
+ public:
+  NsysStrings(Db& db, const Trace& t) : t_(t), sid_(t.strings.size(), -1), insert_(db, insert_sql("StringIds", 2)) {}
+  int64_t id_of(StrId s) {
+    if (sid_[s] < 0) sid_[s] = add(t_.str(s));
+    return sid_[s];
+  }
+  int64_t id_of_text(const std::string& v) {
+    const StrId s = t_.strings.find(v);
+    if (s != kNoId) return id_of(s);
+    auto it = extra_.find(v);
+    return it != extra_.end() ? it->second : add(v);
+  }
+
+ private:
+  int64_t add(const std::string& v) {
+    const int64_t id = next_++;
+    insert_.row(id, v);
+    extra_.emplace(v, id);
+    return id;
+  }
+  const Trace& t_;
+  std::vector<int64_t> sid_;
+  int64_t next_ = 0;
+  Stmt insert_;
+  std::unordered_map<std::string, int64_t> extra_;
+};
+
+// META_DATA_EXPORT: the schema version of Nsight Systems' export that this layout follows.
+void write_export_info(Db& db, const Trace& t) {
+  Stmt m(db, insert_sql("META_DATA_EXPORT", 2));
+  m.row("EXPORT_SCHEMA_VERSION", "3.11.1");
+  m.row("EXPORT_PRODUCT_VERSION", std::string("streamlab ") + STREAMLAB_VERSION);
+  m.row("EXPORT_TIME_UNIT", "ns");
+}
+
+// TARGET_INFO_GPU: one row per device (the Kineto JSON's deviceProperties).
+void write_gpus(Db& db, const Trace& t) {
+  Stmt g(db, "INSERT INTO TARGET_INFO_GPU (id, name, busLocation, isDiscrete, l2CacheSize, totalMemory, memoryBandwidth, "
+             "clockRate, smCount, pwGpuId, uuid, luid, chipName, cuDevice, computeMajor, computeMinor, maxRegistersPerBlock, "
+             "maxShmemPerBlock, maxThreadsPerBlock, maxThreadsPerSm, maxShmemPerSm, maxRegistersPerSm, threadsPerWarp, "
+             "maxShmemPerBlockOptin, vmId) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+  for (const auto& d : t.devices)
+    g.row(d.id, d.name.empty() ? "GPU " + std::to_string(d.id) : d.name, /*busLocation*/ "", /*isDiscrete*/ 1,
+          d.l2_cache_size, d.total_memory, d.memory_bandwidth, /*clockRate*/ d.clock_rate_khz * 1000, d.sm_count,
+          /*pwGpuId*/ d.id, d.uuid, /*luid*/ 0, /*chipName*/ "", /*cuDevice*/ d.id, d.compute_major, d.compute_minor,
+          d.regs_per_block, d.smem_per_block, d.max_threads_per_block, d.max_threads_per_sm, d.smem_per_sm,
+          d.regs_per_sm, d.warp_size, d.smem_per_block_optin, /*vmId*/ 0);
+}
+
+// Streams in nsys's layout and in ours (STREAMLAB_STREAMS: names, lifetimes), and contexts.
+void write_streams_and_contexts(Db& db, const Trace& t) {
+  Stmt s(db, insert_sql("TARGET_INFO_CUDA_STREAM", 7));
+  Stmt x(db, insert_sql("STREAMLAB_STREAMS", 10));
+  for (const auto& st : t.streams) {
+    s.row(st.id, /*hwId*/ st.id, /*vmId*/ 0, st.pid, st.context, st.priority, st.flags);
+    x.row(st.id, st.context, st.device, st.pid, st.priority, st.flags, st.is_null, t.str(st.name),
+          null_if(st.created, kNoTime), null_if(st.destroyed, kNoTime));
+  }
+  Stmt c(db, insert_sql("STREAMLAB_CONTEXTS", 6));
+  for (const auto& ctx : t.contexts)
+    c.row(ctx.id, ctx.device, ctx.pid, null_if(ctx.null_stream, kNoStream), null_if(ctx.created, kNoTime),
+          null_if(ctx.destroyed, kNoTime));
+}
+
+// PROCESSES (also those seen only through events: reports join on them) and ThreadNames.
+void write_processes_and_threads(Db& db, const Trace& t, NsysStrings& strings) {
+  std::set<uint32_t> pids;
+  for (const auto& p : t.processes) pids.insert(p.pid);
+  Stmt p(db, insert_sql("PROCESSES", 3));
+  for (const auto& pr : t.processes) p.row(nsys_global_pid(pr.pid), pr.pid, pr.name);
+  // Processes seen only through events get a row too (reports join on them).
+  std::set<uint32_t> seen;
+  for (const auto& a : t.api_calls) seen.insert(a.pid);
+  for (const auto& k : t.kernels) seen.insert(k.pid);
+  for (uint32_t pid : seen)
+    if (!pids.count(pid)) p.row(nsys_global_pid(pid), pid, "process " + std::to_string(pid));
+  Stmt th(db, insert_sql("ThreadNames", 3));
+  for (const auto& tr : t.threads) th.row(strings.id_of_text(tr.name), /*priority*/ 0, nsys_global_tid(tr.pid, tr.tid));
+}
+
+// CUPTI_ACTIVITY_KIND_KERNEL, with short names as nsys's reports print them.
+void write_kernels(Db& db, const Trace& t, NsysStrings& strings) {
+  Stmt k(db, insert_sql("CUPTI_ACTIVITY_KIND_KERNEL", 31));
+  std::unordered_map<StrId, int64_t> short_ids;
+  for (const auto& x : t.kernels) {
+    int64_t name = strings.id_of(x.name);
+    auto it = short_ids.find(x.name);
+    if (it == short_ids.end()) it = short_ids.emplace(x.name, strings.id_of_text(kernel_short_name(t.str(x.name)))).first;
+    k.row(x.start, x.end, x.device, x.context, /*greenContextId*/ null, x.stream, x.correlation,
+          nsys_global_pid(x.pid), /*demangledName*/ name, /*shortName*/ it->second, /*mangledName*/ null,
+          x.launch_type, /*cacheConfig*/ 0, x.registers, x.grid[0], x.grid[1], x.grid[2], x.block[0], x.block[1],
+          x.block[2], x.static_smem, x.dynamic_smem, /*localMemoryPerThread*/ 0, /*localMemoryTotal*/ 0,
+          /*gridId*/ 0, /*sharedMemoryExecuted*/ null, null_if(int64_t(x.graph_node_id), 0),
+          /*sharedMemoryLimitConfig*/ null, null_if(x.graph_id, 0), null_if(x.queued, kNoTime),
+          null_if(x.submitted, kNoTime));
+  }
+}
+
+// CUPTI_ACTIVITY_KIND_MEMCPY and _MEMSET.
+void write_copies(Db& db, const Trace& t) {
+  Stmt m(db, insert_sql("CUPTI_ACTIVITY_KIND_MEMCPY", 20));
+  for (const auto& x : t.memcpys)
+    m.row(x.start, x.end, x.device, x.context, /*greenContextId*/ null, x.stream, x.correlation,
+          nsys_global_pid(x.pid), x.bytes, uint8_t(x.kind), /*deprecatedSrcId*/ null, uint8_t(x.src_kind),
+          uint8_t(x.dst_kind), /*srcDeviceId*/ x.device, /*srcContextId*/ x.context, /*dstDeviceId*/ x.device,
+          /*dstContextId*/ x.context, /*migrationCause*/ null, null_if(int64_t(x.graph_node_id), 0),
+          /*virtualAddress*/ null);
+  Stmt s(db, insert_sql("CUPTI_ACTIVITY_KIND_MEMSET", 12));
+  for (const auto& x : t.memsets)
+    s.row(x.start, x.end, x.device, x.context, /*greenContextId*/ null, x.stream, x.correlation,
+          nsys_global_pid(x.pid), x.value, x.bytes, null_if(int64_t(x.graph_node_id), 0), uint8_t(x.mem_kind));
+}
+
+// CUPTI_ACTIVITY_KIND_RUNTIME and _DRIVER.
+void write_api_calls(Db& db, const Trace& t, NsysStrings& strings) {
+  Stmt rt(db, insert_sql("CUPTI_ACTIVITY_KIND_RUNTIME", 9));
+  Stmt dr(db, insert_sql("CUPTI_ACTIVITY_KIND_DRIVER", 9));
+  for (const auto& a : t.api_calls) {
+    bool driver = a.kind == ApiKind::Driver;
+    (driver ? dr : rt).row(a.start, a.end, driver ? kClassDriver : kClassRuntime, nsys_global_tid(a.pid, a.tid),
+                           a.correlation, strings.id_of(a.name), a.return_value, /*callchainId*/ null, a.cbid);
+  }
+}
+
+// CUPTI_ACTIVITY_KIND_SYNCHRONIZATION.
+void write_syncs(Db& db, const Trace& t) {
+  // eventStreamId / eventRecordCorrelationId: streamlab's columns (not in nsys's layout, whose
+  // reports ignore them) for where the awaited event was recorded; NULL when not known.
+  Stmt s(db, insert_sql("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", 12));
+  for (const auto& x : t.syncs)
+    s.row(x.start, x.end, x.device, x.context, /*greenContextId*/ null, id_or_minus1(x.stream, kNoStream),
+          x.correlation, nsys_global_pid(x.pid), uint8_t(x.type), id_or_minus1(x.event, kNoId),
+          null_if(id_or_minus1(x.event_stream, kNoStream), -1), null_if(x.event_record_correlation, 0));
+}
+
+// NVTX_EVENTS: a domain-create row per (process, domain), then the ranges and marks.
+void write_nvtx(Db& db, const Trace& t, NsysStrings& strings) {
+  Stmt n(db, "INSERT INTO NVTX_EVENTS (start, end, eventType, rangeId, category, color, text, globalTid, endGlobalTid, "
+             "textId, domainId) VALUES (?,?,?,?,?,?,?,?,?,?,?)");
+  std::map<std::pair<uint32_t, StrId>, int64_t> domains;  // (pid, domain name) -> domain id
+  int64_t next_domain = 1;
+  for (const auto& r : t.nvtx) {
+    if (r.domain == 0 || domains.count({r.pid, r.domain})) continue;
+    int64_t id = next_domain++;
+    domains[{r.pid, r.domain}] = id;
+    n.row(r.start, /*end*/ null, kEventTypeDomainCreate, /*rangeId*/ null, /*category*/ null, /*color*/ null,
+          t.str(r.domain), nsys_global_tid(r.pid, r.tid), /*endGlobalTid*/ null, /*textId*/ null, id);
+  }
+  int64_t range_id = 1;
+  for (const auto& r : t.nvtx) {
+    std::optional<int64_t> end, range;
+    if (r.kind != NvtxKind::Mark) end = r.end;
+    if (r.kind == NvtxKind::StartEnd) range = range_id++;
+    int type = r.kind == NvtxKind::PushPop ? kEventTypePushPop : r.kind == NvtxKind::StartEnd ? kEventTypeStartEnd : kEventTypeMark;
+    int64_t text_id = strings.id_of(r.name);
+    n.row(r.start, end, type, range, r.category, r.color, t.str(r.name), nsys_global_tid(r.pid, r.tid),
+          nsys_global_tid(r.pid, r.end_tid ? r.end_tid : r.tid), text_id, r.domain ? domains[{r.pid, r.domain}] : 0);
+  }
+}
+
+// CUDA_GPU_MEMORY_USAGE_EVENTS: an allocation row and a free row per allocation seen.
+void write_allocations(Db& db, const Trace& t) {
+  Stmt m(db, insert_sql("CUDA_GPU_MEMORY_USAGE_EVENTS", 13));
+  for (const auto& a : t.allocations) {
+    for (int op = 0; op < 2; ++op) {
+      Ns ts = op == 0 ? a.alloc : a.free;
+      if (ts == kNoTime) continue;
+      m.row(ts, nsys_global_pid(a.pid), a.device, a.context, a.address, /*pc*/ null, a.bytes, uint8_t(a.kind),
+            /*memoryOperationType*/ op, /*name*/ null, a.correlation, id_or_minus1(a.stream, kNoStream), a.from_pool);
+    }
+    // An allocation that only has a free inside the window (alloc before it) keeps its size.
+  }
+}
+
+// PROFILER_OVERHEAD: CUPTI's own overhead.
+void write_overheads(Db& db, const Trace& t, NsysStrings& strings) {
+  Stmt o(db, insert_sql("PROFILER_OVERHEAD", 7));
+  for (const auto& x : t.overheads)
+    o.row(x.start, x.end, nsys_global_tid(x.pid, x.object_id), strings.id_of_text("CUPTI overhead"), x.kind, x.object_kind,
+          x.object_id);
+}
+
+// Our own tables: CUDA event records, counters, and STREAMLAB_META (base time, record counts,
+// metadata), which tells the loader the file is ours.
+void write_streamlab_tables(Db& db, const Trace& t) {
+  Stmt e(db, insert_sql("STREAMLAB_CUDA_EVENTS", 7));
+  for (const auto& x : t.cuda_events)
+    e.row(null_if(x.ts, kNoTime), x.correlation, x.context, x.stream, x.event, x.pid, x.device);
+  Stmt c(db, insert_sql("STREAMLAB_COUNTERS", 4));
+  for (const auto& x : t.counters) c.row(x.ts, x.value, t.str(x.name), x.pid);
+  Stmt m(db, insert_sql("STREAMLAB_META", 2));
+  m.row("format_version", "1");
+  m.row("base_time_ns", std::to_string(t.base_time == kNoTime ? 0 : t.base_time));
+  for (const RecordCountField& f : kRecordCountFields)
+    m.row(std::string("count.") + f.name, std::to_string(t.counts.*f.member));
+  for (const auto& [k, v] : t.metadata) m.row("meta." + k, v);
+}
+
 void write_nsys_sqlite_db(const Trace& t, const std::string& path) {
   Db db(path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
   db.exec("PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF; PRAGMA page_size = 65536;");
   db.exec(kSchema);
   db.exec("BEGIN");
   write_enums(db);
-
-  // Strings: our ids, plus short names and domains interned on the fly into a side table. Ids are
-  // handed out in first-use order, so the rows below work out their string ids in column order.
-  std::vector<int64_t> sid(t.strings.size(), -1);
-  int64_t next_sid = 0;
-  Stmt str(db, insert_sql("StringIds", 2));
-  std::unordered_map<std::string, int64_t> extra;
-  auto add_string = [&](const std::string& v) -> int64_t {
-    int64_t id = next_sid++;
-    str.row(id, v);
-    extra.emplace(v, id);
-    return id;
-  };
-  auto id_of = [&](StrId s) -> int64_t {
-    if (sid[s] < 0) sid[s] = add_string(t.str(s));
-    return sid[s];
-  };
-  auto id_of_text = [&](const std::string& v) -> int64_t {
-    StrId s = t.strings.find(v);
-    if (s != kNoId) return id_of(s);
-    auto it = extra.find(v);
-    if (it != extra.end()) return it->second;
-    return add_string(v);
-  };
-  constexpr auto null = std::nullopt;  // a column we have no value for
-
-  {
-    Stmt m(db, insert_sql("META_DATA_EXPORT", 2));
-    m.row("EXPORT_SCHEMA_VERSION", "3.11.1");
-    m.row("EXPORT_PRODUCT_VERSION", std::string("streamlab ") + STREAMLAB_VERSION);
-    m.row("EXPORT_TIME_UNIT", "ns");
-  }
+  NsysStrings strings(db, t);
+  write_export_info(db, t);
   Stmt(db, insert_sql("TARGET_INFO_SESSION_START_TIME", 3)).row(t.session_start_utc_ns, "", "");
-  {
-    Stmt g(db, "INSERT INTO TARGET_INFO_GPU (id, name, busLocation, isDiscrete, l2CacheSize, totalMemory, memoryBandwidth, "
-               "clockRate, smCount, pwGpuId, uuid, luid, chipName, cuDevice, computeMajor, computeMinor, maxRegistersPerBlock, "
-               "maxShmemPerBlock, maxThreadsPerBlock, maxThreadsPerSm, maxShmemPerSm, maxRegistersPerSm, threadsPerWarp, "
-               "maxShmemPerBlockOptin, vmId) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
-    for (const auto& d : t.devices)
-      g.row(d.id, d.name.empty() ? "GPU " + std::to_string(d.id) : d.name, /*busLocation*/ "", /*isDiscrete*/ 1,
-            d.l2_cache_size, d.total_memory, d.memory_bandwidth, /*clockRate*/ d.clock_rate_khz * 1000, d.sm_count,
-            /*pwGpuId*/ d.id, d.uuid, /*luid*/ 0, /*chipName*/ "", /*cuDevice*/ d.id, d.compute_major, d.compute_minor,
-            d.regs_per_block, d.smem_per_block, d.max_threads_per_block, d.max_threads_per_sm, d.smem_per_sm,
-            d.regs_per_sm, d.warp_size, d.smem_per_block_optin, /*vmId*/ 0);
-  }
-  {
-    Stmt s(db, insert_sql("TARGET_INFO_CUDA_STREAM", 7));
-    Stmt x(db, insert_sql("STREAMLAB_STREAMS", 10));
-    for (const auto& st : t.streams) {
-      s.row(st.id, /*hwId*/ st.id, /*vmId*/ 0, st.pid, st.context, st.priority, st.flags);
-      x.row(st.id, st.context, st.device, st.pid, st.priority, st.flags, st.is_null, t.str(st.name),
-            null_if(st.created, kNoTime), null_if(st.destroyed, kNoTime));
-    }
-    Stmt c(db, insert_sql("STREAMLAB_CONTEXTS", 6));
-    for (const auto& ctx : t.contexts)
-      c.row(ctx.id, ctx.device, ctx.pid, null_if(ctx.null_stream, kNoStream), null_if(ctx.created, kNoTime),
-            null_if(ctx.destroyed, kNoTime));
-  }
-  {
-    std::set<uint32_t> pids;
-    for (const auto& p : t.processes) pids.insert(p.pid);
-    Stmt p(db, insert_sql("PROCESSES", 3));
-    for (const auto& pr : t.processes) p.row(nsys_global_pid(pr.pid), pr.pid, pr.name);
-    // Processes seen only through events get a row too (reports join on them).
-    std::set<uint32_t> seen;
-    for (const auto& a : t.api_calls) seen.insert(a.pid);
-    for (const auto& k : t.kernels) seen.insert(k.pid);
-    for (uint32_t pid : seen)
-      if (!pids.count(pid)) p.row(nsys_global_pid(pid), pid, "process " + std::to_string(pid));
-    Stmt th(db, insert_sql("ThreadNames", 3));
-    for (const auto& tr : t.threads) th.row(id_of_text(tr.name), /*priority*/ 0, nsys_global_tid(tr.pid, tr.tid));
-  }
-
-  {
-    Stmt k(db, insert_sql("CUPTI_ACTIVITY_KIND_KERNEL", 31));
-    std::unordered_map<StrId, int64_t> short_ids;
-    for (const auto& x : t.kernels) {
-      int64_t name = id_of(x.name);
-      auto it = short_ids.find(x.name);
-      if (it == short_ids.end()) it = short_ids.emplace(x.name, id_of_text(kernel_short_name(t.str(x.name)))).first;
-      k.row(x.start, x.end, x.device, x.context, /*greenContextId*/ null, x.stream, x.correlation,
-            nsys_global_pid(x.pid), /*demangledName*/ name, /*shortName*/ it->second, /*mangledName*/ null,
-            x.launch_type, /*cacheConfig*/ 0, x.registers, x.grid[0], x.grid[1], x.grid[2], x.block[0], x.block[1],
-            x.block[2], x.static_smem, x.dynamic_smem, /*localMemoryPerThread*/ 0, /*localMemoryTotal*/ 0,
-            /*gridId*/ 0, /*sharedMemoryExecuted*/ null, null_if(int64_t(x.graph_node_id), 0),
-            /*sharedMemoryLimitConfig*/ null, null_if(x.graph_id, 0), null_if(x.queued, kNoTime),
-            null_if(x.submitted, kNoTime));
-    }
-  }
-  {
-    Stmt m(db, insert_sql("CUPTI_ACTIVITY_KIND_MEMCPY", 20));
-    for (const auto& x : t.memcpys)
-      m.row(x.start, x.end, x.device, x.context, /*greenContextId*/ null, x.stream, x.correlation,
-            nsys_global_pid(x.pid), x.bytes, uint8_t(x.kind), /*deprecatedSrcId*/ null, uint8_t(x.src_kind),
-            uint8_t(x.dst_kind), /*srcDeviceId*/ x.device, /*srcContextId*/ x.context, /*dstDeviceId*/ x.device,
-            /*dstContextId*/ x.context, /*migrationCause*/ null, null_if(int64_t(x.graph_node_id), 0),
-            /*virtualAddress*/ null);
-    Stmt s(db, insert_sql("CUPTI_ACTIVITY_KIND_MEMSET", 12));
-    for (const auto& x : t.memsets)
-      s.row(x.start, x.end, x.device, x.context, /*greenContextId*/ null, x.stream, x.correlation,
-            nsys_global_pid(x.pid), x.value, x.bytes, null_if(int64_t(x.graph_node_id), 0), uint8_t(x.mem_kind));
-  }
-  {
-    Stmt rt(db, insert_sql("CUPTI_ACTIVITY_KIND_RUNTIME", 9));
-    Stmt dr(db, insert_sql("CUPTI_ACTIVITY_KIND_DRIVER", 9));
-    for (const auto& a : t.api_calls) {
-      bool driver = a.kind == ApiKind::Driver;
-      (driver ? dr : rt).row(a.start, a.end, driver ? kClassDriver : kClassRuntime, nsys_global_tid(a.pid, a.tid),
-                             a.correlation, id_of(a.name), a.return_value, /*callchainId*/ null, a.cbid);
-    }
-  }
-  {
-    // eventStreamId / eventRecordCorrelationId: streamlab's columns (not in nsys's layout, whose
-    // reports ignore them) for where the awaited event was recorded; NULL when not known.
-    Stmt s(db, insert_sql("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", 12));
-    for (const auto& x : t.syncs)
-      s.row(x.start, x.end, x.device, x.context, /*greenContextId*/ null, id_or_minus1(x.stream, kNoStream),
-            x.correlation, nsys_global_pid(x.pid), uint8_t(x.type), id_or_minus1(x.event, kNoId),
-            null_if(id_or_minus1(x.event_stream, kNoStream), -1), null_if(x.event_record_correlation, 0));
-  }
-  {
-    Stmt n(db, "INSERT INTO NVTX_EVENTS (start, end, eventType, rangeId, category, color, text, globalTid, endGlobalTid, "
-               "textId, domainId) VALUES (?,?,?,?,?,?,?,?,?,?,?)");
-    std::map<std::pair<uint32_t, StrId>, int64_t> domains;  // (pid, domain name) -> domain id
-    int64_t next_domain = 1;
-    for (const auto& r : t.nvtx) {
-      if (r.domain == 0 || domains.count({r.pid, r.domain})) continue;
-      int64_t id = next_domain++;
-      domains[{r.pid, r.domain}] = id;
-      n.row(r.start, /*end*/ null, kEventTypeDomainCreate, /*rangeId*/ null, /*category*/ null, /*color*/ null,
-            t.str(r.domain), nsys_global_tid(r.pid, r.tid), /*endGlobalTid*/ null, /*textId*/ null, id);
-    }
-    int64_t range_id = 1;
-    for (const auto& r : t.nvtx) {
-      std::optional<int64_t> end, range;
-      if (r.kind != NvtxKind::Mark) end = r.end;
-      if (r.kind == NvtxKind::StartEnd) range = range_id++;
-      int type = r.kind == NvtxKind::PushPop ? kEventTypePushPop : r.kind == NvtxKind::StartEnd ? kEventTypeStartEnd : kEventTypeMark;
-      int64_t text_id = id_of(r.name);
-      n.row(r.start, end, type, range, r.category, r.color, t.str(r.name), nsys_global_tid(r.pid, r.tid),
-            nsys_global_tid(r.pid, r.end_tid ? r.end_tid : r.tid), text_id, r.domain ? domains[{r.pid, r.domain}] : 0);
-    }
-  }
-  {
-    Stmt m(db, insert_sql("CUDA_GPU_MEMORY_USAGE_EVENTS", 13));
-    for (const auto& a : t.allocations) {
-      for (int op = 0; op < 2; ++op) {
-        Ns ts = op == 0 ? a.alloc : a.free;
-        if (ts == kNoTime) continue;
-        m.row(ts, nsys_global_pid(a.pid), a.device, a.context, a.address, /*pc*/ null, a.bytes, uint8_t(a.kind),
-              /*memoryOperationType*/ op, /*name*/ null, a.correlation, id_or_minus1(a.stream, kNoStream), a.from_pool);
-      }
-      // An allocation that only has a free inside the window (alloc before it) keeps its size.
-    }
-  }
-  {
-    Stmt o(db, insert_sql("PROFILER_OVERHEAD", 7));
-    for (const auto& x : t.overheads)
-      o.row(x.start, x.end, nsys_global_tid(x.pid, x.object_id), id_of_text("CUPTI overhead"), x.kind, x.object_kind,
-            x.object_id);
-  }
-  {
-    Stmt e(db, insert_sql("STREAMLAB_CUDA_EVENTS", 7));
-    for (const auto& x : t.cuda_events)
-      e.row(null_if(x.ts, kNoTime), x.correlation, x.context, x.stream, x.event, x.pid, x.device);
-    Stmt c(db, insert_sql("STREAMLAB_COUNTERS", 4));
-    for (const auto& x : t.counters) c.row(x.ts, x.value, t.str(x.name), x.pid);
-    Stmt m(db, insert_sql("STREAMLAB_META", 2));
-    m.row("format_version", "1");
-    m.row("base_time_ns", std::to_string(t.base_time == kNoTime ? 0 : t.base_time));
-    for (const RecordCountField& f : kRecordCountFields)
-      m.row(std::string("count.") + f.name, std::to_string(t.counts.*f.member));
-    for (const auto& [k, v] : t.metadata) m.row("meta." + k, v);
-  }
+  write_gpus(db, t);
+  write_streams_and_contexts(db, t);
+  write_processes_and_threads(db, t, strings);
+  write_kernels(db, t, strings);
+  write_copies(db, t);
+  write_api_calls(db, t, strings);
+  write_syncs(db, t);
+  write_nvtx(db, t, strings);
+  write_allocations(db, t);
+  write_overheads(db, t, strings);
+  write_streamlab_tables(db, t);
   db.exec("COMMIT");
 }
 
