@@ -392,15 +392,18 @@ def in_process(r: Round, name: str, fn) -> bool:
         return False
     record_command(r, name, f"{shlex.join([sys.executable, os.path.abspath(__file__)])} (in-process stage {name})")
     say(f"=== {name} (in-process)")
-    t0, rc = time.monotonic(), 0
+    t0, rc, why = time.monotonic(), 0, ""
     with open(r.log(name + ".out"), "w") as out, open(r.log(name + ".log"), "w") as log:
         try:
             for line in fn():
                 out.write(line + "\n")
         except StageError as e:
             log.write(f"{name}: {e}\n")
-            rc = e.code
-    return finish(r, name, rc, t0)
+            rc, why = e.code, str(e)
+        except Exception as e:      # a malformed config, a full disk: this stage's failure, not a crash
+            log.write(f"{name}: {type(e).__name__}: {e}\n")
+            rc, why = 1, f"{type(e).__name__}: {e}"
+    return finish(r, name, rc, t0, why)
 
 
 def record_command(r: Round, name: str, cmd: str) -> None:
