@@ -30,7 +30,7 @@ examples:
 exit status: 0 every stage passed (logits within TOL included); 1 a stage failed, timed out
 (stage exit 124) or was skipped; 2 usage (bad flag or knob value, config not found, OUT not
 writable); 128+N killed by signal N (SIGTERM 143, SIGINT 130): the checkpoint is removed and the
-summary written on every one of these paths. Stage exit codes: 127 streamlab binary missing,
+summary written on every one of these paths. Stage exit codes: 127 streamlab binary missing (126 not executable),
 124 timed out (137: killed after the grace period), plan 3 not enough disk, ours 8 its JSON gave
 no decode tokens; hf_peer.py's and compare_logits.py's own codes otherwise.
 """
@@ -530,8 +530,17 @@ def stage_env(r: Round) -> None:
         r.hf_missing = f"{a.python} cannot import {names}"
         say(f"hf_round: {r.hf_missing}: the HF stages will be skipped "
             "(pip install torch transformers safetensors numpy into that interpreter)")
-    if not (os.path.isfile(r.streamlab) and os.access(r.streamlab, os.X_OK)):
-        say(f"hf_round: error: {r.streamlab} not found or not executable (BIN={a.bin})")
+    if binary_problem(r):
+        say(f"hf_round: error: {binary_problem(r)}")
+
+
+def binary_problem(r: Round) -> str:
+    """Why BIN/streamlab cannot run ("" = it can): told at the start, recorded in stage ours."""
+    if not os.path.isfile(r.streamlab):
+        return f"{r.streamlab} not found (BIN={r.a.bin})"
+    if not os.access(r.streamlab, os.X_OK):
+        return f"{r.streamlab} is not executable (BIN={r.a.bin})"
+    return ""
 
 
 def write_provenance(r: Round) -> None:
@@ -614,6 +623,10 @@ def plan_steps(r: Round):
 
 
 def check_disk(r: Round, need: int) -> None:
+    """flash-2l, bf16 save: 41.71 GB = 38.84 GiB in 2395 tensors (12.32 GiB of it the MTP block,
+    which HF ignores), checked against the saved files. HF loads from the directory without
+    writing a copy and the logits files are ~70 MB, so the 64 GiB disk of the device machine
+    holds it; the run refuses to start the checkpoint below size + 2 GiB free (exit 3)."""
     avail = shutil.disk_usage(r.data).free
     fstype = (command_line(["df", "-PT", r.data]).splitlines()[-1:] or ["? ?"])[0].split()[1:2] or ["?"]
     say(f"temp dir {r.data} ({fstype[0]}): {avail >> 30} GiB free, checkpoint needs {need >> 30} GiB + 2 GiB margin")
@@ -643,10 +656,11 @@ def pick_ckpt_root(a: argparse.Namespace) -> str:
 # ----------------------------------------------------------------------------------------- ours
 def stage_ours(r: Round) -> None:
     a = r.a
-    if not (os.path.isfile(r.streamlab) and os.access(r.streamlab, os.X_OK)):
-        # Recorded as the shell would have reported it, whatever else failed before.
-        r.stages["ours"] = Stage("127", 0.0, f"{r.streamlab} not found or not executable (BIN={a.bin})")
-        say(f"=== ours: exit 127 ({r.stages['ours'].reason})")
+    missing = binary_problem(r)
+    if missing:
+        # Recorded as the shell would have reported it (127 / 126), whatever else failed before.
+        r.stages["ours"] = Stage("127" if "not found" in missing else "126", 0.0, missing)
+        say(f"=== ours: exit {r.stages['ours'].exit} ({missing})")
         return
     if not r.ok("plan"):
         return skip(r, "ours", "plan failed")

@@ -105,7 +105,8 @@ def test_missing_binary(tmp):
     env = env_for(tmp, BIN=os.path.join(tmp, "nowhere"))
     rc, out = hf_round(env)
     check(rc == 1, f"missing binary: exit 1 ({rc})")
-    check("nowhere/streamlab not found or not executable" in out, "missing binary: the error names the path")
+    check("error: " + os.path.join(tmp, "nowhere", "streamlab") + " not found" in out,
+          "missing binary: the error names the path")
     st = result(env)["stages"]
     check(st["ours"]["exit"] == "127" and "not found" in st["ours"]["reason"], "missing binary: ours exit 127, reason")
     check(all(st[s]["exit"] == "skipped" for s in ("hf32", "speed_eager")), "missing binary: later stages skipped")
