@@ -35,13 +35,13 @@ echo "== configuring $build (CUDA $cuda)"
 mkdir -p "$build"
 py_args=()
 if [ "$mode" = test ]; then
-  # Holistic Trace Analysis (PyPI) for the HTA cross-check test, in a venv of its own (Debian's
-  # system python refuses pip installs).
+  # Holistic Trace Analysis (PyPI) for the HTA cross-check test and numpy for the HF round's test
+  # (peer.hf_round_cpu), in a venv of its own (Debian's system python refuses pip installs).
   venv="$build/hta-venv"
-  if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import hta" 2>/dev/null; then
-    echo "== installing Holistic Trace Analysis into $venv"
-    { python3 -m venv "$venv" && "$venv/bin/python" -m pip install -q holistictraceanalysis; } \
-      || echo "warning: could not install holistictraceanalysis; the HTA test will be skipped"
+  if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import hta, numpy" 2>/dev/null; then
+    echo "== installing Holistic Trace Analysis and numpy into $venv"
+    { python3 -m venv "$venv" && "$venv/bin/python" -m pip install -q holistictraceanalysis numpy; } \
+      || echo "warning: could not install holistictraceanalysis / numpy; the HTA and HF round tests will be skipped"
   fi
   [ -x "$venv/bin/python" ] && py_args=(-DPython3_EXECUTABLE="$(cd "$venv/bin" && pwd)/python")
 fi
