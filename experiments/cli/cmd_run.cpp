@@ -116,7 +116,9 @@ std::string tokens_str(const std::vector<int32_t>& v) {
   return s + "]";
 }
 
-void run(const RunOptions& o) {
+// The config the run uses: named, a file, or a checkpoint's config.json (then named after the
+// checkpoint's folder), with the command line's overrides; the decode steps must fit its positions.
+ModelConfig config_for_run(const RunOptions& o) {
   const std::string cfg_path = o.checkpoint.empty() ? "" : (std::filesystem::path(o.checkpoint) / "config.json").string();
   if (!o.checkpoint.empty())
     SL_CHECK(std::filesystem::exists(cfg_path), "--checkpoint ", o.checkpoint, ": no config.json in that directory");
@@ -134,15 +136,16 @@ void run(const RunOptions& o) {
                int64_t(cfg.max_position_embeddings),
            "--steps ", o.steps, " after a context of ", cfg.context_length, " tokens needs more positions than the "
            "config's max_position_embeddings (", cfg.max_position_embeddings, ")");
-  const std::vector<int32_t> prompt = prompt_tokens(o, cfg);
-  validate(cfg);
-  const StreamPolicy policy = resolve_policy(o.model);
-  const AcceptRule accept = resolve_accept_rule(o.spec);
-  const RunShape shape = run_shape(cfg, o.steps, !o.dump_logits.empty(), o.spec.on());
-  FILE* info = o.json ? stderr : stdout;  // keep stdout parseable under --json
+  return cfg;
+}
 
+// --trace / --sqlite: the CUPTI session around the decode steps after the warm-up. The one place
+// of `run` that depends on a CUDA build: without one, asking for a trace is an error.
+class RunTracer {
+ public:
+  explicit RunTracer(const RunOptions& o) : o_(o) {
 #if STREAMLAB_HAVE_CUDA
-  if (o.tracing()) {
+    if (!o.tracing()) return;
     SL_CHECK(o.backend == "cuda", "--trace/--sqlite trace CUDA work: use --backend cuda");
     SL_CHECK(o.warmup >= 0 && o.warmup < o.steps, "--trace needs --steps greater than --warmup-steps (", o.warmup,
              "): the decode steps after the warm-up are the traced window");
@@ -152,47 +155,78 @@ void run(const RunOptions& o) {
     const prof::SessionState st = prof::CuptiSession::instance().start(so);
     if (st == prof::SessionState::NvtxOnly)
       std::fprintf(stderr, "streamlab: %s\n", prof::CuptiSession::instance().message().c_str());
-  }
 #else
-  SL_CHECK(!o.tracing(), "--trace/--sqlite need a build with CUDA (CUPTI)");
+    SL_CHECK(!o.tracing(), "--trace/--sqlite need a build with CUDA (CUPTI)");
 #endif
-  // With --check-against-cpu the model runs on a wrapper over (CPU reference, chosen backend);
-  // declared first so that they outlive the wrapper and the model.
-  std::unique_ptr<Backend> check_ref, check_dut;
-  auto be = make_backend(o.backend);
-  if (o.check_against_cpu) {
-    SL_CHECK(!o.graph, "--check-against-cpu compares every op on the host: it cannot run with --graph");
-    SL_CHECK(!o.tracing(), "--check-against-cpu downloads every op's outputs: a trace of it measures nothing; drop "
-                           "--trace/--sqlite");
-    SL_CHECK(o.check_tolerance > 0, "--check-tolerance must be > 0");
-    CheckOptions co;
-    co.tolerance = o.check_tolerance;
-    co.print = o.check_print_ops ? CheckOptions::Print::All : CheckOptions::Print::None;
-    co.log = stderr;
-    check_dut = std::move(be);
-    check_ref = make_cpu_backend();
-    be = make_check_backend(*check_ref, *check_dut, co);
   }
-  std::fprintf(info, "streamlab run: config %s (%d layers + %d MTP), backend %s, policy %s, batch %d, context %d, "
-               "draft steps %d, decode steps %d\n",
-               cfg.name.c_str(), cfg.num_hidden_layers, cfg.num_nextn_predict_layers, be->name().c_str(),
-               policy.str().c_str(), cfg.batch, cfg.context_length, cfg.draft_steps, o.steps);
-  if (shape.verify)
-    std::fprintf(info, "decode steps verify the drafts: %d tokens per sequence, accept %s\n", 1 + cfg.draft_steps,
-                 accept_rule_str(accept).c_str());
-  std::fprintf(info, "weights: %.1f MiB in %s (allocating)\n", mib(weight_bytes(cfg, be->weight_dtype())),
-               dtype_name(be->weight_dtype()));
-  std::fflush(info);
+  // Before decode step s (1-based): the traced window opens after the warm-up steps.
+  void before_step(int s) {
+#if STREAMLAB_HAVE_CUDA
+    if (tracing() && s == o_.warmup + 1) prof::CuptiSession::instance().begin_window();
+#else
+    (void)s;
+#endif
+  }
+  // After the last step: the window's trace written where asked; dropped or invalid records fail
+  // the run unless --allow-invalid-records.
+  void finish(FILE* info) {
+#if STREAMLAB_HAVE_CUDA
+    if (!tracing()) return;
+    prof::Trace trace = prof::CuptiSession::instance().end_window();
+    prof::CuptiSession::instance().stop();
+    if (!o_.trace_json.empty()) {
+      prof::write_kineto_json_file(trace, o_.trace_json);
+      std::fprintf(info, "trace (Kineto JSON) written to %s\n", o_.trace_json.c_str());
+    }
+    if (!o_.trace_sqlite.empty()) {
+      prof::write_nsys_sqlite(trace, o_.trace_sqlite);
+      std::fprintf(info, "trace (nsys-layout SQLite) written to %s\n", o_.trace_sqlite.c_str());
+    }
+    const std::string warn = prof::record_count_warnings(trace.counts);
+    if (!warn.empty()) {
+      std::fprintf(stderr, "streamlab: %s\n", warn.c_str());
+      SL_CHECK(o_.allow_invalid_records || trace.counts.clean(),
+               "the trace has dropped or invalid records (see above); rerun with --allow-invalid-records to keep it");
+    }
+#else
+    (void)info;
+#endif
+  }
 
-  check_memory_fits(*be, cfg, shape, "run");
-  std::optional<PhaseTicker> ticker(std::in_place, info, "allocating weights, caches and activations");
-  DeepSeekV4 model(*be, cfg, policy, shape);
-  ticker.reset();
-  model.set_graph_scope(parse_graph_scope(o.model.graph_scope));
-  model.ops().set_op_ranges(!o.no_op_ranges);
-  model.plant_fault(o.plant);
-  if (!o.plant.empty()) std::fprintf(info, "planted fault: %s (results may be wrong on purpose)\n", o.plant.c_str());
-  model.set_accept_rule(accept);
+ private:
+#if STREAMLAB_HAVE_CUDA
+  bool tracing() const {
+    return o_.tracing() && prof::CuptiSession::instance().state() == prof::SessionState::Tracing;
+  }
+#endif
+  const RunOptions& o_;
+};
+
+// The backend the model runs on. With --check-against-cpu, a wrapper over (CPU reference, chosen
+// backend) that compares every op; `ref` and `dut` own the two and must outlive the wrapper.
+struct RunBackend {
+  std::unique_ptr<Backend> ref, dut, be;
+};
+RunBackend make_run_backend(const RunOptions& o) {
+  RunBackend b;
+  b.be = make_backend(o.backend);
+  if (!o.check_against_cpu) return b;
+  SL_CHECK(!o.graph, "--check-against-cpu compares every op on the host: it cannot run with --graph");
+  SL_CHECK(!o.tracing(), "--check-against-cpu downloads every op's outputs: a trace of it measures nothing; drop "
+                         "--trace/--sqlite");
+  SL_CHECK(o.check_tolerance > 0, "--check-tolerance must be > 0");
+  CheckOptions co;
+  co.tolerance = o.check_tolerance;
+  co.print = o.check_print_ops ? CheckOptions::Print::All : CheckOptions::Print::None;
+  co.log = stderr;
+  b.dut = std::move(b.be);
+  b.ref = make_cpu_backend();
+  b.be = make_check_backend(*b.ref, *b.dut, co);
+  return b;
+}
+
+// The weights: seeded random, or loaded from --checkpoint; then saved when --save-checkpoint.
+void prepare_weights(DeepSeekV4& model, Backend& be, const ModelConfig& cfg, const RunOptions& o, FILE* info) {
   if (o.checkpoint.empty()) {
     std::fprintf(info, "initialising weights from seed %llu\n", cfg.seed);
     PhaseTicker t(info, "initialising weights");
@@ -205,17 +239,18 @@ void run(const RunOptions& o) {
   if (!o.save_checkpoint.empty()) {
     std::fprintf(info, "saving checkpoint to %s (%s)\n", o.save_checkpoint.c_str(), o.save_dtype.c_str());
     PhaseTicker t(info, "saving the checkpoint");
-    save_checkpoint(*be, cfg, model.weights(), o.save_checkpoint, o.save_dtype == "f32" ? DType::F32 : DType::BF16);
+    save_checkpoint(be, cfg, model.weights(), o.save_checkpoint, o.save_dtype == "f32" ? DType::F32 : DType::BF16);
   }
-  const int alias_from = first_aliasing_mtp_layers(policy, cfg);
-  print_stream_plan(info, model.stream_plan(), policy, alias_from, false);
-  std::fprintf(info, "stream setup: %.2f ms (host)\n", model.stream_setup_ms());
-  std::fflush(info);
+}
 
-  using clock = std::chrono::steady_clock;
-  nlohmann::json steps = nlohmann::json::array();
-  size_t nonfinite_steps = 0;  // steps whose logits hold a NaN or Inf: the run fails (see the end)
-  auto report = [&](int idx, const char* kind, int tokens, double ms, const StepOutput& out) {
+// One row per step: a text line on stdout, or a JSON object kept for --json; counts the steps whose
+// logits were not finite (the run then fails at the end).
+class StepReporter {
+ public:
+  explicit StepReporter(bool json) : json_(json) {
+    if (!json_) std::printf("%-4s %-8s %7s %10s\n", "step", "kind", "tokens", "ms");
+  }
+  void report(int idx, const char* kind, int tokens, double ms, const StepOutput& out) {
     // Spread of the logits: finite and clearly non-zero means the activations stayed healthy
     // through every layer.
     double sum = 0, sq = 0;
@@ -225,7 +260,7 @@ void run(const RunOptions& o) {
       sum += v;
       sq += double(v) * v;
     }
-    if (bad) ++nonfinite_steps;
+    if (bad) ++nonfinite_steps_;
     const double n = double(std::max<size_t>(out.last_logits.size(), 1));
     const double std_dev = std::sqrt(std::max(0.0, sq / n - (sum / n) * (sum / n)));
     nlohmann::json j{{"step", idx}, {"kind", kind}, {"tokens", tokens}, {"ms", ms}, {"sampled", out.sampled},
@@ -240,77 +275,100 @@ void run(const RunOptions& o) {
       j["committed"] = committed;
       accepted_text = "  accepted " + tokens_str(out.accepted);
     }
-    steps.push_back(j);
-    if (!o.json) {
-      std::string drafts = "[";
-      for (size_t s = 0; s < out.drafts.size(); ++s) drafts += (s ? "," : "") + tokens_str(out.drafts[s]);
-      drafts += "]";
-      std::printf("%-4d %-8s %7d %10.3f  sampled %s%s  drafts %s  logits checksum %.6e std %.3g%s\n", idx, kind,
-                  tokens, ms, tokens_str(out.sampled).c_str(), accepted_text.c_str(), drafts.c_str(),
-                  out.logits_checksum, std_dev, bad ? "  NON-FINITE LOGITS" : "");
-      std::fflush(stdout);
-    }
-  };
-  if (!o.json) std::printf("%-4s %-8s %7s %10s\n", "step", "kind", "tokens", "ms");
-
-  // Progress on long prompts (several chunks, or past a few seconds), on the info stream (stderr
-  // under --json), at most one line a second.
-  {
-    const auto start = clock::now();
-    auto last = start;
-    model.set_prefill_progress([&, start, last](int done, int total) mutable {
-      const auto now = clock::now();
-      const double since = std::chrono::duration<double>(now - start).count();
-      if (done >= total || std::chrono::duration<double>(now - last).count() < 1.0) return;
-      last = now;
-      std::fprintf(info, "prefill: %d of %d tokens per sequence enqueued (%.1f s)\n", done, total, since);
-      std::fflush(info);
-    });
+    steps_.push_back(j);
+    if (json_) return;
+    std::string drafts = "[";
+    for (size_t s = 0; s < out.drafts.size(); ++s) drafts += (s ? "," : "") + tokens_str(out.drafts[s]);
+    drafts += "]";
+    std::printf("%-4d %-8s %7d %10.3f  sampled %s%s  drafts %s  logits checksum %.6e std %.3g%s\n", idx, kind, tokens,
+                ms, tokens_str(out.sampled).c_str(), accepted_text.c_str(), drafts.c_str(), out.logits_checksum,
+                std_dev, bad ? "  NON-FINITE LOGITS" : "");
+    std::fflush(stdout);
   }
-  auto t0 = clock::now();
-  ticker.emplace(info, "prefill of " + std::to_string(cfg.context_length) + " tokens per sequence");
+  const nlohmann::json& steps() const { return steps_; }
+  size_t nonfinite_steps() const { return nonfinite_steps_; }
+
+ private:
+  bool json_;
+  nlohmann::json steps_ = nlohmann::json::array();
+  size_t nonfinite_steps_ = 0;
+};
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+
+// Progress on long prompts (several chunks, or past a few seconds), on the info stream (stderr
+// under --json), at most one line a second.
+void report_prefill_progress(DeepSeekV4& model, FILE* info) {
+  const auto start = Clock::now();
+  auto last = start;
+  model.set_prefill_progress([info, start, last](int done, int total) mutable {
+    const auto now = Clock::now();
+    const double since = std::chrono::duration<double>(now - start).count();
+    if (done >= total || std::chrono::duration<double>(now - last).count() < 1.0) return;
+    last = now;
+    std::fprintf(info, "prefill: %d of %d tokens per sequence enqueued (%.1f s)\n", done, total, since);
+    std::fflush(info);
+  });
+}
+
+// The prefill, timed and reported as step 0; its logits dumped when --dump-logits.
+void run_prefill(DeepSeekV4& model, const ModelConfig& cfg, const std::vector<int32_t>& prompt, const RunOptions& o,
+                 StepReporter& rep, FILE* info) {
+  report_prefill_progress(model, info);
+  const auto t0 = Clock::now();
+  std::optional<PhaseTicker> ticker(std::in_place, info,
+                                    "prefill of " + std::to_string(cfg.context_length) + " tokens per sequence");
   StepOutput pre = model.prefill(prompt, cfg.context_length);
   ticker.reset();
-  double ms = std::chrono::duration<double, std::milli>(clock::now() - t0).count();
-  report(0, "prefill", cfg.batch * cfg.context_length, ms, pre);
-  if (!o.dump_logits.empty()) {
-    write_npy(o.dump_logits, DType::F32, {int64_t(cfg.batch) * cfg.context_length, cfg.vocab_size},
-              pre.all_logits.data());
-    std::fprintf(info, "prefill logits [%d, %d] written to %s\n", cfg.batch * cfg.context_length, cfg.vocab_size,
-                 o.dump_logits.c_str());
-  }
+  rep.report(0, "prefill", cfg.batch * cfg.context_length, ms_since(t0), pre);
+  if (o.dump_logits.empty()) return;
+  write_npy(o.dump_logits, DType::F32, {int64_t(cfg.batch) * cfg.context_length, cfg.vocab_size},
+            pre.all_logits.data());
+  std::fprintf(info, "prefill logits [%d, %d] written to %s\n", cfg.batch * cfg.context_length, cfg.vocab_size,
+               o.dump_logits.c_str());
+}
+
+// A CUDA graph's capture, described once (the step that captured it).
+void print_graph_captured(const DeepSeekV4& model, FILE* info) {
+  const auto& g = model.graph_stats();
+  std::fprintf(info, "graph captured (scope %s): capture %.3f ms, instantiate %.3f ms, %zu nodes, %zu edges\n",
+               graph_scope_name(model.graph_scope()), g.capture_ms, g.instantiate_ms, g.nodes, g.edges);
+  if (model.graphs().size() > 1 && model.graphs().size() <= 4)
+    for (const auto& p : model.graphs())
+      std::fprintf(info, "  graph %-9s %zu nodes, %zu edges\n", p.name.c_str(), p.stats.nodes, p.stats.edges);
+  else if (model.graphs().size() > 4)
+    std::fprintf(info, "  in %zu graphs (per graph in --json)\n", model.graphs().size());
+}
+
+// Decode totals: tokens committed (a + 1 per sequence and verifying step, else 1), drafts
+// accepted, and the steps' wall time (a graph's capture step included).
+struct DecodeTotals {
+  int64_t committed = 0, accepted = 0;
+  double ms = 0;
+};
+
+// The decode steps (eager, or captured once then replayed with --graph), each reported; the
+// logits of every step dumped when --dump-decode-logits.
+DecodeTotals run_decode(DeepSeekV4& model, const ModelConfig& cfg, const RunShape& shape, const RunOptions& o,
+                        RunTracer& tracer, StepReporter& rep, FILE* info) {
+  DecodeTotals tot;
   std::vector<float> decode_logits;  // [steps * batch, vocab] for --dump-decode-logits
-  // Decode totals: tokens committed (a + 1 per sequence and verifying step, else 1), drafts
-  // accepted, and the steps' wall time (a graph's capture step included).
-  int64_t committed = 0, accepted_total = 0;
-  double decode_ms = 0;
   for (int s = 1; s <= o.steps; ++s) {
-#if STREAMLAB_HAVE_CUDA
-    if (o.tracing() && s == o.warmup + 1 && prof::CuptiSession::instance().state() == prof::SessionState::Tracing)
-      prof::CuptiSession::instance().begin_window();
-#endif
-    t0 = clock::now();
+    tracer.before_step(s);
+    const auto t0 = Clock::now();
     const bool capturing = o.graph && !model.graph_captured();
     StepOutput out = o.graph ? model.decode_step_graph() : model.decode_step();
-    ms = std::chrono::duration<double, std::milli>(clock::now() - t0).count();
-    if (capturing) {
-      const auto& g = model.graph_stats();
-      std::fprintf(info, "graph captured (scope %s): capture %.3f ms, instantiate %.3f ms, %zu nodes, %zu edges\n",
-                   graph_scope_name(model.graph_scope()), g.capture_ms, g.instantiate_ms, g.nodes, g.edges);
-      if (model.graphs().size() > 1 && model.graphs().size() <= 4)
-        for (const auto& p : model.graphs())
-          std::fprintf(info, "  graph %-9s %zu nodes, %zu edges\n", p.name.c_str(), p.stats.nodes, p.stats.edges);
-      else if (model.graphs().size() > 4)
-        std::fprintf(info, "  in %zu graphs (per graph in --json)\n", model.graphs().size());
-    }
-    decode_ms += ms;
+    const double ms = ms_since(t0);
+    if (capturing) print_graph_captured(model, info);
+    tot.ms += ms;
     if (shape.verify) {
-      for (int32_t a : out.accepted) committed += a + 1, accepted_total += a;
+      for (int32_t a : out.accepted) tot.committed += a + 1, tot.accepted += a;
     } else {
-      committed += cfg.batch;
+      tot.committed += cfg.batch;
     }
     const int rows = shape.verify ? cfg.batch * (1 + cfg.draft_steps) : cfg.batch;  // the target's tokens
-    report(s, capturing ? "capture" : o.graph ? "replay" : "decode", rows, ms, out);
+    rep.report(s, capturing ? "capture" : o.graph ? "replay" : "decode", rows, ms, out);
     if (!o.dump_decode_logits.empty())
       decode_logits.insert(decode_logits.end(), out.last_logits.begin(), out.last_logits.end());
   }
@@ -319,93 +377,124 @@ void run(const RunOptions& o) {
     std::fprintf(info, "decode logits [%d, %d] written to %s\n", o.steps * cfg.batch, cfg.vocab_size,
                  o.dump_decode_logits.c_str());
   }
-#if STREAMLAB_HAVE_CUDA
-  if (o.tracing() && prof::CuptiSession::instance().state() == prof::SessionState::Tracing) {
-    prof::Trace trace = prof::CuptiSession::instance().end_window();
-    prof::CuptiSession::instance().stop();
-    if (!o.trace_json.empty()) {
-      prof::write_kineto_json_file(trace, o.trace_json);
-      std::fprintf(info, "trace (Kineto JSON) written to %s\n", o.trace_json.c_str());
-    }
-    if (!o.trace_sqlite.empty()) {
-      prof::write_nsys_sqlite(trace, o.trace_sqlite);
-      std::fprintf(info, "trace (nsys-layout SQLite) written to %s\n", o.trace_sqlite.c_str());
-    }
-    const std::string warn = prof::record_count_warnings(trace.counts);
-    if (!warn.empty()) {
-      std::fprintf(stderr, "streamlab: %s\n", warn.c_str());
-      SL_CHECK(o.allow_invalid_records || trace.counts.clean(),
-               "the trace has dropped or invalid records (see above); rerun with --allow-invalid-records to keep it");
-    }
+  return tot;
+}
+
+// Everything `run --json` prints: the set-up, every step, decode totals, graphs and memory.
+nlohmann::json run_json(const DeepSeekV4& model, const Backend& be, const ModelConfig& cfg, const StreamPolicy& policy,
+                        const RunShape& shape, AcceptRule accept, const RunOptions& o, const StepReporter& rep,
+                        const nlohmann::json& decode_summary, int alias_from) {
+  const MemoryStats mem = be.memory();
+  nlohmann::json graph(nullptr);
+  if (o.graph) {
+    const auto& g = model.graph_stats();
+    nlohmann::json graphs = nlohmann::json::array();
+    for (const auto& p : model.graphs())
+      graphs.push_back({{"name", p.name}, {"nodes", p.stats.nodes}, {"edges", p.stats.edges}});
+    graph = {{"capture_ms", g.capture_ms}, {"instantiate_ms", g.instantiate_ms}, {"nodes", g.nodes},
+             {"edges", g.edges}, {"scope", graph_scope_name(model.graph_scope())}, {"graphs", graphs}};
   }
-#endif
-  const std::string check_error = o.check_against_cpu ? report_check(*be, o.check_tolerance) : "";
-  const MemoryStats mem = be->memory();
+  return {{"config", cfg.name},
+          {"backend", be.name()},
+          {"policy", policy.str()},
+          {"batch", cfg.batch},
+          {"context", cfg.context_length},
+          {"draft_steps", cfg.draft_steps},
+          {"verify", shape.verify},
+          {"accept", shape.verify ? nlohmann::json(accept_rule_str(accept)) : nlohmann::json(nullptr)},
+          {"decode", decode_summary},
+          {"mtp_layers", cfg.num_nextn_predict_layers},
+          {"mtp_compress_ratio", cfg.mtp_compress_ratio},
+          {"stream_source", stream_source_name(policy.source)},
+          {"placement", placement_name(policy.placement)},
+          {"aux_streams", model.created_streams().size()},
+          {"stream_plan", stream_plan_json(model.stream_plan(), policy, alias_from)},
+          {"stream_setup_ms", model.stream_setup_ms()},
+          {"steps", rep.steps()},
+          {"graph", graph},
+          {"memory",
+           {{"weights_bytes", mem.weights_bytes},
+            {"activations_bytes", mem.activations_bytes},
+            {"peak_bytes", mem.peak_bytes},
+            {"library_bytes", mem.library_bytes},
+            {"cublas_handles", mem.blas_handles},
+            {"cublas_workspaces", mem.blas_workspaces},
+            {"cuda_streams_created", mem.streams_created}}}};
+}
+
+// The text summary after the step rows: decode throughput, memory, cuBLAS's share.
+void print_run_summary(const Backend& be, const ModelConfig& cfg, const RunShape& shape, const RunOptions& o,
+                       const DecodeTotals& tot, double tokens_per_s, double mean_accepted) {
+  if (o.steps > 0) {
+    std::printf("decode: %lld tokens committed in %d steps, %.3f ms, %.1f tokens/s", (long long)tot.committed, o.steps,
+                tot.ms, tokens_per_s);
+    if (shape.verify) std::printf(", %.3f drafts accepted per sequence and step (of %d)", mean_accepted, cfg.draft_steps);
+    std::printf("\n");
+  }
+  const MemoryStats mem = be.memory();
+  std::printf("memory: weights %.1f MiB, activations + caches %.1f MiB, peak %.1f MiB, libraries %.1f MiB\n",
+              mib(mem.weights_bytes), mib(mem.activations_bytes), mib(mem.peak_bytes), mib(mem.library_bytes));
+  if (mem.blas_handles) std::printf("cuBLAS: %zu handles, %zu workspaces\n", mem.blas_handles, mem.blas_workspaces);
+}
+
+void run(const RunOptions& o) {
+  ModelConfig cfg = config_for_run(o);
+  const std::vector<int32_t> prompt = prompt_tokens(o, cfg);
+  validate(cfg);
+  const StreamPolicy policy = resolve_policy(o.model);
+  const AcceptRule accept = resolve_accept_rule(o.spec);
+  const RunShape shape = run_shape(cfg, o.steps, !o.dump_logits.empty(), o.spec.on());
+  FILE* info = o.json ? stderr : stdout;  // keep stdout parseable under --json
+
+  RunTracer tracer(o);
+  RunBackend backend = make_run_backend(o);
+  Backend& be = *backend.be;
+  std::fprintf(info, "streamlab run: config %s (%d layers + %d MTP), backend %s, policy %s, batch %d, context %d, "
+               "draft steps %d, decode steps %d\n",
+               cfg.name.c_str(), cfg.num_hidden_layers, cfg.num_nextn_predict_layers, be.name().c_str(),
+               policy.str().c_str(), cfg.batch, cfg.context_length, cfg.draft_steps, o.steps);
+  if (shape.verify)
+    std::fprintf(info, "decode steps verify the drafts: %d tokens per sequence, accept %s\n", 1 + cfg.draft_steps,
+                 accept_rule_str(accept).c_str());
+  std::fprintf(info, "weights: %.1f MiB in %s (allocating)\n", mib(weight_bytes(cfg, be.weight_dtype())),
+               dtype_name(be.weight_dtype()));
+  std::fflush(info);
+
+  check_memory_fits(be, cfg, shape, "run");
+  std::optional<PhaseTicker> ticker(std::in_place, info, "allocating weights, caches and activations");
+  DeepSeekV4 model(be, cfg, policy, shape);
+  ticker.reset();
+  model.set_graph_scope(parse_graph_scope(o.model.graph_scope));
+  model.ops().set_op_ranges(!o.no_op_ranges);
+  model.plant_fault(o.plant);
+  if (!o.plant.empty()) std::fprintf(info, "planted fault: %s (results may be wrong on purpose)\n", o.plant.c_str());
+  model.set_accept_rule(accept);
+  prepare_weights(model, be, cfg, o, info);
+  const int alias_from = first_aliasing_mtp_layers(policy, cfg);
+  print_stream_plan(info, model.stream_plan(), policy, alias_from, false);
+  std::fprintf(info, "stream setup: %.2f ms (host)\n", model.stream_setup_ms());
+  std::fflush(info);
+
+  StepReporter rep(o.json);
+  run_prefill(model, cfg, prompt, o, rep, info);
+  const DecodeTotals tot = run_decode(model, cfg, shape, o, tracer, rep, info);
+  tracer.finish(info);
+
+  const std::string check_error = o.check_against_cpu ? report_check(be, o.check_tolerance) : "";
   // Drafts accepted per sequence and step (verifying steps), and committed tokens per second of
   // decode time: what speculative decoding is for.
-  const double mean_accepted = o.steps > 0 ? double(accepted_total) / (double(o.steps) * cfg.batch) : 0.0;
-  const double tokens_per_s = decode_ms > 0 ? double(committed) / (decode_ms / 1000.0) : 0.0;
-  nlohmann::json decode_summary{{"steps", o.steps},
-                                {"committed_tokens", committed},
-                                {"decode_ms", decode_ms},
-                                {"tokens_per_s", tokens_per_s}};
+  const double mean_accepted = o.steps > 0 ? double(tot.accepted) / (double(o.steps) * cfg.batch) : 0.0;
+  const double tokens_per_s = tot.ms > 0 ? double(tot.committed) / (tot.ms / 1000.0) : 0.0;
+  nlohmann::json decode_summary{
+      {"steps", o.steps}, {"committed_tokens", tot.committed}, {"decode_ms", tot.ms}, {"tokens_per_s", tokens_per_s}};
   if (shape.verify) decode_summary["mean_accepted"] = mean_accepted;
-  if (o.json) {
-    nlohmann::json j{{"config", cfg.name},
-                     {"backend", be->name()},
-                     {"policy", policy.str()},
-                     {"batch", cfg.batch},
-                     {"context", cfg.context_length},
-                     {"draft_steps", cfg.draft_steps},
-                     {"verify", shape.verify},
-                     {"accept", shape.verify ? nlohmann::json(accept_rule_str(accept)) : nlohmann::json(nullptr)},
-                     {"decode", decode_summary},
-                     {"mtp_layers", cfg.num_nextn_predict_layers},
-                     {"mtp_compress_ratio", cfg.mtp_compress_ratio},
-                     {"stream_source", stream_source_name(policy.source)},
-                     {"placement", placement_name(policy.placement)},
-                     {"aux_streams", model.created_streams().size()},
-                     {"stream_plan", stream_plan_json(model.stream_plan(), policy, alias_from)},
-                     {"stream_setup_ms", model.stream_setup_ms()},
-                     {"steps", steps},
-                     {"graph", o.graph ? nlohmann::json{{"capture_ms", model.graph_stats().capture_ms},
-                                                        {"instantiate_ms", model.graph_stats().instantiate_ms},
-                                                        {"nodes", model.graph_stats().nodes},
-                                                        {"edges", model.graph_stats().edges},
-                                                        {"scope", graph_scope_name(model.graph_scope())},
-                                                        {"graphs", [&] {
-                                                           nlohmann::json a = nlohmann::json::array();
-                                                           for (const auto& p : model.graphs())
-                                                             a.push_back({{"name", p.name},
-                                                                          {"nodes", p.stats.nodes},
-                                                                          {"edges", p.stats.edges}});
-                                                           return a;
-                                                         }()}}
-                                       : nlohmann::json(nullptr)},
-                     {"memory",
-                      {{"weights_bytes", mem.weights_bytes},
-                       {"activations_bytes", mem.activations_bytes},
-                       {"peak_bytes", mem.peak_bytes},
-                       {"library_bytes", mem.library_bytes},
-                       {"cublas_handles", mem.blas_handles},
-                       {"cublas_workspaces", mem.blas_workspaces},
-                       {"cuda_streams_created", mem.streams_created}}}};
-    std::printf("%s\n", j.dump(2).c_str());
-  } else {
-    if (o.steps > 0) {
-      std::printf("decode: %lld tokens committed in %d steps, %.3f ms, %.1f tokens/s", (long long)committed, o.steps,
-                  decode_ms, tokens_per_s);
-      if (shape.verify)
-        std::printf(", %.3f drafts accepted per sequence and step (of %d)", mean_accepted, cfg.draft_steps);
-      std::printf("\n");
-    }
-    std::printf("memory: weights %.1f MiB, activations + caches %.1f MiB, peak %.1f MiB, libraries %.1f MiB\n",
-                mib(mem.weights_bytes), mib(mem.activations_bytes), mib(mem.peak_bytes), mib(mem.library_bytes));
-    if (mem.blas_handles)
-      std::printf("cuBLAS: %zu handles, %zu workspaces\n", mem.blas_handles, mem.blas_workspaces);
-  }
+  if (o.json)
+    std::printf("%s\n",
+                run_json(model, be, cfg, policy, shape, accept, o, rep, decode_summary, alias_from).dump(2).c_str());
+  else
+    print_run_summary(be, cfg, shape, o, tot, tokens_per_s, mean_accepted);
   if (!check_error.empty()) fail(check_error);
-  SL_CHECK(nonfinite_steps == 0 || o.allow_nonfinite_logits, nonfinite_steps,
+  SL_CHECK(rep.nonfinite_steps() == 0 || o.allow_nonfinite_logits, rep.nonfinite_steps(),
            " steps produced non-finite logits (NaN or Inf): the results are not usable "
            "(--allow-nonfinite-logits to finish with status 0 anyway)");
 }
