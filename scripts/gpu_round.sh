@@ -331,6 +331,10 @@ for st in $stages; do case $st in
       run sweep ${SWEEP_SECONDS:-400} $B/streamlab sweep --out-dir "$W/sweep" ${SWEEP_ARGS:-}
     fi
     tar czf "$OUT/sweep.tar.gz" -C "$W" sweep ;;
+  hfpeer)
+    # The peer round's own test on the tiny config with the torch + transformers installed here:
+    # the HF stages run for real (on the CPU), which the development machine cannot do.
+    run hf_round_test 240 python3 tests/peer/test_hf_round.py cpu $B/streamlab ;;
   hf)
     run hf_round 575 env BIN=$B OUT="$W/hf" DEADLINE=${HF_DEADLINE:-540} bash scripts/hf_round.sh
     cp "$W"/hf/hf_compare.json "$OUT/" 2>/dev/null ;;
