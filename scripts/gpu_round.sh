@@ -61,27 +61,27 @@ for st in $stages; do case $st in
     run bench_decode 170 $B/bench_decode --config=flash-6l --batches=1,8 --policy=shared --context=${BENCH_CONTEXT:-4096} \
       --mtp-layers=1 --draft-steps=1 --steps=${BENCH_STEPS:-20} --out="$OUT/decode_floor.json" ;;
   moesplit)
-    # The MoE decode K splits (STREAMLAB_MOE_SPLIT_K=w1w3,w2; ":nopair" = w1 and w3 in two
-    # launches), batch 1 and 8, graph replay.
-    for v in ${MOE_SPLITS:-"4,4" "8,4" "16,4" "8,8" "4,4:nopair"}; do
-      sk=${v%%:*}; pair=1; [[ $v == *:nopair ]] && pair=0
-      STREAMLAB_MOE_SPLIT_K=$sk STREAMLAB_MOE_PAIR=$pair run "moe_split_${sk/,/_}_p$pair" 90 $B/bench_decode \
-        "${BENCH_FLASH[@]}" --batches=${MOE_BATCHES:-1} --modes=graph --policy=shared \
-        --steps=10 --out="$W/moe_split_${sk/,/_}_p$pair.json"
+    # The split-K MoE decode path and its K splits (w1/w3 , w2; ":nopair" = w1 and w3 in two
+    # launches), batch 1 and 8, graph replay; "gemv" = the default GEMV path, for reference.
+    for v in ${MOE_SPLITS:-"gemv" "4,4" "8,4" "16,4" "8,8" "4,4:nopair"}; do
+      sk=${v%%:*}; pair=on; [[ $v == *:nopair ]] && pair=off
+      kv="moe-decode=splitk,moe-split-k=${sk/,/:},moe-pair=$pair"; [ "$v" = gemv ] && kv=""
+      run "moe_split_${sk/,/_}_$pair" 90 $B/bench_decode "${BENCH_FLASH[@]}" --kernel-variants=$kv \
+        --batches=${MOE_BATCHES:-1} --modes=graph --policy=shared --steps=10 --out="$W/moe_split_${sk/,/_}_$pair.json"
     done ;;
   pdlab)
-    # Programmatic dependent launch on (default) and off (STREAMLAB_PDL=0), batch 1 and 8, eager and graph.
-    for pdl in 1 0; do
-      STREAMLAB_PDL=$pdl run "pdl_$pdl" 150 $B/bench_decode "${BENCH_FLASH[@]}" --batches=1,8 --modes=eager,graph \
+    # Programmatic dependent launch on (default) and off, batch 1 and 8, eager and graph.
+    for pdl in on off; do
+      run "pdl_$pdl" 150 $B/bench_decode "${BENCH_FLASH[@]}" --kernel-variants=pdl=$pdl --batches=1,8 --modes=eager,graph \
         --policy=shared --steps=${BENCH_STEPS:-20} \
         --out="$W/pdl_$pdl.json"
     done ;;
-  envsweep)
-    # bench_decode (batch 1 and 8, eager and graph) once per setting of the tuning knobs:
-    # ENV_SWEEP="name:VAR=v,VAR2=w name2:..." (an empty list after the colon = the defaults).
-    for v in ${ENV_SWEEP:-"default:"}; do
-      name=${v%%:*}; vars=${v#*:}
-      run "sweep_$name" 150 env ${vars//,/ } $B/bench_decode "${BENCH_FLASH[@]}" --batches=${SWEEP_BATCHES:-1,8} \
+  variantsweep)
+    # bench_decode (batch 1 and 8, eager and graph) once per kernel-variant setting:
+    # VARIANT_SWEEP="name:key=v,key2=w name2:..." (--kernel-variants; empty after the colon = the defaults).
+    for v in ${VARIANT_SWEEP:-"default:"}; do
+      name=${v%%:*}; kv=${v#*:}
+      run "sweep_$name" 150 $B/bench_decode "${BENCH_FLASH[@]}" --kernel-variants=$kv --batches=${SWEEP_BATCHES:-1,8} \
         --modes=${SWEEP_MODES:-eager,graph} --policy=shared \
         --steps=${BENCH_STEPS:-20} --out="$W/sweep_$name.json"
     done ;;
@@ -114,15 +114,15 @@ for st in $stages; do case $st in
     run byop_graph_b1 30 $B/streamlab analyze "$W/gb1.json" --by-op
     rm -f "$W/gb1.json" ;;
   attnsplit)
-    # The decode attention's split count (STREAMLAB_ATTN_SPLIT; default: up to 16), batch 1, graph.
+    # The decode attention's split count (attn-splits; 0 = from the shape, up to 16), batch 1, graph.
     for n in 0 8 32; do
-      STREAMLAB_ATTN_SPLIT=$n run attn_split_$n 90 $B/bench_decode "${BENCH_FLASH[@]}" --batches=1 --modes=graph \
+      run attn_split_$n 90 $B/bench_decode "${BENCH_FLASH[@]}" --kernel-variants=attn-splits=$n --batches=1 --modes=graph \
         --policy=shared --steps=20 --out="$W/attn_split_$n.json"
     done ;;
   cublasws)
     # cuBLAS without a workspace (no split-K kernels) against the default 32 MiB, graph replay.
     for kb in 0 32768; do
-      STREAMLAB_CUBLAS_WORKSPACE_KB=$kb run cublas_ws_$kb 120 $B/bench_decode "${BENCH_FLASH[@]}" --batches=1,8 \
+      run cublas_ws_$kb 120 $B/bench_decode "${BENCH_FLASH[@]}" --kernel-variants=cublas-workspace-kb=$kb --batches=1,8 \
         --modes=graph --policy=shared --steps=20 \
         --out="$W/cublas_ws_$kb.json"
     done ;;

@@ -8,13 +8,19 @@
 
 namespace sl::cli {
 
-std::unique_ptr<Backend> make_backend(const std::string& name) {
-  if (name == "cpu") return make_cpu_backend();
+std::unique_ptr<Backend> make_backend(const std::string& name, const KernelVariants& variants) {
+  if (name == "cpu") {
+    SL_CHECK(variants == KernelVariants{}, "--kernel-variants ", variants.changes(),
+             ": kernel variants choose among CUDA kernels; use --backend cuda");
+    return make_cpu_backend();
+  }
   if (name == "cuda") {
 #if STREAMLAB_HAVE_CUDA
     std::string why;
     if (!cuda_available(&why)) fail("--backend cuda: no usable CUDA device (", why, ")");
-    return make_cuda_backend(CudaBackendOptions{});
+    CudaBackendOptions opt;
+    opt.variants = variants;
+    return make_cuda_backend(opt);
 #else
     fail("--backend cuda: this streamlab was built without CUDA (configure with -DSTREAMLAB_CUDA=ON)");
 #endif

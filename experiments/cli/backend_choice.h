@@ -5,9 +5,12 @@
 #include <string>
 
 #include "model/backend.h"
+#include "model/kernel_variants.h"
 
 namespace sl::cli {
 
-std::unique_ptr<Backend> make_backend(const std::string& name);
+// `variants` (--kernel-variants) choose among the CUDA kernels of an op; the CPU backend has one
+// of each, so anything but the defaults is an error there.
+std::unique_ptr<Backend> make_backend(const std::string& name, const KernelVariants& variants = {});
 
 }  // namespace sl::cli

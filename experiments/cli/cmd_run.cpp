@@ -45,6 +45,7 @@ struct RunOptions {
   ModelOptions model;
   SpeculativeOptions spec;
   std::string backend = "cpu";
+  std::string kernel_variants;  // --kernel-variants (model/kernel_variants.h)
   int steps = 4;
   std::string checkpoint, tokens_file, dump_logits, dump_decode_logits, save_checkpoint;
   std::string save_dtype = "bf16";
@@ -209,7 +210,7 @@ struct RunBackend {
 };
 RunBackend make_run_backend(const RunOptions& o) {
   RunBackend b;
-  b.be = make_backend(o.backend);
+  b.be = make_backend(o.backend, KernelVariants::parse(o.kernel_variants));
   if (!o.check_against_cpu) return b;
   SL_CHECK(!o.graph, "--check-against-cpu compares every op on the host: it cannot run with --graph");
   SL_CHECK(!o.tracing(), "--check-against-cpu downloads every op's outputs: a trace of it measures nothing; drop "
@@ -396,6 +397,7 @@ nlohmann::json run_json(const DeepSeekV4& model, const Backend& be, const ModelC
   }
   return {{"config", cfg.name},
           {"backend", be.name()},
+          {"kernel_variants", KernelVariants::parse(o.kernel_variants).str()},
           {"policy", policy.str()},
           {"batch", cfg.batch},
           {"context", cfg.context_length},
@@ -438,6 +440,7 @@ void print_run_summary(const Backend& be, const ModelConfig& cfg, const RunShape
 }
 
 void run(const RunOptions& o) {
+  (void)KernelVariants::parse(o.kernel_variants);  // a bad --kernel-variants fails before any work
   ModelConfig cfg = config_for_run(o);
   const std::vector<int32_t> prompt = prompt_tokens(o, cfg);
   validate(cfg);
@@ -511,6 +514,7 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--backend", o->backend, "cpu (fp32 reference) or cuda (H200, bf16)")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
+  cmd->add_option("--kernel-variants", o->kernel_variants, kKernelVariantsHelp);
   cmd->add_option("--steps", o->steps, "decode steps after the prefill")->capture_default_str();
   cmd->add_option("--checkpoint", o->checkpoint,
                   "load weights from a DeepSeek-layout directory (config.json + *.safetensors); the config then "

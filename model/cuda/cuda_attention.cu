@@ -1135,12 +1135,8 @@ void CudaBackend::sparse_attention(Stream s, const Tensor& o, const Tensor& q, c
   a.scale = 1.f / std::sqrt(float(Dh));
 
   // Decode: the CUDA-core kernel (sparse_attention_decode_kernel) for a few tokens and head dims
-  // of 64..512 (STREAMLAB_ATTN_DECODE=0 keeps the tensor-core kernel, for comparison runs).
-  static const bool decode_kernel_on = [] {
-    const char* v = std::getenv("STREAMLAB_ATTN_DECODE");
-    return !(v && std::string(v) == "0");
-  }();
-  if (decode_kernel_on && T <= kDecodeAttnMaxTokens && (Dh == 64 || Dh == 128 || Dh == 256 || Dh == 512)) {
+  // of 64..512 (variant attn-decode=off keeps the tensor-core kernel, for comparison runs).
+  if (variants().attention_decode_kernel && T <= kDecodeAttnMaxTokens && (Dh == 64 || Dh == 128 || Dh == 256 || Dh == 512)) {
     const int64_t dgroups = cdiv(H, DHPB);
     const int64_t cand_max = int64_t(window) + (mode == CompressedKeys::Selected ? K
                                                 : mode == CompressedKeys::All ? n_max : 0);
@@ -1181,12 +1177,8 @@ void CudaBackend::sparse_attention(Stream s, const Tensor& o, const Tensor& q, c
     const int64_t fit = int64_t(kScratchBytes / per_split);
     nsplit = int(std::max<int64_t>(1, std::min(want, fit)));
   }
-  // Tuning experiments: STREAMLAB_ATTN_SPLIT=N forces N splits (as far as they fit the scratch).
-  static const int forced_split = [] {
-    const char* v = std::getenv("STREAMLAB_ATTN_SPLIT");
-    return v ? std::atoi(v) : 0;
-  }();
-  if (forced_split > 0) {
+  // Tuning experiments: variant attn-splits=N forces N splits (as far as they fit the scratch).
+  if (const int forced_split = variants().attention_splits; forced_split > 0) {
     const size_t per_split = size_t(T) * a.HP * size_t(Dh + 2) * 4;
     nsplit = int(std::max<int64_t>(1, std::min<int64_t>(forced_split, int64_t(kScratchBytes / per_split))));
   }

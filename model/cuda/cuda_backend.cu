@@ -5,6 +5,7 @@
 #include <nvtx3/nvToolsExtCudaRt.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -35,13 +36,9 @@ bool sync_after_launch() {
   return on;
 }
 
-bool pdl_enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("STREAMLAB_PDL");
-    return !(v && std::strcmp(v, "0") == 0);
-  }();
-  return on;
-}
+// Process-wide (launch_kernel has no backend at hand): set by each CudaBackend's constructor.
+std::atomic<bool> g_pdl{true};
+bool pdl_enabled() { return g_pdl.load(std::memory_order_relaxed); }
 
 const char* cublas_status_name(cublasStatus_t s) {
   switch (s) {
@@ -135,6 +132,7 @@ std::unique_ptr<Backend> make_cuda_backend(const CudaBackendOptions& opt) { retu
 // ================================================================ construction
 
 CudaBackend::CudaBackend(const CudaBackendOptions& opt) : opt_(opt) {
+  g_pdl.store(opt.variants.pdl, std::memory_order_relaxed);
   const char* op = "cuda backend init";
   std::string why;
   SL_CHECK(cuda_available(&why), "CUDA backend: no usable device: ", why);
@@ -307,21 +305,13 @@ MemoryStats CudaBackend::memory() const {
 // arena; see cuda_backend_impl.h.
 
 // The cuBLAS workspace size of every (handle, stream): PyTorch's 32 MiB on Hopper.
-// Tuning experiments: STREAMLAB_CUBLAS_WORKSPACE_KB overrides it (0: none, which rules out
+// Tuning experiments: the variant cublas-workspace-kb overrides it (0: none, which rules out
 // cuBLAS's split-K kernels and their reduce kernels).
-static size_t cublas_workspace_bytes() {
-  static const size_t ws_bytes = [] {
-    const char* v = std::getenv("STREAMLAB_CUBLAS_WORKSPACE_KB");
-    return v ? size_t(std::strtoull(v, nullptr, 10)) << 10 : CudaBackend::kCublasWorkspaceBytes;
-  }();
-  return ws_bytes;
-}
-
 // A workspace may be first needed inside a graph capture (a pool stream whose first GEMM is in
 // the captured step): cudaMalloc is not enqueued work, so it is allowed there in relaxed capture
 // mode, as PyTorch's allocator does it.
 void* CudaBackend::alloc_blas_workspace(const std::string& op, cudaStream_t capture_check) {
-  const size_t bytes = cublas_workspace_bytes();
+  const size_t bytes = opt_.variants.cublas_workspace_bytes;
   if (!bytes) return nullptr;
   cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
   CUDA_CHECK(op, cudaStreamIsCapturing(capture_check, &cap));
@@ -368,7 +358,7 @@ CudaBackend::StreamRec CudaBackend::make_stream_rec(const std::string& name, int
   // which would add a rounding per split in the small-M decode GEMMs).
   CUBLAS_CHECK(op, cublasSetMathMode(r.blas, cublasMath_t(CUBLAS_DEFAULT_MATH |
                                                           CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
-  r.blas_ws_bytes = cublas_workspace_bytes();
+  r.blas_ws_bytes = opt_.variants.cublas_workspace_bytes;
   r.blas_ws = alloc_blas_workspace(op, r.stream);
   CUBLAS_CHECK(op, cublasSetWorkspace(r.blas, r.blas_ws, r.blas_ws_bytes));
   give_scratch(r, op);
@@ -415,8 +405,8 @@ void CudaBackend::claim_stream(Stream s, const std::string& roles) {
 void CudaBackend::note_gemm(Stream s, const char* op) {
   stream(s, op);
   StreamRec& r = streams_[size_t(s.id)];
-  if (!r.pool || r.blas_ws || !cublas_workspace_bytes()) return;
-  r.blas_ws_bytes = cublas_workspace_bytes();
+  if (!r.pool || r.blas_ws || !opt_.variants.cublas_workspace_bytes) return;
+  r.blas_ws_bytes = opt_.variants.cublas_workspace_bytes;
   r.blas_ws = alloc_blas_workspace(std::string(op) + " on '" + r.name + "'", r.stream);
 }
 

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "model/backend.h"
+#include "model/kernel_variants.h"
 
 namespace sl {
 
@@ -15,6 +16,8 @@ struct CudaBackendOptions {
   // fit is an error); 0 = grow on demand in chunks of max(1 GiB, request). Either way everything
   // is allocated while the model is built; nothing is allocated inside a forward step.
   size_t arena_bytes = 0;
+  // Which kernel of each op family runs (model/kernel_variants.h).
+  KernelVariants variants;
 };
 
 // True when a CUDA device is usable; otherwise *why says what is missing (e.g. "CUDA driver

@@ -219,12 +219,12 @@ class CudaBackend final : public Backend {
   };
   Scratch scratch(Stream s, const char* op, size_t need) const;  // throws if `need` does not fit
   int sm_count() const { return sm_count_; }
+  const KernelVariants& variants() const { return opt_.variants; }
 
   size_t smem_optin() const { return smem_optin_; }
 
   // Per-stream op scratch and cuBLAS workspace sizes (documented in the header comment).
   static constexpr size_t kScratchBytes = size_t(8) << 20;
-  static constexpr size_t kCublasWorkspaceBytes = size_t(32) << 20;
 
  private:
   struct StreamRec {

@@ -315,16 +315,13 @@ cudaDataType_t cuda_type(DType t) { return t == DType::BF16 ? CUDA_R_16BF : CUDA
 }  // namespace
 
 // Whether a bf16 x bf16 GEMM goes to the own GEMV instead of cuBLAS: decode rows (M <= 2) and
-// a weight of at most STREAMLAB_GEMV_BF16_MAX_MB megabytes (default 20: wq_a, wkv, the shared
+// a weight of at most the variant gemv-bf16-max-mb megabytes (default 20: wq_a, wkv, the shared
 // expert, the compressor and indexer projections; 0 = cuBLAS for every bf16 GEMM). The GEMV
 // launches with PDL (launch_kernel) and needs no split-K reduce kernel; cuBLAS stays ahead on the
 // 67 MB projections and the LM head. Measured on the H200 (flash-6l, batch 1, graph): 2.372 ms
 // per step at 20 MB, 2.378 at 40, 2.437 at 80, 2.412 with cuBLAS only (round 7, results/).
-bool bf16_gemv_takes(const GemmArgs& g, int batch, DType to, DType ta, DType tw) {
-  static const double max_bytes = [] {
-    const char* v = std::getenv("STREAMLAB_GEMV_BF16_MAX_MB");
-    return v ? std::atof(v) * 1e6 : 20e6;
-  }();
+bool bf16_gemv_takes(const KernelVariants& v, const GemmArgs& g, int batch, DType to, DType ta, DType tw) {
+  const double max_bytes = double(v.gemv_bf16_max_mb) * 1e6;
   if (max_bytes <= 0 || ta != DType::BF16 || tw != DType::BF16 || g.M > 2) return false;
   if (double(g.N) * double(g.K) * 2.0 * batch > max_bytes) return false;
   return gemv_fits(g, batch, to, ta, tw);
@@ -343,7 +340,7 @@ static void gemm_any(CudaBackend& be, const char* op, Stream s, const GemmArgs& 
                          (ta == DType::F32 && tw == DType::F32 && to == DType::F32);
   const bool fits_int = g.M < (1ll << 31) && g.N < (1ll << 31) && g.K < (1ll << 31) && g.lda < (1ll << 31) &&
                         g.ldw < (1ll << 31) && g.ldo < (1ll << 31);
-  if (cublas_ok && fits_int && g.K > 0 && !bf16_gemv_takes(g, batch, to, ta, tw)) {
+  if (cublas_ok && fits_int && g.K > 0 && !bf16_gemv_takes(be.variants(), g, batch, to, ta, tw)) {
     cublasHandle_t h = be.blas(s, op);
     const float alpha = 1.f, beta = 0.f;
     if (batch == 1) {
@@ -434,7 +431,7 @@ void CudaBackend::gemm_swiglu(Stream s, const Tensor& act, const Tensor& g, cons
   ga.w3 = w3.data;
   ga.limit = limit;
   const bool fuse = K > 0 && act.dtype == DType::BF16 && g.dtype == DType::BF16 && u.dtype == DType::BF16 &&
-                    w3.dtype == w1.dtype && bf16_gemv_takes(ga, 1, act.dtype, x.dtype, w1.dtype) &&
+                    w3.dtype == w1.dtype && bf16_gemv_takes(variants(), ga, 1, act.dtype, x.dtype, w1.dtype) &&
                     reinterpret_cast<uintptr_t>(w3.data) % 16 == 0;
   if (!fuse) {
     Backend::gemm_swiglu(s, act, g, u, x, w1, w3, limit);
@@ -463,7 +460,7 @@ void CudaBackend::gemm_pair(Stream s, const Tensor& out1, const Tensor& out2, co
   both.N = N1 + N2;
   const bool fuse = K > 0 && M == M2 && K == K2 && out1.dtype == out2.dtype && w1.dtype == w2.dtype &&
                     a.dtype == DType::BF16 && w1.dtype == DType::BF16 &&
-                    bf16_gemv_takes(both, 1, out1.dtype, a.dtype, w1.dtype) &&
+                    bf16_gemv_takes(variants(), both, 1, out1.dtype, a.dtype, w1.dtype) &&
                     gemv_fits(second, 1, out2.dtype, a.dtype, w2.dtype);
   if (!fuse) {
     Backend::gemm_pair(s, out1, out2, a, w1, w2);

@@ -14,7 +14,7 @@
 //      moe_gemm_kernel for w2 -> y (F32).
 //   3. Decode (P <= 64: a row or two per expert, memory-bound on the expert weights; the
 //      default): moe_gemv_kernel, one warp per (tile of <= 4 rows, output column), for w1 and
-//      w3 together with the SwiGLU fused, then for w2 -> y (F32). STREAMLAB_MOE_DECODE=splitk
+//      w3 together with the SwiGLU fused, then for w2 -> y (F32). the variant moe-decode=splitk
 //      takes the tensor-core tiles instead with K split SK ways (blockIdx.z): F32 partials
 //      that the SwiGLU step and the combine add in split order.
 //   4. moe_combine_kernel: out[t] = sum_{i < k} weights[t, i] * y[inv[t*k + i]], in slot order.
@@ -523,9 +523,9 @@ __global__ void moe_swiglu_splitk_kernel(bf16* h, const float* p1, const float* 
   }
 }
 
-// The K splits of the split-K decode path (STREAMLAB_MOE_DECODE=splitk). Default: w1 / w3
-// (paired in one launch) and w2 both 4 ways, what the H200 measured best for that path
-// (results/2026-12-02-h200-round7 c1); STREAMLAB_MOE_SPLIT_K=N or =N13,N2 overrides them (1, 2, 4, 8 or
+// The K splits of the split-K decode path (variant moe-decode=splitk). Default: w1 / w3 (paired
+// in one launch) and w2 both 4 ways, what the H200 measured best for that path
+// (results/2026-12-02-h200-round7 c1); variant moe-split-k=N or N:M overrides them (1, 2, 4, 8 or
 // 16; 1 keeps the F32-partials path) for tuning runs. A count that does not divide the k-tiles of
 // its K falls back to the largest power of two that does.
 struct DecodeSplit {
@@ -539,40 +539,13 @@ int fit_split(int want, int64_t K) {
   return sk;
 }
 
-DecodeSplit decode_split(int64_t D, int64_t F) {
-  static const std::pair<int, int> forced = [] {
-    std::pair<int, int> f{0, 0};
-    if (const char* v = std::getenv("STREAMLAB_MOE_SPLIT_K")) {
-      char* end = nullptr;
-      f.first = int(std::strtol(v, &end, 10));
-      f.second = (end && *end == ',') ? int(std::strtol(end + 1, nullptr, 10)) : f.first;
-    }
-    return f;
-  }();
+DecodeSplit decode_split(const KernelVariants& v, int64_t D, int64_t F) {
   DecodeSplit d;
-  if (forced.first > 0) d.sk13 = forced.first;
-  if (forced.second > 0) d.sk2 = forced.second;
+  if (v.moe_split_k13 > 0) d.sk13 = v.moe_split_k13;
+  if (v.moe_split_k2 > 0) d.sk2 = v.moe_split_k2;
   d.sk13 = fit_split(d.sk13, D);
   d.sk2 = fit_split(d.sk2, F);
   return d;
-}
-
-// The decode path: the GEMV above (default) or the split-K tensor-core tiles
-// (STREAMLAB_MOE_DECODE=splitk, kept for comparison runs).
-bool moe_decode_gemv() {
-  static const bool gemv = [] {
-    const char* v = std::getenv("STREAMLAB_MOE_DECODE");
-    return !(v && std::string(v) == "splitk");
-  }();
-  return gemv;
-}
-
-bool moe_pair_launch() {
-  static const bool pair = [] {
-    const char* v = std::getenv("STREAMLAB_MOE_PAIR");
-    return !(v && std::string(v) == "0");
-  }();
-  return pair;
 }
 
 }  // namespace
@@ -643,8 +616,10 @@ void CudaBackend::moe_experts(Stream s, const Tensor& out, const Tensor& x, cons
 
   // Decode (P <= kSplitMaxPairs) splits K: sk13 ways for w1 / w3 (K = D), sk2 ways for w2 (K = F).
   // Row tile height: 16 when experts get a few rows each (decode), else 64.
-  const bool gemv_mode = P <= kSplitMaxPairs && moe_decode_gemv();
-  const DecodeSplit split = decode_split(D, F);
+  // The decode path: the GEMV (default) or the split-K tensor-core tiles (variant
+  // moe-decode=splitk, kept for comparison runs).
+  const bool gemv_mode = P <= kSplitMaxPairs && variants().moe_decode == KernelVariants::MoeDecode::Gemv;
+  const DecodeSplit split = decode_split(variants(), D, F);
   const bool split_mode = !gemv_mode && P <= kSplitMaxPairs && split.enabled;
   const int sk13 = split_mode ? split.sk13 : 1, sk2 = split_mode ? split.sk2 : 1;
   const int BM = gemv_mode ? kGemvRows : (split_mode || P <= 4 * E) ? 16 : 64;
@@ -688,11 +663,7 @@ void CudaBackend::moe_experts(Stream s, const Tensor& out, const Tensor& x, cons
     v.W3 = nullptr;
     v.N = int(D);
     v.K = int(F);
-    static const int w2_cols = [] {  // columns per warp for w2; STREAMLAB_MOE_W2_COLS=1|2|4 (tuning)
-      const char* c = std::getenv("STREAMLAB_MOE_W2_COLS");
-      const int n = c ? std::atoi(c) : 2;
-      return (n == 1 || n == 4) ? n : 2;
-    }();
+    const int w2_cols = variants().moe_w2_cols;  // columns per warp for w2 (1, 2 or 4)
     const dim3 g2{unsigned(max_tiles), unsigned(cdiv(D, 8 * w2_cols)), 1u};
     if (w2_cols == 1) launch_kernel(op, moe_gemv_kernel<false, 1>, g2, 256, 0, st, v);
     else if (w2_cols == 4) launch_kernel(op, moe_gemv_kernel<false, 4>, g2, 256, 0, st, v);
@@ -716,8 +687,8 @@ void CudaBackend::moe_experts(Stream s, const Tensor& out, const Tensor& x, cons
   g.lda = D;
   g.N = int(F);
   g.K = int(D);
-  // w1 and w3 in one launch (W_b), unless STREAMLAB_MOE_PAIR=0 asks for two (an experiment).
-  const bool pair = moe_pair_launch();
+  // w1 and w3 in one launch (W_b), unless the variant moe-pair=off asks for two (an experiment).
+  const bool pair = variants().moe_pair_launch;
   auto launch_w1_w3 = [&](void* o1, void* o3, int sk, bool f32) {
     g.split_stride = sk > 1 || f32 ? P * F : 0;
     auto go = [&] {

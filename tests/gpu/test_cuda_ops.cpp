@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -67,21 +68,44 @@ double rel_err(const std::vector<float>& got, const std::vector<float>& ref) {
   return den == 0 ? std::sqrt(num) : std::sqrt(num / den);
 }
 
-class CudaOps : public ::testing::Test {
+// Every op test runs once per kernel variant (model/kernel_variants.h): each variant of the CUDA
+// backend checked against the CPU reference on the same inputs, also the variants a default run
+// never takes (the split-K MoE decode path, the tensor-core attention at decode, ...).
+const char* const kVariants[] = {
+    "",  // the defaults
+    "attn-decode=off", "attn-splits=1", "attn-splits=32",
+    "moe-decode=splitk", "moe-decode=splitk,moe-split-k=1", "moe-decode=splitk,moe-split-k=16:8,moe-pair=off",
+    "moe-w2-cols=1", "moe-w2-cols=4", "gemv-bf16-max-mb=0", "pdl=off", "cublas-workspace-kb=0",
+};
+
+std::string variant_test_name(const ::testing::TestParamInfo<const char*>& info) {
+  std::string n = *info.param ? info.param : "defaults";
+  for (char& c : n)
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  return n;
+}
+
+class CudaOps : public ::testing::TestWithParam<const char*> {
  protected:
   void SetUp() override {
+    variants_ = KernelVariants::parse(GetParam());
     if (cpu_pair_mode()) {
+      if (!(variants_ == KernelVariants{})) GTEST_SKIP() << "kernel variants choose among CUDA kernels";
       gpu_ = make_cpu_backend();
     } else {
       std::string why;
       if (!cuda_available(&why)) GTEST_SKIP() << "no CUDA device: " << why;
-      gpu_ = make_cuda_backend(CudaBackendOptions{});
+      CudaBackendOptions opt;
+      opt.variants = variants_;
+      gpu_ = make_cuda_backend(opt);
     }
     cpu_ = make_cpu_backend();
-    // A fresh, reproducible stream of inputs per test.
-    const std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    // A fresh, reproducible stream of inputs per test, the same under every variant.
+    std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    name = name.substr(0, name.find('/'));
     rng_.seed(uint32_t(hash_name(name)));
   }
+  KernelVariants variants_;
 
   // ---------------------------------------------------------------- inputs
   std::vector<float> rand(size_t n, float lo = -1.f, float hi = 1.f) {
@@ -205,7 +229,7 @@ std::vector<float> rope_table(int P, int R) {
 
 // ================================================================ initialisation, memory, streams
 
-TEST_F(CudaOps, InitUniformMatchesCpuBitForBit) {
+TEST_P(CudaOps, InitUniformMatchesCpuBitForBit) {
   const int64_t n = 100003;
   const uint64_t seed = 1234, key = hash_name("layers.0.attn.wq_a.weight");
   for (float scale : {1.f, 0.02f, 3.5f}) {
@@ -227,7 +251,7 @@ TEST_F(CudaOps, InitUniformMatchesCpuBitForBit) {
   }
 }
 
-TEST_F(CudaOps, FillAndCopy) {
+TEST_P(CudaOps, FillAndCopy) {
   T2 a = zeros("a", Kind::Act, {1000});
   T2 f = zeros("f", Kind::F32, {1000});
   T2 i = zeros("i", Kind::I32, {1000});
@@ -255,13 +279,13 @@ TEST_F(CudaOps, FillAndCopy) {
   EXPECT_EQ(gc(x), gg(x));
 }
 
-TEST_F(CudaOps, StreamsEventsAndMemory) {
+TEST_P(CudaOps, StreamsEventsAndMemory) {
   const MemoryStats before = gpu_->memory();
   Stream aux = gpu_->create_stream("test.aux0", -1);
   Event ev = gpu_->create_event("fork");
   Event done = gpu_->create_event("join");
   const MemoryStats after = gpu_->memory();
-  if (!cpu_pair_mode()) {
+  if (!cpu_pair_mode() && variants_.cublas_workspace_bytes > 0) {
     EXPECT_GT(after.library_bytes, before.library_bytes) << "each stream has its own cuBLAS workspace";
   }
   T2 x = make_rand("x", Kind::Act, {8, 256});
@@ -284,7 +308,7 @@ TEST_F(CudaOps, StreamsEventsAndMemory) {
 
 // A fork/join across two streams captured into a CUDA graph and replayed on new inputs: the
 // same bits as eager execution, and the CPU's values.
-TEST_F(CudaOps, GraphCaptureReplay) {
+TEST_P(CudaOps, GraphCaptureReplay) {
   if (gpu_->name() != "cuda") GTEST_SKIP() << "CUDA graphs need the CUDA backend";
   const int64_t T = 8, D = 512, N = 256;
   Stream aux = gpu_->create_stream("test.aux0", 0);
@@ -334,7 +358,7 @@ TEST_F(CudaOps, GraphCaptureReplay) {
 
 // ================================================================ dense math
 
-TEST_F(CudaOps, Gemm) {
+TEST_P(CudaOps, Gemm) {
   struct Case {
     int64_t M, N, K;
     Kind out, a, w;
@@ -367,7 +391,7 @@ TEST_F(CudaOps, Gemm) {
   }
 }
 
-TEST_F(CudaOps, GemmGrouped) {
+TEST_P(CudaOps, GemmGrouped) {
   for (int64_t M : {1, 7, 70}) {
     const int64_t G = 4, N = 32, K = 48;
     T2 a = make_rand("a", Kind::Act, {M, G * K});
@@ -379,7 +403,7 @@ TEST_F(CudaOps, GemmGrouped) {
   }
 }
 
-TEST_F(CudaOps, RmsNorm) {
+TEST_P(CudaOps, RmsNorm) {
   // 100: the scalar kernel (not a multiple of 8); 1000: a warp per row with a partial last
   // vector; 7168 and 16384: a block per row (256 and 1024 threads).
   for (int64_t dim : {64, 100, 512, 1000, 2048, 4096, 7168, 16384}) {
@@ -400,7 +424,7 @@ TEST_F(CudaOps, RmsNorm) {
 // rmsnorm_pair (q_norm + kv_norm in one launch, kv in place) and rmsnorm_rope (the per-head q
 // norm + RoPE in one launch, in place) against the CPU reference's separate ops, and bit for bit
 // against the CUDA backend's own separate ops (the same per-row arithmetic).
-TEST_F(CudaOps, RmsNormPairAndRope) {
+TEST_P(CudaOps, RmsNormPairAndRope) {
   for (int64_t T : {1, 2, 13}) {
     const std::string tag = " T=" + std::to_string(T);
     T2 x1 = make_rand("x1", Kind::Act, {T, 1024}, -3.f, 3.f), w1 = make_rand("w1", Kind::Wt, {1024}, 0.5f, 1.5f);
@@ -437,7 +461,7 @@ TEST_F(CudaOps, RmsNormPairAndRope) {
   }
 }
 
-TEST_F(CudaOps, AddAndSwiglu) {
+TEST_P(CudaOps, AddAndSwiglu) {
   T2 a = make_rand("a", Kind::Act, {13, 100});
   T2 b = make_rand("b", Kind::Act, {13, 100});
   T2 o = zeros("o", Kind::Act, {13, 100});
@@ -458,7 +482,7 @@ TEST_F(CudaOps, AddAndSwiglu) {
 // M <= 2) against the CPU reference's three ops, and bit for bit against the CUDA backend's own
 // three ops. Shapes: the flash shared expert at batch 1 and 2 (F = 2048, D = 4096), a clamp that
 // bites, a small N with K split over warps, and M = 5 (not fused: the three ops).
-TEST_F(CudaOps, GemmSwiglu) {
+TEST_P(CudaOps, GemmSwiglu) {
   struct Case {
     int64_t M, N, K;
     float limit;
@@ -489,7 +513,7 @@ TEST_F(CudaOps, GemmSwiglu) {
 // CPU reference's two gemms, and within one rounding of the CUDA backend's own two gemms (the
 // pair's grid may split K over a different number of warps). Shapes: flash wq_a + wkv at batch 1
 // and 2 (bf16 out), a compressor pair (F32 out), and M = 5 (not fused).
-TEST_F(CudaOps, GemmPair) {
+TEST_P(CudaOps, GemmPair) {
   struct Case {
     int64_t M, N1, N2, K;
     Kind out;
@@ -519,7 +543,7 @@ TEST_F(CudaOps, GemmPair) {
   }
 }
 
-TEST_F(CudaOps, Rope) {
+TEST_P(CudaOps, Rope) {
   const int64_t T = 11, H = 3, dim = 128, R = 64, P = 300;
   T2 table = make("table", Kind::F32, {P, R}, rope_table(int(P), int(R)));
   T2 pos = make_i32("pos", {T}, randi(size_t(T), 0, int32_t(P - 1)));
@@ -537,7 +561,7 @@ TEST_F(CudaOps, Rope) {
 
 // ================================================================ embedding, sampling
 
-TEST_F(CudaOps, EmbedGatherShift) {
+TEST_P(CudaOps, EmbedGatherShift) {
   const int64_t V = 50, D = 72, T = 9;
   T2 table = make_rand("table", Kind::Wt, {V, D});
   T2 ids = make_i32("ids", {T}, randi(size_t(T), 0, int32_t(V - 1)));
@@ -572,7 +596,7 @@ TEST_F(CudaOps, EmbedGatherShift) {
 // The verifying step's bookkeeping (docs/speculative.md), exact: input rows, acceptance with
 // greedy and forced sequences (some drafts confirmed by construction, a count above k), and the
 // rollback of tags and bf16 entries across block edges.
-TEST_F(CudaOps, SpeculativeBookkeeping) {
+TEST_P(CudaOps, SpeculativeBookkeeping) {
   const int64_t B = 6, k = 3, R = k + 1;
   T2 bonus = make_i32("bonus", {B}, randi(size_t(B), 0, 999));
   T2 drafts = make_i32("drafts", {k, B}, randi(size_t(k * B), 0, 9));
@@ -623,7 +647,7 @@ TEST_F(CudaOps, SpeculativeBookkeeping) {
   expect_equal_i32(tg, "cache_rollback tags only");
 }
 
-TEST_F(CudaOps, Argmax) {
+TEST_P(CudaOps, Argmax) {
   const int64_t n = 6, V = 5000;
   std::vector<float> v = rand(size_t(n * V), -10.f, 10.f);
   // Row 1: a tie for the maximum (the lower index must win); row 2: the maximum at the end;
@@ -646,7 +670,7 @@ TEST_F(CudaOps, Argmax) {
 // A real vocabulary row (split over many blocks): ties across chunk boundaries, all-negative
 // rows, NaN (never wins; at index 0 the answer is 0, as the CPU's scan gives), and a row length
 // that is not a multiple of 4 (the scalar loads).
-TEST_F(CudaOps, ArgmaxVocabRows) {
+TEST_P(CudaOps, ArgmaxVocabRows) {
   for (int64_t V : {int64_t(129280), int64_t(129281)}) {
     const int64_t n = 5;
     std::vector<float> v = rand(size_t(n * V), -10.f, 10.f);
@@ -672,7 +696,7 @@ TEST_F(CudaOps, ArgmaxVocabRows) {
 
 // ================================================================ mHC
 
-TEST_F(CudaOps, HcPreAndHead) {
+TEST_P(CudaOps, HcPreAndHead) {
   // T = 3 and 40 take the split path (partials in scratch), T = 300 the fused 4-tokens-per-block
   // path; D = 1024 splits further.
   struct Case {
@@ -708,7 +732,7 @@ TEST_F(CudaOps, HcPreAndHead) {
 // reference's two ops, at decode (T = 1, 2: the GEMV path), a chunked T and a width whose rows
 // take two vectors per thread (D = 8192). Also against the CUDA backend's own two ops: the same
 // y, post and comb bit for bit, and the normalised rows within one bf16 rounding.
-TEST_F(CudaOps, HcPreNorm) {
+TEST_P(CudaOps, HcPreNorm) {
   struct Case {
     int64_t T, D;
   };
@@ -746,7 +770,7 @@ TEST_F(CudaOps, HcPreNorm) {
   }
 }
 
-TEST_F(CudaOps, HcPostExpandCombine) {
+TEST_P(CudaOps, HcPostExpandCombine) {
   const int64_t T = 7, hc = 4, D = 96;
   T2 f = make_rand("f", Kind::Act, {T, D});
   T2 res = make_rand("res", Kind::Act, {T, hc, D});
@@ -791,7 +815,7 @@ TEST_F(CudaOps, HcPostExpandCombine) {
 
 // ================================================================ attention
 
-TEST_F(CudaOps, SwaInsertLastWriterWins) {
+TEST_P(CudaOps, SwaInsertLastWriterWins) {
   const int64_t B = 2, cap = 8, d = 64;
   // Sequence 0 brings positions 0..n-1 (more than the ring holds: slots are overwritten, the later
   // token wins); sequence 1 positions 3, 4. n = 12: the decode path (the write kernel scans the
@@ -819,7 +843,7 @@ TEST_F(CudaOps, SwaInsertLastWriterWins) {
   }
 }
 
-TEST_F(CudaOps, CompressorSave) {
+TEST_P(CudaOps, CompressorSave) {
   const int64_t B = 2, S = 12, cd = 64, ratio = 4;
   // n = 15 tokens of sequence 1: the decode path (scan); n = 90: the claim-table path.
   for (int n : {15, 90}) {
@@ -845,7 +869,7 @@ TEST_F(CudaOps, CompressorSave) {
   }
 }
 
-TEST_F(CudaOps, CompressorPool) {
+TEST_P(CudaOps, CompressorPool) {
   struct Case {
     int ratio;
     bool overlap;
@@ -903,7 +927,7 @@ std::vector<double> indexer_scores_host(const std::vector<float>& q, const std::
   return s;
 }
 
-TEST_F(CudaOps, IndexerTopk) {
+TEST_P(CudaOps, IndexerTopk) {
   struct Case {
     int64_t Hi, di, n_max, K, T;
   };
@@ -955,7 +979,7 @@ TEST_F(CudaOps, IndexerTopk) {
 
 // Many exactly equal scores at the cut: half the keys are zero vectors (score exactly 0) and the
 // head weights are negative (every other score < 0), so the top K are the lowest-index zero keys.
-TEST_F(CudaOps, IndexerTopkTies) {
+TEST_P(CudaOps, IndexerTopkTies) {
   const int64_t T = 6, Hi = 16, di = 64, n_max = 300, K = 40, B = 1, ratio = 4;
   std::vector<float> kv = rand(size_t(B * n_max * di));
   for (int64_t j = 0; j < n_max; ++j)
@@ -972,7 +996,7 @@ TEST_F(CudaOps, IndexerTopkTies) {
   expect_equal_i32(sel, "indexer_topk with ties at the cut");
 }
 
-TEST_F(CudaOps, SparseAttention) {
+TEST_P(CudaOps, SparseAttention) {
   struct Case {
     int64_t H, Dh, T, n_max, K;
     int window;
@@ -1037,7 +1061,7 @@ TEST_F(CudaOps, SparseAttention) {
 
 // ================================================================ MoE
 
-TEST_F(CudaOps, RouteScoredAndHashed) {
+TEST_P(CudaOps, RouteScoredAndHashed) {
   const int64_t T = 37, E = 64, k = 6, V = 100;
   T2 logits = make_rand("logits", Kind::F32, {T, E}, -4.f, 25.f);  // crosses the softplus threshold
   T2 bias = make_rand("bias", Kind::F32, {E}, -0.5f, 0.5f);
@@ -1063,7 +1087,7 @@ TEST_F(CudaOps, RouteScoredAndHashed) {
   expect_close(wts, "route weights (hashed)", 1e-5);
 }
 
-TEST_F(CudaOps, MoeExperts) {
+TEST_P(CudaOps, MoeExperts) {
   struct Case {
     int64_t T, E, k, D, F;
   };
@@ -1095,6 +1119,8 @@ TEST_F(CudaOps, MoeExperts) {
     EXPECT_EQ(first, gg(out)) << "moe_experts is not deterministic";
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Variants, CudaOps, ::testing::ValuesIn(kVariants), variant_test_name);
 
 }  // namespace
 }  // namespace sl

@@ -11,7 +11,8 @@
 //
 //   bench_decode [--config=flash-6l] [--batches=1,8] [--policy=shared] [--context=4096]
 //                [--mtp-layers=1] [--draft-steps=1] [--steps=20] [--modes=eager,graph]
-//                [--no-shared-expert-stream] [--out=FILE.json] [google-benchmark flags]
+//                [--no-shared-expert-stream] [--kernel-variants=SPEC] [--out=FILE.json]
+//                [google-benchmark flags]
 #include <benchmark/benchmark.h>
 #include <cuda_runtime.h>
 
@@ -49,6 +50,7 @@ struct Options {
   int mtp_compress = -1;  // -1: the config's
   bool shared_expert_stream = true;
   std::string command_line;
+  std::string kernel_variants;  // --kernel-variants= (model/kernel_variants.h)
 };
 
 // Device-to-device copy bandwidth, counting bytes read plus bytes written (METHOD.md).
@@ -191,7 +193,9 @@ void run(const Options& o) {
           shape.max_seq_tokens = std::min(o.context, std::max(1, c.prefill_chunk / B));
           shape.record_routing = true;
           live->cfg = c;
-          live->be = make_cuda_backend({});
+          CudaBackendOptions bo;
+          bo.variants = KernelVariants::parse(o.kernel_variants);
+          live->be = make_cuda_backend(bo);
           StreamPolicy policy = StreamPolicy::parse(o.policy);
           policy.shared_expert_stream = o.shared_expert_stream;
           policy.source = parse_stream_source(o.source);
@@ -252,6 +256,7 @@ void run(const Options& o) {
   out["copy_bandwidth_GBps"] = {{"median", bw / 1e9}, {"samples", bw_samples}};
   out["config"] = o.config;
   out["policy"] = o.policy;
+  out["kernel_variants"] = KernelVariants::parse(o.kernel_variants).str();
   out["shared_expert_stream"] = o.shared_expert_stream;
   out["stream_source"] = o.source;
   out["placement"] = o.placement;
@@ -327,6 +332,7 @@ int main(int argc, char** argv) {
     using sl::bench::flag_value;
     if (auto v = flag_value(arg, "--config=")) o.config = v;
     else if (auto v = flag_value(arg, "--policy=")) o.policy = v;
+    else if (auto v = flag_value(arg, "--kernel-variants=")) o.kernel_variants = (sl::KernelVariants::parse(v), v);
     else if (auto v = flag_value(arg, "--out=")) o.out = v;
     else if (auto v = flag_value(arg, "--batches=")) o.batches = sl::bench::parse_ints(v);
     else if (auto v = flag_value(arg, "--context=")) o.context = std::stoi(v);
@@ -342,13 +348,15 @@ int main(int argc, char** argv) {
     else return false;
     return true;
   };
-  return sl::bench::bench_main(
-      argc, argv, "bench_decode",
+  static const std::string usage = std::string(
       "bench_decode [--config=flash-6l] [--batches=1,8] [--policy=shared] [--context=4096]\n"
       "             [--mtp-layers=1] [--mtp-compress=0|4|128] [--draft-steps=1] [--steps=20] [--modes=eager,graph]\n"
       "             [--no-shared-expert-stream] [--stream-source=cuda|torch] [--placement=vllm-fix|vllm-head]\n"
-      "             [--graph-scope=step|split] [--out=FILE.json]\n"
-      "Decode step time (CUDA) against the bytes floor; see the header of bench_decode.cpp.\n",
+      "             [--graph-scope=step|split] [--kernel-variants=SPEC] [--out=FILE.json]\n"
+      "  --kernel-variants: ") + sl::kKernelVariantsHelp + "\n"
+      "Decode step time (CUDA) against the bytes floor; see the header of bench_decode.cpp.\n";
+  return sl::bench::bench_main(
+      argc, argv, "bench_decode", usage.c_str(),
       parse, [&o] {
         sl::run(o);
         return 0;
