@@ -23,9 +23,11 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "profiler/kineto_fields.h"
 #include "profiler/kineto_json.h"
 #include "profiler/trace.h"
 
@@ -62,33 +64,10 @@ inline int field_of(std::string_view k) {
   }
 }
 
-// The "args" keys the loaders read.
-#define SL_ARG_KEYS(X)                                                                                    \
-  X(Device, "device") X(Stream, "stream") X(Context, "context") X(Correlation, "correlation")             \
-  X(Registers, "registers per thread") X(Grid, "grid") X(Block, "block") X(Smem, "shared memory")         \
-  X(StaticSmem, "static shared memory") X(DynamicSmem, "dynamic shared memory") X(GraphId, "graph id")    \
-  X(GraphNodeId, "graph node id") X(QueuedNs, "queued ns") X(SubmittedNs, "submitted ns")                 \
-  X(LaunchType, "launch type") X(Process, "process") X(Bytes, "bytes") X(CopyKind, "copy kind")           \
-  X(SrcKind, "src kind") X(DstKind, "dst kind") X(Value, "value") X(MemoryKind, "memory kind")            \
-  X(Cbid, "cbid") X(ReturnValue, "return value") X(WaitEvent, "wait_on_cuda_event_id")                    \
-  X(SyncType, "sync type") X(SyncKind, "cuda_sync_kind") X(Domain, "domain") X(NvtxKind, "nvtx kind")     \
-  X(Color, "color") X(Category, "category") X(EndThread, "end thread") X(MemBytes, "Bytes")               \
-  X(Addr, "Addr") X(DeviceId, "Device Id") X(Name, "name") X(WaitOnStream, "wait_on_stream")                \
-  X(WaitRecordCorr, "wait_on_cuda_event_record_corr_id") X(WaitDerived, "wait_on derived")
-
-enum class A : uint8_t {
-#define SL_X(e, s) e,
-  SL_ARG_KEYS(SL_X)
-#undef SL_X
-      Count
-};
-inline constexpr const char* kArgNames[] = {
-#define SL_X(e, s) s,
-    SL_ARG_KEYS(SL_X)
-#undef SL_X
-};
-inline constexpr size_t kArgCount = size_t(A::Count);
-static_assert(kArgCount <= 64);
+// The "args" keys (kineto_fields.h): the loaders index the first kArgCount of them.
+using kineto_fields::A;
+using kineto_fields::kArgCount;
+using kineto_fields::kArgNames;
 
 // args keys bucketed by length: a lookup compares against the one to four keys of that length.
 struct ArgTable {
@@ -310,6 +289,154 @@ Ns to_ns_or_bad(const Ev& ev, const EventContext& cx) {
   return ns;
 }
 
+// ---- The args of one record, through its table (kineto_fields.h).
+
+// Reads one integer arg into its member: the table gives the key, the range, the value when
+// absent and how -1 reads. An arg that is not an integer is an error of the event (ev.bad); one
+// out of range fails the check `c` (the record is dropped and counted).
+template <auto F, class Ev, class Rec>
+void read_int_arg(const Ev& ev, FieldCheck& c, Rec& r, int64_t pid) {
+  using namespace kineto_fields;
+  using T = std::remove_cvref_t<decltype(r.*F.member)>;
+  constexpr std::string_view label = kineto_fields::arg_label<F.key>();
+  int64_t v;
+  if constexpr (F.absent == kAbsentIsError) {
+    v = ev.arg_int_req(F.key);
+  } else if constexpr (F.absent == kAbsentKeeps) {
+    v = ev.arg_int(F.key, -1);
+    if (v == -1) return;
+  } else {
+    v = ev.arg_int(F.key, F.absent == kAbsentIsPid ? pid : F.absent);
+  }
+  if constexpr (F.coding == Coding::NsOrNone) {
+    r.*F.member = v >= 0 ? v : kNoTime;
+  } else if constexpr (F.coding == Coding::NoneIsMinus1) {
+    r.*F.member = c.fit_or_none<T>(v, label, T(F.none));
+  } else if constexpr (std::is_enum_v<T>) {
+    r.*F.member = T(c.fit<std::underlying_type_t<T>>(v, label, F.lo, F.hi));
+  } else {
+    r.*F.member = c.fit<T>(v, label, F.lo, F.hi);
+  }
+}
+
+// Reads the args of `Table` into r in table order: integer args by the table, the others
+// (kineto_fields::SpecialArg, read by their own rules) by special.template operator()<key>().
+template <const auto& Table, class Ev, class Rec, class Special>
+void read_args(const Ev& ev, FieldCheck& c, Rec& r, int64_t pid, Special&& special) {
+  kineto_fields::for_each_field_t<Table>([&]<auto F, size_t>() {
+    if constexpr (kineto_fields::is_special_v<decltype(F)>) {
+      if constexpr (F.read) special.template operator()<F.key>();
+    } else {
+      read_int_arg<F>(ev, c, r, pid);
+    }
+  });
+}
+template <const auto& Table, class Ev, class Rec>
+void read_args(const Ev& ev, FieldCheck& c, Rec& r, int64_t pid) {
+  read_args<Table>(ev, c, r, pid, []<kineto_fields::A>() {});
+}
+
+template <class Ev, class Sink>
+void read_kernel(const Ev& ev, Sink& s, FieldCheck& c, Ns start, Ns end, int64_t pid) {
+  Kernel k;
+  k.start = start;
+  k.end = end;
+  k.name = s.intern(ev.str(F_NAME));
+  read_args<kineto_fields::kKernelArgs>(ev, c, k, pid, [&]<A key>() {
+    if constexpr (key == A::Smem) {
+      // Kineto gives the total; ours also the split (static + dynamic), which wins.
+      const int64_t smem = ev.arg_int(A::Smem, 0);
+      const int64_t ssmem = ev.arg_int(A::StaticSmem, -1);
+      k.static_smem = ssmem >= 0 ? c.fit<uint32_t>(ssmem, kineto_fields::arg_label<A::StaticSmem>()) : 0;
+      const int64_t dsmem = ev.arg_int(A::DynamicSmem, -1);
+      k.dynamic_smem = c.fit<uint32_t>(dsmem >= 0 ? dsmem : smem - int64_t(k.static_smem),
+                                       dsmem >= 0 ? kineto_fields::arg_label<A::DynamicSmem>() : kineto_fields::arg_label<A::Smem>());
+    } else if constexpr (key == A::Grid) {
+      const auto g = ev.arg_dim3(A::Grid);
+      const auto bl = ev.arg_dim3(A::Block);
+      for (int d = 0; d < 3; ++d) {
+        k.grid[d] = g[d];
+        k.block[d] = c.fit<uint16_t>(bl[d], kineto_fields::arg_label<A::Block>());
+      }
+    }
+    // Block: read with the grid; StaticSmem, DynamicSmem: with the shared memory.
+  });
+  if (keep(s, c, start, end)) s.kernels.push_back(k);
+}
+
+template <class Ev, class Sink>
+void read_memcpy(const Ev& ev, Sink& s, FieldCheck& c, Ns start, Ns end, int64_t pid) {
+  Memcpy m;
+  m.start = start;
+  m.end = end;
+  parse_memcpy_name(ev.str(F_NAME), m);  // the kinds, unless the args give them
+  read_args<kineto_fields::kMemcpyArgs>(ev, c, m, pid);
+  if (keep(s, c, start, end)) s.memcpys.push_back(m);
+}
+
+template <class Ev, class Sink>
+void read_memset(const Ev& ev, Sink& s, FieldCheck& c, Ns start, Ns end, int64_t pid) {
+  Memset m;
+  m.start = start;
+  m.end = end;
+  read_args<kineto_fields::kMemsetArgs>(ev, c, m, pid);
+  if (keep(s, c, start, end)) s.memsets.push_back(m);
+}
+
+template <class Ev, class Sink>
+void read_api_call(const Ev& ev, Sink& s, FieldCheck& c, Ns start, Ns end, int64_t pid, int64_t tid, bool driver) {
+  ApiCall a;
+  a.start = start;
+  a.end = end;
+  a.name = s.intern(ev.str(F_NAME));
+  a.kind = driver ? ApiKind::Driver : ApiKind::Runtime;
+  read_args<kineto_fields::kApiCallArgs>(ev, c, a, pid);
+  a.pid = c.fit<uint32_t>(pid, "\"pid\"");
+  a.tid = c.fit<uint32_t>(tid, "\"tid\"") & kTidStreamMask;
+  if (keep(s, c, start, end)) s.api_calls.push_back(a);
+}
+
+template <class Ev, class Sink>
+void read_sync(const Ev& ev, Sink& s, FieldCheck& c, Ns start, Ns end, int64_t pid) {
+  Sync y;
+  y.start = start;
+  y.end = end;
+  read_args<kineto_fields::kSyncArgs>(ev, c, y, pid, [&]<A key>() {
+    // Where the awaited event was recorded (Kineto, HTA). Our writer marks values it derived
+    // from the CUDA event records, which travel in the streamlab block: not the sync's own.
+    if constexpr (key == A::WaitOnStream) {
+      if (!ev.has_arg(A::WaitDerived)) {
+        y.event_stream = c.fit_or_none<uint32_t>(ev.arg_int(A::WaitOnStream, -1), kineto_fields::arg_label<A::WaitOnStream>(), kNoStream);
+        const int64_t rc = ev.arg_int(A::WaitRecordCorr, -1);
+        y.event_record_correlation = rc == -1 ? 0 : c.fit<uint32_t>(rc, kineto_fields::arg_label<A::WaitRecordCorr>());
+      }
+    }
+  });
+  // Without a numeric sync type, the type by name (PyTorch writes cuda_sync_kind).
+  if (ev.arg_int(A::SyncType, -1) == -1) y.type = sync_type_from_name(ev.arg_str(A::SyncKind, ev.str_or(F_NAME, "")));
+  if (keep(s, c, start, end)) s.syncs.push_back(y);
+}
+
+template <class Ev, class Sink>
+void read_nvtx_range(const Ev& ev, Sink& s, FieldCheck& c, Ns start, Ns end, int64_t pid, int64_t tid) {
+  NvtxRange r;
+  r.start = start;
+  r.end = end;
+  r.name = s.intern(ev.str(F_NAME));
+  r.pid = c.fit<uint32_t>(pid, "\"pid\"");
+  r.tid = c.fit<uint32_t>(tid, "\"tid\"") & kTidStreamMask;
+  read_args<kineto_fields::kNvtxArgs>(ev, c, r, pid, [&]<A key>() {
+    if constexpr (key == A::Domain) {
+      std::string_view dom = ev.arg_str(A::Domain, "");
+      r.domain = dom.empty() ? 0 : s.intern(dom);
+    } else if constexpr (key == A::EndThread) {
+      r.end_tid = c.fit<uint32_t>(ev.arg_int(A::EndThread, r.tid), kineto_fields::arg_label<A::EndThread>());
+    }
+  });
+  if (keep(s, c, start, end)) s.nvtx.push_back(r);
+}
+
+// A complete ("X") event of a category the trace model holds.
 template <class Ev, class Sink>
 void read_complete_event(const Ev& ev, Sink& s, const EventContext& cx, std::string_view cat) {
   FieldCheck c{record_of(cat), {}, {}};
@@ -317,121 +444,12 @@ void read_complete_event(const Ev& ev, Sink& s, const EventContext& cx, std::str
   const Ns end = cx.end_of(start, ev.number(F_DUR), c);
   const int64_t pid = ev.integer(F_PID);
   const int64_t tid = ev.integer(F_TID);
-  // CUDA's stream ids fit 32 bits; 0xFFFFFFFF is the model's "no stream" (context scope).
-  constexpr int64_t kMaxStream = int64_t(kNoStream) - 1;
-  if (is(cat, "kernel")) {
-    Kernel k;
-    k.start = start;
-    k.end = end;
-    k.name = s.intern(ev.str(F_NAME));
-    k.device = c.fit<uint16_t>(ev.arg_int(A::Device, pid), "args.\"device\"");
-    k.stream = c.fit<uint32_t>(ev.arg_int_req(A::Stream), "args.\"stream\"", 0, kMaxStream);
-    k.context = c.fit<uint32_t>(ev.arg_int(A::Context, 0), "args.\"context\"");
-    k.correlation = c.fit<uint32_t>(ev.arg_int(A::Correlation, 0), "args.\"correlation\"");
-    k.registers = c.fit<uint16_t>(ev.arg_int(A::Registers, 0), "args.\"registers per thread\"");
-    auto g = ev.arg_dim3(A::Grid);
-    auto bl = ev.arg_dim3(A::Block);
-    for (int d = 0; d < 3; ++d) {
-      k.grid[d] = g[d];
-      k.block[d] = c.fit<uint16_t>(bl[d], "args.\"block\"");
-    }
-    const int64_t smem = ev.arg_int(A::Smem, 0);
-    const int64_t ssmem = ev.arg_int(A::StaticSmem, -1);
-    k.static_smem = ssmem >= 0 ? c.fit<uint32_t>(ssmem, "args.\"static shared memory\"") : 0;
-    const int64_t dsmem = ev.arg_int(A::DynamicSmem, -1);
-    k.dynamic_smem = c.fit<uint32_t>(dsmem >= 0 ? dsmem : smem - int64_t(k.static_smem),
-                                     dsmem >= 0 ? "args.\"dynamic shared memory\"" : "args.\"shared memory\"");
-    k.graph_id = c.fit<uint32_t>(ev.arg_int(A::GraphId, 0), "args.\"graph id\"");
-    k.graph_node_id = c.fit<uint64_t>(ev.arg_int(A::GraphNodeId, 0), "args.\"graph node id\"");
-    const int64_t q = ev.arg_int(A::QueuedNs, -1);
-    k.queued = q >= 0 ? q : kNoTime;
-    const int64_t sub = ev.arg_int(A::SubmittedNs, -1);
-    k.submitted = sub >= 0 ? sub : kNoTime;
-    k.launch_type = c.fit<uint16_t>(ev.arg_int(A::LaunchType, 0), "args.\"launch type\"");
-    k.pid = c.fit<uint32_t>(ev.arg_int(A::Process, 0), "args.\"process\"");
-    if (keep(s, c, start, end)) s.kernels.push_back(k);
-  } else if (is(cat, "gpu_memcpy")) {
-    Memcpy m;
-    m.start = start;
-    m.end = end;
-    m.device = c.fit<uint16_t>(ev.arg_int(A::Device, pid), "args.\"device\"");
-    m.stream = c.fit<uint32_t>(ev.arg_int_req(A::Stream), "args.\"stream\"", 0, kMaxStream);
-    m.context = c.fit<uint32_t>(ev.arg_int(A::Context, 0), "args.\"context\"");
-    m.correlation = c.fit<uint32_t>(ev.arg_int(A::Correlation, 0), "args.\"correlation\"");
-    m.bytes = c.fit<uint64_t>(ev.arg_int(A::Bytes, 0), "args.\"bytes\"");
-    parse_memcpy_name(ev.str(F_NAME), m);
-    const int64_t ck = ev.arg_int(A::CopyKind, -1);
-    if (ck != -1) m.kind = MemcpyKind(c.fit<uint8_t>(ck, "args.\"copy kind\"", 0, int64_t(MemcpyKind::PtoP)));
-    const int64_t sk = ev.arg_int(A::SrcKind, -1);
-    if (sk != -1) m.src_kind = MemoryKind(c.fit<uint8_t>(sk, "args.\"src kind\"", 0, int64_t(MemoryKind::ManagedStatic)));
-    const int64_t dk = ev.arg_int(A::DstKind, -1);
-    if (dk != -1) m.dst_kind = MemoryKind(c.fit<uint8_t>(dk, "args.\"dst kind\"", 0, int64_t(MemoryKind::ManagedStatic)));
-    m.graph_node_id = c.fit<uint64_t>(ev.arg_int(A::GraphNodeId, 0), "args.\"graph node id\"");
-    m.pid = c.fit<uint32_t>(ev.arg_int(A::Process, 0), "args.\"process\"");
-    if (keep(s, c, start, end)) s.memcpys.push_back(m);
-  } else if (is(cat, "gpu_memset")) {
-    Memset m;
-    m.start = start;
-    m.end = end;
-    m.device = c.fit<uint16_t>(ev.arg_int(A::Device, pid), "args.\"device\"");
-    m.stream = c.fit<uint32_t>(ev.arg_int_req(A::Stream), "args.\"stream\"", 0, kMaxStream);
-    m.context = c.fit<uint32_t>(ev.arg_int(A::Context, 0), "args.\"context\"");
-    m.correlation = c.fit<uint32_t>(ev.arg_int(A::Correlation, 0), "args.\"correlation\"");
-    m.bytes = c.fit<uint64_t>(ev.arg_int(A::Bytes, 0), "args.\"bytes\"");
-    m.value = c.fit<uint32_t>(ev.arg_int(A::Value, 0), "args.\"value\"");
-    m.mem_kind = MemoryKind(c.fit<uint8_t>(ev.arg_int(A::MemoryKind, uint8_t(MemoryKind::Device)), "args.\"memory kind\"",
-                                           0, int64_t(MemoryKind::ManagedStatic)));
-    m.graph_node_id = c.fit<uint64_t>(ev.arg_int(A::GraphNodeId, 0), "args.\"graph node id\"");
-    m.pid = c.fit<uint32_t>(ev.arg_int(A::Process, 0), "args.\"process\"");
-    if (keep(s, c, start, end)) s.memsets.push_back(m);
-  } else if (is(cat, "cuda_runtime") || is(cat, "cuda_driver")) {
-    ApiCall a;
-    a.start = start;
-    a.end = end;
-    a.name = s.intern(ev.str(F_NAME));
-    a.kind = is(cat, "cuda_driver") ? ApiKind::Driver : ApiKind::Runtime;
-    a.cbid = c.fit<uint32_t>(ev.arg_int(A::Cbid, 0), "args.\"cbid\"");
-    a.correlation = c.fit<uint32_t>(ev.arg_int(A::Correlation, 0), "args.\"correlation\"");
-    a.return_value = c.fit<int32_t>(ev.arg_int(A::ReturnValue, 0), "args.\"return value\"");
-    a.pid = c.fit<uint32_t>(pid, "\"pid\"");
-    a.tid = c.fit<uint32_t>(tid, "\"tid\"") & kTidStreamMask;
-    if (keep(s, c, start, end)) s.api_calls.push_back(a);
-  } else if (is(cat, "cuda_sync")) {
-    Sync y;
-    y.start = start;
-    y.end = end;
-    y.device = c.fit<uint16_t>(ev.arg_int(A::Device, pid), "args.\"device\"");
-    y.stream = c.fit_or_none<uint32_t>(ev.arg_int(A::Stream, -1), "args.\"stream\"", kNoStream);
-    y.context = c.fit<uint32_t>(ev.arg_int(A::Context, 0), "args.\"context\"");
-    y.correlation = c.fit<uint32_t>(ev.arg_int(A::Correlation, 0), "args.\"correlation\"");
-    y.event = c.fit_or_none<uint32_t>(ev.arg_int(A::WaitEvent, -1), "args.\"wait_on_cuda_event_id\"", kNoId);
-    const int64_t ty = ev.arg_int(A::SyncType, -1);
-    y.type = ty != -1 ? SyncType(c.fit<uint8_t>(ty, "args.\"sync type\"", 0, int64_t(SyncType::ContextSynchronize)))
-                      : sync_type_from_name(ev.arg_str(A::SyncKind, ev.str_or(F_NAME, "")));
-    // Where the awaited event was recorded (Kineto, HTA). Our writer marks values it derived
-    // from the CUDA event records, which travel in the streamlab block: not the sync's own.
-    if (!ev.has_arg(A::WaitDerived)) {
-      y.event_stream = c.fit_or_none<uint32_t>(ev.arg_int(A::WaitOnStream, -1), "args.\"wait_on_stream\"", kNoStream);
-      const int64_t rc = ev.arg_int(A::WaitRecordCorr, -1);
-      y.event_record_correlation = rc == -1 ? 0 : c.fit<uint32_t>(rc, "args.\"wait_on_cuda_event_record_corr_id\"");
-    }
-    y.pid = c.fit<uint32_t>(ev.arg_int(A::Process, 0), "args.\"process\"");
-    if (keep(s, c, start, end)) s.syncs.push_back(y);
-  } else {  // user_annotation
-    NvtxRange r;
-    r.start = start;
-    r.end = end;
-    r.name = s.intern(ev.str(F_NAME));
-    std::string_view dom = ev.arg_str(A::Domain, "");
-    r.domain = dom.empty() ? 0 : s.intern(dom);
-    r.kind = NvtxKind(c.fit<uint8_t>(ev.arg_int(A::NvtxKind, 0), "args.\"nvtx kind\"", 0, int64_t(NvtxKind::Mark)));
-    r.color = c.fit<uint32_t>(ev.arg_int(A::Color, 0), "args.\"color\"");
-    r.category = c.fit<uint32_t>(ev.arg_int(A::Category, 0), "args.\"category\"");
-    r.pid = c.fit<uint32_t>(pid, "\"pid\"");
-    r.tid = c.fit<uint32_t>(tid, "\"tid\"") & kTidStreamMask;
-    r.end_tid = c.fit<uint32_t>(ev.arg_int(A::EndThread, r.tid), "args.\"end thread\"");
-    if (keep(s, c, start, end)) s.nvtx.push_back(r);
-  }
+  if (is(cat, "kernel")) read_kernel(ev, s, c, start, end, pid);
+  else if (is(cat, "gpu_memcpy")) read_memcpy(ev, s, c, start, end, pid);
+  else if (is(cat, "gpu_memset")) read_memset(ev, s, c, start, end, pid);
+  else if (is(cat, "cuda_runtime") || is(cat, "cuda_driver")) read_api_call(ev, s, c, start, end, pid, tid, is(cat, "cuda_driver"));
+  else if (is(cat, "cuda_sync")) read_sync(ev, s, c, start, end, pid);
+  else read_nvtx_range(ev, s, c, start, end, pid, tid);  // user_annotation
 }
 
 // Runs `f` (which reads what only counts in PyTorch traces) when the document is not ours.

@@ -20,11 +20,14 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "profiler/export_fields.h"
+#include "profiler/kineto_fields.h"
 #include "profiler/trace_index.h"
 
 namespace sl::prof {
 
 namespace {
+
+using kineto_fields::A;
 
 // Value tags for Out::val: formats the C++ type alone does not say.
 struct Micros {  // nanoseconds written as microseconds with three decimals
@@ -55,6 +58,25 @@ struct Member {
     a[n++] = ':';
     a[n++] = ' ';
     for (size_t i = 0; i < Suffix.size; ++i) a[n++] = Suffix.s[i];
+    return a;
+  }();
+};
+
+// `, "key": ` (or `, "args": {"key": ` for an event's first arg) for an arg of kineto_fields.h,
+// as one constant array.
+template <A K, bool First>
+struct ArgMember {
+  static constexpr std::string_view key = kineto_fields::name_of(K);
+  static constexpr std::string_view prefix = First ? ", \"args\": {" : ", ";
+  static constexpr std::array<char, prefix.size() + key.size() + 4> text = [] {
+    std::array<char, prefix.size() + key.size() + 4> a{};
+    size_t n = 0;
+    for (char c : prefix) a[n++] = c;
+    a[n++] = '"';
+    for (char c : key) a[n++] = c;
+    a[n++] = '"';
+    a[n++] = ':';
+    a[n++] = ' ';
     return a;
   }();
 };
@@ -268,6 +290,19 @@ class Out {
   void args(const T& v) {
     bytes(Member<", \"args\": {", Key>::text);
     val(v);
+  }
+  // An arg by its key in kineto_fields.h (First: the event's first arg, opening "args").
+  template <A K, bool First = false, class T>
+  void karg(const T& v) {
+    bytes(ArgMember<K, First>::text);
+    val(v);
+  }
+  template <A K, bool First = false, class... V>
+  void karg_row(const V&... v) {
+    bytes(ArgMember<K, First>::text);
+    ch('[');
+    items(v...);
+    ch(']');
   }
   // `[a,b,...]`: a compact array (the streamlab block's rows, grid and block sizes).
   template <class... V>
@@ -511,25 +546,42 @@ class Emitter {
     return !used_big_.insert(corr).second;
   }
 
-  void common_gpu_args(uint32_t device, uint32_t context, uint32_t stream, uint32_t corr) {
-    out_.args<"device">(device);
-    out_.arg<"context">(context);
-    out_.arg<"stream">(id_or_minus1(stream, kNoStream));
-    out_.arg<"correlation">(corr);
+  // Writes the args of `Table` (kineto_fields.h) for r, in table order: integer args by the
+  // table, the others by special.template operator()<key, first>() (first: the event's first
+  // arg, which opens "args"). Does not close "args".
+  template <const auto& Table, class Rec, class Special>
+  void write_args(const Rec& r, Special&& special) {
+    kineto_fields::for_each_field_t<Table>([&]<auto F, size_t I>() {
+      if constexpr (kineto_fields::is_special_v<decltype(F)>) {
+        special.template operator()<F.key, I == 0>();
+      } else if constexpr (F.written == kineto_fields::Written::ByWriter) {
+        special.template operator()<F.key, I == 0>();
+      } else {
+        if (kineto_fields::written(F, r)) int_arg<F, I == 0>(r);
+      }
+    });
+  }
+  template <auto F, bool First, class Rec>
+  void int_arg(const Rec& r) {
+    using kineto_fields::Coding;
+    using T = std::remove_cvref_t<decltype(r.*F.member)>;
+    if constexpr (F.coding == Coding::NoneIsMinus1 || F.coding == Coding::WrittenMinus1) {
+      if (r.*F.member == T(F.none)) return out_.karg<F.key, First>(int64_t(-1));
+    }
+    if constexpr (std::is_enum_v<T>) out_.karg<F.key, First>(std::underlying_type_t<T>(r.*F.member));
+    else out_.karg<F.key, First>(r.*F.member);
   }
 
-  // The args memcpy and memset rows end with: graph node, process, then the flow.
+  // The args copies and sets end with: then the flow.
   template <class Op>
-  void gpu_op_tail(const Op& m, uint32_t tid) {
-    if (m.graph_node_id) out_.arg<"graph node id">(m.graph_node_id);
-    if (m.pid) out_.arg<"process">(m.pid);
+  void gpu_op_end(const Op& m, uint32_t tid) {
     out_.lit("}}");
     flow(m.pid, m.correlation, m.device, tid, m.start);
   }
 
   // `, "memory bandwidth (GB/s)": ` bytes per ns, or "N/A" for a zero-length op.
   void bandwidth(uint64_t bytes, Ns start, Ns end) {
-    out_.bytes(Member<", ", "memory bandwidth (GB/s)">::text);
+    out_.bytes(ArgMember<A::Bandwidth, false>::text);
     Ns dur = eff_end(start, end) - start;
     if (dur > 0)
       out_.dbl(double(bytes) / double(dur));
@@ -537,41 +589,50 @@ class Emitter {
       out_.lit("\"N/A\"");
   }
 
+  // Kineto's occupancy figures, from the device's SM count and warp size (none without them).
+  template <A key>
+  void occupancy(const Kernel& k) {
+    const Device* d = device(k.device);
+    if (!d || d->sm_count <= 0) return;
+    double blocks = double(k.grid[0]) * k.grid[1] * k.grid[2];
+    double bps = blocks / d->sm_count;
+    if constexpr (key == A::BlocksPerSm) {
+      out_.karg<A::BlocksPerSm>(bps);
+    } else {
+      double wpb = std::ceil(double(k.block[0]) * k.block[1] * k.block[2] / double(d->warp_size > 0 ? d->warp_size : 32));
+      out_.karg<A::WarpsPerSm>(bps * wpb);
+    }
+  }
+
   void kernel(const Kernel& k, uint32_t tid) {
     use_track(k.device, tid, true);
     slice_head("kernel", 6, t_.str(k.name), k.device, tid, k.start, k.end);
-    out_.bytes(Member<", \"args\": {", "queued">::text);
-    if (k.queued == kNoTime)
-      out_.lit("0");
-    else
-      out_.i64(k.queued / 1000);  // Kineto: absolute microseconds
-    out_.arg<"device">(k.device);
-    out_.arg<"context">(k.context);
-    out_.arg<"stream">(k.stream);
-    out_.arg<"correlation">(k.correlation);
-    out_.arg<"registers per thread">(k.registers);
-    out_.arg<"shared memory">(uint64_t(k.static_smem) + k.dynamic_smem);
-    const Device* d = device(k.device);
-    if (d && d->sm_count > 0) {
-      double blocks = double(k.grid[0]) * k.grid[1] * k.grid[2];
-      double bps = blocks / d->sm_count;
-      double wpb = std::ceil(double(k.block[0]) * k.block[1] * k.block[2] / double(d->warp_size > 0 ? d->warp_size : 32));
-      out_.arg<"blocks per SM">(bps);
-      out_.arg<"warps per SM">(bps * wpb);
-    }
-    out_.arg_row<"grid">(k.grid[0], k.grid[1], k.grid[2]);
-    out_.arg_row<"block">(k.block[0], k.block[1], k.block[2]);
-    if (k.graph_node_id != 0 || k.graph_id != 0) {
-      out_.arg<"graph id">(k.graph_id);
-      out_.arg<"graph node id">(k.graph_node_id);
-    }
-    // streamlab extras (exact values for the round trip).
-    out_.arg<"static shared memory">(k.static_smem);
-    out_.arg<"dynamic shared memory">(k.dynamic_smem);
-    if (k.queued != kNoTime) out_.arg<"queued ns">(k.queued);
-    if (k.submitted != kNoTime) out_.arg<"submitted ns">(k.submitted);
-    if (k.launch_type) out_.arg<"launch type">(k.launch_type);
-    if (k.pid) out_.arg<"process">(k.pid);
+    write_args<kineto_fields::kKernelArgs>(k, [&]<A key, bool first>() {
+      if constexpr (key == A::Queued) {
+        out_.bytes(ArgMember<A::Queued, first>::text);
+        if (k.queued == kNoTime)
+          out_.lit("0");
+        else
+          out_.i64(k.queued / 1000);  // Kineto: absolute microseconds
+      } else if constexpr (key == A::Smem) {
+        out_.karg<A::Smem>(uint64_t(k.static_smem) + k.dynamic_smem);
+      } else if constexpr (key == A::BlocksPerSm || key == A::WarpsPerSm) {
+        occupancy<key>(k);
+      } else if constexpr (key == A::Grid) {
+        out_.karg_row<A::Grid>(k.grid[0], k.grid[1], k.grid[2]);
+      } else if constexpr (key == A::Block) {
+        out_.karg_row<A::Block>(k.block[0], k.block[1], k.block[2]);
+      } else if constexpr (key == A::GraphId) {  // with the graph node id, when either is set
+        if (k.graph_node_id != 0 || k.graph_id != 0) {
+          out_.karg<A::GraphId>(k.graph_id);
+          out_.karg<A::GraphNodeId>(k.graph_node_id);
+        }
+      } else if constexpr (key == A::StaticSmem) {  // streamlab's: exact values for the round trip
+        out_.karg<A::StaticSmem>(k.static_smem);
+      } else if constexpr (key == A::DynamicSmem) {
+        out_.karg<A::DynamicSmem>(k.dynamic_smem);
+      }
+    });
     out_.lit("}}");
     flow(k.pid, k.correlation, k.device, tid, k.start);
   }
@@ -580,25 +641,20 @@ class Emitter {
     use_track(m.device, tid, true);
     std::string name = memcpy_display_name(m.kind, m.src_kind, m.dst_kind);
     slice_head("gpu_memcpy", 10, name, m.device, tid, m.start, m.end);
-    common_gpu_args(m.device, m.context, m.stream, m.correlation);
-    out_.arg<"bytes">(m.bytes);
-    bandwidth(m.bytes, m.start, m.end);
-    out_.arg<"copy kind">(uint8_t(m.kind));
-    out_.arg<"src kind">(uint8_t(m.src_kind));
-    out_.arg<"dst kind">(uint8_t(m.dst_kind));
-    gpu_op_tail(m, tid);
+    write_args<kineto_fields::kMemcpyArgs>(m, [&]<A key, bool>() {
+      if constexpr (key == A::Bandwidth) bandwidth(m.bytes, m.start, m.end);
+    });
+    gpu_op_end(m, tid);
   }
 
   void memset(const Memset& m, uint32_t tid) {
     use_track(m.device, tid, true);
     std::string name = memset_display_name(m.mem_kind);
     slice_head("gpu_memset", 10, name, m.device, tid, m.start, m.end);
-    common_gpu_args(m.device, m.context, m.stream, m.correlation);
-    out_.arg<"bytes">(m.bytes);
-    bandwidth(m.bytes, m.start, m.end);
-    out_.arg<"value">(m.value);
-    out_.arg<"memory kind">(uint8_t(m.mem_kind));
-    gpu_op_tail(m, tid);
+    write_args<kineto_fields::kMemsetArgs>(m, [&]<A key, bool>() {
+      if constexpr (key == A::Bandwidth) bandwidth(m.bytes, m.start, m.end);
+    });
+    gpu_op_end(m, tid);
   }
 
   // The record of an event last made before a wait (program order = correlation id), or null.
@@ -624,15 +680,15 @@ class Emitter {
   // leaves the fields as they were (lossless round trip).
   void event_wait_args(const Sync& s) {
     if (s.event_stream != kNoStream || s.event_record_correlation != 0) {
-      out_.arg<"wait_on_stream">(id_or_minus1(s.event_stream, kNoStream));
-      out_.arg<"wait_on_cuda_event_record_corr_id">(s.event_record_correlation);
+      out_.karg<A::WaitOnStream>(id_or_minus1(s.event_stream, kNoStream));
+      out_.karg<A::WaitRecordCorr>(s.event_record_correlation);
     } else {
       const CudaEventRecord* src = event_source(s.pid, s.event, s.correlation);
-      out_.arg<"wait_on_stream">(src ? int64_t(src->stream) : int64_t(-1));
-      out_.arg<"wait_on_cuda_event_record_corr_id">(src ? int64_t(src->correlation) : int64_t(-1));
-      out_.arg<"wait_on derived">(1);
+      out_.karg<A::WaitOnStream>(src ? int64_t(src->stream) : int64_t(-1));
+      out_.karg<A::WaitRecordCorr>(src ? int64_t(src->correlation) : int64_t(-1));
+      out_.karg<A::WaitDerived>(1);
     }
-    out_.arg<"wait_on_cuda_event_id">(id_or_minus1(s.event, kNoId));
+    out_.karg<A::WaitEvent>(id_or_minus1(s.event, kNoId));
   }
 
   void syncs() {
@@ -643,16 +699,13 @@ class Emitter {
       uint32_t tid = track_id(s.stream, kTidSyncBit, std::min(lane, 63));
       use_track(s.device, tid, true);
       slice_head("cuda_sync", 9, to_string(s.type), s.device, tid, s.start, s.end);
-      out_.args<"cuda_sync_kind">(std::string_view(to_string(s.type)));
-      if (s.type == SyncType::EventSynchronize || s.type == SyncType::StreamWaitEvent || s.event_stream != kNoStream ||
-          s.event_record_correlation != 0)
-        event_wait_args(s);
-      out_.arg<"stream">(id_or_minus1(s.stream, kNoStream));
-      out_.arg<"correlation">(s.correlation);
-      out_.arg<"device">(s.device);
-      out_.arg<"context">(s.context);
-      out_.arg<"sync type">(uint8_t(s.type));
-      if (s.pid) out_.arg<"process">(s.pid);
+      write_args<kineto_fields::kSyncArgs>(s, [&]<A key, bool first>() {
+        if constexpr (key == A::SyncKind) {
+          out_.karg<A::SyncKind, first>(std::string_view(to_string(s.type)));
+        } else if constexpr (key == A::WaitOnStream) {  // the wait_on group
+          if (kineto_fields::writes_wait_args(s)) event_wait_args(s);
+        }
+      });
       out_.lit("}}");
     }
   }
@@ -755,7 +808,7 @@ class Emitter {
       use_track(sl.device, tid, true);
       const NvtxRange& r = t_.nvtx[sl.range];
       slice_head("gpu_user_annotation", 19, t_.str(r.name), sl.device, tid, sl.s, sl.e);
-      out_.args<"External id">(sl.range + 1);
+      out_.karg<A::ExternalId, true>(sl.range + 1);
       out_.lit("}}");
     }
   }
@@ -768,9 +821,7 @@ class Emitter {
       bool drv = a.kind == ApiKind::Driver;
       slice_head(drv ? "cuda_driver" : "cuda_runtime", drv ? 11 : 12, strip_api_version(t_.str(a.name)), a.pid, tid,
                  a.start, a.end);
-      out_.args<"cbid">(a.cbid);
-      out_.arg<"correlation">(a.correlation);
-      if (a.return_value) out_.arg<"return value">(a.return_value);
+      write_args<kineto_fields::kApiCallArgs>(a, []<A, bool>() {});
       out_.lit("}}");
     }
     for (size_t i = 0; i < t_.nvtx.size(); ++i) {
@@ -789,12 +840,15 @@ class Emitter {
         use_track(r.pid, tid, false);
         slice_head("user_annotation", 15, t_.str(r.name), r.pid, tid, r.start, r.end);
       }
-      out_.args<"External id">(i + 1);
-      if (r.domain) out_.arg<"domain">(t_.str(r.domain));
-      out_.arg<"nvtx kind">(uint8_t(r.kind));
-      if (r.color) out_.arg<"color">(r.color);
-      if (r.category) out_.arg<"category">(r.category);
-      if (r.end_tid != r.tid && r.end_tid != 0) out_.arg<"end thread">(r.end_tid);
+      write_args<kineto_fields::kNvtxArgs>(r, [&]<A key, bool first>() {
+        if constexpr (key == A::ExternalId) {
+          out_.karg<A::ExternalId, first>(i + 1);
+        } else if constexpr (key == A::Domain) {
+          if (r.domain) out_.karg<A::Domain>(t_.str(r.domain));
+        } else if constexpr (key == A::EndThread) {
+          if (r.end_tid != r.tid && r.end_tid != 0) out_.karg<A::EndThread>(r.end_tid);
+        }
+      });
       out_.lit("}}");
     }
   }
@@ -913,6 +967,36 @@ class Emitter {
     out_.lit("}");
   }
 
+  // One row of a block table: `[v,v,...]` in the columns' order and codings.
+  template <class Columns, class Rec>
+  void block_row(const Columns& columns, const Rec& r) {
+    out_.ch('[');
+    bool first = true;
+    kineto_fields::for_each_field(columns, [&](const auto& col) {
+      if (!first) out_.ch(',');
+      first = false;
+      block_value(col, r);
+    });
+    out_.ch(']');
+  }
+  template <class Rec, class T>
+  void block_value(const kineto_fields::Column<Rec, T>& col, const Rec& r) {
+    using kineto_fields::Col;
+    const T& v = r.*col.member;
+    if constexpr (std::is_same_v<T, std::string>) {
+      out_.str(v);  // Col::Text
+    } else if constexpr (std::is_enum_v<T>) {
+      out_.val(std::underlying_type_t<T>(v));  // Col::Enum
+    } else {
+      switch (col.col) {
+        case Col::TimeOrNull: out_.val(TimeOrNull{Ns(v)}); break;
+        case Col::IdOrMinus1: out_.val(id_or_minus1(uint32_t(v), kNoStream)); break;
+        case Col::Name: out_.str(t_.str(StrId(v))); break;
+        default: out_.val(v);
+      }
+    }
+  }
+
   void trailer() {
     out_.lit("\n]");
     if (o_.streamlab_block) {
@@ -937,37 +1021,21 @@ class Emitter {
         out_.arg<"memory_bandwidth">(d.memory_bandwidth);
         out_.lit("}");
       });
-      // The rest as compact rows, read back by position (trace_io.cpp): keep the column order.
-      out_.lit("],\n\"contexts\": [");
-      list(t_.contexts, "", ", ", [&](const Context& c) {
-        out_.row(c.id, c.device, c.pid, id_or_minus1(c.null_stream, kNoStream), TimeOrNull{c.created},
-                 TimeOrNull{c.destroyed});
+      // The rest as compact rows, column by column as kineto_fields.h names them.
+      out_.lit("]");
+      kineto_fields::for_each_field(kineto_fields::kBlockTables, [&](const auto& table) {
+        out_.lit(",\n\"");
+        out_.raw(table.key, std::strlen(table.key));
+        out_.lit("\": [");
+        bool first = true;
+        for (const auto& rec : t_.*table.rows) {
+          if (!first) out_.raw(table.separator, std::strlen(table.separator));
+          first = false;
+          block_row(table.columns, rec);
+        }
+        out_.lit("]");
       });
-      out_.lit("],\n\"streams\": [");
-      list(t_.streams, "", ",\n", [&](const Stream& s) {
-        out_.row(s.id, s.context, s.device, s.pid, s.priority, s.flags, s.is_null, t_.str(s.name), TimeOrNull{s.created},
-                 TimeOrNull{s.destroyed});
-      });
-      out_.lit("],\n\"processes\": [");
-      list(t_.processes, "", ", ", [&](const Process& p) { out_.row(p.pid, p.name); });
-      out_.lit("],\n\"threads\": [");
-      list(t_.threads, "", ", ", [&](const Thread& th) { out_.row(th.pid, th.tid, th.name); });
-      out_.lit("],\n\"cuda_events\": [");
-      list(t_.cuda_events, "", ",\n", [&](const CudaEventRecord& e) {
-        out_.row(TimeOrNull{e.ts}, e.correlation, e.context, e.stream, e.event, e.pid, e.device);
-      });
-      out_.lit("],\n\"allocations\": [");
-      list(t_.allocations, "", ",\n", [&](const Allocation& a) {
-        out_.row(a.address, a.bytes, TimeOrNull{a.alloc}, TimeOrNull{a.free}, a.correlation, a.context,
-                 id_or_minus1(a.stream, kNoStream), a.pid, a.device, uint8_t(a.kind), a.from_pool);
-      });
-      out_.lit("],\n\"overheads\": [");
-      list(t_.overheads, "", ",\n", [&](const Overhead& o) {
-        out_.row(o.start, o.end, o.kind, o.object_kind, o.object_id, o.pid);
-      });
-      out_.lit("],\n\"counters\": [");
-      list(t_.counters, "", ",\n", [&](const CounterSample& c) { out_.row(c.ts, c.value, t_.str(c.name), c.pid); });
-      out_.lit("]}");
+      out_.lit("}");
     }
     out_.lit(",\n\"traceName\": \"streamlab\"\n}\n");
   }

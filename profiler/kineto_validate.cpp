@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "profiler/kineto_fields.h"
 #include "profiler/kineto_json.h"
 
 namespace sl::prof {
@@ -76,6 +77,347 @@ struct SliceRec {
   std::string cat;
 };
 
+using TrackKey = std::pair<int64_t, int64_t>;  // (pid, tid)
+
+struct FlowEnd {
+  size_t index;
+  int64_t pid, tid, ts;
+  bool has_bp_e;
+};
+
+// What the pass over traceEvents gathers for the checks that span events.
+struct Scan {
+  std::map<TrackKey, std::vector<SliceRec>> tracks;
+  std::set<TrackKey> kernel_tracks, sync_tracks, gpu_tracks;
+  std::set<int64_t> pids_with_slices, named_processes;
+  std::map<TrackKey, std::string> thread_names;
+  std::map<int64_t, std::vector<FlowEnd>> starts, finishes;
+};
+
+// ---- the top level (docs/traces.md 3.1). False when there are no events to check.
+bool check_top_level(const json& doc, std::string_view text, Ctx& c) {
+  if (!doc.contains("schemaVersion") || !is_int(doc["schemaVersion"])) c.err("top level: schemaVersion (integer) missing");
+  if (!doc.contains("deviceProperties") || !doc["deviceProperties"].is_array())
+    c.err("top level: deviceProperties (array) missing");
+  if (!doc.contains("distributedInfo") || !doc["distributedInfo"].is_object() ||
+      !doc["distributedInfo"].contains("rank") || !is_int(doc["distributedInfo"]["rank"]))
+    c.err("top level: distributedInfo {\"rank\": N} missing");
+  else {
+    static const std::regex rank_re("\"rank\":\\s+(\\d+)");
+    std::string head(text.substr(0, std::min<size_t>(text.size(), 1 << 20)));
+    if (!std::regex_search(head, rank_re))
+      c.err("distributedInfo: HTA finds the rank with the regex \"rank\":\\s+(\\d+) (a space after the colon)");
+  }
+  if (!doc.contains("baseTimeNanoseconds") || !is_int(doc["baseTimeNanoseconds"]))
+    c.err("top level: baseTimeNanoseconds (integer) missing");
+  if (!doc.contains("displayTimeUnit") || !doc["displayTimeUnit"].is_string())
+    c.err("top level: displayTimeUnit (string) missing");
+  if (!doc.contains("traceEvents") || !doc["traceEvents"].is_array()) {
+    c.err("top level: traceEvents (array) missing");
+    return false;
+  }
+  return true;
+}
+
+// ---- the args of one slice against its record's table (kineto_fields.h): Kineto's args
+// present, and every arg the loaders read of the type and in the range they accept (outside it
+// the record would be dropped on load).
+class ArgCheck {
+ public:
+  ArgCheck(const json* args, size_t index, const std::string& cat, const std::string& name, Ctx& c)
+      : args_(args), i_(index), cat_(cat), name_(name), c_(c) {}
+
+  template <class Table>
+  void check(const Table& table) {
+    kineto_fields::for_each_field(table, [&](const auto& f) { field(f); });
+  }
+
+ private:
+  const json* find(kineto_fields::A key) const {
+    if (!args_) return nullptr;
+    auto it = args_->find(std::string(kineto_fields::name_of(key)));
+    return it == args_->end() ? nullptr : &*it;
+  }
+  template <class... A>
+  void err(kineto_fields::A key, const A&... a) {
+    c_.err("event ", i_, " (", cat_, " '", name_, "'): args.\"", kineto_fields::name_of(key), "\"", a...);
+  }
+  void missing(kineto_fields::A key) { err(key, " missing"); }
+
+  template <class Rec, class T>
+  void field(const kineto_fields::IntArg<Rec, T>& f) {
+    using kineto_fields::Coding;
+    const json* v = find(f.key);
+    if (!v) {
+      if (f.kineto) missing(f.key);
+      return;
+    }
+    if (!is_int(*v)) return err(f.key, " must be an integer, found ", v->dump());
+    if (f.coding == Coding::NsOrNone) return;
+    if (v->is_number_unsigned() && v->get<uint64_t>() > uint64_t(INT64_MAX))
+      return err(f.key, " = ", v->dump(), " outside ", f.lo, "..", f.hi);
+    const int64_t x = v->get<int64_t>();
+    const bool none = x == -1 && (f.coding == Coding::NoneIsMinus1 || f.absent == kineto_fields::kAbsentKeeps);
+    if (!none && (x < f.lo || x > f.hi)) err(f.key, " = ", x, " outside ", f.lo, "..", f.hi);
+  }
+
+  template <class Rec>
+  void field(const kineto_fields::SpecialArg<Rec>& f) {
+    using kineto_fields::Shape;
+    const json* v = find(f.key);
+    if (!v) {
+      if (f.kineto) missing(f.key);
+      return;
+    }
+    switch (f.shape) {
+      case Shape::Integer:
+        if (!is_int(*v)) err(f.key, " must be an integer, found ", v->dump());
+        break;
+      case Shape::Number:
+        if (!v->is_number()) err(f.key, " must be a number, found ", v->dump());
+        break;
+      case Shape::String:
+        if (!v->is_string()) err(f.key, " must be a string, found ", v->dump());
+        break;
+      case Shape::NumberOrString:
+        if (!v->is_number() && !v->is_string()) err(f.key, " must be a number or a string, found ", v->dump());
+        break;
+      case Shape::Dim3: {
+        bool ok = v->is_array() && v->size() == 3;
+        for (size_t d = 0; ok && d < 3; ++d)
+          ok = is_int((*v)[d]) && (*v)[d].get<int64_t>() >= 0 && (*v)[d].get<int64_t>() <= 0xFFFFFFFFll;
+        if (!ok) err(f.key, " must be an array of 3 integers in 0..4294967295, found ", v->dump());
+        break;
+      }
+    }
+  }
+
+  const json* args_;
+  size_t i_;
+  const std::string& cat_;
+  const std::string& name_;
+  Ctx& c_;
+};
+
+// ---- one event of traceEvents: its own rules, and what it adds to the scan.
+class EventCheck {
+ public:
+  EventCheck(const json& e, size_t index, std::string ph, Ctx& c, Scan& scan, KinetoValidation& v)
+      : e_(e), i_(index), ph_(std::move(ph)), c_(c), scan_(scan), v_(v) {}
+
+  void run() {
+    if (ph_ == "X") slice();
+    else if (ph_ == "s" || ph_ == "f") flow();
+    else if (ph_ == "C") counter();
+    else if (ph_ == "M") metadata();
+    else if (ph_ == "i" || ph_ == "I") {
+      int64_t ts = 0;
+      get_ts("ts", ts);
+    } else {
+      c_.err("event ", i_, ": unexpected ph '", ph_, "'");
+    }
+  }
+
+ private:
+  bool get_int(const char* k, int64_t& out) {
+    if (!e_.contains(k) || !is_int(e_[k])) {
+      c_.err("event ", i_, " (ph ", ph_, "): ", k, " must be an integer");
+      return false;
+    }
+    out = e_[k].get<int64_t>();
+    return true;
+  }
+  bool get_ts(const char* k, int64_t& out) {
+    if (!e_.contains(k) || !e_[k].is_number()) {
+      c_.err("event ", i_, " (ph ", ph_, "): ", k, " (number, us) missing");
+      return false;
+    }
+    double us = e_[k].get<double>();
+    if (std::fabs(us) > 1e13) {
+      c_.err("event ", i_, ": ", k, " = ", us, " us looks absolute; ts must be relative to baseTimeNanoseconds");
+      return false;
+    }
+    out = to_ns(us);
+    return true;
+  }
+  const json* args() const { return e_.contains("args") && e_["args"].is_object() ? &e_["args"] : nullptr; }
+
+  // A complete event: category, name, times; the args of the records the loaders read.
+  void slice() {
+    static const std::set<std::string> cats = {"kernel",         "gpu_memcpy",      "gpu_memset",
+                                               "cuda_runtime",   "cuda_driver",     "cuda_sync",
+                                               "gpu_user_annotation", "user_annotation", "cpu_op",
+                                               "python_function", "overhead",       "Trace"};
+    v_.slices++;
+    int64_t pid = 0, tid = 0, ts = 0, dur = 0;
+    if (!e_.contains("cat") || !e_["cat"].is_string() || !cats.count(e_["cat"].get<std::string>())) {
+      c_.err("event ", i_, ": unknown or missing cat ", e_.contains("cat") ? e_["cat"].dump() : "");
+      return;
+    }
+    const std::string cat = e_["cat"];
+    if (!e_.contains("name") || !e_["name"].is_string() || e_["name"].get<std::string>().empty())
+      c_.err("event ", i_, " (", cat, "): name missing");
+    if (!get_int("pid", pid) || !get_int("tid", tid) || !get_ts("ts", ts) || !get_ts("dur", dur)) return;
+    if (dur < 0) c_.err("event ", i_, " (", cat, "): negative dur");
+    const std::string name = e_.value("name", "");
+    ArgCheck a(args(), i_, cat, name, c_);
+    if (cat == "kernel") a.check(kineto_fields::kKernelArgs);
+    else if (cat == "gpu_memcpy") a.check(kineto_fields::kMemcpyArgs);
+    else if (cat == "gpu_memset") a.check(kineto_fields::kMemsetArgs);
+    else if (cat == "cuda_sync") a.check(kineto_fields::kSyncArgs);
+    else if (cat == "cuda_runtime" || cat == "cuda_driver") a.check(kineto_fields::kApiCallArgs);
+    else if (cat == "user_annotation") a.check(kineto_fields::kNvtxArgs);
+    const bool gpu_op = cat == "kernel" || cat == "gpu_memcpy" || cat == "gpu_memset";
+    if (gpu_op) gpu_op_track(cat, pid, tid);
+    if (cat == "cuda_sync") {
+      scan_.sync_tracks.insert({pid, tid});
+      scan_.gpu_tracks.insert({pid, tid});
+    }
+    if (cat == "gpu_user_annotation") scan_.gpu_tracks.insert({pid, tid});
+    if (cat == "cuda_runtime" || cat == "cuda_driver") {
+      static const std::regex versioned(".*_v[0-9]+$");
+      if (std::regex_match(name, versioned))
+        c_.err("event ", i_, " (", cat, "): runtime name '", name, "' keeps CUPTI's version suffix");
+    }
+    scan_.pids_with_slices.insert(pid);
+    scan_.tracks[{pid, tid}].push_back({ts, ts + std::max<int64_t>(dur, 0), i_, cat});
+  }
+
+  // A GPU op lies on its device's process and its stream's track.
+  void gpu_op_track(const std::string& cat, int64_t pid, int64_t tid) {
+    const json* a = args();
+    if (a && a->contains("device") && is_int((*a)["device"]) && (*a)["device"].get<int64_t>() != pid)
+      c_.err("event ", i_, " (", cat, "): pid ", pid, " != args.device ", (*a)["device"].dump());
+    if (a && a->contains("stream") && is_int((*a)["stream"]) &&
+        ((*a)["stream"].get<int64_t>() & kTidStreamMask) != (tid & kTidStreamMask))
+      c_.err("event ", i_, " (", cat, "): tid ", tid, " is not the track of args.stream ", (*a)["stream"].dump());
+    if (cat == "kernel") scan_.kernel_tracks.insert({pid, tid});
+    scan_.gpu_tracks.insert({pid, tid});
+  }
+
+  void flow() {
+    v_.flows++;
+    int64_t id = 0, pid = 0, tid = 0, ts = 0;
+    if (!get_int("id", id) || !get_int("pid", pid) || !get_int("tid", tid) || !get_ts("ts", ts)) return;
+    if (e_.value("cat", "") != "ac2g" || e_.value("name", "") != "ac2g")
+      c_.err("event ", i_, ": flow cat and name must be \"ac2g\"");
+    bool bp = e_.contains("bp") && e_["bp"] == "e";
+    (ph_ == "s" ? scan_.starts : scan_.finishes)[id].push_back({i_, pid, tid, ts, bp});
+  }
+
+  void counter() {
+    v_.counters++;
+    int64_t pid = 0, ts = 0;
+    if (!get_int("pid", pid) || !get_ts("ts", ts)) return;
+    if (!e_.contains("name") || !e_["name"].is_string()) c_.err("event ", i_, ": counter name missing");
+    if (!e_.contains("args") || !e_["args"].is_object() || e_["args"].empty())
+      c_.err("event ", i_, ": counter args missing");
+    else
+      for (auto& [k, val] : e_["args"].items())
+        if (!val.is_number()) c_.err("event ", i_, ": counter arg '", k, "' is not a number");
+  }
+
+  void metadata() {
+    v_.metadata++;
+    int64_t pid = 0, tid = 0;
+    if (!get_int("pid", pid) || !get_int("tid", tid)) return;
+    const std::string name = e_.value("name", "");
+    const json* a = args();
+    const bool named = a && a->contains("name") && (*a)["name"].is_string();
+    if (name == "process_name") {
+      if (!named) c_.err("event ", i_, ": process_name without args.name");
+      scan_.named_processes.insert(pid);
+    } else if (name == "thread_name") {
+      if (!named) c_.err("event ", i_, ": thread_name without args.name");
+      else scan_.thread_names[{pid, tid}] = (*a)["name"];
+    }
+  }
+
+  const json& e_;
+  size_t i_;
+  std::string ph_;
+  Ctx& c_;
+  Scan& scan_;
+  KinetoValidation& v_;
+};
+
+// ---- slices on one track nest; sync slices keep off kernel tracks. Sorts the tracks by
+// (start, longer first), which check_flows relies on.
+void check_nesting(Scan& scan, Ctx& c) {
+  for (auto& [key, sl] : scan.tracks) {
+    std::sort(sl.begin(), sl.end(), [](const SliceRec& a, const SliceRec& b) { return a.s < b.s || (a.s == b.s && a.e > b.e); });
+    std::vector<const SliceRec*> stack;
+    for (const auto& s : sl) {
+      while (!stack.empty() && stack.back()->e <= s.s) stack.pop_back();
+      if (!stack.empty() && s.e > stack.back()->e)
+        c.err("track pid ", key.first, " tid ", key.second, ": event ", s.index, " (", s.cat, ") [", s.s, ", ", s.e,
+              ") ns crosses event ", stack.back()->index, " (", stack.back()->cat, ") [", stack.back()->s, ", ",
+              stack.back()->e, "): slices on one track must nest");
+      stack.push_back(&s);
+    }
+  }
+  for (const auto& t : scan.sync_tracks)
+    if (scan.kernel_tracks.count(t)) c.err("track pid ", t.first, " tid ", t.second, ": cuda_sync slices share a kernel track");
+}
+
+// Whether a slice of one of the categories `want` on track (pid, tid) holds ts (starting: starts
+// at ts). The track is sorted (check_nesting).
+bool slice_at(const Scan& scan, int64_t pid, int64_t tid, int64_t ts, bool starting,
+              std::initializer_list<const char*> want) {
+  auto it = scan.tracks.find({pid, tid});
+  if (it == scan.tracks.end()) return false;
+  const auto& sl = it->second;
+  auto cat_ok = [&](const SliceRec& s) {
+    for (const char* w : want)
+      if (s.cat == w) return true;
+    return false;
+  };
+  // First slice starting after ts; candidates are before it.
+  auto hi = std::upper_bound(sl.begin(), sl.end(), ts, [](int64_t v, const SliceRec& s) { return v < s.s; });
+  int steps = 0;
+  for (auto p = hi; p != sl.begin() && steps < 256; ++steps) {
+    --p;
+    if (!cat_ok(*p)) continue;
+    if (starting ? p->s == ts : (p->s <= ts && ts <= p->e)) return true;
+    if (starting && p->s < ts) break;
+  }
+  return false;
+}
+
+// ---- flows: paired one to one, from inside a launch call to a GPU op's start.
+void check_flows(const Scan& scan, Ctx& c) {
+  for (const auto& [id, ss] : scan.starts) {
+    if (ss.size() > 1) c.err("flow id ", id, ": ", ss.size(), " starts (ids must be unique)");
+    auto f = scan.finishes.find(id);
+    if (f == scan.finishes.end()) {
+      c.err("flow id ", id, ": start (event ", ss[0].index, ") without a finish");
+      continue;
+    }
+    if (f->second.size() != 1) c.err("flow id ", id, ": ", f->second.size(), " finishes (a flow cannot fork)");
+    const FlowEnd& fe = f->second[0];
+    if (!fe.has_bp_e) c.err("flow id ", id, ": finish (event ", fe.index, ") without \"bp\": \"e\"");
+    if (!slice_at(scan, ss[0].pid, ss[0].tid, ss[0].ts, false, {"cuda_runtime", "cuda_driver"}))
+      c.err("flow id ", id, ": start (event ", ss[0].index, ") is not inside a runtime / driver slice of its track");
+    if (!slice_at(scan, fe.pid, fe.tid, fe.ts, true, {"kernel", "gpu_memcpy", "gpu_memset"}))
+      c.err("flow id ", id, ": finish (event ", fe.index, ") does not bind to the start of a GPU op on its track");
+  }
+  for (const auto& [id, fs] : scan.finishes)
+    if (!scan.starts.count(id)) c.err("flow id ", id, ": finish (event ", fs[0].index, ") without a start");
+}
+
+// ---- metadata: every process with slices and every GPU track named ("stream ...").
+void check_names(const Scan& scan, Ctx& c) {
+  for (int64_t pid : scan.pids_with_slices)
+    if (!scan.named_processes.count(pid)) c.err("pid ", pid, ": no process_name metadata");
+  for (const auto& t : scan.gpu_tracks) {
+    auto it = scan.thread_names.find(t);
+    if (it == scan.thread_names.end())
+      c.err("GPU track pid ", t.first, " tid ", t.second, ": no thread_name metadata");
+    else if (it->second.rfind("stream ", 0) != 0)
+      c.err("GPU track pid ", t.first, " tid ", t.second, ": thread_name '", it->second, "' does not start with \"stream \"");
+  }
+}
+
 }  // namespace
 
 std::string KinetoValidation::report() const {
@@ -104,48 +446,10 @@ KinetoValidation validate_kineto_json(std::string_view text, size_t max_errors) 
     c.err("top level must be an object");
     return v;
   }
-  // ---- top level
-  if (!doc.contains("schemaVersion") || !is_int(doc["schemaVersion"])) c.err("top level: schemaVersion (integer) missing");
-  if (!doc.contains("deviceProperties") || !doc["deviceProperties"].is_array())
-    c.err("top level: deviceProperties (array) missing");
-  if (!doc.contains("distributedInfo") || !doc["distributedInfo"].is_object() ||
-      !doc["distributedInfo"].contains("rank") || !is_int(doc["distributedInfo"]["rank"]))
-    c.err("top level: distributedInfo {\"rank\": N} missing");
-  else {
-    static const std::regex rank_re("\"rank\":\\s+(\\d+)");
-    std::string head(text.substr(0, std::min<size_t>(text.size(), 1 << 20)));
-    if (!std::regex_search(head, rank_re))
-      c.err("distributedInfo: HTA finds the rank with the regex \"rank\":\\s+(\\d+) (a space after the colon)");
-  }
-  if (!doc.contains("baseTimeNanoseconds") || !is_int(doc["baseTimeNanoseconds"]))
-    c.err("top level: baseTimeNanoseconds (integer) missing");
-  if (!doc.contains("displayTimeUnit") || !doc["displayTimeUnit"].is_string())
-    c.err("top level: displayTimeUnit (string) missing");
-  if (!doc.contains("traceEvents") || !doc["traceEvents"].is_array()) {
-    c.err("top level: traceEvents (array) missing");
-    return v;
-  }
+  if (!check_top_level(doc, text, c)) return v;
   check_time_format(text, c);
 
-  static const std::set<std::string> cats = {"kernel",         "gpu_memcpy",      "gpu_memset",
-                                             "cuda_runtime",   "cuda_driver",     "cuda_sync",
-                                             "gpu_user_annotation", "user_annotation", "cpu_op",
-                                             "python_function", "overhead",       "Trace"};
-  static const std::regex versioned(".*_v[0-9]+$");
-
-  std::map<std::pair<int64_t, int64_t>, std::vector<SliceRec>> tracks;
-  std::set<std::pair<int64_t, int64_t>> kernel_tracks, sync_tracks, gpu_tracks;
-  std::set<int64_t> pids_with_slices;
-  std::set<std::pair<int64_t, int64_t>> named_threads;
-  std::map<std::pair<int64_t, int64_t>, std::string> thread_names;
-  std::set<int64_t> named_processes;
-  struct FlowEnd {
-    size_t index;
-    int64_t pid, tid, ts;
-    bool has_bp_e;
-  };
-  std::map<int64_t, std::vector<FlowEnd>> starts, finishes;
-
+  Scan scan;
   const json& evs = doc["traceEvents"];
   v.events = evs.size();
   for (size_t i = 0; i < evs.size(); ++i) {
@@ -158,181 +462,11 @@ KinetoValidation validate_kineto_json(std::string_view text, size_t max_errors) 
       c.err("event ", i, ": ph missing");
       continue;
     }
-    std::string ph = e["ph"];
-    auto get_int = [&](const char* k, int64_t& out) {
-      if (!e.contains(k) || !is_int(e[k])) {
-        c.err("event ", i, " (ph ", ph, "): ", k, " must be an integer");
-        return false;
-      }
-      out = e[k].get<int64_t>();
-      return true;
-    };
-    auto get_ts = [&](const char* k, int64_t& out) {
-      if (!e.contains(k) || !e[k].is_number()) {
-        c.err("event ", i, " (ph ", ph, "): ", k, " (number, us) missing");
-        return false;
-      }
-      double us = e[k].get<double>();
-      if (std::fabs(us) > 1e13) {
-        c.err("event ", i, ": ", k, " = ", us, " us looks absolute; ts must be relative to baseTimeNanoseconds");
-        return false;
-      }
-      out = to_ns(us);
-      return true;
-    };
-    if (ph == "X") {
-      v.slices++;
-      int64_t pid = 0, tid = 0, ts = 0, dur = 0;
-      if (!e.contains("cat") || !e["cat"].is_string() || !cats.count(e["cat"].get<std::string>())) {
-        c.err("event ", i, ": unknown or missing cat ", e.contains("cat") ? e["cat"].dump() : "");
-        continue;
-      }
-      std::string cat = e["cat"];
-      if (!e.contains("name") || !e["name"].is_string() || e["name"].get<std::string>().empty())
-        c.err("event ", i, " (", cat, "): name missing");
-      if (!get_int("pid", pid) || !get_int("tid", tid) || !get_ts("ts", ts) || !get_ts("dur", dur)) continue;
-      if (dur < 0) c.err("event ", i, " (", cat, "): negative dur");
-      std::string name = e.value("name", "");
-      const json* args = e.contains("args") && e["args"].is_object() ? &e["args"] : nullptr;
-      auto need_args = [&](std::initializer_list<const char*> keys) {
-        for (const char* k : keys)
-          if (!args || !args->contains(k)) c.err("event ", i, " (", cat, " '", name, "'): args.\"", k, "\" missing");
-      };
-      bool gpu_op = cat == "kernel" || cat == "gpu_memcpy" || cat == "gpu_memset";
-      if (gpu_op) {
-        need_args({"stream", "correlation", "device", "context"});
-        if (cat == "kernel") need_args({"grid", "block", "registers per thread", "shared memory"});
-        else need_args({"bytes", "memory bandwidth (GB/s)"});
-        if (args && args->contains("device") && is_int((*args)["device"]) && (*args)["device"].get<int64_t>() != pid)
-          c.err("event ", i, " (", cat, "): pid ", pid, " != args.device ", (*args)["device"].dump());
-        if (args && args->contains("stream") && is_int((*args)["stream"]) &&
-            ((*args)["stream"].get<int64_t>() & kTidStreamMask) != (tid & kTidStreamMask))
-          c.err("event ", i, " (", cat, "): tid ", tid, " is not the track of args.stream ", (*args)["stream"].dump());
-        if (cat == "kernel") kernel_tracks.insert({pid, tid});
-        gpu_tracks.insert({pid, tid});
-      }
-      if (cat == "cuda_sync") {
-        sync_tracks.insert({pid, tid});
-        gpu_tracks.insert({pid, tid});
-        need_args({"cuda_sync_kind", "stream", "correlation", "device", "context"});
-      }
-      if (cat == "gpu_user_annotation") gpu_tracks.insert({pid, tid});
-      if (cat == "cuda_runtime" || cat == "cuda_driver") {
-        need_args({"cbid", "correlation"});
-        if (std::regex_match(name, versioned))
-          c.err("event ", i, " (", cat, "): runtime name '", name, "' keeps CUPTI's version suffix");
-      }
-      pids_with_slices.insert(pid);
-      tracks[{pid, tid}].push_back({ts, ts + std::max<int64_t>(dur, 0), i, cat});
-    } else if (ph == "s" || ph == "f") {
-      v.flows++;
-      int64_t id = 0, pid = 0, tid = 0, ts = 0;
-      if (!get_int("id", id) || !get_int("pid", pid) || !get_int("tid", tid) || !get_ts("ts", ts)) continue;
-      if (e.value("cat", "") != "ac2g" || e.value("name", "") != "ac2g")
-        c.err("event ", i, ": flow cat and name must be \"ac2g\"");
-      bool bp = e.contains("bp") && e["bp"] == "e";
-      (ph == "s" ? starts : finishes)[id].push_back({i, pid, tid, ts, bp});
-    } else if (ph == "C") {
-      v.counters++;
-      int64_t pid = 0, ts = 0;
-      if (!get_int("pid", pid) || !get_ts("ts", ts)) continue;
-      if (!e.contains("name") || !e["name"].is_string()) c.err("event ", i, ": counter name missing");
-      if (!e.contains("args") || !e["args"].is_object() || e["args"].empty())
-        c.err("event ", i, ": counter args missing");
-      else
-        for (auto& [k, val] : e["args"].items())
-          if (!val.is_number()) c.err("event ", i, ": counter arg '", k, "' is not a number");
-    } else if (ph == "M") {
-      v.metadata++;
-      int64_t pid = 0, tid = 0;
-      if (!get_int("pid", pid) || !get_int("tid", tid)) continue;
-      std::string name = e.value("name", "");
-      const json* args = e.contains("args") && e["args"].is_object() ? &e["args"] : nullptr;
-      if (name == "process_name") {
-        if (!args || !args->contains("name") || !(*args)["name"].is_string())
-          c.err("event ", i, ": process_name without args.name");
-        named_processes.insert(pid);
-      } else if (name == "thread_name") {
-        if (!args || !args->contains("name") || !(*args)["name"].is_string())
-          c.err("event ", i, ": thread_name without args.name");
-        else
-          thread_names[{pid, tid}] = (*args)["name"];
-        named_threads.insert({pid, tid});
-      }
-    } else if (ph == "i" || ph == "I") {
-      int64_t ts = 0;
-      get_ts("ts", ts);
-    } else {
-      c.err("event ", i, ": unexpected ph '", ph, "'");
-    }
+    EventCheck(e, i, e["ph"].get<std::string>(), c, scan, v).run();
   }
-
-  // ---- nesting per track.
-  for (auto& [key, sl] : tracks) {
-    std::sort(sl.begin(), sl.end(), [](const SliceRec& a, const SliceRec& b) { return a.s < b.s || (a.s == b.s && a.e > b.e); });
-    std::vector<const SliceRec*> stack;
-    for (const auto& s : sl) {
-      while (!stack.empty() && stack.back()->e <= s.s) stack.pop_back();
-      if (!stack.empty() && s.e > stack.back()->e)
-        c.err("track pid ", key.first, " tid ", key.second, ": event ", s.index, " (", s.cat, ") [", s.s, ", ", s.e,
-              ") ns crosses event ", stack.back()->index, " (", stack.back()->cat, ") [", stack.back()->s, ", ",
-              stack.back()->e, "): slices on one track must nest");
-      stack.push_back(&s);
-    }
-  }
-  for (const auto& t : sync_tracks)
-    if (kernel_tracks.count(t)) c.err("track pid ", t.first, " tid ", t.second, ": cuda_sync slices share a kernel track");
-
-  // ---- flows.
-  // Tracks are sorted by (start, longer first) now.
-  auto slice_at = [&](int64_t pid, int64_t tid, int64_t ts, bool starting, std::initializer_list<const char*> want) {
-    auto it = tracks.find({pid, tid});
-    if (it == tracks.end()) return false;
-    const auto& sl = it->second;
-    auto cat_ok = [&](const SliceRec& s) {
-      for (const char* w : want)
-        if (s.cat == w) return true;
-      return false;
-    };
-    // First slice starting after ts; candidates are before it.
-    auto hi = std::upper_bound(sl.begin(), sl.end(), ts, [](int64_t v, const SliceRec& s) { return v < s.s; });
-    int steps = 0;
-    for (auto p = hi; p != sl.begin() && steps < 256; ++steps) {
-      --p;
-      if (!cat_ok(*p)) continue;
-      if (starting ? p->s == ts : (p->s <= ts && ts <= p->e)) return true;
-      if (starting && p->s < ts) break;
-    }
-    return false;
-  };
-  for (const auto& [id, ss] : starts) {
-    if (ss.size() > 1) c.err("flow id ", id, ": ", ss.size(), " starts (ids must be unique)");
-    auto f = finishes.find(id);
-    if (f == finishes.end()) {
-      c.err("flow id ", id, ": start (event ", ss[0].index, ") without a finish");
-      continue;
-    }
-    if (f->second.size() != 1) c.err("flow id ", id, ": ", f->second.size(), " finishes (a flow cannot fork)");
-    const FlowEnd& fe = f->second[0];
-    if (!fe.has_bp_e) c.err("flow id ", id, ": finish (event ", fe.index, ") without \"bp\": \"e\"");
-    if (!slice_at(ss[0].pid, ss[0].tid, ss[0].ts, false, {"cuda_runtime", "cuda_driver"}))
-      c.err("flow id ", id, ": start (event ", ss[0].index, ") is not inside a runtime / driver slice of its track");
-    if (!slice_at(fe.pid, fe.tid, fe.ts, true, {"kernel", "gpu_memcpy", "gpu_memset"}))
-      c.err("flow id ", id, ": finish (event ", fe.index, ") does not bind to the start of a GPU op on its track");
-  }
-  for (const auto& [id, fs] : finishes)
-    if (!starts.count(id)) c.err("flow id ", id, ": finish (event ", fs[0].index, ") without a start");
-
-  // ---- metadata.
-  for (int64_t pid : pids_with_slices)
-    if (!named_processes.count(pid)) c.err("pid ", pid, ": no process_name metadata");
-  for (const auto& t : gpu_tracks) {
-    auto it = thread_names.find(t);
-    if (it == thread_names.end())
-      c.err("GPU track pid ", t.first, " tid ", t.second, ": no thread_name metadata");
-    else if (it->second.rfind("stream ", 0) != 0)
-      c.err("GPU track pid ", t.first, " tid ", t.second, ": thread_name '", it->second, "' does not start with \"stream \"");
-  }
+  check_nesting(scan, c);
+  check_flows(scan, c);
+  check_names(scan, c);
   if (c.dropped) v.errors.push_back("... and " + std::to_string(c.dropped) + " more errors");
   return v;
 }

@@ -29,6 +29,7 @@
 #include "core/input_file.h"
 #include "profiler/kineto_json.h"
 #include "profiler/json_events.h"
+#include "profiler/kineto_fields.h"
 #include "profiler/nsys_sqlite.h"
 #include "profiler/trace_io_detail.h"
 
@@ -332,7 +333,7 @@ const dom::element* find(const Fields& f, std::string_view k) {
 }
 // Row i of a table in the block: an array of at least n values.
 struct Row {
-  static constexpr size_t kMax = 16;  // the widest table has 11 columns
+  static constexpr size_t kMax = kineto_fields::kMaxColumns;
   std::array<dom::element, kMax> v;  // the first kMax values (no allocation per row)
   size_t n = 0;                      // values in the row
   explicit Row(dom::element e) {
@@ -349,146 +350,120 @@ struct Row {
 
 Ns opt_time(dom::element v) { return is_type(v, Type::NULL_VALUE) ? kNoTime : get_num<int64_t>(v); }
 
+// One value of a block row into its member, by the column's coding (kineto_fields.h).
+template <class Rec, class T>
+void read_column(const kineto_fields::Column<Rec, T>& col, dom::element v, Rec& r, Trace& t) {
+  using kineto_fields::Col;
+  T& m = r.*col.member;
+  switch (col.col) {
+    case Col::TimeOrNull:
+      if constexpr (std::is_same_v<T, Ns>) m = opt_time(v);
+      return;
+    case Col::IdOrMinus1:
+      if constexpr (std::is_same_v<T, uint32_t>) {
+        const int64_t id = get_num<int64_t>(v);
+        m = id < 0 ? kNoStream : uint32_t(id);
+      }
+      return;
+    case Col::Enum:
+      if constexpr (std::is_enum_v<T>) m = T(get_num<std::underlying_type_t<T>>(v));
+      return;
+    case Col::Name:
+      if constexpr (std::is_same_v<T, StrId>) m = t.intern(get_str(v));
+      return;
+    case Col::Text:
+      if constexpr (std::is_same_v<T, std::string>) m = get_str(v);
+      return;
+    case Col::Int:
+    case Col::Number:
+      if constexpr (std::is_arithmetic_v<T>) m = get_num<T>(v);
+      return;
+  }
+}
+
+// Where a malformed block is reported: the section and the row being read.
+struct BlockPlace {
+  std::string section = "block";
+  size_t row = size_t(-1);
+};
+
+// One row table of the block ("allocations": [[...], ...]): each row's values by column.
+template <class Rec, class Columns>
+void load_rows(const Fields& b, const kineto_fields::BlockTable<Rec, Columns>& table, Trace& t, BlockPlace& at) {
+  const dom::element* e = find(b, table.key);
+  if (!e) return;
+  at.section = table.key;
+  at.row = size_t(-1);
+  dom::array a = get_arr(*e);
+  at.row = 0;
+  for (dom::element re : a) {
+    const Row row(re);
+    Rec rec{};
+    size_t i = 0;
+    kineto_fields::for_each_field(table.columns, [&](const auto& col) { read_column(col, row.at(i++), rec, t); });
+    (t.*table.rows).push_back(std::move(rec));
+    ++at.row;
+  }
+  at.row = size_t(-1);
+}
+
+// The block's record counts: the file's, with what this load rejected (counts_with_rejections).
+void load_block_counts(dom::element e, Trace& t) {
+  Fields c;
+  if (is_type(e, Type::OBJECT)) c = fields_of(get_obj(e));
+  RecordCounts given;
+  for (const RecordCountField& f : kRecordCountFields) given.*f.member = value_or<uint64_t>(c, f.name, 0);
+  t.counts = counts_with_rejections(std::move(given), t.counts);
+}
+
+// The block's devices: what deviceProperties has no place for, merged into its devices by id.
+void load_block_devices(dom::element e, Trace& t, BlockPlace& at) {
+  at.row = 0;
+  for (dom::element de : get_arr(e)) {
+    Fields d = fields_of(get_obj(de));
+    const dom::element* idv = find(d, "id");
+    if (!idv) throw Malformed{"expected field \"id\""};
+    uint32_t id = get_num<uint32_t>(*idv);
+    Device* dev = nullptr;
+    for (auto& x : t.devices)
+      if (x.id == id) dev = &x;
+    if (!dev) {
+      t.devices.push_back(Device{});
+      dev = &t.devices.back();
+      dev->id = id;
+      dev->name = value_or<std::string>(d, "name", "");
+    }
+    dev->uuid = value_or<std::string>(d, "uuid", "");
+    dev->l2_cache_size = value_or<int64_t>(d, "l2_cache_size", 0);
+    dev->clock_rate_khz = value_or<int64_t>(d, "clock_rate_khz", 0);
+    dev->memory_bandwidth = value_or<int64_t>(d, "memory_bandwidth", 0);
+    ++at.row;
+  }
+  at.row = size_t(-1);
+}
+
 }  // namespace
 
 namespace trace_io_detail {
 
 // The "streamlab" block of our own files.
 void load_block(dom::object block, Trace& t, const std::string& origin) {
-  std::string section = "block";
-  size_t row = size_t(-1);
-  auto rows = [&](const Fields& b, const char* name, auto&& per_row) {
-    const dom::element* e = find(b, name);
-    if (!e) return;
-    section = name;
-    row = size_t(-1);
-    dom::array a = get_arr(*e);
-    row = 0;
-    for (dom::element r : a) {
-      per_row(Row(r));
-      ++row;
-    }
-    row = size_t(-1);
-  };
+  BlockPlace at;
   try {
     Fields b = fields_of(block);
-    if (auto e = find(b, "base_time_ns")) section = "base_time_ns", t.base_time = get_num<int64_t>(*e);
+    if (auto e = find(b, "base_time_ns")) at.section = "base_time_ns", t.base_time = get_num<int64_t>(*e);
     if (auto e = find(b, "session_start_utc_ns"))
-      section = "session_start_utc_ns", t.session_start_utc_ns = get_num<int64_t>(*e);
-    if (auto e = find(b, "counts")) {
-      section = "counts";
-      Fields c;
-      if (is_type(*e, Type::OBJECT)) c = fields_of(get_obj(*e));
-      RecordCounts given;
-      for (const RecordCountField& f : kRecordCountFields) given.*f.member = value_or<uint64_t>(c, f.name, 0);
-      t.counts = counts_with_rejections(std::move(given), t.counts);
-    }
+      at.section = "session_start_utc_ns", t.session_start_utc_ns = get_num<int64_t>(*e);
+    if (auto e = find(b, "counts")) at.section = "counts", load_block_counts(*e, t);
     if (auto e = find(b, "metadata")) {
-      section = "metadata";
+      at.section = "metadata";
       for (dom::key_value_pair kv : get_obj(*e)) t.metadata[std::string(kv.key)] = get_str(kv.value);
     }
-    if (auto e = find(b, "devices")) {
-      section = "devices";
-      row = 0;
-      for (dom::element de : get_arr(*e)) {
-        Fields d = fields_of(get_obj(de));
-        const dom::element* idv = find(d, "id");
-        if (!idv) throw Malformed{"expected field \"id\""};
-        uint32_t id = get_num<uint32_t>(*idv);
-        Device* dev = nullptr;
-        for (auto& x : t.devices)
-          if (x.id == id) dev = &x;
-        if (!dev) {
-          t.devices.push_back(Device{});
-          dev = &t.devices.back();
-          dev->id = id;
-          dev->name = value_or<std::string>(d, "name", "");
-        }
-        dev->uuid = value_or<std::string>(d, "uuid", "");
-        dev->l2_cache_size = value_or<int64_t>(d, "l2_cache_size", 0);
-        dev->clock_rate_khz = value_or<int64_t>(d, "clock_rate_khz", 0);
-        dev->memory_bandwidth = value_or<int64_t>(d, "memory_bandwidth", 0);
-        ++row;
-      }
-      row = size_t(-1);
-    }
-    rows(b, "contexts", [&](const Row& r) {
-      Context c;
-      c.id = get_num<uint32_t>(r.at(0));
-      c.device = get_num<uint32_t>(r.at(1));
-      c.pid = get_num<uint32_t>(r.at(2));
-      int64_t ns = get_num<int64_t>(r.at(3));
-      c.null_stream = ns < 0 ? kNoStream : uint32_t(ns);
-      c.created = opt_time(r.at(4));
-      c.destroyed = opt_time(r.at(5));
-      t.contexts.push_back(c);
-    });
-    rows(b, "streams", [&](const Row& r) {
-      Stream s;
-      s.id = get_num<uint32_t>(r.at(0));
-      s.context = get_num<uint32_t>(r.at(1));
-      s.device = get_num<uint32_t>(r.at(2));
-      s.pid = get_num<uint32_t>(r.at(3));
-      s.priority = get_num<int32_t>(r.at(4));
-      s.flags = get_num<uint8_t>(r.at(5));
-      s.is_null = get_num<uint8_t>(r.at(6));
-      s.name = t.intern(get_str(r.at(7)));
-      s.created = opt_time(r.at(8));
-      s.destroyed = opt_time(r.at(9));
-      t.streams.push_back(s);
-    });
-    rows(b, "processes", [&](const Row& r) { t.processes.push_back({get_num<uint32_t>(r.at(0)), get_str(r.at(1))}); });
-    rows(b, "threads", [&](const Row& r) {
-      t.threads.push_back({get_num<uint32_t>(r.at(0)), get_num<uint32_t>(r.at(1)), get_str(r.at(2))});
-    });
-    rows(b, "cuda_events", [&](const Row& r) {
-      CudaEventRecord e;
-      e.ts = opt_time(r.at(0));
-      e.correlation = get_num<uint32_t>(r.at(1));
-      e.context = get_num<uint32_t>(r.at(2));
-      e.stream = get_num<uint32_t>(r.at(3));
-      e.event = get_num<uint32_t>(r.at(4));
-      e.pid = get_num<uint32_t>(r.at(5));
-      e.device = get_num<uint16_t>(r.at(6));
-      t.cuda_events.push_back(e);
-    });
-    rows(b, "allocations", [&](const Row& r) {
-      Allocation a;
-      a.address = get_num<uint64_t>(r.at(0));
-      a.bytes = get_num<uint64_t>(r.at(1));
-      a.alloc = opt_time(r.at(2));
-      a.free = opt_time(r.at(3));
-      a.correlation = get_num<uint32_t>(r.at(4));
-      a.context = get_num<uint32_t>(r.at(5));
-      int64_t st = get_num<int64_t>(r.at(6));
-      a.stream = st < 0 ? kNoStream : uint32_t(st);
-      a.pid = get_num<uint32_t>(r.at(7));
-      a.device = get_num<uint16_t>(r.at(8));
-      a.kind = MemoryKind(get_num<uint8_t>(r.at(9)));
-      a.from_pool = get_num<uint8_t>(r.at(10));
-      t.allocations.push_back(a);
-    });
-    rows(b, "overheads", [&](const Row& r) {
-      Overhead o;
-      o.start = get_num<int64_t>(r.at(0));
-      o.end = get_num<int64_t>(r.at(1));
-      o.kind = get_num<uint32_t>(r.at(2));
-      o.object_kind = get_num<uint32_t>(r.at(3));
-      o.object_id = get_num<uint32_t>(r.at(4));
-      o.pid = get_num<uint32_t>(r.at(5));
-      t.overheads.push_back(o);
-    });
-    rows(b, "counters", [&](const Row& r) {
-      CounterSample c;
-      c.ts = get_num<int64_t>(r.at(0));
-      c.value = get_num<double>(r.at(1));
-      c.name = t.intern(get_str(r.at(2)));
-      c.pid = get_num<uint32_t>(r.at(3));
-      t.counters.push_back(c);
-    });
+    if (auto e = find(b, "devices")) at.section = "devices", load_block_devices(*e, t, at);
+    kineto_fields::for_each_field(kineto_fields::kBlockTables, [&](const auto& table) { load_rows(b, table, t, at); });
   } catch (const Malformed& m) {
-    std::string where = origin + ": streamlab." + section;
-    if (row != size_t(-1)) where += "[" + std::to_string(row) + "]";
+    std::string where = origin + ": streamlab." + at.section;
+    if (at.row != size_t(-1)) where += "[" + std::to_string(at.row) + "]";
     fail(where, ": malformed (", m.what, ")");
   }
 }

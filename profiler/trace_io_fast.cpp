@@ -478,9 +478,9 @@ class Tokens {
 // ends, so the bytes past a key (up to 7) are readable; they are masked off.
 class KeyTable {
  public:
-  template <size_t N>
-  explicit KeyTable(const char* const (&names)[N]) {
-    for (size_t i = 0; i < N; ++i) {
+  // The first n of `names`.
+  KeyTable(const char* const* names, size_t n) {
+    for (size_t i = 0; i < n; ++i) {
       std::string_view k = names[i];
       Entry e;
       e.len = uint32_t(k.size());
@@ -531,8 +531,8 @@ class KeyTable {
 
   Entry entries_[kSlots];
 };
-const KeyTable kFastFields(kFieldNames);
-const KeyTable kFastArgs(kArgNames);
+const KeyTable kFastFields(kFieldNames, F_COUNT);
+const KeyTable kFastArgs(kArgNames, kArgCount);  // the keys the loaders read
 
 // Field access for one event, with the precise loader's Ev interface and conversion rules;
 // where the precise loader would report an error, bad() hands over to it.
