@@ -28,4 +28,15 @@ std::unique_ptr<Backend> make_backend(const std::string& name, const KernelVaria
   fail("unknown backend '", name, "' (expected cpu or cuda)");
 }
 
+std::string kernel_variants_error(const std::string& spec) {
+  try {
+    KernelVariants::parse(spec);
+    return "";
+  } catch (const Error& e) {
+    // CLI11 puts the option's name in front already.
+    const std::string why = e.what(), prefix = "--kernel-variants: ";
+    return why.rfind(prefix, 0) == 0 ? why.substr(prefix.size()) : why;
+  }
+}
+
 }  // namespace sl::cli

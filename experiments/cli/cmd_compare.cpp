@@ -22,6 +22,7 @@
 #include "core/build_info.h"
 #include "core/error.h"
 #include "core/gzip.h"
+#include "experiments/cli/backend_choice.h"
 #include "experiments/cli/commands.h"
 #include "experiments/cli/model_options.h"
 #include "experiments/cli/provenance.h"
@@ -47,6 +48,7 @@ struct CompareCliOptions {
   std::vector<std::string> inputs;
   ModelOptions model;
   std::string backend = "cuda";
+  std::string kernel_variants;  // passed to every measure child
   std::vector<std::string> policies{"per-layer", "shared", "serial"};
   int repetitions = 5;
   int steps = 20, warmup = 3, traced_steps = 5;
@@ -76,7 +78,7 @@ void apply_compare_defaults(ModelOptions& m) {
   if (!m.draft_steps) m.draft_steps = 4;
 }
 
-std::vector<std::string> model_args(const ModelOptions& m) {
+std::vector<std::string> model_args(const ModelOptions& m, const std::string& kernel_variants = "") {
   std::vector<std::string> a{"--config", m.config};
   auto add = [&](const char* flag, const auto& v) {
     if (v) a.insert(a.end(), {flag, std::to_string(*v)});
@@ -94,6 +96,7 @@ std::vector<std::string> model_args(const ModelOptions& m) {
   if (m.stream_source != "cuda") a.insert(a.end(), {"--stream-source", m.stream_source});
   if (m.placement != "vllm-fix") a.insert(a.end(), {"--placement", m.placement});
   if (m.graph_scope != "step") a.insert(a.end(), {"--graph-scope", m.graph_scope});
+  if (!kernel_variants.empty()) a.insert(a.end(), {"--kernel-variants", kernel_variants});
   return a;
 }
 
@@ -229,7 +232,7 @@ int run_live(const CompareCliOptions& o) {
   spec.backend = o.backend;
   ModelOptions m = o.model;
   apply_compare_defaults(m);
-  spec.model_args = model_args(m);
+  spec.model_args = model_args(m, o.kernel_variants);
   spec.policies = o.policies;
   spec.repetitions = o.repetitions;
   spec.baseline_twice = !o.no_baseline_twice;
@@ -324,7 +327,7 @@ int run_recorded(const CompareCliOptions& o, const std::string& why_no_gpu) {
       // Preferably a run of the very settings asked for (by default: compare's defaults).
       ModelOptions m = o.model;
       apply_compare_defaults(m);
-      folder = compare::find_recorded_run(root, o.policies, model_args(m));
+      folder = compare::find_recorded_run(root, o.policies, model_args(m, o.kernel_variants));
       if (!folder.empty()) break;
     }
     SL_CHECK(!folder.empty(), "compare: no GPU here (", why_no_gpu,
@@ -442,6 +445,8 @@ void add_compare_command(CLI::App& app) {
   cmd->remove_option(cmd->get_option("--policy"));
   o->model.config = "flash-6l";
   cmd->get_option("--config")->default_str("flash-6l");
+  cmd->add_option("--kernel-variants", o->kernel_variants, std::string("live: ") + kKernelVariantsHelp)
+      ->check(kernel_variants_error);
   cmd->add_option("--policies", o->policies, "live: policies to run, the first is the baseline A; serial is the "
                   "no-overlap reference")->delimiter(',')->capture_default_str();
   cmd->add_option("--repetitions,-r", o->repetitions, "live: processes per policy")->capture_default_str();

@@ -38,6 +38,7 @@ namespace {
 struct MeasureOptions {
   ModelOptions model;
   std::string backend = "cuda";
+  std::string kernel_variants;  // --kernel-variants (model/kernel_variants.h)
   std::vector<std::string> modes{"eager", "graph"};
   int steps = 20;
   int warmup = 3;
@@ -145,7 +146,7 @@ void measure(const MeasureOptions& o) {
   std::fprintf(stderr, "measure: %s, policy %s, batch %d, context %d, %d MTP layers (compress %d), %d draft steps%s\n",
                cfg.name.c_str(), policy.str().c_str(), cfg.batch, cfg.context_length, cfg.num_nextn_predict_layers,
                cfg.mtp_compress_ratio, cfg.draft_steps, o.trace ? ", traced" : "");
-  auto be = make_backend(o.backend);
+  auto be = make_backend(o.backend, KernelVariants::parse(o.kernel_variants));
   check_memory_fits(*be, cfg, shape, "measure");
   DeepSeekV4 model(*be, cfg, policy, shape);
   model.set_graph_scope(parse_graph_scope(o.model.graph_scope));
@@ -264,6 +265,7 @@ void add_measure_command(CLI::App& app) {
   cmd->add_option("--backend", o->backend, "cuda, or cpu (the fp32 reference: eager only, for tests without a GPU)")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
+  cmd->add_option("--kernel-variants", o->kernel_variants, kKernelVariantsHelp)->check(kernel_variants_error);
   cmd->add_option("--out", o->out, "the measurement JSON to write (traces go beside it with --trace)")->required();
   cmd->add_option("--modes", o->modes, "eager and/or graph")->delimiter(',')->capture_default_str();
   cmd->add_option("--steps", o->steps, "timed decode steps per mode")->capture_default_str();

@@ -397,7 +397,8 @@ nlohmann::json run_json(const DeepSeekV4& model, const Backend& be, const ModelC
   }
   return {{"config", cfg.name},
           {"backend", be.name()},
-          {"kernel_variants", KernelVariants::parse(o.kernel_variants).str()},
+          {"kernel_variants", o.backend == "cuda" ? nlohmann::json(KernelVariants::parse(o.kernel_variants).str())
+                                                  : nlohmann::json(nullptr)},
           {"policy", policy.str()},
           {"batch", cfg.batch},
           {"context", cfg.context_length},
@@ -440,7 +441,6 @@ void print_run_summary(const Backend& be, const ModelConfig& cfg, const RunShape
 }
 
 void run(const RunOptions& o) {
-  (void)KernelVariants::parse(o.kernel_variants);  // a bad --kernel-variants fails before any work
   ModelConfig cfg = config_for_run(o);
   const std::vector<int32_t> prompt = prompt_tokens(o, cfg);
   validate(cfg);
@@ -514,7 +514,7 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--backend", o->backend, "cpu (fp32 reference) or cuda (H200, bf16)")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
-  cmd->add_option("--kernel-variants", o->kernel_variants, kKernelVariantsHelp);
+  cmd->add_option("--kernel-variants", o->kernel_variants, kKernelVariantsHelp)->check(kernel_variants_error);
   cmd->add_option("--steps", o->steps, "decode steps after the prefill")->capture_default_str();
   cmd->add_option("--checkpoint", o->checkpoint,
                   "load weights from a DeepSeek-layout directory (config.json + *.safetensors); the config then "

@@ -60,3 +60,12 @@ expect_error "num_hidden_layer" run --config "$tmp/bad.json"
 "$bin" run --help > "$tmp/help.txt"
 grep -q -- "--mtp-compress" "$tmp/help.txt" || fail "--help lacks --mtp-compress"
 echo "run_tiny: ok"
+
+# --kernel-variants: refused with the reason on a bad spec (when the command line is read) and on
+# the CPU backend (its one kernel per op has no variants); recorded as null in --json there.
+out=$("$bin" run --config tiny --backend cpu --steps 1 --kernel-variants moe-decode=fast 2>&1) && fail "a bad --kernel-variants was accepted"
+echo "$out" | grep -q "moe-decode=fast: expected gemv or splitk" || fail "bad --kernel-variants: $out"
+out=$("$bin" run --config tiny --backend cpu --steps 1 --kernel-variants pdl=off 2>&1) && fail "--kernel-variants accepted on the cpu backend"
+echo "$out" | grep -q "use --backend cuda" || fail "--kernel-variants on cpu: $out"
+"$bin" run --config tiny --backend cpu --steps 1 --json | python3 -c "import json,sys; assert json.load(sys.stdin)['kernel_variants'] is None" \
+  || fail "run --json on cpu: kernel_variants should be null"
