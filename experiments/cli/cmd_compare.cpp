@@ -227,6 +227,8 @@ int finish(const Report& r, const CompareCliOptions& o) {
 }
 
 int run_live(const CompareCliOptions& o) {
+  SL_CHECK(o.backend == "cuda" || o.kernel_variants.empty(), "compare: --kernel-variants choose among CUDA kernels; "
+           "use --backend cuda");
   compare::LiveSpec spec;
   spec.exe = compare::self_executable();
   spec.backend = o.backend;

@@ -23,6 +23,7 @@
 #include "core/build_info.h"
 #include "core/error.h"
 #include "core/stats.h"
+#include "experiments/cli/backend_choice.h"
 #include "experiments/cli/commands.h"
 #include "experiments/cli/model_options.h"
 #include "experiments/cli/provenance.h"
@@ -51,6 +52,7 @@ struct SweepOptions {
   int draft_steps = 0;  // 0: as many as MTP layers (every MTP layer runs once per step)
   int steps = 10, warmup = 3;
   std::string backend = "cuda";
+  std::string kernel_variants;  // every cell's (model/kernel_variants.h)
   std::string out_dir = "results/sweep";
   bool out_dir_given = false;
   std::string resume;
@@ -71,7 +73,7 @@ std::vector<std::string> split(const std::string& s) {
 
 std::vector<std::string> cell_argv(const json& settings, const SweepCell& c, const std::string& folder) {
   const int draft = settings["draft_steps"].get<int>() > 0 ? settings["draft_steps"].get<int>() : std::max(1, c.mtp_layers);
-  return {compare::self_executable(), "measure",
+  std::vector<std::string> argv{compare::self_executable(), "measure",
           "--backend", settings["backend"].get<std::string>(),
           "--config", settings["config"].get<std::string>(),
           "--context", std::to_string(settings["context"].get<int>()),
@@ -87,6 +89,10 @@ std::vector<std::string> cell_argv(const json& settings, const SweepCell& c, con
           "--placement", c.placement,
           "--graph-scope", c.graph_scope,
           "--out", folder + "/cells/" + c.id() + ".json"};
+  // Older sweep.json files have no kernel_variants: the defaults.
+  if (const std::string kv = settings.value("kernel_variants", std::string()); !kv.empty())
+    argv.insert(argv.end(), {"--kernel-variants", kv});
+  return argv;
 }
 
 // The child's own words for a failure: its last line that says "error", else its last line.
@@ -251,6 +257,8 @@ void write_summary(const std::string& folder, const SweepGrid& g, const json& se
 }
 
 int sweep_main(const SweepOptions& o) {
+  SL_CHECK(o.backend == "cuda" || o.kernel_variants.empty(), "sweep: --kernel-variants choose among CUDA kernels; "
+           "use --backend cuda");
   std::string folder;
   SweepGrid grid;
   json settings;
@@ -300,7 +308,8 @@ int sweep_main(const SweepOptions& o) {
     fs::create_directory(folder);
     settings = {{"schema", "streamlab.sweep/1"}, {"grid", grid.to_json()},   {"config", o.config},
                 {"context", o.context},          {"draft_steps", o.draft_steps}, {"steps", o.steps},
-                {"warmup", o.warmup},            {"backend", o.backend},    {"commit", build_commit()},
+                {"warmup", o.warmup},            {"backend", o.backend},    {"kernel_variants", o.kernel_variants},
+                {"commit", build_commit()},
                 {"provenance", prov},            {"started", date}};
     write_file_atomic(folder + "/sweep.json", settings.dump(1) + "\n");
   }
@@ -395,6 +404,7 @@ void add_sweep_command(CLI::App& app) {
   cmd->add_option("--backend", o->backend, "cuda, or cpu (the CPU reference: tests only)")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
+  cmd->add_option("--kernel-variants", o->kernel_variants, kKernelVariantsHelp)->check(kernel_variants_error);
   cmd->add_option("--out-dir", o->out_dir, "where the sweep folder goes")
       ->capture_default_str()
       ->each([o](const std::string&) { o->out_dir_given = true; });

@@ -69,3 +69,9 @@ out=$("$bin" run --config tiny --backend cpu --steps 1 --kernel-variants pdl=off
 echo "$out" | grep -q "use --backend cuda" || fail "--kernel-variants on cpu: $out"
 "$bin" run --config tiny --backend cpu --steps 1 --json | python3 -c "import json,sys; assert json.load(sys.stdin)['kernel_variants'] is None" \
   || fail "run --json on cpu: kernel_variants should be null"
+# compare and sweep refuse it on the CPU backend before starting any measuring process.
+for cmd in compare sweep; do
+  out=$("$bin" $cmd --backend cpu --config tiny --kernel-variants pdl=off --out-dir "$tmp/$cmd" 2>&1) && fail "$cmd accepted --kernel-variants on cpu"
+  echo "$out" | grep -q "$cmd: --kernel-variants choose among CUDA kernels" || fail "$cmd --kernel-variants on cpu: $out"
+  [ ! -e "$tmp/$cmd" ] || [ -z "$(ls -A "$tmp/$cmd")" ] || fail "$cmd wrote a folder before refusing"
+done
