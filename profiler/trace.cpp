@@ -514,4 +514,15 @@ std::string first_difference(const Trace& a, const Trace& b, bool api_modulo) {
   return d.out;
 }
 
+std::string first_difference_by_id(const Trace& a, const Trace& b) {
+  std::string d = first_difference(a, b);
+  if (!d.empty()) return d;
+  if (a.strings.size() != b.strings.size())
+    return "string tables: " + std::to_string(a.strings.size()) + " vs " + std::to_string(b.strings.size());
+  for (size_t i = 0; i < a.strings.size(); ++i)
+    if (a.strings.str(StrId(i)) != b.strings.str(StrId(i))) return "string " + std::to_string(i);
+  if (a.metadata != b.metadata) return "metadata";
+  return "";
+}
+
 }  // namespace sl::prof

@@ -392,5 +392,8 @@ std::string stream_role(const std::string& label);
 // content. With `api_names_modulo_version`, runtime names compare after strip_api_version (the
 // Kineto JSON writes names without CUPTI's _vNNNN suffix).
 std::string first_difference(const Trace& a, const Trace& b, bool api_names_modulo_version = false);
+// first_difference, then the string tables (the same string at the same id) and the metadata:
+// what two loaders of one file must agree on exactly.
+std::string first_difference_by_id(const Trace& a, const Trace& b);
 
 }  // namespace sl::prof

@@ -206,11 +206,13 @@ class RunTracer {
 // The backend the model runs on. With --check-against-cpu, a wrapper over (CPU reference, chosen
 // backend) that compares every op; `ref` and `dut` own the two and must outlive the wrapper.
 struct RunBackend {
+  KernelVariants variants;  // --kernel-variants, as the CUDA backend was given them
   std::unique_ptr<Backend> ref, dut, be;
 };
 RunBackend make_run_backend(const RunOptions& o) {
   RunBackend b;
-  b.be = make_backend(o.backend, KernelVariants::parse(o.kernel_variants));
+  b.variants = KernelVariants::parse(o.kernel_variants);
+  b.be = make_backend(o.backend, b.variants);
   if (!o.check_against_cpu) return b;
   SL_CHECK(!o.graph, "--check-against-cpu compares every op on the host: it cannot run with --graph");
   SL_CHECK(!o.tracing(), "--check-against-cpu downloads every op's outputs: a trace of it measures nothing; drop "
@@ -382,9 +384,10 @@ DecodeTotals run_decode(DeepSeekV4& model, const ModelConfig& cfg, const RunShap
 }
 
 // Everything `run --json` prints: the set-up, every step, decode totals, graphs and memory.
-nlohmann::json run_json(const DeepSeekV4& model, const Backend& be, const ModelConfig& cfg, const StreamPolicy& policy,
+nlohmann::json run_json(const DeepSeekV4& model, const RunBackend& backend, const ModelConfig& cfg, const StreamPolicy& policy,
                         const RunShape& shape, AcceptRule accept, const RunOptions& o, const StepReporter& rep,
                         const nlohmann::json& decode_summary, int alias_from) {
+  const Backend& be = *backend.be;
   const MemoryStats mem = be.memory();
   nlohmann::json graph(nullptr);
   if (o.graph) {
@@ -397,8 +400,7 @@ nlohmann::json run_json(const DeepSeekV4& model, const Backend& be, const ModelC
   }
   return {{"config", cfg.name},
           {"backend", be.name()},
-          {"kernel_variants", o.backend == "cuda" ? nlohmann::json(KernelVariants::parse(o.kernel_variants).str())
-                                                  : nlohmann::json(nullptr)},
+          {"kernel_variants", o.backend == "cuda" ? nlohmann::json(backend.variants.str()) : nlohmann::json(nullptr)},
           {"policy", policy.str()},
           {"batch", cfg.batch},
           {"context", cfg.context_length},
@@ -493,7 +495,7 @@ void run(const RunOptions& o) {
   if (shape.verify) decode_summary["mean_accepted"] = mean_accepted;
   if (o.json)
     std::printf("%s\n",
-                run_json(model, be, cfg, policy, shape, accept, o, rep, decode_summary, alias_from).dump(2).c_str());
+                run_json(model, backend, cfg, policy, shape, accept, o, rep, decode_summary, alias_from).dump(2).c_str());
   else
     print_run_summary(be, cfg, shape, o, tot, tokens_per_s, mean_accepted);
   if (!check_error.empty()) fail(check_error);

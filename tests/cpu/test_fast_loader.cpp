@@ -33,18 +33,6 @@ JsonLoadOptions chunked(unsigned threads, size_t chunk_bytes) {
   return o;
 }
 
-// Everything first_difference compares, plus the string table (same ids) and the metadata.
-std::string difference(const Trace& a, const Trace& b) {
-  std::string d = first_difference(a, b);
-  if (!d.empty()) return d;
-  if (a.strings.size() != b.strings.size())
-    return "string tables: " + std::to_string(a.strings.size()) + " vs " + std::to_string(b.strings.size());
-  for (size_t i = 0; i < a.strings.size(); ++i)
-    if (a.strings.str(StrId(i)) != b.strings.str(StrId(i))) return "string " + std::to_string(i);
-  if (a.metadata != b.metadata) return "metadata";
-  return "";
-}
-
 // Loads `text` precisely and fast with several chunkings; every fast load must equal the
 // precise one. Returns how many fast loads kept to the fast path.
 size_t expect_fast_equals_precise(const std::string& text, const std::vector<JsonLoadOptions>& variants,
@@ -54,7 +42,7 @@ size_t expect_fast_equals_precise(const std::string& text, const std::vector<Jso
   for (const JsonLoadOptions& o : variants) {
     JsonLoadStats st;
     Trace t = load_kineto_json(text, "t.json", o, &st);
-    EXPECT_EQ(difference(ref, t), "") << what << ": threads " << o.threads << ", chunk " << o.chunk_bytes
+    EXPECT_EQ(first_difference_by_id(ref, t), "") << what << ": threads " << o.threads << ", chunk " << o.chunk_bytes
                                       << (st.fast ? "" : ", fell back: " + st.fallback);
     fast += st.fast;
   }
@@ -224,7 +212,7 @@ TEST(FastLoader, ErrorsAreThePreciseLoadersErrors) {
     for (const JsonLoadOptions& v : {chunked(1, size_t(1) << 30), chunked(2, 300), chunked(4, 4096)}) {
       EXPECT_EQ(error_of(d, v), want) << d.substr(0, 200);
       if (want.empty()) {
-        EXPECT_EQ(difference(load_kineto_json(d, "t.json", precise()), load_kineto_json(d, "t.json", v)), "");
+        EXPECT_EQ(first_difference_by_id(load_kineto_json(d, "t.json", precise()), load_kineto_json(d, "t.json", v)), "");
       }
     }
   }
@@ -240,7 +228,7 @@ TEST(FastLoader, DeepNesting) {
                        "}},\n{\"ph\": \"i\", \"name\": \"m\", \"deep\": " + deep + "}\n]}";
     JsonLoadStats st;
     Trace a = load_kineto_json(text, "deep.json", chunked(2, 64), &st);
-    EXPECT_EQ(difference(load_kineto_json(text, "deep.json", precise()), a), "") << depth;
+    EXPECT_EQ(first_difference_by_id(load_kineto_json(text, "deep.json", precise()), a), "") << depth;
     EXPECT_EQ(st.fast, depth <= 60) << depth << " " << st.fallback;
   }
 }
@@ -254,7 +242,7 @@ TEST(FastLoader, FilesAndTextAgree) {
   JsonLoadStats st;
   Trace from_file = load_kineto_json_file(path, chunked(2, 65536), &st);
   EXPECT_TRUE(st.fast) << st.fallback;
-  EXPECT_EQ(difference(load_kineto_json_file(path, precise()), from_file), "");
+  EXPECT_EQ(first_difference_by_id(load_kineto_json_file(path, precise()), from_file), "");
   EXPECT_EQ(first_difference(t, from_file, true), "");
   EXPECT_EQ(detect_trace_format(path), TraceFormat::StreamlabJson);
   std::string pt = testing::TempDir() + "/fast_loader_pt.json";
@@ -262,7 +250,7 @@ TEST(FastLoader, FilesAndTextAgree) {
   EXPECT_EQ(detect_trace_format(pt), TraceFormat::KinetoJson);
   Trace a = load_kineto_json_file(pt, chunked(2, 65536), &st);
   EXPECT_TRUE(st.fast) << st.fallback;
-  EXPECT_EQ(difference(load_kineto_json_file(pt, precise()), a), "");
+  EXPECT_EQ(first_difference_by_id(load_kineto_json_file(pt, precise()), a), "");
 }
 
 // Our block comes last; with several threads it is read while the events are parsed, at a tail
@@ -309,7 +297,7 @@ TEST(FastLoader, BlockReadWhileEventsAreParsed) {
   const Trace want = load_kineto_json(not_ours, "t.json", precise());
   for (const JsonLoadOptions& v : variants) {
     Trace t = load_kineto_json(not_ours, "t.json", v, &st);
-    EXPECT_EQ(difference(want, t), "") << "not ours, threads " << v.threads;
+    EXPECT_EQ(first_difference_by_id(want, t), "") << "not ours, threads " << v.threads;
     EXPECT_TRUE(st.fast) << st.fallback;
     if (v.threads > 1) {
       EXPECT_EQ(st.retries, 1u) << "the wrong guess is noticed";

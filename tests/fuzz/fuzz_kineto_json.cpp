@@ -19,19 +19,6 @@ using namespace sl::prof;
 
 namespace {
 
-// first_difference plus the string table (same ids) and the metadata, as the fast loader's
-// tests compare.
-std::string difference(const Trace& a, const Trace& b) {
-  std::string d = first_difference(a, b);
-  if (!d.empty()) return d;
-  if (a.strings.size() != b.strings.size())
-    return "string tables: " + std::to_string(a.strings.size()) + " vs " + std::to_string(b.strings.size());
-  for (size_t i = 0; i < a.strings.size(); ++i)
-    if (a.strings.str(StrId(i)) != b.strings.str(StrId(i))) return "string " + std::to_string(i);
-  if (a.metadata != b.metadata) return "metadata";
-  return "";
-}
-
 JsonLoadOptions fast(unsigned threads, size_t chunk_bytes) {
   JsonLoadOptions o;
   o.threads = threads;
@@ -71,7 +58,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (ref && !t) sl::fuzz::broken(how + " refused what the precise loader read: " + error);
     if (!ref && t) sl::fuzz::broken(how + " read what the precise loader refused: " + ref_error);
     if (ref) {
-      std::string d = difference(*ref, *t);
+      std::string d = first_difference_by_id(*ref, *t);
       if (!d.empty()) sl::fuzz::broken(how + " and the precise loader differ: " + d);
     }
   }
