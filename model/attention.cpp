@@ -49,7 +49,7 @@ void DeepSeekV4::attention(int layer, const AttentionWeights& aw, LayerCache& ca
     }
     execute_in_parallel(ops_, ls, ev, parallel, main_fn, aux, phase_a_fault(layer));
   }
-  ops_.rmsnorm_pair(Stream{}, "q_norm+kv_norm", qr, qr_raw, aw.q_norm, kv, kv, aw.kv_norm, eps);
+  ops_.rmsnorm_pair(Stream{}, "q_norm+kv_norm", qr, qr_raw, aw.q_norm, eps, kv, kv, aw.kv_norm, eps);
 
   // ---- Phase B (vLLM 6fb3f7b46): the query path on the main stream; the whole indexer (c4a)
   // or the main compressor (c128a) on aux0.
@@ -72,7 +72,7 @@ void DeepSeekV4::attention(int layer, const AttentionWeights& aw, LayerCache& ca
                          aw.idx_compressor.norm, table, st.pos, st.seq, ic.ratio, ic.overlap, eps);
   };
   auto indexer_topk = [&](Stream s) {
-    ops_.indexer_topk(s, sel, idx_q, idx_w, cache.indexer.entries, st.pos, st.seq, cache.indexer.ratio);
+    ops_.indexer_topk(s, "indexer_topk", sel, idx_q, idx_w, cache.indexer.entries, st.pos, st.seq, cache.indexer.ratio);
   };
   // Piecewise graphs leave phase B and the sparse attention of c4a layers eager.
   if (type == LayerType::C4A) eager_region_begin();
@@ -86,7 +86,7 @@ void DeepSeekV4::attention(int layer, const AttentionWeights& aw, LayerCache& ca
       ops_.gemm(s, "wq_b", q.view({T, H * Dh}), qr, aw.wq_b);
       ops_.rmsnorm_rope(s, "q_head_norm+rope_q", q, q, Tensor{}, eps, st.pos, table);
       ops_.rope(s, "rope_k", kv.view({T, 1, Dh}), st.pos, table, false);
-      ops_.swa_insert(s, cache.swa, cache.swa_tags, kv, st.pos, st.seq);
+      ops_.swa_insert(s, "swa_insert", cache.swa, cache.swa_tags, kv, st.pos, st.seq);
     };
     std::array<StreamFn, 3> aux{};
     aux[0] = [&](Stream s) {
@@ -102,7 +102,7 @@ void DeepSeekV4::attention(int layer, const AttentionWeights& aw, LayerCache& ca
       ops_.gemm(s, "wq_b", q.view({T, H * Dh}), qr, aw.wq_b);
       ops_.rmsnorm_rope(s, "q_head_norm+rope_q", q, q, Tensor{}, eps, st.pos, table);
       ops_.rope(s, "rope_k", kv.view({T, 1, Dh}), st.pos, table, false);
-      ops_.swa_insert(s, cache.swa, cache.swa_tags, kv, st.pos, st.seq);
+      ops_.swa_insert(s, "swa_insert", cache.swa, cache.swa_tags, kv, st.pos, st.seq);
       if (type == LayerType::C4A) main_compressor(s);
     };
     StreamFn aux_fn;
@@ -124,7 +124,7 @@ void DeepSeekV4::attention(int layer, const AttentionWeights& aw, LayerCache& ca
                               : type == LayerType::C128A ? CompressedKeys::All
                                                          : CompressedKeys::None;
   const Tensor comp = type == LayerType::Sliding ? Tensor{} : cache.comp.entries;
-  ops_.sparse_attention(Stream{}, o, q, cache.swa, cache.swa_tags, comp, mode == CompressedKeys::Selected ? sel : Tensor{},
+  ops_.sparse_attention(Stream{}, "sparse_attention", o, q, cache.swa, cache.swa_tags, comp, mode == CompressedKeys::Selected ? sel : Tensor{},
                         aw.attn_sink, st.pos, st.seq, cfg_.sliding_window, mode, cfg_.layer_ratio(layer));
   if (type == LayerType::C4A) eager_region_end();
   ops_.rope(Stream{}, "rope_inv_o", o, st.pos, table, true);

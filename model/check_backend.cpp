@@ -7,12 +7,12 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
-#include <initializer_list>
 #include <iterator>
 #include <map>
 
 #include "core/bf16.h"
 #include "core/error.h"
+#include "model/op_io.h"
 
 namespace sl {
 namespace {
@@ -231,251 +231,26 @@ class CheckBackend final : public Backend {
     dut_.range_pop();
   }
 
-  // ---------------------------------------------------------------- initialisation
-  void init_uniform(Stream s, const Tensor& t, uint64_t seed, uint64_t key, float scale, float offset) override {
-    both("init_uniform", s,
-         [&](Backend& be, Stream st, Side x) { be.init_uniform(st, side(x, t), seed, key, scale, offset); });
-    // Both sides then hold the dut's (e.g. bf16-exact) weights.
-    check("init_uniform", {{"t", &t}}, opt_.record_init);
+  // ---------------------------------------------------------------- ops
+  // Every op (model/ops.def): run on the ref, then on the dut, each with its own view of every
+  // tensor argument; then its results (model/op_io.h: out, inout, selection) are compared and
+  // resynchronised. Scratch outputs (the MoE workspace, gemm_swiglu's g and u) are each
+  // backend's own business and are not compared.
+#define SL_OP(name, params, args, ...)                                                         \
+  void name(Stream s, SL_UNPAREN params) override {                                           \
+    /* the lambda's parameter names may not be any op parameter's (x, w...) */                \
+    both(#name, s, [&](Backend& side_be, Stream side_stream, Side side_of) {                   \
+      on_side(side_be, side_stream, side_of, &Backend::name, SL_UNPAREN args);                \
+    });                                                                                        \
+    OpIo io;                                                                                   \
+    describe_##name(io, SL_UNPAREN args);                                                      \
+    check(#name, io);                                                                          \
   }
-  void fill(Stream s, const Tensor& t, float value) override {
-    both("fill", s, [&](Backend& be, Stream st, Side x) { be.fill(st, side(x, t), value); });
-    check("fill", {{"t", &t}});
-  }
-  void copy(Stream s, const Tensor& dst, const Tensor& src) override {
-    both("copy", s, [&](Backend& be, Stream st, Side x) { be.copy(st, side(x, dst), side(x, src)); });
-    check("copy", {{"dst", &dst}});
-  }
+#include "model/ops.def"
+#undef SL_OP
 
-  // ---------------------------------------------------------------- dense math
-  void gemm(Stream s, const Tensor& out, const Tensor& a, const Tensor& w) override {
-    both("gemm", s, [&](Backend& be, Stream st, Side x) { be.gemm(st, side(x, out), side(x, a), side(x, w)); });
-    check("gemm", {{"out", &out}});
-  }
-  void gemm_grouped(Stream s, const Tensor& out, const Tensor& a, const Tensor& w, int groups) override {
-    both("gemm_grouped", s,
-         [&](Backend& be, Stream st, Side x) { be.gemm_grouped(st, side(x, out), side(x, a), side(x, w), groups); });
-    check("gemm_grouped", {{"out", &out}});
-  }
-  void rmsnorm(Stream s, const Tensor& out, const Tensor& x, const Tensor& w, float eps) override {
-    both("rmsnorm", s,
-         [&](Backend& be, Stream st, Side y) { be.rmsnorm(st, side(y, out), side(y, x), side(y, w), eps); });
-    check("rmsnorm", {{"out", &out}});
-  }
-  void add(Stream s, const Tensor& out, const Tensor& a, const Tensor& b) override {
-    both("add", s, [&](Backend& be, Stream st, Side x) { be.add(st, side(x, out), side(x, a), side(x, b)); });
-    check("add", {{"out", &out}});
-  }
-  void rope(Stream s, const Tensor& t, const Tensor& pos, const Tensor& table, bool inverse) override {
-    both("rope", s,
-         [&](Backend& be, Stream st, Side x) { be.rope(st, side(x, t), side(x, pos), side(x, table), inverse); });
-    check("rope", {{"x", &t}});
-  }
-
-  // ---------------------------------------------------------------- embedding, sampling
-  void embed(Stream s, const Tensor& out, const Tensor& ids, const Tensor& table, const Tensor& pos,
-             bool zero_pos0) override {
-    both("embed", s, [&](Backend& be, Stream st, Side x) {
-      be.embed(st, side(x, out), side(x, ids), side(x, table), side(x, pos), zero_pos0);
-    });
-    check("embed", {{"out", &out}});
-  }
-  void argmax(Stream s, const Tensor& out, const Tensor& logits) override {
-    both("argmax", s, [&](Backend& be, Stream st, Side x) { be.argmax(st, side(x, out), side(x, logits)); });
-    check("argmax", {{"out", &out}});
-  }
-  void gather_rows(Stream s, const Tensor& out, const Tensor& in, const Tensor& rows) override {
-    both("gather_rows", s,
-         [&](Backend& be, Stream st, Side x) { be.gather_rows(st, side(x, out), side(x, in), side(x, rows)); });
-    check("gather_rows", {{"out", &out}});
-  }
-  void shift_tokens(Stream s, const Tensor& out, const Tensor& tokens, const Tensor& sampled) override {
-    both("shift_tokens", s,
-         [&](Backend& be, Stream st, Side x) { be.shift_tokens(st, side(x, out), side(x, tokens), side(x, sampled)); });
-    check("shift_tokens", {{"out", &out}});
-  }
-
-  // ---------------------------------------------------------------- speculative decoding
-  void verify_tokens(Stream s, const Tensor& out, const Tensor& bonus, const Tensor& drafts) override {
-    both("verify_tokens", s, [&](Backend& be, Stream st, Side x) {
-      be.verify_tokens(st, side(x, out), side(x, bonus), side(x, drafts));
-    });
-    check("verify_tokens", {{"out", &out}});
-  }
-  void accept_drafts(Stream s, const Tensor& accepted, const Tensor& bonus, const Tensor& new_len,
-                     const Tensor& mtp_tokens, const Tensor& last_rows, const Tensor& draft_pos, const Tensor& target,
-                     const Tensor& drafts, const Tensor& forced, const Tensor& pos) override {
-    both("accept_drafts", s, [&](Backend& be, Stream st, Side x) {
-      be.accept_drafts(st, side(x, accepted), side(x, bonus), side(x, new_len), side(x, mtp_tokens),
-                       side(x, last_rows), side(x, draft_pos), side(x, target), side(x, drafts), side(x, forced),
-                       side(x, pos));
-    });
-    check("accept_drafts", {{"accepted", &accepted},
-                            {"bonus", &bonus},
-                            {"new_len", &new_len},
-                            {"mtp_tokens", &mtp_tokens},
-                            {"last_rows", &last_rows},
-                            {"draft_pos", &draft_pos}});
-  }
-  void cache_rollback(Stream s, const Tensor& tags, const Tensor& entries, const Tensor& new_len, int ratio,
-                      int extent) override {
-    both("cache_rollback", s, [&](Backend& be, Stream st, Side x) {
-      be.cache_rollback(st, side(x, tags), side(x, entries), side(x, new_len), ratio, extent);
-    });
-    // entries is optional (a sliding-window ring has none): only what was given is an output.
-    if (entries.empty())
-      check("cache_rollback", {{"tags", &tags}});
-    else
-      check("cache_rollback", {{"tags", &tags}, {"entries", &entries}});
-  }
-
-  // ---------------------------------------------------------------- mHC
-  void hc_pre(Stream s, const Tensor& y, const Tensor& post, const Tensor& comb, const Tensor& X, const Tensor& fn,
-              const Tensor& scale, const Tensor& base, int iters, float hc_eps, float rms_eps) override {
-    both("hc_pre", s, [&](Backend& be, Stream st, Side x) {
-      be.hc_pre(st, side(x, y), side(x, post), side(x, comb), side(x, X), side(x, fn), side(x, scale), side(x, base),
-                iters, hc_eps, rms_eps);
-    });
-    check("hc_pre", {{"y", &y}, {"post", &post}, {"comb", &comb}});
-  }
-  void hc_pre_norm(Stream s, const Tensor& out, const Tensor& y, const Tensor& post, const Tensor& comb,
-                   const Tensor& X, const Tensor& fn, const Tensor& scale, const Tensor& base, int iters, float hc_eps,
-                   float rms_eps, const Tensor& norm_w, float norm_eps) override {
-    both("hc_pre_norm", s, [&](Backend& be, Stream st, Side x) {
-      be.hc_pre_norm(st, side(x, out), side(x, y), side(x, post), side(x, comb), side(x, X), side(x, fn),
-                     side(x, scale), side(x, base), iters, hc_eps, rms_eps, side(x, norm_w), norm_eps);
-    });
-    check("hc_pre_norm", {{"y", &y}, {"post", &post}, {"comb", &comb}, {"out", &out}});
-  }
-  void add_hc_post(Stream s, const Tensor& X_out, const Tensor& f, const Tensor& f1, const Tensor& f2,
-                   const Tensor& res, const Tensor& post, const Tensor& comb) override {
-    both("add_hc_post", s, [&](Backend& be, Stream st, Side x) {
-      be.add_hc_post(st, side(x, X_out), side(x, f), side(x, f1), side(x, f2), side(x, res), side(x, post),
-                     side(x, comb));
-    });
-    check("add_hc_post", {{"f", &f}, {"X_out", &X_out}});
-  }
-  void hc_post(Stream s, const Tensor& X_out, const Tensor& f, const Tensor& res, const Tensor& post,
-               const Tensor& comb) override {
-    both("hc_post", s, [&](Backend& be, Stream st, Side x) {
-      be.hc_post(st, side(x, X_out), side(x, f), side(x, res), side(x, post), side(x, comb));
-    });
-    check("hc_post", {{"X_out", &X_out}});
-  }
-  void hc_head(Stream s, const Tensor& h, const Tensor& X, const Tensor& fn, const Tensor& scale, const Tensor& base,
-               float hc_eps, float rms_eps) override {
-    both("hc_head", s, [&](Backend& be, Stream st, Side x) {
-      be.hc_head(st, side(x, h), side(x, X), side(x, fn), side(x, scale), side(x, base), hc_eps, rms_eps);
-    });
-    check("hc_head", {{"h", &h}});
-  }
-  void hc_expand(Stream s, const Tensor& X, const Tensor& e) override {
-    both("hc_expand", s, [&](Backend& be, Stream st, Side x) { be.hc_expand(st, side(x, X), side(x, e)); });
-    check("hc_expand", {{"X", &X}});
-  }
-  void mtp_combine(Stream s, const Tensor& X, const Tensor& hp, const Tensor& ep) override {
-    both("mtp_combine", s,
-         [&](Backend& be, Stream st, Side x) { be.mtp_combine(st, side(x, X), side(x, hp), side(x, ep)); });
-    check("mtp_combine", {{"X", &X}});
-  }
-
-  // ---------------------------------------------------------------- attention
-  void swa_insert(Stream s, const Tensor& cache, const Tensor& tags, const Tensor& k, const Tensor& pos,
-                  const Tensor& seq) override {
-    both("swa_insert", s, [&](Backend& be, Stream st, Side x) {
-      be.swa_insert(st, side(x, cache), side(x, tags), side(x, k), side(x, pos), side(x, seq));
-    });
-    check("swa_insert", {{"cache", &cache}, {"tags", &tags}});
-  }
-  void compressor_save(Stream s, const Tensor& su, const Tensor& sg, const Tensor& tags, const Tensor& u,
-                       const Tensor& g, const Tensor& ape, const Tensor& pos, const Tensor& seq, int ratio) override {
-    both("compressor_save", s, [&](Backend& be, Stream st, Side x) {
-      be.compressor_save(st, side(x, su), side(x, sg), side(x, tags), side(x, u), side(x, g), side(x, ape),
-                         side(x, pos), side(x, seq), ratio);
-    });
-    check("compressor_save", {{"state_u", &su}, {"state_g", &sg}, {"state_tags", &tags}});
-  }
-  void compressor_pool(Stream s, const Tensor& entries, const Tensor& su, const Tensor& sg, const Tensor& tags,
-                       const Tensor& norm_w, const Tensor& table, const Tensor& pos, const Tensor& seq, int ratio,
-                       bool overlap, float rms_eps) override {
-    both("compressor_pool", s, [&](Backend& be, Stream st, Side x) {
-      be.compressor_pool(st, side(x, entries), side(x, su), side(x, sg), side(x, tags), side(x, norm_w), side(x, table),
-                         side(x, pos), side(x, seq), ratio, overlap, rms_eps);
-    });
-    check("compressor_pool", {{"entries", &entries}});
-  }
-  void indexer_topk(Stream s, const Tensor& sel, const Tensor& q, const Tensor& w, const Tensor& keys,
-                    const Tensor& pos, const Tensor& seq, int ratio) override {
-    both("indexer_topk", s, [&](Backend& be, Stream st, Side x) {
-      be.indexer_topk(st, side(x, sel), side(x, q), side(x, w), side(x, keys), side(x, pos), side(x, seq), ratio);
-    });
-    check("indexer_topk", {{"sel", &sel, true}});
-  }
-  void sparse_attention(Stream s, const Tensor& o, const Tensor& q, const Tensor& swa, const Tensor& swa_tags,
-                        const Tensor& comp, const Tensor& sel, const Tensor& sink, const Tensor& pos, const Tensor& seq,
-                        int window, CompressedKeys mode, int ratio) override {
-    both("sparse_attention", s, [&](Backend& be, Stream st, Side x) {
-      be.sparse_attention(st, side(x, o), side(x, q), side(x, swa), side(x, swa_tags), side(x, comp), side(x, sel),
-                          side(x, sink), side(x, pos), side(x, seq), window, mode, ratio);
-    });
-    check("sparse_attention", {{"o", &o}});
-  }
-
-  // ---------------------------------------------------------------- MoE
-  void route(Stream s, const Tensor& ids, const Tensor& weights, const Tensor& logits, const Tensor& bias,
-             const Tensor& tid2eid, const Tensor& tokens, float scaling) override {
-    both("route", s, [&](Backend& be, Stream st, Side x) {
-      be.route(st, side(x, ids), side(x, weights), side(x, logits), side(x, bias), side(x, tid2eid), side(x, tokens),
-               scaling);
-    });
-    // Hash layers look their ids up (tid2eid): exact. Score top-k may flip on near ties.
-    check("route", {{"ids", &ids, tid2eid.empty()}, {"weights", &weights}});
-  }
-  void moe_experts(Stream s, const Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
-                   const Tensor& w1, const Tensor& w2, const Tensor& w3, float limit,
-                   const Tensor& workspace) override {
-    both("moe_experts", s, [&](Backend& be, Stream st, Side y) {
-      be.moe_experts(st, side(y, out), side(y, x), side(y, ids), side(y, weights), side(y, w1), side(y, w2),
-                     side(y, w3), limit, side(y, workspace));
-    });
-    // The workspace is scratch in each backend's own layout: not an output.
-    check("moe_experts", {{"out", &out}});
-  }
   size_t moe_workspace_bytes(int64_t tokens, int k, int D, int F, int E) const override {
     return std::max(ref_.moe_workspace_bytes(tokens, k, D, F, E), dut_.moe_workspace_bytes(tokens, k, D, F, E));
-  }
-  void rmsnorm_pair(Stream s, const Tensor& out1, const Tensor& x1, const Tensor& w1, float eps1, const Tensor& out2,
-                    const Tensor& x2, const Tensor& w2, float eps2) override {
-    both("rmsnorm_pair", s, [&](Backend& be, Stream st, Side y) {
-      be.rmsnorm_pair(st, side(y, out1), side(y, x1), side(y, w1), eps1, side(y, out2), side(y, x2), side(y, w2), eps2);
-    });
-    check("rmsnorm_pair", {{"out1", &out1}, {"out2", &out2}});
-  }
-  void rmsnorm_rope(Stream s, const Tensor& out, const Tensor& x, const Tensor& w, float eps, const Tensor& pos,
-                    const Tensor& table) override {
-    both("rmsnorm_rope", s, [&](Backend& be, Stream st, Side y) {
-      be.rmsnorm_rope(st, side(y, out), side(y, x), side(y, w), eps, side(y, pos), side(y, table));
-    });
-    check("rmsnorm_rope", {{"out", &out}});
-  }
-  void gemm_pair(Stream s, const Tensor& out1, const Tensor& out2, const Tensor& a, const Tensor& w1,
-                 const Tensor& w2) override {
-    both("gemm_pair", s, [&](Backend& be, Stream st, Side y) {
-      be.gemm_pair(st, side(y, out1), side(y, out2), side(y, a), side(y, w1), side(y, w2));
-    });
-    check("gemm_pair", {{"out1", &out1}, {"out2", &out2}});
-  }
-  void gemm_swiglu(Stream s, const Tensor& act, const Tensor& g, const Tensor& u, const Tensor& x, const Tensor& w1,
-                   const Tensor& w3, float limit) override {
-    both("gemm_swiglu", s, [&](Backend& be, Stream st, Side y) {
-      be.gemm_swiglu(st, side(y, act), side(y, g), side(y, u), side(y, x), side(y, w1), side(y, w3), limit);
-    });
-    check("gemm_swiglu", {{"act", &act}});
-  }
-  void swiglu(Stream s, const Tensor& out, const Tensor& g, const Tensor& u, float limit) override {
-    both("swiglu", s,
-         [&](Backend& be, Stream st, Side x) { be.swiglu(st, side(x, out), side(x, g), side(x, u), limit); });
-    check("swiglu", {{"out", &out}});
   }
 
  private:
@@ -555,6 +330,18 @@ class CheckBackend final : public Backend {
   const std::pair<Event, Event>& event(Event e, const char* op) const {
     SL_CHECK(e.id >= 0 && size_t(e.id) < events_.size(), "check backend: ", op, ": event ", e.id, " does not exist");
     return events_[size_t(e.id)];
+  }
+
+  // Calls `op` on one side: each tensor argument becomes that side's view of it, every other
+  // argument passes as it is.
+  template <class T>
+  static const T& side_arg(const CheckBackend&, Side, const T& v) {
+    return v;
+  }
+  static Tensor side_arg(const CheckBackend& self, Side x, const Tensor& t) { return self.side(x, t); }
+  template <class... P, class... A>
+  void on_side(Backend& be, Stream st, Side x, void (Backend::*op)(Stream, P...), const A&... args) const {
+    (be.*op)(st, side_arg(*this, x, args)...);
   }
 
   // The op on the ref, then on the dut.
@@ -656,7 +443,13 @@ class CheckBackend final : public Backend {
 
   // After an op: compare each output on both sides, record, then copy the dut's values into
   // the ref so that the next op starts from identical inputs.
-  void check(const char* op, std::initializer_list<Output> outputs, bool record = true) {
+  void check(const char* op, const OpIo& io) {
+    std::vector<Output> outputs;
+    for (const OpIo::Arg& a : io)
+      if (OpIo::result(a.role)) outputs.push_back({a.name, a.tensor, a.role == OpRole::Selection});
+    // init_uniform makes both sides hold the dut's (e.g. bf16-exact) weights; whether its
+    // rounding is recorded is an option.
+    const bool record = std::strcmp(op, "init_uniform") != 0 || opt_.record_init;
     const int64_t seq = seq_++;
     const std::string where = path();
     std::vector<Fetched> got;

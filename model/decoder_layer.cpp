@@ -93,8 +93,8 @@ void DeepSeekV4::target_forward(const Step& st) {
   const Stream main{};
   Ops::Scope scope(ops_, "target");
   const Tensor e = buf_->e.rows(0, st.T), X = buf_->x.rows(0, st.T), Xtmp = buf_->xtmp.rows(0, st.T);
-  ops_.embed(main, e, st.tokens, w_.embed, st.pos, false);
-  ops_.hc_expand(main, X, e);
+  ops_.embed(main, "embed", e, st.tokens, w_.embed, st.pos, false);
+  ops_.hc_expand(main, "hc_expand", X, e);
   for (int l = 0; l < cfg_.num_hidden_layers; ++l) decoder_layer(l, w_.layers[size_t(l)], caches_[size_t(l)], X, Xtmp, st);
 }
 
@@ -133,7 +133,7 @@ void DeepSeekV4::lm_head(Stream s, const Tensor& X, int rows, const Tensor& hc_f
                          const Tensor& hc_base, const Tensor& norm_w, const Tensor& logits) {
   Ops::Scope scope(ops_, "head");
   const Tensor h = buf_->h.rows(0, rows), hn = buf_->hnorm.rows(0, rows);
-  ops_.hc_head(s, h, X, hc_fn, hc_scale, hc_base, float(cfg_.hc_eps), float(cfg_.rms_norm_eps));
+  ops_.hc_head(s, "hc_head", h, X, hc_fn, hc_scale, hc_base, float(cfg_.hc_eps), float(cfg_.rms_norm_eps));
   ops_.rmsnorm(s, "norm", hn, h, norm_w, float(cfg_.rms_norm_eps));
   ops_.gemm(s, "head", logits.rows(0, rows), hn, w_.head);
 }

@@ -190,13 +190,13 @@ StepOutput DeepSeekV4::prefill(const std::vector<int32_t>& tokens, int T0) {
         lm_head(main, buf_->xlast.rows(0, B), B, w_.hc_head_fn, w_.hc_head_scale, w_.hc_head_base, w_.norm,
                 buf_->last_logits);
       }
-      ops_.argmax(main, buf_->sampled, buf_->last_logits);
+      ops_.argmax(main, "argmax", buf_->sampled, buf_->last_logits);
       ops_.copy(main, "next_token", buf_->next_tok, buf_->sampled);
     }
     if (cfg_.num_nextn_predict_layers > 0 && (cfg_.draft_steps > 0 || !last_chunk)) {
       // Draft step 0 runs over every prompt token (it fills the MTP layer's cache); its
       // draft only matters for the last chunk.
-      ops_.shift_tokens(main, buf_->mtp_tok.rows(0, T), st.tokens, buf_->next_tok);
+      ops_.shift_tokens(main, "shift_tokens", buf_->mtp_tok.rows(0, T), st.tokens, buf_->next_tok);
       mtp_step(0, buf_->x.rows(0, T), buf_->mtp_tok.rows(0, T), st);
       if (last_chunk) run_drafts();
     }
@@ -273,7 +273,7 @@ void DeepSeekV4::enqueue_target() {
   ops_.copy(main, "input_tokens", st.tokens, buf_->sampled);
   target_forward(st);
   lm_head(main, buf_->x.rows(0, B), B, w_.hc_head_fn, w_.hc_head_scale, w_.hc_head_base, w_.norm, buf_->last_logits);
-  ops_.argmax(main, buf_->sampled, buf_->last_logits);
+  ops_.argmax(main, "argmax", buf_->sampled, buf_->last_logits);
   // Every aux stream of the target has joined the main stream by now (each layer joins before
   // the ops that need its aux results), so this mark is the end of the target's work.
   if (step_marks_ && !ops_.muted()) be_.record_timing_mark(step_marks_->target_done, main);
@@ -284,7 +284,7 @@ void DeepSeekV4::enqueue_draft0() {
   const Stream main{};
   if (cfg_.num_nextn_predict_layers > 0 && cfg_.draft_steps > 0) {
     Step st = make_step(B);
-    ops_.shift_tokens(main, buf_->mtp_tok.rows(0, B), st.tokens, buf_->sampled);
+    ops_.shift_tokens(main, "shift_tokens", buf_->mtp_tok.rows(0, B), st.tokens, buf_->sampled);
     mtp_step(0, buf_->x.rows(0, B), buf_->mtp_tok.rows(0, B), st);
   }
 }

@@ -31,9 +31,9 @@ void DeepSeekV4::moe(int layer, const MoeWeights& mw, const Tensor& x, const Ten
   }
   ops_.gemm(main, "gate", logits, x, mw.gate);
   const bool hash = cfg_.layer_is_hash_routed(layer);
-  ops_.route(main, ids, rw, logits, hash ? Tensor{} : mw.gate_bias, hash ? mw.tid2eid : Tensor{}, st.tokens,
+  ops_.route(main, "route", ids, rw, logits, hash ? Tensor{} : mw.gate_bias, hash ? mw.tid2eid : Tensor{}, st.tokens,
              float(cfg_.routed_scaling_factor));
-  ops_.moe_experts(main, routed, x, ids, rw, mw.w1, mw.w2, mw.w3, limit, b.moe_ws);
+  ops_.moe_experts(main, "routed_experts", routed, x, ids, rw, mw.w1, mw.w2, mw.w3, limit, b.moe_ws);
 
   // w1, w3 and the SwiGLU in one op (a backend may fuse them).
   ops_.gemm_swiglu(side, "shared_experts.w1+w3+swiglu", act, g, u, x, mw.sh_w1, mw.sh_w3, limit);

@@ -20,12 +20,12 @@ void DeepSeekV4::mtp_step(int draft_step, const Tensor& Hprev, const Tensor& tok
   ms.draft_step = draft_step;
   const Tensor e = b.e.rows(0, T), hn = b.hn.rows(0, T), hp = b.hp.rows(0, T), ep = b.ep.rows(0, T);
   const Tensor X = b.mx.rows(0, T), Xtmp = b.mxtmp.rows(0, T);
-  ops_.embed(main, e, tokens, w_.embed, st.pos, cfg_.mtp_zero_embed_pos0);
+  ops_.embed(main, "embed", e, tokens, w_.embed, st.pos, cfg_.mtp_zero_embed_pos0);
   ops_.rmsnorm(main, "enorm", e, e, mw.enorm, eps);
   ops_.rmsnorm(main, "hnorm", hn.view({T * hc, D}), Hprev.view({T * hc, D}), mw.hnorm, eps);
   ops_.gemm(main, "h_proj", hp.view({T * hc, D}), hn.view({T * hc, D}), mw.h_proj);
   ops_.gemm(main, "e_proj", ep, e, mw.e_proj);
-  ops_.mtp_combine(main, X, hp, ep);
+  ops_.mtp_combine(main, "mtp_combine", X, hp, ep);
   decoder_layer(layer, mw.block, caches_[size_t(layer)], X, Xtmp, ms);
 
   // Only each sequence's last token drafts. Its residual (xlast) is also the next draft
@@ -34,7 +34,7 @@ void DeepSeekV4::mtp_step(int draft_step, const Tensor& Hprev, const Tensor& tok
   const int slot = shape_.draft_logits ? draft_step : 0;
   const Tensor logits = b.draft_logits.rows(slot, slot + 1).view({B, cfg_.vocab_size});
   lm_head(main, b.xlast.rows(0, B), B, mw.hc_head_fn, mw.hc_head_scale, mw.hc_head_base, mw.norm, logits);
-  ops_.argmax(main, b.draft_tok.rows(draft_step, draft_step + 1).view({B}), logits);
+  ops_.argmax(main, "argmax", b.draft_tok.rows(draft_step, draft_step + 1).view({B}), logits);
 }
 
 void DeepSeekV4::run_drafts() {

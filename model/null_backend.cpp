@@ -53,52 +53,14 @@ class NullBackend final : public Backend {
   void wait(Stream, Event) override {}
   void synchronize() override {}
 
-  void init_uniform(Stream, const Tensor&, uint64_t, uint64_t, float, float) override {}
-  void fill(Stream, const Tensor&, float) override {}
-  void copy(Stream, const Tensor&, const Tensor&) override {}
-  void gemm(Stream s, const Tensor&, const Tensor&, const Tensor&) override { note_gemm(s); }
-  void gemm_grouped(Stream s, const Tensor&, const Tensor&, const Tensor&, int) override { note_gemm(s); }
-  void gemm_pair(Stream s, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) override {
-    note_gemm(s);
-  }
-  void gemm_swiglu(Stream s, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                   float) override {
-    note_gemm(s);
-  }
-  void rmsnorm(Stream, const Tensor&, const Tensor&, const Tensor&, float) override {}
-  void add(Stream, const Tensor&, const Tensor&, const Tensor&) override {}
-  void rope(Stream, const Tensor&, const Tensor&, const Tensor&, bool) override {}
-  void embed(Stream, const Tensor&, const Tensor&, const Tensor&, const Tensor&, bool) override {}
-  void argmax(Stream, const Tensor&, const Tensor&) override {}
-  void gather_rows(Stream, const Tensor&, const Tensor&, const Tensor&) override {}
-  void shift_tokens(Stream, const Tensor&, const Tensor&, const Tensor&) override {}
-  void verify_tokens(Stream, const Tensor&, const Tensor&, const Tensor&) override {}
-  void accept_drafts(Stream, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                     const Tensor&, const Tensor&, const Tensor&, const Tensor&) override {}
-  void cache_rollback(Stream, const Tensor&, const Tensor&, const Tensor&, int, int) override {}
-  void hc_pre(Stream, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-              const Tensor&, int, float, float) override {}
-  void hc_post(Stream, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) override {}
-  void hc_head(Stream, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, float,
-               float) override {}
-  void hc_expand(Stream, const Tensor&, const Tensor&) override {}
-  void mtp_combine(Stream, const Tensor&, const Tensor&, const Tensor&) override {}
-  void swa_insert(Stream, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) override {}
-  void compressor_save(Stream, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                       const Tensor&, const Tensor&, const Tensor&, int) override {}
-  void compressor_pool(Stream, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                       const Tensor&, const Tensor&, const Tensor&, int, bool, float) override {}
-  void indexer_topk(Stream, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                    const Tensor&, int) override {}
-  void sparse_attention(Stream, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                        const Tensor&, const Tensor&, const Tensor&, const Tensor&, int, CompressedKeys,
-                        int) override {}
-  void route(Stream, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-             float) override {}
-  void moe_experts(Stream, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                   const Tensor&, const Tensor&, float, const Tensor&) override {}
+  // Every op (model/ops.def) does nothing, except that a GEMM op gives a pool stream its
+  // workspace, as the CUDA backend does (note_gemm).
+#define SL_OP(name, params, args, ...) \
+  void name(Stream s, SL_UNPAREN params) override { note_op(#name, s); }
+#include "model/ops.def"
+#undef SL_OP
+
   size_t moe_workspace_bytes(int64_t, int, int, int, int) const override { return 1; }
-  void swiglu(Stream, const Tensor&, const Tensor&, const Tensor&, float) override {}
 
  private:
   static constexpr size_t kWorkspaceBytes = size_t(32) << 20;  // as the CUDA backend's
@@ -106,7 +68,10 @@ class NullBackend final : public Backend {
     ++stats_.blas_workspaces;
     stats_.library_bytes += kWorkspaceBytes;
   }
-  void note_gemm(Stream s) {
+  // The GEMM ops are those the CUDA backend runs through cuBLAS (gemm, gemm_grouped,
+  // gemm_pair, gemm_swiglu).
+  void note_op(const char* op, Stream s) {
+    if (std::strncmp(op, "gemm", 4) != 0) return;
     const size_t i = size_t(s.id);
     if (i < pool_.size() && pool_[i]) {
       pool_[i] = false;  // has its workspace now

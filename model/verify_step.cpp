@@ -18,14 +18,14 @@ void DeepSeekV4::verify_enqueue() {
 
   // Input rows per sequence: the previous step's bonus token (the last committed one, at p) and
   // its drafts (p+1 .. p+k), all still on the device.
-  ops_.verify_tokens(main, st.tokens, b.sampled, b.draft_tok);
+  ops_.verify_tokens(main, "verify_tokens", st.tokens, b.sampled, b.draft_tok);
   target_forward(st);
   // The head on every row: t_i, the target's token for position p+i+1, checks draft i+1.
   lm_head(main, b.x.rows(0, T), T, w_.hc_head_fn, w_.hc_head_scale, w_.hc_head_base, w_.norm, b.logits);
-  ops_.argmax(main, b.target_tok, b.logits.rows(0, T));
+  ops_.argmax(main, "argmax", b.target_tok, b.logits.rows(0, T));
   // The bonus goes to `sampled`, where the next step's verify_tokens reads it, and last_rows
   // points at each sequence's last committed row (the bonus's logits, draft 0's row).
-  ops_.accept_drafts(main, b.accepted, b.sampled, b.new_len, b.mtp_tok.rows(0, T), b.last_rows, b.draft_pos,
+  ops_.accept_drafts(main, "accept_drafts", b.accepted, b.sampled, b.new_len, b.mtp_tok.rows(0, T), b.last_rows, b.draft_pos,
                      b.target_tok.view({B, R}), b.draft_tok, b.forced, st.pos);
   ops_.gather_rows(main, "gather_last_logits", b.last_logits, b.logits.rows(0, T), b.last_rows);
   rollback_caches(0, L);

@@ -130,78 +130,11 @@ class CudaBackend final : public Backend {
   void range_push(const char* name) override;
   void range_pop() override;
 
-  // initialisation (cuda_backend.cu)
-  void init_uniform(Stream s, const Tensor& t, uint64_t seed, uint64_t key, float scale, float offset) override;
-  void fill(Stream s, const Tensor& t, float value) override;
-  void copy(Stream s, const Tensor& dst, const Tensor& src) override;
-
-  // dense math (cuda_dense.cu)
-  void gemm(Stream s, const Tensor& out, const Tensor& a, const Tensor& w) override;
-  void gemm_grouped(Stream s, const Tensor& out, const Tensor& a, const Tensor& w, int groups) override;
-  void rmsnorm(Stream s, const Tensor& out, const Tensor& x, const Tensor& w, float eps) override;
-  void add(Stream s, const Tensor& out, const Tensor& a, const Tensor& b) override;
-  void rope(Stream s, const Tensor& x, const Tensor& pos, const Tensor& table, bool inverse) override;
-  void swiglu(Stream s, const Tensor& out, const Tensor& g, const Tensor& u, float limit) override;
-  void rmsnorm_pair(Stream s, const Tensor& out1, const Tensor& x1, const Tensor& w1, float eps1, const Tensor& out2,
-                    const Tensor& x2, const Tensor& w2, float eps2) override;
-  void rmsnorm_rope(Stream s, const Tensor& out, const Tensor& x, const Tensor& w, float eps, const Tensor& pos,
-                    const Tensor& table) override;
-  void gemm_pair(Stream s, const Tensor& out1, const Tensor& out2, const Tensor& a, const Tensor& w1,
-                 const Tensor& w2) override;
-  void gemm_swiglu(Stream s, const Tensor& act, const Tensor& g, const Tensor& u, const Tensor& x, const Tensor& w1,
-                   const Tensor& w3, float limit) override;
-
-  // embedding, sampling (cuda_dense.cu)
-  void embed(Stream s, const Tensor& out, const Tensor& ids, const Tensor& table, const Tensor& pos,
-             bool zero_pos0) override;
-  void argmax(Stream s, const Tensor& out, const Tensor& logits) override;
-  void gather_rows(Stream s, const Tensor& out, const Tensor& in, const Tensor& rows) override;
-  void shift_tokens(Stream s, const Tensor& out, const Tensor& tokens, const Tensor& sampled) override;
-
-  // speculative decoding (cuda_speculative.cu)
-  void verify_tokens(Stream s, const Tensor& out, const Tensor& bonus, const Tensor& drafts) override;
-  void accept_drafts(Stream s, const Tensor& accepted, const Tensor& bonus, const Tensor& new_len,
-                     const Tensor& mtp_tokens, const Tensor& last_rows, const Tensor& draft_pos, const Tensor& target,
-                     const Tensor& drafts, const Tensor& forced, const Tensor& pos) override;
-  void cache_rollback(Stream s, const Tensor& tags, const Tensor& entries, const Tensor& new_len, int ratio,
-                      int extent) override;
-
-  // mHC (cuda_mhc.cu)
-  void hc_pre(Stream s, const Tensor& y, const Tensor& post, const Tensor& comb, const Tensor& X, const Tensor& fn,
-              const Tensor& scale, const Tensor& base, int sinkhorn_iters, float hc_eps, float rms_eps) override;
-  void hc_pre_norm(Stream s, const Tensor& out, const Tensor& y, const Tensor& post, const Tensor& comb,
-                   const Tensor& X, const Tensor& fn, const Tensor& scale, const Tensor& base, int sinkhorn_iters,
-                   float hc_eps, float rms_eps, const Tensor& norm_w, float norm_eps) override;
-  void hc_post(Stream s, const Tensor& X_out, const Tensor& f, const Tensor& res, const Tensor& post,
-               const Tensor& comb) override;
-  void add_hc_post(Stream s, const Tensor& X_out, const Tensor& f, const Tensor& f1, const Tensor& f2,
-                   const Tensor& res, const Tensor& post, const Tensor& comb) override;
-  void hc_head(Stream s, const Tensor& h, const Tensor& X, const Tensor& fn, const Tensor& scale, const Tensor& base,
-               float hc_eps, float rms_eps) override;
-  void hc_expand(Stream s, const Tensor& X, const Tensor& e) override;
-  void mtp_combine(Stream s, const Tensor& X, const Tensor& hp, const Tensor& ep) override;
-
-  // attention (cuda_attention.cu)
-  void swa_insert(Stream s, const Tensor& cache, const Tensor& tags, const Tensor& k, const Tensor& pos,
-                  const Tensor& seq) override;
-  void compressor_save(Stream s, const Tensor& state_u, const Tensor& state_g, const Tensor& state_tags,
-                       const Tensor& u, const Tensor& g, const Tensor& ape, const Tensor& pos, const Tensor& seq,
-                       int ratio) override;
-  void compressor_pool(Stream s, const Tensor& entries, const Tensor& state_u, const Tensor& state_g,
-                       const Tensor& state_tags, const Tensor& norm_w, const Tensor& table, const Tensor& pos,
-                       const Tensor& seq, int ratio, bool overlap, float rms_eps) override;
-  void indexer_topk(Stream s, const Tensor& sel, const Tensor& q, const Tensor& w, const Tensor& keys,
-                    const Tensor& pos, const Tensor& seq, int ratio) override;
-  void sparse_attention(Stream s, const Tensor& o, const Tensor& q, const Tensor& swa, const Tensor& swa_tags,
-                        const Tensor& comp, const Tensor& sel, const Tensor& sink, const Tensor& pos,
-                        const Tensor& seq, int window, CompressedKeys mode, int ratio) override;
-
-  // MoE (cuda_moe.cu)
-  void route(Stream s, const Tensor& ids, const Tensor& weights, const Tensor& logits, const Tensor& bias,
-             const Tensor& tid2eid, const Tensor& tokens, float scaling) override;
-  void moe_experts(Stream s, const Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
-                   const Tensor& w1, const Tensor& w2, const Tensor& w3, float swiglu_limit,
-                   const Tensor& workspace) override;
+  // The ops, fused ones included (model/ops.def; the file implementing each: the list at the
+  // top).
+#define SL_OP(name, params, args, ...) void name(Stream s, SL_UNPAREN params) override;
+#include "model/ops.def"
+#undef SL_OP
   size_t moe_workspace_bytes(int64_t tokens, int k, int D, int F, int E) const override;
 
   // ---------------------------------------------------------------- for the op files

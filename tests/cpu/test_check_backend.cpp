@@ -17,15 +17,15 @@
 #include "model/check_backend.h"
 #include "model/cpu/cpu_backend.h"
 #include "model/deepseek_v4.h"
+#include "model/forwarding_backend.h"
 #include "model/speculative.h"
 
 namespace sl {
 namespace {
 
-// A CPU backend with a hook after every op that writes outputs: the hook sees the op name,
-// the range path (same format as CheckRecord::path) and the output tensors (host memory), and
-// may corrupt them.
-class FaultyCpu final : public Backend {
+// A CPU backend with a hook after every op: the hook sees the op name, the range path (same
+// format as CheckRecord::path) and the op's results (host memory), and may corrupt them.
+class FaultyCpu final : public ForwardingBackend {
  public:
   using Hook = std::function<void(const std::string& op, const std::string& path, const std::vector<Tensor>& outs)>;
   Hook hook;
@@ -33,165 +33,28 @@ class FaultyCpu final : public Backend {
   // copy then work: the CPU ops want f32).
   bool bf16 = false;
 
+  FaultyCpu() : ForwardingBackend(make_cpu_backend()) {}
   std::string name() const override { return "faulty-cpu"; }
-  DType act_dtype() const override { return bf16 ? DType::BF16 : in_->act_dtype(); }
-  DType weight_dtype() const override { return bf16 ? DType::BF16 : in_->weight_dtype(); }
-  Tensor alloc(const std::string& n, DType dt, Shape s, AllocKind k) override { return in_->alloc(n, dt, s, k); }
-  std::string buffer_name(int b) const override { return in_->buffer_name(b); }
-  void upload(Stream s, const Tensor& d, const void* h, size_t n) override { in_->upload(s, d, h, n); }
-  void download(void* h, const Tensor& s, size_t n) override { in_->download(h, s, n); }
-  MemoryStats memory() const override { return in_->memory(); }
-  Stream create_stream(const std::string& n, int p) override { return in_->create_stream(n, p); }
-  Stream create_pool_stream(const std::string& n, int p) override { return in_->create_pool_stream(n, p); }
-  void claim_stream(Stream s, const std::string& r) override { in_->claim_stream(s, r); }
-  void destroy_stream(Stream s) override { in_->destroy_stream(s); }
-  Event create_event(const std::string& n) override { return in_->create_event(n); }
-  void record(Event e, Stream s) override { in_->record(e, s); }
-  void wait(Stream s, Event e) override { in_->wait(s, e); }
-  void synchronize() override { in_->synchronize(); }
+  DType act_dtype() const override { return bf16 ? DType::BF16 : inner().act_dtype(); }
+  DType weight_dtype() const override { return bf16 ? DType::BF16 : inner().weight_dtype(); }
   void range_push(const char* n) override {
     if (ranges_.empty()) ++top_[n];
     ranges_.emplace_back(n);
   }
   void range_pop() override { ranges_.pop_back(); }
 
-  void init_uniform(Stream s, const Tensor& t, uint64_t seed, uint64_t key, float scale, float offset) override {
-    in_->init_uniform(s, t, seed, key, scale, offset);
-  }
-  void fill(Stream s, const Tensor& t, float v) override { in_->fill(s, t, v); }
-  void copy(Stream s, const Tensor& d, const Tensor& src) override {
-    in_->copy(s, d, src);
-    after("copy", {d});
-  }
-  void gemm(Stream s, const Tensor& out, const Tensor& a, const Tensor& w) override {
-    in_->gemm(s, out, a, w);
-    after("gemm", {out});
-  }
-  void gemm_grouped(Stream s, const Tensor& out, const Tensor& a, const Tensor& w, int g) override {
-    in_->gemm_grouped(s, out, a, w, g);
-    after("gemm_grouped", {out});
-  }
-  void rmsnorm(Stream s, const Tensor& out, const Tensor& x, const Tensor& w, float eps) override {
-    in_->rmsnorm(s, out, x, w, eps);
-    after("rmsnorm", {out});
-  }
-  void add(Stream s, const Tensor& out, const Tensor& a, const Tensor& b) override {
-    in_->add(s, out, a, b);
-    after("add", {out});
-  }
-  void rope(Stream s, const Tensor& x, const Tensor& pos, const Tensor& table, bool inv) override {
-    in_->rope(s, x, pos, table, inv);
-    after("rope", {x});
-  }
-  void embed(Stream s, const Tensor& out, const Tensor& ids, const Tensor& table, const Tensor& pos, bool z) override {
-    in_->embed(s, out, ids, table, pos, z);
-    after("embed", {out});
-  }
-  void argmax(Stream s, const Tensor& out, const Tensor& logits) override {
-    in_->argmax(s, out, logits);
-    after("argmax", {out});
-  }
-  void gather_rows(Stream s, const Tensor& out, const Tensor& in, const Tensor& rows) override {
-    in_->gather_rows(s, out, in, rows);
-    after("gather_rows", {out});
-  }
-  void shift_tokens(Stream s, const Tensor& out, const Tensor& tokens, const Tensor& sampled) override {
-    in_->shift_tokens(s, out, tokens, sampled);
-    after("shift_tokens", {out});
-  }
-  void verify_tokens(Stream s, const Tensor& out, const Tensor& bonus, const Tensor& drafts) override {
-    in_->verify_tokens(s, out, bonus, drafts);
-    after("verify_tokens", {out});
-  }
-  void accept_drafts(Stream s, const Tensor& accepted, const Tensor& bonus, const Tensor& new_len,
-                     const Tensor& mtp_tokens, const Tensor& last_rows, const Tensor& draft_pos, const Tensor& target,
-                     const Tensor& drafts, const Tensor& forced, const Tensor& pos) override {
-    in_->accept_drafts(s, accepted, bonus, new_len, mtp_tokens, last_rows, draft_pos, target, drafts, forced, pos);
-    after("accept_drafts", {accepted, bonus, new_len, mtp_tokens, last_rows, draft_pos});
-  }
-  void cache_rollback(Stream s, const Tensor& tags, const Tensor& entries, const Tensor& new_len, int ratio,
-                      int extent) override {
-    in_->cache_rollback(s, tags, entries, new_len, ratio, extent);
-    after("cache_rollback", entries.empty() ? std::vector<Tensor>{tags} : std::vector<Tensor>{tags, entries});
-  }
-  void hc_pre(Stream s, const Tensor& y, const Tensor& post, const Tensor& comb, const Tensor& X, const Tensor& fn,
-              const Tensor& scale, const Tensor& base, int it, float he, float re) override {
-    in_->hc_pre(s, y, post, comb, X, fn, scale, base, it, he, re);
-    after("hc_pre", {y, post, comb});
-  }
-  void hc_post(Stream s, const Tensor& X_out, const Tensor& f, const Tensor& res, const Tensor& post,
-               const Tensor& comb) override {
-    in_->hc_post(s, X_out, f, res, post, comb);
-    after("hc_post", {X_out});
-  }
-  void hc_head(Stream s, const Tensor& h, const Tensor& X, const Tensor& fn, const Tensor& scale, const Tensor& base,
-               float he, float re) override {
-    in_->hc_head(s, h, X, fn, scale, base, he, re);
-    after("hc_head", {h});
-  }
-  void hc_expand(Stream s, const Tensor& X, const Tensor& e) override {
-    in_->hc_expand(s, X, e);
-    after("hc_expand", {X});
-  }
-  void mtp_combine(Stream s, const Tensor& X, const Tensor& hp, const Tensor& ep) override {
-    in_->mtp_combine(s, X, hp, ep);
-    after("mtp_combine", {X});
-  }
-  void swa_insert(Stream s, const Tensor& cache, const Tensor& tags, const Tensor& k, const Tensor& pos,
-                  const Tensor& seq) override {
-    in_->swa_insert(s, cache, tags, k, pos, seq);
-    after("swa_insert", {cache, tags});
-  }
-  void compressor_save(Stream s, const Tensor& su, const Tensor& sg, const Tensor& tags, const Tensor& u,
-                       const Tensor& g, const Tensor& ape, const Tensor& pos, const Tensor& seq, int r) override {
-    in_->compressor_save(s, su, sg, tags, u, g, ape, pos, seq, r);
-    after("compressor_save", {su, sg, tags});
-  }
-  void compressor_pool(Stream s, const Tensor& entries, const Tensor& su, const Tensor& sg, const Tensor& tags,
-                       const Tensor& nw, const Tensor& table, const Tensor& pos, const Tensor& seq, int r, bool ov,
-                       float eps) override {
-    in_->compressor_pool(s, entries, su, sg, tags, nw, table, pos, seq, r, ov, eps);
-    after("compressor_pool", {entries});
-  }
-  void indexer_topk(Stream s, const Tensor& sel, const Tensor& q, const Tensor& w, const Tensor& keys,
-                    const Tensor& pos, const Tensor& seq, int r) override {
-    in_->indexer_topk(s, sel, q, w, keys, pos, seq, r);
-    after("indexer_topk", {sel});
-  }
-  void sparse_attention(Stream s, const Tensor& o, const Tensor& q, const Tensor& swa, const Tensor& swa_tags,
-                        const Tensor& comp, const Tensor& sel, const Tensor& sink, const Tensor& pos, const Tensor& seq,
-                        int window, CompressedKeys mode, int r) override {
-    in_->sparse_attention(s, o, q, swa, swa_tags, comp, sel, sink, pos, seq, window, mode, r);
-    after("sparse_attention", {o});
-  }
-  void route(Stream s, const Tensor& ids, const Tensor& w, const Tensor& logits, const Tensor& bias,
-             const Tensor& tid2eid, const Tensor& tokens, float scaling) override {
-    in_->route(s, ids, w, logits, bias, tid2eid, tokens, scaling);
-    after("route", {ids, w});
-  }
-  void moe_experts(Stream s, const Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& w, const Tensor& w1,
-                   const Tensor& w2, const Tensor& w3, float limit, const Tensor& ws) override {
-    in_->moe_experts(s, out, x, ids, w, w1, w2, w3, limit, ws);
-    after("moe_experts", {out});
-  }
-  size_t moe_workspace_bytes(int64_t t, int k, int D, int F, int E) const override {
-    return in_->moe_workspace_bytes(t, k, D, F, E);
-  }
-  void swiglu(Stream s, const Tensor& out, const Tensor& g, const Tensor& u, float limit) override {
-    in_->swiglu(s, out, g, u, limit);
-    after("swiglu", {out});
-  }
-
  private:
-  void after(const char* op, const std::vector<Tensor>& outs) {
+  void after_op(const char* op, Stream, const OpIo& io) override {
     if (!hook) return;
+    std::vector<Tensor> outs;
+    for (const OpIo::Arg& a : io)
+      if (OpIo::result(a.role)) outs.push_back(*a.tensor);
     std::string p;
     for (size_t i = 0; i < ranges_.size(); ++i)
       p += (i ? "/" : "") + ranges_[i] + (i == 0 ? "#" + std::to_string(top_[ranges_[0]]) : "");
     hook(op, p, outs);
   }
 
-  std::unique_ptr<Backend> in_ = make_cpu_backend();
   std::vector<std::string> ranges_;
   std::map<std::string, int> top_;
 };
@@ -409,8 +272,9 @@ TEST(CheckBackend, FindsWriteOutsideTheOutput) {
   FaultyCpu dut;
   std::string fault;
   dut.hook = [&](const std::string& op, const std::string& path, const std::vector<Tensor>& outs) {
-    if (op != "rmsnorm" || !starts_with(path, "decode#1/") || !fault.empty()) return;
-    outs[0].ptr<float>()[outs[0].numel()] += 1.f;  // decode views are row prefixes of prefill-sized buffers
+    // The first fused hc_pre + RMSNorm of the step; its results are y, post, comb, out.
+    if (op != "hc_pre_norm" || !starts_with(path, "decode#1/") || !fault.empty()) return;
+    outs[3].ptr<float>()[outs[3].numel()] += 1.f;  // decode views are row prefixes of prefill-sized buffers
     fault = path;
   };
   auto check = make_check_backend(*ref, dut);
@@ -420,9 +284,8 @@ TEST(CheckBackend, FindsWriteOutsideTheOutput) {
   EXPECT_EQ(s.failures, 1);
   EXPECT_EQ(s.outside_view, 1);
   EXPECT_EQ(s.first_failure->kind, CheckRecord::Kind::OutsideView);
-  // The first rmsnorm of the step is hc_pre.attn's (the fused op's CPU default runs hc_pre, then
-  // rmsnorm), so the check names that op.
   EXPECT_EQ(s.first_failure->op, "hc_pre_norm");
+  EXPECT_TRUE(starts_with(s.first_failure->output, "out (outside the view")) << s.first_failure->output;
   EXPECT_EQ(s.first_failure->path, fault);
   EXPECT_EQ(s.first_failure->mismatches, 1);
   EXPECT_EQ(s.worst_rel_err, 0.0);  // the view itself was right

@@ -53,35 +53,6 @@ struct Options {
   std::string kernel_variants;  // --kernel-variants= (model/kernel_variants.h)
 };
 
-// Device-to-device copy bandwidth, counting bytes read plus bytes written (METHOD.md).
-double copy_bandwidth_bytes_per_s(std::vector<double>* samples_out) {
-  const size_t bytes = size_t(2) << 30;
-  void *a = nullptr, *b = nullptr;
-  BENCH_CUDA_CHECK(cudaMalloc(&a, bytes));
-  BENCH_CUDA_CHECK(cudaMalloc(&b, bytes));
-  BENCH_CUDA_CHECK(cudaMemset(a, 1, bytes));
-  cudaEvent_t e0, e1;
-  BENCH_CUDA_CHECK(cudaEventCreate(&e0));
-  BENCH_CUDA_CHECK(cudaEventCreate(&e1));
-  std::vector<double> bw;
-  for (int i = 0; i < 23; ++i) {
-    BENCH_CUDA_CHECK(cudaEventRecord(e0));
-    BENCH_CUDA_CHECK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice));
-    BENCH_CUDA_CHECK(cudaEventRecord(e1));
-    BENCH_CUDA_CHECK(cudaEventSynchronize(e1));
-    float ms = 0;
-    BENCH_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-    if (i >= 3) bw.push_back(2.0 * double(bytes) / (double(ms) * 1e-3));
-  }
-  BENCH_CUDA_CHECK(cudaFree(a));
-  BENCH_CUDA_CHECK(cudaFree(b));
-  BENCH_CUDA_CHECK(cudaEventDestroy(e0));
-  BENCH_CUDA_CHECK(cudaEventDestroy(e1));
-  std::sort(bw.begin(), bw.end());
-  if (samples_out) *samples_out = bw;
-  return bw[bw.size() / 2];
-}
-
 // Bytes of the dense (non-routed-expert) weights under a name prefix, as the backend holds
 // them; the routing table is read one row per token, counted separately.
 size_t dense_bytes(const std::vector<WeightSpec>& specs, const std::string& prefix, DType wdt) {
@@ -155,7 +126,7 @@ void run(const Options& o) {
     std::exit(2);
   }
   std::vector<double> bw_samples;
-  const double bw = copy_bandwidth_bytes_per_s(&bw_samples);
+  const double bw = bench::copy_bandwidth_bytes_per_s(&bw_samples);
   std::printf("device-to-device copy: median %.1f GB/s (read + write), %zu samples, min %.1f max %.1f\n", bw / 1e9,
               bw_samples.size(), bw_samples.front() / 1e9, bw_samples.back() / 1e9);
   std::vector<BatchResult> results;

@@ -110,6 +110,36 @@ inline double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// Device-to-device copy bandwidth, counting bytes read plus bytes written (docs/measurement.md):
+// the yardstick that bytes floors and "% of copy bandwidth" are measured against, in the same run.
+inline double copy_bandwidth_bytes_per_s(std::vector<double>* samples_out) {
+  const size_t bytes = size_t(2) << 30;
+  void *a = nullptr, *b = nullptr;
+  BENCH_CUDA_CHECK(cudaMalloc(&a, bytes));
+  BENCH_CUDA_CHECK(cudaMalloc(&b, bytes));
+  BENCH_CUDA_CHECK(cudaMemset(a, 1, bytes));
+  cudaEvent_t e0, e1;
+  BENCH_CUDA_CHECK(cudaEventCreate(&e0));
+  BENCH_CUDA_CHECK(cudaEventCreate(&e1));
+  std::vector<double> bw;
+  for (int i = 0; i < 23; ++i) {
+    BENCH_CUDA_CHECK(cudaEventRecord(e0));
+    BENCH_CUDA_CHECK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice));
+    BENCH_CUDA_CHECK(cudaEventRecord(e1));
+    BENCH_CUDA_CHECK(cudaEventSynchronize(e1));
+    float ms = 0;
+    BENCH_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    if (i >= 3) bw.push_back(2.0 * double(bytes) / (double(ms) * 1e-3));
+  }
+  BENCH_CUDA_CHECK(cudaFree(a));
+  BENCH_CUDA_CHECK(cudaFree(b));
+  BENCH_CUDA_CHECK(cudaEventDestroy(e0));
+  BENCH_CUDA_CHECK(cudaEventDestroy(e1));
+  std::sort(bw.begin(), bw.end());
+  if (samples_out) *samples_out = bw;
+  return bw[bw.size() / 2];
+}
+
 // The value of `arg` when it is `key` followed by the value ("--steps=" + "20"), else null.
 inline const char* flag_value(const char* arg, const char* key) {
   const size_t n = std::strlen(key);
