@@ -116,15 +116,14 @@ std::string sibling(const std::string& out, const std::string& suffix) {
   return (p.parent_path() / (p.stem().string() + suffix)).string();
 }
 
-void measure(const MeasureOptions& o) {
+// Refuses bad options and a backend that cannot do what they ask, before anything is allocated.
+void check_measure_options(const MeasureOptions& o) {
   SL_CHECK(!o.out.empty(), "measure: --out FILE.json is required");
   SL_CHECK(o.steps >= 1 && o.steps <= 100000, "measure: --steps must be in [1, 100000], not ", o.steps);
   SL_CHECK(o.warmup >= 1 && o.warmup <= 1000, "measure: --warmup must be in [1, 1000] (the first step of a mode "
            "loads modules and captures the graph), not ", o.warmup);
   SL_CHECK(!o.modes.empty(), "measure: --modes is empty");
   for (const auto& m : o.modes) SL_CHECK(m == "eager" || m == "graph", "measure: --modes takes eager and/or graph, not '", m, "'");
-  ModelConfig cfg = resolve_config(o.model, "");
-  const StreamPolicy policy = resolve_policy(o.model);
   if (o.backend == "cpu") {
     // The CPU reference runs ops one by one on the host: no graphs, no tracer. It is here so that
     // compare and sweep can be exercised end to end on a machine without a GPU (tests, CI).
@@ -134,27 +133,11 @@ void measure(const MeasureOptions& o) {
     std::string why;
     SL_CHECK(gpu_present(&why), "measure: needs a GPU (", why, "); --backend cpu measures the CPU reference");
   }
-#if STREAMLAB_HAVE_CUDA
-  if (o.trace) {
-    prof::CuptiSession::reexec_with_nvtx_injection(g_measure_argv, "streamlab");
-    SL_CHECK(prof::CuptiSession::instance().start({}) == prof::SessionState::Tracing, "measure --trace: ",
-             prof::CuptiSession::instance().message());
-  }
-#endif
-  const int per_mode = o.warmup + o.steps + (o.trace ? 2 * o.steps : 0);
-  RunShape shape = run_shape(cfg, per_mode * int(o.modes.size()) + 1, false);
-  std::fprintf(stderr, "measure: %s, policy %s, batch %d, context %d, %d MTP layers (compress %d), %d draft steps%s\n",
-               cfg.name.c_str(), policy.str().c_str(), cfg.batch, cfg.context_length, cfg.num_nextn_predict_layers,
-               cfg.mtp_compress_ratio, cfg.draft_steps, o.trace ? ", traced" : "");
-  auto be = make_backend(o.backend, KernelVariants::parse(o.kernel_variants));
-  check_memory_fits(*be, cfg, shape, "measure");
-  DeepSeekV4 model(*be, cfg, policy, shape);
-  model.set_graph_scope(parse_graph_scope(o.model.graph_scope));
-  model.enable_step_marks();
-  model.init_random(cfg.seed);
-  model.prefill(seeded_prompt(cfg), cfg.context_length);
+}
 
-  compare::Measurement m;
+// What was measured: the set-up, the streams and events the model made (before any step).
+void describe_setup(compare::Measurement& m, const MeasureOptions& o, const ModelConfig& cfg,
+                    const StreamPolicy& policy, DeepSeekV4& model) {
   m.provenance = provenance(command_line(g_measure_argc, g_measure_argv));
   // The CPU reference runs ops one by one whatever the source: it says so, and which source it
   // modelled ("cpu-reference:torch").
@@ -187,7 +170,83 @@ void measure(const MeasureOptions& o) {
     }
   m.stream_setup_ms = model.stream_setup_ms();
   m.events_created = int(model.events_created());
+}
 
+#if STREAMLAB_HAVE_CUDA
+// --trace: one CUPTI window per mode, written beside --out (Kineto JSON; the eager one also as
+// nsys-layout SQLite), then the same number of steps untraced (the tracing on/off ratio).
+void measure_traced(compare::Measurement& m, const MeasureOptions& o, const ModelConfig& cfg,
+                    const StreamPolicy& policy, DeepSeekV4& model) {
+  auto& session = prof::CuptiSession::instance();
+  for (const auto& mode : o.modes) host_times(model, mode, o.warmup);  // modules, CUPTI code, graph capture
+  std::vector<compare::TracedWindow> windows;
+  for (const auto& mode : o.modes) {
+    std::fprintf(stderr, "measure: tracing %d %s steps\n", o.steps, mode.c_str());
+    compare::TracedWindow w;
+    w.mode = mode;
+    session.begin_window();
+    w.traced_step_ms = host_times(model, mode, o.steps);
+    prof::Trace trace = session.end_window();
+    trace.metadata["policy"] = policy.str();
+    trace.metadata["mode"] = mode;
+    trace.metadata["config"] = cfg.name;
+    const std::string warn = prof::record_count_warnings(trace.counts);
+    if (!warn.empty()) {
+      std::fprintf(stderr, "measure: %s\n", warn.c_str());
+      SL_CHECK(o.allow_invalid_records || trace.counts.clean(), "measure: the ", mode,
+               " trace has dropped or invalid records (see above); --allow-invalid-records keeps it");
+    }
+    const std::string json_path = sibling(o.out, "." + mode + ".json");
+    prof::write_kineto_json_file(trace, json_path);
+    w.trace_json = std::filesystem::path(json_path).filename().string();
+    if (mode == "eager") {
+      const std::string sqlite_path = sibling(o.out, "." + mode + ".sqlite");
+      prof::write_nsys_sqlite(trace, sqlite_path);
+      w.trace_sqlite = std::filesystem::path(sqlite_path).filename().string();
+    }
+    windows.push_back(std::move(w));
+  }
+  session.stop();
+  for (auto& w : windows) {
+    std::fprintf(stderr, "measure: %d untraced %s steps (tracing on/off)\n", o.steps, w.mode.c_str());
+    w.untraced_step_ms = host_times(model, w.mode, o.steps);
+  }
+  m.traced = std::move(windows);
+  if (model.graph_captured()) {
+    compare::ModeSamples g;
+    g.mode = "graph";
+    record_graphs(model, g);
+    m.modes.push_back(g);
+  }
+}
+#endif
+
+void measure(const MeasureOptions& o) {
+  check_measure_options(o);
+  ModelConfig cfg = resolve_config(o.model, "");
+  const StreamPolicy policy = resolve_policy(o.model);
+#if STREAMLAB_HAVE_CUDA
+  if (o.trace) {
+    prof::CuptiSession::reexec_with_nvtx_injection(g_measure_argv, "streamlab");
+    SL_CHECK(prof::CuptiSession::instance().start({}) == prof::SessionState::Tracing, "measure --trace: ",
+             prof::CuptiSession::instance().message());
+  }
+#endif
+  const int per_mode = o.warmup + o.steps + (o.trace ? 2 * o.steps : 0);
+  RunShape shape = run_shape(cfg, per_mode * int(o.modes.size()) + 1, false);
+  std::fprintf(stderr, "measure: %s, policy %s, batch %d, context %d, %d MTP layers (compress %d), %d draft steps%s\n",
+               cfg.name.c_str(), policy.str().c_str(), cfg.batch, cfg.context_length, cfg.num_nextn_predict_layers,
+               cfg.mtp_compress_ratio, cfg.draft_steps, o.trace ? ", traced" : "");
+  auto be = make_backend(o.backend, KernelVariants::parse(o.kernel_variants));
+  check_memory_fits(*be, cfg, shape, "measure");
+  DeepSeekV4 model(*be, cfg, policy, shape);
+  model.set_graph_scope(parse_graph_scope(o.model.graph_scope));
+  model.enable_step_marks();
+  model.init_random(cfg.seed);
+  model.prefill(seeded_prompt(cfg), cfg.context_length);
+
+  compare::Measurement m;
+  describe_setup(m, o, cfg, policy, model);
   if (!o.trace) {
     for (const auto& mode : o.modes) {
       std::fprintf(stderr, "measure: %s, %d warm-up + %d timed steps\n", mode.c_str(), o.warmup, o.steps);
@@ -195,47 +254,7 @@ void measure(const MeasureOptions& o) {
     }
   } else {
 #if STREAMLAB_HAVE_CUDA
-    auto& session = prof::CuptiSession::instance();
-    for (const auto& mode : o.modes) host_times(model, mode, o.warmup);  // modules, CUPTI code, graph capture
-    std::vector<compare::TracedWindow> windows;
-    for (const auto& mode : o.modes) {
-      std::fprintf(stderr, "measure: tracing %d %s steps\n", o.steps, mode.c_str());
-      compare::TracedWindow w;
-      w.mode = mode;
-      session.begin_window();
-      w.traced_step_ms = host_times(model, mode, o.steps);
-      prof::Trace trace = session.end_window();
-      trace.metadata["policy"] = policy.str();
-      trace.metadata["mode"] = mode;
-      trace.metadata["config"] = cfg.name;
-      const std::string warn = prof::record_count_warnings(trace.counts);
-      if (!warn.empty()) {
-        std::fprintf(stderr, "measure: %s\n", warn.c_str());
-        SL_CHECK(o.allow_invalid_records || trace.counts.clean(), "measure: the ", mode,
-                 " trace has dropped or invalid records (see above); --allow-invalid-records keeps it");
-      }
-      const std::string json_path = sibling(o.out, "." + mode + ".json");
-      prof::write_kineto_json_file(trace, json_path);
-      w.trace_json = std::filesystem::path(json_path).filename().string();
-      if (mode == "eager") {
-        const std::string sqlite_path = sibling(o.out, "." + mode + ".sqlite");
-        prof::write_nsys_sqlite(trace, sqlite_path);
-        w.trace_sqlite = std::filesystem::path(sqlite_path).filename().string();
-      }
-      windows.push_back(std::move(w));
-    }
-    session.stop();
-    for (auto& w : windows) {
-      std::fprintf(stderr, "measure: %d untraced %s steps (tracing on/off)\n", o.steps, w.mode.c_str());
-      w.untraced_step_ms = host_times(model, w.mode, o.steps);
-    }
-    m.traced = std::move(windows);
-    if (model.graph_captured()) {
-      compare::ModeSamples g;
-      g.mode = "graph";
-      record_graphs(model, g);
-      m.modes.push_back(g);
-    }
+    measure_traced(m, o, cfg, policy, model);
 #endif
   }
   const MemoryStats mem = be->memory();

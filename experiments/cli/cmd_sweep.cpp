@@ -256,63 +256,110 @@ void write_summary(const std::string& folder, const SweepGrid& g, const json& se
   write_file_atomic(folder + "/summary.html", html);
 }
 
+// --resume FOLDER: the grid and settings the sweep started with.
+std::string resume_sweep(const SweepOptions& o, SweepGrid& grid, json& settings) {
+  const std::string folder = o.resume;
+  const std::string sp = folder + "/sweep.json";
+  SL_CHECK(fs::is_regular_file(sp), "sweep --resume: '", folder, "' has no sweep.json (not a sweep folder)");
+  std::ifstream f(sp);
+  try {
+    settings = json::parse(f);
+  } catch (const json::exception& e) {
+    fail("'", sp, "' is not valid JSON: ", e.what());
+  }
+  grid = SweepGrid::from_json(settings.value("grid", json::object()), "'" + sp + "' grid");
+  const std::string was = settings.value("commit", std::string());
+  if (was != build_commit())
+    std::fprintf(stderr, "sweep: warning: the sweep started at commit %s, this binary is %s: its cells will mix "
+                 "commits (each cell's measurement records its own)\n", was.c_str(), build_commit().c_str());
+  return folder;
+}
+
+// A new sweep: the grid from the options, checked before any child runs; a new folder with its
+// sweep.json.
+std::string start_sweep(const SweepOptions& o, SweepGrid& grid, json& settings) {
+  grid.policies = split(o.policies);
+  grid.mtp_layers = compare::parse_int_list(o.mtp_layers, "--mtp-layers");
+  grid.mtp_compress = compare::parse_int_list(o.mtp_compress, "--mtp-compress");
+  grid.connections = compare::parse_int_list(o.connections, "--connections");
+  grid.modes = split(o.modes);
+  grid.batches = compare::parse_int_list(o.batches, "--batches");
+  grid.sources = split(o.sources);
+  grid.placements = split(o.placements);
+  grid.graph_scopes = split(o.graph_scopes);
+  grid.validate();
+  for (const auto& p : grid.policies) StreamPolicy::parse(p);  // a bad name fails before any child runs
+  SL_CHECK(o.steps >= 1 && o.warmup >= 1, "sweep: --steps and --warmup must be >= 1");
+  if (o.backend == "cpu")
+    for (const auto& m : grid.modes) SL_CHECK(m == "eager", "sweep --backend cpu: only --modes eager");
+  std::string why;
+  SL_CHECK(o.backend == "cpu" || gpu_present(&why), "sweep: needs a GPU (", why,
+           "); the recorded H200 sweeps are under results/sweep/");
+  if (!fs::exists(o.out_dir)) {
+    SL_CHECK(!o.out_dir_given, "sweep: the output folder '", o.out_dir, "' does not exist");
+    fs::create_directories(o.out_dir);
+  }
+  const json prov = provenance("streamlab sweep");
+  const std::string gpu = o.backend == "cpu" ? "cpu" : prov.value("gpu", std::string("gpu"));
+  const std::string date = utc_now();
+  std::string folder = o.out_dir + "/" + compare::run_folder_name(date, gpu, build_commit_short()) + "_sweep";
+  for (int k = 2; fs::exists(folder); ++k)
+    folder = o.out_dir + "/" + compare::run_folder_name(date, gpu, build_commit_short()) + "_sweep_" + std::to_string(k);
+  fs::create_directory(folder);
+  settings = {{"schema", "streamlab.sweep/1"}, {"grid", grid.to_json()},   {"config", o.config},
+              {"context", o.context},          {"draft_steps", o.draft_steps}, {"steps", o.steps},
+              {"warmup", o.warmup},            {"backend", o.backend},    {"kernel_variants", o.kernel_variants},
+              {"commit", build_commit()},
+              {"provenance", prov},            {"started", date}};
+  write_file_atomic(folder + "/sweep.json", settings.dump(1) + "\n");
+  return folder;
+}
+
+// Runs the cells in `todo`, one child process each, appending each cell's record to
+// cells.jsonl as it ends (durably: a kill loses at most the running cell). False when the user
+// interrupted.
+bool run_cells(const SweepOptions& o, const std::vector<SweepCell>& todo, size_t total, const json& settings,
+               const std::string& folder, std::map<std::string, CellRecord>& done) {
+  const std::string log_path = folder + "/cells.jsonl";
+  compare::install_interrupt_handlers();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (size_t i = 0; i < todo.size(); ++i) {
+    const SweepCell& c = todo[i];
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::fprintf(stderr, "[%zu/%zu] %s (%s)\n", total - todo.size() + i + 1, total, c.id().c_str(),
+                 i ? ("about " + compare::clock_text(elapsed / double(i) * double(todo.size() - i)) + " left").c_str()
+                   : "estimating");
+    std::vector<std::pair<std::string, std::string>> env;
+    if (c.connections) env.push_back({"CUDA_DEVICE_MAX_CONNECTIONS", std::to_string(c.connections)});
+    const std::string log = folder + "/logs/" + c.id() + ".log";
+    const compare::ChildResult res = compare::run_child(cell_argv(settings, c, folder), log, o.child_timeout_s, env);
+    if (res.interrupted) {
+      std::fprintf(stderr, "sweep: interrupted; %zu of %zu cells are done. Resume with: streamlab sweep --resume %s\n",
+                   done.size(), total, folder.c_str());
+      return false;
+    }
+    CellRecord r;
+    if (res.ok()) {
+      r = record_of(c, folder, res.seconds);
+    } else {
+      r.cell = c;
+      r.status = "failed";
+      r.seconds = res.seconds;
+      r.reason = failure_reason(log, res);
+      std::fprintf(stderr, "  failed: %s\n", r.reason.c_str());
+    }
+    append_line_durable(log_path, r.to_json().dump());
+    done[c.id()] = r;
+  }
+  return true;
+}
+
 int sweep_main(const SweepOptions& o) {
   SL_CHECK(o.backend == "cuda" || o.kernel_variants.empty(), "sweep: --kernel-variants choose among CUDA kernels; "
            "use --backend cuda");
-  std::string folder;
   SweepGrid grid;
   json settings;
-  if (!o.resume.empty()) {
-    folder = o.resume;
-    const std::string sp = folder + "/sweep.json";
-    SL_CHECK(fs::is_regular_file(sp), "sweep --resume: '", folder, "' has no sweep.json (not a sweep folder)");
-    std::ifstream f(sp);
-    try {
-      settings = json::parse(f);
-    } catch (const json::exception& e) {
-      fail("'", sp, "' is not valid JSON: ", e.what());
-    }
-    grid = SweepGrid::from_json(settings.value("grid", json::object()), "'" + sp + "' grid");
-    const std::string was = settings.value("commit", std::string());
-    if (was != build_commit())
-      std::fprintf(stderr, "sweep: warning: the sweep started at commit %s, this binary is %s: its cells will mix "
-                   "commits (each cell's measurement records its own)\n", was.c_str(), build_commit().c_str());
-  } else {
-    grid.policies = split(o.policies);
-    grid.mtp_layers = compare::parse_int_list(o.mtp_layers, "--mtp-layers");
-    grid.mtp_compress = compare::parse_int_list(o.mtp_compress, "--mtp-compress");
-    grid.connections = compare::parse_int_list(o.connections, "--connections");
-    grid.modes = split(o.modes);
-    grid.batches = compare::parse_int_list(o.batches, "--batches");
-    grid.sources = split(o.sources);
-    grid.placements = split(o.placements);
-    grid.graph_scopes = split(o.graph_scopes);
-    grid.validate();
-    for (const auto& p : grid.policies) StreamPolicy::parse(p);  // a bad name fails before any child runs
-    SL_CHECK(o.steps >= 1 && o.warmup >= 1, "sweep: --steps and --warmup must be >= 1");
-    if (o.backend == "cpu")
-      for (const auto& m : grid.modes) SL_CHECK(m == "eager", "sweep --backend cpu: only --modes eager");
-    std::string why;
-    SL_CHECK(o.backend == "cpu" || gpu_present(&why), "sweep: needs a GPU (", why,
-             "); the recorded H200 sweeps are under results/sweep/");
-    if (!fs::exists(o.out_dir)) {
-      SL_CHECK(!o.out_dir_given, "sweep: the output folder '", o.out_dir, "' does not exist");
-      fs::create_directories(o.out_dir);
-    }
-    const json prov = provenance("streamlab sweep");
-    const std::string gpu = o.backend == "cpu" ? "cpu" : prov.value("gpu", std::string("gpu"));
-    const std::string date = utc_now();
-    folder = o.out_dir + "/" + compare::run_folder_name(date, gpu, build_commit_short()) + "_sweep";
-    for (int k = 2; fs::exists(folder); ++k)
-      folder = o.out_dir + "/" + compare::run_folder_name(date, gpu, build_commit_short()) + "_sweep_" + std::to_string(k);
-    fs::create_directory(folder);
-    settings = {{"schema", "streamlab.sweep/1"}, {"grid", grid.to_json()},   {"config", o.config},
-                {"context", o.context},          {"draft_steps", o.draft_steps}, {"steps", o.steps},
-                {"warmup", o.warmup},            {"backend", o.backend},    {"kernel_variants", o.kernel_variants},
-                {"commit", build_commit()},
-                {"provenance", prov},            {"started", date}};
-    write_file_atomic(folder + "/sweep.json", settings.dump(1) + "\n");
-  }
+  const std::string folder = o.resume.empty() ? start_sweep(o, grid, settings) : resume_sweep(o, grid, settings);
   for (const char* sub : {"cells", "logs"}) fs::create_directories(folder + "/" + sub);
   const std::string log_path = folder + "/cells.jsonl";
   size_t torn = 0;
@@ -330,36 +377,7 @@ int sweep_main(const SweepOptions& o) {
   const size_t total = grid.cells().size();
   std::fprintf(stderr, "sweep: %zu cells, %zu done, %zu to run; folder %s\n", total, total - todo.size(), todo.size(),
                folder.c_str());
-  compare::install_interrupt_handlers();
-  const auto t0 = std::chrono::steady_clock::now();
-  for (size_t i = 0; i < todo.size(); ++i) {
-    const SweepCell& c = todo[i];
-    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::fprintf(stderr, "[%zu/%zu] %s (%s)\n", total - todo.size() + i + 1, total, c.id().c_str(),
-                 i ? ("about " + compare::clock_text(elapsed / double(i) * double(todo.size() - i)) + " left").c_str()
-                   : "estimating");
-    std::vector<std::pair<std::string, std::string>> env;
-    if (c.connections) env.push_back({"CUDA_DEVICE_MAX_CONNECTIONS", std::to_string(c.connections)});
-    const std::string log = folder + "/logs/" + c.id() + ".log";
-    const compare::ChildResult res = compare::run_child(cell_argv(settings, c, folder), log, o.child_timeout_s, env);
-    if (res.interrupted) {
-      std::fprintf(stderr, "sweep: interrupted; %zu of %zu cells are done. Resume with: streamlab sweep --resume %s\n",
-                   done.size(), total, folder.c_str());
-      return 130;
-    }
-    CellRecord r;
-    if (res.ok()) {
-      r = record_of(c, folder, res.seconds);
-    } else {
-      r.cell = c;
-      r.status = "failed";
-      r.seconds = res.seconds;
-      r.reason = failure_reason(log, res);
-      std::fprintf(stderr, "  failed: %s\n", r.reason.c_str());
-    }
-    append_line_durable(log_path, r.to_json().dump());
-    done[c.id()] = r;
-  }
+  if (!run_cells(o, todo, total, settings, folder, done)) return 130;
   const std::string head = "streamlab sweep: " + settings.value("config", std::string()) + ", context " +
                            std::to_string(settings.value("context", 0)) + ", on " +
                            settings["provenance"].value("gpu", std::string("?")) + ", commit " +
