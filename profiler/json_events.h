@@ -40,9 +40,10 @@ inline bool is(std::string_view s, const char (&lit)[N]) {
   return s.size() == N - 1 && __builtin_memcmp(s.data(), lit, N - 1) == 0;
 }
 
-// The event fields the loaders read.
-enum Field : uint8_t { F_PH, F_CAT, F_NAME, F_TS, F_DUR, F_PID, F_TID, F_ARGS, F_COUNT };
-inline constexpr const char* kFieldNames[F_COUNT] = {"ph", "cat", "name", "ts", "dur", "pid", "tid", "args"};
+// The event fields the loaders read (kineto_fields.h).
+using kineto_fields::Field;
+using enum kineto_fields::Field;
+using kineto_fields::kFieldNames;
 
 inline int field_of(std::string_view k) {
   switch (k.size()) {

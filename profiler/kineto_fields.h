@@ -22,6 +22,14 @@
 
 namespace sl::prof::kineto_fields {
 
+// ---------------------------------------------------------------- an event's own keys
+
+// The Trace Event Format keys of an event that the loaders read (json_events.h, both loaders) and
+// the validator checks. (The writer writes them inside longer constant texts such as
+// `{"ph": "X", "cat": "`; the round-trip tests read every one of those back.)
+enum Field : uint8_t { F_PH, F_CAT, F_NAME, F_TS, F_DUR, F_PID, F_TID, F_ARGS, F_COUNT };
+inline constexpr const char* kFieldNames[F_COUNT] = {"ph", "cat", "name", "ts", "dur", "pid", "tid", "args"};
+
 // ---------------------------------------------------------------- keys of "args"
 
 // The "args" keys the loaders read, then (SL_WRITTEN_ARG_KEYS) those only written: for Kineto's
@@ -297,6 +305,39 @@ constexpr int64_t written_value(const IntArg<Rec, T>& f, const Rec& r) {
   if ((f.coding == Coding::NoneIsMinus1 || f.coding == Coding::WrittenMinus1) && member_value(f, r) == f.none) return -1;
   return member_value(f, r);
 }
+
+// ---------------------------------------------------------------- devices
+
+// One property of a device: its key and member; an absent key reads as `absent` (strings: "").
+template <class T>
+struct DeviceKey {
+  const char* name;
+  T Device::*member;
+  int64_t absent = 0;
+};
+
+// Kineto's "deviceProperties" entries (CUDA's cudaDeviceProp names), in the order written; the
+// validator requires each key, of its JSON type.
+inline constexpr auto kDeviceProperties = std::make_tuple(
+    DeviceKey<uint32_t>{"id", &Device::id}, DeviceKey<std::string>{"name", &Device::name},
+    DeviceKey<int64_t>{"totalGlobalMem", &Device::total_memory}, DeviceKey<int>{"computeMajor", &Device::compute_major},
+    DeviceKey<int>{"computeMinor", &Device::compute_minor},
+    DeviceKey<int>{"maxThreadsPerBlock", &Device::max_threads_per_block},
+    DeviceKey<int>{"maxThreadsPerMultiprocessor", &Device::max_threads_per_sm},
+    DeviceKey<int>{"regsPerBlock", &Device::regs_per_block},
+    DeviceKey<int>{"regsPerMultiprocessor", &Device::regs_per_sm}, DeviceKey<int>{"warpSize", &Device::warp_size, 32},
+    DeviceKey<int64_t>{"sharedMemPerBlock", &Device::smem_per_block},
+    DeviceKey<int64_t>{"sharedMemPerMultiprocessor", &Device::smem_per_sm},
+    DeviceKey<int>{"numSms", &Device::sm_count},
+    DeviceKey<int64_t>{"sharedMemPerBlockOptin", &Device::smem_per_block_optin});
+
+// The block's "devices": what deviceProperties has no key for, merged into its devices by id
+// ("id" first; "name" is used when deviceProperties lacks the device).
+inline constexpr auto kBlockDeviceKeys = std::make_tuple(
+    DeviceKey<uint32_t>{"id", &Device::id}, DeviceKey<std::string>{"name", &Device::name},
+    DeviceKey<std::string>{"uuid", &Device::uuid}, DeviceKey<int64_t>{"l2_cache_size", &Device::l2_cache_size},
+    DeviceKey<int64_t>{"clock_rate_khz", &Device::clock_rate_khz},
+    DeviceKey<int64_t>{"memory_bandwidth", &Device::memory_bandwidth});
 
 // ---------------------------------------------------------------- rows of the "streamlab" block
 

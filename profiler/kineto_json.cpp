@@ -390,25 +390,22 @@ class Emitter {
     }
   }
 
+  // One device as a JSON object of a device table's keys (kineto_fields.h), in its order.
+  template <class Table>
+  void device_object(const Device& d, const Table& table) {
+    const char* sep = "{";
+    kineto_fields::for_each_field(table, [&](const auto& k) {
+      out_.raw(sep, std::strlen(sep));
+      out_.member(k.name);
+      out_.val(d.*k.member);
+      sep = ", ";
+    });
+    out_.lit("}");
+  }
+
   void header() {
     out_.lit("{\n\"schemaVersion\": 1,\n\"deviceProperties\": [");
-    list(t_.devices, "\n", ",\n", [&](const Device& d) {
-      out_.open<"id">(d.id);
-      out_.arg<"name">(d.name);
-      out_.arg<"totalGlobalMem">(d.total_memory);
-      out_.arg<"computeMajor">(d.compute_major);
-      out_.arg<"computeMinor">(d.compute_minor);
-      out_.arg<"maxThreadsPerBlock">(d.max_threads_per_block);
-      out_.arg<"maxThreadsPerMultiprocessor">(d.max_threads_per_sm);
-      out_.arg<"regsPerBlock">(d.regs_per_block);
-      out_.arg<"regsPerMultiprocessor">(d.regs_per_sm);
-      out_.arg<"warpSize">(d.warp_size);
-      out_.arg<"sharedMemPerBlock">(d.smem_per_block);
-      out_.arg<"sharedMemPerMultiprocessor">(d.smem_per_sm);
-      out_.arg<"numSms">(d.sm_count);
-      out_.arg<"sharedMemPerBlockOptin">(d.smem_per_block_optin);
-      out_.lit("}");
-    });
+    list(t_.devices, "\n", ",\n", [&](const Device& d) { device_object(d, kineto_fields::kDeviceProperties); });
     out_.lit("\n],\n\"distributedInfo\": {\"rank\": ");
     out_.i64(o_.rank);
     out_.lit("},\n\"baseTimeNanoseconds\": ");
@@ -1012,15 +1009,7 @@ class Emitter {
         out_.str(kv.second);
       });
       out_.lit("},\n\"devices\": [");
-      list(t_.devices, "", ", ", [&](const Device& d) {
-        out_.open<"id">(d.id);
-        out_.arg<"name">(d.name);
-        out_.arg<"uuid">(d.uuid);
-        out_.arg<"l2_cache_size">(d.l2_cache_size);
-        out_.arg<"clock_rate_khz">(d.clock_rate_khz);
-        out_.arg<"memory_bandwidth">(d.memory_bandwidth);
-        out_.lit("}");
-      });
+      list(t_.devices, "", ", ", [&](const Device& d) { device_object(d, kineto_fields::kBlockDeviceKeys); });
       // The rest as compact rows, column by column as kineto_fields.h names them.
       out_.lit("]");
       kineto_fields::for_each_field(kineto_fields::kBlockTables, [&](const auto& table) {

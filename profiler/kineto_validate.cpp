@@ -20,6 +20,15 @@ namespace sl::prof {
 
 namespace {
 
+// An event's own keys, as the loaders name them (kineto_fields.h).
+constexpr const char* kPh = kineto_fields::kFieldNames[kineto_fields::F_PH];
+constexpr const char* kCat = kineto_fields::kFieldNames[kineto_fields::F_CAT];
+constexpr const char* kName = kineto_fields::kFieldNames[kineto_fields::F_NAME];
+constexpr const char* kTs = kineto_fields::kFieldNames[kineto_fields::F_TS];
+constexpr const char* kDur = kineto_fields::kFieldNames[kineto_fields::F_DUR];
+constexpr const char* kPid = kineto_fields::kFieldNames[kineto_fields::F_PID];
+constexpr const char* kTid = kineto_fields::kFieldNames[kineto_fields::F_TID];
+
 using json = nlohmann::json;
 
 struct Ctx {
@@ -94,11 +103,31 @@ struct Scan {
   std::map<int64_t, std::vector<FlowEnd>> starts, finishes;
 };
 
+// ---- each deviceProperties entry: every key of kineto_fields::kDeviceProperties, of its type
+// (a string for strings, an integer for the rest).
+void check_device_properties(const json& devices, Ctx& c) {
+  for (size_t i = 0; i < devices.size(); ++i) {
+    const json& d = devices[i];
+    if (!d.is_object()) {
+      c.err("deviceProperties[", i, "]: not an object");
+      continue;
+    }
+    kineto_fields::for_each_field(kineto_fields::kDeviceProperties, [&](const auto& k) {
+      using T = std::remove_cvref_t<decltype(Device{}.*k.member)>;
+      constexpr bool text = std::is_same_v<T, std::string>;
+      if (!d.contains(k.name) || (text ? !d[k.name].is_string() : !is_int(d[k.name])))
+        c.err("deviceProperties[", i, "]: \"", k.name, "\" (", text ? "string" : "integer", ") missing");
+    });
+  }
+}
+
 // ---- the top level (docs/traces.md 3.1). False when there are no events to check.
 bool check_top_level(const json& doc, std::string_view text, Ctx& c) {
   if (!doc.contains("schemaVersion") || !is_int(doc["schemaVersion"])) c.err("top level: schemaVersion (integer) missing");
   if (!doc.contains("deviceProperties") || !doc["deviceProperties"].is_array())
     c.err("top level: deviceProperties (array) missing");
+  else
+    check_device_properties(doc["deviceProperties"], c);
   if (!doc.contains("distributedInfo") || !doc["distributedInfo"].is_object() ||
       !doc["distributedInfo"].contains("rank") || !is_int(doc["distributedInfo"]["rank"]))
     c.err("top level: distributedInfo {\"rank\": N} missing");
@@ -212,7 +241,7 @@ class EventCheck {
     else if (ph_ == "M") metadata();
     else if (ph_ == "i" || ph_ == "I") {
       int64_t ts = 0;
-      get_ts("ts", ts);
+      get_ts(kTs, ts);
     } else {
       c_.err("event ", i_, ": unexpected ph '", ph_, "'");
     }
@@ -250,16 +279,16 @@ class EventCheck {
                                                "python_function", "overhead",       "Trace"};
     v_.slices++;
     int64_t pid = 0, tid = 0, ts = 0, dur = 0;
-    if (!e_.contains("cat") || !e_["cat"].is_string() || !cats.count(e_["cat"].get<std::string>())) {
-      c_.err("event ", i_, ": unknown or missing cat ", e_.contains("cat") ? e_["cat"].dump() : "");
+    if (!e_.contains(kCat) || !e_[kCat].is_string() || !cats.count(e_[kCat].get<std::string>())) {
+      c_.err("event ", i_, ": unknown or missing cat ", e_.contains(kCat) ? e_[kCat].dump() : "");
       return;
     }
-    const std::string cat = e_["cat"];
-    if (!e_.contains("name") || !e_["name"].is_string() || e_["name"].get<std::string>().empty())
+    const std::string cat = e_[kCat];
+    if (!e_.contains(kName) || !e_[kName].is_string() || e_[kName].get<std::string>().empty())
       c_.err("event ", i_, " (", cat, "): name missing");
-    if (!get_int("pid", pid) || !get_int("tid", tid) || !get_ts("ts", ts) || !get_ts("dur", dur)) return;
+    if (!get_int(kPid, pid) || !get_int(kTid, tid) || !get_ts(kTs, ts) || !get_ts(kDur, dur)) return;
     if (dur < 0) c_.err("event ", i_, " (", cat, "): negative dur");
-    const std::string name = e_.value("name", "");
+    const std::string name = e_.value(kName, "");
     ArgCheck a(args(), i_, cat, name, c_);
     if (cat == "kernel") a.check(kineto_fields::kKernelArgs);
     else if (cat == "gpu_memcpy") a.check(kineto_fields::kMemcpyArgs);
@@ -298,8 +327,8 @@ class EventCheck {
   void flow() {
     v_.flows++;
     int64_t id = 0, pid = 0, tid = 0, ts = 0;
-    if (!get_int("id", id) || !get_int("pid", pid) || !get_int("tid", tid) || !get_ts("ts", ts)) return;
-    if (e_.value("cat", "") != "ac2g" || e_.value("name", "") != "ac2g")
+    if (!get_int("id", id) || !get_int(kPid, pid) || !get_int(kTid, tid) || !get_ts(kTs, ts)) return;
+    if (e_.value(kCat, "") != "ac2g" || e_.value(kName, "") != "ac2g")
       c_.err("event ", i_, ": flow cat and name must be \"ac2g\"");
     bool bp = e_.contains("bp") && e_["bp"] == "e";
     (ph_ == "s" ? scan_.starts : scan_.finishes)[id].push_back({i_, pid, tid, ts, bp});
@@ -308,8 +337,8 @@ class EventCheck {
   void counter() {
     v_.counters++;
     int64_t pid = 0, ts = 0;
-    if (!get_int("pid", pid) || !get_ts("ts", ts)) return;
-    if (!e_.contains("name") || !e_["name"].is_string()) c_.err("event ", i_, ": counter name missing");
+    if (!get_int(kPid, pid) || !get_ts(kTs, ts)) return;
+    if (!e_.contains(kName) || !e_[kName].is_string()) c_.err("event ", i_, ": counter name missing");
     if (!e_.contains("args") || !e_["args"].is_object() || e_["args"].empty())
       c_.err("event ", i_, ": counter args missing");
     else
@@ -320,8 +349,8 @@ class EventCheck {
   void metadata() {
     v_.metadata++;
     int64_t pid = 0, tid = 0;
-    if (!get_int("pid", pid) || !get_int("tid", tid)) return;
-    const std::string name = e_.value("name", "");
+    if (!get_int(kPid, pid) || !get_int(kTid, tid)) return;
+    const std::string name = e_.value(kName, "");
     const json* a = args();
     const bool named = a && a->contains("name") && (*a)["name"].is_string();
     if (name == "process_name") {
@@ -458,11 +487,11 @@ KinetoValidation validate_kineto_json(std::string_view text, size_t max_errors) 
       c.err("event ", i, ": not an object");
       continue;
     }
-    if (!e.contains("ph") || !e["ph"].is_string()) {
+    if (!e.contains(kPh) || !e[kPh].is_string()) {
       c.err("event ", i, ": ph missing");
       continue;
     }
-    EventCheck(e, i, e["ph"].get<std::string>(), c, scan, v).run();
+    EventCheck(e, i, e[kPh].get<std::string>(), c, scan, v).run();
   }
   check_nesting(scan, c);
   check_flows(scan, c);

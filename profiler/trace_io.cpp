@@ -416,6 +416,18 @@ void load_block_counts(dom::element e, Trace& t) {
   t.counts = counts_with_rejections(std::move(given), t.counts);
 }
 
+// The keys of a device table (kineto_fields.h) from one JSON object into `dev`.
+template <class Table>
+void read_device_keys(const Fields& d, const Table& table, Device& dev) {
+  kineto_fields::for_each_field(table, [&](const auto& k) {
+    using T = std::remove_cvref_t<decltype(dev.*k.member)>;
+    if constexpr (std::is_same_v<T, std::string>)
+      dev.*k.member = value_or<std::string>(d, k.name, std::string());
+    else
+      dev.*k.member = value_or<T>(d, k.name, T(k.absent));
+  });
+}
+
 // The block's devices: what deviceProperties has no place for, merged into its devices by id.
 void load_block_devices(dom::element e, Trace& t, BlockPlace& at) {
   at.row = 0;
@@ -424,19 +436,19 @@ void load_block_devices(dom::element e, Trace& t, BlockPlace& at) {
     const dom::element* idv = find(d, "id");
     if (!idv) throw Malformed{"expected field \"id\""};
     uint32_t id = get_num<uint32_t>(*idv);
+    Device blk;
+    read_device_keys(d, kineto_fields::kBlockDeviceKeys, blk);
     Device* dev = nullptr;
     for (auto& x : t.devices)
       if (x.id == id) dev = &x;
     if (!dev) {
-      t.devices.push_back(Device{});
-      dev = &t.devices.back();
-      dev->id = id;
-      dev->name = value_or<std::string>(d, "name", "");
+      t.devices.push_back(blk);  // not in deviceProperties: the block's name stands
+    } else {
+      kineto_fields::for_each_field(kineto_fields::kBlockDeviceKeys, [&](const auto& k) {
+        const std::string_view key = k.name;
+        if (key != "id" && key != "name") dev->*k.member = blk.*k.member;
+      });
     }
-    dev->uuid = value_or<std::string>(d, "uuid", "");
-    dev->l2_cache_size = value_or<int64_t>(d, "l2_cache_size", 0);
-    dev->clock_rate_khz = value_or<int64_t>(d, "clock_rate_khz", 0);
-    dev->memory_bandwidth = value_or<int64_t>(d, "memory_bandwidth", 0);
     ++at.row;
   }
   at.row = size_t(-1);
@@ -652,20 +664,7 @@ void load_device_properties(const TopLevel& top, Trace& t, const std::string& or
     try {
       Fields d = fields_of(as_obj(de));
       Device dev;
-      dev.id = value_or<uint32_t>(d, "id", 0u);
-      dev.name = value_or<std::string>(d, "name", std::string());
-      dev.total_memory = value_or<int64_t>(d, "totalGlobalMem", 0);
-      dev.compute_major = value_or<int>(d, "computeMajor", 0);
-      dev.compute_minor = value_or<int>(d, "computeMinor", 0);
-      dev.max_threads_per_block = value_or<int>(d, "maxThreadsPerBlock", 0);
-      dev.max_threads_per_sm = value_or<int>(d, "maxThreadsPerMultiprocessor", 0);
-      dev.regs_per_block = value_or<int>(d, "regsPerBlock", 0);
-      dev.regs_per_sm = value_or<int>(d, "regsPerMultiprocessor", 0);
-      dev.warp_size = value_or<int>(d, "warpSize", 32);
-      dev.smem_per_block = value_or<int64_t>(d, "sharedMemPerBlock", 0);
-      dev.smem_per_sm = value_or<int64_t>(d, "sharedMemPerMultiprocessor", 0);
-      dev.sm_count = value_or<int>(d, "numSms", 0);
-      dev.smem_per_block_optin = value_or<int64_t>(d, "sharedMemPerBlockOptin", 0);
+      read_device_keys(d, kineto_fields::kDeviceProperties, dev);
       t.devices.push_back(dev);
     } catch (const Malformed& m) {
       fail(origin, ": deviceProperties[", i, "]: ", m.what);
