@@ -57,6 +57,11 @@ for st in $stages; do case $st in
     run flash6l 150 $B/streamlab run --config flash-6l --backend cuda --policy shared --mtp-layers 4 --mtp-compress 4 \
       --batch 8 --steps 4 --json
     sed -n '/^{/,$p' "$W/flash6l.log" > "$OUT/flash6l.json" ;;
+  kernels)
+    # The kernel workbench: every kernel variant of the decode GEMMs, the routed experts and
+    # sparse attention at flash-6l's decode shapes, checked against the CPU reference and timed
+    # with the L2 flushed (GB/s and % of the copy bandwidth measured in the same run).
+    run kernels ${KERNELS_SECONDS:-450} $B/bench_kernels --config=flash-6l --batches=1,8 --out="$OUT/kernels.json" ;;
   bench)
     run bench_decode 170 $B/bench_decode --config=flash-6l --batches=1,8 --policy=shared --context=${BENCH_CONTEXT:-4096} \
       --mtp-layers=1 --draft-steps=1 --steps=${BENCH_STEPS:-20} --out="$OUT/decode_floor.json" ;;
