@@ -3,8 +3,12 @@
 // backend instead of environment variables read once, so that every variant can be named on the
 // command line, recorded with a result and run by the GPU tests against the CPU reference.
 //
-//   streamlab run --backend cuda --kernel-variants moe-decode=splitk,moe-split-k=8:4
+//   streamlab run --backend cuda --kernel-variants gemv-bf16-max-mb=0,attn-splits=8
 //   bench_decode --kernel-variants=attn-splits=8
+//
+// A variant stays while a measurement justifies it: the kernel workbench (bench_kernels) runs
+// each against the CPU reference and times it; results/2026-12-04-h200-kernel-workbench says
+// why each of these stays and why the MoE decode variants went.
 //
 // Plain C++ (no CUDA) so that parsing and printing are checked on any machine.
 #pragma once
@@ -20,16 +24,6 @@ struct KernelVariants {
   // KV splits of sparse attention: 0 = chosen from the shape (about two blocks per SM); N > 0
   // forces N, as far as the split partials fit the scratch buffer.
   int attention_splits = 0;
-  // MoE experts at decode (at most 64 token-expert pairs): a GEMV per expert (Gemv), or the
-  // split-K tensor-core GEMM (SplitK).
-  enum class MoeDecode { Gemv, SplitK } moe_decode = MoeDecode::Gemv;
-  // SplitK: the K splits of w1/w3 and of w2 (0 = 4 each; powers of two up to 16, reduced to what
-  // divides K).
-  int moe_split_k13 = 0, moe_split_k2 = 0;
-  // SplitK: w1 and w3 in one launch (true) or two.
-  bool moe_pair_launch = true;
-  // Gemv: output columns per warp of the w2 GEMV (1, 2 or 4).
-  int moe_w2_cols = 2;
   // bf16 GEMMs at decode (M <= 2) with a weight of at most this many MB run on our GEMV instead
   // of cuBLAS (0 = cuBLAS for all).
   int gemv_bf16_max_mb = 20;
@@ -39,11 +33,9 @@ struct KernelVariants {
   // cuBLAS workspace per handle: 0 disables cuBLAS's split-K kernels.
   size_t cublas_workspace_bytes = size_t(32) << 20;
 
-  // "key=value,key=value": attn-decode=on|off, attn-splits=N, moe-decode=gemv|splitk,
-  // moe-split-k=N or N:M (w1/w3 : w2), moe-pair=on|off, moe-w2-cols=1|2|4, gemv-bf16-max-mb=N,
-  // pdl=on|off,
+  // "key=value,key=value": attn-decode=on|off, attn-splits=N, gemv-bf16-max-mb=N, pdl=on|off,
   // cublas-workspace-kb=N. Unknown keys and bad values are errors naming the key and the
-  // accepted values. An empty spec is the defaults.
+  // accepted values (a retired key says why it went). An empty spec is the defaults.
   static KernelVariants parse(const std::string& spec);
   // Every setting, in parse()'s syntax (parse(str()) gives the same variants).
   std::string str() const;

@@ -36,7 +36,7 @@ for st in $stages; do case $st in
       nvcc --version | tail -n 2; cat $B/COMMIT; date -u; } > "$W/provenance.txt" 2>&1
     cat "$W/provenance.txt"; cp "$W/provenance.txt" "$OUT/" ;;
   tests)
-    run test_cuda_ops 60 $B/test_cuda_ops --gtest_brief=1
+    run test_cuda_ops 120 $B/test_cuda_ops --gtest_brief=1
     run test_cuda_model 60 $B/test_cuda_model --gtest_brief=1
     run test_cuda_check 90 $B/test_cuda_check ;;
   sanitizer)
@@ -65,15 +65,6 @@ for st in $stages; do case $st in
   bench)
     run bench_decode 170 $B/bench_decode --config=flash-6l --batches=1,8 --policy=shared --context=${BENCH_CONTEXT:-4096} \
       --mtp-layers=1 --draft-steps=1 --steps=${BENCH_STEPS:-20} --out="$OUT/decode_floor.json" ;;
-  moesplit)
-    # The split-K MoE decode path and its K splits (w1/w3 , w2; ":nopair" = w1 and w3 in two
-    # launches), batch 1 and 8, graph replay; "gemv" = the default GEMV path, for reference.
-    for v in ${MOE_SPLITS:-"gemv" "4,4" "8,4" "16,4" "8,8" "4,4:nopair"}; do
-      sk=${v%%:*}; pair=on; [[ $v == *:nopair ]] && pair=off
-      kv="moe-decode=splitk,moe-split-k=${sk/,/:},moe-pair=$pair"; [ "$v" = gemv ] && kv=""
-      run "moe_split_${sk/,/_}_$pair" 90 $B/bench_decode "${BENCH_FLASH[@]}" --kernel-variants=$kv \
-        --batches=${MOE_BATCHES:-1} --modes=graph --policy=shared --steps=10 --out="$W/moe_split_${sk/,/_}_$pair.json"
-    done ;;
   pdlab)
     # Programmatic dependent launch on (default) and off, batch 1 and 8, eager and graph.
     for pdl in on off; do

@@ -12,11 +12,11 @@
 //      the host needs no counts. K streams through a 4-stage cp.async pipeline; each expert
 //      weight byte is read once per row tile. Then SwiGLU with clamp on the permuted rows, and
 //      moe_gemm_kernel for w2 -> y (F32).
-//   3. Decode (P <= 64: a row or two per expert, memory-bound on the expert weights; the
-//      default): moe_gemv_kernel, one warp per (tile of <= 4 rows, output column), for w1 and
-//      w3 together with the SwiGLU fused, then for w2 -> y (F32). the variant moe-decode=splitk
-//      takes the tensor-core tiles instead with K split SK ways (blockIdx.z): F32 partials
-//      that the SwiGLU step and the combine add in split order.
+//   3. Decode (P <= 64: a row or two per expert, memory-bound on the expert weights):
+//      moe_gemv_kernel, one warp per (tile of <= 4 rows, output column), for w1 and w3 together
+//      with the SwiGLU fused, then for w2 -> y (F32). (A split-K tensor-core path for decode was
+//      measured 4-5 % slower per decode step and 12-27 % slower per MoE on the H200 and removed:
+//      results/2026-12-04-h200-kernel-workbench.)
 //   4. moe_combine_kernel: out[t] = sum_{i < k} weights[t, i] * y[inv[t*k + i]], in slot order.
 // Every output element is a fixed-order fp32 sum that does not depend on which other rows share
 // its tile: results do not depend on scheduling.
@@ -40,14 +40,12 @@ namespace {
 
 inline size_t al256(size_t n) { return (n + 255) / 256 * 256; }
 
-// Split-K for decode: at most this many pairs, SK = kMaxSplit ways.
-constexpr int64_t kSplitMaxPairs = 64;
-constexpr int kMaxSplit = 16;
+// Decode: at most this many (token, expert) pairs run on the GEMV.
+constexpr int64_t kGemvMaxPairs = 64;
 
 // The workspace of moe_experts (256-byte aligned sections).
 struct MoeLayout {
-  size_t counts = 0, offsets = 0, tiles = 0, tile_expert = 0, src_row = 0, inv = 0, h1 = 0, h3 = 0, y = 0, p1 = 0,
-         p3 = 0, py = 0, total = 0;
+  size_t counts = 0, offsets = 0, tiles = 0, tile_expert = 0, src_row = 0, inv = 0, h1 = 0, h3 = 0, y = 0, total = 0;
   MoeLayout(int64_t P, int64_t D, int64_t F, int64_t E) {
     size_t at = 0;
     auto take = [&](size_t bytes) {
@@ -55,7 +53,6 @@ struct MoeLayout {
       at += al256(bytes);
       return here;
     };
-    const int64_t Ps = std::min(P, kSplitMaxPairs);
     counts = take(size_t(E) * 4);        // I32 [E]     rows per expert
     offsets = take(size_t(E + 1) * 4);   // I32 [E+1]   first row of each expert
     tiles = take(size_t(E + 1) * 4);     // I32 [E+1]   first BM-row tile of each expert
@@ -65,9 +62,6 @@ struct MoeLayout {
     h1 = take(size_t(P * F) * 2);        // BF16 [P, F] w1 x, then the SwiGLU output
     h3 = take(size_t(P * F) * 2);        // BF16 [P, F] w3 x
     y = take(size_t(P * D) * 4);         // F32 [P, D]  w2 (...)
-    p1 = take(size_t(kMaxSplit * Ps * F) * 4);  // F32 [SK, Ps, F] split-K partials of w1 x (decode)
-    p3 = take(size_t(kMaxSplit * Ps * F) * 4);  // F32 [SK, Ps, F] ... of w3 x
-    py = take(size_t(kMaxSplit * Ps * D) * 4);  // F32 [SK, Ps, D] ... of w2 (...)
     total = at;
   }
 };
@@ -253,9 +247,8 @@ struct MoeGemmArgs {
   const int* offsets;
   const int* tiles;
   const int* tile_expert;  // expert of each tile (written by moe_permute_kernel)
-  int64_t split_stride;  // elements between the K splits' outputs (blockIdx.z)
   // A second matrix on the same A rows (w3 beside w1), or null: blocks with blockIdx.y >= N / GBN
-  // compute W_b into out_b. One launch for both fills the GPU better at decode than two.
+  // compute W_b into out_b. One launch for both fills the GPU better than two.
   const bf16* W_b;
   void* out_b;
 };
@@ -292,11 +285,10 @@ __global__ __launch_bounds__(128) void moe_gemm_kernel(MoeGemmArgs g) {
   const bool second = g.W_b && int(blockIdx.y) * GBN >= g.N;
   const int n0 = (second ? int(blockIdx.y) * GBN - g.N : int(blockIdx.y) * GBN);
   const bf16* Wb = (second ? g.W_b : g.W) + (int64_t(e) * g.N + n0) * g.K;
-  const int KT = g.K / GBK / int(gridDim.z);  // k-tiles of this K split
-  const int kt0 = int(blockIdx.z) * KT;
+  const int KT = g.K / GBK;  // k-tiles
 
   auto load_stage = [&](int s, int kt) {
-    const int k0 = (kt0 + kt) * GBK;
+    const int k0 = kt * GBK;
     bf16* as = As + size_t(s) * BM * GLDS;
     bf16* bs = Bs + size_t(s) * GBN * GLDS;
     for (int c = tid; c < BM * 8; c += 128) {
@@ -352,7 +344,7 @@ __global__ __launch_bounds__(128) void moe_gemm_kernel(MoeGemmArgs g) {
   for (int f = 0; f < FPW; ++f)
     wmma::store_matrix_sync(Cs + fm * 16 * (GBN + 4) + (fn0 + f) * 16, acc[f], GBN + 4, wmma::mem_row_major);
   __syncthreads();
-  OutT* out = static_cast<OutT*>(second ? g.out_b : g.out) + int64_t(blockIdx.z) * g.split_stride;
+  OutT* out = static_cast<OutT*>(second ? g.out_b : g.out);
   for (int i = tid; i < BM * GBN; i += 128) {
     const int r = i / GBN, c = i % GBN;
     if (r < rows) out[int64_t(row0 + r) * g.N + n0 + c] = from_f<OutT>(Cs[r * (GBN + 4) + c]);
@@ -360,22 +352,21 @@ __global__ __launch_bounds__(128) void moe_gemm_kernel(MoeGemmArgs g) {
 }
 
 template <int BM, class OutT>
-void launch_moe_gemm(const char* op, cudaStream_t st, const MoeGemmArgs& g, int64_t P, int sk, size_t optin) {
+void launch_moe_gemm(const char* op, cudaStream_t st, const MoeGemmArgs& g, int64_t P, size_t optin) {
   const int64_t max_tiles = cdiv(P, BM) + std::min<int64_t>(P, g.E);
   const size_t smem = moe_gemm_smem(BM);
   allow_smem(op, moe_gemm_kernel<BM, OutT>, smem, optin);
-  const dim3 grid{unsigned(max_tiles), unsigned((g.W_b ? 2 : 1) * g.N / GBN), unsigned(sk)};
+  const dim3 grid{unsigned(max_tiles), unsigned((g.W_b ? 2 : 1) * g.N / GBN), 1u};
   launch_kernel(op, moe_gemm_kernel<BM, OutT>, grid, 128, smem, st, g);
   CUDA_LAUNCH_CHECK(op, st);
 }
 
 // ---------------------------------------------------------------- decode GEMV
-// Decode (P <= kSplitMaxPairs pairs) by default: the permute step cuts each expert's rows into
+// Decode (P <= kGemvMaxPairs pairs): the permute step cuts each expert's rows into
 // tiles of kGemvRows, and one warp computes one output column n of one tile: its lanes stride K
 // with 16-byte loads of the expert's weight row, the tile's x rows (tiny, L1/L2) alongside, then a
 // butterfly. Each weight byte is read once per tile, in 512-byte runs per warp instruction, with
-// no split-K partials and no tensor-core tiles padded from 1 row to 16 (the split-K wmma path ran
-// at ~3.1 TB/s at batch 1 on the H200). PAIR: the warp computes column n of w1 and of w3 and
+// no tensor-core tiles padded from 1 row to 16. PAIR: the warp computes column n of w1 and of w3 and
 // writes h = swiglu(w1 x, w3 x) as bf16, so the SwiGLU step needs no kernel; otherwise the F32
 // column of y. Sums run in a fixed order: deterministic, independent of other rows.
 constexpr int kGemvRows = 4;
@@ -465,12 +456,11 @@ __global__ __launch_bounds__(256) void moe_gemv_kernel(MoeGemvArgs g) {
   }
 }
 
-// out[t, d] = sum_{i < k} weights[t, i] * y[inv[t*k + i], d] (fp32, slot order), where y is the
-// sum of the sk K-split partials (split order). Grid (T, D / 256): the block first stages the
-// token's k rows and weights in shared memory, then one thread per d.
-__global__ __launch_bounds__(256) void moe_combine_kernel(void* out, int dto, const float* y, int64_t split_stride,
-                                                          int sk, const int* inv, const float* weights, int k,
-                                                          int64_t D) {
+// out[t, d] = sum_{i < k} weights[t, i] * y[inv[t*k + i], d] (fp32, slot order). Grid
+// (T, D / 256): the block first stages the token's k rows and weights in shared memory, then one
+// thread per d.
+__global__ __launch_bounds__(256) void moe_combine_kernel(void* out, int dto, const float* y, const int* inv,
+                                                          const float* weights, int k, int64_t D) {
   pdl_enter();
   __shared__ int ri[64];
   __shared__ float rw[64];
@@ -483,8 +473,8 @@ __global__ __launch_bounds__(256) void moe_combine_kernel(void* out, int dto, co
   const int64_t d = int64_t(blockIdx.y) * blockDim.x + threadIdx.x;
   if (d >= D) return;
   float acc = 0.f;
-  if (sk == 1 && k <= 8) {
-    // Decode's GEMV path: the k rows' loads all in flight, then the sum in slot order.
+  if (k <= 8) {
+    // Decode: the k rows' loads all in flight, then the sum in slot order.
     float v[8];
 #pragma unroll
     for (int i = 0; i < 8; ++i) v[i] = (i < k && ri[i] >= 0) ? y[int64_t(ri[i]) * D + d] : 0.f;
@@ -494,58 +484,9 @@ __global__ __launch_bounds__(256) void moe_combine_kernel(void* out, int dto, co
     stf(out, dto, t * D + d, acc);
     return;
   }
-  for (int i = 0; i < k; ++i) {
-    const int r = ri[i];
-    if (r < 0) continue;
-    float v = 0.f;
-    #pragma unroll 4
-    for (int z = 0; z < sk; ++z) v += y[z * split_stride + int64_t(r) * D + d];
-    acc += rw[i] * v;
-  }
+  for (int i = 0; i < k; ++i)
+    if (ri[i] >= 0) acc += rw[i] * y[int64_t(ri[i]) * D + d];
   stf(out, dto, t * D + d, acc);
-}
-
-// Decode: h[r, f] = swiglu(sum_z p1[z, r, f], sum_z p3[z, r, f]) over the split-K partials (split
-// order), one thread per element.
-__global__ void moe_swiglu_splitk_kernel(bf16* h, const float* p1, const float* p3, int64_t n, int sk,
-                                         int64_t stride, float limit) {
-  pdl_enter();
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    float g = 0.f, u = 0.f;
-    #pragma unroll 4
-    for (int z = 0; z < sk; ++z) {
-      g += p1[z * stride + i];
-      u += p3[z * stride + i];
-    }
-    g = fminf(g, limit);
-    u = fminf(fmaxf(u, -limit), limit);
-    h[i] = __float2bfloat16_rn(g * sigmoidf_(g) * u);
-  }
-}
-
-// The K splits of the split-K decode path (variant moe-decode=splitk). Default: w1 / w3 (paired
-// in one launch) and w2 both 4 ways, what the H200 measured best for that path
-// (results/2026-12-02-h200-round7 c1); variant moe-split-k=N or N:M overrides them (1, 2, 4, 8 or
-// 16; 1 keeps the F32-partials path) for tuning runs. A count that does not divide the k-tiles of
-// its K falls back to the largest power of two that does.
-struct DecodeSplit {
-  bool enabled = true;
-  int sk13 = 4, sk2 = 4;
-};
-
-int fit_split(int want, int64_t K) {
-  int sk = std::max(1, std::min(want, kMaxSplit));
-  while (sk > 1 && (K / GBK) % sk != 0) sk /= 2;
-  return sk;
-}
-
-DecodeSplit decode_split(const KernelVariants& v, int64_t D, int64_t F) {
-  DecodeSplit d;
-  if (v.moe_split_k13 > 0) d.sk13 = v.moe_split_k13;
-  if (v.moe_split_k2 > 0) d.sk2 = v.moe_split_k2;
-  d.sk13 = fit_split(d.sk13, D);
-  d.sk2 = fit_split(d.sk2, F);
-  return d;
 }
 
 }  // namespace
@@ -614,18 +555,10 @@ void CudaBackend::moe_experts(Stream s, const Tensor& out, const Tensor& x, cons
   bf16* h3 = reinterpret_cast<bf16*>(ws + L.h3);
   float* y = reinterpret_cast<float*>(ws + L.y);
 
-  // Decode (P <= kSplitMaxPairs) splits K: sk13 ways for w1 / w3 (K = D), sk2 ways for w2 (K = F).
-  // Row tile height: 16 when experts get a few rows each (decode), else 64.
-  // The decode path: the GEMV (default) or the split-K tensor-core tiles (variant
-  // moe-decode=splitk, kept for comparison runs).
-  const bool gemv_mode = P <= kSplitMaxPairs && variants().moe_decode == KernelVariants::MoeDecode::Gemv;
-  const DecodeSplit split = decode_split(variants(), D, F);
-  const bool split_mode = !gemv_mode && P <= kSplitMaxPairs && split.enabled;
-  const int sk13 = split_mode ? split.sk13 : 1, sk2 = split_mode ? split.sk2 : 1;
-  const int BM = gemv_mode ? kGemvRows : (split_mode || P <= 4 * E) ? 16 : 64;
-  float* p1 = reinterpret_cast<float*>(ws + L.p1);
-  float* p3 = reinterpret_cast<float*>(ws + L.p3);
-  float* py = reinterpret_cast<float*>(ws + L.py);
+  // Decode runs on the GEMV; otherwise the row tile height is 16 when experts get a few rows
+  // each, else 64.
+  const bool gemv_mode = P <= kGemvMaxPairs;
+  const int BM = gemv_mode ? kGemvRows : P <= 4 * E ? 16 : 64;
 
   const size_t psmem = size_t(2) * E * 4;
   allow_smem(op, moe_permute_kernel, psmem, smem_optin());
@@ -663,14 +596,13 @@ void CudaBackend::moe_experts(Stream s, const Tensor& out, const Tensor& x, cons
     v.W3 = nullptr;
     v.N = int(D);
     v.K = int(F);
-    const int w2_cols = variants().moe_w2_cols;  // columns per warp for w2 (1, 2 or 4)
-    const dim3 g2{unsigned(max_tiles), unsigned(cdiv(D, 8 * w2_cols)), 1u};
-    if (w2_cols == 1) launch_kernel(op, moe_gemv_kernel<false, 1>, g2, 256, 0, st, v);
-    else if (w2_cols == 4) launch_kernel(op, moe_gemv_kernel<false, 4>, g2, 256, 0, st, v);
-    else launch_kernel(op, moe_gemv_kernel<false, 2>, g2, 256, 0, st, v);
+    // Two output columns per warp (1 was 4-6 % slower on the H200, 4 no faster).
+    constexpr int kW2Cols = 2;
+    const dim3 g2{unsigned(max_tiles), unsigned(cdiv(D, 8 * kW2Cols)), 1u};
+    launch_kernel(op, moe_gemv_kernel<false, kW2Cols>, g2, 256, 0, st, v);
     CUDA_LAUNCH_CHECK(op, st);
     launch_kernel(op, moe_combine_kernel, dim3{unsigned(T), unsigned(cdiv(D, 256)), 1u}, 256, 0, st, out.data,
-                  fcode(out.dtype), y, P * D, 1, inv, weights.ptr<float>(), int(k), D);
+                  fcode(out.dtype), y, inv, weights.ptr<float>(), int(k), D);
     CUDA_LAUNCH_CHECK(op, st);
     return;
   }
@@ -687,55 +619,32 @@ void CudaBackend::moe_experts(Stream s, const Tensor& out, const Tensor& x, cons
   g.lda = D;
   g.N = int(F);
   g.K = int(D);
-  // w1 and w3 in one launch (W_b), unless the variant moe-pair=off asks for two (an experiment).
-  const bool pair = variants().moe_pair_launch;
-  auto launch_w1_w3 = [&](void* o1, void* o3, int sk, bool f32) {
-    g.split_stride = sk > 1 || f32 ? P * F : 0;
-    auto go = [&] {
-      if (f32) launch_moe_gemm<16, float>(op, st, g, P, sk, smem_optin());
-      else if (BM == 16) launch_moe_gemm<16, bf16>(op, st, g, P, sk, smem_optin());
-      else launch_moe_gemm<64, bf16>(op, st, g, P, sk, smem_optin());
-    };
-    g.W = static_cast<const bf16*>(w1.data);
-    g.out = o1;
-    if (pair) {
-      g.W_b = static_cast<const bf16*>(w3.data);
-      g.out_b = o3;
-      go();
-      g.W_b = nullptr;
-      g.out_b = nullptr;
-    } else {
-      go();
-      g.W = static_cast<const bf16*>(w3.data);
-      g.out = o3;
-      go();
-    }
-  };
-  if (split_mode) {
-    launch_w1_w3(p1, p3, sk13, true);
-    launch_kernel(op, moe_swiglu_splitk_kernel, grid_for(P * F, 256), 256, 0, st, h1, p1, p3, P * F, sk13, P * F, swiglu_limit);
-    CUDA_LAUNCH_CHECK(op, st);
-  } else {
-    launch_w1_w3(h1, h3, 1, false);
-    // SwiGLU with clamp on the permuted rows, in place into h1.
-    launch_swiglu(op, st, h1, kBF16, h1, kBF16, h3, kBF16, P * F, swiglu_limit);
-  }
-  // y = w2 h1 (contiguous permuted rows), F32 (split: sk partials).
+  // w1 and w3 in one launch (W_b), then SwiGLU with clamp on the permuted rows, in place into h1.
+  g.W = static_cast<const bf16*>(w1.data);
+  g.out = h1;
+  g.W_b = static_cast<const bf16*>(w3.data);
+  g.out_b = h3;
+  if (BM == 16)
+    launch_moe_gemm<16, bf16>(op, st, g, P, smem_optin());
+  else
+    launch_moe_gemm<64, bf16>(op, st, g, P, smem_optin());
+  launch_swiglu(op, st, h1, kBF16, h1, kBF16, h3, kBF16, P * F, swiglu_limit);
+  // y = w2 h1 (contiguous permuted rows), F32.
   g.A = h1;
   g.a_rows = nullptr;
   g.lda = F;
   g.N = int(D);
   g.K = int(F);
   g.W = static_cast<const bf16*>(w2.data);
-  float* yout = split_mode ? py : y;
-  g.out = yout;
-  g.split_stride = split_mode ? P * D : 0;
+  g.out = y;
+  g.W_b = nullptr;
+  g.out_b = nullptr;
   if (BM == 16)
-    launch_moe_gemm<16, float>(op, st, g, P, sk2, smem_optin());
+    launch_moe_gemm<16, float>(op, st, g, P, smem_optin());
   else
-    launch_moe_gemm<64, float>(op, st, g, P, sk2, smem_optin());
-  launch_kernel(op, moe_combine_kernel, dim3{unsigned(T), unsigned(cdiv(D, 256)), 1u}, 256, 0, st, 
-      out.data, fcode(out.dtype), yout, P * D, sk2, inv, weights.ptr<float>(), int(k), D);
+    launch_moe_gemm<64, float>(op, st, g, P, smem_optin());
+  launch_kernel(op, moe_combine_kernel, dim3{unsigned(T), unsigned(cdiv(D, 256)), 1u}, 256, 0, st, out.data,
+                fcode(out.dtype), y, inv, weights.ptr<float>(), int(k), D);
   CUDA_LAUNCH_CHECK(op, st);
 }
 

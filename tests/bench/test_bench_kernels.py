@@ -52,7 +52,7 @@ def main():
             check(len(x["samples_us"]) == 2 and x["median_us"] > 0, f"{x['op']} {x['shape']}: samples")
 
     for args, needle in [(["--batches=0"], "--batches = 0 is outside"), (["--ops=gemv"], "'gemv' is not one of"),
-                         (["--variants=moe-decode=fast"], "moe-decode"), (["--reps=x"], "--reps takes a whole number"),
+                         (["--variants=attn-decode=fast"], "attn-decode"), (["--reps=x"], "--reps takes a whole number"),
                          (["--frobnicate"], "unknown argument")]:
         r = subprocess.run([exe, "--dut=cpu", *args], capture_output=True, text=True)
         check(r.returncode == 1 and needle in r.stderr, f"{args}: exit {r.returncode}, stderr {r.stderr!r}")

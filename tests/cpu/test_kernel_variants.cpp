@@ -24,31 +24,24 @@ TEST(KernelVariants, EmptyIsTheDefaults) {
   EXPECT_EQ(KernelVariants{}.changes(), "");
   const KernelVariants d;
   EXPECT_TRUE(d.attention_decode_kernel);
-  EXPECT_EQ(d.moe_decode, KernelVariants::MoeDecode::Gemv);
+  EXPECT_EQ(d.attention_splits, 0);
+  EXPECT_TRUE(d.pdl);
   EXPECT_EQ(d.cublas_workspace_bytes, size_t(32) << 20);
   EXPECT_EQ(d.gemv_bf16_max_mb, 20);
 }
 
 TEST(KernelVariants, EveryKeyParsesAndPrintsBack) {
   const KernelVariants k = KernelVariants::parse(
-      "attn-decode=off,attn-splits=8,moe-decode=splitk,moe-split-k=16:2,moe-pair=off,moe-w2-cols=4,"
-      "gemv-bf16-max-mb=0,pdl=off,cublas-workspace-kb=0");
+      "attn-decode=off,attn-splits=8,gemv-bf16-max-mb=0,pdl=off,cublas-workspace-kb=0");
   EXPECT_FALSE(k.attention_decode_kernel);
   EXPECT_EQ(k.attention_splits, 8);
-  EXPECT_EQ(k.moe_decode, KernelVariants::MoeDecode::SplitK);
-  EXPECT_EQ(k.moe_split_k13, 16);
-  EXPECT_EQ(k.moe_split_k2, 2);
-  EXPECT_FALSE(k.moe_pair_launch);
-  EXPECT_EQ(k.moe_w2_cols, 4);
   EXPECT_EQ(k.gemv_bf16_max_mb, 0);
   EXPECT_FALSE(k.pdl);
   EXPECT_EQ(k.cublas_workspace_bytes, 0u);
   EXPECT_EQ(KernelVariants::parse(k.str()), k);  // str() is parse()'s syntax
   EXPECT_EQ(KernelVariants::parse(k.changes()), k);
-  // One split count for both matrices; the changes list names only what differs.
-  const KernelVariants s = KernelVariants::parse("moe-split-k=8");
-  EXPECT_EQ(s.moe_split_k13, 8);
-  EXPECT_EQ(s.moe_split_k2, 8);
+  // The changes list names only what differs; a later setting of a key wins.
+  EXPECT_EQ(KernelVariants::parse("attn-splits=4,attn-splits=16").attention_splits, 16);
   EXPECT_EQ(KernelVariants::parse("pdl=off").changes(), "pdl=off");
   EXPECT_EQ(KernelVariants::parse("cublas-workspace-kb=64").cublas_workspace_bytes, 65536u);
 }
@@ -58,11 +51,13 @@ TEST(KernelVariants, BadInputNamesTheKeyAndWhatItTakes) {
     const char* spec;
     const char* says;
   };
-  for (const Case& c : {Case{"moe-decode=fast", "expected gemv or splitk"}, Case{"pdl=0", "expected on or off"},
+  for (const Case& c : {Case{"pdl=0", "expected on or off"}, Case{"attn-decode=yes", "expected on or off"},
                         Case{"attn-splits=-1", "0..64"}, Case{"attn-splits=8x", "0..64"},
-                        Case{"attn-splits=99999999999999999999", "0..64"}, Case{"moe-split-k=3", "power of two"},
-                        Case{"moe-split-k=32", "0..16"}, Case{"moe-split-k=4:", "0..16"},
-                        Case{"moe-w2-cols=3", "1, 2 or 4"}, Case{"moe-w2-cols=8", "1..4"},
+                        Case{"attn-splits=99999999999999999999", "0..64"}, Case{"gemv-bf16-max-mb=1e3", "0..1000000"},
+                        // Variants that measurements retired say so, and where.
+                        Case{"moe-decode=splitk", "'moe-decode' is no longer a variant: the split-K MoE decode path"},
+                        Case{"moe-split-k=8", "no longer a variant"}, Case{"moe-pair=off", "no longer a variant"},
+                        Case{"moe-w2-cols=4", "2 columns per warp"},
                         Case{"cublas-workspace-kb=-5", "cublas-workspace-kb"}, Case{"speed=max", "unknown key 'speed'"},
                         Case{"pdl", "expected key=value"}}) {
     SCOPED_TRACE(c.spec);

@@ -70,12 +70,11 @@ double rel_err(const std::vector<float>& got, const std::vector<float>& ref) {
 
 // Every op test runs once per kernel variant (model/kernel_variants.h): each variant of the CUDA
 // backend checked against the CPU reference on the same inputs, also the variants a default run
-// never takes (the split-K MoE decode path, the tensor-core attention at decode, ...).
+// never takes (the tensor-core attention at decode, cuBLAS for every GEMM, ...).
 const char* const kVariants[] = {
     "",  // the defaults
     "attn-decode=off", "attn-splits=1", "attn-splits=32",
-    "moe-decode=splitk", "moe-decode=splitk,moe-split-k=1", "moe-decode=splitk,moe-split-k=16:8,moe-pair=off",
-    "moe-w2-cols=1", "moe-w2-cols=4", "gemv-bf16-max-mb=0", "pdl=off", "cublas-workspace-kb=0",
+    "gemv-bf16-max-mb=0", "pdl=off", "cublas-workspace-kb=0",
 };
 
 std::string variant_test_name(const ::testing::TestParamInfo<const char*>& info) {
