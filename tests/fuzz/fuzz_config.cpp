@@ -1,5 +1,5 @@
 // libFuzzer target: the model config parser and validator (model/config.h load_config: a
-// config.json file parsed, checked key by key, then validated against MODEL.md section 11).
+// config.json file parsed, checked key by key, then validated against docs/model.md section 11).
 // Each input is written to a scratch file named *.json. Expected: a valid config or sl::Error;
 // anything else aborts. A config that loads must also survive what its users do with it: per-
 // layer types, and the round trip through config_to_json (which must load and validate again,
