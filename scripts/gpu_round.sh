@@ -62,6 +62,10 @@ for st in $stages; do case $st in
     # sparse attention at flash-6l's decode shapes, checked against the CPU reference and timed
     # with the L2 flushed (GB/s and % of the copy bandwidth measured in the same run).
     run kernels ${KERNELS_SECONDS:-450} $B/bench_kernels --config=flash-6l --batches=1,8 --out="$OUT/kernels.json" ;;
+  fp8gemm)
+    # Does cuBLASLt run DeepSeek's block-scaled FP8 GEMM here (128x128 weight blocks, 1x128
+    # activation groups), with which scale layout, and how fast against bf16.
+    run fp8_gemm ${FP8_SECONDS:-300} $B/bench_fp8_gemm --out="$OUT/fp8_gemm.json" ;;
   bench)
     run bench_decode 170 $B/bench_decode --config=flash-6l --batches=1,8 --policy=shared --context=${BENCH_CONTEXT:-4096} \
       --mtp-layers=1 --draft-steps=1 --steps=${BENCH_STEPS:-20} --out="$OUT/decode_floor.json" ;;
