@@ -45,6 +45,10 @@ uint8_t e8m0_ceil(float x) {
   return uint8_t(std::clamp(exp + 127, 0, 254));
 }
 
+float fp8_group_scale(float amax) {
+  return amax > 0 && std::isfinite(amax) ? e8m0_to_float(e8m0_ceil(amax / kE4m3Max)) : 1.f;
+}
+
 namespace {
 constexpr float kE2m1Values[8] = {0.f, 0.5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f};
 }
@@ -82,7 +86,7 @@ Fp8Blocks quantize_fp8_blocks(const float* x, int64_t rows, int64_t cols, int bl
       float amax = 0;
       for (int64_t r = r0; r < r1; ++r)
         for (int64_t c = c0; c < c1; ++c) amax = std::max(amax, std::fabs(x[r * cols + c]));
-      const uint8_t s = amax > 0 && std::isfinite(amax) ? e8m0_ceil(amax / kE4m3Max) : 127;
+      const uint8_t s = e8m0_ceil(fp8_group_scale(amax));  // a power of two: its own code
       q.scales[size_t(br * q.scale_cols() + bc)] = s;
       const int shift = 127 - int(s);  // x / 2^(s - 127), exact
       for (int64_t r = r0; r < r1; ++r)

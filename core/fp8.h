@@ -29,6 +29,10 @@ float e8m0_to_float(uint8_t code);
 // The smallest power of two >= x (x > 0 finite), as a code; clamped to 2^-127 .. 2^127.
 uint8_t e8m0_ceil(float x);
 
+// The scale of one 1 x 128 activation group before an FP8 GEMM, as vLLM picks it for DeepSeek
+// (ue8m0 scales): the smallest power of two >= amax / 448; 1 when amax is 0 or not finite.
+float fp8_group_scale(float amax);
+
 // ---------------------------------------------------------------- FP4 e2m1
 // 1 sign (bit 3), 2 exponent (bias 1), 1 mantissa bit: magnitudes {0, 0.5, 1, 1.5, 2, 3, 4, 6}.
 constexpr float kE2m1Max = 6.f;

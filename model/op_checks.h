@@ -189,6 +189,32 @@ GemmGroupedDims validate_gemm_grouped(const Tensor& out, const Tensor& a, const 
   return {M, N, K, G};
 }
 
+// gemm_fp8: out[M, N] = a[M, K] . W^T with W as e4m3 codes w U8 [N, K] and their 128 x 128 block
+// scales w_scale F32 [ceil(N / 128), K / 128]; K a multiple of 128 (the activation's groups).
+constexpr int64_t kFp8Block = 128;
+
+template <class R>
+GemmDims validate_gemm_fp8(const Tensor& out, const Tensor& a, const Tensor& w, const Tensor& w_scale) {
+  constexpr Presence P = R::presence;
+  const char* op = "gemm_fp8";
+  check_dtype<P>(op, "w", w, DType::U8);
+  check_ndim<P>(op, "w", w, 2);
+  const int64_t N = w.dim(0), K = w.dim(1);
+  SL_CHECK(K % kFp8Block == 0, op, ": w ", describe(w), ": K = ", K, " is not a multiple of ", kFp8Block,
+           " (the activation is quantized in groups of 128)");
+  check_f32<P>(op, "w_scale", w_scale, {(N + kFp8Block - 1) / kFp8Block, K / kFp8Block});
+  check_act<R>(op, "a", a);
+  check_act<R>(op, "out", out);
+  SL_CHECK(a.ndim() >= 1 && a.dim(-1) == K, op, ": a ", describe(a), " does not end in K = ", K, " (w ",
+           describe(w), ")");
+  const int64_t M = K ? a.numel() / K : 0;
+  SL_CHECK(out.ndim() >= 1 && out.dim(-1) == N && out.numel() == M * N, op, ": out ", describe(out),
+           " is not [M = ", M, ", N = ", N, "] for a ", describe(a), " and w ", describe(w));
+  SL_CHECK(!overlaps(out, a) && !overlaps(out, w) && !overlaps(out, w_scale), op,
+           ": out may not alias a, w or w_scale");
+  return {M, N, K};
+}
+
 // rmsnorm over the last dim of x; out may be x itself (in place) but not partly overlap it;
 // w (optional) holds dim elements.
 struct RmsnormDims {

@@ -6,7 +6,7 @@
 //
 // File layout (one concept per file):
 //   cpu_backend.cpp    memory, streams-as-labels, events, init/fill/copy, embed/argmax/gather/shift
-//   cpu_dense.cpp      gemm, gemm_grouped, rmsnorm, add, rope, swiglu (+ the shared GEMM loop)
+//   cpu_dense.cpp      gemm, gemm_fp8, gemm_grouped, rmsnorm, add, rope, swiglu (+ the shared GEMM loop)
 //   cpu_mhc.cpp        hc_pre, hc_post, hc_head, mtp_combine
 //   cpu_attention.cpp  swa_insert, compressor_save/pool, indexer_topk, sparse_attention
 //   cpu_moe.cpp        route, moe_experts, moe_workspace_bytes

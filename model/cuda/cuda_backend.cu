@@ -177,6 +177,7 @@ CudaBackend::~CudaBackend() {
   for (cudaEvent_t e : events_) cudaEventDestroy(e);
   for (Chunk& c : chunks_) cudaFree(c.base);
   if (nvtx_) nvtxDomainDestroy(nvtx_);
+  if (lt_) cublasLtDestroy(lt_);
   cudaGetLastError();
 }
 
@@ -416,6 +417,15 @@ void CudaBackend::destroy_stream(Stream s) {
   StreamRec& r = streams_[size_t(s.id)];
   CUDA_CHECK("destroy_stream", cudaStreamSynchronize(r.stream));
   release_stream_rec(r);
+}
+
+CudaBackend::LtCall CudaBackend::lt(Stream s, const char* op) {
+  stream(s, op);
+  note_gemm(s, op);  // a pool stream gets its workspace at its first GEMM
+  if (!lt_) CUBLAS_CHECK(op, cublasLtCreate(&lt_));
+  const StreamRec& r = streams_[size_t(s.id)];
+  // Pool streams share the main handle but each has its own workspace (note_gemm).
+  return LtCall{lt_, r.blas_ws, r.blas_ws ? r.blas_ws_bytes : 0};
 }
 
 cudaStream_t CudaBackend::stream(Stream s, const char* op) const {

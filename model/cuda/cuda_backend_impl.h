@@ -11,6 +11,7 @@
 //   cuda_moe.cu        route, moe_experts (device-side permutation + grouped tensor-core GEMM),
 //                      moe_workspace_bytes
 //   cuda_speculative.cu  verify_tokens, accept_drafts, cache_rollback
+//   cuda_fp8.cu        gemm_fp8 (activation quantize + FP8 GEMV; cuBLASLt block-scaled FP8 at prefill)
 //
 // Memory model. Everything lives in one arena (see CudaBackend::alloc). Nothing is allocated
 // inside a forward step: the model preallocates every buffer at construction, and the ops only
@@ -34,6 +35,7 @@
 //     attention, staging of overlapping copies). Ops on one stream run in order, so they can
 //     share it; ops on different streams never do.
 #pragma once
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <nvtx3/nvToolsExt.h>
@@ -151,6 +153,14 @@ class CudaBackend final : public Backend {
     size_t bytes = 0;
   };
   Scratch scratch(Stream s, const char* op, size_t need) const;  // throws if `need` does not fit
+  // cuBLASLt (the FP8 GEMMs): the backend's one handle (created at first use) and the cuBLAS
+  // workspace of (handle, s), which cuBLASLt calls on `s` share with the cuBLAS GEMMs there.
+  struct LtCall {
+    cublasLtHandle_t handle = nullptr;
+    void* workspace = nullptr;
+    size_t workspace_bytes = 0;
+  };
+  LtCall lt(Stream s, const char* op);
   int sm_count() const { return sm_count_; }
   const KernelVariants& variants() const { return opt_.variants; }
 
@@ -210,6 +220,7 @@ class CudaBackend final : public Backend {
   std::vector<cudaEvent_t> events_;
   std::vector<std::string> event_names_;
   nvtxDomainHandle_t nvtx_ = nullptr;
+  cublasLtHandle_t lt_ = nullptr;
 };
 
 }  // namespace sl

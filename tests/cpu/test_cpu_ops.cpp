@@ -216,6 +216,86 @@ TEST_F(CpuOps, GemmMatchesDoubleReference) {
   }
 }
 
+// gemm_fp8 on a case worked out by hand (docs/model.md 8): the activation's groups quantized to
+// e4m3 with a power-of-two scale, the weight's 128 x 128 blocks scaled.
+TEST_F(CpuOps, GemmFp8ByHand) {
+  const int M = 1, N = 130, K = 256;  // two weight row blocks (0..127, 128..129), two K groups
+  std::vector<uint8_t> codes(size_t(N) * K, 0);
+  for (int n = 0; n < N; ++n) {
+    for (int k = 0; k < 4; ++k) codes[size_t(n) * K + k] = 0x38;  // 1.0
+    codes[size_t(n) * K + 128] = 0x40;                            // 2.0
+  }
+  Tensor w = be->alloc("w", DType::U8, {N, K}, AllocKind::Weight);
+  be->upload(s, w, codes.data(), codes.size());
+  // Block scales [2, 2]: rows 0..127 x group 0 -> 0.5, rows 128.. x group 0 -> 4, group 1 -> 1.
+  Tensor ws = f32("w_scale", {2, 2}, {0.5f, 1.f, 4.f, 1.f});
+  std::vector<float> a(size_t(K), 0.f);
+  // Group 0: amax 3, scale 2^-7 (the power of two just above 3/448): 1.1 / 2^-7 = 140.8 lies
+  // between the e4m3 neighbours 128 and 144 and rounds to 144: 1.125. 2, 3 and -0.5 are exact.
+  a[0] = 1.1f, a[1] = 2.f, a[2] = 3.f, a[3] = -0.5f;
+  // Group 1: amax 7, scale 2^-6 = 7/448: 7 / 2^-6 = 448, the largest e4m3: exact.
+  a[128] = 7.f;
+  Tensor ta = f32("a", {M, K}, a), to = zeros("o", DType::F32, {M, N});
+  be->gemm_fp8(s, to, ta, w, ws);
+  const std::vector<float> got = get(to);
+  const double g0 = 1.125 + 2 + 3 - 0.5, g1 = 7.0 * 2.0;
+  for (int n = 0; n < N; ++n) EXPECT_EQ(got[size_t(n)], float((n < 128 ? 0.5 : 4.0) * g0 + g1)) << n;
+  // Bad arguments name the op and what is wrong.
+  Tensor w2 = be->alloc("w2", DType::U8, {4, 200}, AllocKind::Weight);
+  EXPECT_THROW(be->gemm_fp8(s, to, ta, w2, ws), sl::Error);  // K not a multiple of 128
+  Tensor bad_scale = f32("bad_scale", {1, 2}, {1.f, 1.f});
+  try {
+    be->gemm_fp8(s, to, ta, w, bad_scale);
+    ADD_FAILURE() << "a w_scale of the wrong shape was accepted";
+  } catch (const sl::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("gemm_fp8: w_scale"), std::string::npos) << e.what();
+  }
+  Tensor wf = zeros("wf", DType::F32, {N, K});
+  EXPECT_THROW(be->gemm_fp8(s, to, ta, wf, ws), sl::Error);  // codes must be U8
+}
+
+// gemm_fp8 against a double-precision reference of the same quantization (random data).
+TEST_F(CpuOps, GemmFp8MatchesDoubleReference) {
+  const int M = 5, N = 200, K = 384;
+  std::vector<float> a = uniform(size_t(M) * K, -3.f, 3.f);
+  std::vector<uint8_t> codes(size_t(N) * K);
+  std::uniform_int_distribution<int> c(0, 255);
+  for (auto& x : codes) {
+    do x = uint8_t(c(rng)); while ((x & 0x7F) == 0x7F);  // no NaN codes
+  }
+  const int NB = 2, KB = 3;
+  std::vector<float> scale = uniform(size_t(NB * KB), 0.01f, 0.1f);
+  Tensor w = be->alloc("w", DType::U8, {N, K}, AllocKind::Weight);
+  be->upload(s, w, codes.data(), codes.size());
+  Tensor ta = f32("a", {M, K}, a), ws = f32("ws", {NB, KB}, scale), to = zeros("o", DType::F32, {M, N});
+  be->gemm_fp8(s, to, ta, w, ws);
+  // The reference quantizes with its own arithmetic: e4m3 by nearest-value search.
+  auto e4m3 = [](int code) {
+    const int e = (code >> 3) & 15, m = code & 7;
+    const double v = e == 0 ? m * std::ldexp(1.0, -9) : (8 + m) * std::ldexp(1.0, e - 10);
+    return (code & 0x80) ? -v : v;
+  };
+  std::vector<double> want(size_t(M) * N, 0.0);
+  for (int m = 0; m < M; ++m)
+    for (int g = 0; g < KB; ++g) {
+      double amax = 0;
+      for (int i = 0; i < 128; ++i) amax = std::max(amax, std::fabs(double(a[size_t(m) * K + g * 128 + i])));
+      double sc = 1;
+      while (sc < amax / 448) sc *= 2;
+      while (sc / 2 >= amax / 448 && amax > 0) sc /= 2;
+      for (int i = 0; i < 128; ++i) {
+        const double x = a[size_t(m) * K + g * 128 + i] / sc;
+        double best = 0;
+        for (int code = 0; code < 256; ++code)
+          if ((code & 0x7F) != 0x7F && std::fabs(e4m3(code) - x) < std::fabs(best - x)) best = e4m3(code);
+        const double q = best * sc;
+        for (int n = 0; n < N; ++n)
+          want[size_t(m) * N + n] += q * e4m3(codes[size_t(n) * K + g * 128 + i]) * scale[size_t((n / 128) * KB + g)];
+      }
+    }
+  expect_close(get(to), want, 1e-5, "gemm_fp8");
+}
+
 TEST_F(CpuOps, GemmRowsDoNotDependOnBatch) {
   // A row's result is bit-identical whether it is computed alone or inside a batch (so
   // prefill and token-by-token decode agree exactly).

@@ -390,6 +390,39 @@ TEST_P(CudaOps, Gemm) {
   }
 }
 
+// FP8 block-scaled GEMM: the decode GEMV (1-16 rows at a time, several warps per column on a
+// long K), cuBLASLt's block-scaled FP8 for 16 rows or more into bf16 (with the rows beyond a
+// multiple of 4 on the GEMV), the K-block padding of the weight scales (K = 640: 5 blocks), a
+// partial last weight block of rows (N = 200), and F32 output (GEMV only).
+TEST_P(CudaOps, GemmFp8) {
+  struct Case {
+    int64_t M, N, K;
+    Kind out;
+  };
+  const std::vector<Case> cases = {
+      {1, 1024, 4096, Kind::Act}, {3, 256, 640, Kind::Act},  {8, 200, 1024, Kind::Act}, {16, 512, 2048, Kind::Act},
+      {21, 384, 640, Kind::Act},  {64, 256, 4096, Kind::Act}, {35, 96, 512, Kind::F32}, {2, 4096, 8192, Kind::Act},
+  };
+  for (const Case& c : cases) {
+    const int64_t NB = (c.N + 127) / 128, KB = c.K / 128;
+    std::vector<int32_t> ci = randi(size_t(c.N * c.K), 0, 253);
+    std::vector<uint8_t> codes(ci.size());
+    for (size_t i = 0; i < ci.size(); ++i) codes[i] = uint8_t(ci[i] >= 127 ? ci[i] + 1 : ci[i]);  // no 0x7F
+    T2 w;
+    w.kind = Kind::I32;
+    w.c = cpu_->alloc("w", DType::U8, {c.N, c.K}, AllocKind::Weight);
+    w.g = gpu_->alloc("w", DType::U8, {c.N, c.K}, AllocKind::Weight);
+    cpu_->upload(Stream{}, w.c, codes.data(), codes.size());
+    gpu_->upload(Stream{}, w.g, codes.data(), codes.size());
+    T2 ws = make_rand("w_scale", Kind::F32, {NB, KB}, 0.001f, 0.01f);
+    T2 a = make_rand("a", Kind::Act, {c.M, c.K}, -4.f, 4.f);
+    T2 o = zeros("o", c.out, {c.M, c.N});
+    cpu_->gemm_fp8(Stream{}, o.c, a.c, w.c, ws.c);
+    gpu_->gemm_fp8(Stream{}, o.g, a.g, w.g, ws.g);
+    expect_close(o, "gemm_fp8 M=" + std::to_string(c.M) + " N=" + std::to_string(c.N) + " K=" + std::to_string(c.K));
+  }
+}
+
 TEST_P(CudaOps, GemmGrouped) {
   for (int64_t M : {1, 7, 70}) {
     const int64_t G = 4, N = 32, K = 48;

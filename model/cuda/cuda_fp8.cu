@@ -1,0 +1,306 @@
+// FP8 block-scaled GEMM (gemm_fp8, docs/model.md 8): e4m3 weights with one scale per 128 x 128
+// block, the activation quantized per row and 128-column group as vLLM does for DeepSeek.
+//
+//   Decode (and any shape cuBLASLt does not take): fp8_quantize_groups_kernel writes the
+//   quantized activation a_q = e4m3(a / s) * s, exact in bf16 (e4m3 has 4 significant bits, s is
+//   a power of two), into the stream's scratch; gemv_fp8_kernel then streams the weight codes
+//   once (16 per lane per load), decodes them, and applies each block's scale to the block's
+//   partial sum. Weight-bandwidth-bound: half the bytes of the bf16 GEMV.
+//   Prefill (at least 16 rows, bf16 output): cuBLASLt's block-scaled FP8 GEMM
+//   (CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F weights, VEC128_32F activations), which the
+//   H200 runs for a multiple of 4 rows with the scale layouts measured in
+//   results/2026-12-04-h200-fp8-cublaslt: weight scales row-major with each row of K blocks
+//   padded to a multiple of 4, activation scales [K / 128, rows]. fp8_quantize_codes_kernel
+//   writes the activation's e4m3 codes and that scale layout; rows beyond a multiple of 4 go
+//   through the GEMV.
+// Both paths quantize the activation with the same rule and give the same products; they differ
+// only in the order of fp32 sums.
+#include <cublasLt.h>
+#include <cuda_fp8.h>
+
+#include <algorithm>
+
+#include "model/cuda/cuda_common.cuh"
+
+namespace sl {
+
+using namespace cuda;
+
+namespace {
+
+constexpr int kBlk = 128;          // checks::kFp8Block: weight blocks and activation groups
+constexpr int kFp8GemvMaxRows = 16;
+
+// The activation group's scale: the smallest power of two >= amax / 448, 1 for an all-zero group
+// (core/fp8.h fp8_group_scale, the same float operations).
+__device__ __forceinline__ float fp8_group_scale(float amax) {
+  if (!(amax > 0.f) || !isfinite(amax)) return 1.f;
+  int e = 0;
+  const float f = frexpf(amax / 448.f, &e);
+  const int exp = max(-127, min(127, f == 0.5f ? e - 1 : e));
+  return ldexpf(1.f, exp);
+}
+
+__device__ __forceinline__ uint8_t e4m3_code(float x) {
+  return uint8_t(__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3));
+}
+__device__ __forceinline__ float e4m3_value(uint8_t c) {
+  return __half2float(__half(__nv_cvt_fp8_to_halfraw(__nv_fp8_storage_t(c), __NV_E4M3)));
+}
+
+// One warp per (row, 128-column group): 4 values per lane, the group's amax by a butterfly.
+// CODES: e4m3 codes [M, K] and scales [K / 128, ld_scale] (cuBLASLt's activation layout); else
+// the quantized values a_q as bf16 [M, K].
+template <bool CODES>
+__global__ __launch_bounds__(256) void fp8_quantize_kernel(void* dst, float* scales, int64_t ld_scale, const void* a,
+                                                           int dta, int64_t lda, int64_t M, int64_t K) {
+  pdl_enter();
+  const int64_t KB = K / kBlk;
+  const int64_t gw = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+  const int lane = threadIdx.x & 31;
+  if (gw >= M * KB) return;  // uniform per warp
+  const int64_t m = gw / KB, g = gw % KB;
+  float v[4], amax = 0.f;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    v[i] = ldf(a, dta, m * lda + g * kBlk + lane * 4 + i);
+    amax = fmaxf(amax, fabsf(v[i]));
+  }
+  amax = warp_max(amax);
+  const float s = fp8_group_scale(amax);
+  const int64_t o = m * K + g * kBlk + lane * 4;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint8_t c = e4m3_code(v[i] / s);
+    if constexpr (CODES)
+      static_cast<uint8_t*>(dst)[o + i] = c;
+    else
+      static_cast<bf16*>(dst)[o + i] = __float2bfloat16_rn(e4m3_value(c) * s);
+  }
+  if (CODES && lane == 0) scales[g * ld_scale + m] = s;
+}
+
+struct Fp8GemvArgs {
+  void* out;
+  const bf16* aq;        // [M, K] quantized activation rows
+  const uint8_t* w;      // [N, K] e4m3 codes
+  const float* w_scale;  // [ceil(N / 128), K / 128]
+  int64_t M, N, K, ldo;
+  int dto;
+};
+
+// WPC warps share one output column, each a contiguous 1/WPC of K (a multiple of 512); a lane
+// takes 16 codes per load, inside one 128-block, so each partial sum gets one block scale.
+template <int WPC>
+__global__ __launch_bounds__(256) void gemv_fp8_kernel(Fp8GemvArgs g) {
+  pdl_enter();
+  constexpr int CPB = 8 / WPC;
+  __shared__ float red[8][kFp8GemvMaxRows];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t n = int64_t(blockIdx.x) * CPB + warp / WPC;
+  const int part = warp % WPC;
+  const int64_t kchunk = g.K / WPC;
+  const int M = int(g.M);
+  float acc[kFp8GemvMaxRows] = {};
+  if (n < g.N) {
+    const uint8_t* wr = g.w + n * g.K;
+    const float* wsr = g.w_scale + (n / kBlk) * (g.K / kBlk);
+    const int64_t k1 = (part + 1) * kchunk;
+#pragma unroll 2
+    for (int64_t k = part * kchunk + int64_t(lane) * 16; k < k1; k += 512) {
+      const uint4 raw = *reinterpret_cast<const uint4*>(wr + k);
+      const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+      float wv[16];
+#pragma unroll
+      for (int q = 0; q < 4; ++q)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const __half2_raw r2 =
+              __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t((words[q] >> (16 * h)) & 0xFFFF), __NV_E4M3);
+          const float2 f = __half22float2(__half2(r2));
+          wv[q * 4 + h * 2] = f.x;
+          wv[q * 4 + h * 2 + 1] = f.y;
+        }
+      const float ws = wsr[k / kBlk];
+#pragma unroll
+      for (int r = 0; r < kFp8GemvMaxRows; ++r) {
+        if (r >= M) break;
+        float av[2][8];
+        load8(g.aq + r * g.K + k, av[0]);
+        load8(g.aq + r * g.K + k + 8, av[1]);
+        float d = 0.f;
+#pragma unroll
+        for (int q = 0; q < 16; ++q) d += av[q / 8][q % 8] * wv[q];
+        acc[r] += d * ws;
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kFp8GemvMaxRows; ++r) acc[r] = warp_sum(acc[r]);
+  float v = 0.f;
+  bool writer;
+  if constexpr (WPC == 1) {
+    writer = n < g.N && lane < M;
+#pragma unroll
+    for (int r = 0; r < kFp8GemvMaxRows; ++r)
+      if (r == lane) v = acc[r];
+  } else {
+    if (lane == 0)
+#pragma unroll
+      for (int r = 0; r < kFp8GemvMaxRows; ++r) red[warp][r] = acc[r];
+    __syncthreads();
+    writer = part == 0 && n < g.N && lane < M;
+    if (writer)
+#pragma unroll
+      for (int ww = 0; ww < WPC; ++ww) v += red[warp + ww][lane];
+  }
+  if (writer) stf(g.out, g.dto, int64_t(lane) * g.ldo + n, v);
+}
+
+// Warps per column as for the bf16 GEMV: more while the grid is small, each warp at least 1024
+// values of K (two 512-value steps).
+int fp8_warps_per_column(int64_t N, int64_t K, int sms) {
+  int wpc = 1;
+  while (wpc < 8 && cdiv(N, 8 / wpc) < 4 * int64_t(sms) && K % (512 * 2 * wpc) == 0) wpc *= 2;
+  return wpc;
+}
+
+// The GEMV path for rows [0, M) of a (at most kFp8GemvMaxRows at a time).
+void gemm_fp8_gemv(CudaBackend& be, const char* op, Stream s, const Tensor& out, const Tensor& a, const Tensor& w,
+                   const Tensor& w_scale, int64_t M, int64_t N, int64_t K) {
+  cudaStream_t st = be.stream(s, op);
+  const CudaBackend::Scratch sc = be.scratch(s, op, size_t(kFp8GemvMaxRows) * K * 2);
+  bf16* aq = static_cast<bf16*>(sc.ptr);
+  const int wpc = fp8_warps_per_column(N, K, be.sm_count());
+  const dim3 grid(unsigned(cdiv(N, 8 / wpc)));
+  const size_t as = dtype_size(a.dtype), os = dtype_size(out.dtype);
+  for (int64_t m0 = 0; m0 < M; m0 += kFp8GemvMaxRows) {
+    const int64_t rows = std::min<int64_t>(kFp8GemvMaxRows, M - m0);
+    launch_kernel(op, fp8_quantize_kernel<false>, dim3(unsigned(cdiv(rows * (K / kBlk) * 32, 256))), 256, 0, st,
+                  static_cast<void*>(aq), static_cast<float*>(nullptr), int64_t(0),
+                  static_cast<const void*>(static_cast<const char*>(a.data) + m0 * K * as), fcode(a.dtype), K, rows, K);
+    CUDA_LAUNCH_CHECK(op, st);
+    Fp8GemvArgs g{static_cast<char*>(out.data) + m0 * N * os, aq, w.ptr<uint8_t>(), w_scale.ptr<float>(), rows, N, K,
+                  N, fcode(out.dtype)};
+    switch (wpc) {
+      case 1: launch_kernel(op, gemv_fp8_kernel<1>, grid, 256, 0, st, g); break;
+      case 2: launch_kernel(op, gemv_fp8_kernel<2>, grid, 256, 0, st, g); break;
+      case 4: launch_kernel(op, gemv_fp8_kernel<4>, grid, 256, 0, st, g); break;
+      default: launch_kernel(op, gemv_fp8_kernel<8>, grid, 256, 0, st, g); break;
+    }
+    CUDA_LAUNCH_CHECK(op, st);
+  }
+}
+
+#define LT_CHECK(op, call)                                                                           \
+  do {                                                                                               \
+    const cublasStatus_t lt_st_ = (call);                                                            \
+    SL_CHECK(lt_st_ == CUBLAS_STATUS_SUCCESS, op, ": ", #call, " failed: ", cublasGetStatusName(lt_st_)); \
+  } while (0)
+
+// The cuBLASLt path over `rows` rows (a multiple of 4) starting at row m0, in chunks that fit the
+// scratch. Returns false, having run nothing, when cuBLASLt has no algorithm for the shape.
+bool gemm_fp8_cublaslt(CudaBackend& be, const char* op, Stream s, const Tensor& out, const Tensor& a, const Tensor& w,
+                       const Tensor& w_scale, int64_t rows, int64_t N, int64_t K) {
+  cudaStream_t st = be.stream(s, op);
+  const CudaBackend::LtCall lt = be.lt(s, op);
+  const int64_t KB = K / kBlk, NB = cdiv(N, kBlk), KB4 = cdiv(KB, 4) * 4;
+  const size_t wsc_bytes = KB4 == KB ? 0 : size_t(NB * KB4) * 4;
+  const CudaBackend::Scratch sc = be.scratch(s, op, wsc_bytes + size_t(4) * (K + KB * 4));
+  // Rows per chunk: a multiple of 4 whose codes and scales fit beside the padded weight scales.
+  int64_t chunk = int64_t((sc.bytes - wsc_bytes) / size_t(K + KB * 4)) / 4 * 4;
+  chunk = std::min(chunk, rows);
+  char* base = static_cast<char*>(sc.ptr);
+  const float* wscale = w_scale.ptr<float>();
+  if (wsc_bytes) {  // each row of K blocks padded to a multiple of 4 (the padding is never read)
+    CUDA_CHECK(op, cudaMemcpy2DAsync(base, size_t(KB4) * 4, wscale, size_t(KB) * 4, size_t(KB) * 4, size_t(NB),
+                                     cudaMemcpyDeviceToDevice, st));
+    wscale = reinterpret_cast<const float*>(base);
+  }
+  uint8_t* codes = reinterpret_cast<uint8_t*>(base + wsc_bytes);
+  float* ascale = reinterpret_cast<float*>(base + wsc_bytes + size_t(chunk) * K);
+
+  // The descriptors of one call, released however the call ends.
+  struct Descs {
+    cublasLtMatmulDesc_t desc = nullptr;
+    cublasLtMatrixLayout_t la = nullptr, lb = nullptr, ld = nullptr;
+    cublasLtMatmulPreference_t pref = nullptr;
+    ~Descs() {
+      if (desc) cublasLtMatmulDescDestroy(desc);
+      if (la) cublasLtMatrixLayoutDestroy(la);
+      if (lb) cublasLtMatrixLayoutDestroy(lb);
+      if (ld) cublasLtMatrixLayoutDestroy(ld);
+      if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    }
+  };
+  bool ok = true;
+  for (int64_t m0 = 0; m0 < rows && ok; m0 += chunk) {
+    const int64_t c = std::min(chunk, rows - m0);
+    Descs d_;
+    cublasLtMatmulDesc_t& desc = d_.desc;
+    cublasLtMatrixLayout_t &la = d_.la, &lb = d_.lb, &ld = d_.ld;
+    LT_CHECK(op, cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t t = CUBLAS_OP_T, nn = CUBLAS_OP_N;
+    const int32_t a_mode = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F, b_mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+    const void* sa = wscale;
+    const void* sb = ascale;
+    LT_CHECK(op, cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof t));
+    LT_CHECK(op, cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &nn, sizeof nn));
+    LT_CHECK(op, cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &a_mode, sizeof a_mode));
+    LT_CHECK(op, cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &b_mode, sizeof b_mode));
+    LT_CHECK(op, cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sa, sizeof sa));
+    LT_CHECK(op, cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sb, sizeof sb));
+    LT_CHECK(op, cublasLtMatrixLayoutCreate(&la, CUDA_R_8F_E4M3, uint64_t(K), uint64_t(N), K));
+    LT_CHECK(op, cublasLtMatrixLayoutCreate(&lb, CUDA_R_8F_E4M3, uint64_t(K), uint64_t(c), K));
+    LT_CHECK(op, cublasLtMatrixLayoutCreate(&ld, CUDA_R_16BF, uint64_t(N), uint64_t(c), N));
+    cublasLtMatmulPreference_t& pref = d_.pref;
+    LT_CHECK(op, cublasLtMatmulPreferenceCreate(&pref));
+    size_t ws_bytes = lt.workspace_bytes;
+    LT_CHECK(op, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
+                                                      sizeof ws_bytes));
+    cublasLtMatmulHeuristicResult_t heur{};
+    int found = 0;
+    const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(lt.handle, desc, la, lb, ld, ld, pref, 1, &heur, &found);
+    if (hs != CUBLAS_STATUS_SUCCESS || found == 0) {
+      SL_CHECK(m0 == 0, op, ": cuBLASLt has no FP8 algorithm for ", c, " rows after running ", m0);
+      ok = false;
+    } else {
+      launch_kernel(op, fp8_quantize_kernel<true>, dim3(unsigned(cdiv(c * KB * 32, 256))), 256, 0, st, static_cast<void*>(codes),
+                    ascale, c, static_cast<const void*>(static_cast<const char*>(a.data) + m0 * K * dtype_size(a.dtype)),
+                    fcode(a.dtype), K, c, K);
+      CUDA_LAUNCH_CHECK(op, st);
+      const float alpha = 1.f, beta = 0.f;
+      void* d = static_cast<bf16*>(out.data) + m0 * N;
+      LT_CHECK(op, cublasLtMatmul(lt.handle, desc, &alpha, w.data, la, codes, lb, &beta, d, ld, d, ld, &heur.algo,
+                                  lt.workspace, lt.workspace_bytes, st));
+    }
+  }
+  return ok;
+}
+
+}  // namespace
+
+void CudaBackend::gemm_fp8(Stream s, const Tensor& out, const Tensor& a, const Tensor& w, const Tensor& w_scale) {
+  const char* op = "gemm_fp8";
+  const auto [M, N, K] = checks::validate_gemm_fp8<OpRules>(out, a, w, w_scale);
+  stream(s, op);
+  if (M == 0 || N == 0) return;
+  check_aligned(op, "w", w.data, 16);
+  check_aligned(op, "a", a.data, 16);
+  note_gemm(s, op);
+  // cuBLASLt for 16 rows or more into bf16, over the largest multiple of 4; the rest (and all of
+  // a decode step) on the GEMV.
+  int64_t done = 0;
+  if (M >= kFp8GemvMaxRows && out.dtype == DType::BF16 && N % 16 == 0 &&
+      gemm_fp8_cublaslt(*this, op, s, out, a, w, w_scale, M / 4 * 4, N, K))
+    done = M / 4 * 4;
+  if (done < M) {
+    const size_t as = dtype_size(a.dtype), os = dtype_size(out.dtype);
+    Tensor a_rest = a, out_rest = out;
+    a_rest.data = static_cast<char*>(a.data) + done * K * as;
+    out_rest.data = static_cast<char*>(out.data) + done * N * os;
+    gemm_fp8_gemv(*this, op, s, out_rest, a_rest, w, w_scale, M - done, N, K);
+  }
+}
+
+}  // namespace sl
