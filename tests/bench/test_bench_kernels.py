@@ -29,11 +29,15 @@ def main():
         rows = json.load(open(out))["rows"]
         by = {(x["op"], x["shape"]): x for x in rows}
         # tiny: D=256, q_lora=128, Dh=128, H=4, W=16, index_topk=8, E=8, k=2, F=128, o_groups=2,
-        # o_lora=64, indexer 4 heads x 128; 8 GEMM shapes + 1 MoE + 3 attention modes per batch.
-        check(len(rows) == 2 * (8 + 1 + 3), f"{len(rows)} rows")
+        # o_lora=64, indexer 4 heads x 128; 8 GEMM shapes, the same 8 with FP8 weights (every K is a
+        # multiple of 128), 1 MoE and 3 attention modes per batch.
+        check(len(rows) == 2 * (8 + 8 + 1 + 3), f"{len(rows)} rows")
         # gemm wq_a at M=1: bf16 weight N*K plus a (M*K) and out (M*N).
         x = by.get(("gemm", "wq_a M=1 N=128 K=256"))
         check(x is not None and x["bytes"] == 2 * (128 * 256 + 256 + 128), f"gemm wq_a bytes {x and x['bytes']}")
+        # The same GEMM with FP8 weights: 1 byte per weight, one f32 scale per 128 x 128 block.
+        x = by.get(("gemm_fp8", "wq_a M=1 N=128 K=256"))
+        check(x is not None and x["bytes"] == 128 * 256 + 4 * 1 * 2 + 2 * (256 + 128), f"gemm_fp8 wq_a bytes {x and x['bytes']}")
         x = by.get(("gemm", "wo_b M=2 N=256 K=128"))
         check(x is not None and x["bytes"] == 2 * (256 * 128 + 2 * 128 + 2 * 256), f"gemm wo_b bytes {x and x['bytes']}")
         # MoE at T=1, k=2: both experts are distinct (one token): 2 experts x 3 matrices of F x D,

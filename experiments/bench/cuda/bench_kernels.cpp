@@ -2,8 +2,8 @@
 // model's decode shapes against the CPU reference on identical inputs, and timed.
 //
 // For each op family (the decode GEMMs: our GEMV or cuBLAS, with or without its workspace; the
-// routed experts, one decode kernel now; sparse attention: the decode kernel or the prefill
-// kernel, KV splits) and each shape, the inputs are built once per backend from the same
+// same GEMMs with FP8 block-scaled weights, gemm_fp8; the routed experts, one decode kernel now;
+// sparse attention: the decode kernel or the prefill kernel, KV splits) and each shape, the inputs are built once per backend from the same
 // seeds (the reference's rounded to bf16 where the device stores bf16), the op runs on the CPU
 // reference and on the device under each variant, and the device's output is compared with the
 // reference's (relative error, bf16 bound 2e-2). Then each variant is timed: the L2 is flushed
@@ -12,7 +12,7 @@
 // its activations) to give GB/s and the fraction of the device-to-device copy bandwidth measured
 // in the same process.
 //
-//   bench_kernels [--ops=gemm,moe_experts,sparse_attention] [--config=flash-6l] [--batches=1,8]
+//   bench_kernels [--ops=gemm,gemm_fp8,moe_experts,sparse_attention] [--config=flash-6l] [--batches=1,8]
 //                 [--pos=4095] [--experts=64] [--reps=20] [--variants=SPEC;SPEC...]
 //                 [--dut=cuda|cpu] [--out=FILE.json]
 //
@@ -45,7 +45,7 @@ namespace sl {
 namespace {
 
 struct Options {
-  std::vector<std::string> ops{"gemm", "moe_experts", "sparse_attention"};
+  std::vector<std::string> ops{"gemm", "gemm_fp8", "moe_experts", "sparse_attention"};
   std::string config = "flash-6l", dut = "cuda", out, command_line;
   std::vector<int> batches{1, 8};
   int pos = 4095;     // the decode position of every sequence ((pos+1) % 128 == 0: full blocks)
@@ -56,7 +56,7 @@ struct Options {
 
 // ---------------------------------------------------------------- cases
 // What an input is; fixes its dtype on a backend.
-enum class Kind { Act, Wt, F32, I32, Workspace };
+enum class Kind { Act, Wt, F32, I32, U8, Workspace };
 
 struct Input {
   std::string name;
@@ -82,6 +82,7 @@ DType dtype_on(const Backend& be, Kind k) {
     case Kind::Act: return be.act_dtype();
     case Kind::Wt: return be.weight_dtype();
     case Kind::I32: return DType::I32;
+    case Kind::U8:
     case Kind::Workspace: return DType::U8;
     case Kind::F32: break;
   }
@@ -99,10 +100,15 @@ std::vector<Tensor> make_inputs(Backend& be, const Case& c, const Backend& round
     if (in.kind == Kind::Workspace)
       s = Shape{int64_t(be.moe_workspace_bytes(c.moe_T, c.moe_k, c.moe_D, c.moe_F, c.moe_E))};
     const Tensor x = be.alloc(in.name, dtype_on(be, in.kind), s, AllocKind::Activation);
-    if (in.kind == Kind::I32) {
+    if (in.kind == Kind::I32 || in.kind == Kind::U8) {
       SL_CHECK(size_t(x.numel()) == in.ints.size(), "bench_kernels: ", c.label, ": ", in.name, " has ",
                in.ints.size(), " values for ", x.numel(), " elements");
-      be.upload(Stream{}, x, in.ints.data(), in.ints.size() * 4);
+      if (in.kind == Kind::I32) {
+        be.upload(Stream{}, x, in.ints.data(), in.ints.size() * 4);
+      } else {
+        const std::vector<uint8_t> bytes(in.ints.begin(), in.ints.end());
+        be.upload(Stream{}, x, bytes.data(), bytes.size());
+      }
     } else if (in.kind != Kind::Workspace) {
       be.init_uniform(Stream{}, x, 20261204, key, in.scale, in.offset);
       if (x.dtype == DType::F32 && dtype_on(round_like, in.kind) == DType::BF16) {
@@ -175,6 +181,31 @@ std::vector<Case> gemm_cases(const ModelConfig& c, int M) {
     k.output = 2;
     k.run = [](Backend& be, const std::vector<Tensor>& t) { be.gemm(Stream{}, t[2], t[0], t[1]); };
     k.bytes = 2.0 * (double(N) * K + double(M) * K + double(M) * N);
+    out.push_back(std::move(k));
+  }
+  return out;
+}
+
+// The same decode GEMMs with the weights as the checkpoint holds them (docs/model.md 8): e4m3
+// codes with one scale per 128 x 128 block, the activation quantized per 1 x 128 group.
+std::vector<Case> gemm_fp8_cases(const ModelConfig& c, int M, std::mt19937& rng) {
+  std::vector<Case> out;
+  for (Case& b : gemm_cases(c, M)) {
+    const int64_t N = b.inputs[1].shape.d[0], K = b.inputs[1].shape.d[1];
+    if (K % 128 != 0) continue;
+    Case k;
+    k.op = "gemm_fp8";
+    k.label = b.label;
+    std::vector<int32_t> codes(size_t(N * K));
+    std::uniform_int_distribution<int> d(0, 253);
+    for (auto& x : codes) x = d(rng) >= 127 ? d(rng) % 127 + 128 : d(rng) % 127;  // every code but the NaNs
+    k.inputs = {{"a", Kind::Act, {M, K}},
+                {"w", Kind::U8, {N, K}, 1, 0, codes},
+                {"w_scale", Kind::F32, {(N + 127) / 128, K / 128}, 0.002f, 0.004f},
+                {"out", Kind::Act, {M, N}, 0}};
+    k.output = 3;
+    k.run = [](Backend& be, const std::vector<Tensor>& t) { be.gemm_fp8(Stream{}, t[3], t[0], t[1], t[2]); };
+    k.bytes = double(N) * K + 4.0 * ((N + 127) / 128) * (K / 128) + 2.0 * (double(M) * K + double(M) * N);
     out.push_back(std::move(k));
   }
   return out;
@@ -253,6 +284,7 @@ Case attention_case(const ModelConfig& c, int B, int pos, CompressedKeys mode, s
 // Each op's variants: the default first, then every alternative a run can ask for.
 std::vector<std::string> default_variants(const std::string& op) {
   if (op == "gemm") return {"", "gemv-bf16-max-mb=4096", "gemv-bf16-max-mb=0", "gemv-bf16-max-mb=0,cublas-workspace-kb=0"};
+  if (op == "gemm_fp8") return {"", "pdl=off"};
   // The routed experts have one decode kernel now (the split-K and w2-column variants measured
   // slower: results/2026-12-04-h200-kernel-workbench); PDL and the GEMV limit still apply.
   if (op == "moe_experts") return {"", "pdl=off"};
@@ -314,6 +346,8 @@ int run(const Options& o) {
     for (int B : o.batches) {
       if (op == "gemm") {
         for (Case& c : gemm_cases(cfg, B)) cases.push_back(std::move(c));
+      } else if (op == "gemm_fp8") {
+        for (Case& c : gemm_fp8_cases(cfg, B, rng)) cases.push_back(std::move(c));
       } else if (op == "moe_experts") {
         cases.push_back(moe_case(cfg, B, std::min(o.experts, cfg.n_routed_experts), rng));
       } else {
@@ -406,8 +440,8 @@ int main(int argc, char** argv) {
     if (auto v = flag_value(arg, "--ops=")) {
       o.ops = sl::split(v, ',');
       for (const auto& op : o.ops)
-        SL_CHECK(op == "gemm" || op == "moe_experts" || op == "sparse_attention", "--ops: '", op,
-                 "' is not one of gemm, moe_experts, sparse_attention");
+        SL_CHECK(op == "gemm" || op == "gemm_fp8" || op == "moe_experts" || op == "sparse_attention", "--ops: '", op,
+                 "' is not one of gemm, gemm_fp8, moe_experts, sparse_attention");
       SL_CHECK(!o.ops.empty(), "--ops is empty");
     } else if (auto v = flag_value(arg, "--config=")) {
       o.config = v;
@@ -435,14 +469,14 @@ int main(int argc, char** argv) {
     return true;
   };
   static const std::string usage = std::string(
-      "bench_kernels [--ops=gemm,moe_experts,sparse_attention] [--config=flash-6l] [--batches=1,8]\n"
+      "bench_kernels [--ops=gemm,gemm_fp8,moe_experts,sparse_attention] [--config=flash-6l] [--batches=1,8]\n"
       "              [--pos=4095] [--experts=64] [--reps=20] [--variants=SPEC;SPEC...] [--dut=cuda|cpu]\n"
       "              [--out=FILE.json]\n"
       "The kernel workbench: each op's CUDA kernel variants at the config's decode shapes, checked\n"
       "against the CPU reference (relative error, bf16 bound 2e-2) and timed with the L2 flushed\n"
       "before every run: median and min time, GB/s of the bytes the op must move, and that as a\n"
       "fraction of the device-to-device copy bandwidth measured in the same run.\n"
-      "  --ops        the op families (default all three)\n"
+      "  --ops        the op families (default all four; gemm_fp8: the decode GEMMs with FP8 weights)\n"
       "  --batches    decode batch sizes (one token per sequence)\n"
       "  --pos        the decode position (sparse attention's window and compressed entries)\n"
       "  --experts    routed experts held (capped at the config's; only those hit are read)\n"
