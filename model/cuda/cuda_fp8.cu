@@ -1,16 +1,16 @@
 // FP8 block-scaled GEMM (gemm_fp8, docs/model.md 8): e4m3 weights with one scale per 128 x 128
 // block, the activation quantized per row and 128-column group as vLLM does for DeepSeek.
 //
-//   Decode (and any shape cuBLASLt does not take): fp8_quantize_groups_kernel writes the
+//   1-3 rows (and any shape cuBLASLt does not take): fp8_quantize_kernel writes the
 //   quantized activation a_q = e4m3(a / s) * s, exact in bf16 (e4m3 has 4 significant bits, s is
 //   a power of two), into the stream's scratch; gemv_fp8_kernel then streams the weight codes
 //   once (16 per lane per load), decodes them, and applies each block's scale to the block's
 //   partial sum. Weight-bandwidth-bound: half the bytes of the bf16 GEMV.
-//   Prefill (at least 16 rows, bf16 output): cuBLASLt's block-scaled FP8 GEMM
+//   4 rows or more into bf16: cuBLASLt's block-scaled FP8 GEMM
 //   (CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F weights, VEC128_32F activations), which the
 //   H200 runs for a multiple of 4 rows with the scale layouts measured in
 //   results/2026-12-04-h200-fp8-cublaslt: weight scales row-major with each row of K blocks
-//   padded to a multiple of 4, activation scales [K / 128, rows]. fp8_quantize_codes_kernel
+//   padded to a multiple of 4, activation scales [K / 128, rows]. fp8_quantize_kernel<true>
 //   writes the activation's e4m3 codes and that scale layout; rows beyond a multiple of 4 go
 //   through the GEMV.
 // Both paths quantize the activation with the same rule and give the same products; they differ
@@ -29,7 +29,12 @@ using namespace cuda;
 namespace {
 
 constexpr int kBlk = 128;          // checks::kFp8Block: weight blocks and activation groups
-constexpr int kFp8GemvMaxRows = 16;
+// The GEMV takes at most this many rows at a time: 1-3 rows of a decode step, and the rows past a
+// multiple of 4 that cuBLASLt does not take. (At 8 rows the CUDA-core FMAs of a GEMV run out
+// before the weight bandwidth does; cuBLASLt's tensor cores take those.)
+constexpr int kFp8GemvMaxRows = 4;
+// Weight loads in flight per lane: two 16-byte loads (32 codes) before any is used.
+constexpr int kFp8GemvLoads = 2;
 
 // The activation group's scale: the smallest power of two >= amax / 448, 1 for an all-zero group
 // (core/fp8.h fp8_group_scale, the same float operations).
@@ -89,8 +94,9 @@ struct Fp8GemvArgs {
   int dto;
 };
 
-// WPC warps share one output column, each a contiguous 1/WPC of K (a multiple of 512); a lane
-// takes 16 codes per load, inside one 128-block, so each partial sum gets one block scale.
+// WPC warps share one output column, each a contiguous 1/WPC of K; a lane takes 16 codes per
+// load, inside one 128-block, so each partial sum gets one block scale, and issues
+// kFp8GemvLoads loads (512 codes apart) before using any.
 template <int WPC>
 __global__ __launch_bounds__(256) void gemv_fp8_kernel(Fp8GemvArgs g) {
   pdl_enter();
@@ -106,32 +112,39 @@ __global__ __launch_bounds__(256) void gemv_fp8_kernel(Fp8GemvArgs g) {
     const uint8_t* wr = g.w + n * g.K;
     const float* wsr = g.w_scale + (n / kBlk) * (g.K / kBlk);
     const int64_t k1 = (part + 1) * kchunk;
-#pragma unroll 2
-    for (int64_t k = part * kchunk + int64_t(lane) * 16; k < k1; k += 512) {
-      const uint4 raw = *reinterpret_cast<const uint4*>(wr + k);
-      const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
-      float wv[16];
+    for (int64_t k0 = part * kchunk + int64_t(lane) * 16; k0 < k1; k0 += 512 * kFp8GemvLoads) {
+      uint4 raw[kFp8GemvLoads];
 #pragma unroll
-      for (int q = 0; q < 4; ++q)
+      for (int u = 0; u < kFp8GemvLoads; ++u)
+        raw[u] = k0 + 512 * u < k1 ? *reinterpret_cast<const uint4*>(wr + k0 + 512 * u) : make_uint4(0, 0, 0, 0);
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const __half2_raw r2 =
-              __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t((words[q] >> (16 * h)) & 0xFFFF), __NV_E4M3);
-          const float2 f = __half22float2(__half2(r2));
-          wv[q * 4 + h * 2] = f.x;
-          wv[q * 4 + h * 2 + 1] = f.y;
+      for (int u = 0; u < kFp8GemvLoads; ++u) {
+        const int64_t k = k0 + 512 * u;
+        if (k >= k1) break;
+        const uint32_t words[4] = {raw[u].x, raw[u].y, raw[u].z, raw[u].w};
+        float wv[16];
+#pragma unroll
+        for (int q = 0; q < 4; ++q)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const __half2_raw r2 =
+                __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t((words[q] >> (16 * h)) & 0xFFFF), __NV_E4M3);
+            const float2 f = __half22float2(__half2(r2));
+            wv[q * 4 + h * 2] = f.x;
+            wv[q * 4 + h * 2 + 1] = f.y;
+          }
+        const float ws = wsr[k / kBlk];
+#pragma unroll
+        for (int r = 0; r < kFp8GemvMaxRows; ++r) {
+          if (r >= M) break;
+          float av[2][8];
+          load8(g.aq + r * g.K + k, av[0]);
+          load8(g.aq + r * g.K + k + 8, av[1]);
+          float d = 0.f;
+#pragma unroll
+          for (int q = 0; q < 16; ++q) d += av[q / 8][q % 8] * wv[q];
+          acc[r] += d * ws;
         }
-      const float ws = wsr[k / kBlk];
-#pragma unroll
-      for (int r = 0; r < kFp8GemvMaxRows; ++r) {
-        if (r >= M) break;
-        float av[2][8];
-        load8(g.aq + r * g.K + k, av[0]);
-        load8(g.aq + r * g.K + k + 8, av[1]);
-        float d = 0.f;
-#pragma unroll
-        for (int q = 0; q < 16; ++q) d += av[q / 8][q % 8] * wv[q];
-        acc[r] += d * ws;
       }
     }
   }
@@ -157,11 +170,11 @@ __global__ __launch_bounds__(256) void gemv_fp8_kernel(Fp8GemvArgs g) {
   if (writer) stf(g.out, g.dto, int64_t(lane) * g.ldo + n, v);
 }
 
-// Warps per column as for the bf16 GEMV: more while the grid is small, each warp at least 1024
-// values of K (two 512-value steps).
+// Warps per column as for the bf16 GEMV: more while the grid is small, each warp at least one
+// full step of kFp8GemvLoads loads per lane (1024 values of K).
 int fp8_warps_per_column(int64_t N, int64_t K, int sms) {
   int wpc = 1;
-  while (wpc < 8 && cdiv(N, 8 / wpc) < 4 * int64_t(sms) && K % (512 * 2 * wpc) == 0) wpc *= 2;
+  while (wpc < 8 && cdiv(N, 8 / wpc) < 4 * int64_t(sms) && K % (512 * kFp8GemvLoads * 2 * wpc) == 0) wpc *= 2;
   return wpc;
 }
 
@@ -288,10 +301,10 @@ void CudaBackend::gemm_fp8(Stream s, const Tensor& out, const Tensor& a, const T
   check_aligned(op, "w", w.data, 16);
   check_aligned(op, "a", a.data, 16);
   note_gemm(s, op);
-  // cuBLASLt for 16 rows or more into bf16, over the largest multiple of 4; the rest (and all of
-  // a decode step) on the GEMV.
+  // cuBLASLt's tensor cores for 4 rows or more into bf16, over the largest multiple of 4; the
+  // rest (1-3 rows of a decode step) on the GEMV.
   int64_t done = 0;
-  if (M >= kFp8GemvMaxRows && out.dtype == DType::BF16 && N % 16 == 0 &&
+  if (M >= 4 && out.dtype == DType::BF16 && N % 16 == 0 &&
       gemm_fp8_cublaslt(*this, op, s, out, a, w, w_scale, M / 4 * 4, N, K))
     done = M / 4 * 4;
   if (done < M) {

@@ -390,10 +390,10 @@ TEST_P(CudaOps, Gemm) {
   }
 }
 
-// FP8 block-scaled GEMM: the decode GEMV (1-16 rows at a time, several warps per column on a
-// long K), cuBLASLt's block-scaled FP8 for 16 rows or more into bf16 (with the rows beyond a
-// multiple of 4 on the GEMV), the K-block padding of the weight scales (K = 640: 5 blocks), a
-// partial last weight block of rows (N = 200), and F32 output (GEMV only).
+// FP8 block-scaled GEMM: the decode GEMV (1-3 rows; 4 at a time for F32 output; several warps
+// per column on a long K), cuBLASLt's block-scaled FP8 for 4 rows or more into bf16 (with the
+// rows beyond a multiple of 4 on the GEMV), the K-block padding of the weight scales (K = 640: 5
+// blocks), a partial last weight block of rows (N = 200), and F32 output (GEMV only).
 TEST_P(CudaOps, GemmFp8) {
   struct Case {
     int64_t M, N, K;
@@ -402,6 +402,7 @@ TEST_P(CudaOps, GemmFp8) {
   const std::vector<Case> cases = {
       {1, 1024, 4096, Kind::Act}, {3, 256, 640, Kind::Act},  {8, 200, 1024, Kind::Act}, {16, 512, 2048, Kind::Act},
       {21, 384, 640, Kind::Act},  {64, 256, 4096, Kind::Act}, {35, 96, 512, Kind::F32}, {2, 4096, 8192, Kind::Act},
+      {4, 256, 1024, Kind::Act},  {5, 128, 4096, Kind::Act},  {1, 32768, 1024, Kind::Act},
   };
   for (const Case& c : cases) {
     const int64_t NB = (c.N + 127) / 128, KB = c.K / 128;
