@@ -19,6 +19,10 @@
 #include <cuda_fp8.h>
 
 #include <algorithm>
+#include <array>
+#include <map>
+#include <memory>
+#include <mutex>
 
 #include "model/cuda/cuda_common.cuh"
 
@@ -211,6 +215,56 @@ void gemm_fp8_gemv(CudaBackend& be, const char* op, Stream s, const Tensor& out,
     SL_CHECK(lt_st_ == CUBLAS_STATUS_SUCCESS, op, ": ", #call, " failed: ", cublasGetStatusName(lt_st_)); \
   } while (0)
 
+// A cuBLASLt FP8 GEMM of one shape: descriptors and the algorithm cuBLASLt's heuristic picked,
+// made once per (N, K, rows, workspace) and kept for the process (creating them and asking the
+// heuristic costs tens of microseconds of host time, more than the GEMM at decode sizes).
+struct LtPlan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+};
+
+// The plan for D[N, c] = W[N, K] . X[c, K]^T, or null when cuBLASLt has no algorithm for it.
+const LtPlan* lt_plan(const char* op, const CudaBackend::LtCall& lt, int64_t N, int64_t K, int64_t c) {
+  static std::mutex mu;
+  static std::map<std::array<int64_t, 4>, std::unique_ptr<LtPlan>> plans;  // null: no algorithm
+  std::lock_guard<std::mutex> lock(mu);
+  const std::array<int64_t, 4> key{N, K, c, int64_t(lt.workspace_bytes)};
+  auto it = plans.find(key);
+  if (it != plans.end()) return it->second.get();
+  auto p = std::make_unique<LtPlan>();
+  LT_CHECK(op, cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t t = CUBLAS_OP_T, nn = CUBLAS_OP_N;
+  const int32_t a_mode = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F, b_mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+  LT_CHECK(op, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof t));
+  LT_CHECK(op, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &nn, sizeof nn));
+  LT_CHECK(op, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &a_mode, sizeof a_mode));
+  LT_CHECK(op, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &b_mode, sizeof b_mode));
+  LT_CHECK(op, cublasLtMatrixLayoutCreate(&p->a, CUDA_R_8F_E4M3, uint64_t(K), uint64_t(N), K));
+  LT_CHECK(op, cublasLtMatrixLayoutCreate(&p->b, CUDA_R_8F_E4M3, uint64_t(K), uint64_t(c), K));
+  LT_CHECK(op, cublasLtMatrixLayoutCreate(&p->d, CUDA_R_16BF, uint64_t(N), uint64_t(c), N));
+  cublasLtMatmulPreference_t pref = nullptr;
+  LT_CHECK(op, cublasLtMatmulPreferenceCreate(&pref));
+  size_t ws_bytes = lt.workspace_bytes;
+  const cublasStatus_t ps =
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes, sizeof ws_bytes);
+  cublasLtMatmulHeuristicResult_t heur{};
+  int found = 0;
+  const cublasStatus_t hs =
+      ps == CUBLAS_STATUS_SUCCESS ? cublasLtMatmulAlgoGetHeuristic(lt.handle, p->desc, p->a, p->b, p->d, p->d, pref, 1, &heur, &found) : ps;
+  cublasLtMatmulPreferenceDestroy(pref);
+  if (hs != CUBLAS_STATUS_SUCCESS || found == 0) {
+    cublasLtMatmulDescDestroy(p->desc);
+    cublasLtMatrixLayoutDestroy(p->a);
+    cublasLtMatrixLayoutDestroy(p->b);
+    cublasLtMatrixLayoutDestroy(p->d);
+    plans[key] = nullptr;
+    return nullptr;
+  }
+  p->algo = heur.algo;
+  return (plans[key] = std::move(p)).get();
+}
+
 // The cuBLASLt path over `rows` rows (a multiple of 4) starting at row m0, in chunks that fit the
 // scratch. Returns false, having run nothing, when cuBLASLt has no algorithm for the shape.
 bool gemm_fp8_cublaslt(CudaBackend& be, const char* op, Stream s, const Tensor& out, const Tensor& a, const Tensor& w,
@@ -233,60 +287,30 @@ bool gemm_fp8_cublaslt(CudaBackend& be, const char* op, Stream s, const Tensor& 
   uint8_t* codes = reinterpret_cast<uint8_t*>(base + wsc_bytes);
   float* ascale = reinterpret_cast<float*>(base + wsc_bytes + size_t(chunk) * K);
 
-  // The descriptors of one call, released however the call ends.
-  struct Descs {
-    cublasLtMatmulDesc_t desc = nullptr;
-    cublasLtMatrixLayout_t la = nullptr, lb = nullptr, ld = nullptr;
-    cublasLtMatmulPreference_t pref = nullptr;
-    ~Descs() {
-      if (desc) cublasLtMatmulDescDestroy(desc);
-      if (la) cublasLtMatrixLayoutDestroy(la);
-      if (lb) cublasLtMatrixLayoutDestroy(lb);
-      if (ld) cublasLtMatrixLayoutDestroy(ld);
-      if (pref) cublasLtMatmulPreferenceDestroy(pref);
-    }
-  };
   bool ok = true;
   for (int64_t m0 = 0; m0 < rows && ok; m0 += chunk) {
     const int64_t c = std::min(chunk, rows - m0);
-    Descs d_;
-    cublasLtMatmulDesc_t& desc = d_.desc;
-    cublasLtMatrixLayout_t &la = d_.la, &lb = d_.lb, &ld = d_.ld;
-    LT_CHECK(op, cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    const cublasOperation_t t = CUBLAS_OP_T, nn = CUBLAS_OP_N;
-    const int32_t a_mode = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F, b_mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
-    const void* sa = wscale;
-    const void* sb = ascale;
-    LT_CHECK(op, cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof t));
-    LT_CHECK(op, cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &nn, sizeof nn));
-    LT_CHECK(op, cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &a_mode, sizeof a_mode));
-    LT_CHECK(op, cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &b_mode, sizeof b_mode));
-    LT_CHECK(op, cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sa, sizeof sa));
-    LT_CHECK(op, cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sb, sizeof sb));
-    LT_CHECK(op, cublasLtMatrixLayoutCreate(&la, CUDA_R_8F_E4M3, uint64_t(K), uint64_t(N), K));
-    LT_CHECK(op, cublasLtMatrixLayoutCreate(&lb, CUDA_R_8F_E4M3, uint64_t(K), uint64_t(c), K));
-    LT_CHECK(op, cublasLtMatrixLayoutCreate(&ld, CUDA_R_16BF, uint64_t(N), uint64_t(c), N));
-    cublasLtMatmulPreference_t& pref = d_.pref;
-    LT_CHECK(op, cublasLtMatmulPreferenceCreate(&pref));
-    size_t ws_bytes = lt.workspace_bytes;
-    LT_CHECK(op, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
-                                                      sizeof ws_bytes));
-    cublasLtMatmulHeuristicResult_t heur{};
-    int found = 0;
-    const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(lt.handle, desc, la, lb, ld, ld, pref, 1, &heur, &found);
-    if (hs != CUBLAS_STATUS_SUCCESS || found == 0) {
+    const LtPlan* plan = lt_plan(op, lt, N, K, c);
+    if (!plan) {
       SL_CHECK(m0 == 0, op, ": cuBLASLt has no FP8 algorithm for ", c, " rows after running ", m0);
       ok = false;
-    } else {
-      launch_kernel(op, fp8_quantize_kernel<true>, dim3(unsigned(cdiv(c * KB * 32, 256))), 256, 0, st, static_cast<void*>(codes),
-                    ascale, c, static_cast<const void*>(static_cast<const char*>(a.data) + m0 * K * dtype_size(a.dtype)),
-                    fcode(a.dtype), K, c, K);
-      CUDA_LAUNCH_CHECK(op, st);
-      const float alpha = 1.f, beta = 0.f;
-      void* d = static_cast<bf16*>(out.data) + m0 * N;
-      LT_CHECK(op, cublasLtMatmul(lt.handle, desc, &alpha, w.data, la, codes, lb, &beta, d, ld, d, ld, &heur.algo,
-                                  lt.workspace, lt.workspace_bytes, st));
+      break;
     }
+    // The scale pointers change from call to call (each weight has its own; the activation's live
+    // in this stream's scratch): set on the plan's descriptor, which cublasLtMatmul reads at the call.
+    const void* sa = wscale;
+    const void* sb = ascale;
+    LT_CHECK(op, cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sa, sizeof sa));
+    LT_CHECK(op, cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sb, sizeof sb));
+    launch_kernel(op, fp8_quantize_kernel<true>, dim3(unsigned(cdiv(c * KB * 32, 256))), 256, 0, st,
+                  static_cast<void*>(codes), ascale, c,
+                  static_cast<const void*>(static_cast<const char*>(a.data) + m0 * K * dtype_size(a.dtype)),
+                  fcode(a.dtype), K, c, K);
+    CUDA_LAUNCH_CHECK(op, st);
+    const float alpha = 1.f, beta = 0.f;
+    void* d = static_cast<bf16*>(out.data) + m0 * N;
+    LT_CHECK(op, cublasLtMatmul(lt.handle, plan->desc, &alpha, w.data, plan->a, codes, plan->b, &beta, d, plan->d, d,
+                                plan->d, &plan->algo, lt.workspace, lt.workspace_bytes, st));
   }
   return ok;
 }
