@@ -224,8 +224,11 @@ struct LtPlan {
   cublasLtMatmulAlgo_t algo{};
 };
 
-// The plan for D[N, c] = W[N, K] . X[c, K]^T, or null when cuBLASLt has no algorithm for it.
-const LtPlan* lt_plan(const char* op, const CudaBackend::LtCall& lt, int64_t N, int64_t K, int64_t c) {
+// The plan for D[N, c] = W[N, K] . X[c, K]^T, or null when cuBLASLt has no algorithm for it. The
+// heuristic wants the scale pointers set (without them it finds no algorithm): those of the call
+// that makes the plan; later calls set their own.
+const LtPlan* lt_plan(const char* op, const CudaBackend::LtCall& lt, int64_t N, int64_t K, int64_t c, const void* sa,
+                      const void* sb) {
   static std::mutex mu;
   static std::map<std::array<int64_t, 4>, std::unique_ptr<LtPlan>> plans;  // null: no algorithm
   std::lock_guard<std::mutex> lock(mu);
@@ -240,6 +243,8 @@ const LtPlan* lt_plan(const char* op, const CudaBackend::LtCall& lt, int64_t N, 
   LT_CHECK(op, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &nn, sizeof nn));
   LT_CHECK(op, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &a_mode, sizeof a_mode));
   LT_CHECK(op, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &b_mode, sizeof b_mode));
+  LT_CHECK(op, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sa, sizeof sa));
+  LT_CHECK(op, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sb, sizeof sb));
   LT_CHECK(op, cublasLtMatrixLayoutCreate(&p->a, CUDA_R_8F_E4M3, uint64_t(K), uint64_t(N), K));
   LT_CHECK(op, cublasLtMatrixLayoutCreate(&p->b, CUDA_R_8F_E4M3, uint64_t(K), uint64_t(c), K));
   LT_CHECK(op, cublasLtMatrixLayoutCreate(&p->d, CUDA_R_16BF, uint64_t(N), uint64_t(c), N));
@@ -290,16 +295,16 @@ bool gemm_fp8_cublaslt(CudaBackend& be, const char* op, Stream s, const Tensor& 
   bool ok = true;
   for (int64_t m0 = 0; m0 < rows && ok; m0 += chunk) {
     const int64_t c = std::min(chunk, rows - m0);
-    const LtPlan* plan = lt_plan(op, lt, N, K, c);
+    // The scale pointers change from call to call (each weight has its own; the activation's live
+    // in this stream's scratch): set on the plan's descriptor, which cublasLtMatmul reads at the call.
+    const void* sa = wscale;
+    const void* sb = ascale;
+    const LtPlan* plan = lt_plan(op, lt, N, K, c, sa, sb);
     if (!plan) {
       SL_CHECK(m0 == 0, op, ": cuBLASLt has no FP8 algorithm for ", c, " rows after running ", m0);
       ok = false;
       break;
     }
-    // The scale pointers change from call to call (each weight has its own; the activation's live
-    // in this stream's scratch): set on the plan's descriptor, which cublasLtMatmul reads at the call.
-    const void* sa = wscale;
-    const void* sb = ascale;
     LT_CHECK(op, cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sa, sizeof sa));
     LT_CHECK(op, cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sb, sizeof sb));
     launch_kernel(op, fp8_quantize_kernel<true>, dim3(unsigned(cdiv(c * KB * 32, 256))), 256, 0, st,
