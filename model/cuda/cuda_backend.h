@@ -25,4 +25,12 @@ struct CudaBackendOptions {
 bool cuda_available(std::string* why);
 std::unique_ptr<Backend> make_cuda_backend(const CudaBackendOptions& opt);
 
+// The paths gemm_fp8 took in this process: row chunks run on cuBLASLt's block-scaled FP8 GEMM,
+// and calls that wanted it but fell back to the FP8 GEMV because cuBLASLt had no algorithm. A
+// fallback is slow, not wrong, so the GPU tests check these counts.
+struct Fp8PathCounts {
+  size_t cublaslt = 0, fallback = 0;
+};
+Fp8PathCounts cuda_fp8_path_counts();
+
 }  // namespace sl

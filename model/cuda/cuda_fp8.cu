@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -31,6 +32,8 @@ namespace sl {
 using namespace cuda;
 
 namespace {
+
+std::atomic<size_t> g_cublaslt_chunks{0}, g_fallbacks{0};  // cuda_fp8_path_counts()
 
 constexpr int kBlk = 128;          // checks::kFp8Block: weight blocks and activation groups
 // The GEMV takes at most this many rows at a time: 1-3 rows of a decode step, and the rows past a
@@ -316,6 +319,7 @@ bool gemm_fp8_cublaslt(CudaBackend& be, const char* op, Stream s, const Tensor& 
     void* d = static_cast<bf16*>(out.data) + m0 * N;
     LT_CHECK(op, cublasLtMatmul(lt.handle, plan->desc, &alpha, w.data, plan->a, codes, plan->b, &beta, d, plan->d, d,
                                 plan->d, &plan->algo, lt.workspace, lt.workspace_bytes, st));
+    ++g_cublaslt_chunks;
   }
   return ok;
 }
@@ -333,9 +337,12 @@ void CudaBackend::gemm_fp8(Stream s, const Tensor& out, const Tensor& a, const T
   // cuBLASLt's tensor cores for 4 rows or more into bf16, over the largest multiple of 4; the
   // rest (1-3 rows of a decode step) on the GEMV.
   int64_t done = 0;
-  if (M >= 4 && out.dtype == DType::BF16 && N % 16 == 0 &&
-      gemm_fp8_cublaslt(*this, op, s, out, a, w, w_scale, M / 4 * 4, N, K))
-    done = M / 4 * 4;
+  if (M >= 4 && out.dtype == DType::BF16 && N % 16 == 0) {
+    if (gemm_fp8_cublaslt(*this, op, s, out, a, w, w_scale, M / 4 * 4, N, K))
+      done = M / 4 * 4;
+    else
+      ++g_fallbacks;
+  }
   if (done < M) {
     const size_t as = dtype_size(a.dtype), os = dtype_size(out.dtype);
     Tensor a_rest = a, out_rest = out;
@@ -344,5 +351,7 @@ void CudaBackend::gemm_fp8(Stream s, const Tensor& out, const Tensor& a, const T
     gemm_fp8_gemv(*this, op, s, out_rest, a_rest, w, w_scale, M - done, N, K);
   }
 }
+
+Fp8PathCounts cuda_fp8_path_counts() { return {g_cublaslt_chunks.load(), g_fallbacks.load()}; }
 
 }  // namespace sl

@@ -419,8 +419,16 @@ TEST_P(CudaOps, GemmFp8) {
     T2 a = make_rand("a", Kind::Act, {c.M, c.K}, -4.f, 4.f);
     T2 o = zeros("o", c.out, {c.M, c.N});
     cpu_->gemm_fp8(Stream{}, o.c, a.c, w.c, ws.c);
+    const Fp8PathCounts before = cpu_pair_mode() ? Fp8PathCounts{} : cuda_fp8_path_counts();
     gpu_->gemm_fp8(Stream{}, o.g, a.g, w.g, ws.g);
     expect_close(o, "gemm_fp8 M=" + std::to_string(c.M) + " N=" + std::to_string(c.N) + " K=" + std::to_string(c.K));
+    if (!cpu_pair_mode()) {
+      // 4 rows or more into bf16 (N a multiple of 16) run on cuBLASLt; nothing falls back.
+      const Fp8PathCounts after = cuda_fp8_path_counts();
+      const bool lt = c.M >= 4 && c.out == Kind::Act && c.N % 16 == 0;
+      EXPECT_EQ(after.cublaslt > before.cublaslt, lt) << "M=" << c.M << " N=" << c.N;
+      EXPECT_EQ(after.fallback, before.fallback) << "M=" << c.M << " N=" << c.N << ": cuBLASLt found no algorithm";
+    }
   }
 }
 
