@@ -692,6 +692,42 @@ MoeExpertsDims validate_moe_experts(const Tensor& out, const Tensor& x, const Te
   return {T, D, E, F, k};
 }
 
+// moe_experts_mxfp4: as moe_experts, with each expert matrix [rows, cols] as packed e2m1 codes
+// U8 [E, rows, cols / 2] and e8m0 scales U8 [E, rows, cols / 32]; D and F multiples of 32.
+template <class R>
+MoeExpertsDims validate_moe_experts_mxfp4(const Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
+                                          const Tensor& w1, const Tensor& w1_scale, const Tensor& w2,
+                                          const Tensor& w2_scale, const Tensor& w3, const Tensor& w3_scale) {
+  constexpr Presence P = R::presence;
+  const char* op = "moe_experts_mxfp4";
+  check_mma<R>(op, "x", x);
+  check_ndim<P>(op, "x", x, 2);
+  const int64_t T = x.dim(0), D = x.dim(1);
+  check_act<R>(op, "out", out);
+  check_shape<P>(op, "out", out, {T, D});
+  SL_CHECK(!overlaps(out, x), op, ": out may not alias x");
+  check_dtype<P>(op, "w1", w1, DType::U8);
+  check_ndim<P>(op, "w1", w1, 3);
+  const int64_t E = w1.dim(0), F = w1.dim(1);
+  SL_CHECK(D % 32 == 0 && F % 32 == 0, op, ": D = ", D, " and F = ", F, " must be multiples of 32 (one scale per 32 values)");
+  auto check_matrix = [&](const char* name, const Tensor& w, const char* sname, const Tensor& sc, int64_t rows,
+                          int64_t cols) {
+    check_dtype<P>(op, name, w, DType::U8);
+    check_shape<P>(op, name, w, {E, rows, cols / 2});
+    check_dtype<P>(op, sname, sc, DType::U8);
+    check_shape<P>(op, sname, sc, {E, rows, cols / 32});
+  };
+  check_matrix("w1", w1, "w1_scale", w1_scale, F, D);
+  check_matrix("w3", w3, "w3_scale", w3_scale, F, D);
+  check_matrix("w2", w2, "w2_scale", w2_scale, D, F);
+  check_dtype<P>(op, "ids", ids, DType::I32);
+  check_ndim<P>(op, "ids", ids, 2);
+  const int64_t k = ids.dim(1);
+  check_i32<P>(op, "ids", ids, {T, k});
+  check_f32<P>(op, "weights", weights, {T, k});
+  return {T, D, E, F, k};
+}
+
 // ---------------------------------------------------------------- mHC (hc_*, mtp_combine)
 // The residual X [T, hc, D] (act): hc streams of D per token. How many streams a backend
 // supports is its own (the CPU reference's per-token arrays, the CUDA kernels' fixed hc).

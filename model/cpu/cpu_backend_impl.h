@@ -9,11 +9,12 @@
 //   cpu_dense.cpp      gemm, gemm_fp8, gemm_grouped, rmsnorm, add, rope, swiglu (+ the shared GEMM loop)
 //   cpu_mhc.cpp        hc_pre, hc_post, hc_head, mtp_combine
 //   cpu_attention.cpp  swa_insert, compressor_save/pool, indexer_topk, sparse_attention
-//   cpu_moe.cpp        route, moe_experts, moe_workspace_bytes
+//   cpu_moe.cpp        route, moe_experts, moe_experts_mxfp4, moe_workspace_bytes
 //   cpu_speculative.cpp  verify_tokens, accept_drafts, cache_rollback
 #pragma once
 #include <algorithm>
 #include <array>
+#include <functional>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -156,6 +157,10 @@ class CpuBackend : public Backend {  // not final: tests derive recording backen
   size_t moe_workspace_bytes(int64_t tokens, int k, int D, int F, int E) const override;
 
  private:
+  // moe_experts and moe_experts_mxfp4 after validation (cpu_moe.cpp).
+  void run_experts(const char* op, const Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
+                   int64_t T, int64_t D, int64_t E, int64_t F, int64_t k, float swiglu_limit, const Tensor& workspace,
+                   const std::function<const float*(int64_t e, int which)>& expert);
   void check_stream(const char* op, Stream s) const;
   void check_event(const char* op, Event e) const;
 

@@ -1,8 +1,10 @@
 // MoE (docs/model.md 6): the router (sqrt-softplus scores, hash or biased top-k selection) and
 // the routed experts (SwiGLU with clamp, docs/model.md 3.3).
 #include <cstring>
+#include <functional>
 #include <numeric>
 
+#include "core/fp8.h"
 #include "model/cpu/cpu_backend_impl.h"
 
 namespace sl {
@@ -86,12 +88,13 @@ size_t CpuBackend::moe_workspace_bytes(int64_t tokens, int k, int D, int F, int 
   return MoeWorkspace(tokens * k, D, F, E).total;
 }
 
-void CpuBackend::moe_experts(Stream s, const Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
-                             const Tensor& w1, const Tensor& w2, const Tensor& w3, float swiglu_limit,
-                             const Tensor& workspace) {
-  const char* op = "moe_experts";
-  check_stream(op, s);
-  const auto [T, D, E, F, k] = checks::validate_moe_experts<OpRules>(out, x, ids, weights, w1, w2, w3);
+// The routed experts (docs/model.md 6) over expert matrices that `expert` hands out as fp32,
+// [F, D] for w1 / w3 (which 1 / 3) and [D, F] for w2 (which 2): the bf16 / f32 weights as they are,
+// MXFP4 ones dequantized.
+void CpuBackend::run_experts(const char* op, const Tensor& out, const Tensor& x, const Tensor& ids,
+                             const Tensor& weights, int64_t T, int64_t D, int64_t E, int64_t F, int64_t k,
+                             float swiglu_limit, const Tensor& workspace,
+                             const std::function<const float*(int64_t e, int which)>& expert) {
   const MoeWorkspace ws(T * k, D, F, E);
   check_dtype(op, "workspace", workspace, DType::U8);
   SL_CHECK(workspace.bytes() >= ws.total, op, ": workspace ", describe(workspace), " is smaller than the ", ws.total,
@@ -128,10 +131,10 @@ void CpuBackend::moe_experts(Stream s, const Tensor& out, const Tensor& x, const
   for (int64_t e = 0; e < E; ++e) {
     const int64_t r0 = offsets[e], rows = offsets[e + 1] - offsets[e];
     if (rows == 0) continue;
-    matmul_nt(gate + r0 * F, F, xs + r0 * D, D, w1.ptr<float>() + e * F * D, D, rows, F, D);
-    matmul_nt(up + r0 * F, F, xs + r0 * D, D, w3.ptr<float>() + e * F * D, D, rows, F, D);
+    matmul_nt(gate + r0 * F, F, xs + r0 * D, D, expert(e, 1), D, rows, F, D);
+    matmul_nt(up + r0 * F, F, xs + r0 * D, D, expert(e, 3), D, rows, F, D);
     for (int64_t i = r0 * F; i < (r0 + rows) * F; ++i) gate[i] = swiglu_clamped(gate[i], up[i], swiglu_limit);
-    matmul_nt(ys + r0 * D, D, gate + r0 * F, F, w2.ptr<float>() + e * D * F, F, rows, D, F);
+    matmul_nt(ys + r0 * D, D, gate + r0 * F, F, expert(e, 2), F, rows, D, F);
   }
 
   // 3. Un-permute and combine: out[t] = sum_i weights[t, i] * y(t, i), summed in slot order i
@@ -145,6 +148,42 @@ void CpuBackend::moe_experts(Stream s, const Tensor& out, const Tensor& x, const
       for (int64_t d = 0; d < D; ++d) o[d] += w * y[d];
     }
   }
+}
+
+void CpuBackend::moe_experts(Stream s, const Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
+                             const Tensor& w1, const Tensor& w2, const Tensor& w3, float swiglu_limit,
+                             const Tensor& workspace) {
+  const char* op = "moe_experts";
+  check_stream(op, s);
+  const auto [T, D, E, F, k] = checks::validate_moe_experts<OpRules>(out, x, ids, weights, w1, w2, w3);
+  run_experts(op, out, x, ids, weights, T, D, E, F, k, swiglu_limit, workspace, [&](int64_t e, int which) {
+    return which == 2 ? w2.ptr<float>() + e * D * F : (which == 1 ? w1 : w3).ptr<float>() + e * F * D;
+  });
+}
+
+void CpuBackend::moe_experts_mxfp4(Stream s, const Tensor& out, const Tensor& x, const Tensor& ids,
+                                   const Tensor& weights, const Tensor& w1, const Tensor& w1_scale, const Tensor& w2,
+                                   const Tensor& w2_scale, const Tensor& w3, const Tensor& w3_scale,
+                                   float swiglu_limit, const Tensor& workspace) {
+  const char* op = "moe_experts_mxfp4";
+  check_stream(op, s);
+  const auto [T, D, E, F, k] =
+      checks::validate_moe_experts_mxfp4<OpRules>(out, x, ids, weights, w1, w1_scale, w2, w2_scale, w3, w3_scale);
+  // One expert matrix at a time, dequantized into host scratch (the experts run one after another).
+  std::vector<float> deq(size_t(F * D));
+  run_experts(op, out, x, ids, weights, T, D, E, F, k, swiglu_limit, workspace, [&](int64_t e, int which) {
+    const Tensor& w = which == 1 ? w1 : which == 2 ? w2 : w3;
+    const Tensor& sc = which == 1 ? w1_scale : which == 2 ? w2_scale : w3_scale;
+    const int64_t rows = which == 2 ? D : F, cols = which == 2 ? F : D;
+    lowp::Mxfp4 q;
+    q.rows = rows, q.cols = cols;
+    const uint8_t* pw = w.ptr<uint8_t>() + e * rows * cols / 2;
+    const uint8_t* ps = sc.ptr<uint8_t>() + e * rows * cols / 32;
+    q.packed.assign(pw, pw + rows * cols / 2);
+    q.scales.assign(ps, ps + rows * cols / 32);
+    lowp::dequantize_mxfp4(q, deq.data());
+    return static_cast<const float*>(deq.data());
+  });
 }
 
 }  // namespace sl

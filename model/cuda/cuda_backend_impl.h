@@ -9,7 +9,7 @@
 //   cuda_attention.cu  swa_insert, compressor_save, compressor_pool, indexer_topk,
 //                      sparse_attention
 //   cuda_moe.cu        route, moe_experts (device-side permutation + grouped tensor-core GEMM),
-//                      moe_workspace_bytes
+//                      moe_experts_mxfp4 (the GEMV on MXFP4 weights), moe_workspace_bytes
 //   cuda_speculative.cu  verify_tokens, accept_drafts, cache_rollback
 //   cuda_fp8.cu        gemm_fp8 (activation quantize + FP8 GEMV; cuBLASLt block-scaled FP8 at prefill)
 //

@@ -18,6 +18,8 @@
 //      measured 4-5 % slower per decode step and 12-27 % slower per MoE on the H200 and removed:
 //      results/2026-12-04-h200-kernel-workbench.)
 //   4. moe_combine_kernel: out[t] = sum_{i < k} weights[t, i] * y[inv[t*k + i]], in slot order.
+// moe_experts_mxfp4 (the checkpoint's MXFP4 experts) runs steps 1, 3 and 4 at every size, the
+// GEMV decoding e2m1 pairs and applying each 32-value scale as it loads.
 // Every output element is a fixed-order fp32 sum that does not depend on which other rows share
 // its tile: results do not depend on scheduling.
 #include <mma.h>
@@ -376,8 +378,10 @@ struct MoeGemvArgs {
   const bf16* A;       // rows of K values
   const int* a_rows;   // permuted row -> A row (null: identity)
   int64_t lda;
-  const bf16* W;       // [E, N, K] (w1, or w2)
-  const bf16* W3;      // [E, N, K] w3 (PAIR)
+  const void* W;       // [E, N, K] bf16 (w1, or w2); MXFP4: packed e2m1 [E, N, K / 2]
+  const void* W3;      // the same for w3 (PAIR)
+  const uint8_t* Ws;   // MXFP4: e8m0 scales [E, N, K / 32] of W
+  const uint8_t* W3s;  // ... of W3
   int N, K, E;
   const int* counts;
   const int* offsets;
@@ -386,9 +390,30 @@ struct MoeGemvArgs {
   float limit;         // SwiGLU clamp (PAIR)
 };
 
-// NW weight rows per warp, streamed together (more 16-byte loads in flight per lane): PAIR, row n
-// of w1 and of w3; otherwise NW consecutive output columns of w2 (K = F is short).
-template <bool PAIR, int NW>
+// Eight consecutive weights k .. k + 7 of matrix row `row` as floats: bf16 (16 bytes), or MXFP4
+// (4 bytes of e2m1 pairs, the even element in the low nibble, times the row's e8m0 scale of
+// those 32 values).
+template <bool FP4>
+__device__ __forceinline__ void load_w8(const void* w, const uint8_t* ws, int64_t row, int64_t K, int64_t k,
+                                        float (&v)[8]) {
+  if constexpr (FP4) {
+    constexpr float kE2m1[8] = {0.f, 0.5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f};
+    const uint32_t bits = *reinterpret_cast<const uint32_t*>(static_cast<const uint8_t*>(w) + row * (K / 2) + k / 2);
+    const float s = __uint_as_float(uint32_t(ws[row * (K / 32) + k / 32]) << 23);  // 2^(e - 127); e = 0 -> 0
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const uint32_t c = (bits >> (4 * i)) & 0xF;
+      v[i] = (c & 8 ? -kE2m1[c & 7] : kE2m1[c & 7]) * s;
+    }
+  } else {
+    load8(static_cast<const bf16*>(w) + row * K + k, v);
+  }
+}
+
+// NW weight rows per warp, streamed together (more loads in flight per lane): PAIR, row n of w1
+// and of w3; otherwise NW consecutive output columns of w2 (K = F is short). FP4: the weights are
+// MXFP4 (moe_experts_mxfp4), 4 bytes per 8 values instead of 16.
+template <bool PAIR, int NW, bool FP4 = false>
 __global__ __launch_bounds__(256) void moe_gemv_kernel(MoeGemvArgs g) {
   pdl_enter();
   static_assert(!PAIR || NW == 2, "PAIR streams w1 and w3");
@@ -408,17 +433,22 @@ __global__ __launch_bounds__(256) void moe_gemv_kernel(MoeGemvArgs g) {
     const int pr = row0 + min(r, rows - 1);  // rows past the count repeat the last (never stored)
     arow[r] = g.A + (g.a_rows ? int64_t(g.a_rows[pr]) : int64_t(pr)) * g.lda;
   }
-  const bf16* wr[NW];
+  // Each streamed row: its matrix (and scales) and its row index over all experts.
+  const void* wm[NW];
+  const uint8_t* wsm[NW];
+  int64_t wrow[NW];
 #pragma unroll
-  for (int j = 0; j < NW; ++j)
-    wr[j] = PAIR ? (j == 0 ? g.W : g.W3) + (int64_t(e) * g.N + n0) * g.K
-                 : g.W + (int64_t(e) * g.N + min(n0 + j, g.N - 1)) * g.K;
+  for (int j = 0; j < NW; ++j) {
+    wm[j] = PAIR && j == 1 ? g.W3 : g.W;
+    wsm[j] = PAIR && j == 1 ? g.W3s : g.Ws;
+    wrow[j] = PAIR ? int64_t(e) * g.N + n0 : int64_t(e) * g.N + min(n0 + j, g.N - 1);
+  }
   float acc[NW][kGemvRows] = {};
 #pragma unroll 4
   for (int k = lane * 8; k < g.K; k += 256) {
     float wv[NW][8];
 #pragma unroll
-    for (int j = 0; j < NW; ++j) load8(wr[j] + k, wv[j]);
+    for (int j = 0; j < NW; ++j) load_w8<FP4>(wm[j], wsm[j], wrow[j], g.K, k, wv[j]);
 #pragma unroll
     for (int r = 0; r < kGemvRows; ++r) {
       if (r >= rows) break;
@@ -487,6 +517,64 @@ __global__ __launch_bounds__(256) void moe_combine_kernel(void* out, int dto, co
   for (int i = 0; i < k; ++i)
     if (ri[i] >= 0) acc += rw[i] * y[int64_t(ri[i]) * D + d];
   stf(out, dto, t * D + d, acc);
+}
+
+// One expert matrix for the GEMV: the weights (bf16, or packed e2m1) and, for MXFP4, the scales.
+struct ExpertMatrix {
+  const void* w;
+  const uint8_t* scales;
+};
+
+// The decode GEMV path, after the permute: h1 = swiglu(w1 x, w3 x) over the gathered token rows,
+// y = w2 h1 (F32), then out = the weighted combine. FP4: MXFP4 weights (moe_experts_mxfp4).
+template <bool FP4>
+void moe_gemv_path(const char* op, cudaStream_t st, const MoeLayout& L, char* ws, int64_t T, int64_t D, int64_t E,
+                   int64_t F, int64_t k, float swiglu_limit, const Tensor& out, const Tensor& x, const Tensor& weights,
+                   ExpertMatrix w1, ExpertMatrix w2, ExpertMatrix w3) {
+  const int64_t P = T * k;
+  bf16* h1 = reinterpret_cast<bf16*>(ws + L.h1);
+  float* y = reinterpret_cast<float*>(ws + L.y);
+  int* inv = reinterpret_cast<int*>(ws + L.inv);
+  const int64_t max_tiles = cdiv(P, kGemvRows) + std::min<int64_t>(P, E);
+  MoeGemvArgs v{};
+  v.counts = reinterpret_cast<const int*>(ws + L.counts);
+  v.offsets = reinterpret_cast<const int*>(ws + L.offsets);
+  v.tiles = reinterpret_cast<const int*>(ws + L.tiles);
+  v.tile_expert = reinterpret_cast<const int*>(ws + L.tile_expert);
+  v.E = int(E);
+  v.limit = swiglu_limit;
+  // h1 = swiglu(w1 x, w3 x) over the gathered token rows.
+  v.out = h1;
+  v.A = static_cast<const bf16*>(x.data);
+  v.a_rows = reinterpret_cast<const int*>(ws + L.src_row);
+  v.lda = D;
+  v.W = w1.w;
+  v.Ws = w1.scales;
+  v.W3 = w3.w;
+  v.W3s = w3.scales;
+  v.N = int(F);
+  v.K = int(D);
+  launch_kernel(op, moe_gemv_kernel<true, 2, FP4>, dim3{unsigned(max_tiles), unsigned(cdiv(F, 8)), 1u}, 256, 0, st, v);
+  CUDA_LAUNCH_CHECK(op, st);
+  // y = w2 h1 (F32).
+  v.out = y;
+  v.A = h1;
+  v.a_rows = nullptr;
+  v.lda = F;
+  v.W = w2.w;
+  v.Ws = w2.scales;
+  v.W3 = nullptr;
+  v.W3s = nullptr;
+  v.N = int(D);
+  v.K = int(F);
+  // Two output columns per warp (1 was 4-6 % slower on the H200, 4 no faster).
+  constexpr int kW2Cols = 2;
+  const dim3 g2{unsigned(max_tiles), unsigned(cdiv(D, 8 * kW2Cols)), 1u};
+  launch_kernel(op, moe_gemv_kernel<false, kW2Cols, FP4>, g2, 256, 0, st, v);
+  CUDA_LAUNCH_CHECK(op, st);
+  launch_kernel(op, moe_combine_kernel, dim3{unsigned(T), unsigned(cdiv(D, 256)), 1u}, 256, 0, st, out.data,
+                fcode(out.dtype), y, inv, weights.ptr<float>(), int(k), D);
+  CUDA_LAUNCH_CHECK(op, st);
 }
 
 }  // namespace
@@ -568,42 +656,8 @@ void CudaBackend::moe_experts(Stream s, const Tensor& out, const Tensor& x, cons
   CUDA_LAUNCH_CHECK(op, st);
 
   if (gemv_mode) {
-    const int64_t max_tiles = cdiv(P, kGemvRows) + std::min<int64_t>(P, E);
-    MoeGemvArgs v{};
-    v.counts = counts;
-    v.offsets = offsets;
-    v.tiles = tiles;
-    v.tile_expert = reinterpret_cast<const int*>(ws + L.tile_expert);
-    v.E = int(E);
-    v.limit = swiglu_limit;
-    // h1 = swiglu(w1 x, w3 x) over the gathered token rows.
-    v.out = h1;
-    v.A = static_cast<const bf16*>(x.data);
-    v.a_rows = src_row;
-    v.lda = D;
-    v.W = static_cast<const bf16*>(w1.data);
-    v.W3 = static_cast<const bf16*>(w3.data);
-    v.N = int(F);
-    v.K = int(D);
-    launch_kernel(op, moe_gemv_kernel<true, 2>, dim3{unsigned(max_tiles), unsigned(cdiv(F, 8)), 1u}, 256, 0, st, v);
-    CUDA_LAUNCH_CHECK(op, st);
-    // y = w2 h1 (F32).
-    v.out = y;
-    v.A = h1;
-    v.a_rows = nullptr;
-    v.lda = F;
-    v.W = static_cast<const bf16*>(w2.data);
-    v.W3 = nullptr;
-    v.N = int(D);
-    v.K = int(F);
-    // Two output columns per warp (1 was 4-6 % slower on the H200, 4 no faster).
-    constexpr int kW2Cols = 2;
-    const dim3 g2{unsigned(max_tiles), unsigned(cdiv(D, 8 * kW2Cols)), 1u};
-    launch_kernel(op, moe_gemv_kernel<false, kW2Cols>, g2, 256, 0, st, v);
-    CUDA_LAUNCH_CHECK(op, st);
-    launch_kernel(op, moe_combine_kernel, dim3{unsigned(T), unsigned(cdiv(D, 256)), 1u}, 256, 0, st, out.data,
-                  fcode(out.dtype), y, inv, weights.ptr<float>(), int(k), D);
-    CUDA_LAUNCH_CHECK(op, st);
+    moe_gemv_path<false>(op, st, L, ws, T, D, E, F, k, swiglu_limit, out, x, weights, {w1.data, nullptr},
+                         {w2.data, nullptr}, {w3.data, nullptr});
     return;
   }
 
@@ -646,6 +700,41 @@ void CudaBackend::moe_experts(Stream s, const Tensor& out, const Tensor& x, cons
   launch_kernel(op, moe_combine_kernel, dim3{unsigned(T), unsigned(cdiv(D, 256)), 1u}, 256, 0, st, out.data,
                 fcode(out.dtype), y, inv, weights.ptr<float>(), int(k), D);
   CUDA_LAUNCH_CHECK(op, st);
+}
+
+// The MXFP4 experts: every token count runs on the GEMV path (the grouped tensor-core GEMM takes
+// bf16 weights only), reading 4.25 bits per weight instead of 16.
+void CudaBackend::moe_experts_mxfp4(Stream s, const Tensor& out, const Tensor& x, const Tensor& ids,
+                                    const Tensor& weights, const Tensor& w1, const Tensor& w1_scale, const Tensor& w2,
+                                    const Tensor& w2_scale, const Tensor& w3, const Tensor& w3_scale,
+                                    float swiglu_limit, const Tensor& workspace) {
+  const char* op = "moe_experts_mxfp4";
+  cudaStream_t st = stream(s, op);
+  const auto [T, D, E, F, k] =
+      checks::validate_moe_experts_mxfp4<OpRules>(out, x, ids, weights, w1, w1_scale, w2, w2_scale, w3, w3_scale);
+  SL_CHECK(E >= 1 && E <= 1024, op, ": E = ", E, " experts; the CUDA backend supports 1..1024");
+  SL_CHECK(k <= 64, op, ": k = ", k, " experts per token; the CUDA backend supports at most 64");
+  SL_CHECK(T * k < (int64_t(1) << 31), op, ": too many (token, expert) pairs");
+  const MoeLayout L(T * k, D, F, E);
+  check_dtype(op, "workspace", workspace, DType::U8);
+  SL_CHECK(workspace.bytes() >= L.total, op, ": workspace ", describe(workspace), " is smaller than the ", L.total,
+           " bytes moe_workspace_bytes(", T, ", ", k, ", ", D, ", ", F, ", ", E, ") asks for");
+  check_aligned(op, "x", x.data, 16);
+  for (const auto& [name, t] : {std::pair{"w1", &w1}, std::pair{"w2", &w2}, std::pair{"w3", &w3}})
+    check_aligned(op, name, t->data, 4);
+  check_aligned(op, "workspace", workspace.data, 256);
+  if (T == 0) return;
+  char* ws = static_cast<char*>(workspace.data);
+  const size_t psmem = size_t(2) * E * 4;
+  allow_smem(op, moe_permute_kernel, psmem, smem_optin());
+  launch_kernel(op, moe_permute_kernel, 1, 1024, psmem, st, ids.ptr<int32_t>(), T * k, int(k), int(E), kGemvRows,
+                reinterpret_cast<int*>(ws + L.counts), reinterpret_cast<int*>(ws + L.offsets),
+                reinterpret_cast<int*>(ws + L.tiles), reinterpret_cast<int*>(ws + L.tile_expert),
+                reinterpret_cast<int*>(ws + L.src_row), reinterpret_cast<int*>(ws + L.inv));
+  CUDA_LAUNCH_CHECK(op, st);
+  moe_gemv_path<true>(op, st, L, ws, T, D, E, F, k, swiglu_limit, out, x, weights,
+                      {w1.data, w1_scale.ptr<uint8_t>()}, {w2.data, w2_scale.ptr<uint8_t>()},
+                      {w3.data, w3_scale.ptr<uint8_t>()});
 }
 
 }  // namespace sl

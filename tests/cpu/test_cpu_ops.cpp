@@ -16,6 +16,7 @@
 
 #include "core/bf16.h"
 #include "core/error.h"
+#include "core/fp8.h"
 #include "core/rng.h"
 #include "model/backend.h"
 #include "model/cpu/cpu_backend.h"
@@ -1024,6 +1025,39 @@ TEST_F(CpuOps, RouteZeroScoresDivideByOne) {
   be->route(s, ids, wt, f32("z", {1, 3}, {-200, -200, -200}), Tensor{}, Tensor{}, Tensor{}, 1.5f);
   EXPECT_EQ(get(wt), (std::vector<float>{0.f, 0.f}));
   EXPECT_EQ(geti(ids), (std::vector<int32_t>{0, 1}));
+}
+
+// The MXFP4 experts compute exactly what moe_experts computes on the dequantized weights
+// (core/fp8.h, whose packing and scales are checked by hand in test_fp8.cpp).
+TEST_F(CpuOps, MoeExpertsMxfp4IsMoeExpertsOnTheDequantizedWeights) {
+  const int T = 5, k = 2, E = 3, D = 64, F = 96;
+  std::vector<float> x = uniform(size_t(T) * D, -2.f, 2.f), wts = uniform(size_t(T) * k, 0.1f, 1.f);
+  std::vector<int32_t> ids = {1, 0, 2, 1, 1, 2, 0, 1, 1, 2};
+  Tensor tx = f32("x", {T, D}, x), tid = i32("ids", {T, k}, ids), tw = f32("wts", {T, k}, wts);
+  std::vector<Tensor> packed, scales, deq;
+  for (auto [rows, cols] : {std::pair{F, D}, std::pair{D, F}, std::pair{F, D}}) {  // w1, w2, w3
+    const std::vector<float> w = uniform(size_t(E) * rows * cols, -0.3f, 0.3f);
+    const sl::lowp::Mxfp4 q = sl::lowp::quantize_mxfp4(w.data(), int64_t(E) * rows, cols);
+    std::vector<float> back(w.size());
+    sl::lowp::dequantize_mxfp4(q, back.data());
+    Tensor p = be->alloc("w", DType::U8, {E, rows, cols / 2}, AllocKind::Weight);
+    Tensor sc = be->alloc("w_scale", DType::U8, {E, rows, cols / 32}, AllocKind::Weight);
+    be->upload(s, p, q.packed.data(), q.packed.size());
+    be->upload(s, sc, q.scales.data(), q.scales.size());
+    packed.push_back(p), scales.push_back(sc), deq.push_back(f32("w_deq", {E, rows, cols}, back));
+  }
+  Tensor ws = be->alloc("ws", DType::U8, {int64_t(be->moe_workspace_bytes(T, k, D, F, E))}, AllocKind::Workspace);
+  Tensor got = zeros("got", DType::F32, {T, D}), want = zeros("want", DType::F32, {T, D});
+  be->moe_experts_mxfp4(s, got, tx, tid, tw, packed[0], scales[0], packed[1], scales[1], packed[2], scales[2], 10.f, ws);
+  be->moe_experts(s, want, tx, tid, tw, deq[0], deq[1], deq[2], 10.f, ws);
+  EXPECT_EQ(get(got), get(want));
+  // A scale tensor of the wrong shape is refused, naming it.
+  try {
+    be->moe_experts_mxfp4(s, got, tx, tid, tw, packed[0], scales[1], packed[1], scales[1], packed[2], scales[2], 10.f, ws);
+    ADD_FAILURE() << "w1_scale of w2's shape was accepted";
+  } catch (const sl::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("moe_experts_mxfp4: w1_scale"), std::string::npos) << e.what();
+  }
 }
 
 TEST_F(CpuOps, MoeExpertsMatchPerTokenDoubleReference) {

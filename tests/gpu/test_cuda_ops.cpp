@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "core/bf16.h"
+#include "core/fp8.h"
 #include "core/rng.h"
 #include "model/backend.h"
 #include "model/cpu/cpu_backend.h"
@@ -1158,6 +1159,51 @@ TEST_P(CudaOps, MoeExperts) {
     const std::vector<float> first = gg(out);
     gpu_->moe_experts(Stream{}, out.g, x.g, ids.g, wts.g, w1.g, w2.g, w3.g, 10.f, ws.g);
     EXPECT_EQ(first, gg(out)) << "moe_experts is not deterministic";
+  }
+}
+
+// The routed experts on MXFP4 weights (the checkpoint's format): packed e2m1 and e8m0 scales made
+// by core/fp8.h, the same bytes on both backends; decode sizes and a prefill-sized batch (the
+// GEMV path serves every size for MXFP4).
+TEST_P(CudaOps, MoeExpertsMxfp4) {
+  struct Case {
+    int64_t T, E, k, D, F;
+  };
+  for (const Case& c : {Case{1, 8, 2, 128, 64}, Case{8, 64, 6, 512, 256}, Case{3, 16, 6, 256, 96},
+                        Case{200, 8, 2, 128, 192}}) {
+    T2 x = make_rand("x", Kind::Act, {c.T, c.D});
+    std::vector<T2> packed, scales;
+    for (auto [rows, cols] : {std::pair{c.F, c.D}, std::pair{c.D, c.F}, std::pair{c.F, c.D}}) {  // w1, w2, w3
+      const std::vector<float> w = rand(size_t(c.E * rows * cols), -0.1f, 0.1f);
+      const lowp::Mxfp4 q = lowp::quantize_mxfp4(w.data(), c.E * rows, cols);
+      T2 p, sc;
+      p.kind = sc.kind = Kind::I32;
+      p.c = cpu_->alloc("w", DType::U8, {c.E, rows, cols / 2}, AllocKind::Weight);
+      p.g = gpu_->alloc("w", DType::U8, {c.E, rows, cols / 2}, AllocKind::Weight);
+      sc.c = cpu_->alloc("w_scale", DType::U8, {c.E, rows, cols / 32}, AllocKind::Weight);
+      sc.g = gpu_->alloc("w_scale", DType::U8, {c.E, rows, cols / 32}, AllocKind::Weight);
+      for (Backend* be : {cpu_.get(), gpu_.get()}) {
+        be->upload(Stream{}, be == cpu_.get() ? p.c : p.g, q.packed.data(), q.packed.size());
+        be->upload(Stream{}, be == cpu_.get() ? sc.c : sc.g, q.scales.data(), q.scales.size());
+      }
+      packed.push_back(p), scales.push_back(sc);
+    }
+    std::vector<int32_t> idv;
+    for (int64_t t = 0; t < c.T; ++t) {
+      std::vector<int32_t> all(static_cast<size_t>(c.E));
+      std::iota(all.begin(), all.end(), 0);
+      std::shuffle(all.begin(), all.end(), rng_);
+      idv.insert(idv.end(), all.begin(), all.begin() + c.k);
+    }
+    T2 ids = make_i32("ids", {c.T, c.k}, idv);
+    T2 wts = make_rand("wts", Kind::F32, {c.T, c.k}, 0.1f, 1.f);
+    T2 ws = workspace(c.T, int(c.k), int(c.D), int(c.F), int(c.E));
+    T2 out = zeros("out", Kind::Act, {c.T, c.D});
+    cpu_->moe_experts_mxfp4(Stream{}, out.c, x.c, ids.c, wts.c, packed[0].c, scales[0].c, packed[1].c, scales[1].c,
+                            packed[2].c, scales[2].c, 10.f, ws.c);
+    gpu_->moe_experts_mxfp4(Stream{}, out.g, x.g, ids.g, wts.g, packed[0].g, scales[0].g, packed[1].g, scales[1].g,
+                            packed[2].g, scales[2].g, 10.f, ws.g);
+    expect_close(out, "moe_experts_mxfp4 T=" + std::to_string(c.T) + " E=" + std::to_string(c.E));
   }
 }
 

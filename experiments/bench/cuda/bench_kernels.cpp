@@ -12,7 +12,7 @@
 // its activations) to give GB/s and the fraction of the device-to-device copy bandwidth measured
 // in the same process.
 //
-//   bench_kernels [--ops=gemm,gemm_fp8,moe_experts,sparse_attention] [--config=flash-6l] [--batches=1,8]
+//   bench_kernels [--ops=gemm,gemm_fp8,moe_experts,moe_experts_mxfp4,sparse_attention] [--config=flash-6l] [--batches=1,8]
 //                 [--pos=4095] [--experts=64] [--reps=20] [--variants=SPEC;SPEC...]
 //                 [--dut=cuda|cpu] [--out=FILE.json]
 //
@@ -45,7 +45,7 @@ namespace sl {
 namespace {
 
 struct Options {
-  std::vector<std::string> ops{"gemm", "gemm_fp8", "moe_experts", "sparse_attention"};
+  std::vector<std::string> ops{"gemm", "gemm_fp8", "moe_experts", "moe_experts_mxfp4", "sparse_attention"};
   std::string config = "flash-6l", dut = "cuda", out, command_line;
   std::vector<int> batches{1, 8};
   int pos = 4095;     // the decode position of every sequence ((pos+1) % 128 == 0: full blocks)
@@ -238,6 +238,41 @@ Case moe_case(const ModelConfig& c, int T, int E, std::mt19937& rng) {
   return m;
 }
 
+// The same routed experts with MXFP4 weights (the checkpoint's format): random e2m1 bytes and
+// e8m0 scales around 2^-7 (weights of about the bf16 case's size).
+Case moe_mxfp4_case(const ModelConfig& c, int T, int E, std::mt19937& rng) {
+  Case m = moe_case(c, T, E, rng);
+  const int k = c.num_experts_per_tok, D = c.hidden_size, F = c.moe_intermediate_size;
+  m.op = "moe_experts_mxfp4";
+  const std::vector<int32_t> ids = m.inputs[1].ints;
+  std::uniform_int_distribution<int> byte(0, 255), sc(124, 126);
+  auto bytes = [&](size_t n, bool scale) {
+    std::vector<int32_t> v(n);
+    for (auto& x : v) x = scale ? sc(rng) : byte(rng);
+    return v;
+  };
+  const size_t fd = size_t(E) * F * D;
+  m.inputs = {{"x", Kind::Act, {T, D}},
+              {"ids", Kind::I32, {T, k}, 1, 0, ids},
+              {"weights", Kind::F32, {T, k}, 0.2f, 0.3f},
+              {"w1", Kind::U8, {E, F, D / 2}, 1, 0, bytes(fd / 2, false)},
+              {"w1_scale", Kind::U8, {E, F, D / 32}, 1, 0, bytes(fd / 32, true)},
+              {"w2", Kind::U8, {E, D, F / 2}, 1, 0, bytes(fd / 2, false)},
+              {"w2_scale", Kind::U8, {E, D, F / 32}, 1, 0, bytes(fd / 32, true)},
+              {"w3", Kind::U8, {E, F, D / 2}, 1, 0, bytes(fd / 2, false)},
+              {"w3_scale", Kind::U8, {E, F, D / 32}, 1, 0, bytes(fd / 32, true)},
+              {"out", Kind::Act, {T, D}, 0},
+              {"workspace", Kind::Workspace, {}}};
+  const float limit = float(c.swiglu_limit);
+  m.run = [limit](Backend& be, const std::vector<Tensor>& t) {
+    be.moe_experts_mxfp4(Stream{}, t[9], t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8], limit, t[10]);
+  };
+  m.output = 9;
+  const std::set<int32_t> hit(ids.begin(), ids.end());
+  m.bytes = double(hit.size()) * 3 * F * double(D) * (0.5 + 1.0 / 32) + 2.0 * 2 * T * D + 8.0 * T * k;
+  return m;
+}
+
 // Sparse attention of one decode token per sequence at position `pos`: sliding window only,
 // all compressed entries (ratio 128), or the indexer's top-K of them (ratio 4).
 Case attention_case(const ModelConfig& c, int B, int pos, CompressedKeys mode, std::mt19937& rng) {
@@ -284,7 +319,7 @@ Case attention_case(const ModelConfig& c, int B, int pos, CompressedKeys mode, s
 // Each op's variants: the default first, then every alternative a run can ask for.
 std::vector<std::string> default_variants(const std::string& op) {
   if (op == "gemm") return {"", "gemv-bf16-max-mb=4096", "gemv-bf16-max-mb=0", "gemv-bf16-max-mb=0,cublas-workspace-kb=0"};
-  if (op == "gemm_fp8") return {"", "pdl=off"};
+  if (op == "gemm_fp8" || op == "moe_experts_mxfp4") return {"", "pdl=off"};
   // The routed experts have one decode kernel now (the split-K and w2-column variants measured
   // slower: results/2026-12-04-h200-kernel-workbench); PDL and the GEMV limit still apply.
   if (op == "moe_experts") return {"", "pdl=off"};
@@ -350,6 +385,8 @@ int run(const Options& o) {
         for (Case& c : gemm_fp8_cases(cfg, B, rng)) cases.push_back(std::move(c));
       } else if (op == "moe_experts") {
         cases.push_back(moe_case(cfg, B, std::min(o.experts, cfg.n_routed_experts), rng));
+      } else if (op == "moe_experts_mxfp4") {
+        cases.push_back(moe_mxfp4_case(cfg, B, std::min(o.experts, cfg.n_routed_experts), rng));
       } else {
         for (CompressedKeys m : {CompressedKeys::None, CompressedKeys::All, CompressedKeys::Selected})
           cases.push_back(attention_case(cfg, B, o.pos, m, rng));
@@ -440,8 +477,9 @@ int main(int argc, char** argv) {
     if (auto v = flag_value(arg, "--ops=")) {
       o.ops = sl::split(v, ',');
       for (const auto& op : o.ops)
-        SL_CHECK(op == "gemm" || op == "gemm_fp8" || op == "moe_experts" || op == "sparse_attention", "--ops: '", op,
-                 "' is not one of gemm, gemm_fp8, moe_experts, sparse_attention");
+        SL_CHECK(op == "gemm" || op == "gemm_fp8" || op == "moe_experts" || op == "moe_experts_mxfp4" ||
+                     op == "sparse_attention",
+                 "--ops: '", op, "' is not one of gemm, gemm_fp8, moe_experts, moe_experts_mxfp4, sparse_attention");
       SL_CHECK(!o.ops.empty(), "--ops is empty");
     } else if (auto v = flag_value(arg, "--config=")) {
       o.config = v;
@@ -469,14 +507,16 @@ int main(int argc, char** argv) {
     return true;
   };
   static const std::string usage = std::string(
-      "bench_kernels [--ops=gemm,gemm_fp8,moe_experts,sparse_attention] [--config=flash-6l] [--batches=1,8]\n"
+      "bench_kernels [--ops=gemm,gemm_fp8,moe_experts,moe_experts_mxfp4,sparse_attention] [--config=flash-6l]\n"
+      "              [--batches=1,8]\n"
       "              [--pos=4095] [--experts=64] [--reps=20] [--variants=SPEC;SPEC...] [--dut=cuda|cpu]\n"
       "              [--out=FILE.json]\n"
       "The kernel workbench: each op's CUDA kernel variants at the config's decode shapes, checked\n"
       "against the CPU reference (relative error, bf16 bound 2e-2) and timed with the L2 flushed\n"
       "before every run: median and min time, GB/s of the bytes the op must move, and that as a\n"
       "fraction of the device-to-device copy bandwidth measured in the same run.\n"
-      "  --ops        the op families (default all four; gemm_fp8: the decode GEMMs with FP8 weights)\n"
+      "  --ops        the op families (default all five; gemm_fp8 and moe_experts_mxfp4: the same ops on\n"
+      "               the checkpoint's FP8 / MXFP4 weights)\n"
       "  --batches    decode batch sizes (one token per sequence)\n"
       "  --pos        the decode position (sparse attention's window and compressed entries)\n"
       "  --experts    routed experts held (capped at the config's; only those hit are read)\n"
