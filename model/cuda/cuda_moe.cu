@@ -397,13 +397,18 @@ template <bool FP4>
 __device__ __forceinline__ void load_w8(const void* w, const uint8_t* ws, int64_t row, int64_t K, int64_t k,
                                         float (&v)[8]) {
   if constexpr (FP4) {
-    constexpr float kE2m1[8] = {0.f, 0.5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f};
+    // Each e2m1 code becomes the bits of an fp32 with the block scale's exponent added in (no
+    // table: a per-thread array indexed at run time would live in local memory). Code s e1 e0 m:
+    // e > 0 is (1 + m/2) * 2^(e-1), e = 0 is m/2; times 2^(scale - 127).
     const uint32_t bits = *reinterpret_cast<const uint32_t*>(static_cast<const uint8_t*>(w) + row * (K / 2) + k / 2);
-    const float s = __uint_as_float(uint32_t(ws[row * (K / 32) + k / 32]) << 23);  // 2^(e - 127); e = 0 -> 0
+    const int32_t se = int32_t(ws[row * (K / 32) + k / 32]) - 127;  // the scale's exponent
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
-      const uint32_t c = (bits >> (4 * i)) & 0xF;
-      v[i] = (c & 8 ? -kE2m1[c & 7] : kE2m1[c & 7]) * s;
+      const uint32_t c = (bits >> (4 * i)) & 0xF, e = (c >> 1) & 3, m = c & 1;
+      const uint32_t sign = (c & 8) << 28;
+      const uint32_t f = e ? sign | uint32_t(int32_t(e) + 126 + se) << 23 | m << 22
+                           : (m ? sign | uint32_t(126 + se) << 23 : sign);
+      v[i] = __uint_as_float(f);
     }
   } else {
     load8(static_cast<const bf16*>(w) + row * K + k, v);
