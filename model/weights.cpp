@@ -16,6 +16,7 @@
 
 #include "core/bf16.h"
 #include "core/error.h"
+#include "core/fp8.h"
 #include "core/rng.h"
 #include "core/safetensors.h"
 
@@ -461,6 +462,91 @@ static int64_t first_nonfinite(const StTensor& t) {
   return -1;
 }
 
+// A quantized weight [rows, cols] of the checkpoint: FP8 e4m3 codes [rows, cols] with 128 x 128
+// block scales [ceil(rows/128), ceil(cols/128)], or MXFP4 (e2m1 pairs as I8 / U8 [rows, cols/2],
+// the even element in the low nibble) with a scale per 32 values [rows, cols/32]. Scales are
+// e8m0 (F8_E8M0 or U8: 2^(e - 127)) or F32 (Flash-Base ships fp32 block scales).
+namespace {
+enum class QuantKind { Fp8, Mxfp4 };
+
+QuantKind quant_kind(const StTensor& t) { return t.dtype == StDType::F8_E4M3 ? QuantKind::Fp8 : QuantKind::Mxfp4; }
+
+float scale_at(const StTensor& sc, size_t i) {
+  if (sc.dtype == StDType::F32) {
+    float f;
+    std::memcpy(&f, sc.data + 4 * i, 4);
+    return f;
+  }
+  return lowp::e8m0_to_float(sc.data[i]);
+}
+}  // namespace
+
+static void check_quantized(const std::string& where, const WeightSpec& s, const StTensor& t, const StTensor& sc,
+                     const std::string& fp) {
+  SL_CHECK(s.shape.n == 2 || s.shape.n == 3, where, ": tensor ", s.name, " in ", fp, " has scales but is not a matrix");
+  const int64_t rows = s.shape.n == 2 ? s.shape.d[0] : s.shape.d[0] * s.shape.d[1], cols = s.shape.d[s.shape.n - 1];
+  const std::vector<int64_t> lead(s.shape.d.begin(), s.shape.d.begin() + (s.shape.n - 1));
+  auto with_last = [&](int64_t last) {
+    std::vector<int64_t> v = lead;
+    v.push_back(last);
+    return v;
+  };
+  SL_CHECK(sc.dtype == StDType::F8_E8M0 || sc.dtype == StDType::U8 || sc.dtype == StDType::F32, where, ": tensor ",
+           s.name.substr(0, s.name.rfind('.')), ".scale in ", fp, " is ", st_dtype_name(sc.dtype),
+           ", expected F8_E8M0, U8 or F32");
+  if (t.dtype == StDType::F8_E4M3) {
+    SL_CHECK(t.shape == shape_vec(s.shape), where, ": tensor ", s.name, " in ", fp, " has shape ", t.shape_str(),
+             ", expected ", s.shape.str());
+    const std::vector<int64_t> want = {(rows + 127) / 128, (cols + 127) / 128};
+    SL_CHECK(s.shape.n == 2 && sc.shape == want, where, ": the block scales of ", s.name, " in ", fp, " have shape ",
+             sc.shape_str(), ", expected [", want[0], ", ", want[1], "] (one per 128 x 128 block)");
+    for (size_t i = 0; i < t.bytes; ++i)
+      SL_CHECK((t.data[i] & 0x7F) != 0x7F, where, ": tensor ", s.name, " in ", fp, " holds an FP8 NaN at element ", i);
+  } else if (t.dtype == StDType::I8 || t.dtype == StDType::U8) {
+    SL_CHECK(cols % 32 == 0 && t.shape == with_last(cols / 2), where, ": tensor ", s.name, " in ", fp, " (MXFP4) has shape ",
+             t.shape_str(), ", expected ", s.shape.str(), " with the last dim halved (two e2m1 values per byte)");
+    SL_CHECK(sc.shape == with_last(cols / 32), where, ": the scales of ", s.name, " in ", fp, " have shape ",
+             sc.shape_str(), ", expected one per 32 values");
+  } else {
+    fail(where, ": tensor ", s.name, " in ", fp, " has scales but dtype ", st_dtype_name(t.dtype),
+         " (expected F8_E4M3, or I8 / U8 for MXFP4)");
+  }
+  for (size_t i = 0; i < sc.bytes / st_dtype_size(sc.dtype); ++i)
+    SL_CHECK(std::isfinite(scale_at(sc, i)), where, ": the scales of ", s.name, " in ", fp,
+             " hold a non-finite value at element ", i);
+}
+
+// Dequantizes row by row into fp32, then the backend's dtype, uploading in chunks.
+static void upload_dequantized(Backend& be, const Tensor& dst, const StTensor& t, const StTensor& sc) {
+  const int64_t cols = dst.dim(-1), rows = cols ? dst.numel() / cols : 0;
+  const QuantKind kind = quant_kind(t);
+  const int64_t step = std::max<int64_t>(1, int64_t((size_t(64) << 20) / (size_t(cols) * 4 + 1)));
+  std::vector<float> f;
+  std::vector<uint8_t> buf;
+  const Tensor flat = dst.view({rows, cols});
+  for (int64_t r0 = 0; r0 < rows; r0 += step) {
+    const int64_t r1 = std::min(rows, r0 + step);
+    f.resize(size_t((r1 - r0) * cols));
+    for (int64_t r = r0; r < r1; ++r)
+      for (int64_t c = 0; c < cols; ++c) {
+        float v;
+        if (kind == QuantKind::Fp8) {
+          v = lowp::e4m3_to_float(t.data[size_t(r * cols + c)]) *
+              scale_at(sc, size_t((r / 128) * ((cols + 127) / 128) + c / 128));
+        } else {
+          const uint8_t byte = t.data[size_t(r * (cols / 2) + c / 2)];
+          v = lowp::e2m1_to_float(c % 2 == 0 ? byte & 0xF : byte >> 4) * scale_at(sc, size_t(r * (cols / 32) + c / 32));
+        }
+        f[size_t((r - r0) * cols + c)] = v;
+      }
+    const Tensor part = flat.rows(r0, r1);
+    buf.resize(part.bytes());
+    convert_to_backend(buf.data(), part.dtype, f.data(), StDType::F32, f.size());
+    be.upload(Stream{0}, part, buf.data(), part.bytes());
+    be.synchronize();  // the staging buffer is reused by the next chunk
+  }
+}
+
 void load_checkpoint(Backend& be, const ModelConfig& c, ModelWeights& w, const std::string& dir) {
   const std::string where = "checkpoint " + dir;
   std::error_code ec;
@@ -519,17 +605,23 @@ void load_checkpoint(Backend& be, const ModelConfig& c, ModelWeights& w, const s
     for (const auto& [name, tf] : found)
       if (!index_map.count(name))
         fail(where, ": tensor ", name, " in ", tf.second->path(), " is not in model.safetensors.index.json");
-  for (const auto& [name, tf] : found)
-    if (st_dtype_is_fp8(tf.first->dtype))
-      fail(where, ": FP8 checkpoints are not supported yet (", name, " in ", tf.second->path(), " is ",
-           st_dtype_name(tf.first->dtype), "); convert to bf16 first");
-
   const std::vector<WeightSpec> specs = weight_specs(c, w);
   std::set<std::string> wanted;
   std::vector<std::string> missing;
+  // Quantized weights as DeepSeek ships them (docs/model.md 9): "X.weight" in FP8 or MXFP4 with
+  // its "X.scale" beside it; dequantized here into the backend's dtype.
+  std::map<std::string, const StTensor*> scale_of;
   for (const auto& s : specs) {
     wanted.insert(s.name);
     if (!found.count(s.name)) missing.push_back(s.name);
+    const std::string suffix = ".weight";
+    if (s.name.size() > suffix.size() && s.name.compare(s.name.size() - suffix.size(), suffix.size(), suffix) == 0) {
+      const std::string sc = s.name.substr(0, s.name.size() - suffix.size()) + ".scale";
+      if (auto it = found.find(sc); it != found.end()) {
+        wanted.insert(sc);
+        scale_of[s.name] = it->second.first;
+      }
+    }
   }
   if (!missing.empty())
     fail(where, ": missing tensor ", missing[0],
@@ -543,6 +635,14 @@ void load_checkpoint(Backend& be, const ModelConfig& c, ModelWeights& w, const s
   for (const auto& s : specs) {
     const StTensor& t = *found[s.name].first;
     const std::string& fp = found[s.name].second->path();
+    if (auto q = scale_of.find(s.name); q != scale_of.end()) {
+      check_quantized(where, s, t, *q->second, fp);
+      spec_view(s);
+      continue;
+    }
+    if (st_dtype_is_fp8(t.dtype) || t.dtype == StDType::I8 || t.dtype == StDType::U8)
+      fail(where, ": tensor ", s.name, " in ", fp, " is ", st_dtype_name(t.dtype), " but has no ",
+           s.name.substr(0, s.name.rfind('.')), ".scale beside it (a quantized weight needs its scales)");
     if (t.shape != shape_vec(s.shape))
       fail(where, ": tensor ", s.name, " in ", fp, " has shape ", t.shape_str(), ", expected ", s.shape.str());
     if (s.is_index) {
@@ -562,6 +662,10 @@ void load_checkpoint(Backend& be, const ModelConfig& c, ModelWeights& w, const s
   for (const auto& s : specs) {
     const StTensor& t = *found[s.name].first;
     const Tensor dst = spec_view(s);
+    if (auto q = scale_of.find(s.name); q != scale_of.end()) {
+      upload_dequantized(be, dst, t, *q->second);
+      continue;
+    }
     const size_t fe = st_dtype_size(t.dtype);
     const int64_t step = rows_per_chunk(dst, std::max(fe, dtype_size(dst.dtype)));
     const int64_t row = dst.dim(0) ? dst.numel() / dst.dim(0) : 0;

@@ -17,6 +17,7 @@
 
 #include "core/bf16.h"
 #include "core/error.h"
+#include "core/fp8.h"
 #include "core/rng.h"
 #include "core/safetensors.h"
 #include "model/config.h"
@@ -396,6 +397,92 @@ TEST(Weights, SaveLoadF32Exact) {
   EXPECT_EQ(idx["metadata"]["total_size"].template get<size_t>(), total);
 }
 
+// DeepSeek's quantized layout (docs/model.md 9): dense projections as FP8 e4m3 with 128 x 128
+// block scales (e8m0, and f32 as Flash-Base ships them), routed experts as MXFP4 (I8 pairs, e8m0
+// per 32). Loading dequantizes each to exactly what core/fp8.h's dequantization gives; every
+// other tensor loads as written. Broken scales are refused, naming the tensor.
+TEST(Weights, LoadFp8AndMxfp4Checkpoint) {
+  ModelConfig c = load_config("tiny");
+  TmpDir d;
+  Model a(c);
+  init_weights(*a.be, c, a.w, 5);
+  fs::create_directories(d.str());
+  {
+    std::ofstream cfg(d.sub("config.json"));
+    cfg << config_to_json(c).dump(2);
+  }
+  auto ends_with = [](const std::string& s, const std::string& t) {
+    return s.size() >= t.size() && s.compare(s.size() - t.size(), t.size(), t) == 0;
+  };
+  std::map<std::string, std::vector<float>> expect;  // the values loading must give, per spec
+  std::vector<std::vector<uint8_t>> keep;            // bytes the writer reads at finish()
+  SafetensorsWriter wr(d.sub("model.safetensors"));
+  int fp8 = 0, fp8_f32 = 0, mx = 0;
+  for (const WeightSpec& s : a.specs) {
+    const std::vector<uint8_t> raw = fetch(*a.be, s);
+    std::vector<int64_t> shape(s.shape.d.begin(), s.shape.d.begin() + s.shape.n);
+    if (s.is_index) {
+      std::vector<int64_t> ids(raw.size() / 4);
+      for (size_t i = 0; i < ids.size(); ++i) ids[i] = reinterpret_cast<const int32_t*>(raw.data())[i];
+      keep.emplace_back(reinterpret_cast<const uint8_t*>(ids.data()), reinterpret_cast<const uint8_t*>(ids.data() + ids.size()));
+      wr.add(s.name, StDType::I64, shape, keep.back().data());
+      continue;
+    }
+    const float* v = reinterpret_cast<const float*>(raw.data());
+    const size_t n = raw.size() / 4;
+    const std::string base = s.name.substr(0, s.name.rfind('.'));
+    const bool dense = ends_with(s.name, "attn.wq_b.weight") || ends_with(s.name, "attn.wo_b.weight") ||
+                       ends_with(s.name, "shared_experts.w2.weight");
+    const bool expert = s.name.find(".ffn.experts.") != std::string::npos;
+    std::vector<float> back(n);
+    if (dense) {
+      const lowp::Fp8Blocks q = lowp::quantize_fp8_blocks(v, shape[0], shape[1]);
+      lowp::dequantize_fp8_blocks(q, back.data());
+      keep.push_back(q.codes);
+      wr.add(s.name, StDType::F8_E4M3, shape, keep.back().data());
+      const std::vector<int64_t> sshape = {q.scale_rows(), q.scale_cols()};
+      if (fp8 % 2 == 0) {
+        keep.push_back(q.scales);
+        wr.add(base + ".scale", StDType::F8_E8M0, sshape, keep.back().data());
+      } else {  // fp32 block scales (Flash-Base)
+        std::vector<float> f(q.scales.size());
+        for (size_t i = 0; i < f.size(); ++i) f[i] = lowp::e8m0_to_float(q.scales[i]);
+        keep.emplace_back(reinterpret_cast<const uint8_t*>(f.data()), reinterpret_cast<const uint8_t*>(f.data() + f.size()));
+        wr.add(base + ".scale", StDType::F32, sshape, keep.back().data());
+        ++fp8_f32;
+      }
+      ++fp8;
+    } else if (expert) {
+      const lowp::Mxfp4 q = lowp::quantize_mxfp4(v, shape[0], shape[1]);
+      lowp::dequantize_mxfp4(q, back.data());
+      keep.push_back(q.packed);
+      wr.add(s.name, StDType::I8, {shape[0], shape[1] / 2}, keep.back().data());
+      keep.push_back(q.scales);
+      wr.add(base + ".scale", StDType::F8_E8M0, {shape[0], shape[1] / 32}, keep.back().data());
+      ++mx;
+    } else {
+      back.assign(v, v + n);
+      keep.push_back(raw);
+      wr.add(s.name, StDType::F32, shape, keep.back().data());
+    }
+    expect[s.name] = back;
+  }
+  wr.finish();
+  ASSERT_GT(fp8, 4);
+  ASSERT_GT(fp8_f32, 1);
+  ASSERT_GT(mx, 10);
+
+  Model b(c);
+  load_checkpoint(*b.be, c, b.w, d.str());
+  for (const WeightSpec& s : b.specs) {
+    if (s.is_index) continue;
+    const std::vector<uint8_t> got = fetch(*b.be, s);
+    const std::vector<float> f(reinterpret_cast<const float*>(got.data()),
+                               reinterpret_cast<const float*>(got.data()) + got.size() / 4);
+    EXPECT_EQ(f, expect[s.name]) << s.name;
+  }
+}
+
 TEST(Weights, SaveLoadBf16ShardedAndWithoutIndex) {
   ModelConfig c = load_config("tiny");
   TmpDir d;
@@ -476,18 +563,33 @@ TEST(Weights, LoadErrorsNameTheTensor) {
     EXPECT_NE(e.find("layers.0.attn.wo_a.weight"), std::string::npos) << e;
     EXPECT_NE(e.find("has shape [128, 256], expected [64, 256]"), std::string::npos) << e;
   }
-  // FP8 tensors.
+  // Quantized tensors that do not hold together: FP8 without its scales, scales of the wrong
+  // shape, an FP8 NaN code (each a hand-edited copy of the valid checkpoint).
   TmpDir d8;
   fs::create_directories(d8.str());
-  {
-    std::vector<uint8_t> fp8(1024 * 256, 0);
+  struct Bad {
+    std::vector<int64_t> scale_shape;  // empty: no .scale tensor
+    uint8_t code;
+    const char* says;
+  };
+  for (const Bad& bad : {Bad{{}, 0x38, "is F8_E4M3 but has no layers.0.attn.wq_b.scale beside it"},
+                         Bad{{1, 1}, 0x38, "the block scales of layers.0.attn.wq_b.weight"},
+                         Bad{{4, 1}, 0x7F, "holds an FP8 NaN at element 0"}}) {
+    SafetensorsFile src(d.sub("model-00001-of-00001.safetensors"));
+    const StTensor* wq_b = src.find("layers.0.attn.wq_b.weight");
+    ASSERT_NE(wq_b, nullptr);
+    std::vector<uint8_t> codes(wq_b->bytes / 4, bad.code);
+    std::vector<uint8_t> scales(16, 127);
     SafetensorsWriter w(d8.sub("model.safetensors"));
-    w.add("embed.weight", StDType::F8_E4M3, {1024, 256}, fp8.data());
+    for (const auto& t : src.tensors()) {
+      if (t.name == "layers.0.attn.wq_b.weight") w.add(t.name, StDType::F8_E4M3, t.shape, codes.data());
+      else w.add(t.name, t.dtype, t.shape, t.data);
+    }
+    if (!bad.scale_shape.empty()) w.add("layers.0.attn.wq_b.scale", StDType::F8_E8M0, bad.scale_shape, scales.data());
     w.finish();
     Model b(c);
     std::string e = error_of([&] { load_checkpoint(*b.be, c, b.w, d8.str()); });
-    EXPECT_NE(e.find("FP8 checkpoints are not supported yet"), std::string::npos) << e;
-    EXPECT_NE(e.find("embed.weight"), std::string::npos) << e;
+    EXPECT_NE(e.find(bad.says), std::string::npos) << e;
   }
   // Wrong dtype and out-of-range expert ids (a hand-edited single-file checkpoint).
   TmpDir dx;
