@@ -390,29 +390,26 @@ struct MoeGemvArgs {
   float limit;         // SwiGLU clamp (PAIR)
 };
 
-// Eight consecutive weights k .. k + 7 of matrix row `row` as floats: bf16 (16 bytes), or MXFP4
-// (4 bytes of e2m1 pairs, the even element in the low nibble, times the row's e8m0 scale of
-// those 32 values).
-template <bool FP4>
-__device__ __forceinline__ void load_w8(const void* w, const uint8_t* ws, int64_t row, int64_t K, int64_t k,
-                                        float (&v)[8]) {
-  if constexpr (FP4) {
-    // Each e2m1 code becomes the bits of an fp32 with the block scale's exponent added in (no
-    // table: a per-thread array indexed at run time would live in local memory). Code s e1 e0 m:
-    // e > 0 is (1 + m/2) * 2^(e-1), e = 0 is m/2; times 2^(scale - 127).
-    const uint32_t bits = *reinterpret_cast<const uint32_t*>(static_cast<const uint8_t*>(w) + row * (K / 2) + k / 2);
-    const int32_t se = int32_t(ws[row * (K / 32) + k / 32]) - 127;  // the scale's exponent
+// 32 consecutive MXFP4 weights k .. k + 31 (k a multiple of 32) of matrix row `row` as floats:
+// one 16-byte load of e2m1 pairs (the even element in the low nibble) and their one e8m0 scale.
+// Each code becomes the bits of an fp32 with the scale's exponent added in (no table: a
+// per-thread array indexed at run time would live in local memory). Code s e1 e0 m: e > 0 is
+// (1 + m/2) * 2^(e-1), e = 0 is m/2; times 2^(scale - 127).
+__device__ __forceinline__ void load_w32_fp4(const void* w, const uint8_t* ws, int64_t row, int64_t K, int64_t k,
+                                             float (&v)[32]) {
+  const uint4 raw = *reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(w) + row * (K / 2) + k / 2);
+  const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+  const int32_t se = int32_t(ws[row * (K / 32) + k / 32]) - 127;  // the scale's exponent
+#pragma unroll
+  for (int q = 0; q < 4; ++q)
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
-      const uint32_t c = (bits >> (4 * i)) & 0xF, e = (c >> 1) & 3, m = c & 1;
+      const uint32_t c = (words[q] >> (4 * i)) & 0xF, e = (c >> 1) & 3, m = c & 1;
       const uint32_t sign = (c & 8) << 28;
       const uint32_t f = e ? sign | uint32_t(int32_t(e) + 126 + se) << 23 | m << 22
                            : (m ? sign | uint32_t(126 + se) << 23 : sign);
-      v[i] = __uint_as_float(f);
+      v[8 * q + i] = __uint_as_float(f);
     }
-  } else {
-    load8(static_cast<const bf16*>(w) + row * K + k, v);
-  }
 }
 
 // NW weight rows per warp, streamed together (more loads in flight per lane): PAIR, row n of w1
@@ -449,20 +446,31 @@ __global__ __launch_bounds__(256) void moe_gemv_kernel(MoeGemvArgs g) {
     wrow[j] = PAIR ? int64_t(e) * g.N + n0 : int64_t(e) * g.N + min(n0 + j, g.N - 1);
   }
   float acc[NW][kGemvRows] = {};
-#pragma unroll 4
-  for (int k = lane * 8; k < g.K; k += 256) {
-    float wv[NW][8];
+  // A lane takes VPL consecutive weights of a row per step: 8 bf16 (16 bytes), or 32 MXFP4
+  // values (16 bytes of e2m1 pairs, one scale), so that both keep 16-byte loads in flight.
+  constexpr int VPL = FP4 ? 32 : 8;
+#pragma unroll(FP4 ? 1 : 4)
+  for (int k = lane * VPL; k < g.K; k += 32 * VPL) {
+    float wv[NW][VPL];
 #pragma unroll
-    for (int j = 0; j < NW; ++j) load_w8<FP4>(wm[j], wsm[j], wrow[j], g.K, k, wv[j]);
+    for (int j = 0; j < NW; ++j) {
+      if constexpr (FP4)
+        load_w32_fp4(wm[j], wsm[j], wrow[j], g.K, k, wv[j]);
+      else
+        load8(static_cast<const bf16*>(wm[j]) + wrow[j] * g.K + k, wv[j]);
+    }
 #pragma unroll
     for (int r = 0; r < kGemvRows; ++r) {
       if (r >= rows) break;
-      float av[8];
-      load8(arow[r] + k, av);
 #pragma unroll
-      for (int j = 0; j < NW; ++j)
+      for (int h = 0; h < VPL / 8; ++h) {
+        float av[8];
+        load8(arow[r] + k + 8 * h, av);
 #pragma unroll
-        for (int q = 0; q < 8; ++q) acc[j][r] += av[q] * wv[j][q];
+        for (int j = 0; j < NW; ++j)
+#pragma unroll
+          for (int q = 0; q < 8; ++q) acc[j][r] += av[q] * wv[j][8 * h + q];
+      }
     }
   }
 #pragma unroll
@@ -726,7 +734,7 @@ void CudaBackend::moe_experts_mxfp4(Stream s, const Tensor& out, const Tensor& x
            " bytes moe_workspace_bytes(", T, ", ", k, ", ", D, ", ", F, ", ", E, ") asks for");
   check_aligned(op, "x", x.data, 16);
   for (const auto& [name, t] : {std::pair{"w1", &w1}, std::pair{"w2", &w2}, std::pair{"w3", &w3}})
-    check_aligned(op, name, t->data, 4);
+    check_aligned(op, name, t->data, 16);
   check_aligned(op, "workspace", workspace.data, 256);
   if (T == 0) return;
   char* ws = static_cast<char*>(workspace.data);
