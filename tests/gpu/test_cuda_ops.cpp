@@ -211,6 +211,26 @@ class CudaOps : public ::testing::TestWithParam<const char*> {
     EXPECT_EQ(geti(*cpu_, t.c), geti(*gpu_, t.g)) << what;
   }
 
+  // A routing for the expert tests: k distinct experts of E per token (random), their weights,
+  // and each backend's workspace.
+  struct MoeRouting {
+    T2 ids, wts, ws;
+  };
+  MoeRouting moe_routing(int64_t T, int64_t E, int64_t k, int64_t D, int64_t F) {
+    std::vector<int32_t> idv;
+    for (int64_t t = 0; t < T; ++t) {
+      std::vector<int32_t> all(static_cast<size_t>(E));
+      std::iota(all.begin(), all.end(), 0);
+      std::shuffle(all.begin(), all.end(), rng_);
+      idv.insert(idv.end(), all.begin(), all.begin() + k);
+    }
+    MoeRouting r;
+    r.ids = make_i32("ids", {T, k}, idv);
+    r.wts = make_rand("wts", Kind::F32, {T, k}, 0.1f, 1.f);
+    r.ws = workspace(T, int(k), int(D), int(F), int(E));
+    return r;
+  }
+
   std::unique_ptr<Backend> cpu_, gpu_;
   std::mt19937 rng_;
 };
@@ -1141,16 +1161,8 @@ TEST_P(CudaOps, MoeExperts) {
     T2 w1 = make_rand("w1", Kind::Wt, {c.E, c.F, c.D}, -0.1f, 0.1f);
     T2 w3 = make_rand("w3", Kind::Wt, {c.E, c.F, c.D}, -0.1f, 0.1f);
     T2 w2 = make_rand("w2", Kind::Wt, {c.E, c.D, c.F}, -0.1f, 0.1f);
-    std::vector<int32_t> idv;
-    for (int64_t t = 0; t < c.T; ++t) {
-      std::vector<int32_t> all(static_cast<size_t>(c.E));
-      std::iota(all.begin(), all.end(), 0);
-      std::shuffle(all.begin(), all.end(), rng_);
-      idv.insert(idv.end(), all.begin(), all.begin() + c.k);
-    }
-    T2 ids = make_i32("ids", {c.T, c.k}, idv);
-    T2 wts = make_rand("wts", Kind::F32, {c.T, c.k}, 0.1f, 1.f);
-    T2 ws = workspace(c.T, int(c.k), int(c.D), int(c.F), int(c.E));
+    const MoeRouting rt = moe_routing(c.T, c.E, c.k, c.D, c.F);
+    const T2 &ids = rt.ids, &wts = rt.wts, &ws = rt.ws;
     T2 out = zeros("out", Kind::Act, {c.T, c.D});
     cpu_->moe_experts(Stream{}, out.c, x.c, ids.c, wts.c, w1.c, w2.c, w3.c, 10.f, ws.c);
     gpu_->moe_experts(Stream{}, out.g, x.g, ids.g, wts.g, w1.g, w2.g, w3.g, 10.f, ws.g);
@@ -1188,16 +1200,8 @@ TEST_P(CudaOps, MoeExpertsMxfp4) {
       }
       packed.push_back(p), scales.push_back(sc);
     }
-    std::vector<int32_t> idv;
-    for (int64_t t = 0; t < c.T; ++t) {
-      std::vector<int32_t> all(static_cast<size_t>(c.E));
-      std::iota(all.begin(), all.end(), 0);
-      std::shuffle(all.begin(), all.end(), rng_);
-      idv.insert(idv.end(), all.begin(), all.begin() + c.k);
-    }
-    T2 ids = make_i32("ids", {c.T, c.k}, idv);
-    T2 wts = make_rand("wts", Kind::F32, {c.T, c.k}, 0.1f, 1.f);
-    T2 ws = workspace(c.T, int(c.k), int(c.D), int(c.F), int(c.E));
+    const MoeRouting rt = moe_routing(c.T, c.E, c.k, c.D, c.F);
+    const T2 &ids = rt.ids, &wts = rt.wts, &ws = rt.ws;
     T2 out = zeros("out", Kind::Act, {c.T, c.D});
     cpu_->moe_experts_mxfp4(Stream{}, out.c, x.c, ids.c, wts.c, packed[0].c, scales[0].c, packed[1].c, scales[1].c,
                             packed[2].c, scales[2].c, 10.f, ws.c);
