@@ -8,6 +8,7 @@
 #include <cmath>
 #include <functional>
 #include <map>
+#include <random>
 #include <set>
 #include <string>
 #include <vector>
@@ -483,6 +484,63 @@ TEST(CheckBackend, TranslatesViewsAcrossDtypes) {
   EXPECT_EQ(got, want);
   check->download(got.data(), a.rows(1, 3), 12);
   EXPECT_EQ(std::vector<uint16_t>(got.begin() + 3, got.end()), std::vector<uint16_t>(host.begin() + 3, host.end()));
+}
+
+// The ops on the checkpoint's formats are checked like every other (the checker is generated from
+// the op table): gemm_fp8's result compared, a planted error found at that op; the MXFP4 experts'
+// result compared exactly, their workspace (scratch) not.
+TEST(CheckBackend, ChecksTheNativeWeightOps) {
+  auto ref = make_cpu_backend();
+  FaultyCpu dut;
+  dut.hook = [](const std::string& op, const std::string&, const std::vector<Tensor>& outs) {
+    if (op == "gemm_fp8") outs[0].ptr<float>()[3] += 1000.f;  // far over the tolerance
+  };
+  auto check = make_check_backend(*ref, dut);
+  std::mt19937 rng(9);
+  auto u8 = [&](const char* name, Shape shape, int lo, int hi) {
+    std::uniform_int_distribution<int> d(lo, hi);
+    std::vector<uint8_t> v(size_t(shape.numel()));
+    for (auto& x : v) x = uint8_t(d(rng));
+    const Tensor t = check->alloc(name, DType::U8, shape, AllocKind::Weight);
+    check->upload(Stream{}, t, v.data(), v.size());
+    return t;
+  };
+  auto f32 = [&](const char* name, Shape shape, float scale, float offset) {
+    const Tensor t = check->alloc(name, DType::F32, shape, AllocKind::Activation);
+    check->init_uniform(Stream{}, t, 7, uint64_t(shape.numel()), scale, offset);
+    return t;
+  };
+  // gemm_fp8: out[2, 256] = a[2, 384] . W^T, W e4m3 codes (0..126: no NaN) with 2 x 3 block scales.
+  const Tensor w = u8("w", {256, 384}, 0, 126), ws = f32("w_scale", {2, 3}, 0.001f, 0.002f);
+  const Tensor a = f32("a", {2, 384}, 1.f, 0.f), out = check->alloc("out", DType::F32, {2, 256}, AllocKind::Activation);
+  check->gemm_fp8(Stream{}, out, a, w, ws);
+  // moe_experts_mxfp4: 3 tokens, 2 of 4 experts each, D = 64, F = 32.
+  const int64_t T = 3, k = 2, E = 4, D = 64, F = 32;
+  const Tensor x = f32("x", {T, D}, 1.f, 0.f), wts = f32("wts", {T, k}, 0.3f, 0.5f);
+  const Tensor ids = check->alloc("ids", DType::I32, {T, k}, AllocKind::Activation);
+  const std::vector<int32_t> idv = {0, 1, 2, 3, 1, 2};
+  check->upload(Stream{}, ids, idv.data(), idv.size() * 4);
+  const Tensor w1 = u8("w1", {E, F, D / 2}, 0, 255), w1s = u8("w1s", {E, F, D / 32}, 120, 126);
+  const Tensor w3 = u8("w3", {E, F, D / 2}, 0, 255), w3s = u8("w3s", {E, F, D / 32}, 120, 126);
+  const Tensor w2 = u8("w2", {E, D, F / 2}, 0, 255), w2s = u8("w2s", {E, D, F / 32}, 120, 126);
+  const Tensor work = check->alloc("ws", DType::U8, {int64_t(check->moe_workspace_bytes(T, int(k), int(D), int(F), int(E)))},
+                                   AllocKind::Workspace);
+  const Tensor mo = check->alloc("mo", DType::F32, {T, D}, AllocKind::Activation);
+  check->moe_experts_mxfp4(Stream{}, mo, x, ids, wts, w1, w1s, w2, w2s, w3, w3s, 10.f, work);
+
+  std::vector<const CheckRecord*> fp8, moe;
+  for (const CheckRecord& r : check_records(*check)) {
+    if (r.op == "gemm_fp8") fp8.push_back(&r);
+    if (r.op == "moe_experts_mxfp4") moe.push_back(&r);
+  }
+  ASSERT_EQ(fp8.size(), 1u);
+  EXPECT_EQ(fp8[0]->output, "out");
+  EXPECT_TRUE(fp8[0]->failed) << fp8[0]->describe();
+  EXPECT_EQ(fp8[0]->max_abs_index, 3);
+  ASSERT_EQ(moe.size(), 1u);  // out only: the workspace is scratch
+  EXPECT_EQ(moe[0]->output, "out");
+  EXPECT_FALSE(moe[0]->failed);
+  EXPECT_EQ(moe[0]->rel_err, 0.0) << moe[0]->describe();
 }
 
 TEST(CheckBackend, RefusesGraphsAndForeignBackends) {
