@@ -345,6 +345,9 @@ int main(int argc, char** argv) {
         const std::vector<int> d = sl::bench::parse_ints(item);
         SL_CHECK(d.size() == 3 && d[0] >= 1 && d[1] >= 1 && d[2] >= 128 && d[1] % 16 == 0 && d[2] % 128 == 0,
                  "--shapes: '", item, "' is not M,N,K with N a multiple of 16 and K of 128");
+        // The host builds both operands and an fp64 reference: keep them within a few GB.
+        SL_CHECK(d[0] <= 65536 && int64_t(d[1]) * d[2] <= (int64_t(1) << 28) && int64_t(d[0]) * d[2] <= (int64_t(1) << 28),
+                 "--shapes: '", item, "' is too large (at most 65536 rows, and N x K and M x K at most 2^28 each)");
         o.shapes.push_back({d[0], d[1], d[2]});
       }
     } else if (auto v = flag_value(arg, "--reps=")) {

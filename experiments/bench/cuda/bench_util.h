@@ -97,7 +97,16 @@ inline std::vector<int> parse_ints(const std::string& s) {
   while (i < s.size()) {
     size_t j = s.find(',', i);
     if (j == std::string::npos) j = s.size();
-    v.push_back(std::stoi(s.substr(i, j - i)));
+    const std::string item = s.substr(i, j - i);
+    size_t used = 0;
+    int n = 0;
+    try {
+      n = std::stoi(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    SL_CHECK(!item.empty() && used == item.size(), "expected comma-separated integers, not '", s, "'");
+    v.push_back(n);
     i = j + 1;
   }
   return v;
