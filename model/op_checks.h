@@ -12,6 +12,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "core/error.h"
 #include "core/tensor.h"
@@ -665,17 +666,36 @@ struct MoeExpertsDims {
   int64_t T, D, E, F, k;
 };
 
+// The token side both expert ops share: x [T, D] and out [T, D] (first), ids [T, k] and
+// weights [T, k] (after the expert matrices).
 template <class R>
-MoeExpertsDims validate_moe_experts(const Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
-                                    const Tensor& w1, const Tensor& w2, const Tensor& w3) {
+std::pair<int64_t, int64_t> check_moe_tokens(const char* op, const Tensor& out, const Tensor& x) {
   constexpr Presence P = R::presence;
-  const char* op = "moe_experts";
   check_mma<R>(op, "x", x);
   check_ndim<P>(op, "x", x, 2);
   const int64_t T = x.dim(0), D = x.dim(1);
   check_act<R>(op, "out", out);
   check_shape<P>(op, "out", out, {T, D});
   SL_CHECK(!overlaps(out, x), op, ": out may not alias x");
+  return {T, D};
+}
+template <class R>
+int64_t check_moe_routing(const char* op, const Tensor& ids, const Tensor& weights, int64_t T) {
+  constexpr Presence P = R::presence;
+  check_dtype<P>(op, "ids", ids, DType::I32);
+  check_ndim<P>(op, "ids", ids, 2);
+  const int64_t k = ids.dim(1);
+  check_i32<P>(op, "ids", ids, {T, k});
+  check_f32<P>(op, "weights", weights, {T, k});
+  return k;
+}
+
+template <class R>
+MoeExpertsDims validate_moe_experts(const Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
+                                    const Tensor& w1, const Tensor& w2, const Tensor& w3) {
+  constexpr Presence P = R::presence;
+  const char* op = "moe_experts";
+  const auto [T, D] = check_moe_tokens<R>(op, out, x);
   check_mma<R>(op, "w1", w1);
   check_ndim<P>(op, "w1", w1, 3);
   const int64_t E = w1.dim(0), F = w1.dim(1);
@@ -684,12 +704,7 @@ MoeExpertsDims validate_moe_experts(const Tensor& out, const Tensor& x, const Te
   check_shape<P>(op, "w3", w3, {E, F, D});
   check_mma<R>(op, "w2", w2);
   check_shape<P>(op, "w2", w2, {E, D, F});
-  check_dtype<P>(op, "ids", ids, DType::I32);
-  check_ndim<P>(op, "ids", ids, 2);
-  const int64_t k = ids.dim(1);
-  check_i32<P>(op, "ids", ids, {T, k});
-  check_f32<P>(op, "weights", weights, {T, k});
-  return {T, D, E, F, k};
+  return {T, D, E, F, check_moe_routing<R>(op, ids, weights, T)};
 }
 
 // moe_experts_mxfp4: as moe_experts, with each expert matrix [rows, cols] as packed e2m1 codes
@@ -700,12 +715,7 @@ MoeExpertsDims validate_moe_experts_mxfp4(const Tensor& out, const Tensor& x, co
                                           const Tensor& w2_scale, const Tensor& w3, const Tensor& w3_scale) {
   constexpr Presence P = R::presence;
   const char* op = "moe_experts_mxfp4";
-  check_mma<R>(op, "x", x);
-  check_ndim<P>(op, "x", x, 2);
-  const int64_t T = x.dim(0), D = x.dim(1);
-  check_act<R>(op, "out", out);
-  check_shape<P>(op, "out", out, {T, D});
-  SL_CHECK(!overlaps(out, x), op, ": out may not alias x");
+  const auto [T, D] = check_moe_tokens<R>(op, out, x);
   check_dtype<P>(op, "w1", w1, DType::U8);
   check_ndim<P>(op, "w1", w1, 3);
   const int64_t E = w1.dim(0), F = w1.dim(1);
@@ -720,12 +730,7 @@ MoeExpertsDims validate_moe_experts_mxfp4(const Tensor& out, const Tensor& x, co
   check_matrix("w1", w1, "w1_scale", w1_scale, F, D);
   check_matrix("w3", w3, "w3_scale", w3_scale, F, D);
   check_matrix("w2", w2, "w2_scale", w2_scale, D, F);
-  check_dtype<P>(op, "ids", ids, DType::I32);
-  check_ndim<P>(op, "ids", ids, 2);
-  const int64_t k = ids.dim(1);
-  check_i32<P>(op, "ids", ids, {T, k});
-  check_f32<P>(op, "weights", weights, {T, k});
-  return {T, D, E, F, k};
+  return {T, D, E, F, check_moe_routing<R>(op, ids, weights, T)};
 }
 
 // ---------------------------------------------------------------- mHC (hc_*, mtp_combine)

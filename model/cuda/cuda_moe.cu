@@ -590,6 +590,36 @@ void moe_gemv_path(const char* op, cudaStream_t st, const MoeLayout& L, char* ws
   CUDA_LAUNCH_CHECK(op, st);
 }
 
+// What both expert ops require beyond their validators: the kernels' limits, a workspace of the
+// layout's size, aligned operands. Returns the workspace layout.
+MoeLayout check_moe_call(const char* op, int64_t T, int64_t D, int64_t E, int64_t F, int64_t k, const Tensor& x,
+                         std::initializer_list<std::pair<const char*, const Tensor*>> weights,
+                         const Tensor& workspace) {
+  SL_CHECK(E >= 1 && E <= 1024, op, ": E = ", E, " experts; the CUDA backend supports 1..1024");
+  SL_CHECK(k <= 64, op, ": k = ", k, " experts per token; the CUDA backend supports at most 64");
+  SL_CHECK(T * k < (int64_t(1) << 31), op, ": too many (token, expert) pairs");
+  const MoeLayout L(T * k, D, F, E);
+  check_dtype(op, "workspace", workspace, DType::U8);
+  SL_CHECK(workspace.bytes() >= L.total, op, ": workspace ", describe(workspace), " is smaller than the ", L.total,
+           " bytes moe_workspace_bytes(", T, ", ", k, ", ", D, ", ", F, ", ", E, ") asks for");
+  check_aligned(op, "x", x.data, 16);
+  for (const auto& [name, t] : weights) check_aligned(op, name, t->data, 16);
+  check_aligned(op, "workspace", workspace.data, 256);
+  return L;
+}
+
+// Step 1: the permutation of the P = T * k (token, slot) pairs by expert into BM-row tiles.
+void launch_moe_permute(const char* op, cudaStream_t st, const MoeLayout& L, char* ws, const Tensor& ids, int64_t P,
+                        int64_t k, int64_t E, int BM, size_t smem_optin) {
+  const size_t psmem = size_t(2) * E * 4;
+  allow_smem(op, moe_permute_kernel, psmem, smem_optin);
+  launch_kernel(op, moe_permute_kernel, 1, 1024, psmem, st, ids.ptr<int32_t>(), P, int(k), int(E), BM,
+                reinterpret_cast<int*>(ws + L.counts), reinterpret_cast<int*>(ws + L.offsets),
+                reinterpret_cast<int*>(ws + L.tiles), reinterpret_cast<int*>(ws + L.tile_expert),
+                reinterpret_cast<int*>(ws + L.src_row), reinterpret_cast<int*>(ws + L.inv));
+  CUDA_LAUNCH_CHECK(op, st);
+}
+
 }  // namespace
 
 // ================================================================ ops
@@ -631,18 +661,7 @@ void CudaBackend::moe_experts(Stream s, const Tensor& out, const Tensor& x, cons
   const auto [T, D, E, F, k] = checks::validate_moe_experts<OpRules>(out, x, ids, weights, w1, w2, w3);
   SL_CHECK(D % 64 == 0 && F % 64 == 0, op, ": D = ", D, " and F = ", F,
            " must be multiples of 64 (the grouped GEMM's tiles)");
-  SL_CHECK(E >= 1 && E <= 1024, op, ": E = ", E, " experts; the CUDA backend supports 1..1024");
-  SL_CHECK(k <= 64, op, ": k = ", k, " experts per token; the CUDA backend supports at most 64");
-  SL_CHECK(T * k < (int64_t(1) << 31), op, ": too many (token, expert) pairs");
-  const MoeLayout L(T * k, D, F, E);
-  check_dtype(op, "workspace", workspace, DType::U8);
-  SL_CHECK(workspace.bytes() >= L.total, op, ": workspace ", describe(workspace), " is smaller than the ", L.total,
-           " bytes moe_workspace_bytes(", T, ", ", k, ", ", D, ", ", F, ", ", E, ") asks for");
-  check_aligned(op, "x", x.data, 16);
-  check_aligned(op, "w1", w1.data, 16);
-  check_aligned(op, "w2", w2.data, 16);
-  check_aligned(op, "w3", w3.data, 16);
-  check_aligned(op, "workspace", workspace.data, 256);
+  const MoeLayout L = check_moe_call(op, T, D, E, F, k, x, {{"w1", &w1}, {"w2", &w2}, {"w3", &w3}}, workspace);
   if (T == 0) return;
 
   const int64_t P = T * k;
@@ -661,12 +680,7 @@ void CudaBackend::moe_experts(Stream s, const Tensor& out, const Tensor& x, cons
   const bool gemv_mode = P <= kGemvMaxPairs;
   const int BM = gemv_mode ? kGemvRows : P <= 4 * E ? 16 : 64;
 
-  const size_t psmem = size_t(2) * E * 4;
-  allow_smem(op, moe_permute_kernel, psmem, smem_optin());
-  launch_kernel(op, moe_permute_kernel, 1, 1024, psmem, st, ids.ptr<int32_t>(), P, int(k), int(E), BM, counts, offsets, tiles,
-                                              reinterpret_cast<int*>(ws + L.tile_expert),
-                                              src_row, inv);
-  CUDA_LAUNCH_CHECK(op, st);
+  launch_moe_permute(op, st, L, ws, ids, P, k, E, BM, smem_optin());
 
   if (gemv_mode) {
     moe_gemv_path<false>(op, st, L, ws, T, D, E, F, k, swiglu_limit, out, x, weights, {w1.data, nullptr},
@@ -725,26 +739,10 @@ void CudaBackend::moe_experts_mxfp4(Stream s, const Tensor& out, const Tensor& x
   cudaStream_t st = stream(s, op);
   const auto [T, D, E, F, k] =
       checks::validate_moe_experts_mxfp4<OpRules>(out, x, ids, weights, w1, w1_scale, w2, w2_scale, w3, w3_scale);
-  SL_CHECK(E >= 1 && E <= 1024, op, ": E = ", E, " experts; the CUDA backend supports 1..1024");
-  SL_CHECK(k <= 64, op, ": k = ", k, " experts per token; the CUDA backend supports at most 64");
-  SL_CHECK(T * k < (int64_t(1) << 31), op, ": too many (token, expert) pairs");
-  const MoeLayout L(T * k, D, F, E);
-  check_dtype(op, "workspace", workspace, DType::U8);
-  SL_CHECK(workspace.bytes() >= L.total, op, ": workspace ", describe(workspace), " is smaller than the ", L.total,
-           " bytes moe_workspace_bytes(", T, ", ", k, ", ", D, ", ", F, ", ", E, ") asks for");
-  check_aligned(op, "x", x.data, 16);
-  for (const auto& [name, t] : {std::pair{"w1", &w1}, std::pair{"w2", &w2}, std::pair{"w3", &w3}})
-    check_aligned(op, name, t->data, 16);
-  check_aligned(op, "workspace", workspace.data, 256);
+  const MoeLayout L = check_moe_call(op, T, D, E, F, k, x, {{"w1", &w1}, {"w2", &w2}, {"w3", &w3}}, workspace);
   if (T == 0) return;
   char* ws = static_cast<char*>(workspace.data);
-  const size_t psmem = size_t(2) * E * 4;
-  allow_smem(op, moe_permute_kernel, psmem, smem_optin());
-  launch_kernel(op, moe_permute_kernel, 1, 1024, psmem, st, ids.ptr<int32_t>(), T * k, int(k), int(E), kGemvRows,
-                reinterpret_cast<int*>(ws + L.counts), reinterpret_cast<int*>(ws + L.offsets),
-                reinterpret_cast<int*>(ws + L.tiles), reinterpret_cast<int*>(ws + L.tile_expert),
-                reinterpret_cast<int*>(ws + L.src_row), reinterpret_cast<int*>(ws + L.inv));
-  CUDA_LAUNCH_CHECK(op, st);
+  launch_moe_permute(op, st, L, ws, ids, T * k, k, E, kGemvRows, smem_optin());
   moe_gemv_path<true>(op, st, L, ws, T, D, E, F, k, swiglu_limit, out, x, weights,
                       {w1.data, w1_scale.ptr<uint8_t>()}, {w2.data, w2_scale.ptr<uint8_t>()},
                       {w3.data, w3_scale.ptr<uint8_t>()});

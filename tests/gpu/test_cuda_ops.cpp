@@ -31,6 +31,7 @@
 #include "model/backend.h"
 #include "model/cpu/cpu_backend.h"
 #include "model/cuda/cuda_backend.h"
+#include "model/tensor_values.h"
 
 namespace sl {
 namespace {
@@ -174,18 +175,7 @@ class CudaOps : public ::testing::TestWithParam<const char*> {
   }
 
   // ---------------------------------------------------------------- outputs
-  static std::vector<float> get(Backend& be, const Tensor& t) {
-    std::vector<float> v(size_t(t.numel()));
-    if (t.dtype == DType::BF16) {
-      std::vector<uint16_t> h(v.size());
-      be.download(h.data(), t, h.size() * 2);
-      for (size_t i = 0; i < v.size(); ++i) v[i] = bf16_to_float(h[i]);
-    } else {
-      EXPECT_EQ(t.dtype, DType::F32);
-      be.download(v.data(), t, v.size() * 4);
-    }
-    return v;
-  }
+  static std::vector<float> get(Backend& be, const Tensor& t) { return download_floats(be, t); }
   static std::vector<int32_t> geti(Backend& be, const Tensor& t) {
     std::vector<int32_t> v(size_t(t.numel()));
     be.download(v.data(), t, v.size() * 4);

@@ -25,7 +25,6 @@
 #include <map>
 #include <memory>
 #include <set>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -276,17 +275,8 @@ void run(const Options& o) {
   }
 }
 
-// The comma-separated items of a flag value.
-std::vector<std::string> split_commas(const std::string& s) {
-  std::vector<std::string> v;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) v.push_back(item);
-  return v;
-}
-
 std::vector<std::string> parse_modes(const std::string& s) {
-  const std::vector<std::string> v = split_commas(s);
+  const std::vector<std::string> v = bench::split(s);
   for (const auto& item : v)
     SL_CHECK(item == "eager" || item == "graph", "bench_decode: --modes takes eager and/or graph, not '", item, "'");
   SL_CHECK(!v.empty(), "bench_decode: --modes is empty");

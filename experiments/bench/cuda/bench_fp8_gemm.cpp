@@ -19,7 +19,6 @@
 #include <cstdio>
 #include <cstring>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -339,9 +338,7 @@ int main(int argc, char** argv) {
     using sl::bench::flag_value;
     if (auto v = flag_value(arg, "--shapes=")) {
       o.shapes.clear();
-      std::stringstream ss(v);
-      std::string item;
-      while (std::getline(ss, item, ';')) {
+      for (const std::string& item : sl::bench::split(v, ';')) {
         const std::vector<int> d = sl::bench::parse_ints(item);
         SL_CHECK(d.size() == 3 && d[0] >= 1 && d[1] >= 1 && d[2] >= 128 && d[1] % 16 == 0 && d[2] % 128 == 0,
                  "--shapes: '", item, "' is not M,N,K with N a multiple of 16 and K of 128");

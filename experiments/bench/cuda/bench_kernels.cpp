@@ -27,7 +27,6 @@
 #include <memory>
 #include <random>
 #include <set>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -40,6 +39,7 @@
 #include "model/cpu/cpu_backend.h"
 #include "model/cuda/cuda_backend.h"
 #include "model/kernel_variants.h"
+#include "model/tensor_values.h"
 
 namespace sl {
 namespace {
@@ -123,19 +123,6 @@ std::vector<Tensor> make_inputs(Backend& be, const Case& c, const Backend& round
   }
   be.synchronize();
   return t;
-}
-
-std::vector<float> download_floats(Backend& be, const Tensor& t) {
-  std::vector<float> v(size_t(t.numel()));
-  if (t.dtype == DType::BF16) {
-    std::vector<uint16_t> h(v.size());
-    be.download(h.data(), t, h.size() * 2);
-    for (size_t i = 0; i < v.size(); ++i) v[i] = bf16_to_float(h[i]);
-  } else {
-    SL_CHECK(t.dtype == DType::F32, "bench_kernels: output ", t.shape.str(), " is not a float tensor");
-    be.download(v.data(), t, v.size() * 4);
-  }
-  return v;
 }
 
 // sqrt(sum (d - r)^2 / sum r^2); infinite when the device gave a NaN or inf the reference did not.
@@ -398,10 +385,11 @@ int run(const Options& o) {
   int failures = 0;
   std::printf("\n%-17s %-34s %-44s %9s %10s %10s %9s %7s\n", "op", "shape", "variant", "rel err", "median us",
               "min us", "GB/s", "% copy");
+  // The dtypes the device stores, which the reference's inputs are rounded to.
+  const std::unique_ptr<Backend> dut_dtypes = make_dut(o, "");
   for (const Case& c : cases) {
     std::vector<float> ref;
     {
-      std::unique_ptr<Backend> dut_dtypes = make_dut(o, "");  // the dtypes the device stores
       std::unique_ptr<Backend> cpu = make_cpu_backend();
       const std::vector<Tensor> t = make_inputs(*cpu, c, *dut_dtypes);
       c.run(*cpu, t);
@@ -445,14 +433,6 @@ int run(const Options& o) {
   return failures ? 1 : 0;
 }
 
-std::vector<std::string> split(const std::string& s, char sep) {
-  std::vector<std::string> v;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, sep)) v.push_back(item);
-  return v;
-}
-
 int positive(const char* flag, const char* v, int max) {
   int n = 0;
   try {
@@ -475,7 +455,7 @@ int main(int argc, char** argv) {
   auto parse = [&o](const char* arg) {
     using sl::bench::flag_value;
     if (auto v = flag_value(arg, "--ops=")) {
-      o.ops = sl::split(v, ',');
+      o.ops = sl::bench::split(v, ',');
       for (const auto& op : o.ops)
         SL_CHECK(op == "gemm" || op == "gemm_fp8" || op == "moe_experts" || op == "moe_experts_mxfp4" ||
                      op == "sparse_attention",
@@ -485,7 +465,7 @@ int main(int argc, char** argv) {
       o.config = v;
     } else if (auto v = flag_value(arg, "--batches=")) {
       o.batches.clear();
-      for (const auto& b : sl::split(v, ',')) o.batches.push_back(sl::positive("--batches", b.c_str(), 64));
+      for (const auto& b : sl::bench::split(v, ',')) o.batches.push_back(sl::positive("--batches", b.c_str(), 64));
       SL_CHECK(!o.batches.empty(), "--batches is empty");
     } else if (auto v = flag_value(arg, "--pos=")) {
       o.pos = sl::positive("--pos", v, 65535);  // the CPU reference holds every compressed entry
@@ -494,7 +474,7 @@ int main(int argc, char** argv) {
     } else if (auto v = flag_value(arg, "--reps=")) {
       o.reps = sl::positive("--reps", v, 100000);
     } else if (auto v = flag_value(arg, "--variants=")) {
-      o.variants = sl::split(v, ';');
+      o.variants = sl::bench::split(v, ';');
       for (const auto& s : o.variants) sl::KernelVariants::parse(s);  // an error names the bad key
     } else if (auto v = flag_value(arg, "--dut=")) {
       o.dut = v;

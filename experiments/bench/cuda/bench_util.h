@@ -90,14 +90,23 @@ inline void write_json_atomic(const std::string& path, const nlohmann::json& j) 
   SL_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "could not rename ", tmp, " to ", path);
 }
 
+// The items of a flag value separated by `sep` ("a,b" -> {"a", "b"}).
+inline std::vector<std::string> split(const std::string& s, char sep = ',') {
+  std::vector<std::string> v;
+  size_t i = 0;
+  while (i < s.size()) {
+    size_t j = s.find(sep, i);
+    if (j == std::string::npos) j = s.size();
+    v.push_back(s.substr(i, j - i));
+    i = j + 1;
+  }
+  return v;
+}
+
 // The comma-separated integers of a flag value ("1,8" -> {1, 8}).
 inline std::vector<int> parse_ints(const std::string& s) {
   std::vector<int> v;
-  size_t i = 0;
-  while (i < s.size()) {
-    size_t j = s.find(',', i);
-    if (j == std::string::npos) j = s.size();
-    const std::string item = s.substr(i, j - i);
+  for (const std::string& item : split(s)) {
     size_t used = 0;
     int n = 0;
     try {
@@ -107,7 +116,6 @@ inline std::vector<int> parse_ints(const std::string& s) {
     }
     SL_CHECK(!item.empty() && used == item.size(), "expected comma-separated integers, not '", s, "'");
     v.push_back(n);
-    i = j + 1;
   }
   return v;
 }
