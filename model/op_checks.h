@@ -192,28 +192,71 @@ GemmGroupedDims validate_gemm_grouped(const Tensor& out, const Tensor& a, const 
 
 // gemm_fp8: out[M, N] = a[M, K] . W^T with W as e4m3 codes w U8 [N, K] and their 128 x 128 block
 // scales w_scale F32 [ceil(N / 128), K / 128]; K a multiple of 128 (the activation's groups).
+// groups G > 1: w [G*N, K] (scales over its G*N rows), a [M, G*K], out [M, G*N] (as gemm_grouped).
 constexpr int64_t kFp8Block = 128;
 
 template <class R>
-GemmDims validate_gemm_fp8(const Tensor& out, const Tensor& a, const Tensor& w, const Tensor& w_scale) {
+GemmGroupedDims validate_gemm_fp8(const Tensor& out, const Tensor& a, const Tensor& w, const Tensor& w_scale,
+                                  int groups) {
   constexpr Presence P = R::presence;
   const char* op = "gemm_fp8";
   check_dtype<P>(op, "w", w, DType::U8);
   check_ndim<P>(op, "w", w, 2);
-  const int64_t N = w.dim(0), K = w.dim(1);
+  const int64_t G = groups, GN = w.dim(0), K = w.dim(1);
+  SL_CHECK(G >= 1 && GN % G == 0, op, ": w ", describe(w), " rows are not ", G, " equal groups");
+  const int64_t N = GN / G;
   SL_CHECK(K % kFp8Block == 0, op, ": w ", describe(w), ": K = ", K, " is not a multiple of ", kFp8Block,
            " (the activation is quantized in groups of 128)");
-  check_f32<P>(op, "w_scale", w_scale, {(N + kFp8Block - 1) / kFp8Block, K / kFp8Block});
+  check_f32<P>(op, "w_scale", w_scale, {(GN + kFp8Block - 1) / kFp8Block, K / kFp8Block});
   check_act<R>(op, "a", a);
   check_act<R>(op, "out", out);
-  SL_CHECK(a.ndim() >= 1 && a.dim(-1) == K, op, ": a ", describe(a), " does not end in K = ", K, " (w ",
-           describe(w), ")");
-  const int64_t M = K ? a.numel() / K : 0;
-  SL_CHECK(out.ndim() >= 1 && out.dim(-1) == N && out.numel() == M * N, op, ": out ", describe(out),
-           " is not [M = ", M, ", N = ", N, "] for a ", describe(a), " and w ", describe(w));
+  SL_CHECK(a.ndim() >= 1 && (G == 1 ? a.dim(-1) == K : K == 0 || a.numel() % (G * K) == 0), op, ": a ", describe(a),
+           G == 1 ? " does not end in K = " : " is not rows of G*K = ", G * K, " (w ", describe(w), ", groups ", G, ")");
+  const int64_t M = K ? a.numel() / (G * K) : 0;
+  SL_CHECK(out.ndim() >= 1 && out.dim(-1) == GN && out.numel() == M * GN, op, ": out ", describe(out),
+           " is not [M = ", M, ", G*N = ", GN, "] for a ", describe(a), " and w ", describe(w));
   SL_CHECK(!overlaps(out, a) && !overlaps(out, w) && !overlaps(out, w_scale), op,
            ": out may not alias a, w or w_scale");
-  return {M, N, K};
+  return {M, N, K, G};
+}
+
+// quantize_fp8 / quantize_mxfp4: src F32 [rows, cols] (any leading dims) into the native formats.
+struct QuantizeDims {
+  int64_t rows, cols;
+};
+
+template <Presence P>
+QuantizeDims check_quantize_src(const char* op, const Tensor& src) {
+  check_dtype<P>(op, "src", src, DType::F32);
+  SL_CHECK(src.ndim() >= 1 && src.dim(-1) > 0, op, ": src ", describe(src), " has no last dim");
+  return {src.numel() / src.dim(-1), src.dim(-1)};
+}
+
+template <class R>
+QuantizeDims validate_quantize_fp8(const Tensor& codes, const Tensor& scale, const Tensor& src) {
+  constexpr Presence P = R::presence;
+  const char* op = "quantize_fp8";
+  const auto [rows, cols] = check_quantize_src<P>(op, src);
+  check_dtype<P>(op, "codes", codes, DType::U8);
+  SL_CHECK(codes.numel() == rows * cols && codes.ndim() >= 1 && codes.dim(-1) == cols, op, ": codes ", describe(codes),
+           " is not [", rows, ", ", cols, "] like src ", describe(src));
+  check_f32<P>(op, "scale", scale, {(rows + kFp8Block - 1) / kFp8Block, (cols + kFp8Block - 1) / kFp8Block});
+  return {rows, cols};
+}
+
+template <class R>
+QuantizeDims validate_quantize_mxfp4(const Tensor& packed, const Tensor& scales, const Tensor& src) {
+  constexpr Presence P = R::presence;
+  const char* op = "quantize_mxfp4";
+  const auto [rows, cols] = check_quantize_src<P>(op, src);
+  SL_CHECK(cols % 32 == 0, op, ": src ", describe(src), ": ", cols, " columns is not a multiple of 32 (one scale per 32 values)");
+  check_dtype<P>(op, "packed", packed, DType::U8);
+  SL_CHECK(packed.numel() == rows * cols / 2 && packed.ndim() >= 1 && packed.dim(-1) == cols / 2, op, ": packed ",
+           describe(packed), " is not [", rows, ", ", cols / 2, "] (two values per byte) for src ", describe(src));
+  check_dtype<P>(op, "scales", scales, DType::U8);
+  SL_CHECK(scales.numel() == rows * cols / 32 && scales.ndim() >= 1 && scales.dim(-1) == cols / 32, op, ": scales ",
+           describe(scales), " is not [", rows, ", ", cols / 32, "] (one per 32 values) for src ", describe(src));
+  return {rows, cols};
 }
 
 // rmsnorm over the last dim of x; out may be x itself (in place) but not partly overlap it;

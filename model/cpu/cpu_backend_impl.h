@@ -6,7 +6,8 @@
 //
 // File layout (one concept per file):
 //   cpu_backend.cpp    memory, streams-as-labels, events, init/fill/copy, embed/argmax/gather/shift
-//   cpu_dense.cpp      gemm, gemm_fp8, gemm_grouped, rmsnorm, add, rope, swiglu (+ the shared GEMM loop)
+//   cpu_dense.cpp      gemm, gemm_grouped, rmsnorm, add, rope, swiglu (+ the shared GEMM loop)
+//   cpu_quant.cpp      gemm_fp8, quantize_fp8, quantize_mxfp4 (the native weight formats)
 //   cpu_mhc.cpp        hc_pre, hc_post, hc_head, mtp_combine
 //   cpu_attention.cpp  swa_insert, compressor_save/pool, indexer_topk, sparse_attention
 //   cpu_moe.cpp        route, moe_experts, moe_experts_mxfp4, moe_workspace_bytes

@@ -1,8 +1,6 @@
 // Dense math of the CPU backend: GEMM (plain and grouped), RMSNorm, add, RoPE, SwiGLU.
 #include "model/cpu/cpu_backend_impl.h"
 
-#include "core/fp8.h"
-
 namespace sl {
 
 using namespace cpu;
@@ -59,35 +57,6 @@ void CpuBackend::gemm(Stream s, const Tensor& out, const Tensor& a, const Tensor
   check_stream(op, s);
   const auto [M, N, K] = checks::validate_gemm<OpRules>(out, a, w);
   matmul_nt(out.ptr<float>(), N, a.ptr<float>(), K, w.ptr<float>(), K, M, N, K);
-}
-
-void CpuBackend::gemm_fp8(Stream s, const Tensor& out, const Tensor& a, const Tensor& w, const Tensor& w_scale) {
-  const char* op = "gemm_fp8";
-  check_stream(op, s);
-  const auto [M, N, K] = checks::validate_gemm_fp8<OpRules>(out, a, w, w_scale);
-  // The weights dequantized (exact in fp32), then the activation rows quantized group by group
-  // as the device does before its FP8 GEMM, then an fp32 GEMM: the same numbers the device
-  // multiplies, summed in another order.
-  const int64_t KB = K / checks::kFp8Block;
-  scratch_f_.resize(size_t(N * K + M * K));
-  float* wd = scratch_f_.data();
-  float* aq = wd + N * K;
-  const uint8_t* codes = w.ptr<uint8_t>();
-  const float* ws = w_scale.ptr<float>();
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t k = 0; k < K; ++k)
-      wd[n * K + k] = lowp::e4m3_to_float(codes[n * K + k]) * ws[(n / checks::kFp8Block) * KB + k / checks::kFp8Block];
-  const float* ap = a.ptr<float>();
-  for (int64_t m = 0; m < M; ++m)
-    for (int64_t g = 0; g < KB; ++g) {
-      const float* x = ap + m * K + g * checks::kFp8Block;
-      float amax = 0;
-      for (int64_t i = 0; i < checks::kFp8Block; ++i) amax = std::max(amax, std::fabs(x[i]));
-      const float sc = lowp::fp8_group_scale(amax);
-      for (int64_t i = 0; i < checks::kFp8Block; ++i)
-        aq[m * K + g * checks::kFp8Block + i] = lowp::e4m3_to_float(lowp::float_to_e4m3(x[i] / sc)) * sc;
-    }
-  matmul_nt(out.ptr<float>(), N, aq, K, wd, K, M, N, K);
 }
 
 void CpuBackend::gemm_grouped(Stream s, const Tensor& out, const Tensor& a, const Tensor& w, int groups) {

@@ -14,7 +14,9 @@
 //   writes the activation's e4m3 codes and that scale layout; rows beyond a multiple of 4 go
 //   through the GEMV.
 // Both paths quantize the activation with the same rule and give the same products; they differ
-// only in the order of fp32 sums.
+// only in the order of fp32 sums. A grouped call (wo_a) runs each group as its own cuBLASLt GEMM
+// over strided activations, or the GEMV with each column reading its group's activations.
+// Also here: quantize_fp8 and quantize_mxfp4, which make native weights on the device.
 #include <cublasLt.h>
 #include <cuda_fp8.h>
 
@@ -94,10 +96,10 @@ __global__ __launch_bounds__(256) void fp8_quantize_kernel(void* dst, float* sca
 
 struct Fp8GemvArgs {
   void* out;
-  const bf16* aq;        // [M, K] quantized activation rows
-  const uint8_t* w;      // [N, K] e4m3 codes
+  const bf16* aq;        // [M, lda] quantized activation rows (lda = G * K)
+  const uint8_t* w;      // [N, K] e4m3 codes (N = G * Ng)
   const float* w_scale;  // [ceil(N / 128), K / 128]
-  int64_t M, N, K, ldo;
+  int64_t M, N, K, ldo, lda, Ng;  // column n reads the K activations of its group n / Ng
   int dto;
 };
 
@@ -118,6 +120,7 @@ __global__ __launch_bounds__(256) void gemv_fp8_kernel(Fp8GemvArgs g) {
   if (n < g.N) {
     const uint8_t* wr = g.w + n * g.K;
     const float* wsr = g.w_scale + (n / kBlk) * (g.K / kBlk);
+    const bf16* ar = g.aq + (n / g.Ng) * g.K;
     const int64_t k1 = (part + 1) * kchunk;
     for (int64_t k0 = part * kchunk + int64_t(lane) * 16; k0 < k1; k0 += 512 * kFp8GemvLoads) {
       uint4 raw[kFp8GemvLoads];
@@ -145,8 +148,8 @@ __global__ __launch_bounds__(256) void gemv_fp8_kernel(Fp8GemvArgs g) {
         for (int r = 0; r < kFp8GemvMaxRows; ++r) {
           if (r >= M) break;
           float av[2][8];
-          load8(g.aq + r * g.K + k, av[0]);
-          load8(g.aq + r * g.K + k + 8, av[1]);
+          load8(ar + r * g.lda + k, av[0]);
+          load8(ar + r * g.lda + k + 8, av[1]);
           float d = 0.f;
 #pragma unroll
           for (int q = 0; q < 16; ++q) d += av[q / 8][q % 8] * wv[q];
@@ -185,23 +188,26 @@ int fp8_warps_per_column(int64_t N, int64_t K, int sms) {
   return wpc;
 }
 
-// The GEMV path for rows [0, M) of a (at most kFp8GemvMaxRows at a time).
+// The GEMV path for rows [0, M) of a (at most kFp8GemvMaxRows at a time); G groups of N / G
+// columns (gemm_fp8's groups), each reading its own K of the row's G * K activations.
 void gemm_fp8_gemv(CudaBackend& be, const char* op, Stream s, const Tensor& out, const Tensor& a, const Tensor& w,
-                   const Tensor& w_scale, int64_t M, int64_t N, int64_t K) {
+                   const Tensor& w_scale, int64_t M, int64_t N, int64_t K, int64_t G) {
   cudaStream_t st = be.stream(s, op);
-  const CudaBackend::Scratch sc = be.scratch(s, op, size_t(kFp8GemvMaxRows) * K * 2);
+  const int64_t GK = G * K;
+  const CudaBackend::Scratch sc = be.scratch(s, op, size_t(kFp8GemvMaxRows) * GK * 2);
   bf16* aq = static_cast<bf16*>(sc.ptr);
   const int wpc = fp8_warps_per_column(N, K, be.sm_count());
   const dim3 grid(unsigned(cdiv(N, 8 / wpc)));
   const size_t as = dtype_size(a.dtype), os = dtype_size(out.dtype);
   for (int64_t m0 = 0; m0 < M; m0 += kFp8GemvMaxRows) {
     const int64_t rows = std::min<int64_t>(kFp8GemvMaxRows, M - m0);
-    launch_kernel(op, fp8_quantize_kernel<false>, dim3(unsigned(cdiv(rows * (K / kBlk) * 32, 256))), 256, 0, st,
+    launch_kernel(op, fp8_quantize_kernel<false>, dim3(unsigned(cdiv(rows * (GK / kBlk) * 32, 256))), 256, 0, st,
                   static_cast<void*>(aq), static_cast<float*>(nullptr), int64_t(0),
-                  static_cast<const void*>(static_cast<const char*>(a.data) + m0 * K * as), fcode(a.dtype), K, rows, K);
+                  static_cast<const void*>(static_cast<const char*>(a.data) + m0 * GK * as), fcode(a.dtype), GK, rows,
+                  GK);
     CUDA_LAUNCH_CHECK(op, st);
     Fp8GemvArgs g{static_cast<char*>(out.data) + m0 * N * os, aq, w.ptr<uint8_t>(), w_scale.ptr<float>(), rows, N, K,
-                  N, fcode(out.dtype)};
+                  N, GK, N / G, fcode(out.dtype)};
     switch (wpc) {
       case 1: launch_kernel(op, gemv_fp8_kernel<1>, grid, 256, 0, st, g); break;
       case 2: launch_kernel(op, gemv_fp8_kernel<2>, grid, 256, 0, st, g); break;
@@ -227,15 +233,16 @@ struct LtPlan {
   cublasLtMatmulAlgo_t algo{};
 };
 
-// The plan for D[N, c] = W[N, K] . X[c, K]^T, or null when cuBLASLt has no algorithm for it. The
+// The plan for D[N, c] = W[N, K] . X[c, K]^T, or null when cuBLASLt has no algorithm for it. X's
+// rows are G * K apart and D's columns G * N apart (one group of a grouped gemm_fp8). The
 // heuristic wants the scale pointers set (without them it finds no algorithm): those of the call
 // that makes the plan; later calls set their own.
-const LtPlan* lt_plan(const char* op, const CudaBackend::LtCall& lt, int64_t N, int64_t K, int64_t c, const void* sa,
-                      const void* sb) {
+const LtPlan* lt_plan(const char* op, const CudaBackend::LtCall& lt, int64_t N, int64_t K, int64_t c, int64_t G,
+                      const void* sa, const void* sb) {
   static std::mutex mu;
-  static std::map<std::array<int64_t, 4>, std::unique_ptr<LtPlan>> plans;  // null: no algorithm
+  static std::map<std::array<int64_t, 5>, std::unique_ptr<LtPlan>> plans;  // null: no algorithm
   std::lock_guard<std::mutex> lock(mu);
-  const std::array<int64_t, 4> key{N, K, c, int64_t(lt.workspace_bytes)};
+  const std::array<int64_t, 5> key{N, K, c, G, int64_t(lt.workspace_bytes)};
   auto it = plans.find(key);
   if (it != plans.end()) return it->second.get();
   auto p = std::make_unique<LtPlan>();
@@ -249,8 +256,8 @@ const LtPlan* lt_plan(const char* op, const CudaBackend::LtCall& lt, int64_t N, 
   LT_CHECK(op, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sa, sizeof sa));
   LT_CHECK(op, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sb, sizeof sb));
   LT_CHECK(op, cublasLtMatrixLayoutCreate(&p->a, CUDA_R_8F_E4M3, uint64_t(K), uint64_t(N), K));
-  LT_CHECK(op, cublasLtMatrixLayoutCreate(&p->b, CUDA_R_8F_E4M3, uint64_t(K), uint64_t(c), K));
-  LT_CHECK(op, cublasLtMatrixLayoutCreate(&p->d, CUDA_R_16BF, uint64_t(N), uint64_t(c), N));
+  LT_CHECK(op, cublasLtMatrixLayoutCreate(&p->b, CUDA_R_8F_E4M3, uint64_t(K), uint64_t(c), G * K));
+  LT_CHECK(op, cublasLtMatrixLayoutCreate(&p->d, CUDA_R_16BF, uint64_t(N), uint64_t(c), G * N));
   cublasLtMatmulPreference_t pref = nullptr;
   LT_CHECK(op, cublasLtMatmulPreferenceCreate(&pref));
   size_t ws_bytes = lt.workspace_bytes;
@@ -274,16 +281,18 @@ const LtPlan* lt_plan(const char* op, const CudaBackend::LtCall& lt, int64_t N, 
 }
 
 // The cuBLASLt path over `rows` rows (a multiple of 4) starting at row m0, in chunks that fit the
-// scratch. Returns false, having run nothing, when cuBLASLt has no algorithm for the shape.
+// scratch; G groups of N columns (N a multiple of 128 when G > 1, so that each group's weight
+// scales are whole rows of blocks), one cuBLASLt call per group. Returns false, having run
+// nothing, when cuBLASLt has no algorithm for the shape.
 bool gemm_fp8_cublaslt(CudaBackend& be, const char* op, Stream s, const Tensor& out, const Tensor& a, const Tensor& w,
-                       const Tensor& w_scale, int64_t rows, int64_t N, int64_t K) {
+                       const Tensor& w_scale, int64_t rows, int64_t N, int64_t K, int64_t G) {
   cudaStream_t st = be.stream(s, op);
   const CudaBackend::LtCall lt = be.lt(s, op);
-  const int64_t KB = K / kBlk, NB = cdiv(N, kBlk), KB4 = cdiv(KB, 4) * 4;
+  const int64_t KB = K / kBlk, NB = cdiv(G * N, kBlk), KB4 = cdiv(KB, 4) * 4, GK = G * K;
   const size_t wsc_bytes = KB4 == KB ? 0 : size_t(NB * KB4) * 4;
-  const CudaBackend::Scratch sc = be.scratch(s, op, wsc_bytes + size_t(4) * (K + KB * 4));
+  const CudaBackend::Scratch sc = be.scratch(s, op, wsc_bytes + size_t(4) * (GK + G * KB * 4));
   // Rows per chunk: a multiple of 4 whose codes and scales fit beside the padded weight scales.
-  int64_t chunk = int64_t((sc.bytes - wsc_bytes) / size_t(K + KB * 4)) / 4 * 4;
+  int64_t chunk = int64_t((sc.bytes - wsc_bytes) / size_t(GK + G * KB * 4)) / 4 * 4;
   chunk = std::min(chunk, rows);
   char* base = static_cast<char*>(sc.ptr);
   const float* wscale = w_scale.ptr<float>();
@@ -293,32 +302,37 @@ bool gemm_fp8_cublaslt(CudaBackend& be, const char* op, Stream s, const Tensor& 
     wscale = reinterpret_cast<const float*>(base);
   }
   uint8_t* codes = reinterpret_cast<uint8_t*>(base + wsc_bytes);
-  float* ascale = reinterpret_cast<float*>(base + wsc_bytes + size_t(chunk) * K);
+  float* ascale = reinterpret_cast<float*>(base + wsc_bytes + size_t(chunk) * GK);
 
   bool ok = true;
   for (int64_t m0 = 0; m0 < rows && ok; m0 += chunk) {
     const int64_t c = std::min(chunk, rows - m0);
     // The scale pointers change from call to call (each weight has its own; the activation's live
     // in this stream's scratch): set on the plan's descriptor, which cublasLtMatmul reads at the call.
-    const void* sa = wscale;
-    const void* sb = ascale;
-    const LtPlan* plan = lt_plan(op, lt, N, K, c, sa, sb);
+    const LtPlan* plan = lt_plan(op, lt, N, K, c, G, wscale, ascale);
     if (!plan) {
       SL_CHECK(m0 == 0, op, ": cuBLASLt has no FP8 algorithm for ", c, " rows after running ", m0);
       ok = false;
       break;
     }
-    LT_CHECK(op, cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sa, sizeof sa));
-    LT_CHECK(op, cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sb, sizeof sb));
-    launch_kernel(op, fp8_quantize_kernel<true>, dim3(unsigned(cdiv(c * KB * 32, 256))), 256, 0, st,
+    // The activation's codes [c, G * K] and scales [G * K / 128, c]: group g's are the K columns
+    // at g * K (rows G * K apart) and the c * K / 128 scales at g * KB * c.
+    launch_kernel(op, fp8_quantize_kernel<true>, dim3(unsigned(cdiv(c * G * KB * 32, 256))), 256, 0, st,
                   static_cast<void*>(codes), ascale, c,
-                  static_cast<const void*>(static_cast<const char*>(a.data) + m0 * K * dtype_size(a.dtype)),
-                  fcode(a.dtype), K, c, K);
+                  static_cast<const void*>(static_cast<const char*>(a.data) + m0 * GK * dtype_size(a.dtype)),
+                  fcode(a.dtype), GK, c, GK);
     CUDA_LAUNCH_CHECK(op, st);
-    const float alpha = 1.f, beta = 0.f;
-    void* d = static_cast<bf16*>(out.data) + m0 * N;
-    LT_CHECK(op, cublasLtMatmul(lt.handle, plan->desc, &alpha, w.data, plan->a, codes, plan->b, &beta, d, plan->d, d,
-                                plan->d, &plan->algo, lt.workspace, lt.workspace_bytes, st));
+    for (int64_t g = 0; g < G; ++g) {
+      const void* sa = wscale + (g * N / kBlk) * KB4;
+      const void* sb = ascale + g * KB * c;
+      LT_CHECK(op, cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sa, sizeof sa));
+      LT_CHECK(op, cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sb, sizeof sb));
+      const float alpha = 1.f, beta = 0.f;
+      void* d = static_cast<bf16*>(out.data) + m0 * G * N + g * N;
+      LT_CHECK(op, cublasLtMatmul(lt.handle, plan->desc, &alpha, w.ptr<uint8_t>() + g * N * K, plan->a, codes + g * K,
+                                  plan->b, &beta, d, plan->d, d, plan->d, &plan->algo, lt.workspace, lt.workspace_bytes,
+                                  st));
+    }
     ++g_cublaslt_chunks;
   }
   return ok;
@@ -326,19 +340,21 @@ bool gemm_fp8_cublaslt(CudaBackend& be, const char* op, Stream s, const Tensor& 
 
 }  // namespace
 
-void CudaBackend::gemm_fp8(Stream s, const Tensor& out, const Tensor& a, const Tensor& w, const Tensor& w_scale) {
+void CudaBackend::gemm_fp8(Stream s, const Tensor& out, const Tensor& a, const Tensor& w, const Tensor& w_scale,
+                           int groups) {
   const char* op = "gemm_fp8";
-  const auto [M, N, K] = checks::validate_gemm_fp8<OpRules>(out, a, w, w_scale);
+  const auto [M, N, K, G] = checks::validate_gemm_fp8<OpRules>(out, a, w, w_scale, groups);
   stream(s, op);
   if (M == 0 || N == 0) return;
   check_aligned(op, "w", w.data, 16);
   check_aligned(op, "a", a.data, 16);
   note_gemm(s, op);
   // cuBLASLt's tensor cores for 4 rows or more into bf16, over the largest multiple of 4; the
-  // rest (1-3 rows of a decode step) on the GEMV.
+  // rest (1-3 rows of a decode step) on the GEMV. A grouped call needs groups of whole 128-row
+  // weight blocks for cuBLASLt (the tiny configs' wo_a has 64-row groups: all on the GEMV).
   int64_t done = 0;
-  if (M >= 4 && out.dtype == DType::BF16 && N % 16 == 0) {
-    if (gemm_fp8_cublaslt(*this, op, s, out, a, w, w_scale, M / 4 * 4, N, K))
+  if (M >= 4 && out.dtype == DType::BF16 && N % 16 == 0 && (G == 1 || N % kBlk == 0)) {
+    if (gemm_fp8_cublaslt(*this, op, s, out, a, w, w_scale, M / 4 * 4, N, K, G))
       done = M / 4 * 4;
     else
       ++g_fallbacks;
@@ -346,10 +362,101 @@ void CudaBackend::gemm_fp8(Stream s, const Tensor& out, const Tensor& a, const T
   if (done < M) {
     const size_t as = dtype_size(a.dtype), os = dtype_size(out.dtype);
     Tensor a_rest = a, out_rest = out;
-    a_rest.data = static_cast<char*>(a.data) + done * K * as;
-    out_rest.data = static_cast<char*>(out.data) + done * N * os;
-    gemm_fp8_gemv(*this, op, s, out_rest, a_rest, w, w_scale, M - done, N, K);
+    a_rest.data = static_cast<char*>(a.data) + done * G * K * as;
+    out_rest.data = static_cast<char*>(out.data) + done * G * N * os;
+    gemm_fp8_gemv(*this, op, s, out_rest, a_rest, w, w_scale, M - done, G * N, K, G);
   }
+}
+// ---------------------------------------------------------------- the native formats' quantizers
+// (quantize_fp8, quantize_mxfp4): the same rules and float operations as core/fp8.cpp, so the
+// codes and scales equal the host's bit for bit (the GPU tests compare them byte by byte).
+
+namespace {
+
+// One block per 128 x 128 tile of src [rows, cols]: the tile's amax, its power-of-two scale, then
+// every code. 256 threads: a thread takes columns threadIdx.x % 128 of every other row.
+__global__ __launch_bounds__(256) void quantize_fp8_kernel(uint8_t* codes, float* scale, const float* src,
+                                                           int64_t rows, int64_t cols) {
+  pdl_enter();
+  __shared__ float red[8];
+  const int64_t r0 = int64_t(blockIdx.y) * kBlk, c = int64_t(blockIdx.x) * kBlk + (threadIdx.x & 127);
+  const int64_t r1 = min(rows, r0 + kBlk);
+  const int half = threadIdx.x >> 7;
+  float amax = 0.f;
+  if (c < cols)
+    for (int64_t r = r0 + half; r < r1; r += 2) amax = fmaxf(amax, fabsf(src[r * cols + c]));
+  amax = warp_max(amax);
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = amax;
+  __syncthreads();
+  amax = red[0];
+#pragma unroll
+  for (int i = 1; i < 8; ++i) amax = fmaxf(amax, red[i]);
+  const float s = fp8_group_scale(amax);
+  if (threadIdx.x == 0) scale[int64_t(blockIdx.y) * gridDim.x + blockIdx.x] = s;
+  if (c < cols)
+    for (int64_t r = r0 + half; r < r1; r += 2) codes[r * cols + c] = e4m3_code(src[r * cols + c] / s);
+}
+
+// e2m1 of x: the nearest of the eight magnitudes, a tie to the even code; saturating; NaN -> 0.
+__device__ __forceinline__ uint8_t e2m1_code(float x) {
+  if (isnan(x)) return 0;
+  const uint8_t sign = signbit(x) ? 8 : 0;
+  const float a = fabsf(x);
+  if (a >= 6.f) return sign | 7;
+  const float mags[8] = {0.f, 0.5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f};
+  int best = 0;
+#pragma unroll
+  for (int c = 1; c < 8; ++c) {
+    const float d = fabsf(a - mags[c]), db = fabsf(a - mags[best]);
+    if (d < db || (d == db && c % 2 == 0)) best = c;
+  }
+  return sign | uint8_t(best);
+}
+
+// One thread per 32 consecutive values of a row: the MX scale 2^(floor(log2 amax) - 2), then 16
+// bytes of packed codes.
+__global__ __launch_bounds__(256) void quantize_mxfp4_kernel(uint8_t* packed, uint8_t* scales, const float* src,
+                                                             int64_t groups) {
+  pdl_enter();
+  const int64_t g = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (g >= groups) return;
+  const float* v = src + g * 32;
+  float amax = 0.f;
+  for (int i = 0; i < 32; ++i) amax = fmaxf(amax, fabsf(v[i]));
+  int exp = 0;
+  if (amax > 0.f && isfinite(amax)) {
+    int e = 0;
+    frexpf(amax, &e);
+    exp = max(-127, min(127, e - 1 - 2));
+  }
+  scales[g] = uint8_t(exp + 127);
+  for (int i = 0; i < 32; i += 2)
+    packed[g * 16 + i / 2] = uint8_t(e2m1_code(ldexpf(v[i], -exp)) | e2m1_code(ldexpf(v[i + 1], -exp)) << 4);
+}
+
+}  // namespace
+
+void CudaBackend::quantize_fp8(Stream s, const Tensor& codes, const Tensor& scale, const Tensor& src) {
+  const char* op = "quantize_fp8";
+  cudaStream_t st = stream(s, op);
+  const auto [rows, cols] = checks::validate_quantize_fp8<OpRules>(codes, scale, src);
+  if (rows == 0) return;
+  const dim3 grid(unsigned(cdiv(cols, kBlk)), unsigned(cdiv(rows, kBlk)));
+  SL_CHECK(cdiv(rows, kBlk) <= 65535, op, ": ", rows, " rows is more than this kernel's grid takes");
+  launch_kernel(op, quantize_fp8_kernel, grid, 256, 0, st, codes.ptr<uint8_t>(), scale.ptr<float>(), src.ptr<float>(),
+                rows, cols);
+  CUDA_LAUNCH_CHECK(op, st);
+}
+
+void CudaBackend::quantize_mxfp4(Stream s, const Tensor& packed, const Tensor& scales, const Tensor& src) {
+  const char* op = "quantize_mxfp4";
+  cudaStream_t st = stream(s, op);
+  const auto [rows, cols] = checks::validate_quantize_mxfp4<OpRules>(packed, scales, src);
+  const int64_t groups = rows * (cols / 32);
+  if (groups == 0) return;
+  launch_kernel(op, quantize_mxfp4_kernel, dim3(unsigned(cdiv(groups, 256))), 256, 0, st, packed.ptr<uint8_t>(),
+                scales.ptr<uint8_t>(), src.ptr<float>(), groups);
+  CUDA_LAUNCH_CHECK(op, st);
 }
 
 Fp8PathCounts cuda_fp8_path_counts() { return {g_cublaslt_chunks.load(), g_fallbacks.load()}; }

@@ -513,7 +513,7 @@ TEST(CheckBackend, ChecksTheNativeWeightOps) {
   // gemm_fp8: out[2, 256] = a[2, 384] . W^T, W e4m3 codes (0..126: no NaN) with 2 x 3 block scales.
   const Tensor w = u8("w", {256, 384}, 0, 126), ws = f32("w_scale", {2, 3}, 0.001f, 0.002f);
   const Tensor a = f32("a", {2, 384}, 1.f, 0.f), out = check->alloc("out", DType::F32, {2, 256}, AllocKind::Activation);
-  check->gemm_fp8(Stream{}, out, a, w, ws);
+  check->gemm_fp8(Stream{}, out, a, w, ws, 1);
   // moe_experts_mxfp4: 3 tokens, 2 of 4 experts each, D = 64, F = 32.
   const int64_t T = 3, k = 2, E = 4, D = 64, F = 32;
   const Tensor x = f32("x", {T, D}, 1.f, 0.f), wts = f32("wts", {T, k}, 0.3f, 0.5f);

@@ -237,22 +237,22 @@ TEST_F(CpuOps, GemmFp8ByHand) {
   // Group 1: amax 7, scale 2^-6 = 7/448: 7 / 2^-6 = 448, the largest e4m3: exact.
   a[128] = 7.f;
   Tensor ta = f32("a", {M, K}, a), to = zeros("o", DType::F32, {M, N});
-  be->gemm_fp8(s, to, ta, w, ws);
+  be->gemm_fp8(s, to, ta, w, ws, 1);
   const std::vector<float> got = get(to);
   const double g0 = 1.125 + 2 + 3 - 0.5, g1 = 7.0 * 2.0;
   for (int n = 0; n < N; ++n) EXPECT_EQ(got[size_t(n)], float((n < 128 ? 0.5 : 4.0) * g0 + g1)) << n;
   // Bad arguments name the op and what is wrong.
   Tensor w2 = be->alloc("w2", DType::U8, {4, 200}, AllocKind::Weight);
-  EXPECT_THROW(be->gemm_fp8(s, to, ta, w2, ws), sl::Error);  // K not a multiple of 128
+  EXPECT_THROW(be->gemm_fp8(s, to, ta, w2, ws, 1), sl::Error);  // K not a multiple of 128
   Tensor bad_scale = f32("bad_scale", {1, 2}, {1.f, 1.f});
   try {
-    be->gemm_fp8(s, to, ta, w, bad_scale);
+    be->gemm_fp8(s, to, ta, w, bad_scale, 1);
     ADD_FAILURE() << "a w_scale of the wrong shape was accepted";
   } catch (const sl::Error& e) {
     EXPECT_NE(std::string(e.what()).find("gemm_fp8: w_scale"), std::string::npos) << e.what();
   }
   Tensor wf = zeros("wf", DType::F32, {N, K});
-  EXPECT_THROW(be->gemm_fp8(s, to, ta, wf, ws), sl::Error);  // codes must be U8
+  EXPECT_THROW(be->gemm_fp8(s, to, ta, wf, ws, 1), sl::Error);  // codes must be U8
 }
 
 // gemm_fp8 against a double-precision reference of the same quantization (random data).
@@ -269,7 +269,7 @@ TEST_F(CpuOps, GemmFp8MatchesDoubleReference) {
   Tensor w = be->alloc("w", DType::U8, {N, K}, AllocKind::Weight);
   be->upload(s, w, codes.data(), codes.size());
   Tensor ta = f32("a", {M, K}, a), ws = f32("ws", {NB, KB}, scale), to = zeros("o", DType::F32, {M, N});
-  be->gemm_fp8(s, to, ta, w, ws);
+  be->gemm_fp8(s, to, ta, w, ws, 1);
   // The reference quantizes with its own arithmetic: e4m3 by nearest-value search.
   auto e4m3 = [](int code) {
     const int e = (code >> 3) & 15, m = code & 7;
@@ -295,6 +295,82 @@ TEST_F(CpuOps, GemmFp8MatchesDoubleReference) {
       }
     }
   expect_close(get(to), want, 1e-5, "gemm_fp8");
+}
+
+// A grouped gemm_fp8 (wo_a, the tiny configs' 64-row groups that share a 128-row scale block):
+// activations of small integers, which the group quantization keeps exact, against a double
+// block-diagonal product of the dequantized weights.
+TEST_F(CpuOps, GemmFp8Grouped) {
+  const int M = 3, G = 2, N = 64, K = 256;
+  std::vector<uint8_t> codes(size_t(G * N) * K);
+  std::uniform_int_distribution<int> c(0, 253);
+  for (auto& x : codes) x = uint8_t(c(rng) >= 127 ? c(rng) % 127 : c(rng) % 127 + 128);  // no NaN codes
+  std::vector<float> scale = {0.25f, 0.5f};  // [1 row block, 2 K blocks]
+  std::vector<float> a(size_t(M) * G * K);
+  std::uniform_int_distribution<int> ai(-7, 7);
+  for (auto& x : a) x = float(ai(rng));
+  Tensor w = be->alloc("w", DType::U8, {G * N, K}, AllocKind::Weight);
+  be->upload(s, w, codes.data(), codes.size());
+  Tensor ta = f32("a", {M, G * K}, a), ws = f32("ws", {1, 2}, scale), to = zeros("o", DType::F32, {M, G * N});
+  be->gemm_fp8(s, to, ta, w, ws, G);
+  const std::vector<float> got = get(to);
+  for (int m = 0; m < M; ++m)
+    for (int g = 0; g < G; ++g)
+      for (int n = 0; n < N; ++n) {
+        double want = 0;
+        for (int k = 0; k < K; ++k)
+          want += double(a[size_t(m) * G * K + g * K + k]) *
+                  double(sl::lowp::e4m3_to_float(codes[size_t(g * N + n) * K + k])) * scale[size_t(k / 128)];
+        EXPECT_NEAR(got[size_t(m) * G * N + g * N + n], want, 1e-4 * (1 + std::fabs(want))) << m << " " << g << " " << n;
+      }
+  // Rows of a must be whole groups of K.
+  Tensor bad = f32("bad", {M, K}, std::vector<float>(size_t(M) * K, 1.f));
+  EXPECT_THROW(be->gemm_fp8(s, to, bad, w, ws, G), sl::Error);
+  EXPECT_THROW(be->gemm_fp8(s, to, ta, w, ws, 3), sl::Error);  // 128 rows are not 3 groups
+}
+
+// quantize_fp8 and quantize_mxfp4 on values worked out by hand: the block / group each value
+// falls in, its scale and its code, partial blocks, all-zero blocks, and the MXFP4 nibble order.
+TEST_F(CpuOps, QuantizeNativeFormatsByHand) {
+  const int R = 130, C = 200;  // 2 x 2 blocks, the last row and column blocks partial
+  std::vector<float> v(size_t(R) * C, 0.f);
+  v[0] = 3.f;                          // block (0, 0): amax 3 -> scale 2^-7; 3 / 2^-7 = 384 -> 0x7C
+  v[5] = -1.f;                         // -128 = -2^7 -> 0x80 | 14 << 3 = 0xF0
+  v[150] = 1792.f;                     // block (0, 1): 448 * 4 -> scale 4, code 0x7E
+  v[size_t(128) * C + 3] = 1.f;        // block (1, 0): amax 1 -> scale 2^-8; 256 -> 0x78
+  v[size_t(129) * C + 7] = 0.001f;     // 0.256 -> 2^-2 * 1.024 -> 0x28
+  Tensor src = f32("src", {R, C}, v), codes = be->alloc("codes", DType::U8, {R, C}, AllocKind::Weight);
+  Tensor scale = zeros("scale", DType::F32, {2, 2});
+  be->quantize_fp8(s, codes, scale, src);
+  EXPECT_EQ(get(scale), (std::vector<float>{std::ldexp(1.f, -7), 4.f, std::ldexp(1.f, -8), 1.f}));
+  std::vector<uint8_t> cb(size_t(R) * C);
+  be->download(cb.data(), codes, cb.size());
+  EXPECT_EQ(cb[0], 0x7C);
+  EXPECT_EQ(cb[5], 0xF0);
+  EXPECT_EQ(cb[150], 0x7E);
+  EXPECT_EQ(cb[size_t(128) * C + 3], 0x78);
+  EXPECT_EQ(cb[size_t(129) * C + 7], 0x28);
+  EXPECT_EQ(cb[1], 0x00);
+  EXPECT_THROW(be->quantize_fp8(s, codes, zeros("s2", DType::F32, {1, 2}), src), sl::Error);
+
+  // MXFP4 [2, 64]: row 0 group 0 amax 5 -> scale 2^0 (code 127): 5 ties between 4 and 6 and goes
+  // to the even code 6 (4.0); 1.5 -> 3; -0.25 ties between 0 and 0.5 -> -0 (8); -6 -> 0xF.
+  // Group 1 all zero: scale 2^0, codes 0. Row 1: amax 0.75 -> 2^-3 (124): 0.75 -> 6 -> code 7.
+  std::vector<float> m(128, 0.f);
+  m[0] = 5.f, m[1] = 1.5f, m[2] = -0.25f, m[3] = -6.f, m[64] = 0.75f;
+  Tensor msrc = f32("m", {2, 64}, m), packed = be->alloc("p", DType::U8, {2, 32}, AllocKind::Weight);
+  Tensor msc = be->alloc("ms", DType::U8, {2, 2}, AllocKind::Weight);
+  be->quantize_mxfp4(s, packed, msc, msrc);
+  std::vector<uint8_t> pb(64), sb(4);
+  be->download(pb.data(), packed, 64);
+  be->download(sb.data(), msc, 4);
+  EXPECT_EQ(sb, (std::vector<uint8_t>{127, 127, 124, 127}));
+  EXPECT_EQ(pb[0], 0x36);
+  EXPECT_EQ(pb[1], 0xF8);
+  EXPECT_EQ(pb[2], 0x00);
+  EXPECT_EQ(pb[32], 0x07);
+  Tensor odd = f32("odd", {2, 48}, std::vector<float>(96, 1.f));
+  EXPECT_THROW(be->quantize_mxfp4(s, packed, msc, odd), sl::Error);  // 48 columns: not whole groups of 32
 }
 
 TEST_F(CpuOps, GemmRowsDoNotDependOnBatch) {

@@ -409,34 +409,42 @@ TEST_P(CudaOps, GemmFp8) {
   struct Case {
     int64_t M, N, K;
     Kind out;
+    int64_t G = 1;  // groups (wo_a): N columns per group, a [M, G * K]
   };
   const std::vector<Case> cases = {
       {1, 1024, 4096, Kind::Act}, {3, 256, 640, Kind::Act},  {8, 200, 1024, Kind::Act}, {16, 512, 2048, Kind::Act},
       {21, 384, 640, Kind::Act},  {64, 256, 4096, Kind::Act}, {35, 96, 512, Kind::F32}, {2, 4096, 8192, Kind::Act},
       {4, 256, 1024, Kind::Act},  {5, 128, 4096, Kind::Act},  {1, 32768, 1024, Kind::Act},
+      // Grouped: flash's wo_a at batch 1 and 8 (cuBLASLt per group), 3 groups of one block each
+      // with 2 rows past a multiple of 4, and the tiny configs' 64-row groups (GEMV only).
+      {1, 1024, 4096, Kind::Act, 8}, {8, 1024, 4096, Kind::Act, 8}, {6, 128, 256, Kind::Act, 3},
+      {5, 64, 256, Kind::Act, 2},
   };
   for (const Case& c : cases) {
-    const int64_t NB = (c.N + 127) / 128, KB = c.K / 128;
-    std::vector<int32_t> ci = randi(size_t(c.N * c.K), 0, 253);
+    const int64_t GN = c.G * c.N;
+    const int64_t NB = (GN + 127) / 128, KB = c.K / 128;
+    std::vector<int32_t> ci = randi(size_t(GN * c.K), 0, 253);
     std::vector<uint8_t> codes(ci.size());
     for (size_t i = 0; i < ci.size(); ++i) codes[i] = uint8_t(ci[i] >= 127 ? ci[i] + 1 : ci[i]);  // no 0x7F
     T2 w;
     w.kind = Kind::I32;
-    w.c = cpu_->alloc("w", DType::U8, {c.N, c.K}, AllocKind::Weight);
-    w.g = gpu_->alloc("w", DType::U8, {c.N, c.K}, AllocKind::Weight);
+    w.c = cpu_->alloc("w", DType::U8, {GN, c.K}, AllocKind::Weight);
+    w.g = gpu_->alloc("w", DType::U8, {GN, c.K}, AllocKind::Weight);
     cpu_->upload(Stream{}, w.c, codes.data(), codes.size());
     gpu_->upload(Stream{}, w.g, codes.data(), codes.size());
     T2 ws = make_rand("w_scale", Kind::F32, {NB, KB}, 0.001f, 0.01f);
-    T2 a = make_rand("a", Kind::Act, {c.M, c.K}, -4.f, 4.f);
-    T2 o = zeros("o", c.out, {c.M, c.N});
-    cpu_->gemm_fp8(Stream{}, o.c, a.c, w.c, ws.c);
+    T2 a = make_rand("a", Kind::Act, {c.M, c.G * c.K}, -4.f, 4.f);
+    T2 o = zeros("o", c.out, {c.M, GN});
+    cpu_->gemm_fp8(Stream{}, o.c, a.c, w.c, ws.c, int(c.G));
     const Fp8PathCounts before = cpu_pair_mode() ? Fp8PathCounts{} : cuda_fp8_path_counts();
-    gpu_->gemm_fp8(Stream{}, o.g, a.g, w.g, ws.g);
-    expect_close(o, "gemm_fp8 M=" + std::to_string(c.M) + " N=" + std::to_string(c.N) + " K=" + std::to_string(c.K));
+    gpu_->gemm_fp8(Stream{}, o.g, a.g, w.g, ws.g, int(c.G));
+    expect_close(o, "gemm_fp8 M=" + std::to_string(c.M) + " N=" + std::to_string(c.N) + " K=" + std::to_string(c.K) +
+                        " G=" + std::to_string(c.G));
     if (!cpu_pair_mode()) {
-      // 4 rows or more into bf16 (N a multiple of 16) run on cuBLASLt; nothing falls back.
+      // 4 rows or more into bf16 (N a multiple of 16; whole 128-row blocks per group when grouped)
+      // run on cuBLASLt; nothing falls back.
       const Fp8PathCounts after = cuda_fp8_path_counts();
-      const bool lt = c.M >= 4 && c.out == Kind::Act && c.N % 16 == 0;
+      const bool lt = c.M >= 4 && c.out == Kind::Act && c.N % 16 == 0 && (c.G == 1 || c.N % 128 == 0);
       EXPECT_EQ(after.cublaslt > before.cublaslt, lt) << "M=" << c.M << " N=" << c.N;
       EXPECT_EQ(after.fallback, before.fallback) << "M=" << c.M << " N=" << c.N << ": cuBLASLt found no algorithm";
     }
@@ -1198,6 +1206,45 @@ TEST_P(CudaOps, MoeExpertsMxfp4) {
     gpu_->moe_experts_mxfp4(Stream{}, out.g, x.g, ids.g, wts.g, packed[0].g, scales[0].g, packed[1].g, scales[1].g,
                             packed[2].g, scales[2].g, 10.f, ws.g);
     expect_close(out, "moe_experts_mxfp4 T=" + std::to_string(c.T) + " E=" + std::to_string(c.E));
+  }
+}
+
+// The native formats' quantizers: the device's codes and scales equal the CPU reference's byte for
+// byte (so a native model is the same model on both), over partial 128 x 128 tiles, an all-zero
+// block, values past e4m3's range, and a 3-D source (the stacked experts).
+TEST_P(CudaOps, QuantizeNativeFormats) {
+  auto bytes = [](Backend& be, const Tensor& t) {
+    std::vector<uint8_t> v(t.bytes());
+    be.download(v.data(), t, v.size());
+    return v;
+  };
+  for (const Shape& shape : {Shape{300, 640}, Shape{4, 64, 256}, Shape{1, 32}}) {
+    const int64_t cols = shape.d[shape.n - 1], rows = shape.numel() / cols;
+    std::vector<float> v = rand(size_t(shape.numel()), -1.f, 1.f);
+    for (size_t i = 0; i < v.size(); ++i) v[i] *= float(1 << (i % 13)) / 64.f;  // spread the magnitudes
+    if (rows >= 128 && cols >= 256)
+      for (int64_t r = 0; r < 128; ++r)
+        for (int64_t c = 128; c < 256; ++c) v[size_t(r * cols + c)] = 0.f;  // an all-zero block
+    v[0] = 1e6f;  // a block whose scale is set by one large value (its neighbours' codes round to 0)
+    T2 src = make("src", Kind::F32, shape, v);
+    T2 codes, scale, packed, mx_scales;
+    codes.c = cpu_->alloc("codes", DType::U8, shape, AllocKind::Weight);
+    codes.g = gpu_->alloc("codes", DType::U8, shape, AllocKind::Weight);
+    scale.c = cpu_->alloc("scale", DType::F32, {(rows + 127) / 128, (cols + 127) / 128}, AllocKind::Weight);
+    scale.g = gpu_->alloc("scale", DType::F32, {(rows + 127) / 128, (cols + 127) / 128}, AllocKind::Weight);
+    packed.c = cpu_->alloc("packed", DType::U8, {rows, cols / 2}, AllocKind::Weight);
+    packed.g = gpu_->alloc("packed", DType::U8, {rows, cols / 2}, AllocKind::Weight);
+    mx_scales.c = cpu_->alloc("scales", DType::U8, {rows, cols / 32}, AllocKind::Weight);
+    mx_scales.g = gpu_->alloc("scales", DType::U8, {rows, cols / 32}, AllocKind::Weight);
+    cpu_->quantize_fp8(Stream{}, codes.c, scale.c, src.c);
+    gpu_->quantize_fp8(Stream{}, codes.g, scale.g, src.g);
+    cpu_->quantize_mxfp4(Stream{}, packed.c, mx_scales.c, src.c);
+    gpu_->quantize_mxfp4(Stream{}, packed.g, mx_scales.g, src.g);
+    const std::string what = "quantize " + shape.str();
+    EXPECT_EQ(bytes(*cpu_, codes.c), bytes(*gpu_, codes.g)) << what << ": FP8 codes differ";
+    EXPECT_EQ(bytes(*cpu_, scale.c), bytes(*gpu_, scale.g)) << what << ": FP8 block scales differ";
+    EXPECT_EQ(bytes(*cpu_, packed.c), bytes(*gpu_, packed.g)) << what << ": MXFP4 codes differ";
+    EXPECT_EQ(bytes(*cpu_, mx_scales.c), bytes(*gpu_, mx_scales.g)) << what << ": MXFP4 scales differ";
   }
 }
 

@@ -191,7 +191,7 @@ std::vector<Case> gemm_fp8_cases(const ModelConfig& c, int M, std::mt19937& rng)
                 {"w_scale", Kind::F32, {(N + 127) / 128, K / 128}, 0.002f, 0.004f},
                 {"out", Kind::Act, {M, N}, 0}};
     k.output = 3;
-    k.run = [](Backend& be, const std::vector<Tensor>& t) { be.gemm_fp8(Stream{}, t[3], t[0], t[1], t[2]); };
+    k.run = [](Backend& be, const std::vector<Tensor>& t) { be.gemm_fp8(Stream{}, t[3], t[0], t[1], t[2], 1); };
     k.bytes = double(N) * K + 4.0 * ((N + 127) / 128) * (K / 128) + 2.0 * (double(M) * K + double(M) * N);
     out.push_back(std::move(k));
   }
