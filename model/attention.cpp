@@ -4,6 +4,7 @@
 // or does now (vllm-head: the c4a indexer split over aux0 and aux2, the main compressor on aux1,
 // scoring and top-k after the join), and everything joins before the sparse attention.
 #include "model/model_internal.h"
+#include "model/linear.h"
 #include "model/parallel.h"
 
 namespace sl {
@@ -33,7 +34,7 @@ void DeepSeekV4::attention(int layer, const AttentionWeights& aw, LayerCache& ca
     const bool parallel = T <= policy_.phase_a_max_tokens;
     StreamFn main_fn = [&](Stream s) {
       // One op, as vLLM fuses wq_a and wkv ("fused_wqa_wkv").
-      ops_.gemm_pair(s, "wq_a+wkv", qr_raw, kv, a, aw.wq_a, aw.wkv);
+      linear_pair(ops_, s, "wq_a+wkv", qr_raw, kv, a, aw.wq_a, aw.wkv);
     };
     std::array<StreamFn, 3> aux{};
     if (type != LayerType::Sliding)
@@ -61,7 +62,7 @@ void DeepSeekV4::attention(int layer, const AttentionWeights& aw, LayerCache& ca
                          table, st.pos, st.seq, cc.ratio, cc.overlap, eps);
   };
   auto indexer_query = [&](Stream s) {
-    ops_.gemm(s, "indexer.wq_b", idx_q.view({T, Hi * di}), qr, aw.idx_wq_b);
+    linear(ops_, s, "indexer.wq_b", idx_q.view({T, Hi * di}), qr, aw.idx_wq_b);
     ops_.rope(s, "indexer.rope_q", idx_q, st.pos, table, false);
   };
   auto indexer_compressor = [&](Stream s) {
@@ -83,7 +84,7 @@ void DeepSeekV4::attention(int layer, const AttentionWeights& aw, LayerCache& ca
     Ops::Scope scope(ops_, "phase_b");
     const auto& iev = events_[size_t(layer)].indexer;
     StreamFn main_fn = [&](Stream s) {
-      ops_.gemm(s, "wq_b", q.view({T, H * Dh}), qr, aw.wq_b);
+      linear(ops_, s, "wq_b", q.view({T, H * Dh}), qr, aw.wq_b);
       ops_.rmsnorm_rope(s, "q_head_norm+rope_q", q, q, Tensor{}, eps, st.pos, table);
       ops_.rope(s, "rope_k", kv.view({T, 1, Dh}), st.pos, table, false);
       ops_.swa_insert(s, "swa_insert", cache.swa, cache.swa_tags, kv, st.pos, st.seq);
@@ -99,7 +100,7 @@ void DeepSeekV4::attention(int layer, const AttentionWeights& aw, LayerCache& ca
   } else {
     Ops::Scope scope(ops_, "phase_b");
     StreamFn main_fn = [&](Stream s) {
-      ops_.gemm(s, "wq_b", q.view({T, H * Dh}), qr, aw.wq_b);
+      linear(ops_, s, "wq_b", q.view({T, H * Dh}), qr, aw.wq_b);
       ops_.rmsnorm_rope(s, "q_head_norm+rope_q", q, q, Tensor{}, eps, st.pos, table);
       ops_.rope(s, "rope_k", kv.view({T, 1, Dh}), st.pos, table, false);
       ops_.swa_insert(s, "swa_insert", cache.swa, cache.swa_tags, kv, st.pos, st.seq);
@@ -128,8 +129,8 @@ void DeepSeekV4::attention(int layer, const AttentionWeights& aw, LayerCache& ca
                         aw.attn_sink, st.pos, st.seq, cfg_.sliding_window, mode, cfg_.layer_ratio(layer));
   if (type == LayerType::C4A) eager_region_end();
   ops_.rope(Stream{}, "rope_inv_o", o, st.pos, table, true);
-  ops_.gemm_grouped(Stream{}, "wo_a", z, o.view({T, H * Dh}), aw.wo_a, cfg_.o_groups);
-  ops_.gemm(Stream{}, "wo_b", out, z, aw.wo_b);
+  linear(ops_, Stream{}, "wo_a", z, o.view({T, H * Dh}), aw.wo_a, cfg_.o_groups);
+  linear(ops_, Stream{}, "wo_b", out, z, aw.wo_b);
 }
 
 }  // namespace sl

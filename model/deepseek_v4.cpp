@@ -63,7 +63,7 @@ DeepSeekV4::DeepSeekV4(Backend& be, const ModelConfig& cfg, const StreamPolicy& 
         events_[size_t(l)].indexer[size_t(i)] = be_.create_event(p + ".indexer.ev" + std::to_string(i));
   }
 
-  allocate_weights(be_, cfg_, w_);
+  allocate_weights(be_, cfg_, w_, shape_.weights);
 
   // Caches and RoPE tables per layer (equal tables are shared).
   for (int l = 0; l < L + N; ++l)

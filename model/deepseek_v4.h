@@ -44,6 +44,9 @@ struct RunShape {
   // Decode steps verify the previous step's drafts (docs/speculative.md). Needs MTP layers,
   // draft_steps k >= 1 and max_seq_tokens >= 1 + k.
   bool verify = false;
+  // How the weights are held (--weights): the backend's weight dtype, or the checkpoint's native
+  // FP8 / MXFP4 formats (model/weights.h).
+  WeightFormat weights = WeightFormat::Bf16;
 };
 
 // The experts one MoE execution routed to (RunShape::record_routing): target layer l, or the

@@ -1,6 +1,7 @@
 // MoE (docs/model.md 6): router + routed experts on the main stream, the shared expert on the
 // process-global shared-expert stream when the batch is small (vLLM's rule), joined back to the
 // main stream before the caller sums the two (decoder_layer's add_hc_post).
+#include "model/linear.h"
 #include "model/model_internal.h"
 
 namespace sl {
@@ -33,11 +34,11 @@ void DeepSeekV4::moe(int layer, const MoeWeights& mw, const Tensor& x, const Ten
   const bool hash = cfg_.layer_is_hash_routed(layer);
   ops_.route(main, "route", ids, rw, logits, hash ? Tensor{} : mw.gate_bias, hash ? mw.tid2eid : Tensor{}, st.tokens,
              float(cfg_.routed_scaling_factor));
-  ops_.moe_experts(main, "routed_experts", routed, x, ids, rw, mw.w1, mw.w2, mw.w3, limit, b.moe_ws);
+  routed_experts(ops_, main, "routed_experts", routed, x, ids, rw, mw.w1, mw.w2, mw.w3, limit, b.moe_ws);
 
   // w1, w3 and the SwiGLU in one op (a backend may fuse them).
-  ops_.gemm_swiglu(side, "shared_experts.w1+w3+swiglu", act, g, u, x, mw.sh_w1, mw.sh_w3, limit);
-  ops_.gemm(side, "shared_experts.w2", shared, act, mw.sh_w2);
+  linear_swiglu(ops_, side, "shared_experts.w1+w3+swiglu", act, g, u, x, mw.sh_w1, mw.sh_w3, limit);
+  linear(ops_, side, "shared_experts.w2", shared, act, mw.sh_w2);
   if (side != main) {
     ops_.record(ev.moe_join, side);
     ops_.wait(main, ev.moe_join);

@@ -1,6 +1,7 @@
 // MTP draft steps (docs/model.md 7). Step 0 runs over every token the target just processed
 // (input: the target's pre-hc_head residual and the next token); step s >= 1 runs one token
 // per sequence on the previous step's residual and draft token. MTP layer = step mod N.
+#include "model/linear.h"
 #include "model/model_internal.h"
 
 namespace sl {
@@ -23,8 +24,8 @@ void DeepSeekV4::mtp_step(int draft_step, const Tensor& Hprev, const Tensor& tok
   ops_.embed(main, "embed", e, tokens, w_.embed, st.pos, cfg_.mtp_zero_embed_pos0);
   ops_.rmsnorm(main, "enorm", e, e, mw.enorm, eps);
   ops_.rmsnorm(main, "hnorm", hn.view({T * hc, D}), Hprev.view({T * hc, D}), mw.hnorm, eps);
-  ops_.gemm(main, "h_proj", hp.view({T * hc, D}), hn.view({T * hc, D}), mw.h_proj);
-  ops_.gemm(main, "e_proj", ep, e, mw.e_proj);
+  linear(ops_, main, "h_proj", hp.view({T * hc, D}), hn.view({T * hc, D}), mw.h_proj);
+  linear(ops_, main, "e_proj", ep, e, mw.e_proj);
   ops_.mtp_combine(main, "mtp_combine", X, hp, ep);
   decoder_layer(layer, mw.block, caches_[size_t(layer)], X, Xtmp, ms);
 

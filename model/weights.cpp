@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -72,6 +73,13 @@ struct SpecBuilder {
   void linear(const std::string& name, int64_t o, int64_t i, Tensor* dst) {
     add(name, Shape{o, i}, dst, std::sqrt(3.0f / float(i)));
   }
+  // A weight with a native format: FP8, or MXFP4 for the routed experts.
+  void linear(const std::string& name, int64_t o, int64_t i, Linear* dst,
+              WeightSpec::Native native = WeightSpec::Native::Fp8) {
+    linear(name, o, i, &dst->w);
+    out.back().native = native;
+    out.back().scale_dst = &dst->scale;
+  }
   void norm(const std::string& name, int64_t d, Tensor* dst) { add(name, Shape{d}, dst, kNormScale, kNormOffset); }
   void hc(const std::string& prefix, int mix, Tensor* fn, Tensor* base, Tensor* scale, int nscale) {
     const int64_t hcD = int64_t(c.hc_mult) * c.hidden_size;
@@ -119,11 +127,12 @@ struct SpecBuilder {
     }
     for (int64_t e = 0; e < E; ++e) {
       const std::string ep = p + "ffn.experts." + std::to_string(e) + ".";
-      linear(ep + "w1.weight", F, D, &m.w1);
+      constexpr auto mx = WeightSpec::Native::Mxfp4;
+      linear(ep + "w1.weight", F, D, &m.w1, mx);
       out.back().stack_index = int(e);
-      linear(ep + "w2.weight", D, F, &m.w2);
+      linear(ep + "w2.weight", D, F, &m.w2, mx);
       out.back().stack_index = int(e);
-      linear(ep + "w3.weight", F, D, &m.w3);
+      linear(ep + "w3.weight", F, D, &m.w3, mx);
       out.back().stack_index = int(e);
     }
     linear(p + "ffn.shared_experts.w1.weight", Fs, D, &m.sh_w1);
@@ -146,24 +155,70 @@ std::string stacked_name(const std::string& n) {
   return n.substr(0, p) + ".experts." + tail;
 }
 
-Shape alloc_shape(const ModelConfig& c, const WeightSpec& s) {
-  if (s.stack_index < 0) return s.shape;
-  return Shape{c.n_routed_experts, s.shape[0], s.shape[1]};
+// Whether a spec is held in a native format (quantized codes + scales) under format f.
+bool held_native(const WeightSpec& s, WeightFormat f) {
+  return f == WeightFormat::Native && s.native != WeightSpec::Native::None;
 }
 
-DType spec_dtype(const WeightSpec& s, DType wdt) {
+// How a spec's matrix [rows, cols] is held: its values (the weight dtype, or FP8 codes [rows,
+// cols], or MXFP4 pairs [rows, cols / 2]) and, native, its scales (FP8: F32 per 128 x 128 block;
+// MXFP4: e8m0 per 32 values of a row).
+Shape held_shape(const WeightSpec& s, WeightFormat f) {
+  if (!held_native(s, f) || s.native == WeightSpec::Native::Fp8) return s.shape;
+  return Shape{s.shape[0], s.shape[1] / 2};
+}
+Shape scale_shape(const WeightSpec& s) {
+  if (s.native == WeightSpec::Native::Fp8) return Shape{(s.shape[0] + 127) / 128, (s.shape[1] + 127) / 128};
+  return Shape{s.shape[0], s.shape[1] / 32};
+}
+DType scale_dtype(const WeightSpec& s) { return s.native == WeightSpec::Native::Fp8 ? DType::F32 : DType::U8; }
+
+// Stacked experts: [E, ...] of the per-expert shape.
+Shape stacked(const ModelConfig& c, const WeightSpec& s, Shape one) {
+  if (s.stack_index < 0) return one;
+  return Shape{c.n_routed_experts, one[0], one[1]};
+}
+
+DType spec_dtype(const WeightSpec& s, DType wdt, WeightFormat f = WeightFormat::Bf16) {
   if (s.is_index) return DType::I32;
   if (s.keep_f32) return DType::F32;
+  if (held_native(s, f)) return DType::U8;
   return wdt;
 }
 
-// The tensor a spec fills: the dst itself, or its slice for a stacked expert.
-Tensor spec_view(const WeightSpec& s) {
-  SL_CHECK(s.dst && !s.dst->empty(), "weights: ", s.name, " is not allocated (call allocate_weights first)");
-  Tensor t = s.stack_index >= 0 ? s.dst->rows(s.stack_index, s.stack_index + 1) : *s.dst;
-  SL_CHECK(t.numel() == s.shape.numel(), "weights: ", s.name, " has ", t.numel(), " elements allocated, spec ",
-           s.shape.str());
-  return t.view(s.shape);
+// The slice [stack_index] of a stacked tensor, or the tensor, viewed as `shape`.
+Tensor slice_view(const WeightSpec& s, const Tensor* dst, const Shape& shape, const char* what) {
+  SL_CHECK(dst && !dst->empty(), "weights: ", s.name, what, " is not allocated (call allocate_weights first)");
+  Tensor t = s.stack_index >= 0 ? dst->rows(s.stack_index, s.stack_index + 1) : *dst;
+  SL_CHECK(t.numel() == shape.numel(), "weights: ", s.name, what, " has ", t.numel(), " elements allocated, expected ",
+           shape.str());
+  return t.view(shape);
+}
+
+// The tensor a spec fills: the dst itself, or its slice for a stacked expert; native: its codes.
+Tensor spec_view(const WeightSpec& s, WeightFormat f = WeightFormat::Bf16) {
+  return slice_view(s, s.dst, held_shape(s, f), "");
+}
+// A native spec's scales.
+Tensor scale_view(const WeightSpec& s) { return slice_view(s, s.scale_dst, scale_shape(s), " (scales)"); }
+
+// Native weights are made on the backend from fp32 values (random initialisation, a float
+// checkpoint): one F32 scratch of the largest native matrix, reused by every quantize call.
+Tensor native_scratch(Backend& be, const std::vector<WeightSpec>& specs, WeightFormat f) {
+  int64_t most = 0;
+  for (const auto& s : specs)
+    if (held_native(s, f)) most = std::max(most, s.shape.numel());
+  if (most == 0) return {};
+  return be.alloc("weights.native_scratch", DType::F32, Shape{most}, AllocKind::Workspace);
+}
+
+// Quantizes fp32 values (in `scratch`, viewed as the spec's shape) into a native spec.
+void quantize_into(Backend& be, const WeightSpec& s, const Tensor& scratch) {
+  const Tensor src = scratch.rows(0, s.shape.numel()).view(s.shape);
+  if (s.native == WeightSpec::Native::Fp8)
+    be.quantize_fp8(Stream{0}, spec_view(s, WeightFormat::Native), scale_view(s), src);
+  else
+    be.quantize_mxfp4(Stream{0}, spec_view(s, WeightFormat::Native), scale_view(s), src);
 }
 
 std::vector<int64_t> shape_vec(const Shape& s) { return std::vector<int64_t>(s.d.begin(), s.d.begin() + s.n); }
@@ -220,28 +275,61 @@ std::vector<WeightSpec> weight_specs(const ModelConfig& c, ModelWeights& w) {
   return out;
 }
 
-size_t weight_bytes(const ModelConfig& c, DType wdt) {
+const char* weight_format_name(WeightFormat f) { return f == WeightFormat::Native ? "native" : "bf16"; }
+
+WeightFormat parse_weight_format(const std::string& text) {
+  if (text == "bf16") return WeightFormat::Bf16;
+  if (text == "native") return WeightFormat::Native;
+  fail("unknown weight format '", text, "' (expected bf16 or native)");
+}
+
+size_t weight_bytes(const ModelConfig& c, DType wdt, WeightFormat fmt) {
   ModelWeights tmp;
   size_t total = 0;
-  for (const auto& s : weight_specs(c, tmp)) total += size_t(s.shape.numel()) * dtype_size(spec_dtype(s, wdt));
+  for (const auto& s : weight_specs(c, tmp)) {
+    total += size_t(held_shape(s, fmt).numel()) * dtype_size(spec_dtype(s, wdt, fmt));
+    if (held_native(s, fmt)) total += size_t(scale_shape(s).numel()) * dtype_size(scale_dtype(s));
+  }
   return total;
 }
 
-void allocate_weights(Backend& be, const ModelConfig& c, ModelWeights& w) {
+void allocate_weights(Backend& be, const ModelConfig& c, ModelWeights& w, WeightFormat fmt) {
+  const std::vector<WeightSpec> specs = weight_specs(c, w);
+  // Check the whole model before allocating any of it.
+  for (const auto& s : specs) {
+    if (!held_native(s, fmt)) continue;
+    const int64_t need = s.native == WeightSpec::Native::Fp8 ? 128 : 32;
+    SL_CHECK(s.shape[1] % need == 0, "config ", c.name, ": --weights native: ", s.name, " ", s.shape.str(), " has ",
+             s.shape[1], " input columns, not a multiple of ", need, " (",
+             s.native == WeightSpec::Native::Fp8 ? "FP8 activations are quantized in groups of 128"
+                                                 : "MXFP4 has one scale per 32 values",
+             ")");
+  }
+  w.format = fmt;
   std::set<const Tensor*> done;
-  for (const auto& s : weight_specs(c, w)) {
+  for (const auto& s : specs) {
     if (!done.insert(s.dst).second) continue;
     const std::string name = s.stack_index >= 0 ? stacked_name(s.name) : s.name;
-    *s.dst = be.alloc(name, spec_dtype(s, be.weight_dtype()), alloc_shape(c, s), AllocKind::Weight);
+    *s.dst = be.alloc(name, spec_dtype(s, be.weight_dtype(), fmt), stacked(c, s, held_shape(s, fmt)), AllocKind::Weight);
+    if (held_native(s, fmt))
+      *s.scale_dst = be.alloc(name + ".scale", scale_dtype(s), stacked(c, s, scale_shape(s)), AllocKind::Weight);
   }
 }
 
 void init_weights(Backend& be, const ModelConfig& c, ModelWeights& w, uint64_t seed) {
   const Stream s0{0};
   std::vector<std::vector<int32_t>> host;  // kept alive until the uploads complete
-  for (const auto& s : weight_specs(c, w)) {
-    Tensor t = spec_view(s);
+  const std::vector<WeightSpec> specs = weight_specs(c, w);
+  const Tensor scratch = native_scratch(be, specs, w.format);
+  for (const auto& s : specs) {
     const uint64_t key = hash_name(s.name);
+    if (held_native(s, w.format)) {
+      // The bf16 format's values, in fp32, quantized: stream order lets the next spec reuse the scratch.
+      be.init_uniform(s0, scratch.rows(0, s.shape.numel()).view(s.shape), seed, key, s.scale, s.offset);
+      quantize_into(be, s, scratch);
+      continue;
+    }
+    Tensor t = spec_view(s);
     if (s.init == WeightSpec::Init::Tid2eid) {
       host.push_back(make_tid2eid(seed, key, s.shape[0], int(s.shape[1]), c.n_routed_experts));
       be.upload(s0, t, host.back().data(), host.back().size() * sizeof(int32_t));
@@ -346,6 +434,105 @@ std::string shard_name(int k, int n) {
 
 }  // namespace
 
+namespace {
+
+// Downloads a tensor in row chunks and hands each chunk to `each` (host bytes, element count).
+void download_rows(Backend& be, const Tensor& t, size_t file_elem_bytes,
+                   const std::function<void(const std::vector<uint8_t>&, size_t)>& each) {
+  const int64_t step = rows_per_chunk(t, std::max(dtype_size(t.dtype), file_elem_bytes));
+  std::vector<uint8_t> raw;
+  for (int64_t r = 0; r < t.dim(0); r += step) {
+    const Tensor part = t.rows(r, std::min(r + step, t.dim(0)));
+    raw.resize(part.bytes());
+    be.download(raw.data(), part, part.bytes());
+    each(raw, size_t(part.numel()));
+  }
+}
+
+// A plain spec's values in the file's dtype.
+void write_plain(Backend& be, const WeightSpec& s, StDType fdt, const SafetensorsWriter::Sink& sink) {
+  const Tensor t = spec_view(s);
+  std::vector<uint8_t> conv;
+  download_rows(be, t, st_dtype_size(fdt), [&](const std::vector<uint8_t>& raw, size_t ne) {
+    if (t.dtype == DType::I32) {
+      SL_CHECK(fdt == StDType::I64, "save_checkpoint: ", s.name, ": i32 tensor must be saved as I64");
+      conv.resize(ne * 8);
+      for (size_t e = 0; e < ne; ++e) {
+        int32_t v;
+        std::memcpy(&v, raw.data() + 4 * e, 4);
+        int64_t v64 = v;
+        std::memcpy(conv.data() + 8 * e, &v64, 8);
+      }
+      sink(conv.data(), conv.size());
+    } else if ((t.dtype == DType::F32 && fdt == StDType::F32) || (t.dtype == DType::BF16 && fdt == StDType::BF16)) {
+      sink(raw.data(), raw.size());
+    } else if (t.dtype == DType::F32 && fdt == StDType::BF16) {
+      conv.resize(ne * 2);
+      for (size_t e = 0; e < ne; ++e) {
+        float f;
+        std::memcpy(&f, raw.data() + 4 * e, 4);
+        uint16_t h = float_to_bf16(f);
+        std::memcpy(conv.data() + 2 * e, &h, 2);
+      }
+      sink(conv.data(), conv.size());
+    } else if (t.dtype == DType::BF16 && fdt == StDType::F32) {
+      conv.resize(ne * 4);
+      for (size_t e = 0; e < ne; ++e) {
+        uint16_t h;
+        std::memcpy(&h, raw.data() + 2 * e, 2);
+        float f = bf16_to_float(h);
+        std::memcpy(conv.data() + 4 * e, &f, 4);
+      }
+      sink(conv.data(), conv.size());
+    } else {
+      fail("save_checkpoint: ", s.name, ": cannot convert ", dtype_name(t.dtype), " to ", st_dtype_name(fdt));
+    }
+  });
+}
+
+// "layers.0.attn.wq_a.weight" -> "layers.0.attn.wq_a.scale"
+std::string scale_name(const std::string& weight) {
+  const std::string suffix = ".weight";
+  SL_CHECK(weight.size() > suffix.size() && weight.compare(weight.size() - suffix.size(), suffix.size(), suffix) == 0,
+           "weights: ", weight, " does not end in .weight");
+  return weight.substr(0, weight.size() - suffix.size()) + ".scale";
+}
+
+// A native spec as DeepSeek ships it: the codes (F8_E4M3, or MXFP4 pairs as I8) and X.scale
+// (F8_E8M0; an FP8 weight loaded with fp32 scales that are not powers of two keeps F32).
+template <class FileTensor>
+void add_native_tensors(Backend& be, const WeightSpec& s, std::vector<FileTensor>& out) {
+  const bool fp8 = s.native == WeightSpec::Native::Fp8;
+  const Tensor codes = spec_view(s, WeightFormat::Native), sc = scale_view(s);
+  out.push_back({s.name, fp8 ? StDType::F8_E4M3 : StDType::I8, shape_vec(held_shape(s, WeightFormat::Native)),
+                 [&be, codes](const SafetensorsWriter::Sink& sink) {
+                   download_rows(be, codes, 1, [&](const std::vector<uint8_t>& raw, size_t) { sink(raw.data(), raw.size()); });
+                 }});
+  std::vector<uint8_t> e8m0(size_t(sc.numel()));
+  StDType sdt = StDType::F8_E8M0;
+  if (fp8) {
+    std::vector<float> f(size_t(sc.numel()));
+    be.download(f.data(), sc, sc.bytes());
+    for (size_t i = 0; i < f.size() && sdt == StDType::F8_E8M0; ++i) {
+      int e = 0;
+      const bool pow2 = f[i] > 0 && std::isfinite(f[i]) && std::frexp(f[i], &e) == 0.5f && e - 1 >= -127 && e - 1 <= 127;
+      if (pow2) e8m0[i] = uint8_t(e - 1 + 127);
+      else sdt = StDType::F32;
+    }
+    if (sdt == StDType::F32) {
+      e8m0.resize(f.size() * 4);
+      std::memcpy(e8m0.data(), f.data(), e8m0.size());
+    }
+  } else {
+    be.download(e8m0.data(), sc, sc.bytes());
+  }
+  auto bytes = std::make_shared<std::vector<uint8_t>>(std::move(e8m0));
+  out.push_back({scale_name(s.name), sdt, shape_vec(scale_shape(s)),
+                 [bytes](const SafetensorsWriter::Sink& sink) { sink(bytes->data(), bytes->size()); }});
+}
+
+}  // namespace
+
 void save_checkpoint(Backend& be, const ModelConfig& c, ModelWeights& w, const std::string& dir, DType file_dtype) {
   SL_CHECK(file_dtype == DType::BF16 || file_dtype == DType::F32, "save_checkpoint: file dtype must be bf16 or f32, got ",
            dtype_name(file_dtype));
@@ -360,12 +547,35 @@ void save_checkpoint(Backend& be, const ModelConfig& c, ModelWeights& w, const s
   }
 
   const std::vector<WeightSpec> specs = weight_specs(c, w);
-  // Greedy sharding in spec order.
+  // The file's tensors: each spec's values, and a native spec's scales beside them.
+  struct FileTensor {
+    std::string name;
+    StDType dtype;
+    std::vector<int64_t> shape;
+    SafetensorsWriter::Producer fill;
+    size_t bytes() const {
+      size_t n = st_dtype_size(dtype);
+      for (int64_t d : shape) n *= size_t(d);
+      return n;
+    }
+  };
+  std::vector<FileTensor> tensors;
+  for (const WeightSpec& s : specs) {
+    if (held_native(s, w.format)) {
+      add_native_tensors(be, s, tensors);
+      continue;
+    }
+    const StDType fdt = file_dtype_of(s, file_dtype);
+    tensors.push_back({s.name, fdt, shape_vec(s.shape), [&be, &s, fdt](const SafetensorsWriter::Sink& sink) {
+                         write_plain(be, s, fdt, sink);
+                       }});
+  }
+  // Greedy sharding in file order.
   const size_t limit = shard_limit_bytes();
   std::vector<std::vector<size_t>> shards(1);
   size_t cur = 0, total = 0;
-  for (size_t i = 0; i < specs.size(); ++i) {
-    size_t b = size_t(specs[i].shape.numel()) * st_dtype_size(file_dtype_of(specs[i], file_dtype));
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const size_t b = tensors[i].bytes();
     if (cur > 0 && cur + b > limit) {
       shards.emplace_back();
       cur = 0;
@@ -381,54 +591,8 @@ void save_checkpoint(Backend& be, const ModelConfig& c, ModelWeights& w, const s
     const std::string fname = shard_name(k + 1, n);
     SafetensorsWriter wr((fs::path(dir) / fname).string());
     for (size_t i : shards[k]) {
-      const WeightSpec& s = specs[i];
-      const StDType fdt = file_dtype_of(s, file_dtype);
-      weight_map[s.name] = fname;
-      wr.add(s.name, fdt, shape_vec(s.shape), [&be, &s, fdt](const SafetensorsWriter::Sink& sink) {
-        const Tensor t = spec_view(s);
-        const size_t ebytes = dtype_size(t.dtype);
-        const int64_t step = rows_per_chunk(t, std::max(ebytes, st_dtype_size(fdt)));
-        std::vector<uint8_t> raw, conv;
-        for (int64_t r = 0; r < t.dim(0); r += step) {
-          const Tensor part = t.rows(r, std::min(r + step, t.dim(0)));
-          const size_t ne = size_t(part.numel());
-          raw.resize(part.bytes());
-          be.download(raw.data(), part, part.bytes());
-          if (t.dtype == DType::I32) {
-            SL_CHECK(fdt == StDType::I64, "save_checkpoint: ", s.name, ": i32 tensor must be saved as I64");
-            conv.resize(ne * 8);
-            for (size_t e = 0; e < ne; ++e) {
-              int32_t v;
-              std::memcpy(&v, raw.data() + 4 * e, 4);
-              int64_t v64 = v;
-              std::memcpy(conv.data() + 8 * e, &v64, 8);
-            }
-            sink(conv.data(), conv.size());
-          } else if ((t.dtype == DType::F32 && fdt == StDType::F32) || (t.dtype == DType::BF16 && fdt == StDType::BF16)) {
-            sink(raw.data(), raw.size());
-          } else if (t.dtype == DType::F32 && fdt == StDType::BF16) {
-            conv.resize(ne * 2);
-            for (size_t e = 0; e < ne; ++e) {
-              float f;
-              std::memcpy(&f, raw.data() + 4 * e, 4);
-              uint16_t h = float_to_bf16(f);
-              std::memcpy(conv.data() + 2 * e, &h, 2);
-            }
-            sink(conv.data(), conv.size());
-          } else if (t.dtype == DType::BF16 && fdt == StDType::F32) {
-            conv.resize(ne * 4);
-            for (size_t e = 0; e < ne; ++e) {
-              uint16_t h;
-              std::memcpy(&h, raw.data() + 2 * e, 2);
-              float f = bf16_to_float(h);
-              std::memcpy(conv.data() + 4 * e, &f, 4);
-            }
-            sink(conv.data(), conv.size());
-          } else {
-            fail("save_checkpoint: ", s.name, ": cannot convert ", dtype_name(t.dtype), " to ", st_dtype_name(fdt));
-          }
-        }
-      });
+      weight_map[tensors[i].name] = fname;
+      wr.add(tensors[i].name, tensors[i].dtype, tensors[i].shape, tensors[i].fill);
     }
     wr.finish();
   }
@@ -516,10 +680,26 @@ static void check_quantized(const std::string& where, const WeightSpec& s, const
              " hold a non-finite value at element ", i);
 }
 
+// Rows [r0, r1) of a quantized checkpoint tensor as fp32 ([r1 - r0, cols] into f).
+static void dequantize_rows(const StTensor& t, const StTensor& sc, int64_t r0, int64_t r1, int64_t cols, float* f) {
+  const QuantKind kind = quant_kind(t);
+  for (int64_t r = r0; r < r1; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      float v;
+      if (kind == QuantKind::Fp8) {
+        v = lowp::e4m3_to_float(t.data[size_t(r * cols + c)]) *
+            scale_at(sc, size_t((r / 128) * ((cols + 127) / 128) + c / 128));
+      } else {
+        const uint8_t byte = t.data[size_t(r * (cols / 2) + c / 2)];
+        v = lowp::e2m1_to_float(c % 2 == 0 ? byte & 0xF : byte >> 4) * scale_at(sc, size_t(r * (cols / 32) + c / 32));
+      }
+      f[size_t((r - r0) * cols + c)] = v;
+    }
+}
+
 // Dequantizes row by row into fp32, then the backend's dtype, uploading in chunks.
 static void upload_dequantized(Backend& be, const Tensor& dst, const StTensor& t, const StTensor& sc) {
   const int64_t cols = dst.dim(-1), rows = cols ? dst.numel() / cols : 0;
-  const QuantKind kind = quant_kind(t);
   const int64_t step = std::max<int64_t>(1, int64_t((size_t(64) << 20) / (size_t(cols) * 4 + 1)));
   std::vector<float> f;
   std::vector<uint8_t> buf;
@@ -527,24 +707,60 @@ static void upload_dequantized(Backend& be, const Tensor& dst, const StTensor& t
   for (int64_t r0 = 0; r0 < rows; r0 += step) {
     const int64_t r1 = std::min(rows, r0 + step);
     f.resize(size_t((r1 - r0) * cols));
-    for (int64_t r = r0; r < r1; ++r)
-      for (int64_t c = 0; c < cols; ++c) {
-        float v;
-        if (kind == QuantKind::Fp8) {
-          v = lowp::e4m3_to_float(t.data[size_t(r * cols + c)]) *
-              scale_at(sc, size_t((r / 128) * ((cols + 127) / 128) + c / 128));
-        } else {
-          const uint8_t byte = t.data[size_t(r * (cols / 2) + c / 2)];
-          v = lowp::e2m1_to_float(c % 2 == 0 ? byte & 0xF : byte >> 4) * scale_at(sc, size_t(r * (cols / 32) + c / 32));
-        }
-        f[size_t((r - r0) * cols + c)] = v;
-      }
+    dequantize_rows(t, sc, r0, r1, cols, f.data());
     const Tensor part = flat.rows(r0, r1);
     buf.resize(part.bytes());
     convert_to_backend(buf.data(), part.dtype, f.data(), StDType::F32, f.size());
     be.upload(Stream{0}, part, buf.data(), part.bytes());
     be.synchronize();  // the staging buffer is reused by the next chunk
   }
+}
+
+// A native weight from the checkpoint. Already in the spec's own format (FP8 codes for an FP8
+// weight, MXFP4 pairs for an expert): the codes are copied and the scales converted to how they
+// are held (FP8: F32; MXFP4: e8m0, refused if an F32 scale is not a power of two). Otherwise
+// (float, or the other quantized format): fp32 values on the host, quantized on the backend.
+static void upload_native(Backend& be, const WeightSpec& s, const StTensor& t, const StTensor* sc,
+                          const Tensor& scratch, const std::string& where, const std::string& fp) {
+  const bool fp8 = s.native == WeightSpec::Native::Fp8;
+  const bool same = sc && (fp8 ? t.dtype == StDType::F8_E4M3 : t.dtype != StDType::F8_E4M3);
+  const Stream s0{0};
+  if (same) {
+    const Tensor codes = spec_view(s, WeightFormat::Native), scale = scale_view(s);
+    be.upload(s0, codes, t.data, codes.bytes());
+    const size_t n = size_t(scale.numel());
+    if (fp8) {
+      std::vector<float> f(n);
+      for (size_t i = 0; i < n; ++i) f[i] = scale_at(*sc, i);
+      be.upload(s0, scale, f.data(), n * 4);
+      be.synchronize();
+    } else {
+      std::vector<uint8_t> e(n);
+      for (size_t i = 0; i < n; ++i) {
+        if (sc->dtype != StDType::F32) {
+          e[i] = sc->data[i];
+          continue;
+        }
+        const float v = scale_at(*sc, i);
+        int ex = 0;
+        SL_CHECK(v > 0 && std::frexp(v, &ex) == 0.5f && ex - 1 >= -127 && ex - 1 <= 127, where, ": the scales of ",
+                 s.name, " in ", fp, " hold ", v, " at element ", i, ", not a power of two (MXFP4 scales are e8m0)");
+        e[i] = uint8_t(ex - 1 + 127);
+      }
+      be.upload(s0, scale, e.data(), n);
+      be.synchronize();
+    }
+    return;
+  }
+  const int64_t rows = s.shape[0], cols = s.shape[1];
+  std::vector<float> f(size_t(rows * cols));
+  if (sc)
+    dequantize_rows(t, *sc, 0, rows, cols, f.data());
+  else
+    convert_to_backend(f.data(), DType::F32, t.data, t.dtype, f.size());
+  be.upload(s0, scratch.rows(0, rows * cols), f.data(), f.size() * 4);
+  quantize_into(be, s, scratch);
+  be.synchronize();  // f is freed on return
 }
 
 void load_checkpoint(Backend& be, const ModelConfig& c, ModelWeights& w, const std::string& dir) {
@@ -635,9 +851,10 @@ void load_checkpoint(Backend& be, const ModelConfig& c, ModelWeights& w, const s
   for (const auto& s : specs) {
     const StTensor& t = *found[s.name].first;
     const std::string& fp = found[s.name].second->path();
+    if (held_native(s, w.format)) scale_view(s);  // allocated, right size
     if (auto q = scale_of.find(s.name); q != scale_of.end()) {
       check_quantized(where, s, t, *q->second, fp);
-      spec_view(s);
+      spec_view(s, w.format);
       continue;
     }
     if (st_dtype_is_fp8(t.dtype) || t.dtype == StDType::I8 || t.dtype == StDType::U8)
@@ -654,13 +871,19 @@ void load_checkpoint(Backend& be, const ModelConfig& c, ModelWeights& w, const s
       // A NaN or Inf weight makes every logit after it NaN: refused here, naming where it is.
       fail(where, ": tensor ", s.name, " in ", fp, " holds a non-finite value (NaN or Inf) at element ", bad);
     }
-    spec_view(s);  // allocated, right size
+    spec_view(s, w.format);  // allocated, right size
   }
 
   const Stream s0{0};
   std::vector<uint8_t> buf;
+  const Tensor scratch = native_scratch(be, specs, w.format);
   for (const auto& s : specs) {
     const StTensor& t = *found[s.name].first;
+    if (held_native(s, w.format)) {
+      const auto q = scale_of.find(s.name);
+      upload_native(be, s, t, q == scale_of.end() ? nullptr : q->second, scratch, where, found[s.name].second->path());
+      continue;
+    }
     const Tensor dst = spec_view(s);
     if (auto q = scale_of.find(s.name); q != scale_of.end()) {
       upload_dequantized(be, dst, t, *q->second);

@@ -96,6 +96,7 @@ std::vector<std::string> model_args(const ModelOptions& m, const std::string& ke
   if (m.stream_source != "cuda") a.insert(a.end(), {"--stream-source", m.stream_source});
   if (m.placement != "vllm-fix") a.insert(a.end(), {"--placement", m.placement});
   if (m.graph_scope != "step") a.insert(a.end(), {"--graph-scope", m.graph_scope});
+  if (m.weights != "bf16") a.insert(a.end(), {"--weights", m.weights});
   if (!kernel_variants.empty()) a.insert(a.end(), {"--kernel-variants", kernel_variants});
   return a;
 }
@@ -113,10 +114,11 @@ std::string describe_setup(const nlohmann::json& settings) {
   if (m.empty()) return "";
   char buf[400];
   std::snprintf(buf, sizeof buf,
-                "%s, batch %d, context %d, %d MTP layers (compress %d), %d draft steps; %d repetitions per policy%s, "
-                "%d timed steps per mode",
-                m.value("config", std::string("?")).c_str(), m.value("batch", 0), m.value("context", 0),
-                m.value("mtp_layers", 0), m.value("mtp_compress", 0), m.value("draft_steps", 0),
+                "%s (%s weights), batch %d, context %d, %d MTP layers (compress %d), %d draft steps; %d repetitions "
+                "per policy%s, %d timed steps per mode",
+                m.value("config", std::string("?")).c_str(), m.value("weights", std::string("bf16")).c_str(),
+                m.value("batch", 0), m.value("context", 0), m.value("mtp_layers", 0), m.value("mtp_compress", 0),
+                m.value("draft_steps", 0),
                 settings.value("repetitions", 0), settings.value("baseline_twice", false) ? ", baseline twice" : "",
                 settings.value("steps", 0));
   return buf;
@@ -290,7 +292,8 @@ int run_live(const CompareCliOptions& o) {
                             {"context", *m.context},
                             {"mtp_layers", *m.mtp_layers},
                             {"mtp_compress", *m.mtp_compress},
-                            {"draft_steps", *m.draft_steps}}},
+                            {"draft_steps", *m.draft_steps},
+                            {"weights", m.weights}}},
                           {"model_args", spec.model_args},
                           {"policies", spec.policies},
                           {"repetitions", spec.repetitions},

@@ -150,6 +150,7 @@ void describe_setup(compare::Measurement& m, const MeasureOptions& o, const Mode
   m.batch = cfg.batch;
   m.context = cfg.context_length;
   m.draft_steps = cfg.draft_steps;
+  m.weights = o.model.weights;
   m.policy = policy.str();
   m.aux_priority = o.model.aux_priority;
   m.shared_expert_stream = policy.shared_expert_stream;
@@ -233,7 +234,7 @@ void measure(const MeasureOptions& o) {
   }
 #endif
   const int per_mode = o.warmup + o.steps + (o.trace ? 2 * o.steps : 0);
-  RunShape shape = run_shape(cfg, per_mode * int(o.modes.size()) + 1, false);
+  RunShape shape = run_shape(cfg, o.model, per_mode * int(o.modes.size()) + 1, false);
   std::fprintf(stderr, "measure: %s, policy %s, batch %d, context %d, %d MTP layers (compress %d), %d draft steps%s\n",
                cfg.name.c_str(), policy.str().c_str(), cfg.batch, cfg.context_length, cfg.num_nextn_predict_layers,
                cfg.mtp_compress_ratio, cfg.draft_steps, o.trace ? ", traced" : "");

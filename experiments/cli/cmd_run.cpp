@@ -405,6 +405,7 @@ nlohmann::json run_json(const DeepSeekV4& model, const RunBackend& backend, cons
           {"batch", cfg.batch},
           {"context", cfg.context_length},
           {"draft_steps", cfg.draft_steps},
+          {"weights", weight_format_name(shape.weights)},
           {"verify", shape.verify},
           {"accept", shape.verify ? nlohmann::json(accept_rule_str(accept)) : nlohmann::json(nullptr)},
           {"decode", decode_summary},
@@ -448,7 +449,7 @@ void run(const RunOptions& o) {
   validate(cfg);
   const StreamPolicy policy = resolve_policy(o.model);
   const AcceptRule accept = resolve_accept_rule(o.spec);
-  const RunShape shape = run_shape(cfg, o.steps, !o.dump_logits.empty(), o.spec.on());
+  const RunShape shape = run_shape(cfg, o.model, o.steps, !o.dump_logits.empty(), o.spec.on());
   FILE* info = o.json ? stderr : stdout;  // keep stdout parseable under --json
 
   RunTracer tracer(o);
@@ -461,8 +462,12 @@ void run(const RunOptions& o) {
   if (shape.verify)
     std::fprintf(info, "decode steps verify the drafts: %d tokens per sequence, accept %s\n", 1 + cfg.draft_steps,
                  accept_rule_str(accept).c_str());
-  std::fprintf(info, "weights: %.1f MiB in %s (allocating)\n", mib(weight_bytes(cfg, be.weight_dtype())),
-               dtype_name(be.weight_dtype()));
+  if (shape.weights == WeightFormat::Native)
+    std::fprintf(info, "weights: %.1f MiB native (FP8 projections and shared expert, MXFP4 routed experts, the rest %s)"
+                 " (allocating)\n", mib(weight_bytes(cfg, be.weight_dtype(), shape.weights)), dtype_name(be.weight_dtype()));
+  else
+    std::fprintf(info, "weights: %.1f MiB in %s (allocating)\n", mib(weight_bytes(cfg, be.weight_dtype())),
+                 dtype_name(be.weight_dtype()));
   std::fflush(info);
 
   check_memory_fits(be, cfg, shape, "run");

@@ -111,7 +111,7 @@ void schedule(const ScheduleOptions& o) {
   cfg.context_length = std::min(cfg.context_length, 8);
   const AcceptRule accept = resolve_accept_rule(o.spec);
   auto be = make_null_backend();
-  DeepSeekV4 model(*be, cfg, policy, run_shape(cfg, 1, false, o.spec.on()));
+  DeepSeekV4 model(*be, cfg, policy, run_shape(cfg, o.model, 1, false, o.spec.on()));
   model.set_accept_rule(accept);
   std::vector<int32_t> prompt(size_t(cfg.batch) * size_t(cfg.context_length), 1);
   model.prefill(prompt, cfg.context_length);

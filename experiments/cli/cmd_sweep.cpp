@@ -53,6 +53,7 @@ struct SweepOptions {
   int steps = 10, warmup = 3;
   std::string backend = "cuda";
   std::string kernel_variants;  // every cell's (model/kernel_variants.h)
+  std::string weights = "bf16";  // every cell's weight format (--weights)
   std::string out_dir = "results/sweep";
   bool out_dir_given = false;
   std::string resume;
@@ -89,7 +90,9 @@ std::vector<std::string> cell_argv(const json& settings, const SweepCell& c, con
           "--placement", c.placement,
           "--graph-scope", c.graph_scope,
           "--out", folder + "/cells/" + c.id() + ".json"};
-  // Older sweep.json files have no kernel_variants: the defaults.
+  // Older sweep.json files have neither weights nor kernel_variants: bf16 and the defaults.
+  if (const std::string w = settings.value("weights", std::string("bf16")); w != "bf16")
+    argv.insert(argv.end(), {"--weights", w});
   if (const std::string kv = settings.value("kernel_variants", std::string()); !kv.empty())
     argv.insert(argv.end(), {"--kernel-variants", kv});
   return argv;
@@ -309,6 +312,7 @@ std::string start_sweep(const SweepOptions& o, SweepGrid& grid, json& settings) 
   settings = {{"schema", "streamlab.sweep/1"}, {"grid", grid.to_json()},   {"config", o.config},
               {"context", o.context},          {"draft_steps", o.draft_steps}, {"steps", o.steps},
               {"warmup", o.warmup},            {"backend", o.backend},    {"kernel_variants", o.kernel_variants},
+              {"weights", o.weights},
               {"commit", build_commit()},
               {"provenance", prov},            {"started", date}};
   write_file_atomic(folder + "/sweep.json", settings.dump(1) + "\n");
@@ -423,6 +427,11 @@ void add_sweep_command(CLI::App& app) {
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
   cmd->add_option("--kernel-variants", o->kernel_variants, kKernelVariantsHelp)->check(kernel_variants_error);
+  cmd->add_option("--weights", o->weights,
+                  "every cell's weight format: bf16, or native (FP8 projections and shared expert, MXFP4 routed "
+                  "experts, as the real checkpoint)")
+      ->check(CLI::IsMember({"bf16", "native"}))
+      ->capture_default_str();
   cmd->add_option("--out-dir", o->out_dir, "where the sweep folder goes")
       ->capture_default_str()
       ->each([o](const std::string&) { o->out_dir_given = true; });

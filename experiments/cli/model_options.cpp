@@ -38,6 +38,12 @@ void add_model_options(CLI::App* cmd, ModelOptions& o) {
                   "between graph pieces)")
       ->check(CLI::IsMember({"step", "split", "piecewise"}))
       ->capture_default_str();
+  cmd->add_option("--weights", o.weights,
+                  "weight format: bf16 (every matrix in bf16, fp32 on the CPU reference) or native (as the real "
+                  "checkpoint holds them: FP8 e4m3 with 128x128 block scales for the main-stream projections and the "
+                  "shared expert, MXFP4 routed experts; compressor, indexer and router GEMMs stay bf16)")
+      ->check(CLI::IsMember({"bf16", "native"}))
+      ->capture_default_str();
   cmd->add_option("--aux-priority", o.aux_priority, "priority of the aux streams: default or highest")
       ->check(CLI::IsMember({"default", "highest"}))
       ->capture_default_str();
@@ -100,7 +106,7 @@ std::vector<int32_t> seeded_prompt(const ModelConfig& cfg) {
 void check_memory_fits(const Backend& be, const ModelConfig& cfg, const RunShape& shape, const char* who) {
   const size_t avail = be.available_bytes();
   if (avail == 0) return;
-  const double w = double(weight_bytes(cfg, be.weight_dtype()));
+  const double w = double(weight_bytes(cfg, be.weight_dtype(), shape.weights));
   double caches = 0;
   for (int l = 0; l < cfg.n_layers_total(); ++l)
     caches += double(layer_cache_bytes(cfg, l, shape.batch, shape.max_positions, shape.max_seq_tokens, be.act_dtype()));
@@ -110,8 +116,9 @@ void check_memory_fits(const Backend& be, const ModelConfig& cfg, const RunShape
            " GiB are available there; choose a smaller config (fewer layers or experts, a shorter context)");
 }
 
-RunShape run_shape(const ModelConfig& cfg, int decode_steps, bool all_logits, bool verify) {
+RunShape run_shape(const ModelConfig& cfg, const ModelOptions& o, int decode_steps, bool all_logits, bool verify) {
   RunShape s;
+  s.weights = parse_weight_format(o.weights);
   s.batch = cfg.batch;
   s.max_positions = cfg.context_length + decode_steps + cfg.draft_steps + 1;
   const int per_seq_chunk = std::max(1, cfg.prefill_chunk / cfg.batch);

@@ -20,6 +20,7 @@ struct ModelOptions {
   std::string stream_source = "cuda";
   std::string placement = "vllm-fix";
   std::string graph_scope = "step";  // how graph mode captures a decode step (DeepSeekV4::set_graph_scope)
+  std::string weights = "bf16";      // --weights: bf16 | native (model/weights.h WeightFormat)
   bool no_shared_expert_stream = false;
   std::optional<int> mtp_layers, mtp_compress, batch, context, draft_steps, prefill_chunk;
   std::optional<unsigned long long> seed;
@@ -39,8 +40,10 @@ std::vector<int32_t> seeded_prompt(const ModelConfig& cfg);
 void check_memory_fits(const Backend& be, const ModelConfig& cfg, const RunShape& shape, const char* who);
 
 // Shapes for a run of `decode_steps` steps after a prompt of cfg.context_length tokens
-// (verifying steps: each advances up to 1 + k positions and runs 1 + k tokens per sequence).
-RunShape run_shape(const ModelConfig& cfg, int decode_steps, bool all_logits, bool verify = false);
+// (verifying steps: each advances up to 1 + k positions and runs 1 + k tokens per sequence), with
+// the weight format of o.weights.
+RunShape run_shape(const ModelConfig& cfg, const ModelOptions& o, int decode_steps, bool all_logits,
+                   bool verify = false);
 
 // Speculative decoding (docs/speculative.md), for the subcommands that run decode steps
 // (`run`, `schedule`): whether decode steps verify the drafts, and how many they accept.

@@ -50,7 +50,8 @@ json to_json(const Measurement& m) {
             {"mtp_compress", m.mtp_compress},
             {"batch", m.batch},
             {"context", m.context},
-            {"draft_steps", m.draft_steps}}},
+            {"draft_steps", m.draft_steps},
+            {"weights", m.weights}}},
           {"policy",
            {{"name", m.policy},
             {"aux_priority", m.aux_priority},
@@ -156,6 +157,7 @@ Measurement measurement_from_json(const json& j, const std::string& origin) {
   m.batch = model.integer("batch");
   m.context = model.integer("context");
   m.draft_steps = model.integer("draft_steps");
+  m.weights = model.raw().value("weights", std::string("bf16"));
   const Reader pol = r.sub("policy");
   m.policy = pol.str("name");
   m.aux_priority = pol.str("aux_priority");

@@ -73,8 +73,8 @@ struct Model {
   std::unique_ptr<Backend> be = make_cpu_backend();
   ModelWeights w;
   std::vector<WeightSpec> specs;
-  explicit Model(const ModelConfig& c) {
-    allocate_weights(*be, c, w);
+  explicit Model(const ModelConfig& c, WeightFormat f = WeightFormat::Bf16) {
+    allocate_weights(*be, c, w, f);
     specs = weight_specs(c, w);
   }
 };
@@ -134,7 +134,24 @@ TEST(Weights, TinySpecNamesAndShapes) {
   expect("layers.5.ffn.experts.7.w1.weight", {128, 256}, false, 7);
   expect("layers.5.ffn.experts.7.w2.weight", {256, 128}, false, 7);
   expect("layers.5.ffn.experts.0.w3.weight", {128, 256}, false, 0);
-  EXPECT_EQ(m["layers.5.ffn.experts.7.w2.weight"].dst, &w.layers[5].ffn.w2);
+  EXPECT_EQ(m["layers.5.ffn.experts.7.w2.weight"].dst, &w.layers[5].ffn.w2.w);
+  // The native formats (docs/model.md 8): FP8 for the main-stream projections and the shared
+  // expert, MXFP4 for the routed experts, none for the aux-stream GEMMs, router, embedding, head.
+  using N = WeightSpec::Native;
+  for (const char* n : {"layers.0.attn.wq_a.weight", "layers.0.attn.wq_b.weight", "layers.0.attn.wkv.weight",
+                        "layers.0.attn.wo_a.weight", "layers.0.attn.wo_b.weight", "layers.2.attn.indexer.wq_b.weight",
+                        "layers.1.ffn.shared_experts.w1.weight", "layers.1.ffn.shared_experts.w2.weight",
+                        "layers.1.ffn.shared_experts.w3.weight", "mtp.0.e_proj.weight", "mtp.1.h_proj.weight"}) {
+    EXPECT_EQ(m[n].native, N::Fp8) << n;
+    EXPECT_NE(m[n].scale_dst, nullptr) << n;
+  }
+  for (const char* n : {"layers.5.ffn.experts.7.w1.weight", "layers.5.ffn.experts.7.w2.weight",
+                        "mtp.0.ffn.experts.3.w3.weight"})
+    EXPECT_EQ(m[n].native, N::Mxfp4) << n;
+  for (const char* n : {"embed.weight", "head.weight", "layers.2.attn.compressor.wkv.weight",
+                        "layers.2.attn.indexer.weights_proj.weight", "layers.2.attn.indexer.compressor.wgate.weight",
+                        "layers.0.ffn.gate.weight", "layers.0.attn.q_norm.weight"})
+    EXPECT_EQ(m[n].native, N::None) << n;
   expect("layers.1.ffn.shared_experts.w1.weight", {128, 256});
   expect("layers.1.ffn.shared_experts.w2.weight", {256, 128});
   expect("layers.4.attn_norm.weight", {256});
@@ -153,7 +170,7 @@ TEST(Weights, TinySpecNamesAndShapes) {
   expect("mtp.1.ffn.gate.bias", {8}, true);  // the MTP is never hash-routed
   expect("mtp.0.ffn.experts.3.w2.weight", {256, 128}, false, 3);
   expect("mtp.0.hc_ffn_fn", {24, 1024}, true);
-  EXPECT_EQ(m["mtp.1.attn.wq_a.weight"].dst, &w.mtp[1].block.attn.wq_a);
+  EXPECT_EQ(m["mtp.1.attn.wq_a.weight"].dst, &w.mtp[1].block.attn.wq_a.w);
 
   for (const char* absent :
        {"layers.0.attn.compressor.wkv.weight", "layers.3.attn.indexer.wq_b.weight", "layers.3.ffn.gate.tid2eid",
@@ -230,16 +247,16 @@ TEST(Weights, WeightBytesMatchSpecsAndAllocation) {
   Model m(c);
   EXPECT_EQ(m.be->memory().weights_bytes, weight_bytes(c, DType::F32));
   // Stacked experts: one [E, F, D] tensor, named after the stack.
-  EXPECT_EQ(m.w.layers[3].ffn.w1.shape, (Shape{8, 128, 256}));
-  EXPECT_EQ(m.w.layers[3].ffn.w2.shape, (Shape{8, 256, 128}));
-  EXPECT_EQ(m.be->buffer_name(m.w.layers[3].ffn.w1.buffer), "layers.3.ffn.experts.w1");
-  EXPECT_EQ(m.be->buffer_name(m.w.mtp[1].block.ffn.w3.buffer), "mtp.1.ffn.experts.w3");
-  EXPECT_EQ(m.be->buffer_name(m.w.layers[2].attn.wq_a.buffer), "layers.2.attn.wq_a.weight");
+  EXPECT_EQ(m.w.layers[3].ffn.w1.w.shape, (Shape{8, 128, 256}));
+  EXPECT_EQ(m.w.layers[3].ffn.w2.w.shape, (Shape{8, 256, 128}));
+  EXPECT_EQ(m.be->buffer_name(m.w.layers[3].ffn.w1.w.buffer), "layers.3.ffn.experts.w1");
+  EXPECT_EQ(m.be->buffer_name(m.w.mtp[1].block.ffn.w3.w.buffer), "mtp.1.ffn.experts.w3");
+  EXPECT_EQ(m.be->buffer_name(m.w.layers[2].attn.wq_a.w.buffer), "layers.2.attn.wq_a.weight");
   EXPECT_EQ(m.w.layers[0].ffn.tid2eid.dtype, DType::I32);
   EXPECT_EQ(m.w.layers[0].ffn.gate.dtype, DType::F32);
   EXPECT_TRUE(m.w.layers[0].ffn.gate_bias.empty());
   EXPECT_TRUE(m.w.layers[3].ffn.tid2eid.empty());
-  EXPECT_TRUE(m.w.layers[3].attn.idx_wq_b.empty());
+  EXPECT_TRUE(m.w.layers[3].attn.idx_wq_b.w.empty());
   EXPECT_FALSE(m.w.layers[2].attn.idx_compressor.ape.empty());
 }
 
@@ -692,4 +709,122 @@ TEST(Weights, LoadAcceptsF16AndI32) {
   auto mb = by_name(b.specs);
   EXPECT_EQ(fetch(*a.be, m["layers.0.ffn.gate.tid2eid"]), fetch(*b.be, mb["layers.0.ffn.gate.tid2eid"]));
   EXPECT_EQ(fetch(*a.be, m["layers.3.attn.wq_a.weight"]), fetch(*b.be, mb["layers.3.attn.wq_a.weight"]));
+}
+
+// --weights native (docs/model.md 8): the allocation, its byte count, initialisation as the bf16
+// format's fp32 values quantized by core/fp8.h (an independent host quantizer), and the round trips
+// through DeepSeek's layout: native -> file (F8_E4M3 / I8 codes, F8_E8M0 scales) -> native is
+// exact, native -> file -> bf16 gives the dequantized values, and an f32 file -> native gives the
+// codes of the native initialisation.
+TEST(Weights, NativeFormatInitSaveLoad) {
+  const ModelConfig c = load_config("tiny");
+  auto native_model = [&] { return std::make_unique<Model>(c, WeightFormat::Native); };
+  auto a = native_model();
+  EXPECT_EQ(a->w.format, WeightFormat::Native);
+  EXPECT_EQ(a->be->memory().weights_bytes, weight_bytes(c, DType::F32, WeightFormat::Native));
+  EXPECT_LT(weight_bytes(c, DType::BF16, WeightFormat::Native), weight_bytes(c, DType::BF16) / 2);
+  const BlockWeights& l3 = a->w.layers[3];
+  EXPECT_EQ(l3.attn.wq_b.w.dtype, DType::U8);
+  EXPECT_EQ(l3.attn.wq_b.scale.shape, (Shape{4, 1}));           // [512, 128]: 4 x 1 blocks
+  EXPECT_EQ(l3.ffn.w1.w.shape, (Shape{8, 128, 128}));             // [E, F, D / 2]
+  EXPECT_EQ(l3.ffn.w1.scale.shape, (Shape{8, 128, 8}));           // [E, F, D / 32]
+  EXPECT_EQ(l3.ffn.w1.scale.dtype, DType::U8);
+  EXPECT_EQ(l3.attn.compressor.wkv.dtype, DType::F32);            // aux-stream GEMMs stay plain
+  init_weights(*a->be, c, a->w, 7);
+
+  // The same seed in the bf16 format (f32 on the CPU): its values, quantized on the host.
+  Model plain(c);
+  init_weights(*plain.be, c, plain.w, 7);
+  auto floats = [](const std::vector<uint8_t>& b) {
+    std::vector<float> f(b.size() / 4);
+    std::memcpy(f.data(), b.data(), b.size());
+    return f;
+  };
+  int fp8 = 0, mx = 0;
+  for (size_t i = 0; i < a->specs.size(); ++i) {
+    const WeightSpec& s = a->specs[i];
+    const std::vector<uint8_t> got = fetch(*a->be, s);
+    if (s.native == WeightSpec::Native::None) {
+      EXPECT_EQ(got, fetch(*plain.be, plain.specs[i])) << s.name;
+      continue;
+    }
+    const std::vector<float> v = floats(fetch(*plain.be, plain.specs[i]));
+    Tensor sc = s.stack_index >= 0 ? s.scale_dst->rows(s.stack_index, s.stack_index + 1) : *s.scale_dst;
+    std::vector<uint8_t> scale(sc.bytes());
+    a->be->download(scale.data(), sc, sc.bytes());
+    if (s.native == WeightSpec::Native::Fp8) {
+      const lowp::Fp8Blocks q = lowp::quantize_fp8_blocks(v.data(), s.shape[0], s.shape[1]);
+      EXPECT_EQ(got, q.codes) << s.name;
+      const std::vector<float> f = floats(scale);
+      for (size_t k = 0; k < f.size(); ++k) EXPECT_EQ(f[k], lowp::e8m0_to_float(q.scales[k])) << s.name << " " << k;
+      ++fp8;
+    } else {
+      const lowp::Mxfp4 q = lowp::quantize_mxfp4(v.data(), s.shape[0], s.shape[1]);
+      EXPECT_EQ(got, q.packed) << s.name;
+      EXPECT_EQ(scale, q.scales) << s.name;
+      ++mx;
+    }
+  }
+  // Per layer wq_a, wq_b, wkv, wo_a, wo_b and the shared expert's three; indexer.wq_b in the two
+  // c4a layers; e_proj and h_proj in the two MTP layers. Experts: 8 layers x 8 experts x 3.
+  EXPECT_EQ(fp8, 8 * 8 + 2 + 2 * 2);
+  EXPECT_EQ(mx, 8 * 8 * 3);
+
+  // Native -> file: DeepSeek's dtypes.
+  TmpDir d;
+  save_checkpoint(*a->be, c, a->w, d.str(), DType::F32);  // f32: the plain tensors round-trip exactly
+  SafetensorsFile f(d.sub("model-00001-of-00001.safetensors"));
+  EXPECT_EQ(f.find("layers.0.attn.wq_a.weight")->dtype, StDType::F8_E4M3);
+  EXPECT_EQ(f.find("layers.0.attn.wq_a.scale")->dtype, StDType::F8_E8M0);
+  EXPECT_EQ(f.find("layers.0.attn.wq_a.scale")->shape, (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(f.find("layers.2.ffn.experts.5.w2.weight")->dtype, StDType::I8);
+  EXPECT_EQ(f.find("layers.2.ffn.experts.5.w2.weight")->shape, (std::vector<int64_t>{256, 64}));
+  EXPECT_EQ(f.find("layers.2.ffn.experts.5.w2.scale")->shape, (std::vector<int64_t>{256, 4}));
+  EXPECT_EQ(f.find("layers.2.attn.compressor.wkv.weight")->dtype, StDType::F32);
+  EXPECT_EQ(f.find("layers.2.attn.compressor.wkv.scale"), nullptr);
+
+  // File -> native: exact, scales included.
+  auto b = native_model();
+  load_checkpoint(*b->be, c, b->w, d.str());
+  for (size_t i = 0; i < a->specs.size(); ++i) {
+    const WeightSpec &sa = a->specs[i], &sb = b->specs[i];
+    EXPECT_EQ(fetch(*a->be, sa), fetch(*b->be, sb)) << sa.name;
+    if (sa.scale_dst) {
+      WeightSpec ta = sa, tb = sb;
+      ta.dst = sa.scale_dst, tb.dst = sb.scale_dst;
+      EXPECT_EQ(fetch(*a->be, ta), fetch(*b->be, tb)) << sa.name << " scales";
+    }
+  }
+
+  // File -> bf16 format: the dequantized values.
+  Model deq(c);
+  load_checkpoint(*deq.be, c, deq.w, d.str());
+  const WeightSpec& wo = by_name(deq.specs)["layers.1.attn.wo_b.weight"];
+  const std::vector<float> wo_f = floats(fetch(*deq.be, wo));
+  const std::vector<float> wo_plain = floats(fetch(*plain.be, by_name(plain.specs)["layers.1.attn.wo_b.weight"]));
+  double worst = 0;
+  for (size_t k = 0; k < wo_f.size(); ++k) worst = std::max(worst, double(std::fabs(wo_f[k] - wo_plain[k])));
+  EXPECT_GT(worst, 0.0);                                   // quantized, not the plain values
+  EXPECT_LT(worst, std::sqrt(3.0 / 128) / 16 * 1.01);      // half an e4m3 step at the block's amax
+
+  // An f32 file -> native: quantized on load, the codes of the native initialisation.
+  TmpDir d2;
+  save_checkpoint(*plain.be, c, plain.w, d2.str(), DType::F32);
+  auto q = native_model();
+  load_checkpoint(*q->be, c, q->w, d2.str());
+  for (size_t i = 0; i < a->specs.size(); ++i) EXPECT_EQ(fetch(*a->be, a->specs[i]), fetch(*q->be, q->specs[i])) << a->specs[i].name;
+}
+
+// A config whose dims the native formats cannot hold is refused before anything is allocated.
+TEST(Weights, NativeFormatRefusesUnfitDims) {
+  ModelConfig c = load_config("tiny");
+  c.q_lora_rank = 96;  // wq_b's input: not a multiple of 128
+  auto be = make_cpu_backend();
+  ModelWeights w;
+  const std::string e = error_of([&] { allocate_weights(*be, c, w, WeightFormat::Native); });
+  EXPECT_NE(e.find("wq_b.weight"), std::string::npos) << e;
+  EXPECT_NE(e.find("multiple of 128"), std::string::npos) << e;
+  EXPECT_EQ(be->memory().weights_bytes, 0u);
+  EXPECT_EQ(parse_weight_format("native"), WeightFormat::Native);
+  EXPECT_NE(error_of([] { parse_weight_format("fp8"); }).find("bf16 or native"), std::string::npos);
 }
