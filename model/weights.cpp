@@ -283,13 +283,16 @@ WeightFormat parse_weight_format(const std::string& text) {
   fail("unknown weight format '", text, "' (expected bf16 or native)");
 }
 
+size_t held_bytes(const WeightSpec& s, DType wdt, WeightFormat fmt) {
+  size_t n = size_t(held_shape(s, fmt).numel()) * dtype_size(spec_dtype(s, wdt, fmt));
+  if (held_native(s, fmt)) n += size_t(scale_shape(s).numel()) * dtype_size(scale_dtype(s));
+  return n;
+}
+
 size_t weight_bytes(const ModelConfig& c, DType wdt, WeightFormat fmt) {
   ModelWeights tmp;
   size_t total = 0;
-  for (const auto& s : weight_specs(c, tmp)) {
-    total += size_t(held_shape(s, fmt).numel()) * dtype_size(spec_dtype(s, wdt, fmt));
-    if (held_native(s, fmt)) total += size_t(scale_shape(s).numel()) * dtype_size(scale_dtype(s));
-  }
+  for (const auto& s : weight_specs(c, tmp)) total += held_bytes(s, wdt, fmt);
   return total;
 }
 

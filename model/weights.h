@@ -116,6 +116,9 @@ std::vector<WeightSpec> weight_specs(const ModelConfig& c, ModelWeights& w);
 // docs/model.md 8 keeps in F32 stay F32; native weights count their codes and scales). Printed
 // before allocation.
 size_t weight_bytes(const ModelConfig& c, DType wdt, WeightFormat fmt = WeightFormat::Bf16);
+// Bytes one spec holds (a stacked expert spec: its one expert), scales included: what reading
+// it once costs (the decode bytes floor).
+size_t held_bytes(const WeightSpec& s, DType wdt, WeightFormat fmt);
 // Allocates every weight tensor on the backend (one allocation per dst tensor, and per scale
 // tensor of a native weight). Native needs every FP8 matrix's input dim to be a multiple of 128
 // and every expert dim a multiple of 32: an error names the first that is not.

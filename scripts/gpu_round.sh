@@ -62,6 +62,16 @@ for st in $stages; do case $st in
     # sparse attention at flash-6l's decode shapes, checked against the CPU reference and timed
     # with the L2 flushed (GB/s and % of the copy bandwidth measured in the same run).
     run kernels ${KERNELS_SECONDS:-450} $B/bench_kernels --config=flash-6l --batches=1,8 --out="$OUT/kernels.json" ;;
+  native)
+    # --weights native (FP8 projections and shared expert, MXFP4 routed experts) on flash-6l: a
+    # run, then bench_decode's step time against the bytes floor in native bytes, and the same
+    # bench in bf16 in this round for the ratio.
+    run native_run 150 $B/streamlab "${RUN_FLASH[@]}" --weights native --batch 8 --context 2048 --steps 4 --json
+    sed -n '/^{/,$p' "$W/native_run.log" > "$OUT/native_run.json"
+    run bench_native ${NATIVE_BENCH_SECONDS:-200} $B/bench_decode "${BENCH_FLASH[@]}" --weights=native --batches=1,8 \
+      --modes=eager,graph --steps=${NATIVE_STEPS:-20} --out="$OUT/bench_native.json"
+    run bench_bf16 ${NATIVE_BENCH_SECONDS:-200} $B/bench_decode "${BENCH_FLASH[@]}" --weights=bf16 --batches=1,8 \
+      --modes=eager,graph --steps=${NATIVE_STEPS:-20} --out="$OUT/bench_bf16.json" ;;
   fp8gemm)
     # Does cuBLASLt run DeepSeek's block-scaled FP8 GEMM here (128x128 weight blocks, 1x128
     # activation groups), with which scale layout, and how fast against bf16.

@@ -4,14 +4,16 @@
 // bytes are: every dense weight of each layer execution (target layers once, the MTP layer of
 // each draft step), the routed experts actually used (distinct experts of the execution x 3
 // matrices), the LM head once per head call, the embedding rows, and the KV each query must
-// read (its window, its compressed entries, and the indexer keys). The ratio printed is the
+// read (its window, its compressed entries, and the indexer keys). Weights count as they are held
+// (--weights=native: FP8 codes plus their block scales, MXFP4 pairs plus their e8m0 scales, the
+// rest in bf16). The ratio printed is the
 // median step time over that floor, measured in this run. Each batch is measured eager (the
 // host enqueues every kernel) and, with the same model and caches, through one CUDA graph
 // replayed per step (--modes picks).
 //
 //   bench_decode [--config=flash-6l] [--batches=1,8] [--policy=shared] [--context=4096]
 //                [--mtp-layers=1] [--draft-steps=1] [--steps=20] [--modes=eager,graph]
-//                [--no-shared-expert-stream] [--kernel-variants=SPEC] [--out=FILE.json]
+//                [--no-shared-expert-stream] [--weights=bf16|native] [--kernel-variants=SPEC] [--out=FILE.json]
 //                [google-benchmark flags]
 #include <benchmark/benchmark.h>
 #include <cuda_runtime.h>
@@ -50,17 +52,27 @@ struct Options {
   bool shared_expert_stream = true;
   std::string command_line;
   std::string kernel_variants;  // --kernel-variants= (model/kernel_variants.h)
+  WeightFormat weights = WeightFormat::Bf16;  // --weights=
 };
 
 // Bytes of the dense (non-routed-expert) weights under a name prefix, as the backend holds
-// them; the routing table is read one row per token, counted separately.
-size_t dense_bytes(const std::vector<WeightSpec>& specs, const std::string& prefix, DType wdt) {
+// them (native: FP8 codes and their block scales); the routing table is read one row per token,
+// counted separately.
+size_t dense_bytes(const std::vector<WeightSpec>& specs, const std::string& prefix, DType wdt, WeightFormat fmt) {
   size_t n = 0;
   for (const auto& s : specs) {
     if (s.name.rfind(prefix, 0) != 0) continue;
     if (s.name.find(".ffn.experts.") != std::string::npos || s.name.find("tid2eid") != std::string::npos) continue;
-    n += size_t(s.shape.numel()) * (s.keep_f32 ? 4 : dtype_size(wdt));
+    n += held_bytes(s, wdt, fmt);
   }
+  return n;
+}
+
+// Bytes of one routed expert (w1, w2, w3) as held: bf16, or MXFP4 pairs and their scales.
+size_t expert_bytes(const std::vector<WeightSpec>& specs, DType wdt, WeightFormat fmt) {
+  size_t n = 0;
+  for (const auto& s : specs)
+    if (s.stack_index == 0 && s.name.rfind("layers.0.", 0) == 0) n += held_bytes(s, wdt, fmt);
   return n;
 }
 
@@ -70,21 +82,22 @@ struct Floor {
 };
 
 // The bytes one decode step must read, from the recorded routing and the positions.
-Floor decode_floor(const ModelConfig& c, const std::vector<RoutingRecord>& routing, int B, int pos, DType wdt) {
+Floor decode_floor(const ModelConfig& c, const std::vector<RoutingRecord>& routing, int B, int pos, DType wdt,
+                   WeightFormat fmt) {
   ModelWeights w;
   const auto specs = weight_specs(c, w);
   const size_t a = dtype_size(wdt);
   const size_t D = size_t(c.hidden_size), Dh = size_t(c.head_dim);
   Floor f;
-  const size_t expert_bytes = 3 * size_t(c.moe_intermediate_size) * D * a;
+  const size_t one_expert = expert_bytes(specs, wdt, fmt);
   for (const auto& r : routing) {
     const bool mtp = r.layer >= c.num_hidden_layers;
     const std::string prefix =
         mtp ? "mtp." + std::to_string(r.layer - c.num_hidden_layers) + "." : "layers." + std::to_string(r.layer) + ".";
-    f.weights += dense_bytes(specs, prefix, wdt);
+    f.weights += dense_bytes(specs, prefix, wdt, fmt);
     if (c.layer_is_hash_routed(r.layer)) f.weights += size_t(r.tokens) * size_t(c.num_experts_per_tok) * 4;
     std::set<int32_t> distinct(r.ids.begin(), r.ids.end());
-    f.experts += distinct.size() * expert_bytes;
+    f.experts += distinct.size() * one_expert;
     // KV read by each query at its position p (target: pos; draft step s: pos + s).
     const int p = pos + std::max(r.draft_step, 0);
     const int ratio = c.layer_ratio(r.layer);
@@ -103,7 +116,7 @@ Floor decode_floor(const ModelConfig& c, const std::vector<RoutingRecord>& routi
   // LM head (target + each draft step), the final norms and hc_head, the embedding rows.
   const int head_calls = 1 + (c.num_nextn_predict_layers > 0 ? c.draft_steps : 0);
   f.head += size_t(head_calls) * (size_t(c.vocab_size) * D * a + size_t(B) * D * a);
-  f.head += dense_bytes(specs, "norm.", wdt) + dense_bytes(specs, "hc_head_", wdt);
+  f.head += dense_bytes(specs, "norm.", wdt, fmt) + dense_bytes(specs, "hc_head_", wdt, fmt);
   return f;
 }
 
@@ -162,6 +175,7 @@ void run(const Options& o) {
           shape.max_positions = o.context + int(o.modes.size()) * (o.steps + 8) + c.draft_steps + 2;
           shape.max_seq_tokens = std::min(o.context, std::max(1, c.prefill_chunk / B));
           shape.record_routing = true;
+          shape.weights = o.weights;
           live->cfg = c;
           CudaBackendOptions bo;
           bo.variants = KernelVariants::parse(o.kernel_variants);
@@ -212,7 +226,7 @@ void run(const Options& o) {
           st.SetIterationTime(ms * 1e-3);
         }
         // The routing of the last measured step, at the last step's positions.
-        r.floor = decode_floor(live->cfg, model.routing(), B, model.position() - 1, be.weight_dtype());
+        r.floor = decode_floor(live->cfg, model.routing(), B, model.position() - 1, be.weight_dtype(), o.weights);
         if (mi + 1 == o.modes.size()) {
           live->model.reset();
           live->be.reset();
@@ -235,6 +249,7 @@ void run(const Options& o) {
   out["mtp_layers"] = o.mtp_layers;
   out["mtp_compress"] = o.mtp_compress >= 0 ? o.mtp_compress : load_config(o.config).mtp_compress_ratio;
   out["draft_steps"] = o.draft_steps;
+  out["weights"] = weight_format_name(o.weights);
   out["modes"] = o.modes;
   std::printf("\n%-6s %-6s %12s %12s %12s %12s %12s %8s\n", "batch", "mode", "median ms", "enqueue ms", "floor GB",
               "floor ms", "experts GB", "ratio");
@@ -306,6 +321,7 @@ int main(int argc, char** argv) {
     else if (auto v = flag_value(arg, "--stream-source=")) o.source = (sl::parse_stream_source(v), v);
     else if (auto v = flag_value(arg, "--placement=")) o.placement = (sl::parse_placement(v), v);
     else if (auto v = flag_value(arg, "--graph-scope=")) o.graph_scope = (sl::parse_graph_scope(v), v);
+    else if (auto v = flag_value(arg, "--weights=")) o.weights = sl::parse_weight_format(v);
     else return false;
     return true;
   };
@@ -313,7 +329,7 @@ int main(int argc, char** argv) {
       "bench_decode [--config=flash-6l] [--batches=1,8] [--policy=shared] [--context=4096]\n"
       "             [--mtp-layers=1] [--mtp-compress=0|4|128] [--draft-steps=1] [--steps=20] [--modes=eager,graph]\n"
       "             [--no-shared-expert-stream] [--stream-source=cuda|torch] [--placement=vllm-fix|vllm-head]\n"
-      "             [--graph-scope=step|split] [--kernel-variants=SPEC] [--out=FILE.json]\n"
+      "             [--graph-scope=step|split] [--weights=bf16|native] [--kernel-variants=SPEC] [--out=FILE.json]\n"
       "  --kernel-variants: ") + sl::kKernelVariantsHelp + "\n"
       "Decode step time (CUDA) against the bytes floor; see the header of bench_decode.cpp.\n";
   return sl::bench::bench_main(
