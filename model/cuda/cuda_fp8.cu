@@ -1,12 +1,12 @@
 // FP8 block-scaled GEMM (gemm_fp8, docs/model.md 8): e4m3 weights with one scale per 128 x 128
 // block, the activation quantized per row and 128-column group as vLLM does for DeepSeek.
 //
-//   1-3 rows (and any shape cuBLASLt does not take): fp8_quantize_kernel writes the
+//   1-8 rows (and any shape cuBLASLt does not take): fp8_quantize_kernel writes the
 //   quantized activation a_q = e4m3(a / s) * s, exact in bf16 (e4m3 has 4 significant bits, s is
 //   a power of two), into the stream's scratch; gemv_fp8_kernel then streams the weight codes
 //   once (16 per lane per load), decodes them, and applies each block's scale to the block's
 //   partial sum. Weight-bandwidth-bound: half the bytes of the bf16 GEMV.
-//   4 rows or more into bf16: cuBLASLt's block-scaled FP8 GEMM
+//   9 rows or more into bf16: cuBLASLt's block-scaled FP8 GEMM
 //   (CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F weights, VEC128_32F activations), which the
 //   H200 runs for a multiple of 4 rows with the scale layouts measured in
 //   results/2026-12-04-h200-fp8-cublaslt: weight scales row-major with each row of K blocks
@@ -38,12 +38,15 @@ namespace {
 std::atomic<size_t> g_cublaslt_chunks{0}, g_fallbacks{0};  // cuda_fp8_path_counts()
 
 constexpr int kBlk = 128;          // checks::kFp8Block: weight blocks and activation groups
-// The GEMV takes at most this many rows at a time: 1-3 rows of a decode step, and the rows past a
-// multiple of 4 that cuBLASLt does not take. (At 8 rows the CUDA-core FMAs of a GEMV run out
-// before the weight bandwidth does; cuBLASLt's tensor cores take those.)
-constexpr int kFp8GemvMaxRows = 4;
-// Weight loads in flight per lane: two 16-byte loads (32 codes) before any is used.
-constexpr int kFp8GemvLoads = 2;
+// The GEMV takes at most this many rows at a time: a decode step's rows up to batch 8, and the
+// rows past a multiple of 4 that cuBLASLt does not take. At 8 rows its FMAs about match the
+// weight bandwidth, and it beats cuBLASLt's block-scaled GEMM, which costs 15-19 us on the H200
+// whatever the weight's size below ~20 MB (results/2026-12-04-h200-gemm-fp8).
+constexpr int kFp8GemvMaxRows = 8;
+// Above this many rows cuBLASLt's tensor cores take the largest multiple of 4.
+constexpr int kFp8GemvUpTo = 8;
+// Weight loads in flight per lane: four 16-byte loads (64 codes) before any is used.
+constexpr int kFp8GemvLoads = 4;
 
 // The activation group's scale: the smallest power of two >= amax / 448, 1 for an all-zero group
 // (core/fp8.h fp8_group_scale, the same float operations).
@@ -349,11 +352,11 @@ void CudaBackend::gemm_fp8(Stream s, const Tensor& out, const Tensor& a, const T
   check_aligned(op, "w", w.data, 16);
   check_aligned(op, "a", a.data, 16);
   note_gemm(s, op);
-  // cuBLASLt's tensor cores for 4 rows or more into bf16, over the largest multiple of 4; the
-  // rest (1-3 rows of a decode step) on the GEMV. A grouped call needs groups of whole 128-row
+  // cuBLASLt's tensor cores above kFp8GemvUpTo rows into bf16, over the largest multiple of 4;
+  // the rest (a decode step's rows) on the GEMV. A grouped call needs groups of whole 128-row
   // weight blocks for cuBLASLt (the tiny configs' wo_a has 64-row groups: all on the GEMV).
   int64_t done = 0;
-  if (M >= 4 && out.dtype == DType::BF16 && N % 16 == 0 && (G == 1 || N % kBlk == 0)) {
+  if (M > kFp8GemvUpTo && out.dtype == DType::BF16 && N % 16 == 0 && (G == 1 || N % kBlk == 0)) {
     if (gemm_fp8_cublaslt(*this, op, s, out, a, w, w_scale, M / 4 * 4, N, K, G))
       done = M / 4 * 4;
     else

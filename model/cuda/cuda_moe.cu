@@ -22,6 +22,7 @@
 // GEMV decoding e2m1 pairs and applying each 32-value scale as it loads.
 // Every output element is a fixed-order fp32 sum that does not depend on which other rows share
 // its tile: results do not depend on scheduling.
+#include <cuda_fp16.h>
 #include <mma.h>
 
 #include <algorithm>
@@ -390,26 +391,29 @@ struct MoeGemvArgs {
   float limit;         // SwiGLU clamp (PAIR)
 };
 
-// 32 consecutive MXFP4 weights k .. k + 31 (k a multiple of 32) of matrix row `row` as floats:
-// one 16-byte load of e2m1 pairs (the even element in the low nibble) and their one e8m0 scale.
-// Each code becomes the bits of an fp32 with the scale's exponent added in (no table: a
-// per-thread array indexed at run time would live in local memory). Code s e1 e0 m: e > 0 is
-// (1 + m/2) * 2^(e-1), e = 0 is m/2; times 2^(scale - 127).
-__device__ __forceinline__ void load_w32_fp4(const void* w, const uint8_t* ws, int64_t row, int64_t K, int64_t k,
-                                             float (&v)[32]) {
-  const uint4 raw = *reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(w) + row * (K / 2) + k / 2);
-  const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
-  const int32_t se = int32_t(ws[row * (K / 32) + k / 32]) - 127;  // the scale's exponent
+// MXFP4 decoding without a table or a branch: an e2m1 code s e1 e0 m placed in an fp16 as
+// s << 15 | e1 e0 m << 9 is exactly the e2m1 value times 2^-14, subnormals included (e = 0:
+// m * 2^-15; e > 0: (1 + m / 2) * 2^(e - 15)). So 8 codes of a 32-bit word (the even element in
+// each byte's low nibble) become 4 half2 with one byte permute and three logic ops per pair, and
+// the 2^14 goes into the group's scale: weight = fp16 * 2^(scale - 127 + 14).
+__device__ __forceinline__ void decode_e2m1x8(uint32_t w, float (&v)[8]) {
+  const uint32_t w4 = w >> 4;
 #pragma unroll
-  for (int q = 0; q < 4; ++q)
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const uint32_t c = (words[q] >> (4 * i)) & 0xF, e = (c >> 1) & 3, m = c & 1;
-      const uint32_t sign = (c & 8) << 28;
-      const uint32_t f = e ? sign | uint32_t(int32_t(e) + 126 + se) << 23 | m << 22
-                           : (m ? sign | uint32_t(126 + se) << 23 : sign);
-      v[8 * q + i] = __uint_as_float(f);
-    }
+  for (int j = 0; j < 4; ++j) {
+    // Code 2j (low nibble of byte j) to bits 0-3, code 2j + 1 (its high nibble) to bits 16-19;
+    // the other bits are never selected below.
+    const uint32_t x = __byte_perm(w, w4, 0x0400 + j * 0x0101);
+    const uint32_t h = ((x << 9) & 0x0E000E00u) | ((x << 12) & 0x80008000u);
+    const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
+    v[2 * j] = f.x;
+    v[2 * j + 1] = f.y;
+  }
+}
+
+// The factor of a group's partial sum: 2^(scale - 127) times decode_e2m1x8's 2^14.
+__device__ __forceinline__ float fp4_group_factor(uint8_t scale) {
+  const int e = int(scale) - 127 + 14 + 127;  // a biased fp32 exponent
+  return e >= 1 && e <= 254 ? __uint_as_float(uint32_t(e) << 23) : ldexpf(1.f, int(scale) - 113);
 }
 
 // NW weight rows per warp, streamed together (more loads in flight per lane): PAIR, row n of w1
@@ -446,30 +450,74 @@ __global__ __launch_bounds__(256) void moe_gemv_kernel(MoeGemvArgs g) {
     wrow[j] = PAIR ? int64_t(e) * g.N + n0 : int64_t(e) * g.N + min(n0 + j, g.N - 1);
   }
   float acc[NW][kGemvRows] = {};
-  // A lane takes VPL consecutive weights of a row per step: 8 bf16 (16 bytes), or 32 MXFP4
-  // values (16 bytes of e2m1 pairs, one scale), so that both keep 16-byte loads in flight.
-  constexpr int VPL = FP4 ? 32 : 8;
-#pragma unroll(FP4 ? 1 : 4)
-  for (int k = lane * VPL; k < g.K; k += 32 * VPL) {
-    float wv[NW][VPL];
+  if constexpr (FP4) {
+    // A lane takes 32 consecutive weights of a row per load (16 bytes of e2m1 pairs, one scale),
+    // kFp4Loads loads per row (1024 values apart) issued before any is decoded, so that a warp
+    // has its whole row (K <= 4096) in flight at once; the group's scale multiplies its partial
+    // sum once.
+    constexpr int kFp4Loads = 4;
+    for (int k0 = lane * 32; k0 < g.K; k0 += 1024 * kFp4Loads) {
+      uint4 raw[NW][kFp4Loads];
+      uint8_t sc[NW][kFp4Loads];
 #pragma unroll
-    for (int j = 0; j < NW; ++j) {
-      if constexpr (FP4)
-        load_w32_fp4(wm[j], wsm[j], wrow[j], g.K, k, wv[j]);
-      else
-        load8(static_cast<const bf16*>(wm[j]) + wrow[j] * g.K + k, wv[j]);
+      for (int u = 0; u < kFp4Loads; ++u) {
+        const int k = k0 + 1024 * u;
+#pragma unroll
+        for (int j = 0; j < NW; ++j) {
+          const bool in = k < g.K;
+          raw[j][u] = in ? *reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(wm[j]) + wrow[j] * (g.K / 2) + k / 2)
+                         : make_uint4(0, 0, 0, 0);
+          sc[j][u] = in ? wsm[j][wrow[j] * (g.K / 32) + k / 32] : uint8_t(0);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kFp4Loads; ++u) {
+        const int k = k0 + 1024 * u;
+        if (k >= g.K) break;
+        float part[NW][kGemvRows] = {};
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          float wv[NW][8];
+#pragma unroll
+          for (int j = 0; j < NW; ++j) {
+            const uint32_t word = q == 0 ? raw[j][u].x : q == 1 ? raw[j][u].y : q == 2 ? raw[j][u].z : raw[j][u].w;
+            decode_e2m1x8(word, wv[j]);
+          }
+#pragma unroll
+          for (int r = 0; r < kGemvRows; ++r) {
+            if (r >= rows) break;
+            float av[8];
+            load8(arow[r] + k + 8 * q, av);
+#pragma unroll
+            for (int j = 0; j < NW; ++j)
+#pragma unroll
+              for (int i = 0; i < 8; ++i) part[j][r] += av[i] * wv[j][i];
+          }
+        }
+#pragma unroll
+        for (int j = 0; j < NW; ++j) {
+          const float f = fp4_group_factor(sc[j][u]);
+#pragma unroll
+          for (int r = 0; r < kGemvRows; ++r) acc[j][r] += f * part[j][r];
+        }
+      }
     }
+  } else {
+    // A lane takes 8 consecutive bf16 weights (16 bytes) of a row per step.
+#pragma unroll 4
+    for (int k = lane * 8; k < g.K; k += 32 * 8) {
+      float wv[NW][8];
 #pragma unroll
-    for (int r = 0; r < kGemvRows; ++r) {
-      if (r >= rows) break;
+      for (int j = 0; j < NW; ++j) load8(static_cast<const bf16*>(wm[j]) + wrow[j] * g.K + k, wv[j]);
 #pragma unroll
-      for (int h = 0; h < VPL / 8; ++h) {
+      for (int r = 0; r < kGemvRows; ++r) {
+        if (r >= rows) break;
         float av[8];
-        load8(arow[r] + k + 8 * h, av);
+        load8(arow[r] + k, av);
 #pragma unroll
         for (int j = 0; j < NW; ++j)
 #pragma unroll
-          for (int q = 0; q < 8; ++q) acc[j][r] += av[q] * wv[j][8 * h + q];
+          for (int q = 0; q < 8; ++q) acc[j][r] += av[q] * wv[j][q];
       }
     }
   }

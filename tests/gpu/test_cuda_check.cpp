@@ -24,7 +24,8 @@ namespace {
 
 constexpr double kTolerance = 2e-2;
 
-void check_tiny(int mtp_layers, int mtp_compress, int draft_steps, int batch) {
+void check_tiny(int mtp_layers, int mtp_compress, int draft_steps, int batch,
+                WeightFormat weights = WeightFormat::Bf16) {
   ModelConfig c = load_config("tiny");
   c.num_nextn_predict_layers = mtp_layers;
   c.mtp_compress_ratio = mtp_compress;
@@ -37,6 +38,7 @@ void check_tiny(int mtp_layers, int mtp_compress, int draft_steps, int batch) {
   shape.batch = batch;
   shape.max_positions = c.context_length + steps + c.draft_steps + 2;
   shape.max_seq_tokens = c.context_length;
+  shape.weights = weights;
 
   auto cpu = make_cpu_backend();
   auto gpu = make_cuda_backend({});
@@ -53,8 +55,8 @@ void check_tiny(int mtp_layers, int mtp_compress, int draft_steps, int batch) {
     for (int s = 0; s < steps; ++s) m.decode_step();
   }
   const auto& recs = check_records(*check);
-  std::printf("---- mtp layers %d, mtp compress %d, draft steps %d, batch %d\n", mtp_layers, mtp_compress, draft_steps,
-              batch);
+  std::printf("---- mtp layers %d, mtp compress %d, draft steps %d, batch %d, %s weights\n", mtp_layers, mtp_compress,
+              draft_steps, batch, weight_format_name(weights));
   print_check_report(stdout, recs, kTolerance, 20);
   const CheckSummary s = summarize_checks(recs);
   EXPECT_GT(s.op_calls, 0);
@@ -72,6 +74,12 @@ TEST(CudaCheck, CompressedMtp4Batch2) {
 TEST(CudaCheck, TwoMtpLayersBatch1) {
   REQUIRE_GPU();
   check_tiny(2, 0, 2, 1);
+}
+// Native weights: the quantizers at initialisation (their codes compared exactly), every FP8 GEMM
+// (the grouped wo_a included) and the MXFP4 experts, each on the inputs the GPU gave it.
+TEST(CudaCheck, NativeWeightsBatch2) {
+  REQUIRE_GPU();
+  check_tiny(1, 4, 3, 2, WeightFormat::Native);
 }
 TEST(CudaCheck, Mtp128Batch3) {
   REQUIRE_GPU();

@@ -401,8 +401,8 @@ TEST_P(CudaOps, Gemm) {
   }
 }
 
-// FP8 block-scaled GEMM: the decode GEMV (1-3 rows; 4 at a time for F32 output; several warps
-// per column on a long K), cuBLASLt's block-scaled FP8 for 4 rows or more into bf16 (with the
+// FP8 block-scaled GEMM: the decode GEMV (1-8 rows; 8 at a time for F32 output; several warps
+// per column on a long K), cuBLASLt's block-scaled FP8 above 8 rows into bf16 (with the
 // rows beyond a multiple of 4 on the GEMV), the K-block padding of the weight scales (K = 640: 5
 // blocks), a partial last weight block of rows (N = 200), and F32 output (GEMV only).
 TEST_P(CudaOps, GemmFp8) {
@@ -418,7 +418,7 @@ TEST_P(CudaOps, GemmFp8) {
       // Grouped: flash's wo_a at batch 1 and 8 (cuBLASLt per group), 3 groups of one block each
       // with 2 rows past a multiple of 4, and the tiny configs' 64-row groups (GEMV only).
       {1, 1024, 4096, Kind::Act, 8}, {8, 1024, 4096, Kind::Act, 8}, {6, 128, 256, Kind::Act, 3},
-      {5, 64, 256, Kind::Act, 2},
+      {5, 64, 256, Kind::Act, 2}, {16, 1024, 4096, Kind::Act, 8}, {14, 128, 256, Kind::Act, 3},
   };
   for (const Case& c : cases) {
     const int64_t GN = c.G * c.N;
@@ -441,10 +441,10 @@ TEST_P(CudaOps, GemmFp8) {
     expect_close(o, "gemm_fp8 M=" + std::to_string(c.M) + " N=" + std::to_string(c.N) + " K=" + std::to_string(c.K) +
                         " G=" + std::to_string(c.G));
     if (!cpu_pair_mode()) {
-      // 4 rows or more into bf16 (N a multiple of 16; whole 128-row blocks per group when grouped)
-      // run on cuBLASLt; nothing falls back.
+      // More than 8 rows into bf16 (N a multiple of 16; whole 128-row blocks per group when
+      // grouped) run on cuBLASLt; nothing falls back.
       const Fp8PathCounts after = cuda_fp8_path_counts();
-      const bool lt = c.M >= 4 && c.out == Kind::Act && c.N % 16 == 0 && (c.G == 1 || c.N % 128 == 0);
+      const bool lt = c.M > 8 && c.out == Kind::Act && c.N % 16 == 0 && (c.G == 1 || c.N % 128 == 0);
       EXPECT_EQ(after.cublaslt > before.cublaslt, lt) << "M=" << c.M << " N=" << c.N;
       EXPECT_EQ(after.fallback, before.fallback) << "M=" << c.M << " N=" << c.N << ": cuBLASLt found no algorithm";
     }
