@@ -138,7 +138,7 @@ TEST(CudaModel, TinyMtp128MatchesCpuReference) {
 // delta (bf16's accumulated error, ~1e-2 in mid-model: the bf16 test's logits), a fraction
 // ~2 delta / s of them (s = the e4m3 step, 2^-4..2^-3 relative) round to a neighbouring code and
 // move by a whole step, an RMS difference of sqrt(2 delta s) ~ 4-5 % at each FP8 GEMM's output,
-// which the next GEMMs carry on (the H200 measured 10-19 % at the logits at 94a6c0f). 0.3 still
+// which the next GEMMs carry on (the H200 measured 10-19 % at the logits at 9b69883). 0.3 still
 // fails on what a real bug does (a wrong block scale, group or nibble order moves the logits by
 // O(1)); each op on identical inputs is held to 2e-2 by test_cuda_check's native case.
 TEST(CudaModel, TinyNativeWeightsMatchCpuReference) {
