@@ -1,22 +1,22 @@
 // FP8 block-scaled GEMM (gemm_fp8, docs/model.md 8): e4m3 weights with one scale per 128 x 128
 // block, the activation quantized per row and 128-column group as vLLM does for DeepSeek.
 //
-//   1-8 rows (and any shape cuBLASLt does not take): fp8_quantize_kernel writes the
-//   quantized activation a_q = e4m3(a / s) * s, exact in bf16 (e4m3 has 4 significant bits, s is
-//   a power of two), into the stream's scratch; gemv_fp8_kernel then streams the weight codes
-//   once (16 per lane per load), decodes them, and applies each block's scale to the block's
-//   partial sum. Weight-bandwidth-bound: half the bytes of the bf16 GEMV.
+//   1-8 rows (a decode step): gemm_fp8_mma_kernel, one kernel that quantizes the activation as
+//   it goes and multiplies on the tensor cores (mma.sync e4m3, fp32 accumulation), the weight
+//   codes streamed once. Shapes whose columns are not whole groups of 8 take the GEMV instead:
+//   fp8_quantize_kernel writes a_q = e4m3(a / s) * s (exact in bf16) to the stream's scratch and
+//   gemv_fp8_kernel decodes 16 codes per lane per load, each block's scale on its partial sum.
 //   9 rows or more into bf16: cuBLASLt's block-scaled FP8 GEMM
 //   (CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F weights, VEC128_32F activations), which the
 //   H200 runs for a multiple of 4 rows with the scale layouts measured in
 //   results/2026-12-04-h200-fp8-cublaslt: weight scales row-major with each row of K blocks
 //   padded to a multiple of 4, activation scales [K / 128, rows]. fp8_quantize_kernel<true>
 //   writes the activation's e4m3 codes and that scale layout; rows beyond a multiple of 4 go
-//   through the GEMV.
-// Both paths quantize the activation with the same rule and give the same products; they differ
+//   through the decode path.
+// Every path quantizes the activation with the same rule and gives the same products; they differ
 // only in the order of fp32 sums. A grouped call (wo_a) runs each group as its own cuBLASLt GEMM
-// over strided activations, or the GEMV with each column reading its group's activations.
-// Also here: quantize_fp8 and quantize_mxfp4, which make native weights on the device.
+// over strided activations, or the decode kernels with each column reading its group's
+// activations. Also here: quantize_fp8 and quantize_mxfp4, which make native weights on the device.
 #include <cublasLt.h>
 #include <cuda_fp8.h>
 
@@ -221,6 +221,171 @@ void gemm_fp8_gemv(CudaBackend& be, const char* op, Stream s, const Tensor& out,
   }
 }
 
+// ---------------------------------------------------------------- the tensor-core decode path
+// Up to 8 rows in one kernel, the activation quantized inside it: a warp computes 8 output
+// columns for the (at most 8) rows with mma.sync m16n8k32 e4m3 (rows 8-15 of the MMA's A are
+// unused), K split over WPC warps of a block. Per 128-value chunk of K a thread takes 32
+// consecutive weight bytes of its column (B's column = its quad, grp) and the same 32 activations
+// of its row (A's row = grp), which it quantizes itself: the chunk's 128 activations are the
+// quad's 4 x 32, so the group's amax is two shuffles. The dot product does not care in which
+// order it visits K, so MMA j takes bytes [8j, 8j + 8) of every thread's 32 (weights as B, the
+// activation codes as A in the same order) instead of the canonical K order; each chunk's four
+// MMAs start from zero and their sum is scaled once by the weight block's and the row group's
+// scales (c0, c1: row grp, columns 2 tig and 2 tig + 1).
+
+struct Fp8MmaArgs {
+  void* out;
+  int dto;
+  int64_t ldo;
+  const void* a;         // [M, lda] activation rows (lda = G * K), bf16 or F32
+  int64_t lda;
+  const uint8_t* w;      // [N, K] e4m3 codes
+  const float* w_scale;  // [ceil(N / 128), K / 128]
+  int64_t M, N, K, Ng;   // Ng: columns per group (a multiple of 8)
+};
+
+// D += A . B for one m16n8k32 tile of e4m3 operands, fp32 accumulation (sm_89 and later).
+__device__ __forceinline__ void mma_e4m3(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// Four e4m3 codes, little-endian (the first value in the lowest byte).
+__device__ __forceinline__ uint32_t e4m3x4(float x0, float x1, float x2, float x3) {
+  return uint32_t(e4m3_code(x0)) | uint32_t(e4m3_code(x1)) << 8 | uint32_t(e4m3_code(x2)) << 16 |
+         uint32_t(e4m3_code(x3)) << 24;
+}
+
+// A thread's 32 activations of one chunk as raw 16-byte words (bf16: 4, F32: 8).
+template <class TA>
+struct ActChunk {
+  static constexpr int kWords = 32 * int(sizeof(TA)) / 16;
+  uint4 raw[kWords];
+  __device__ __forceinline__ void load(const TA* p, bool in) {
+#pragma unroll
+    for (int i = 0; i < kWords; ++i)
+      raw[i] = in ? reinterpret_cast<const uint4*>(p)[i] : make_uint4(0, 0, 0, 0);
+  }
+  __device__ __forceinline__ void floats(float (&x)[32]) const {
+#pragma unroll
+    for (int q = 0; q < 4; ++q) load8(reinterpret_cast<const TA*>(raw) + 8 * q, *reinterpret_cast<float(*)[8]>(x + 8 * q));
+  }
+};
+
+template <int WPC, class TA>
+__global__ __launch_bounds__(256) void gemm_fp8_mma_kernel(Fp8MmaArgs g) {
+  pdl_enter();
+  constexpr int GPB = 8 / WPC;  // groups of 8 columns per block
+  constexpr int kChunks = 2;    // 128-value chunks of K in flight per thread
+  __shared__ float red[8][64];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int grp = lane >> 2, tig = lane & 3;
+  const int64_t n0 = (int64_t(blockIdx.x) * GPB + warp / WPC) * 8;
+  const int part = warp % WPC;
+  const int64_t KB = g.K / kBlk;
+  const int64_t kb0 = part * KB / WPC, kb1 = (part + 1) * KB / WPC;
+  float acc0 = 0.f, acc1 = 0.f;
+  if (n0 < g.N) {  // uniform per warp: the quad shuffles below need every lane
+    const uint8_t* wr = g.w + min(n0 + grp, g.N - 1) * g.K + tig * 32;
+    const bool row_ok = grp < g.M;
+    const TA* ar = static_cast<const TA*>(g.a) + (row_ok ? grp : 0) * g.lda + (n0 / g.Ng) * g.K + tig * 32;
+    const float* wsr = g.w_scale + (n0 / kBlk) * KB;
+    for (int64_t kb = kb0; kb < kb1; kb += kChunks) {
+      uint4 wv[kChunks][2];
+      ActChunk<TA> act[kChunks];
+#pragma unroll
+      for (int u = 0; u < kChunks; ++u) {
+        const bool in = kb + u < kb1;
+        const uint4* wp = reinterpret_cast<const uint4*>(wr + (kb + u) * kBlk);
+        wv[u][0] = in ? wp[0] : make_uint4(0, 0, 0, 0);
+        wv[u][1] = in ? wp[1] : make_uint4(0, 0, 0, 0);
+        act[u].load(ar + (kb + u) * kBlk, in && row_ok);
+      }
+#pragma unroll
+      for (int u = 0; u < kChunks; ++u) {
+        if (kb + u >= kb1) break;
+        float x[32];
+        act[u].floats(x);
+        float amax = 0.f;
+#pragma unroll
+        for (int i = 0; i < 32; ++i) amax = fmaxf(amax, fabsf(x[i]));
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+        const float s = fp8_group_scale(amax);
+        uint32_t aw[8];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) aw[i] = e4m3x4(x[4 * i] / s, x[4 * i + 1] / s, x[4 * i + 2] / s, x[4 * i + 3] / s);
+        const uint32_t ww[8] = {wv[u][0].x, wv[u][0].y, wv[u][0].z, wv[u][0].w,
+                                wv[u][1].x, wv[u][1].y, wv[u][1].z, wv[u][1].w};
+        float c[4] = {0.f, 0.f, 0.f, 0.f};
+        // a0 / a2 carry row grp's bytes (a1 holds them too: whichever of a1 / a2 the layout reads
+        // for row grp's second K half, it gets them; rows 8-15 are discarded).
+#pragma unroll
+        for (int j = 0; j < 4; ++j) mma_e4m3(c, aw[2 * j], aw[2 * j + 1], aw[2 * j + 1], 0u, ww[2 * j], ww[2 * j + 1]);
+        const float f = wsr[kb + u] * s;
+        acc0 += c[0] * f;
+        acc1 += c[1] * f;
+      }
+    }
+  }
+  red[warp][grp * 8 + 2 * tig] = acc0;
+  red[warp][grp * 8 + 2 * tig + 1] = acc1;
+  __syncthreads();
+  if (part != 0 || n0 >= g.N || grp >= g.M) return;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t n = n0 + 2 * tig + h;
+    if (n >= g.N) continue;
+    float v = 0.f;
+#pragma unroll
+    for (int ww = 0; ww < WPC; ++ww) v += red[warp + ww][grp * 8 + 2 * tig + h];
+    stf(g.out, g.dto, int64_t(grp) * g.ldo + n, v);
+  }
+}
+
+// Warps per 8-column group: more while the grid is under two blocks per SM and each warp keeps at
+// least two chunks of each of its kChunks-wide steps.
+int fp8_mma_warps_per_group(int64_t N, int64_t K, int sms) {
+  const int64_t groups = cdiv(N, 8), KB = K / kBlk;
+  int wpc = 1;
+  while (wpc < 8 && cdiv(groups * wpc, 8) < 2 * int64_t(sms) && KB / (2 * wpc) >= 2) wpc *= 2;
+  return wpc;
+}
+
+template <class TA>
+void launch_fp8_mma(const char* op, cudaStream_t st, int wpc, int64_t groups, const Fp8MmaArgs& g) {
+  const dim3 grid(unsigned(cdiv(groups, 8 / wpc)));
+  switch (wpc) {
+    case 1: launch_kernel(op, gemm_fp8_mma_kernel<1, TA>, grid, 256, 0, st, g); break;
+    case 2: launch_kernel(op, gemm_fp8_mma_kernel<2, TA>, grid, 256, 0, st, g); break;
+    case 4: launch_kernel(op, gemm_fp8_mma_kernel<4, TA>, grid, 256, 0, st, g); break;
+    default: launch_kernel(op, gemm_fp8_mma_kernel<8, TA>, grid, 256, 0, st, g); break;
+  }
+  CUDA_LAUNCH_CHECK(op, st);
+}
+
+// Rows [0, M) of a on the tensor-core decode path, 8 rows per launch. N and the group width must
+// be multiples of 8 (gemm_fp8 checks before calling).
+void gemm_fp8_mma(CudaBackend& be, const char* op, Stream s, const Tensor& out, const Tensor& a, const Tensor& w,
+                  const Tensor& w_scale, int64_t M, int64_t N, int64_t K, int64_t G) {
+  cudaStream_t st = be.stream(s, op);
+  const int wpc = fp8_mma_warps_per_group(N, K, be.sm_count());
+  const size_t as = dtype_size(a.dtype), os = dtype_size(out.dtype);
+  for (int64_t m0 = 0; m0 < M; m0 += 8) {
+    Fp8MmaArgs g{static_cast<char*>(out.data) + m0 * N * os, fcode(out.dtype), N,
+                 static_cast<const char*>(a.data) + m0 * G * K * as, G * K, w.ptr<uint8_t>(), w_scale.ptr<float>(),
+                 std::min<int64_t>(8, M - m0), N, K, N / G};
+    if (a.dtype == DType::BF16)
+      launch_fp8_mma<bf16>(op, st, wpc, cdiv(N, 8), g);
+    else
+      launch_fp8_mma<float>(op, st, wpc, cdiv(N, 8), g);
+  }
+}
+
 #define LT_CHECK(op, call)                                                                           \
   do {                                                                                               \
     const cublasStatus_t lt_st_ = (call);                                                            \
@@ -367,99 +532,13 @@ void CudaBackend::gemm_fp8(Stream s, const Tensor& out, const Tensor& a, const T
     Tensor a_rest = a, out_rest = out;
     a_rest.data = static_cast<char*>(a.data) + done * G * K * as;
     out_rest.data = static_cast<char*>(out.data) + done * G * N * os;
-    gemm_fp8_gemv(*this, op, s, out_rest, a_rest, w, w_scale, M - done, G * N, K, G);
+    // The tensor-core decode path needs whole 8-column groups inside each weight group; the GEMV
+    // takes any shape.
+    if ((G * N) % 8 == 0 && N % 8 == 0)
+      gemm_fp8_mma(*this, op, s, out_rest, a_rest, w, w_scale, M - done, G * N, K, G);
+    else
+      gemm_fp8_gemv(*this, op, s, out_rest, a_rest, w, w_scale, M - done, G * N, K, G);
   }
-}
-// ---------------------------------------------------------------- the native formats' quantizers
-// (quantize_fp8, quantize_mxfp4): the same rules and float operations as core/fp8.cpp, so the
-// codes and scales equal the host's bit for bit (the GPU tests compare them byte by byte).
-
-namespace {
-
-// One block per 128 x 128 tile of src [rows, cols]: the tile's amax, its power-of-two scale, then
-// every code. 256 threads: a thread takes columns threadIdx.x % 128 of every other row.
-__global__ __launch_bounds__(256) void quantize_fp8_kernel(uint8_t* codes, float* scale, const float* src,
-                                                           int64_t rows, int64_t cols) {
-  pdl_enter();
-  __shared__ float red[8];
-  const int64_t r0 = int64_t(blockIdx.y) * kBlk, c = int64_t(blockIdx.x) * kBlk + (threadIdx.x & 127);
-  const int64_t r1 = min(rows, r0 + kBlk);
-  const int half = threadIdx.x >> 7;
-  float amax = 0.f;
-  if (c < cols)
-    for (int64_t r = r0 + half; r < r1; r += 2) amax = fmaxf(amax, fabsf(src[r * cols + c]));
-  amax = warp_max(amax);
-  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = amax;
-  __syncthreads();
-  amax = red[0];
-#pragma unroll
-  for (int i = 1; i < 8; ++i) amax = fmaxf(amax, red[i]);
-  const float s = fp8_group_scale(amax);
-  if (threadIdx.x == 0) scale[int64_t(blockIdx.y) * gridDim.x + blockIdx.x] = s;
-  if (c < cols)
-    for (int64_t r = r0 + half; r < r1; r += 2) codes[r * cols + c] = e4m3_code(src[r * cols + c] / s);
-}
-
-// e2m1 of x: the nearest of the eight magnitudes, a tie to the even code; saturating; NaN -> 0.
-__device__ __forceinline__ uint8_t e2m1_code(float x) {
-  if (isnan(x)) return 0;
-  const uint8_t sign = signbit(x) ? 8 : 0;
-  const float a = fabsf(x);
-  if (a >= 6.f) return sign | 7;
-  const float mags[8] = {0.f, 0.5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f};
-  int best = 0;
-#pragma unroll
-  for (int c = 1; c < 8; ++c) {
-    const float d = fabsf(a - mags[c]), db = fabsf(a - mags[best]);
-    if (d < db || (d == db && c % 2 == 0)) best = c;
-  }
-  return sign | uint8_t(best);
-}
-
-// One thread per 32 consecutive values of a row: the MX scale 2^(floor(log2 amax) - 2), then 16
-// bytes of packed codes.
-__global__ __launch_bounds__(256) void quantize_mxfp4_kernel(uint8_t* packed, uint8_t* scales, const float* src,
-                                                             int64_t groups) {
-  pdl_enter();
-  const int64_t g = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (g >= groups) return;
-  const float* v = src + g * 32;
-  float amax = 0.f;
-  for (int i = 0; i < 32; ++i) amax = fmaxf(amax, fabsf(v[i]));
-  int exp = 0;
-  if (amax > 0.f && isfinite(amax)) {
-    int e = 0;
-    frexpf(amax, &e);
-    exp = max(-127, min(127, e - 1 - 2));
-  }
-  scales[g] = uint8_t(exp + 127);
-  for (int i = 0; i < 32; i += 2)
-    packed[g * 16 + i / 2] = uint8_t(e2m1_code(ldexpf(v[i], -exp)) | e2m1_code(ldexpf(v[i + 1], -exp)) << 4);
-}
-
-}  // namespace
-
-void CudaBackend::quantize_fp8(Stream s, const Tensor& codes, const Tensor& scale, const Tensor& src) {
-  const char* op = "quantize_fp8";
-  cudaStream_t st = stream(s, op);
-  const auto [rows, cols] = checks::validate_quantize_fp8<OpRules>(codes, scale, src);
-  if (rows == 0) return;
-  const dim3 grid(unsigned(cdiv(cols, kBlk)), unsigned(cdiv(rows, kBlk)));
-  SL_CHECK(cdiv(rows, kBlk) <= 65535, op, ": ", rows, " rows is more than this kernel's grid takes");
-  launch_kernel(op, quantize_fp8_kernel, grid, 256, 0, st, codes.ptr<uint8_t>(), scale.ptr<float>(), src.ptr<float>(),
-                rows, cols);
-  CUDA_LAUNCH_CHECK(op, st);
-}
-
-void CudaBackend::quantize_mxfp4(Stream s, const Tensor& packed, const Tensor& scales, const Tensor& src) {
-  const char* op = "quantize_mxfp4";
-  cudaStream_t st = stream(s, op);
-  const auto [rows, cols] = checks::validate_quantize_mxfp4<OpRules>(packed, scales, src);
-  const int64_t groups = rows * (cols / 32);
-  if (groups == 0) return;
-  launch_kernel(op, quantize_mxfp4_kernel, dim3(unsigned(cdiv(groups, 256))), 256, 0, st, packed.ptr<uint8_t>(),
-                scales.ptr<uint8_t>(), src.ptr<float>(), groups);
-  CUDA_LAUNCH_CHECK(op, st);
 }
 
 Fp8PathCounts cuda_fp8_path_counts() { return {g_cublaslt_chunks.load(), g_fallbacks.load()}; }

@@ -401,9 +401,9 @@ TEST_P(CudaOps, Gemm) {
   }
 }
 
-// FP8 block-scaled GEMM: the decode GEMV (1-8 rows; 8 at a time for F32 output; several warps
-// per column on a long K), cuBLASLt's block-scaled FP8 above 8 rows into bf16 (with the
-// rows beyond a multiple of 4 on the GEMV), the K-block padding of the weight scales (K = 640: 5
+// FP8 block-scaled GEMM: the tensor-core decode kernel (1-8 rows; 8 at a time for F32 output;
+// several warps per 8 columns on a long K; the GEMV for columns not in groups of 8), cuBLASLt's
+// block-scaled FP8 above 8 rows into bf16 (with the rows beyond a multiple of 4 on the decode path), the K-block padding of the weight scales (K = 640: 5
 // blocks), a partial last weight block of rows (N = 200), and F32 output (GEMV only).
 TEST_P(CudaOps, GemmFp8) {
   struct Case {
@@ -419,6 +419,8 @@ TEST_P(CudaOps, GemmFp8) {
       // with 2 rows past a multiple of 4, and the tiny configs' 64-row groups (GEMV only).
       {1, 1024, 4096, Kind::Act, 8}, {8, 1024, 4096, Kind::Act, 8}, {6, 128, 256, Kind::Act, 3},
       {5, 64, 256, Kind::Act, 2}, {16, 1024, 4096, Kind::Act, 8}, {14, 128, 256, Kind::Act, 3},
+      // Columns not in whole groups of 8: the GEMV instead of the tensor-core decode kernel.
+      {3, 100, 256, Kind::Act}, {6, 60, 512, Kind::F32, 2},
   };
   for (const Case& c : cases) {
     const int64_t GN = c.G * c.N;
