@@ -541,6 +541,98 @@ void CudaBackend::gemm_fp8(Stream s, const Tensor& out, const Tensor& a, const T
   }
 }
 
+// ---------------------------------------------------------------- the native formats' quantizers
+// (quantize_fp8, quantize_mxfp4): the same rules and float operations as core/fp8.cpp, so the
+// codes and scales equal the host's bit for bit (the GPU tests compare them byte by byte).
+
+namespace {
+
+// One block per 128 x 128 tile of src [rows, cols]: the tile's amax, its power-of-two scale, then
+// every code. 256 threads: a thread takes columns threadIdx.x % 128 of every other row.
+__global__ __launch_bounds__(256) void quantize_fp8_kernel(uint8_t* codes, float* scale, const float* src,
+                                                           int64_t rows, int64_t cols) {
+  pdl_enter();
+  __shared__ float red[8];
+  const int64_t r0 = int64_t(blockIdx.y) * kBlk, c = int64_t(blockIdx.x) * kBlk + (threadIdx.x & 127);
+  const int64_t r1 = min(rows, r0 + kBlk);
+  const int half = threadIdx.x >> 7;
+  float amax = 0.f;
+  if (c < cols)
+    for (int64_t r = r0 + half; r < r1; r += 2) amax = fmaxf(amax, fabsf(src[r * cols + c]));
+  amax = warp_max(amax);
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = amax;
+  __syncthreads();
+  amax = red[0];
+#pragma unroll
+  for (int i = 1; i < 8; ++i) amax = fmaxf(amax, red[i]);
+  const float s = fp8_group_scale(amax);
+  if (threadIdx.x == 0) scale[int64_t(blockIdx.y) * gridDim.x + blockIdx.x] = s;
+  if (c < cols)
+    for (int64_t r = r0 + half; r < r1; r += 2) codes[r * cols + c] = e4m3_code(src[r * cols + c] / s);
+}
+
+// e2m1 of x: the nearest of the eight magnitudes, a tie to the even code; saturating; NaN -> 0.
+__device__ __forceinline__ uint8_t e2m1_code(float x) {
+  if (isnan(x)) return 0;
+  const uint8_t sign = signbit(x) ? 8 : 0;
+  const float a = fabsf(x);
+  if (a >= 6.f) return sign | 7;
+  const float mags[8] = {0.f, 0.5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f};
+  int best = 0;
+#pragma unroll
+  for (int c = 1; c < 8; ++c) {
+    const float d = fabsf(a - mags[c]), db = fabsf(a - mags[best]);
+    if (d < db || (d == db && c % 2 == 0)) best = c;
+  }
+  return sign | uint8_t(best);
+}
+
+// One thread per 32 consecutive values of a row: the MX scale 2^(floor(log2 amax) - 2), then 16
+// bytes of packed codes.
+__global__ __launch_bounds__(256) void quantize_mxfp4_kernel(uint8_t* packed, uint8_t* scales, const float* src,
+                                                             int64_t groups) {
+  pdl_enter();
+  const int64_t g = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (g >= groups) return;
+  const float* v = src + g * 32;
+  float amax = 0.f;
+  for (int i = 0; i < 32; ++i) amax = fmaxf(amax, fabsf(v[i]));
+  int exp = 0;
+  if (amax > 0.f && isfinite(amax)) {
+    int e = 0;
+    frexpf(amax, &e);
+    exp = max(-127, min(127, e - 1 - 2));
+  }
+  scales[g] = uint8_t(exp + 127);
+  for (int i = 0; i < 32; i += 2)
+    packed[g * 16 + i / 2] = uint8_t(e2m1_code(ldexpf(v[i], -exp)) | e2m1_code(ldexpf(v[i + 1], -exp)) << 4);
+}
+
+}  // namespace
+
+void CudaBackend::quantize_fp8(Stream s, const Tensor& codes, const Tensor& scale, const Tensor& src) {
+  const char* op = "quantize_fp8";
+  cudaStream_t st = stream(s, op);
+  const auto [rows, cols] = checks::validate_quantize_fp8<OpRules>(codes, scale, src);
+  if (rows == 0) return;
+  const dim3 grid(unsigned(cdiv(cols, kBlk)), unsigned(cdiv(rows, kBlk)));
+  SL_CHECK(cdiv(rows, kBlk) <= 65535, op, ": ", rows, " rows is more than this kernel's grid takes");
+  launch_kernel(op, quantize_fp8_kernel, grid, 256, 0, st, codes.ptr<uint8_t>(), scale.ptr<float>(), src.ptr<float>(),
+                rows, cols);
+  CUDA_LAUNCH_CHECK(op, st);
+}
+
+void CudaBackend::quantize_mxfp4(Stream s, const Tensor& packed, const Tensor& scales, const Tensor& src) {
+  const char* op = "quantize_mxfp4";
+  cudaStream_t st = stream(s, op);
+  const auto [rows, cols] = checks::validate_quantize_mxfp4<OpRules>(packed, scales, src);
+  const int64_t groups = rows * (cols / 32);
+  if (groups == 0) return;
+  launch_kernel(op, quantize_mxfp4_kernel, dim3(unsigned(cdiv(groups, 256))), 256, 0, st, packed.ptr<uint8_t>(),
+                scales.ptr<uint8_t>(), src.ptr<float>(), groups);
+  CUDA_LAUNCH_CHECK(op, st);
+}
+
 Fp8PathCounts cuda_fp8_path_counts() { return {g_cublaslt_chunks.load(), g_fallbacks.load()}; }
 
 }  // namespace sl
