@@ -32,9 +32,12 @@ struct KernelVariants {
   bool pdl = true;
   // cuBLAS workspace per handle: 0 disables cuBLAS's split-K kernels.
   size_t cublas_workspace_bytes = size_t(32) << 20;
+  // The MXFP4 routed experts: on the tensor cores, e2m1 decoded to bf16 in registers (true), or
+  // the CUDA-core expert GEMV decoding through fp16 (false).
+  bool mxfp4_mma = true;
 
   // "key=value,key=value": attn-decode=on|off, attn-splits=N, gemv-bf16-max-mb=N, pdl=on|off,
-  // cublas-workspace-kb=N. Unknown keys and bad values are errors naming the key and the
+  // cublas-workspace-kb=N, mxfp4-mma=on|off. Unknown keys and bad values are errors naming the key and the
   // accepted values (a retired key says why it went). An empty spec is the defaults.
   static KernelVariants parse(const std::string& spec);
   // Every setting, in parse()'s syntax (parse(str()) gives the same variants).

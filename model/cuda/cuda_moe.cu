@@ -18,8 +18,10 @@
 //      measured 4-5 % slower per decode step and 12-27 % slower per MoE on the H200 and removed:
 //      results/2026-12-04-h200-kernel-workbench.)
 //   4. moe_combine_kernel: out[t] = sum_{i < k} weights[t, i] * y[inv[t*k + i]], in slot order.
-// moe_experts_mxfp4 (the checkpoint's MXFP4 experts) runs steps 1, 3 and 4 at every size, the
-// GEMV decoding e2m1 pairs and applying each 32-value scale as it loads.
+// moe_experts_mxfp4 (the checkpoint's MXFP4 experts) runs steps 1 and 4 at every size, with step
+// 3 on the tensor cores (moe_fp4_mma_kernel: 8-row tiles, e2m1 decoded to bf16 in registers, each
+// 32-value group's MMAs scaled as they are summed), or (variant mxfp4-mma=off) the GEMV of step 3
+// decoding e2m1 through fp16.
 // Every output element is a fixed-order fp32 sum that does not depend on which other rows share
 // its tile: results do not depend on scheduling.
 #include <cuda_fp16.h>
@@ -547,6 +549,172 @@ __global__ __launch_bounds__(256) void moe_gemv_kernel(MoeGemvArgs g) {
   }
 }
 
+// ---------------------------------------------------------------- MXFP4 on the tensor cores
+// moe_experts_mxfp4's GEMMs: tiles of up to 8 rows of one expert, 8 output columns per warp, with
+// mma.sync m16n8k16 bf16 (rows 8-15 of the MMA's A unused) on weights decoded from e2m1 to bf16
+// in registers. An MX group (32 values of a weight row, one scale) is two MMAs: a thread supplies
+// 8 of its values, the 4 packed bytes [4 tig, 4 tig + 4) of the group (its B column is its quad,
+// grp), and the 8 activations at the same positions of its row (grp); the dot product visits K in
+// that order on both operands. Each group's MMAs start from zero and are scaled by their
+// columns' e8m0 scales as they are added to the accumulators (c0, c1: row grp, columns 2 tig and
+// 2 tig + 1). K is split over KS warps of a block when the grid would be small; PAIR computes
+// w1 and w3 together and writes h = swiglu(w1 x, w3 x).
+constexpr int kFp4TileRows = 8;
+constexpr int kFp4Groups = 8;  // MX groups (32 values) per thread per step: 8 x 4 bytes in flight per matrix
+
+// D += A . B, one m16n8k16 tile of bf16 operands, fp32 accumulation.
+__device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// 8 e2m1 codes (4 packed bytes, the even element in each byte's low nibble) as 4 bf16 pairs in
+// element order: each magnitude's two bf16 bytes looked up with one byte permute per 4 codes
+// ({0, 0.5, 1, 1.5, 2, 3, 4, 6} = 0x0000 0x3F00 0x3F80 0x3FC0 0x4000 0x4040 0x4080 0x40C0), the
+// bytes interleaved into pairs, and the sign bits moved to bits 15 and 31.
+__device__ __forceinline__ void decode_e2m1x8_bf16(uint32_t w, uint32_t (&p)[4]) {
+  constexpr uint32_t kHi03 = 0x3F3F3F00u, kHi47 = 0x40404040u, kLo03 = 0xC0800000u, kLo47 = 0xC0804000u;
+  const uint32_t m = w & 0x77777777u;  // magnitudes: selector nibbles 0-7
+  const uint32_t h0 = __byte_perm(kHi03, kHi47, m), l0 = __byte_perm(kLo03, kLo47, m);
+  const uint32_t h1 = __byte_perm(kHi03, kHi47, m >> 16), l1 = __byte_perm(kLo03, kLo47, m >> 16);
+  p[0] = __byte_perm(l0, h0, 0x5140);
+  p[1] = __byte_perm(l0, h0, 0x7362);
+  p[2] = __byte_perm(l1, h1, 0x5140);
+  p[3] = __byte_perm(l1, h1, 0x7362);
+  // Byte q of w << 4 has the even code's sign in bit 7, byte q of w the odd code's.
+  const uint32_t s = w & 0x88888888u, s4 = s << 4;
+#pragma unroll
+  for (int q = 0; q < 4; ++q) p[q] |= __byte_perm(s4, s, uint32_t((4 + q) << 12 | q << 4)) & 0x80008000u;
+}
+
+// 2^(e8m0 - 127) as a float (codes 1..254 normal; 0 and 255 through ldexpf).
+__device__ __forceinline__ float e8m0_factor(uint8_t code) {
+  return code >= 1 && code <= 254 ? __uint_as_float(uint32_t(code) << 23) : ldexpf(1.f, int(code) - 127);
+}
+
+template <bool PAIR, int KS>
+__global__ __launch_bounds__(256) void moe_fp4_mma_kernel(MoeGemvArgs g) {
+  pdl_enter();
+  constexpr int NM = PAIR ? 2 : 1;  // weight matrices streamed (w1 and w3, or w2)
+  __shared__ float red[8][32][2 * NM];
+  const int bx = blockIdx.x;
+  if (bx >= g.tiles[g.E]) return;
+  const int e = g.tile_expert[bx];
+  const int mt = bx - g.tiles[e];
+  const int row0 = g.offsets[e] + mt * kFp4TileRows;
+  const int rows = min(kFp4TileRows, g.counts[e] - mt * kFp4TileRows);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int grp = lane >> 2, tig = lane & 3;
+  const int slice = warp % KS;
+  const int n0 = (int(blockIdx.y) * (8 / KS) + warp / KS) * 8;
+  const int Kc = g.K / KS;  // a multiple of 32 (the host checks)
+  const int k_lo = slice * Kc, k_hi = k_lo + Kc;
+  float acc[NM][2] = {};
+  if (n0 < g.N) {
+    const bool row_ok = grp < rows;
+    const int pr = row0 + (row_ok ? grp : 0);
+    const bf16* arow = g.A + (g.a_rows ? int64_t(g.a_rows[pr]) : int64_t(pr)) * g.lda + tig * 8;
+    const int64_t wrow = int64_t(e) * g.N + min(n0 + grp, g.N - 1);  // this thread's B column
+    const int64_t crow[2] = {int64_t(e) * g.N + min(n0 + 2 * tig, g.N - 1),
+                             int64_t(e) * g.N + min(n0 + 2 * tig + 1, g.N - 1)};  // its C columns
+    const uint8_t* wm[NM];
+    const uint8_t* sm[NM];
+#pragma unroll
+    for (int j = 0; j < NM; ++j) {
+      wm[j] = static_cast<const uint8_t*>(j == 0 ? g.W : g.W3) + wrow * (g.K / 2) + tig * 4;
+      sm[j] = j == 0 ? g.Ws : g.W3s;
+    }
+    for (int k0 = k_lo; k0 < k_hi; k0 += 32 * kFp4Groups) {
+      uint32_t wv[NM][kFp4Groups];
+      uint4 av[kFp4Groups];
+#pragma unroll
+      for (int q = 0; q < kFp4Groups; ++q) {
+        const int k = k0 + 32 * q;
+        const bool in = k < k_hi;
+#pragma unroll
+        for (int j = 0; j < NM; ++j) wv[j][q] = in ? *reinterpret_cast<const uint32_t*>(wm[j] + k / 2) : 0u;
+        av[q] = in && row_ok ? *reinterpret_cast<const uint4*>(arow + k) : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int q = 0; q < kFp4Groups; ++q) {
+        const int k = k0 + 32 * q;
+        if (k >= k_hi) break;
+#pragma unroll
+        for (int j = 0; j < NM; ++j) {
+          uint32_t b[4];
+          decode_e2m1x8_bf16(wv[j][q], b);
+          float c[4] = {0.f, 0.f, 0.f, 0.f};
+          // a0 / a2 carry row grp's two K halves (a1 repeats the second half: rows 8-15 are unused
+          // whichever of a1 / a2 the layout reads for them).
+          mma_bf16(c, av[q].x, av[q].y, av[q].y, 0u, b[0], b[1]);
+          mma_bf16(c, av[q].z, av[q].w, av[q].w, 0u, b[2], b[3]);
+          acc[j][0] += c[0] * e8m0_factor(sm[j][crow[0] * (g.K / 32) + k / 32]);
+          acc[j][1] += c[1] * e8m0_factor(sm[j][crow[1] * (g.K / 32) + k / 32]);
+        }
+      }
+    }
+  }
+  if constexpr (KS > 1) {
+#pragma unroll
+    for (int j = 0; j < NM; ++j) {
+      red[warp][lane][2 * j] = acc[j][0];
+      red[warp][lane][2 * j + 1] = acc[j][1];
+    }
+    __syncthreads();
+    if (slice != 0) return;
+#pragma unroll
+    for (int j = 0; j < NM; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float v = 0.f;
+#pragma unroll
+        for (int ss = 0; ss < KS; ++ss) v += red[warp + ss][lane][2 * j + h];
+        acc[j][h] = v;
+      }
+  }
+  if (n0 >= g.N || grp >= rows) return;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int n = n0 + 2 * tig + h;
+    if (n >= g.N) continue;
+    const int64_t o = int64_t(row0 + grp) * g.N + n;
+    if constexpr (PAIR) {
+      const float gv = fminf(acc[0][h], g.limit);
+      const float uv = fminf(fmaxf(acc[1][h], -g.limit), g.limit);
+      static_cast<bf16*>(g.out)[o] = __float2bfloat16_rn(gv * sigmoidf_(gv) * uv);
+    } else {
+      static_cast<float*>(g.out)[o] = acc[0][h];
+    }
+  }
+}
+
+// K slices per block: enough warps for the grid to fill the GPU when few tiles run (decode), each
+// slice whole MX groups.
+int fp4_mma_k_slices(int64_t max_tiles, int64_t N, int64_t K, int sms) {
+  int ks = 1;
+  while (ks < 8 && max_tiles * cdiv(N, 64 / ks) < 4 * int64_t(sms) && K % (32 * 2 * ks) == 0 &&
+         K / (2 * ks) >= 32 * kFp4Groups)
+    ks *= 2;
+  return ks;
+}
+
+template <bool PAIR>
+void launch_fp4_mma(const char* op, cudaStream_t st, int64_t max_tiles, const MoeGemvArgs& v, int sms) {
+  const int ks = fp4_mma_k_slices(max_tiles, v.N, v.K, sms);
+  const dim3 grid{unsigned(max_tiles), unsigned(cdiv(v.N, 8 * (8 / ks))), 1u};
+  switch (ks) {
+    case 1: launch_kernel(op, moe_fp4_mma_kernel<PAIR, 1>, grid, 256, 0, st, v); break;
+    case 2: launch_kernel(op, moe_fp4_mma_kernel<PAIR, 2>, grid, 256, 0, st, v); break;
+    case 4: launch_kernel(op, moe_fp4_mma_kernel<PAIR, 4>, grid, 256, 0, st, v); break;
+    default: launch_kernel(op, moe_fp4_mma_kernel<PAIR, 8>, grid, 256, 0, st, v); break;
+  }
+  CUDA_LAUNCH_CHECK(op, st);
+}
+
 // out[t, d] = sum_{i < k} weights[t, i] * y[inv[t*k + i], d] (fp32, slot order). Grid
 // (T, D / 256): the block first stages the token's k rows and weights in shared memory, then one
 // thread per d.
@@ -777,8 +945,9 @@ void CudaBackend::moe_experts(Stream s, const Tensor& out, const Tensor& x, cons
   CUDA_LAUNCH_CHECK(op, st);
 }
 
-// The MXFP4 experts: every token count runs on the GEMV path (the grouped tensor-core GEMM takes
-// bf16 weights only), reading 4.25 bits per weight instead of 16.
+// The MXFP4 experts at every token count (prefill included), reading 4.25 bits per weight
+// instead of 16: on the tensor cores (moe_fp4_mma_kernel, 8-row tiles), or with the variant
+// mxfp4-mma=off the expert GEMV (4-row tiles) decoding e2m1 through fp16.
 void CudaBackend::moe_experts_mxfp4(Stream s, const Tensor& out, const Tensor& x, const Tensor& ids,
                                     const Tensor& weights, const Tensor& w1, const Tensor& w1_scale, const Tensor& w2,
                                     const Tensor& w2_scale, const Tensor& w3, const Tensor& w3_scale,
@@ -790,10 +959,52 @@ void CudaBackend::moe_experts_mxfp4(Stream s, const Tensor& out, const Tensor& x
   const MoeLayout L = check_moe_call(op, T, D, E, F, k, x, {{"w1", &w1}, {"w2", &w2}, {"w3", &w3}}, workspace);
   if (T == 0) return;
   char* ws = static_cast<char*>(workspace.data);
-  launch_moe_permute(op, st, L, ws, ids, T * k, k, E, kGemvRows, smem_optin());
-  moe_gemv_path<true>(op, st, L, ws, T, D, E, F, k, swiglu_limit, out, x, weights,
-                      {w1.data, w1_scale.ptr<uint8_t>()}, {w2.data, w2_scale.ptr<uint8_t>()},
-                      {w3.data, w3_scale.ptr<uint8_t>()});
+  const ExpertMatrix m1{w1.data, w1_scale.ptr<uint8_t>()}, m2{w2.data, w2_scale.ptr<uint8_t>()},
+      m3{w3.data, w3_scale.ptr<uint8_t>()};
+  if (!variants().mxfp4_mma) {
+    launch_moe_permute(op, st, L, ws, ids, T * k, k, E, kGemvRows, smem_optin());
+    moe_gemv_path<true>(op, st, L, ws, T, D, E, F, k, swiglu_limit, out, x, weights, m1, m2, m3);
+    return;
+  }
+  const int64_t P = T * k;
+  launch_moe_permute(op, st, L, ws, ids, P, k, E, kFp4TileRows, smem_optin());
+  const int64_t max_tiles = cdiv(P, kFp4TileRows) + std::min<int64_t>(P, E);
+  bf16* h1 = reinterpret_cast<bf16*>(ws + L.h1);
+  MoeGemvArgs v{};
+  v.counts = reinterpret_cast<const int*>(ws + L.counts);
+  v.offsets = reinterpret_cast<const int*>(ws + L.offsets);
+  v.tiles = reinterpret_cast<const int*>(ws + L.tiles);
+  v.tile_expert = reinterpret_cast<const int*>(ws + L.tile_expert);
+  v.E = int(E);
+  v.limit = swiglu_limit;
+  // h1 = swiglu(w1 x, w3 x) over the gathered token rows.
+  v.out = h1;
+  v.A = static_cast<const bf16*>(x.data);
+  v.a_rows = reinterpret_cast<const int*>(ws + L.src_row);
+  v.lda = D;
+  v.W = m1.w;
+  v.Ws = m1.scales;
+  v.W3 = m3.w;
+  v.W3s = m3.scales;
+  v.N = int(F);
+  v.K = int(D);
+  launch_fp4_mma<true>(op, st, max_tiles, v, sm_count());
+  // y = w2 h1 (F32), then the weighted combine.
+  v.out = ws + L.y;
+  v.A = h1;
+  v.a_rows = nullptr;
+  v.lda = F;
+  v.W = m2.w;
+  v.Ws = m2.scales;
+  v.W3 = nullptr;
+  v.W3s = nullptr;
+  v.N = int(D);
+  v.K = int(F);
+  launch_fp4_mma<false>(op, st, max_tiles, v, sm_count());
+  launch_kernel(op, moe_combine_kernel, dim3{unsigned(T), unsigned(cdiv(D, 256)), 1u}, 256, 0, st, out.data,
+                fcode(out.dtype), reinterpret_cast<const float*>(ws + L.y), reinterpret_cast<const int*>(ws + L.inv),
+                weights.ptr<float>(), int(k), D);
+  CUDA_LAUNCH_CHECK(op, st);
 }
 
 }  // namespace sl

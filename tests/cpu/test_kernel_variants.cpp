@@ -28,12 +28,14 @@ TEST(KernelVariants, EmptyIsTheDefaults) {
   EXPECT_TRUE(d.pdl);
   EXPECT_EQ(d.cublas_workspace_bytes, size_t(32) << 20);
   EXPECT_EQ(d.gemv_bf16_max_mb, 20);
+  EXPECT_TRUE(d.mxfp4_mma);
 }
 
 TEST(KernelVariants, EveryKeyParsesAndPrintsBack) {
   const KernelVariants k = KernelVariants::parse(
-      "attn-decode=off,attn-splits=8,gemv-bf16-max-mb=0,pdl=off,cublas-workspace-kb=0");
+      "attn-decode=off,attn-splits=8,gemv-bf16-max-mb=0,pdl=off,cublas-workspace-kb=0,mxfp4-mma=off");
   EXPECT_FALSE(k.attention_decode_kernel);
+  EXPECT_FALSE(k.mxfp4_mma);
   EXPECT_EQ(k.attention_splits, 8);
   EXPECT_EQ(k.gemv_bf16_max_mb, 0);
   EXPECT_FALSE(k.pdl);
