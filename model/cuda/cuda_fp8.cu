@@ -84,11 +84,11 @@ __global__ __launch_bounds__(256) void fp8_quantize_kernel(void* dst, float* sca
     amax = fmaxf(amax, fabsf(v[i]));
   }
   amax = warp_max(amax);
-  const float s = fp8_group_scale(amax);
+  const float s = fp8_group_scale(amax), r = 1.f / s;  // x * r == x / s exactly (s a power of two)
   const int64_t o = m * K + g * kBlk + lane * 4;
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    const uint8_t c = e4m3_code(v[i] / s);
+    const uint8_t c = e4m3_code(v[i] * r);
     if constexpr (CODES)
       static_cast<uint8_t*>(dst)[o + i] = c;
     else
@@ -316,9 +316,13 @@ __global__ __launch_bounds__(256) void gemm_fp8_mma_kernel(Fp8MmaArgs g) {
         amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
         amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
         const float s = fp8_group_scale(amax);
+        // x / s as x * (1 / s): s is a power of two, so both are the same correctly rounded value,
+        // and the product skips the division's slow path (which a row of zeros, all the rows past
+        // M, takes for every value).
+        const float r = 1.f / s;
         uint32_t aw[8];
 #pragma unroll
-        for (int i = 0; i < 8; ++i) aw[i] = e4m3x4(x[4 * i] / s, x[4 * i + 1] / s, x[4 * i + 2] / s, x[4 * i + 3] / s);
+        for (int i = 0; i < 8; ++i) aw[i] = e4m3x4(x[4 * i] * r, x[4 * i + 1] * r, x[4 * i + 2] * r, x[4 * i + 3] * r);
         const uint32_t ww[8] = {wv[u][0].x, wv[u][0].y, wv[u][0].z, wv[u][0].w,
                                 wv[u][1].x, wv[u][1].y, wv[u][1].z, wv[u][1].w};
         float c[4] = {0.f, 0.f, 0.f, 0.f};

@@ -552,15 +552,14 @@ __global__ __launch_bounds__(256) void moe_gemv_kernel(MoeGemvArgs g) {
 // ---------------------------------------------------------------- MXFP4 on the tensor cores
 // moe_experts_mxfp4's GEMMs: tiles of up to 8 rows of one expert, 8 output columns per warp, with
 // mma.sync m16n8k16 bf16 (rows 8-15 of the MMA's A unused) on weights decoded from e2m1 to bf16
-// in registers. An MX group (32 values of a weight row, one scale) is two MMAs: a thread supplies
-// 8 of its values, the 4 packed bytes [4 tig, 4 tig + 4) of the group (its B column is its quad,
-// grp), and the 8 activations at the same positions of its row (grp); the dot product visits K in
-// that order on both operands. Each group's MMAs start from zero and are scaled by their
-// columns' e8m0 scales as they are added to the accumulators (c0, c1: row grp, columns 2 tig and
-// 2 tig + 1). K is split over KS warps of a block when the grid would be small; PAIR computes
+// in registers with their group's scale already in the exponent. Per 128-value chunk of K a
+// thread loads one MX group, the 16 packed bytes [16 tig, 16 tig + 16) of its column (B's column
+// = its quad, grp), and the 32 activations at the same positions of its row (A's row = grp); the
+// dot product visits K in that order on both operands, so MMA j takes values [4j, 4j + 4) of every
+// thread's group. K is split over KS warps of a block when the grid would be small; PAIR computes
 // w1 and w3 together and writes h = swiglu(w1 x, w3 x).
 constexpr int kFp4TileRows = 8;
-constexpr int kFp4Groups = 8;  // MX groups (32 values) per thread per step: 8 x 4 bytes in flight per matrix
+constexpr int kFp4Chunks = 2;  // 128-value chunks of K in flight per thread
 
 // D += A . B, one m16n8k16 tile of bf16 operands, fp32 accumulation.
 __device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
@@ -572,28 +571,39 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-// 8 e2m1 codes (4 packed bytes, the even element in each byte's low nibble) as 4 bf16 pairs in
-// element order: each magnitude's two bf16 bytes looked up with one byte permute per 4 codes
-// ({0, 0.5, 1, 1.5, 2, 3, 4, 6} = 0x0000 0x3F00 0x3F80 0x3FC0 0x4000 0x4040 0x4080 0x40C0), the
-// bytes interleaved into pairs, and the sign bits moved to bits 15 and 31.
-__device__ __forceinline__ void decode_e2m1x8_bf16(uint32_t w, uint32_t (&p)[4]) {
-  constexpr uint32_t kHi03 = 0x3F3F3F00u, kHi47 = 0x40404040u, kLo03 = 0xC0800000u, kLo47 = 0xC0804000u;
+// The bf16 of each e2m1 magnitude {0, 0.5, 1, 1.5, 2, 3, 4, 6} times the group's scale 2^(s - 127),
+// as byte-permute tables: the high bytes of magnitudes 0-3 and 4-7, then the low bytes. A
+// magnitude (1 + f) 2^E scaled is exponent field E + s and mantissa f, so only the exponent's
+// bits depend on s: 2 <= s <= 252 keeps every value normal (smaller scales are taken as 2^-125:
+// weights below 1e-37).
+struct Bf16Table {
+  uint32_t hi03, hi47, lo03, lo47;
+  __device__ __forceinline__ explicit Bf16Table(uint32_t s) {
+    s = max(s, 2u);
+    const uint32_t h1 = (s - 1) >> 1, h2 = s >> 1, h4 = (s + 1) >> 1, h6 = (s >> 1) + 1;
+    hi03 = h1 << 8 | h2 * 0x01010000u;
+    hi47 = h4 * 0x00000101u | h6 * 0x01010000u;
+    // Low bytes: the exponent's last bit (bit 7) and the mantissa's first (bit 6).
+    lo03 = (s & 1) ? 0xC0800000u : 0x40008000u;
+    lo47 = (s & 1) ? 0xC0804000u : 0x4000C080u;
+  }
+};
+
+// 8 e2m1 codes (4 packed bytes, the even element in each byte's low nibble) as 4 scaled bf16
+// pairs in element order: each magnitude's two bytes looked up with one byte permute per 4 codes,
+// interleaved into pairs, and the sign bits moved to bits 15 and 31.
+__device__ __forceinline__ void decode_e2m1x8_bf16(uint32_t w, const Bf16Table& t, uint32_t (&p)[4]) {
   const uint32_t m = w & 0x77777777u;  // magnitudes: selector nibbles 0-7
-  const uint32_t h0 = __byte_perm(kHi03, kHi47, m), l0 = __byte_perm(kLo03, kLo47, m);
-  const uint32_t h1 = __byte_perm(kHi03, kHi47, m >> 16), l1 = __byte_perm(kLo03, kLo47, m >> 16);
+  const uint32_t h0 = __byte_perm(t.hi03, t.hi47, m), l0 = __byte_perm(t.lo03, t.lo47, m);
+  const uint32_t h1 = __byte_perm(t.hi03, t.hi47, m >> 16), l1 = __byte_perm(t.lo03, t.lo47, m >> 16);
   p[0] = __byte_perm(l0, h0, 0x5140);
   p[1] = __byte_perm(l0, h0, 0x7362);
   p[2] = __byte_perm(l1, h1, 0x5140);
   p[3] = __byte_perm(l1, h1, 0x7362);
-  // Byte q of w << 4 has the even code's sign in bit 7, byte q of w the odd code's.
+  // Byte q of s << 4 has the even code's sign in bit 7, byte q of s the odd code's.
   const uint32_t s = w & 0x88888888u, s4 = s << 4;
 #pragma unroll
   for (int q = 0; q < 4; ++q) p[q] |= __byte_perm(s4, s, uint32_t((4 + q) << 12 | q << 4)) & 0x80008000u;
-}
-
-// 2^(e8m0 - 127) as a float (codes 1..254 normal; 0 and 255 through ldexpf).
-__device__ __forceinline__ float e8m0_factor(uint8_t code) {
-  return code >= 1 && code <= 254 ? __uint_as_float(uint32_t(code) << 23) : ldexpf(1.f, int(code) - 127);
 }
 
 template <bool PAIR, int KS>
@@ -611,53 +621,61 @@ __global__ __launch_bounds__(256) void moe_fp4_mma_kernel(MoeGemvArgs g) {
   const int grp = lane >> 2, tig = lane & 3;
   const int slice = warp % KS;
   const int n0 = (int(blockIdx.y) * (8 / KS) + warp / KS) * 8;
-  const int Kc = g.K / KS;  // a multiple of 32 (the host checks)
+  const int Kc = g.K / KS;  // a multiple of 128 (the host checks)
   const int k_lo = slice * Kc, k_hi = k_lo + Kc;
-  float acc[NM][2] = {};
+  float c[NM][4] = {};
   if (n0 < g.N) {
     const bool row_ok = grp < rows;
     const int pr = row0 + (row_ok ? grp : 0);
-    const bf16* arow = g.A + (g.a_rows ? int64_t(g.a_rows[pr]) : int64_t(pr)) * g.lda + tig * 8;
+    const bf16* arow = g.A + (g.a_rows ? int64_t(g.a_rows[pr]) : int64_t(pr)) * g.lda + tig * 32;
     const int64_t wrow = int64_t(e) * g.N + min(n0 + grp, g.N - 1);  // this thread's B column
-    const int64_t crow[2] = {int64_t(e) * g.N + min(n0 + 2 * tig, g.N - 1),
-                             int64_t(e) * g.N + min(n0 + 2 * tig + 1, g.N - 1)};  // its C columns
     const uint8_t* wm[NM];
     const uint8_t* sm[NM];
 #pragma unroll
     for (int j = 0; j < NM; ++j) {
-      wm[j] = static_cast<const uint8_t*>(j == 0 ? g.W : g.W3) + wrow * (g.K / 2) + tig * 4;
-      sm[j] = j == 0 ? g.Ws : g.W3s;
+      wm[j] = static_cast<const uint8_t*>(j == 0 ? g.W : g.W3) + wrow * (g.K / 2) + tig * 16;
+      sm[j] = (j == 0 ? g.Ws : g.W3s) + wrow * (g.K / 32) + tig;
     }
-    for (int k0 = k_lo; k0 < k_hi; k0 += 32 * kFp4Groups) {
-      uint32_t wv[NM][kFp4Groups];
-      uint4 av[kFp4Groups];
+    for (int k0 = k_lo; k0 < k_hi; k0 += 128 * kFp4Chunks) {
+      uint4 wv[NM][kFp4Chunks], av[kFp4Chunks][4];
+      uint8_t sc[NM][kFp4Chunks];
 #pragma unroll
-      for (int q = 0; q < kFp4Groups; ++q) {
-        const int k = k0 + 32 * q;
+      for (int u = 0; u < kFp4Chunks; ++u) {
+        const int k = k0 + 128 * u;
         const bool in = k < k_hi;
 #pragma unroll
-        for (int j = 0; j < NM; ++j) wv[j][q] = in ? *reinterpret_cast<const uint32_t*>(wm[j] + k / 2) : 0u;
-        av[q] = in && row_ok ? *reinterpret_cast<const uint4*>(arow + k) : make_uint4(0, 0, 0, 0);
+        for (int j = 0; j < NM; ++j) {
+          wv[j][u] = in ? *reinterpret_cast<const uint4*>(wm[j] + k / 2) : make_uint4(0, 0, 0, 0);
+          sc[j][u] = in ? sm[j][k / 32] : uint8_t(127);
+        }
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          av[u][i] = in && row_ok ? reinterpret_cast<const uint4*>(arow + k)[i] : make_uint4(0, 0, 0, 0);
       }
 #pragma unroll
-      for (int q = 0; q < kFp4Groups; ++q) {
-        const int k = k0 + 32 * q;
-        if (k >= k_hi) break;
+      for (int u = 0; u < kFp4Chunks; ++u) {
+        if (k0 + 128 * u >= k_hi) break;
 #pragma unroll
         for (int j = 0; j < NM; ++j) {
-          uint32_t b[4];
-          decode_e2m1x8_bf16(wv[j][q], b);
-          float c[4] = {0.f, 0.f, 0.f, 0.f};
-          // a0 / a2 carry row grp's two K halves (a1 repeats the second half: rows 8-15 are unused
-          // whichever of a1 / a2 the layout reads for them).
-          mma_bf16(c, av[q].x, av[q].y, av[q].y, 0u, b[0], b[1]);
-          mma_bf16(c, av[q].z, av[q].w, av[q].w, 0u, b[2], b[3]);
-          acc[j][0] += c[0] * e8m0_factor(sm[j][crow[0] * (g.K / 32) + k / 32]);
-          acc[j][1] += c[1] * e8m0_factor(sm[j][crow[1] * (g.K / 32) + k / 32]);
+          const Bf16Table t(sc[j][u]);
+          const uint32_t words[4] = {wv[j][u].x, wv[j][u].y, wv[j][u].z, wv[j][u].w};
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            uint32_t b[4];
+            decode_e2m1x8_bf16(words[q], t, b);
+            // Values [8q, 8q + 8) of the group: two MMAs. a0 / a2 carry row grp's two K halves
+            // (a1 repeats the second: rows 8-15 are unused whichever of a1 / a2 the layout reads).
+            const uint4 a = av[u][q];
+            mma_bf16(c[j], a.x, a.y, a.y, 0u, b[0], b[1]);
+            mma_bf16(c[j], a.z, a.w, a.w, 0u, b[2], b[3]);
+          }
         }
       }
     }
   }
+  float acc[NM][2];
+#pragma unroll
+  for (int j = 0; j < NM; ++j) acc[j][0] = c[j][0], acc[j][1] = c[j][1];
   if constexpr (KS > 1) {
 #pragma unroll
     for (int j = 0; j < NM; ++j) {
@@ -693,11 +711,11 @@ __global__ __launch_bounds__(256) void moe_fp4_mma_kernel(MoeGemvArgs g) {
 }
 
 // K slices per block: enough warps for the grid to fill the GPU when few tiles run (decode), each
-// slice whole MX groups.
+// slice whole 128-value chunks.
 int fp4_mma_k_slices(int64_t max_tiles, int64_t N, int64_t K, int sms) {
   int ks = 1;
-  while (ks < 8 && max_tiles * cdiv(N, 64 / ks) < 4 * int64_t(sms) && K % (32 * 2 * ks) == 0 &&
-         K / (2 * ks) >= 32 * kFp4Groups)
+  while (ks < 8 && max_tiles * cdiv(N, 64 / ks) < 4 * int64_t(sms) && K % (128 * 2 * ks) == 0 &&
+         K / (2 * ks) >= 128 * kFp4Chunks)
     ks *= 2;
   return ks;
 }
@@ -946,8 +964,8 @@ void CudaBackend::moe_experts(Stream s, const Tensor& out, const Tensor& x, cons
 }
 
 // The MXFP4 experts at every token count (prefill included), reading 4.25 bits per weight
-// instead of 16: on the tensor cores (moe_fp4_mma_kernel, 8-row tiles), or with the variant
-// mxfp4-mma=off the expert GEMV (4-row tiles) decoding e2m1 through fp16.
+// instead of 16: on the tensor cores (moe_fp4_mma_kernel, 8-row tiles; D and F multiples of 128),
+// or with the variant mxfp4-mma=off the expert GEMV (4-row tiles) decoding e2m1 through fp16.
 void CudaBackend::moe_experts_mxfp4(Stream s, const Tensor& out, const Tensor& x, const Tensor& ids,
                                     const Tensor& weights, const Tensor& w1, const Tensor& w1_scale, const Tensor& w2,
                                     const Tensor& w2_scale, const Tensor& w3, const Tensor& w3_scale,
@@ -961,7 +979,9 @@ void CudaBackend::moe_experts_mxfp4(Stream s, const Tensor& out, const Tensor& x
   char* ws = static_cast<char*>(workspace.data);
   const ExpertMatrix m1{w1.data, w1_scale.ptr<uint8_t>()}, m2{w2.data, w2_scale.ptr<uint8_t>()},
       m3{w3.data, w3_scale.ptr<uint8_t>()};
-  if (!variants().mxfp4_mma) {
+  // The tensor-core path takes K in chunks of 128 (a thread's MX group of each): other sizes, and
+  // the variant mxfp4-mma=off, run the GEMV.
+  if (!variants().mxfp4_mma || D % 128 != 0 || F % 128 != 0) {
     launch_moe_permute(op, st, L, ws, ids, T * k, k, E, kGemvRows, smem_optin());
     moe_gemv_path<true>(op, st, L, ws, T, D, E, F, k, swiglu_limit, out, x, weights, m1, m2, m3);
     return;

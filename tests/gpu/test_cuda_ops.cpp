@@ -1181,8 +1181,10 @@ TEST_P(CudaOps, MoeExpertsMxfp4) {
   struct Case {
     int64_t T, E, k, D, F;
   };
+  // D and F multiples of 128 run on the tensor cores (decode, and 200 tokens in 8-row tiles);
+  // the others on the GEMV.
   for (const Case& c : {Case{1, 8, 2, 128, 64}, Case{8, 64, 6, 512, 256}, Case{3, 16, 6, 256, 96},
-                        Case{200, 8, 2, 128, 192}}) {
+                        Case{200, 8, 2, 128, 192}, Case{200, 8, 2, 256, 128}, Case{1, 8, 6, 1024, 512}}) {
     T2 x = make_rand("x", Kind::Act, {c.T, c.D});
     std::vector<T2> packed, scales;
     for (auto [rows, cols] : {std::pair{c.F, c.D}, std::pair{c.D, c.F}, std::pair{c.F, c.D}}) {  // w1, w2, w3
