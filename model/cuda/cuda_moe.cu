@@ -772,17 +772,14 @@ struct ExpertMatrix {
   const uint8_t* scales;
 };
 
-// The decode GEMV path, after the permute: h1 = swiglu(w1 x, w3 x) over the gathered token rows,
-// y = w2 h1 (F32), then out = the weighted combine. FP4: MXFP4 weights (moe_experts_mxfp4).
-template <bool FP4>
-void moe_gemv_path(const char* op, cudaStream_t st, const MoeLayout& L, char* ws, int64_t T, int64_t D, int64_t E,
-                   int64_t F, int64_t k, float swiglu_limit, const Tensor& out, const Tensor& x, const Tensor& weights,
-                   ExpertMatrix w1, ExpertMatrix w2, ExpertMatrix w3) {
-  const int64_t P = T * k;
-  bf16* h1 = reinterpret_cast<bf16*>(ws + L.h1);
-  float* y = reinterpret_cast<float*>(ws + L.y);
-  int* inv = reinterpret_cast<int*>(ws + L.inv);
-  const int64_t max_tiles = cdiv(P, kGemvRows) + std::min<int64_t>(P, E);
+// The two GEMM steps of the routed experts as kernel arguments, read from the permutation in the
+// workspace: up, h1 = swiglu(w1 x, w3 x) over the gathered token rows (N = F, K = D), and down,
+// y = w2 h1 in F32 over the permuted rows (N = D, K = F).
+struct ExpertSteps {
+  MoeGemvArgs up, down;
+};
+ExpertSteps expert_steps(const MoeLayout& L, char* ws, const Tensor& x, int64_t D, int64_t E, int64_t F,
+                         float swiglu_limit, ExpertMatrix w1, ExpertMatrix w2, ExpertMatrix w3) {
   MoeGemvArgs v{};
   v.counts = reinterpret_cast<const int*>(ws + L.counts);
   v.offsets = reinterpret_cast<const int*>(ws + L.offsets);
@@ -790,38 +787,55 @@ void moe_gemv_path(const char* op, cudaStream_t st, const MoeLayout& L, char* ws
   v.tile_expert = reinterpret_cast<const int*>(ws + L.tile_expert);
   v.E = int(E);
   v.limit = swiglu_limit;
-  // h1 = swiglu(w1 x, w3 x) over the gathered token rows.
-  v.out = h1;
-  v.A = static_cast<const bf16*>(x.data);
-  v.a_rows = reinterpret_cast<const int*>(ws + L.src_row);
-  v.lda = D;
-  v.W = w1.w;
-  v.Ws = w1.scales;
-  v.W3 = w3.w;
-  v.W3s = w3.scales;
-  v.N = int(F);
-  v.K = int(D);
-  launch_kernel(op, moe_gemv_kernel<true, 2, FP4>, dim3{unsigned(max_tiles), unsigned(cdiv(F, 8)), 1u}, 256, 0, st, v);
+  ExpertSteps st{v, v};
+  bf16* h1 = reinterpret_cast<bf16*>(ws + L.h1);
+  st.up.out = h1;
+  st.up.A = static_cast<const bf16*>(x.data);
+  st.up.a_rows = reinterpret_cast<const int*>(ws + L.src_row);
+  st.up.lda = D;
+  st.up.W = w1.w;
+  st.up.Ws = w1.scales;
+  st.up.W3 = w3.w;
+  st.up.W3s = w3.scales;
+  st.up.N = int(F);
+  st.up.K = int(D);
+  st.down.out = ws + L.y;
+  st.down.A = h1;
+  st.down.lda = F;
+  st.down.W = w2.w;
+  st.down.Ws = w2.scales;
+  st.down.N = int(D);
+  st.down.K = int(F);
+  return st;
+}
+
+// out = the weighted combine of the k expert rows of each token (moe_combine_kernel).
+void launch_moe_combine(const char* op, cudaStream_t st, const MoeLayout& L, char* ws, const Tensor& out,
+                        const Tensor& weights, int64_t T, int64_t k, int64_t D) {
+  launch_kernel(op, moe_combine_kernel, dim3{unsigned(T), unsigned(cdiv(D, 256)), 1u}, 256, 0, st, out.data,
+                fcode(out.dtype), reinterpret_cast<const float*>(ws + L.y), reinterpret_cast<const int*>(ws + L.inv),
+                weights.ptr<float>(), int(k), D);
   CUDA_LAUNCH_CHECK(op, st);
-  // y = w2 h1 (F32).
-  v.out = y;
-  v.A = h1;
-  v.a_rows = nullptr;
-  v.lda = F;
-  v.W = w2.w;
-  v.Ws = w2.scales;
-  v.W3 = nullptr;
-  v.W3s = nullptr;
-  v.N = int(D);
-  v.K = int(F);
+}
+
+// The decode GEMV path, after the permute: h1 = swiglu(w1 x, w3 x) over the gathered token rows,
+// y = w2 h1 (F32), then out = the weighted combine. FP4: MXFP4 weights (moe_experts_mxfp4).
+template <bool FP4>
+void moe_gemv_path(const char* op, cudaStream_t st, const MoeLayout& L, char* ws, int64_t T, int64_t D, int64_t E,
+                   int64_t F, int64_t k, float swiglu_limit, const Tensor& out, const Tensor& x, const Tensor& weights,
+                   ExpertMatrix w1, ExpertMatrix w2, ExpertMatrix w3) {
+  const int64_t P = T * k;
+  const int64_t max_tiles = cdiv(P, kGemvRows) + std::min<int64_t>(P, E);
+  const ExpertSteps es = expert_steps(L, ws, x, D, E, F, swiglu_limit, w1, w2, w3);
+  launch_kernel(op, moe_gemv_kernel<true, 2, FP4>, dim3{unsigned(max_tiles), unsigned(cdiv(F, 8)), 1u}, 256, 0, st,
+                es.up);
+  CUDA_LAUNCH_CHECK(op, st);
   // Two output columns per warp (1 was 4-6 % slower on the H200, 4 no faster).
   constexpr int kW2Cols = 2;
   const dim3 g2{unsigned(max_tiles), unsigned(cdiv(D, 8 * kW2Cols)), 1u};
-  launch_kernel(op, moe_gemv_kernel<false, kW2Cols, FP4>, g2, 256, 0, st, v);
+  launch_kernel(op, moe_gemv_kernel<false, kW2Cols, FP4>, g2, 256, 0, st, es.down);
   CUDA_LAUNCH_CHECK(op, st);
-  launch_kernel(op, moe_combine_kernel, dim3{unsigned(T), unsigned(cdiv(D, 256)), 1u}, 256, 0, st, out.data,
-                fcode(out.dtype), y, inv, weights.ptr<float>(), int(k), D);
-  CUDA_LAUNCH_CHECK(op, st);
+  launch_moe_combine(op, st, L, ws, out, weights, T, k, D);
 }
 
 // What both expert ops require beyond their validators: the kernels' limits, a workspace of the
@@ -989,42 +1003,10 @@ void CudaBackend::moe_experts_mxfp4(Stream s, const Tensor& out, const Tensor& x
   const int64_t P = T * k;
   launch_moe_permute(op, st, L, ws, ids, P, k, E, kFp4TileRows, smem_optin());
   const int64_t max_tiles = cdiv(P, kFp4TileRows) + std::min<int64_t>(P, E);
-  bf16* h1 = reinterpret_cast<bf16*>(ws + L.h1);
-  MoeGemvArgs v{};
-  v.counts = reinterpret_cast<const int*>(ws + L.counts);
-  v.offsets = reinterpret_cast<const int*>(ws + L.offsets);
-  v.tiles = reinterpret_cast<const int*>(ws + L.tiles);
-  v.tile_expert = reinterpret_cast<const int*>(ws + L.tile_expert);
-  v.E = int(E);
-  v.limit = swiglu_limit;
-  // h1 = swiglu(w1 x, w3 x) over the gathered token rows.
-  v.out = h1;
-  v.A = static_cast<const bf16*>(x.data);
-  v.a_rows = reinterpret_cast<const int*>(ws + L.src_row);
-  v.lda = D;
-  v.W = m1.w;
-  v.Ws = m1.scales;
-  v.W3 = m3.w;
-  v.W3s = m3.scales;
-  v.N = int(F);
-  v.K = int(D);
-  launch_fp4_mma<true>(op, st, max_tiles, v, sm_count());
-  // y = w2 h1 (F32), then the weighted combine.
-  v.out = ws + L.y;
-  v.A = h1;
-  v.a_rows = nullptr;
-  v.lda = F;
-  v.W = m2.w;
-  v.Ws = m2.scales;
-  v.W3 = nullptr;
-  v.W3s = nullptr;
-  v.N = int(D);
-  v.K = int(F);
-  launch_fp4_mma<false>(op, st, max_tiles, v, sm_count());
-  launch_kernel(op, moe_combine_kernel, dim3{unsigned(T), unsigned(cdiv(D, 256)), 1u}, 256, 0, st, out.data,
-                fcode(out.dtype), reinterpret_cast<const float*>(ws + L.y), reinterpret_cast<const int*>(ws + L.inv),
-                weights.ptr<float>(), int(k), D);
-  CUDA_LAUNCH_CHECK(op, st);
+  const ExpertSteps es = expert_steps(L, ws, x, D, E, F, swiglu_limit, m1, m2, m3);
+  launch_fp4_mma<true>(op, st, max_tiles, es.up, sm_count());
+  launch_fp4_mma<false>(op, st, max_tiles, es.down, sm_count());
+  launch_moe_combine(op, st, L, ws, out, weights, T, k, D);
 }
 
 }  // namespace sl
