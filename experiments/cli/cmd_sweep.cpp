@@ -382,7 +382,8 @@ int sweep_main(const SweepOptions& o) {
   std::fprintf(stderr, "sweep: %zu cells, %zu done, %zu to run; folder %s\n", total, total - todo.size(), todo.size(),
                folder.c_str());
   if (!run_cells(o, todo, total, settings, folder, done)) return 130;
-  const std::string head = "streamlab sweep: " + settings.value("config", std::string()) + ", context " +
+  const std::string head = "streamlab sweep: " + settings.value("config", std::string()) + " (" +
+                           settings.value("weights", std::string("bf16")) + " weights), context " +
                            std::to_string(settings.value("context", 0)) + ", on " +
                            settings["provenance"].value("gpu", std::string("?")) + ", commit " +
                            settings.value("commit", std::string("?")) + " (" + folder + ")";

@@ -35,6 +35,7 @@ namespace {
 struct Options {
   std::string config = "flash-6l", out, command_line;
   std::string source = "cuda";  // --stream-source
+  WeightFormat weights = WeightFormat::Bf16;  // --weights
   std::vector<int> tokens{256, 1024, 4096, 8192};
   int reps = 5;
 };
@@ -79,6 +80,7 @@ void run(const Options& o) {
           shape.batch = 1;
           shape.max_positions = max_t + c.draft_steps + 8;
           shape.max_seq_tokens = max_t;  // every prompt in one chunk
+          shape.weights = o.weights;
           live->be = make_cuda_backend({});
           StreamPolicy policy = StreamPolicy::parse(v.policy);
           policy.phase_a_max_tokens = v.phase_a_max_tokens;
@@ -114,6 +116,7 @@ void run(const Options& o) {
   out["config"] = o.config;
   out["reps"] = o.reps;
   out["stream_source"] = o.source;
+  out["weights"] = weight_format_name(o.weights);
   for (int T : o.tokens) {
     const double s = bench::median(samples[{"serial", T}]), sh = bench::median(samples[{"shared", T}]),
                  al = bench::median(samples[{"shared-phase-a-always", T}]);
@@ -145,13 +148,14 @@ int main(int argc, char** argv) {
     else if (auto v = flag_value(arg, "--reps=")) o.reps = std::stoi(v);
     else if (auto v = flag_value(arg, "--out=")) o.out = v;
     else if (auto v = flag_value(arg, "--stream-source=")) o.source = (sl::parse_stream_source(v), v);
+    else if (auto v = flag_value(arg, "--weights=")) o.weights = sl::parse_weight_format(v);
     else return false;
     return true;
   };
   return sl::bench::bench_main(
       argc, argv, "bench_prefill",
       "bench_prefill [--config=flash-6l] [--tokens=256,1024,4096,8192] [--reps=5] [--stream-source=cuda|torch]\n"
-      "              [--out=FILE.json]\n"
+      "              [--weights=bf16|native] [--out=FILE.json]\n"
       "Prefill time per token count: serial, shared (phase A parallel up to 1024 tokens), shared with\n"
       "phase A always parallel; see bench_prefill.cpp.\n",
       parse, [&o] {

@@ -41,6 +41,7 @@ namespace {
 struct Options {
   std::string config = "flash-2l", policy = "shared", out, command_line;
   std::string source = "cuda";  // --stream-source
+  WeightFormat weights = WeightFormat::Bf16;  // --weights
   int batch = 8, context = 1024, steps = 20;
   bool graph = false;
   bool op_ranges = true;  // op-level NVTX ranges (step / layer / phase ranges are always on)
@@ -93,6 +94,7 @@ int run(const Options& o) {
   shape.batch = o.batch;
   shape.max_positions = o.context + 3 * o.steps + 8 + c.draft_steps + 2;
   shape.max_seq_tokens = std::min(o.context, std::max(1, c.prefill_chunk / o.batch));
+  shape.weights = o.weights;
   auto be = make_cuda_backend({});
   StreamPolicy policy = StreamPolicy::parse(o.policy);
   policy.source = parse_stream_source(o.source);
@@ -138,6 +140,7 @@ int run(const Options& o) {
                    {"config", o.config},
                    {"policy", o.policy},
                    {"stream_source", o.source},
+                   {"weights", weight_format_name(o.weights)},
                    {"batch", o.batch},
                    {"context", o.context},
                    {"mode", o.graph ? "graph" : "eager"},
@@ -174,6 +177,7 @@ int main(int argc, char** argv) {
     if (auto v = flag_value(arg, "--config=")) o.config = v;
     else if (auto v = flag_value(arg, "--policy=")) o.policy = v;
     else if (auto v = flag_value(arg, "--stream-source=")) o.source = (sl::parse_stream_source(v), v);
+    else if (auto v = flag_value(arg, "--weights=")) o.weights = sl::parse_weight_format(v);
     else if (auto v = flag_value(arg, "--out=")) o.out = v;
     else if (auto v = flag_value(arg, "--batch=")) o.batch = std::stoi(v);
     else if (auto v = flag_value(arg, "--context=")) o.context = std::stoi(v);
@@ -191,7 +195,7 @@ int main(int argc, char** argv) {
   return sl::bench::bench_main(
       argc, argv, "bench_trace_overhead",
       "bench_trace_overhead [--config=flash-2l] [--batch=8] [--context=1024] [--policy=shared]\n"
-      "                     [--stream-source=cuda|torch]\n"
+      "                     [--stream-source=cuda|torch] [--weights=bf16|native]\n"
       "                     [--steps=20] [--graph] [--no-latency-timestamps] [--no-runtime]\n"
       "                     [--no-cuda-events] [--no-memory] [--no-nvtx] [--no-op-ranges]\n"
       "                     [--out=FILE.json]\n"
