@@ -59,4 +59,49 @@ open(sys.argv[1], "wb").write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(hdr))
 PY
 expect_error "tokens.npy: the header's shape (8) of <i4 covers 32 bytes, but 40 bytes follow the header" \
   "$bin" run --config tiny --backend cpu --steps 1 --tokens "$tmp/tokens.npy"
+
+# --weights native: a native model saves DeepSeek's quantized layout, loads back to the same run,
+# loads into bf16 weights too (dequantized), and a broken quantized tensor is refused by name.
+sampled() { grep -E '^1 +decode' "$1" | sed -E 's/ +[0-9.]+ +sampled/ sampled/'; }
+"$bin" run --config tiny --backend cpu --weights native --steps 1 --save-checkpoint "$tmp/native" --save-dtype f32 \
+  > "$tmp/native_run.txt" 2>&1 || fail "a native run with --save-checkpoint failed: $(cat "$tmp/native_run.txt")"
+python3 - "$tmp/native" <<'PY' || fail "the native checkpoint's dtypes are not DeepSeek's"
+import glob, json, os, struct, sys
+st = glob.glob(os.path.join(sys.argv[1], "*.safetensors"))[0]
+raw = open(st, "rb").read(); n = struct.unpack("<Q", raw[:8])[0]; h = json.loads(raw[8:8 + n])
+want = {"layers.0.attn.wq_a.weight": "F8_E4M3", "layers.0.attn.wq_a.scale": "F8_E8M0",
+        "layers.1.ffn.experts.0.w2.weight": "I8", "layers.1.ffn.experts.0.w2.scale": "F8_E8M0",
+        "layers.2.attn.compressor.wkv.weight": "F32"}
+bad = {k: h.get(k, {}).get("dtype") for k, v in want.items() if h.get(k, {}).get("dtype") != v}
+sys.exit(1 if bad else 0)
+PY
+"$bin" run --backend cpu --weights native --steps 1 --checkpoint "$tmp/native" > "$tmp/native_again.txt" 2>&1 ||
+  fail "the native checkpoint does not load into native weights: $(cat "$tmp/native_again.txt")"
+[ "$(sampled "$tmp/native_run.txt")" = "$(sampled "$tmp/native_again.txt")" ] ||
+  fail "native save + load changed the run: $(sampled "$tmp/native_run.txt") vs $(sampled "$tmp/native_again.txt")"
+"$bin" run --backend cpu --steps 1 --checkpoint "$tmp/native" --json > "$tmp/deq.json" 2> /dev/null ||
+  fail "the native checkpoint does not load into bf16 weights"
+grep -q '"weights": "bf16"' "$tmp/deq.json" || fail "run --json does not record the weight format"
+"$bin" run --backend cpu --weights native --steps 1 --checkpoint "$tmp/native" --json 2> /dev/null |
+  grep -q '"weights": "native"' || fail "run --json does not record --weights native"
+# mutate copies $tmp/good: from here on that is the native checkpoint.
+rm -rf "$tmp/good" && cp -r "$tmp/native" "$tmp/good"
+# An MXFP4 scale tensor as F32 with a value that is not a power of two.
+mutate mxscale 'name = "layers.1.ffn.experts.0.w2.scale"; t = hdr[name]; b, e = t["data_offsets"]; n = e - b
+vals = [2.0 ** (x - 127) for x in data[b:e]]; vals[3] = 0.3
+new = struct.pack("<%df" % n, *vals); data = data[:b] + bytearray(new) + data[e:]
+shift = len(new) - n; t["dtype"] = "F32"; t["data_offsets"] = [b, b + len(new)]
+for k, v in hdr.items():
+    if k != "__metadata__" and k != name and v["data_offsets"][0] >= e: v["data_offsets"] = [v["data_offsets"][0] + shift, v["data_offsets"][1] + shift]'
+expect_error "the scales of layers.1.ffn.experts.0.w2.weight in .* hold 0.3 at element 3, not a power of two" \
+  "$bin" run --backend cpu --weights native --steps 1 --checkpoint "$tmp/mxscale"
+# An FP8 weight whose scales are missing, and an FP8 NaN code.
+mutate noscale 'del hdr["layers.0.attn.wq_b.scale"]'
+python3 -c "
+import json,sys; p=sys.argv[1]+'/model.safetensors.index.json'; j=json.load(open(p)); del j['weight_map']['layers.0.attn.wq_b.scale']; json.dump(j,open(p,'w'))" "$tmp/noscale"
+expect_error "tensor layers.0.attn.wq_b.weight in .* is F8_E4M3 but has no layers.0.attn.wq_b.scale beside it" \
+  "$bin" run --backend cpu --weights native --steps 1 --checkpoint "$tmp/noscale"
+mutate fp8nan 'b = hdr["layers.0.attn.wkv.weight"]["data_offsets"][0]; data[b + 5] = 0x7F'
+expect_error "tensor layers.0.attn.wkv.weight in .* holds an FP8 NaN at element 5" \
+  "$bin" run --backend cpu --weights native --steps 1 --checkpoint "$tmp/fp8nan"
 echo "checkpoints: ok"
