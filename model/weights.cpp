@@ -766,14 +766,19 @@ static void upload_native(Backend& be, const WeightSpec& s, const StTensor& t, c
   be.synchronize();  // f is freed on return
 }
 
-void load_checkpoint(Backend& be, const ModelConfig& c, ModelWeights& w, const std::string& dir) {
-  const std::string where = "checkpoint " + dir;
-  std::error_code ec;
-  SL_CHECK(fs::is_directory(dir, ec), where, ": not a directory");
-
-  // The files: those the index names, else every *.safetensors in the directory.
+// A checkpoint folder's shards, opened, and every tensor in them by name: the files the index
+// names (each tensor where the index says, and every tensor of the shards in the index), else
+// every *.safetensors in the folder. A tensor in two files is an error.
+struct CheckpointFiles {
   std::vector<std::unique_ptr<SafetensorsFile>> files;
   std::map<std::string, std::pair<const StTensor*, const SafetensorsFile*>> found;
+};
+
+static CheckpointFiles open_checkpoint_files(const std::string& dir, const std::string& where) {
+  std::error_code ec;
+  CheckpointFiles cf;
+  auto& files = cf.files;
+  auto& found = cf.found;
   const fs::path ipath = fs::path(dir) / "model.safetensors.index.json";
   std::map<std::string, std::string> index_map;  // tensor -> file (when there is an index)
   std::vector<std::string> fnames;
@@ -824,6 +829,16 @@ void load_checkpoint(Backend& be, const ModelConfig& c, ModelWeights& w, const s
     for (const auto& [name, tf] : found)
       if (!index_map.count(name))
         fail(where, ": tensor ", name, " in ", tf.second->path(), " is not in model.safetensors.index.json");
+  return cf;
+}
+
+void load_checkpoint(Backend& be, const ModelConfig& c, ModelWeights& w, const std::string& dir) {
+  const std::string where = "checkpoint " + dir;
+  std::error_code ec;
+  SL_CHECK(fs::is_directory(dir, ec), where, ": not a directory");
+
+  const CheckpointFiles cf = open_checkpoint_files(dir, where);
+  const auto& found = cf.found;
   const std::vector<WeightSpec> specs = weight_specs(c, w);
   std::set<std::string> wanted;
   std::vector<std::string> missing;
@@ -852,8 +867,8 @@ void load_checkpoint(Backend& be, const ModelConfig& c, ModelWeights& w, const s
 
   // Check every tensor before touching the backend.
   for (const auto& s : specs) {
-    const StTensor& t = *found[s.name].first;
-    const std::string& fp = found[s.name].second->path();
+    const StTensor& t = *found.at(s.name).first;
+    const std::string& fp = found.at(s.name).second->path();
     if (held_native(s, w.format)) scale_view(s);  // allocated, right size
     if (auto q = scale_of.find(s.name); q != scale_of.end()) {
       check_quantized(where, s, t, *q->second, fp);
@@ -881,10 +896,10 @@ void load_checkpoint(Backend& be, const ModelConfig& c, ModelWeights& w, const s
   std::vector<uint8_t> buf;
   const Tensor scratch = native_scratch(be, specs, w.format);
   for (const auto& s : specs) {
-    const StTensor& t = *found[s.name].first;
+    const StTensor& t = *found.at(s.name).first;
     if (held_native(s, w.format)) {
       const auto q = scale_of.find(s.name);
-      upload_native(be, s, t, q == scale_of.end() ? nullptr : q->second, scratch, where, found[s.name].second->path());
+      upload_native(be, s, t, q == scale_of.end() ? nullptr : q->second, scratch, where, found.at(s.name).second->path());
       continue;
     }
     const Tensor dst = spec_view(s);
