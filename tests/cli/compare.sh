@@ -177,6 +177,20 @@ grep -q "^- per-layer: torch.pool.p0.03 = shared_expert + mtp10.aux1" "$tmp"/tor
   || fail "aliasing not listed in report.md"
 grep -q '"stream_source": "cpu-reference:torch"' "$tmp"/torch/*/runs/per-layer_r1.json || fail "measurement does not record the source"
 
+# 6c. --weights native: the children run the checkpoint's formats and every record says so; without a
+#     GPU the recorded native comparison is the one shown.
+mkdir "$tmp/native"
+"$bin" compare --backend cpu --modes eager --config tiny --mtp-layers 1 --draft-steps 1 --context 16 --weights native \
+  --policies per-layer,shared --repetitions 1 --steps 2 --no-trace --out-dir "$tmp/native" \
+  > "$tmp/native.txt" 2> "$tmp/native.err" || { cat "$tmp/native.err"; fail "native compare failed"; }
+grep -q "^tiny (native weights)" "$tmp/native.txt" || fail "the setup line does not name the weight format: $(sed -n 2p "$tmp/native.txt")"
+grep -q '"weights": "native"' "$tmp"/native/*/runs/per-layer_r1.json || fail "measurement does not record the weights"
+python3 -c "import json,sys; s=json.load(open(sys.argv[1])); assert s['settings']['model']['weights'] == 'native', s['settings']['model']" \
+  "$tmp"/native/*/summary.json || fail "summary.json does not record the weights"
+if ! { command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; }; then
+  "$bin" compare --weights native 2>&1 | head -2 | grep -q "flash-6l (native weights)" || fail "no recorded native comparison shown"
+fi
+
 # 7. A recorded folder's reports written again by this binary, with timeline screenshots (the
 #    viewer under Xvfb, when this build has it); the measurements stay untouched.
 rec=$(ls -d "$(dirname "$0")"/../../results/compare/*/ | head -n 1)
