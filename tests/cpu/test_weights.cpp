@@ -303,6 +303,16 @@ TEST(Weights, FlashTotals) {
   EXPECT_EQ(idx, 3 * V * k);
   EXPECT_EQ(weight_bytes(c, DType::BF16), size_t(2 * total + 2 * f32_hand + 2 * 3 * V * k));
   EXPECT_EQ(weight_bytes(c, DType::BF16), 582058497608ull);  // ~542.1 GiB
+  // --weights native, from the same counts: the FP8 matrices (per block wq_a, wq_b, wkv, wo_a, wo_b
+  // and the shared expert; indexer.wq_b in the 21 c4a layers; e_proj and h_proj) take 1 byte per
+  // value plus a 4-byte scale per 128 x 128 block instead of 2 bytes; the routed experts 0.5 + 1/32
+  // (e2m1 pairs and an e8m0 per 32) instead of 2. Every dim is a multiple of 128: no partial blocks.
+  const int64_t fp8 = 44 * (Lq * D + H * Dh * Lq + Dh * D + G * Lo * (H * Dh / G) + D * G * Lo + 3 * F * D) +
+                      21 * Hi * di * Lq + 2 * D * D;
+  const int64_t mx = 44 * 3 * E * F * D;
+  const int64_t native = 582058497608ll - 2 * (fp8 + mx) + fp8 + fp8 / (128 * 128) * 4 + mx / 2 + mx / 32;
+  EXPECT_EQ(int64_t(weight_bytes(c, DType::BF16, WeightFormat::Native)), native);
+  EXPECT_EQ(native, 159693555272ll);  // ~159.7 GB (148.7 GiB) on a bf16 backend
   EXPECT_EQ(weight_bytes(c, DType::F32), size_t(4 * total));
   std::printf("flash: %lld parameters, %zu bytes on a bf16 backend, %zu bytes on an f32 backend\n",
               (long long)params, weight_bytes(c, DType::BF16), weight_bytes(c, DType::F32));
