@@ -1,0 +1,34 @@
+// The collectives a model split over several GPUs needs (expert and tensor parallelism), with
+// the meaning NCCL gives them, on host fp32 buffers. One Communicator per rank; every rank of a
+// group calls the same collectives in the same order with the same sizes.
+//
+// make_fake_group is an in-process group for tests on the CPU: each rank runs on a thread of
+// its own, and a collective returns on a rank once every rank has called it. Sums run in rank
+// order, so a result does not depend on thread timing. (The NCCL communicator of a multi-GPU run
+// implements the same interface on device buffers.)
+#pragma once
+#include <cstddef>
+#include <memory>
+#include <vector>
+
+namespace sl {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int world() const = 0;
+  // buf[i] = the sum over ranks of their buf[i] (in place, n values).
+  virtual void all_reduce_sum(float* buf, size_t n) = 0;
+  // out[r * n + i] = rank r's in[i]: out holds world * n values.
+  virtual void all_gather(const float* in, float* out, size_t n) = 0;
+  // out[i] = the sum over ranks r of their in[rank() * n + i]: in holds world * n values, out n.
+  virtual void reduce_scatter_sum(const float* in, float* out, size_t n) = 0;
+  // out[r * n + i] = rank r's in[rank() * n + i]: each rank sends its r-th chunk to rank r.
+  virtual void all_to_all(const float* in, float* out, size_t n) = 0;
+};
+
+// world >= 1 communicators sharing one in-process group (rank i at index i).
+std::vector<std::unique_ptr<Communicator>> make_fake_group(int world);
+
+}  // namespace sl

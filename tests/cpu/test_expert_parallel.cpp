@@ -1,0 +1,177 @@
+// Expert parallelism on the CPU with an in-process fake communicator: the collectives against
+// hand-computed results, the expert partition, and the routed experts split over 1, 2 and 4
+// ranks (each rank running its own experts on its own backend, then the partial outputs summed
+// or scattered) against the whole MoE on one backend.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/communicator.h"
+#include "core/error.h"
+#include "model/cpu/cpu_backend.h"
+#include "model/expert_parallel.h"
+
+namespace sl {
+namespace {
+
+// Runs body(rank, comm) on one thread per rank of a fresh fake group.
+void on_ranks(int world, const std::function<void(int, Communicator&)>& body) {
+  auto group = make_fake_group(world);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r) threads.emplace_back([&, r] { body(r, *group[size_t(r)]); });
+  for (auto& t : threads) t.join();
+}
+
+TEST(FakeCommunicator, CollectivesMatchTheirDefinitions) {
+  const int W = 3;
+  const size_t n = 2;
+  std::vector<std::vector<float>> gathered(W), scattered(W), exchanged(W), reduced(W);
+  on_ranks(W, [&](int r, Communicator& c) {
+    EXPECT_EQ(c.rank(), r);
+    EXPECT_EQ(c.world(), W);
+    // Rank r's input chunk j holds 100 r + 10 j + i.
+    std::vector<float> in(W * n);
+    for (int j = 0; j < W; ++j)
+      for (size_t i = 0; i < n; ++i) in[size_t(j) * n + i] = float(100 * r + 10 * j + int(i));
+    gathered[size_t(r)].resize(W * n);
+    c.all_gather(in.data(), gathered[size_t(r)].data(), n);  // each rank's first chunk
+    scattered[size_t(r)].resize(n);
+    c.reduce_scatter_sum(in.data(), scattered[size_t(r)].data(), n);
+    exchanged[size_t(r)].resize(W * n);
+    c.all_to_all(in.data(), exchanged[size_t(r)].data(), n);
+    reduced[size_t(r)] = {float(r), float(r * r)};
+    c.all_reduce_sum(reduced[size_t(r)].data(), n);
+  });
+  for (int r = 0; r < W; ++r) {
+    // all_gather: chunk s of the output is rank s's in[0..n): 100 s + i.
+    EXPECT_EQ(gathered[size_t(r)], (std::vector<float>{0, 1, 100, 101, 200, 201}));
+    // reduce_scatter: the sum over ranks s of their chunk r: 300 + 30 r + 3 i.
+    EXPECT_EQ(scattered[size_t(r)], (std::vector<float>{float(300 + 30 * r), float(303 + 30 * r)}));
+    // all_to_all: chunk s of the output is rank s's chunk r: 100 s + 10 r + i.
+    for (int s = 0; s < W; ++s)
+      for (size_t i = 0; i < n; ++i)
+        EXPECT_EQ(exchanged[size_t(r)][size_t(s) * n + i], float(100 * s + 10 * r + int(i))) << r << " " << s;
+    EXPECT_EQ(reduced[size_t(r)], (std::vector<float>{0 + 1 + 2, 0 + 1 + 4}));
+  }
+  EXPECT_THROW(make_fake_group(0), Error);
+}
+
+TEST(ExpertPartition, ContiguousEqualBlocks) {
+  const ExpertPartition p = partition_experts(256, 8, 3);
+  EXPECT_EQ(p.per_rank(), 32);
+  EXPECT_EQ(p.first(), 96);
+  EXPECT_EQ(p.owner(95), 2);
+  EXPECT_EQ(p.owner(96), 3);
+  EXPECT_EQ(p.owner(255), 7);
+  try {
+    partition_experts(8, 3, 0);
+    ADD_FAILURE() << "8 experts over 3 ranks was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("8 routed experts do not split evenly over 3 ranks"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(partition_experts(8, 2, 2), Error);  // rank outside the world
+  const int32_t ids[] = {0, 5, 3, 9};
+  const float w[] = {1, 1, 1, 1};
+  EXPECT_THROW(local_routing(partition_experts(8, 2, 0), ids, w, 2, 2), Error);  // id 9 of 8 experts
+}
+
+// The routed experts of one MoE layer at the tiny config's sizes (D 256, F 128, E 8, k 2).
+struct MoeCase {
+  int64_t T = 8, D = 256, F = 128, E = 8;
+  int k = 2;
+  std::vector<float> x, w1, w2, w3, weights;
+  std::vector<int32_t> ids;
+  MoeCase() {
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<float> u(-1.f, 1.f);
+    auto fill = [&](std::vector<float>& v, size_t n, float scale) {
+      v.resize(n);
+      for (float& x : v) x = scale * u(rng);
+    };
+    fill(x, size_t(T * D), 1.f);
+    fill(w1, size_t(E * F * D), 0.1f);
+    fill(w3, size_t(E * F * D), 0.1f);
+    fill(w2, size_t(E * D * F), 0.1f);
+    weights.resize(size_t(T * k));
+    ids.resize(size_t(T * k));
+    for (int64_t t = 0; t < T; ++t) {  // two distinct experts per token
+      const int32_t a = int32_t(rng() % uint32_t(E)), b = int32_t((a + 1 + rng() % uint32_t(E - 1)) % uint32_t(E));
+      ids[size_t(t * k)] = a, ids[size_t(t * k + 1)] = b;
+      weights[size_t(t * k)] = 0.25f + 0.5f * (u(rng) + 1.f) / 2.f, weights[size_t(t * k + 1)] = 0.3f;
+    }
+  }
+  // The MoE output on one CPU backend holding experts [first, first + count), for this routing.
+  std::vector<float> run(int64_t first, int64_t count, const std::vector<int32_t>& rids,
+                         const std::vector<float>& rweights) const {
+    auto be = make_cpu_backend();
+    auto up = [&](const std::string& name, Shape s, const float* src) {
+      Tensor t = be->alloc(name, DType::F32, s, AllocKind::Weight);
+      be->upload(Stream{}, t, src, t.bytes());
+      return t;
+    };
+    const Tensor tx = up("x", {T, D}, x.data());
+    const Tensor t1 = up("w1", {count, F, D}, w1.data() + first * F * D);
+    const Tensor t3 = up("w3", {count, F, D}, w3.data() + first * F * D);
+    const Tensor t2 = up("w2", {count, D, F}, w2.data() + first * D * F);
+    const Tensor tw = up("weights", {T, k}, rweights.data());
+    Tensor ti = be->alloc("ids", DType::I32, {T, k}, AllocKind::Activation);
+    be->upload(Stream{}, ti, rids.data(), ti.bytes());
+    Tensor ws = be->alloc("ws", DType::U8, {int64_t(be->moe_workspace_bytes(T, k, int(D), int(F), int(count)))},
+                          AllocKind::Workspace);
+    Tensor out = be->alloc("out", DType::F32, {T, D}, AllocKind::Activation);
+    be->moe_experts(Stream{}, out, tx, ti, tw, t1, t2, t3, 10.f, ws);
+    std::vector<float> o(size_t(T * D));
+    be->download(o.data(), out, out.bytes());
+    return o;
+  }
+};
+
+double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    num = std::max(num, double(std::fabs(a[i] - b[i])));
+    den = std::max(den, double(std::fabs(b[i])));
+  }
+  return num / den;
+}
+
+TEST(ExpertParallel, SplitExpertsSumToTheWholeMoe) {
+  const MoeCase c;
+  const std::vector<float> whole = c.run(0, c.E, c.ids, c.weights);
+  for (int world : {1, 2, 4}) {
+    const size_t W = size_t(world);
+    std::vector<std::vector<float>> partial(W), mine(W);
+    std::vector<int64_t> pairs(W);
+    on_ranks(world, [&](int r, Communicator& comm) {
+      const ExpertPartition p = partition_experts(c.E, world, r);
+      const LocalRouting l = local_routing(p, c.ids.data(), c.weights.data(), c.T, c.k);
+      pairs[size_t(r)] = l.pairs_here;
+      std::vector<float> out = c.run(p.first(), p.per_rank(), l.ids, l.weights);
+      // The tokens split afterwards (reduce-scatter: rank r keeps its T / world rows), and kept
+      // whole (all-reduce).
+      mine[size_t(r)].resize(size_t(c.T / world * c.D));
+      comm.reduce_scatter_sum(out.data(), mine[size_t(r)].data(), mine[size_t(r)].size());
+      comm.all_reduce_sum(out.data(), out.size());
+      partial[size_t(r)] = std::move(out);
+    });
+    int64_t total = 0;
+    for (int64_t n : pairs) total += n;
+    EXPECT_EQ(total, c.T * c.k) << "world " << world << ": every (token, slot) pair runs on exactly one rank";
+    for (int r = 0; r < world; ++r) {
+      // Summing per-rank partials reorders fp32 additions: equal to a few ulps of the output.
+      EXPECT_LT(max_rel_diff(partial[size_t(r)], whole), 1e-6) << "world " << world << ", rank " << r;
+      const std::vector<float> rows(whole.begin() + r * (c.T / world) * c.D,
+                                    whole.begin() + (r + 1) * (c.T / world) * c.D);
+      EXPECT_LT(max_rel_diff(mine[size_t(r)], rows), 1e-6) << "world " << world << ", rank " << r << " (scattered)";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace sl
