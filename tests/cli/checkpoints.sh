@@ -82,8 +82,9 @@ PY
 "$bin" run --backend cpu --steps 1 --checkpoint "$tmp/native" --json > "$tmp/deq.json" 2> /dev/null ||
   fail "the native checkpoint does not load into bf16 weights"
 grep -q '"weights": "bf16"' "$tmp/deq.json" || fail "run --json does not record the weight format"
-"$bin" run --backend cpu --weights native --steps 1 --checkpoint "$tmp/native" --json 2> /dev/null |
-  grep -q '"weights": "native"' || fail "run --json does not record --weights native"
+"$bin" run --backend cpu --weights native --steps 1 --checkpoint "$tmp/native" --json > "$tmp/nat.json" 2> /dev/null ||
+  fail "the native checkpoint does not run with --json"
+grep -q '"weights": "native"' "$tmp/nat.json" || fail "run --json does not record --weights native"
 # mutate copies $tmp/good: from here on that is the native checkpoint.
 rm -rf "$tmp/good" && cp -r "$tmp/native" "$tmp/good"
 # An MXFP4 scale tensor as F32 with a value that is not a power of two.
