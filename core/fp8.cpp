@@ -45,6 +45,14 @@ uint8_t e8m0_ceil(float x) {
   return uint8_t(std::clamp(exp + 127, 0, 254));
 }
 
+bool e8m0_exact(float x, uint8_t* code) {
+  if (!(x > 0) || !std::isfinite(x)) return false;
+  int e = 0;
+  if (std::frexp(x, &e) != 0.5f || e - 1 < -127 || e - 1 > 127) return false;  // x = 0.5 * 2^e
+  *code = uint8_t(e - 1 + 127);
+  return true;
+}
+
 float fp8_group_scale(float amax) {
   return amax > 0 && std::isfinite(amax) ? e8m0_to_float(e8m0_ceil(amax / kE4m3Max)) : 1.f;
 }

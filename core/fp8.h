@@ -28,6 +28,8 @@ uint8_t float_to_e4m3(float x);  // RNE, saturating; NaN -> 0x7F
 float e8m0_to_float(uint8_t code);
 // The smallest power of two >= x (x > 0 finite), as a code; clamped to 2^-127 .. 2^127.
 uint8_t e8m0_ceil(float x);
+// The code of x when x is exactly a power of two in 2^-127 .. 2^127 (true), else false.
+bool e8m0_exact(float x, uint8_t* code);
 
 // The scale of one 1 x 128 activation group before an FP8 GEMM, as vLLM picks it for DeepSeek
 // (ue8m0 scales): the smallest power of two >= amax / 448; 1 when amax is 0 or not finite.

@@ -7,6 +7,13 @@
 
 namespace sl {
 
+namespace {
+void check_expert_id(const ExpertPartition& p, int32_t id, size_t pair) {
+  SL_CHECK(id >= 0 && id < p.experts, "expert parallelism: expert id ", id, " at pair ", pair, " is outside [0, ",
+           p.experts, ")");
+}
+}  // namespace
+
 ExpertPartition partition_experts(int64_t experts, int world, int rank) {
   SL_CHECK(world >= 1 && rank >= 0 && rank < world, "expert parallelism: rank ", rank, " is outside a world of ",
            world);
@@ -25,8 +32,7 @@ LocalRouting local_routing(const ExpertPartition& p, const int32_t* ids, const f
   l.ids.resize(n);
   l.weights.resize(n);
   for (size_t i = 0; i < n; ++i) {
-    SL_CHECK(ids[i] >= 0 && ids[i] < p.experts, "expert parallelism: expert id ", ids[i], " at pair ", i,
-             " is outside [0, ", p.experts, ")");
+    check_expert_id(p, ids[i], i);
     const bool here = p.owner(ids[i]) == p.rank;
     l.ids[i] = here ? int32_t(ids[i] - p.first()) : 0;
     l.weights[i] = here ? weights[i] : 0.f;
@@ -51,8 +57,7 @@ std::vector<float> moe_all_to_all(const ExpertPartition& p, Communicator& comm, 
   std::vector<float> counts(W, 0.f), send(W * cap * row, 0.f);
   std::vector<std::pair<int, int64_t>> where(P);  // pair -> (destination, its row there)
   for (size_t pr = 0; pr < P; ++pr) {
-    SL_CHECK(ids[pr] >= 0 && ids[pr] < p.experts, "expert parallelism: expert id ", ids[pr], " at pair ", pr,
-             " is outside [0, ", p.experts, ")");
+    check_expert_id(p, ids[pr], pr);
     const int dst = p.owner(ids[pr]);
     const int64_t r = int64_t(counts[size_t(dst)]++);
     where[pr] = {dst, r};

@@ -212,6 +212,19 @@ Tensor native_scratch(Backend& be, const std::vector<WeightSpec>& specs, WeightF
   return be.alloc("weights.native_scratch", DType::F32, Shape{most}, AllocKind::Workspace);
 }
 
+// native_scratch allocated at its first use: loading a checkpoint already in the native formats
+// quantizes nothing and needs none.
+struct LazyScratch {
+  Backend& be;
+  const std::vector<WeightSpec>& specs;
+  WeightFormat format;
+  Tensor t;
+  const Tensor& get() {
+    if (t.empty()) t = native_scratch(be, specs, format);
+    return t;
+  }
+};
+
 // Quantizes fp32 values (in `scratch`, viewed as the spec's shape) into a native spec.
 void quantize_into(Backend& be, const WeightSpec& s, const Tensor& scratch) {
   const Tensor src = scratch.rows(0, s.shape.numel()).view(s.shape);
@@ -493,11 +506,12 @@ void write_plain(Backend& be, const WeightSpec& s, StDType fdt, const Safetensor
   });
 }
 
-// "layers.0.attn.wq_a.weight" -> "layers.0.attn.wq_a.scale"
+// "layers.0.attn.wq_a.weight" -> "layers.0.attn.wq_a.scale": where DeepSeek keeps a quantized
+// weight's scales ("" for a tensor whose name does not end in .weight: it has none).
 std::string scale_name(const std::string& weight) {
   const std::string suffix = ".weight";
-  SL_CHECK(weight.size() > suffix.size() && weight.compare(weight.size() - suffix.size(), suffix.size(), suffix) == 0,
-           "weights: ", weight, " does not end in .weight");
+  if (weight.size() <= suffix.size() || weight.compare(weight.size() - suffix.size(), suffix.size(), suffix) != 0)
+    return "";
   return weight.substr(0, weight.size() - suffix.size()) + ".scale";
 }
 
@@ -516,12 +530,8 @@ void add_native_tensors(Backend& be, const WeightSpec& s, std::vector<FileTensor
   if (fp8) {
     std::vector<float> f(size_t(sc.numel()));
     be.download(f.data(), sc, sc.bytes());
-    for (size_t i = 0; i < f.size() && sdt == StDType::F8_E8M0; ++i) {
-      int e = 0;
-      const bool pow2 = f[i] > 0 && std::isfinite(f[i]) && std::frexp(f[i], &e) == 0.5f && e - 1 >= -127 && e - 1 <= 127;
-      if (pow2) e8m0[i] = uint8_t(e - 1 + 127);
-      else sdt = StDType::F32;
-    }
+    for (size_t i = 0; i < f.size() && sdt == StDType::F8_E8M0; ++i)
+      if (!lowp::e8m0_exact(f[i], &e8m0[i])) sdt = StDType::F32;
     if (sdt == StDType::F32) {
       e8m0.resize(f.size() * 4);
       std::memcpy(e8m0.data(), f.data(), e8m0.size());
@@ -724,7 +734,7 @@ static void upload_dequantized(Backend& be, const Tensor& dst, const StTensor& t
 // are held (FP8: F32; MXFP4: e8m0, refused if an F32 scale is not a power of two). Otherwise
 // (float, or the other quantized format): fp32 values on the host, quantized on the backend.
 static void upload_native(Backend& be, const WeightSpec& s, const StTensor& t, const StTensor* sc,
-                          const Tensor& scratch, const std::string& where, const std::string& fp) {
+                          LazyScratch& scratch, const std::string& where, const std::string& fp) {
   const bool fp8 = s.native == WeightSpec::Native::Fp8;
   const bool same = sc && (fp8 ? t.dtype == StDType::F8_E4M3 : t.dtype != StDType::F8_E4M3);
   const Stream s0{0};
@@ -745,10 +755,8 @@ static void upload_native(Backend& be, const WeightSpec& s, const StTensor& t, c
           continue;
         }
         const float v = scale_at(*sc, i);
-        int ex = 0;
-        SL_CHECK(v > 0 && std::frexp(v, &ex) == 0.5f && ex - 1 >= -127 && ex - 1 <= 127, where, ": the scales of ",
-                 s.name, " in ", fp, " hold ", v, " at element ", i, ", not a power of two (MXFP4 scales are e8m0)");
-        e[i] = uint8_t(ex - 1 + 127);
+        SL_CHECK(lowp::e8m0_exact(v, &e[i]), where, ": the scales of ", s.name, " in ", fp, " hold ", v,
+                 " at element ", i, ", not a power of two (MXFP4 scales are e8m0)");
       }
       be.upload(s0, scale, e.data(), n);
       be.synchronize();
@@ -761,8 +769,9 @@ static void upload_native(Backend& be, const WeightSpec& s, const StTensor& t, c
     dequantize_rows(t, *sc, 0, rows, cols, f.data());
   else
     convert_to_backend(f.data(), DType::F32, t.data, t.dtype, f.size());
-  be.upload(s0, scratch.rows(0, rows * cols), f.data(), f.size() * 4);
-  quantize_into(be, s, scratch);
+  const Tensor& buf = scratch.get();
+  be.upload(s0, buf.rows(0, rows * cols), f.data(), f.size() * 4);
+  quantize_into(be, s, buf);
   be.synchronize();  // f is freed on return
 }
 
@@ -848,14 +857,11 @@ void load_checkpoint(Backend& be, const ModelConfig& c, ModelWeights& w, const s
   for (const auto& s : specs) {
     wanted.insert(s.name);
     if (!found.count(s.name)) missing.push_back(s.name);
-    const std::string suffix = ".weight";
-    if (s.name.size() > suffix.size() && s.name.compare(s.name.size() - suffix.size(), suffix.size(), suffix) == 0) {
-      const std::string sc = s.name.substr(0, s.name.size() - suffix.size()) + ".scale";
+    if (const std::string sc = scale_name(s.name); !sc.empty())
       if (auto it = found.find(sc); it != found.end()) {
         wanted.insert(sc);
         scale_of[s.name] = it->second.first;
       }
-    }
   }
   if (!missing.empty())
     fail(where, ": missing tensor ", missing[0],
@@ -894,7 +900,7 @@ void load_checkpoint(Backend& be, const ModelConfig& c, ModelWeights& w, const s
 
   const Stream s0{0};
   std::vector<uint8_t> buf;
-  const Tensor scratch = native_scratch(be, specs, w.format);
+  LazyScratch scratch{be, specs, w.format, {}};
   for (const auto& s : specs) {
     const StTensor& t = *found.at(s.name).first;
     if (held_native(s, w.format)) {

@@ -179,3 +179,22 @@ TEST(Fp8, Mxfp4ScaleAndError) {
 
 }  // namespace
 }  // namespace sl::lowp
+
+// e8m0_exact: the code of an exact power of two (how a checkpoint's fp32 scales become e8m0), and
+// false for anything else.
+TEST(Fp8, E8m0ExactTakesOnlyPowersOfTwo) {
+  uint8_t c = 0;
+  EXPECT_TRUE(sl::lowp::e8m0_exact(1.f, &c));
+  EXPECT_EQ(c, 127);
+  EXPECT_TRUE(sl::lowp::e8m0_exact(0.5f, &c));
+  EXPECT_EQ(c, 126);
+  EXPECT_TRUE(sl::lowp::e8m0_exact(std::ldexp(1.f, -127), &c));  // subnormal in fp32, still e8m0's smallest
+  EXPECT_EQ(c, 0);
+  EXPECT_TRUE(sl::lowp::e8m0_exact(std::ldexp(1.f, 127), &c));
+  EXPECT_EQ(c, 254);
+  for (float bad : {3.f, 0.3f, 0.f, -1.f, std::ldexp(1.f, -128), INFINITY, NAN}) {
+    c = 77;
+    EXPECT_FALSE(sl::lowp::e8m0_exact(bad, &c)) << bad;
+    EXPECT_EQ(c, 77) << "the code is left alone for " << bad;
+  }
+}
