@@ -10,8 +10,8 @@ namespace sl {
 
 const char* const kKernelVariantsHelp =
     "CUDA kernel variants, key=value[,key=value...]: attn-decode=on|off, attn-splits=N (0 = auto), "
-    "gemv-bf16-max-mb=N, pdl=on|off, cublas-workspace-kb=N, mxfp4-mma=on|off (default: the measured best of "
-    "each)";
+    "gemv-bf16-max-mb=N, pdl=on|off, cublas-workspace-kb=N, mxfp4-mma=on|off, fp8-wide=on|off, "
+    "mxfp4-wide=on|off (default: the measured best of each)";
 
 namespace {
 
@@ -61,12 +61,16 @@ KernelVariants KernelVariants::parse(const std::string& spec) {
       k.cublas_workspace_bytes = size_t(integer(key, v, 0, int64_t(1) << 30)) << 10;  // up to 1 TiB
     } else if (key == "mxfp4-mma") {
       k.mxfp4_mma = on_off(key, v);
+    } else if (key == "fp8-wide") {
+      k.fp8_wide = on_off(key, v);
+    } else if (key == "mxfp4-wide") {
+      k.mxfp4_wide = on_off(key, v);
     } else if (const char* why = removed(key)) {
       fail("--kernel-variants: '", key, "' is no longer a variant: ", why,
            " (results/2026-12-04-h200-kernel-workbench)");
     } else {
       fail("--kernel-variants: unknown key '", key,
-           "' (attn-decode, attn-splits, gemv-bf16-max-mb, pdl, cublas-workspace-kb, mxfp4-mma)");
+           "' (attn-decode, attn-splits, gemv-bf16-max-mb, pdl, cublas-workspace-kb, mxfp4-mma, fp8-wide, mxfp4-wide)");
     }
   }
   return k;
@@ -77,7 +81,8 @@ std::string KernelVariants::str() const {
   std::ostringstream s;
   s << "attn-decode=" << oo(attention_decode_kernel) << ",attn-splits=" << attention_splits
     << ",gemv-bf16-max-mb=" << gemv_bf16_max_mb << ",pdl=" << oo(pdl)
-    << ",cublas-workspace-kb=" << (cublas_workspace_bytes >> 10) << ",mxfp4-mma=" << oo(mxfp4_mma);
+    << ",cublas-workspace-kb=" << (cublas_workspace_bytes >> 10) << ",mxfp4-mma=" << oo(mxfp4_mma)
+    << ",fp8-wide=" << oo(fp8_wide) << ",mxfp4-wide=" << oo(mxfp4_wide);
   return s.str();
 }
 

@@ -35,10 +35,18 @@ struct KernelVariants {
   // The MXFP4 routed experts: on the tensor cores, e2m1 decoded to bf16 in registers (true), or
   // the CUDA-core expert GEMV decoding through fp16 (false).
   bool mxfp4_mma = true;
+  // FP8 GEMMs at decode (<= 8 rows): a warp multiplies 8-32 columns (several MMA column tiles
+  // sharing one quantized activation chunk) with every warp of a block on its own part of K
+  // (true), or the first kernel, a warp per 8 columns with K split only when the grid is small.
+  bool fp8_wide = true;
+  // The MXFP4 experts on the tensor cores: a block's 8 warps share K and a warp feeds 1-4 column
+  // tiles per activation chunk (true), or a warp per 8 columns walking K alone (false).
+  bool mxfp4_wide = true;
 
   // "key=value,key=value": attn-decode=on|off, attn-splits=N, gemv-bf16-max-mb=N, pdl=on|off,
-  // cublas-workspace-kb=N, mxfp4-mma=on|off. Unknown keys and bad values are errors naming the key and the
-  // accepted values (a retired key says why it went). An empty spec is the defaults.
+  // cublas-workspace-kb=N, mxfp4-mma=on|off, fp8-wide=on|off, mxfp4-wide=on|off. Unknown keys
+  // and bad values are errors naming the key and the accepted values (a retired key says why it
+  // went). An empty spec is the defaults.
   static KernelVariants parse(const std::string& spec);
   // Every setting, in parse()'s syntax (parse(str()) gives the same variants).
   std::string str() const;

@@ -36,7 +36,7 @@ for st in $stages; do case $st in
       nvcc --version | tail -n 2; cat $B/COMMIT; date -u; } > "$W/provenance.txt" 2>&1
     cat "$W/provenance.txt"; cp "$W/provenance.txt" "$OUT/" ;;
   tests)
-    run test_cuda_ops 120 $B/test_cuda_ops --gtest_brief=1
+    run test_cuda_ops 200 $B/test_cuda_ops --gtest_brief=1
     run test_cuda_model 60 $B/test_cuda_model --gtest_brief=1
     run test_cuda_check 90 $B/test_cuda_check ;;
   sanitizer)

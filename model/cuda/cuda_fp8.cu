@@ -1,9 +1,10 @@
 // FP8 block-scaled GEMM (gemm_fp8, docs/model.md 8): e4m3 weights with one scale per 128 x 128
 // block, the activation quantized per row and 128-column group as vLLM does for DeepSeek.
 //
-//   1-8 rows (a decode step): gemm_fp8_mma_kernel, one kernel that quantizes the activation as
+//   1-8 rows (a decode step): gemm_fp8_wide_kernel, one kernel that quantizes the activation as
 //   it goes and multiplies on the tensor cores (mma.sync e4m3, fp32 accumulation), the weight
-//   codes streamed once. Shapes whose columns are not whole groups of 8 take the GEMV instead:
+//   codes streamed once, a block's 8 warps on one set of columns and K shared among them
+//   (gemm_fp8_mma_kernel, a warp per 8 columns walking K alone, is the variant fp8-wide=off). Shapes whose columns are not whole groups of 8 take the GEMV instead:
 //   fp8_quantize_kernel writes a_q = e4m3(a / s) * s (exact in bf16) to the stream's scratch and
 //   gemv_fp8_kernel decodes 16 codes per lane per load, each block's scale on its partial sum.
 //   9 rows or more into bf16: cuBLASLt's block-scaled FP8 GEMM
@@ -351,6 +352,109 @@ __global__ __launch_bounds__(256) void gemm_fp8_mma_kernel(Fp8MmaArgs g) {
   }
 }
 
+// The wide decode kernel (variant fp8-wide=on, the default): a block takes NT x 8 columns and
+// all of K, each of its 8 warps a strided share of K's 128-value chunks (warp w: chunks
+// [w CH, w CH + CH), then 8 CH further on), so the block's reads start at once instead of a warp
+// walking K alone. Per chunk a warp quantizes its 32 x 8 activations once and feeds them to NT
+// MMA column tiles, and each lane has NT x CH x 32 weight bytes in flight before it computes
+// (NT x CH = 4: 128 bytes). The same permuted K order and scale rule as gemm_fp8_mma_kernel, so
+// both give the same products; the 8 warps' partial sums meet in shared memory.
+template <int NT, class TA>
+__global__ __launch_bounds__(256) void gemm_fp8_wide_kernel(Fp8MmaArgs g) {
+  pdl_enter();
+  constexpr int CH = 4 / NT;  // 128-value chunks per warp step
+  __shared__ float red[8][NT][64];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int grp = lane >> 2, tig = lane & 3;
+  const int64_t n0 = int64_t(blockIdx.x) * NT * 8;
+  const int64_t KB = g.K / kBlk;
+  const bool row_ok = grp < g.M;
+  // The block's columns lie in one activation group and one row of weight blocks (the host picks
+  // NT so that 8 NT divides the group width; 8 NT divides 128).
+  const TA* ar = static_cast<const TA*>(g.a) + (row_ok ? grp : 0) * g.lda + (n0 / g.Ng) * g.K + tig * 32;
+  const float* wsr = g.w_scale + (n0 / kBlk) * KB;
+  const uint8_t* wr[NT];
+#pragma unroll
+  for (int t = 0; t < NT; ++t) wr[t] = g.w + min(n0 + 8 * t + grp, g.N - 1) * g.K + tig * 32;
+  float acc[NT][2] = {};
+  for (int64_t kb = int64_t(warp) * CH; kb < KB; kb += 8 * CH) {
+    uint4 wv[CH][NT][2];
+    ActChunk<TA> act[CH];
+#pragma unroll
+    for (int u = 0; u < CH; ++u) {
+      const bool in = kb + u < KB;
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+        const uint4* wp = reinterpret_cast<const uint4*>(wr[t] + (kb + u) * kBlk);
+        wv[u][t][0] = in ? __ldg(wp) : make_uint4(0, 0, 0, 0);
+        wv[u][t][1] = in ? __ldg(wp + 1) : make_uint4(0, 0, 0, 0);
+      }
+      act[u].load(ar + (kb + u) * kBlk, in && row_ok);
+    }
+#pragma unroll
+    for (int u = 0; u < CH; ++u) {
+      if (kb + u >= KB) break;  // uniform per warp
+      float x[32];
+      act[u].floats(x);
+      float amax = 0.f;
+#pragma unroll
+      for (int i = 0; i < 32; ++i) amax = fmaxf(amax, fabsf(x[i]));
+      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+      const float s = fp8_group_scale(amax), r = 1.f / s;  // x * r == x / s exactly (s a power of two)
+      uint32_t aw[8];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) aw[i] = e4m3x4(x[4 * i] * r, x[4 * i + 1] * r, x[4 * i + 2] * r, x[4 * i + 3] * r);
+      const float f = wsr[kb + u] * s;
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+        const uint32_t ww[8] = {wv[u][t][0].x, wv[u][t][0].y, wv[u][t][0].z, wv[u][t][0].w,
+                                wv[u][t][1].x, wv[u][t][1].y, wv[u][t][1].z, wv[u][t][1].w};
+        float c[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+        for (int j = 0; j < 4; ++j) mma_e4m3(c, aw[2 * j], aw[2 * j + 1], aw[2 * j + 1], 0u, ww[2 * j], ww[2 * j + 1]);
+        acc[t][0] += c[0] * f;
+        acc[t][1] += c[1] * f;
+      }
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < NT; ++t) {
+    red[warp][t][grp * 8 + 2 * tig] = acc[t][0];
+    red[warp][t][grp * 8 + 2 * tig + 1] = acc[t][1];
+  }
+  __syncthreads();
+  // Thread i < 64 NT sums one (tile, row, column) over the 8 warps.
+  const int i = threadIdx.x;
+  if (i >= NT * 64) return;
+  const int t = i / 64, e = i % 64, row = e / 8;
+  const int64_t n = n0 + 8 * t + e % 8;
+  if (row >= g.M || n >= g.N) return;
+  float v = 0.f;
+#pragma unroll
+  for (int w = 0; w < 8; ++w) v += red[w][t][e];
+  stf(g.out, g.dto, int64_t(row) * g.ldo + n, v);
+}
+
+// Column tiles per warp of the wide kernel: the most (up to 4) that still gives every SM a block
+// and divides the group width.
+int fp8_wide_tiles(int64_t N, int64_t Ng, int sms) {
+  for (int nt : {4, 2})
+    if (Ng % (8 * nt) == 0 && cdiv(N, 8 * nt) >= sms) return nt;
+  return 1;
+}
+
+template <class TA>
+void launch_fp8_wide(const char* op, cudaStream_t st, int nt, int64_t N, const Fp8MmaArgs& g) {
+  const dim3 grid(unsigned(cdiv(N, 8 * nt)));
+  switch (nt) {
+    case 4: launch_kernel(op, gemm_fp8_wide_kernel<4, TA>, grid, 256, 0, st, g); break;
+    case 2: launch_kernel(op, gemm_fp8_wide_kernel<2, TA>, grid, 256, 0, st, g); break;
+    default: launch_kernel(op, gemm_fp8_wide_kernel<1, TA>, grid, 256, 0, st, g); break;
+  }
+  CUDA_LAUNCH_CHECK(op, st);
+}
+
 // Warps per 8-column group: more while the grid is under two blocks per SM and each warp keeps at
 // least two chunks of each of its kChunks-wide steps.
 int fp8_mma_warps_per_group(int64_t N, int64_t K, int sms) {
@@ -383,10 +487,17 @@ void gemm_fp8_mma(CudaBackend& be, const char* op, Stream s, const Tensor& out, 
     Fp8MmaArgs g{static_cast<char*>(out.data) + m0 * N * os, fcode(out.dtype), N,
                  static_cast<const char*>(a.data) + m0 * G * K * as, G * K, w.ptr<uint8_t>(), w_scale.ptr<float>(),
                  std::min<int64_t>(8, M - m0), N, K, N / G};
-    if (a.dtype == DType::BF16)
+    if (be.variants().fp8_wide) {
+      const int nt = fp8_wide_tiles(N, N / G, be.sm_count());
+      if (a.dtype == DType::BF16)
+        launch_fp8_wide<bf16>(op, st, nt, N, g);
+      else
+        launch_fp8_wide<float>(op, st, nt, N, g);
+    } else if (a.dtype == DType::BF16) {
       launch_fp8_mma<bf16>(op, st, wpc, cdiv(N, 8), g);
-    else
+    } else {
       launch_fp8_mma<float>(op, st, wpc, cdiv(N, 8), g);
+    }
   }
 }
 

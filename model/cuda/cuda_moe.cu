@@ -710,6 +710,131 @@ __global__ __launch_bounds__(256) void moe_fp4_mma_kernel(MoeGemvArgs g) {
   }
 }
 
+// The wide variant (mxfp4-wide=on, the default): a block takes one tile of rows and NT x 8
+// columns, each of its 8 warps a strided share of K's 128-value chunks (warp w: chunks
+// [w CH, w CH + CH), then 8 CH further on), so every warp of the block reads at once; a warp's
+// activation chunk feeds NT column tiles of each streamed matrix, and a lane has NT x NM x CH
+// groups of 16 packed bytes in flight before it decodes any. The same decode and MMAs as
+// moe_fp4_mma_kernel; the 8 warps' partial sums meet in shared memory.
+template <bool PAIR, int NT>
+__global__ __launch_bounds__(256) void moe_fp4_wide_kernel(MoeGemvArgs g) {
+  pdl_enter();
+  constexpr int NM = PAIR ? 2 : 1;
+  constexpr int CH = 4 / (NT * NM) > 0 ? 4 / (NT * NM) : 1;  // chunks per warp step
+  __shared__ float red[8][NM][NT][64];
+  const int bx = blockIdx.x;
+  if (bx >= g.tiles[g.E]) return;  // uniform per block
+  const int e = g.tile_expert[bx];
+  const int mt = bx - g.tiles[e];
+  const int row0 = g.offsets[e] + mt * kFp4TileRows;
+  const int rows = min(kFp4TileRows, g.counts[e] - mt * kFp4TileRows);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int grp = lane >> 2, tig = lane & 3;
+  const int n0 = int(blockIdx.y) * NT * 8;
+  const bool row_ok = grp < rows;
+  const int pr = row0 + (row_ok ? grp : 0);
+  const bf16* arow = g.A + (g.a_rows ? int64_t(g.a_rows[pr]) : int64_t(pr)) * g.lda + tig * 32;
+  const uint8_t* wm[NM][NT];
+  const uint8_t* sm[NM][NT];
+#pragma unroll
+  for (int t = 0; t < NT; ++t) {
+    const int64_t wrow = int64_t(e) * g.N + min(n0 + 8 * t + grp, g.N - 1);  // this thread's B column
+#pragma unroll
+    for (int j = 0; j < NM; ++j) {
+      wm[j][t] = static_cast<const uint8_t*>(j == 0 ? g.W : g.W3) + wrow * (g.K / 2) + tig * 16;
+      sm[j][t] = (j == 0 ? g.Ws : g.W3s) + wrow * (g.K / 32) + tig;
+    }
+  }
+  float c[NM][NT][4] = {};
+  for (int k0 = warp * CH * 128; k0 < g.K; k0 += 8 * CH * 128) {
+    uint4 wv[CH][NM][NT], av[CH][4];
+    uint8_t sc[CH][NM][NT];
+#pragma unroll
+    for (int u = 0; u < CH; ++u) {
+      const int k = k0 + 128 * u;
+      const bool in = k < g.K;
+#pragma unroll
+      for (int j = 0; j < NM; ++j)
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+          wv[u][j][t] = in ? __ldg(reinterpret_cast<const uint4*>(wm[j][t] + k / 2)) : make_uint4(0, 0, 0, 0);
+          sc[u][j][t] = in ? sm[j][t][k / 32] : uint8_t(127);
+        }
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        av[u][i] = in && row_ok ? reinterpret_cast<const uint4*>(arow + k)[i] : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int u = 0; u < CH; ++u) {
+      if (k0 + 128 * u >= g.K) break;  // uniform per warp
+#pragma unroll
+      for (int j = 0; j < NM; ++j)
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+          const Bf16Table tb(sc[u][j][t]);
+          const uint32_t words[4] = {wv[u][j][t].x, wv[u][j][t].y, wv[u][j][t].z, wv[u][j][t].w};
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            uint32_t b[4];
+            decode_e2m1x8_bf16(words[q], tb, b);
+            const uint4 a = av[u][q];
+            mma_bf16(c[j][t], a.x, a.y, a.y, 0u, b[0], b[1]);
+            mma_bf16(c[j][t], a.z, a.w, a.w, 0u, b[2], b[3]);
+          }
+        }
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < NM; ++j)
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      red[warp][j][t][grp * 8 + 2 * tig] = c[j][t][0];
+      red[warp][j][t][grp * 8 + 2 * tig + 1] = c[j][t][1];
+    }
+  __syncthreads();
+  // Thread i < 64 NT finishes one (tile, row, column): the 8 warps' sums of each matrix.
+  const int i = threadIdx.x;
+  if (i >= NT * 64) return;
+  const int t = i / 64, ei = i % 64, row = ei / 8;
+  const int n = n0 + 8 * t + ei % 8;
+  if (row >= rows || n >= g.N) return;
+  float v[NM];
+#pragma unroll
+  for (int j = 0; j < NM; ++j) {
+    v[j] = 0.f;
+#pragma unroll
+    for (int w = 0; w < 8; ++w) v[j] += red[w][j][t][ei];
+  }
+  const int64_t o = int64_t(row0 + row) * g.N + n;
+  if constexpr (PAIR) {
+    const float gv = fminf(v[0], g.limit);
+    const float uv = fminf(fmaxf(v[1], -g.limit), g.limit);
+    static_cast<bf16*>(g.out)[o] = __float2bfloat16_rn(gv * sigmoidf_(gv) * uv);
+  } else {
+    static_cast<float*>(g.out)[o] = v[0];
+  }
+}
+
+// Column tiles per warp of the wide kernel: the most (up to 4 / NM) that still gives every SM two
+// blocks at the tile count the call reserves.
+int fp4_wide_tiles(int64_t max_tiles, int64_t N, int nm, int sms) {
+  for (int nt = 4 / nm; nt > 1; nt /= 2)
+    if (max_tiles * cdiv(N, 8 * nt) >= 2 * int64_t(sms)) return nt;
+  return 1;
+}
+
+template <bool PAIR>
+void launch_fp4_wide(const char* op, cudaStream_t st, int64_t max_tiles, const MoeGemvArgs& v, int sms) {
+  const int nt = fp4_wide_tiles(max_tiles, v.N, PAIR ? 2 : 1, sms);
+  const dim3 grid{unsigned(max_tiles), unsigned(cdiv(v.N, 8 * nt)), 1u};
+  switch (nt) {
+    case 4: launch_kernel(op, moe_fp4_wide_kernel<PAIR, PAIR ? 2 : 4>, grid, 256, 0, st, v); break;
+    case 2: launch_kernel(op, moe_fp4_wide_kernel<PAIR, 2>, grid, 256, 0, st, v); break;
+    default: launch_kernel(op, moe_fp4_wide_kernel<PAIR, 1>, grid, 256, 0, st, v); break;
+  }
+  CUDA_LAUNCH_CHECK(op, st);
+}
+
 // K slices per block: enough warps for the grid to fill the GPU when few tiles run (decode), each
 // slice whole 128-value chunks.
 int fp4_mma_k_slices(int64_t max_tiles, int64_t N, int64_t K, int sms) {
@@ -1004,8 +1129,13 @@ void CudaBackend::moe_experts_mxfp4(Stream s, const Tensor& out, const Tensor& x
   launch_moe_permute(op, st, L, ws, ids, P, k, E, kFp4TileRows, smem_optin());
   const int64_t max_tiles = cdiv(P, kFp4TileRows) + std::min<int64_t>(P, E);
   const ExpertSteps es = expert_steps(L, ws, x, D, E, F, swiglu_limit, m1, m2, m3);
-  launch_fp4_mma<true>(op, st, max_tiles, es.up, sm_count());
-  launch_fp4_mma<false>(op, st, max_tiles, es.down, sm_count());
+  if (variants().mxfp4_wide) {
+    launch_fp4_wide<true>(op, st, max_tiles, es.up, sm_count());
+    launch_fp4_wide<false>(op, st, max_tiles, es.down, sm_count());
+  } else {
+    launch_fp4_mma<true>(op, st, max_tiles, es.up, sm_count());
+    launch_fp4_mma<false>(op, st, max_tiles, es.down, sm_count());
+  }
   launch_moe_combine(op, st, L, ws, out, weights, T, k, D);
 }
 

@@ -29,12 +29,16 @@ TEST(KernelVariants, EmptyIsTheDefaults) {
   EXPECT_EQ(d.cublas_workspace_bytes, size_t(32) << 20);
   EXPECT_EQ(d.gemv_bf16_max_mb, 20);
   EXPECT_TRUE(d.mxfp4_mma);
+  EXPECT_TRUE(d.fp8_wide);
+  EXPECT_TRUE(d.mxfp4_wide);
 }
 
 TEST(KernelVariants, EveryKeyParsesAndPrintsBack) {
   const KernelVariants k = KernelVariants::parse(
-      "attn-decode=off,attn-splits=8,gemv-bf16-max-mb=0,pdl=off,cublas-workspace-kb=0,mxfp4-mma=off");
+      "attn-decode=off,attn-splits=8,gemv-bf16-max-mb=0,pdl=off,cublas-workspace-kb=0,mxfp4-mma=off,fp8-wide=off,mxfp4-wide=off");
   EXPECT_FALSE(k.attention_decode_kernel);
+  EXPECT_FALSE(k.fp8_wide);
+  EXPECT_FALSE(k.mxfp4_wide);
   EXPECT_FALSE(k.mxfp4_mma);
   EXPECT_EQ(k.attention_splits, 8);
   EXPECT_EQ(k.gemv_bf16_max_mb, 0);
@@ -53,7 +57,7 @@ TEST(KernelVariants, BadInputNamesTheKeyAndWhatItTakes) {
     const char* spec;
     const char* says;
   };
-  for (const Case& c : {Case{"pdl=0", "expected on or off"}, Case{"attn-decode=yes", "expected on or off"},
+  for (const Case& c : {Case{"pdl=0", "expected on or off"}, Case{"attn-decode=yes", "expected on or off"}, Case{"fp8-wide=1", "expected on or off"},
                         Case{"attn-splits=-1", "0..64"}, Case{"attn-splits=8x", "0..64"},
                         Case{"attn-splits=99999999999999999999", "0..64"}, Case{"gemv-bf16-max-mb=1e3", "0..1000000"},
                         // Variants that measurements retired say so, and where.
