@@ -1,10 +1,10 @@
 // FP8 block-scaled GEMM (gemm_fp8, docs/model.md 8): e4m3 weights with one scale per 128 x 128
 // block, the activation quantized per row and 128-column group as vLLM does for DeepSeek.
 //
-//   1-8 rows (a decode step): gemm_fp8_wide_kernel, one kernel that quantizes the activation as
+//   1-8 rows (a decode step): gemm_fp8_stream_kernel, one kernel that quantizes the activation as
 //   it goes and multiplies on the tensor cores (mma.sync e4m3, fp32 accumulation), the weight
-//   codes streamed once, a block's 8 warps on one set of columns and K shared among them
-//   (gemm_fp8_mma_kernel, a warp per 8 columns walking K alone, is the variant fp8-wide=off). Shapes whose columns are not whole groups of 8 take the GEMV instead:
+//   codes streamed once through a cp.async ring per warp (gemm_fp8_mma_kernel, a warp per 8
+//   columns loading into registers, is the variant fp8-wide=off). Shapes whose columns are not whole groups of 8 take the GEMV instead:
 //   fp8_quantize_kernel writes a_q = e4m3(a / s) * s (exact in bf16) to the stream's scratch and
 //   gemv_fp8_kernel decodes 16 codes per lane per load, each block's scale on its partial sum.
 //   9 rows or more into bf16: cuBLASLt's block-scaled FP8 GEMM
@@ -275,6 +275,42 @@ struct ActChunk {
 #pragma unroll
     for (int q = 0; q < 4; ++q) load8(reinterpret_cast<const TA*>(raw) + 8 * q, *reinterpret_cast<float(*)[8]>(x + 8 * q));
   }
+  // The largest magnitude of the 32 values (bf16: compared as bf16 pairs, which is exact).
+  __device__ __forceinline__ float amax() const {
+    if constexpr (sizeof(TA) == 2) {
+      const __nv_bfloat162* p = reinterpret_cast<const __nv_bfloat162*>(raw);
+      __nv_bfloat162 m = __habs2(p[0]);
+#pragma unroll
+      for (int i = 1; i < 16; ++i) m = __hmax2(m, __habs2(p[i]));
+      return fmaxf(__bfloat162float(m.x), __bfloat162float(m.y));
+    } else {
+      const float* f = reinterpret_cast<const float*>(raw);
+      float m = 0.f;
+#pragma unroll
+      for (int i = 0; i < 32; ++i) m = fmaxf(m, fabsf(f[i]));
+      return m;
+    }
+  }
+  // The e4m3 codes of value * r, four per word in K order (the first in the lowest byte), each
+  // pair converted at once (the same rounding as one value at a time).
+  __device__ __forceinline__ void codes(float r, uint32_t (&aw)[8]) const {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      float2 f0, f1;
+      if constexpr (sizeof(TA) == 2) {
+        const __nv_bfloat162* p = reinterpret_cast<const __nv_bfloat162*>(raw);
+        f0 = __bfloat1622float2(p[2 * i]);
+        f1 = __bfloat1622float2(p[2 * i + 1]);
+      } else {
+        const float2* p = reinterpret_cast<const float2*>(raw);
+        f0 = p[2 * i];
+        f1 = p[2 * i + 1];
+      }
+      const uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(f0.x * r, f0.y * r), __NV_SATFINITE, __NV_E4M3);
+      const uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(f1.x * r, f1.y * r), __NV_SATFINITE, __NV_E4M3);
+      aw[i] = lo | hi << 16;
+    }
+  }
 };
 
 template <int WPC, class TA>
@@ -352,107 +388,159 @@ __global__ __launch_bounds__(256) void gemm_fp8_mma_kernel(Fp8MmaArgs g) {
   }
 }
 
-// The wide decode kernel (variant fp8-wide=on, the default): a block takes NT x 8 columns and
-// all of K, each of its 8 warps a strided share of K's 128-value chunks (warp w: chunks
-// [w CH, w CH + CH), then 8 CH further on), so the block's reads start at once instead of a warp
-// walking K alone. Per chunk a warp quantizes its 32 x 8 activations once and feeds them to NT
-// MMA column tiles, and each lane has NT x CH x 32 weight bytes in flight before it computes
-// (NT x CH = 4: 128 bytes). The same permuted K order and scale rule as gemm_fp8_mma_kernel, so
-// both give the same products; the 8 warps' partial sums meet in shared memory.
+// The streaming decode kernel (variant fp8-wide=on, the default). One block per SM, persistent:
+// block b takes column blocks b, b + grid, ... of NT x 8 columns, and within one its 8 warps share
+// K's 128-value chunks (warp w: chunks w, w + 8, ...). Each warp streams its chunks through a
+// private S-stage cp.async ring in shared memory (the weight rows' 128-byte slices and the
+// activation rows' 128 values), S - 1 chunks ahead of the one it multiplies, across column-block
+// boundaries, so the weight reads stay in flight while it quantizes and multiplies: the kernels
+// that read each chunk into registers and then used it left the DRAM idle between a warp's
+// loads (31-42 % of the copy bandwidth on the H200, results/2026-12-05-h200-fp8-stream). The
+// arithmetic is gemm_fp8_mma_kernel's (the same permuted K order, scales and rounding), so both
+// give the same products; the 8 warps' partial sums of a column block meet in shared memory.
 template <int NT, class TA>
-__global__ __launch_bounds__(256) void gemm_fp8_wide_kernel(Fp8MmaArgs g) {
+struct Fp8Stream {
+  static constexpr int kWBytes = NT * 8 * kBlk;                  // weight slice of one chunk
+  static constexpr int kABytes = 8 * kBlk * int(sizeof(TA));     // up to 8 activation rows
+  static constexpr int kStage = kWBytes + kABytes;
+  static constexpr int kStages = (192 * 1024) / (8 * kStage) < 8 ? (192 * 1024) / (8 * kStage) : 8;
+  static constexpr size_t kSmem = size_t(8) * kStages * kStage;  // dynamic; + the static red
+};
+
+template <int NT, class TA>
+__global__ __launch_bounds__(256, 1) void gemm_fp8_stream_kernel(Fp8MmaArgs g, int64_t ncb) {
   pdl_enter();
-  constexpr int CH = 4 / NT;  // 128-value chunks per warp step
+  using P = Fp8Stream<NT, TA>;
+  constexpr int S = P::kStages;
+  extern __shared__ __align__(16) unsigned char fp8_ring[];
   __shared__ float red[8][NT][64];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int grp = lane >> 2, tig = lane & 3;
-  const int64_t n0 = int64_t(blockIdx.x) * NT * 8;
+  unsigned char* ring = fp8_ring + size_t(warp) * S * P::kStage;
   const int64_t KB = g.K / kBlk;
-  const bool row_ok = grp < g.M;
-  // The block's columns lie in one activation group and one row of weight blocks (the host picks
-  // NT so that 8 NT divides the group width; 8 NT divides 128).
-  const TA* ar = static_cast<const TA*>(g.a) + (row_ok ? grp : 0) * g.lda + (n0 / g.Ng) * g.K + tig * 32;
-  const float* wsr = g.w_scale + (n0 / kBlk) * KB;
-  const uint8_t* wr[NT];
+  const int M = int(g.M);
+  const int nk = KB > warp ? int((KB - warp + 7) / 8) : 0;  // this warp's chunks per column block
+  const int64_t mine = int64_t(blockIdx.x) < ncb ? (ncb - 1 - blockIdx.x) / gridDim.x + 1 : 0;
+  const int64_t items = mine * nk;
+  constexpr int kASegs = kBlk * int(sizeof(TA)) / 16;  // 16-byte pieces of one activation row's chunk
+
+  // Item i: column block blockIdx.x + (i / nk) grid, chunk warp + 8 (i % nk), into stage i % S.
+  // Weight slice row r (column n0 + r, clamped to N - 1 past the end) keeps its eight 16-byte
+  // pieces XOR-swizzled by r % 8, so that the MMA's reads (8 rows, pieces 2 tig and 2 tig + 1)
+  // hit distinct banks.
+  auto issue = [&](int64_t i) {
+    if (i < items) {
+      const int64_t n0 = (blockIdx.x + (i / nk) * gridDim.x) * NT * 8;
+      const int64_t kb = warp + 8 * (i % nk);
+      unsigned char* st = ring + (i % S) * P::kStage;
 #pragma unroll
-  for (int t = 0; t < NT; ++t) wr[t] = g.w + min(n0 + 8 * t + grp, g.N - 1) * g.K + tig * 32;
-  float acc[NT][2] = {};
-  for (int64_t kb = int64_t(warp) * CH; kb < KB; kb += 8 * CH) {
-    uint4 wv[CH][NT][2];
-    ActChunk<TA> act[CH];
-#pragma unroll
-    for (int u = 0; u < CH; ++u) {
-      const bool in = kb + u < KB;
-#pragma unroll
-      for (int t = 0; t < NT; ++t) {
-        const uint4* wp = reinterpret_cast<const uint4*>(wr[t] + (kb + u) * kBlk);
-        wv[u][t][0] = in ? __ldg(wp) : make_uint4(0, 0, 0, 0);
-        wv[u][t][1] = in ? __ldg(wp + 1) : make_uint4(0, 0, 0, 0);
+      for (int q = 0; q < 2 * NT; ++q) {
+        const int seg = lane + 32 * q, r = seg >> 3, c = seg & 7;
+        const uint8_t* src = g.w + min(n0 + r, g.N - 1) * g.K + kb * kBlk + c * 16;
+        cp_async16(st + r * kBlk + ((c ^ (r & 7)) * 16), src, 16);
       }
-      act[u].load(ar + (kb + u) * kBlk, in && row_ok);
+      const TA* a = static_cast<const TA*>(g.a) + (n0 / g.Ng) * g.K + kb * kBlk;
+      for (int seg = lane; seg < M * kASegs; seg += 32) {
+        const int r = seg / kASegs, c = seg % kASegs;
+        cp_async16(st + P::kWBytes + r * (kBlk * int(sizeof(TA))) + c * 16,
+                   reinterpret_cast<const char*>(a + r * g.lda) + c * 16, 16);
+      }
     }
+    cp_async_commit();  // every call commits a group (maybe empty): wait_group counts stay uniform
+  };
+
+  for (int i = 0; i < S - 1; ++i) issue(i);
+  int64_t i = 0;
+  for (int64_t j = 0; j < mine; ++j) {
+    const int64_t n0 = (blockIdx.x + j * gridDim.x) * NT * 8;
+    const float* wsr = g.w_scale + (n0 / kBlk) * KB;
+    float acc[NT][2] = {};
+    for (int u = 0; u < nk; ++u, ++i) {
+      issue(i + S - 1);
+      cp_async_wait<S - 1>();  // item i's group has landed
+      __syncwarp();
+      const unsigned char* st = ring + (i % S) * P::kStage;
+      const int64_t kb = warp + 8 * u;
+      ActChunk<TA> act;
+      if (grp < M) {
+        const uint4* ap = reinterpret_cast<const uint4*>(st + P::kWBytes + grp * (kBlk * int(sizeof(TA))) +
+                                                         tig * 32 * int(sizeof(TA)));
 #pragma unroll
-    for (int u = 0; u < CH; ++u) {
-      if (kb + u >= KB) break;  // uniform per warp
-      float x[32];
-      act[u].floats(x);
-      float amax = 0.f;
+        for (int q = 0; q < ActChunk<TA>::kWords; ++q) act.raw[q] = ap[q];
+      } else {
 #pragma unroll
-      for (int i = 0; i < 32; ++i) amax = fmaxf(amax, fabsf(x[i]));
+        for (int q = 0; q < ActChunk<TA>::kWords; ++q) act.raw[q] = make_uint4(0, 0, 0, 0);
+      }
+      float amax = act.amax();
       amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
       amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
       const float s = fp8_group_scale(amax), r = 1.f / s;  // x * r == x / s exactly (s a power of two)
       uint32_t aw[8];
-#pragma unroll
-      for (int i = 0; i < 8; ++i) aw[i] = e4m3x4(x[4 * i] * r, x[4 * i + 1] * r, x[4 * i + 2] * r, x[4 * i + 3] * r);
-      const float f = wsr[kb + u] * s;
+      act.codes(r, aw);
+      const float f = wsr[kb] * s;
 #pragma unroll
       for (int t = 0; t < NT; ++t) {
-        const uint32_t ww[8] = {wv[u][t][0].x, wv[u][t][0].y, wv[u][t][0].z, wv[u][t][0].w,
-                                wv[u][t][1].x, wv[u][t][1].y, wv[u][t][1].z, wv[u][t][1].w};
+        const int row = 8 * t + grp;
+        const uint4* wp = reinterpret_cast<const uint4*>(st + row * kBlk);
+        const uint4 w0 = wp[(2 * tig) ^ (row & 7)], w1 = wp[(2 * tig + 1) ^ (row & 7)];
+        const uint32_t ww[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
         float c[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-        for (int j = 0; j < 4; ++j) mma_e4m3(c, aw[2 * j], aw[2 * j + 1], aw[2 * j + 1], 0u, ww[2 * j], ww[2 * j + 1]);
+        for (int q = 0; q < 4; ++q) mma_e4m3(c, aw[2 * q], aw[2 * q + 1], aw[2 * q + 1], 0u, ww[2 * q], ww[2 * q + 1]);
         acc[t][0] += c[0] * f;
         acc[t][1] += c[1] * f;
       }
+      __syncwarp();  // the stage is refilled by a later issue
     }
-  }
 #pragma unroll
-  for (int t = 0; t < NT; ++t) {
-    red[warp][t][grp * 8 + 2 * tig] = acc[t][0];
-    red[warp][t][grp * 8 + 2 * tig + 1] = acc[t][1];
-  }
-  __syncthreads();
-  // Thread i < 64 NT sums one (tile, row, column) over the 8 warps.
-  const int i = threadIdx.x;
-  if (i >= NT * 64) return;
-  const int t = i / 64, e = i % 64, row = e / 8;
-  const int64_t n = n0 + 8 * t + e % 8;
-  if (row >= g.M || n >= g.N) return;
-  float v = 0.f;
+    for (int t = 0; t < NT; ++t) {
+      red[warp][t][grp * 8 + 2 * tig] = acc[t][0];
+      red[warp][t][grp * 8 + 2 * tig + 1] = acc[t][1];
+    }
+    __syncthreads();
+    // Thread x < 64 NT sums one (tile, row, column) over the 8 warps.
+    const int x = threadIdx.x;
+    if (x < NT * 64) {
+      const int t = x / 64, e = x % 64, row = e / 8;
+      const int64_t n = n0 + 8 * t + e % 8;
+      if (row < M && n < g.N) {
+        float v = 0.f;
 #pragma unroll
-  for (int w = 0; w < 8; ++w) v += red[w][t][e];
-  stf(g.out, g.dto, int64_t(row) * g.ldo + n, v);
+        for (int w = 0; w < 8; ++w) v += red[w][t][e];
+        stf(g.out, g.dto, int64_t(row) * g.ldo + n, v);
+      }
+    }
+    __syncthreads();  // red is rewritten for the next column block
+  }
+  cp_async_wait<0>();
 }
 
-// Column tiles per warp of the wide kernel: the most (up to 4) that still gives every SM a block
-// and divides the group width.
-int fp8_wide_tiles(int64_t N, int64_t Ng, int sms) {
+// Column tiles per column block of the streaming kernel: the most (up to 4) that still gives
+// every SM a column block and divides the group width.
+int fp8_stream_tiles(int64_t N, int64_t Ng, int sms) {
   for (int nt : {4, 2})
     if (Ng % (8 * nt) == 0 && cdiv(N, 8 * nt) >= sms) return nt;
   return 1;
 }
 
-template <class TA>
-void launch_fp8_wide(const char* op, cudaStream_t st, int nt, int64_t N, const Fp8MmaArgs& g) {
-  const dim3 grid(unsigned(cdiv(N, 8 * nt)));
-  switch (nt) {
-    case 4: launch_kernel(op, gemm_fp8_wide_kernel<4, TA>, grid, 256, 0, st, g); break;
-    case 2: launch_kernel(op, gemm_fp8_wide_kernel<2, TA>, grid, 256, 0, st, g); break;
-    default: launch_kernel(op, gemm_fp8_wide_kernel<1, TA>, grid, 256, 0, st, g); break;
-  }
+template <int NT, class TA>
+void launch_fp8_stream_nt(const char* op, cudaStream_t st, int64_t N, int sms, size_t optin, const Fp8MmaArgs& g) {
+  using P = Fp8Stream<NT, TA>;
+  allow_smem(op, gemm_fp8_stream_kernel<NT, TA>, P::kSmem, optin);
+  const int64_t ncb = cdiv(N, 8 * NT);
+  launch_kernel(op, gemm_fp8_stream_kernel<NT, TA>, dim3(unsigned(std::min<int64_t>(ncb, sms))), 256, P::kSmem, st,
+                g, ncb);
   CUDA_LAUNCH_CHECK(op, st);
+}
+
+template <class TA>
+void launch_fp8_stream(const char* op, cudaStream_t st, int64_t N, int64_t Ng, int sms, size_t optin,
+                       const Fp8MmaArgs& g) {
+  switch (fp8_stream_tiles(N, Ng, sms)) {
+    case 4: launch_fp8_stream_nt<4, TA>(op, st, N, sms, optin, g); break;
+    case 2: launch_fp8_stream_nt<2, TA>(op, st, N, sms, optin, g); break;
+    default: launch_fp8_stream_nt<1, TA>(op, st, N, sms, optin, g); break;
+  }
 }
 
 // Warps per 8-column group: more while the grid is under two blocks per SM and each warp keeps at
@@ -488,11 +576,10 @@ void gemm_fp8_mma(CudaBackend& be, const char* op, Stream s, const Tensor& out, 
                  static_cast<const char*>(a.data) + m0 * G * K * as, G * K, w.ptr<uint8_t>(), w_scale.ptr<float>(),
                  std::min<int64_t>(8, M - m0), N, K, N / G};
     if (be.variants().fp8_wide) {
-      const int nt = fp8_wide_tiles(N, N / G, be.sm_count());
       if (a.dtype == DType::BF16)
-        launch_fp8_wide<bf16>(op, st, nt, N, g);
+        launch_fp8_stream<bf16>(op, st, N, N / G, be.sm_count(), be.smem_optin(), g);
       else
-        launch_fp8_wide<float>(op, st, nt, N, g);
+        launch_fp8_stream<float>(op, st, N, N / G, be.sm_count(), be.smem_optin(), g);
     } else if (a.dtype == DType::BF16) {
       launch_fp8_mma<bf16>(op, st, wpc, cdiv(N, 8), g);
     } else {
