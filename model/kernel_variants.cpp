@@ -10,7 +10,7 @@ namespace sl {
 
 const char* const kKernelVariantsHelp =
     "CUDA kernel variants, key=value[,key=value...]: attn-decode=on|off, attn-splits=N (0 = auto), "
-    "gemv-bf16-max-mb=N, pdl=on|off, cublas-workspace-kb=N, mxfp4-mma=on|off, fp8-wide=on|off, "
+    "gemv-bf16-max-mb=N, pdl=on|off, cublas-workspace-kb=N, mxfp4-mma=on|off, fp8-decode=auto|warp|wide|stream, "
     "mxfp4-wide=on|off (default: the measured best of each)";
 
 namespace {
@@ -33,8 +33,12 @@ int64_t integer(const std::string& key, const std::string& v, int64_t lo, int64_
 // instead of "unknown key").
 const char* removed(const std::string& key) {
   if (key == "moe-decode" || key == "moe-split-k" || key == "moe-pair")
-    return "the split-K MoE decode path was removed: the GEMV measured faster at every batch and split";
-  if (key == "moe-w2-cols") return "the MoE w2 GEMV runs 2 columns per warp: 1 measured slower, 4 no faster";
+    return "the split-K MoE decode path was removed: the GEMV measured faster at every batch and split "
+           "(results/2026-12-04-h200-kernel-workbench)";
+  if (key == "moe-w2-cols")
+    return "the MoE w2 GEMV runs 2 columns per warp: 1 measured slower, 4 no faster "
+           "(results/2026-12-04-h200-kernel-workbench)";
+  if (key == "fp8-wide") return "it became fp8-decode (fp8-wide=on is fp8-decode=wide, off is fp8-decode=warp)";
   return nullptr;
 }
 
@@ -61,28 +65,32 @@ KernelVariants KernelVariants::parse(const std::string& spec) {
       k.cublas_workspace_bytes = size_t(integer(key, v, 0, int64_t(1) << 30)) << 10;  // up to 1 TiB
     } else if (key == "mxfp4-mma") {
       k.mxfp4_mma = on_off(key, v);
-    } else if (key == "fp8-wide") {
-      k.fp8_wide = on_off(key, v);
+    } else if (key == "fp8-decode") {
+      if (v == "auto") k.fp8_decode = Fp8Decode::Auto;
+      else if (v == "warp") k.fp8_decode = Fp8Decode::Warp;
+      else if (v == "wide") k.fp8_decode = Fp8Decode::Wide;
+      else if (v == "stream") k.fp8_decode = Fp8Decode::Stream;
+      else fail("--kernel-variants: ", key, "=", v, ": expected auto, warp, wide or stream");
     } else if (key == "mxfp4-wide") {
       k.mxfp4_wide = on_off(key, v);
     } else if (const char* why = removed(key)) {
-      fail("--kernel-variants: '", key, "' is no longer a variant: ", why,
-           " (results/2026-12-04-h200-kernel-workbench)");
+      fail("--kernel-variants: '", key, "' is no longer a variant: ", why);
     } else {
       fail("--kernel-variants: unknown key '", key,
-           "' (attn-decode, attn-splits, gemv-bf16-max-mb, pdl, cublas-workspace-kb, mxfp4-mma, fp8-wide, mxfp4-wide)");
+           "' (attn-decode, attn-splits, gemv-bf16-max-mb, pdl, cublas-workspace-kb, mxfp4-mma, fp8-decode, mxfp4-wide)");
     }
   }
   return k;
 }
 
 std::string KernelVariants::str() const {
+  static const char* const fp8_decode_names[] = {"auto", "warp", "wide", "stream"};
   auto oo = [](bool b) { return b ? "on" : "off"; };
   std::ostringstream s;
   s << "attn-decode=" << oo(attention_decode_kernel) << ",attn-splits=" << attention_splits
     << ",gemv-bf16-max-mb=" << gemv_bf16_max_mb << ",pdl=" << oo(pdl)
     << ",cublas-workspace-kb=" << (cublas_workspace_bytes >> 10) << ",mxfp4-mma=" << oo(mxfp4_mma)
-    << ",fp8-wide=" << oo(fp8_wide) << ",mxfp4-wide=" << oo(mxfp4_wide);
+    << ",fp8-decode=" << fp8_decode_names[int(fp8_decode)] << ",mxfp4-wide=" << oo(mxfp4_wide);
   return s.str();
 }
 

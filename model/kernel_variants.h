@@ -17,6 +17,8 @@
 
 namespace sl {
 
+enum class Fp8Decode { Auto, Warp, Wide, Stream };
+
 struct KernelVariants {
   // Sparse attention at decode (at most 2 tokens, head dims 64..512): the CUDA-core decode kernel
   // (true) or the tensor-core kernel of prefill (false).
@@ -35,16 +37,20 @@ struct KernelVariants {
   // The MXFP4 routed experts: on the tensor cores, e2m1 decoded to bf16 in registers (true), or
   // the CUDA-core expert GEMV decoding through fp16 (false).
   bool mxfp4_mma = true;
-  // FP8 GEMMs at decode (<= 8 rows): a warp multiplies 8-32 columns (several MMA column tiles
-  // sharing one quantized activation chunk) with every warp of a block on its own part of K
-  // (true), or the first kernel, a warp per 8 columns with K split only when the grid is small.
-  bool fp8_wide = true;
+  // FP8 GEMMs at decode (<= 8 rows): warp = a warp per 8 columns walking K (the first kernel);
+  // wide = a block's 8 warps share K and a warp feeds up to 4 column tiles per quantized
+  // activation chunk; stream = a persistent kernel streaming each warp's chunks through a
+  // cp.async ring (not yet run on a GPU); auto = wide from 4096 columns, else warp (the measured
+  // best per shape).
+  Fp8Decode fp8_decode = Fp8Decode::Auto;
   // The MXFP4 experts on the tensor cores: a block's 8 warps share K and a warp feeds 1-4 column
-  // tiles per activation chunk (true), or a warp per 8 columns walking K alone (false).
-  bool mxfp4_wide = true;
+  // tiles per activation chunk (true), or a warp per 8 columns walking K alone (false, the
+  // default: the wide kernel measured 3 % faster at 1 token and 9 % slower at 8).
+  bool mxfp4_wide = false;
 
   // "key=value,key=value": attn-decode=on|off, attn-splits=N, gemv-bf16-max-mb=N, pdl=on|off,
-  // cublas-workspace-kb=N, mxfp4-mma=on|off, fp8-wide=on|off, mxfp4-wide=on|off. Unknown keys
+  // cublas-workspace-kb=N, mxfp4-mma=on|off, fp8-decode=auto|warp|wide|stream, mxfp4-wide=on|off.
+  // Unknown keys
   // and bad values are errors naming the key and the accepted values (a retired key says why it
   // went). An empty spec is the defaults.
   static KernelVariants parse(const std::string& spec);

@@ -3,8 +3,10 @@
 //
 //   1-8 rows (a decode step): gemm_fp8_stream_kernel, one kernel that quantizes the activation as
 //   it goes and multiplies on the tensor cores (mma.sync e4m3, fp32 accumulation), the weight
-//   codes streamed once through a cp.async ring per warp (gemm_fp8_mma_kernel, a warp per 8
-//   columns loading into registers, is the variant fp8-wide=off). Shapes whose columns are not whole groups of 8 take the GEMV instead:
+//   codes streamed once. Which kernel is the variant fp8-decode: gemm_fp8_mma_kernel (warp: a
+//   warp per 8 columns walking K), gemm_fp8_wide_kernel (wide: a block's warps share K and each
+//   feeds up to 4 column tiles), gemm_fp8_stream_kernel (stream: a cp.async ring per warp; not yet
+//   run on a GPU); auto (the default) picks warp or wide by the column count. Shapes whose columns are not whole groups of 8 take the GEMV instead:
 //   fp8_quantize_kernel writes a_q = e4m3(a / s) * s (exact in bf16) to the stream's scratch and
 //   gemv_fp8_kernel decodes 16 codes per lane per load, each block's scale on its partial sum.
 //   9 rows or more into bf16: cuBLASLt's block-scaled FP8 GEMM
@@ -388,14 +390,120 @@ __global__ __launch_bounds__(256) void gemm_fp8_mma_kernel(Fp8MmaArgs g) {
   }
 }
 
-// The streaming decode kernel (variant fp8-wide=on, the default). One block per SM, persistent:
+// The wide decode kernel (fp8-decode=wide; fp8-decode=auto takes it from 4096 columns, where it
+// measured faster than gemm_fp8_mma_kernel on the H200: results/2026-12-04-h200-fp8-decode): a
+// block takes NT x 8 columns and
+// all of K, each of its 8 warps a strided share of K's 128-value chunks (warp w: chunks
+// [w CH, w CH + CH), then 8 CH further on), so the block's reads start at once instead of a warp
+// walking K alone. Per chunk a warp quantizes its 32 x 8 activations once and feeds them to NT
+// MMA column tiles, and each lane has NT x CH x 32 weight bytes in flight before it computes
+// (NT x CH = 4: 128 bytes). The same permuted K order and scale rule as gemm_fp8_mma_kernel, so
+// both give the same products; the 8 warps' partial sums meet in shared memory.
+template <int NT, class TA>
+__global__ __launch_bounds__(256) void gemm_fp8_wide_kernel(Fp8MmaArgs g) {
+  pdl_enter();
+  constexpr int CH = 4 / NT;  // 128-value chunks per warp step
+  __shared__ float red[8][NT][64];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int grp = lane >> 2, tig = lane & 3;
+  const int64_t n0 = int64_t(blockIdx.x) * NT * 8;
+  const int64_t KB = g.K / kBlk;
+  const bool row_ok = grp < g.M;
+  // The block's columns lie in one activation group and one row of weight blocks (the host picks
+  // NT so that 8 NT divides the group width; 8 NT divides 128).
+  const TA* ar = static_cast<const TA*>(g.a) + (row_ok ? grp : 0) * g.lda + (n0 / g.Ng) * g.K + tig * 32;
+  const float* wsr = g.w_scale + (n0 / kBlk) * KB;
+  const uint8_t* wr[NT];
+#pragma unroll
+  for (int t = 0; t < NT; ++t) wr[t] = g.w + min(n0 + 8 * t + grp, g.N - 1) * g.K + tig * 32;
+  float acc[NT][2] = {};
+  for (int64_t kb = int64_t(warp) * CH; kb < KB; kb += 8 * CH) {
+    uint4 wv[CH][NT][2];
+    ActChunk<TA> act[CH];
+#pragma unroll
+    for (int u = 0; u < CH; ++u) {
+      const bool in = kb + u < KB;
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+        const uint4* wp = reinterpret_cast<const uint4*>(wr[t] + (kb + u) * kBlk);
+        wv[u][t][0] = in ? __ldg(wp) : make_uint4(0, 0, 0, 0);
+        wv[u][t][1] = in ? __ldg(wp + 1) : make_uint4(0, 0, 0, 0);
+      }
+      act[u].load(ar + (kb + u) * kBlk, in && row_ok);
+    }
+#pragma unroll
+    for (int u = 0; u < CH; ++u) {
+      if (kb + u >= KB) break;  // uniform per warp
+      float x[32];
+      act[u].floats(x);
+      float amax = 0.f;
+#pragma unroll
+      for (int i = 0; i < 32; ++i) amax = fmaxf(amax, fabsf(x[i]));
+      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+      const float s = fp8_group_scale(amax), r = 1.f / s;  // x * r == x / s exactly (s a power of two)
+      uint32_t aw[8];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) aw[i] = e4m3x4(x[4 * i] * r, x[4 * i + 1] * r, x[4 * i + 2] * r, x[4 * i + 3] * r);
+      const float f = wsr[kb + u] * s;
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+        const uint32_t ww[8] = {wv[u][t][0].x, wv[u][t][0].y, wv[u][t][0].z, wv[u][t][0].w,
+                                wv[u][t][1].x, wv[u][t][1].y, wv[u][t][1].z, wv[u][t][1].w};
+        float c[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+        for (int j = 0; j < 4; ++j) mma_e4m3(c, aw[2 * j], aw[2 * j + 1], aw[2 * j + 1], 0u, ww[2 * j], ww[2 * j + 1]);
+        acc[t][0] += c[0] * f;
+        acc[t][1] += c[1] * f;
+      }
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < NT; ++t) {
+    red[warp][t][grp * 8 + 2 * tig] = acc[t][0];
+    red[warp][t][grp * 8 + 2 * tig + 1] = acc[t][1];
+  }
+  __syncthreads();
+  // Thread i < 64 NT sums one (tile, row, column) over the 8 warps.
+  const int i = threadIdx.x;
+  if (i >= NT * 64) return;
+  const int t = i / 64, e = i % 64, row = e / 8;
+  const int64_t n = n0 + 8 * t + e % 8;
+  if (row >= g.M || n >= g.N) return;
+  float v = 0.f;
+#pragma unroll
+  for (int w = 0; w < 8; ++w) v += red[w][t][e];
+  stf(g.out, g.dto, int64_t(row) * g.ldo + n, v);
+}
+
+// Column tiles per warp of the wide kernel: the most (up to 4) that still gives every SM a block
+// and divides the group width.
+int fp8_wide_tiles(int64_t N, int64_t Ng, int sms) {
+  for (int nt : {4, 2})
+    if (Ng % (8 * nt) == 0 && cdiv(N, 8 * nt) >= sms) return nt;
+  return 1;
+}
+
+template <class TA>
+void launch_fp8_wide(const char* op, cudaStream_t st, int nt, int64_t N, const Fp8MmaArgs& g) {
+  const dim3 grid(unsigned(cdiv(N, 8 * nt)));
+  switch (nt) {
+    case 4: launch_kernel(op, gemm_fp8_wide_kernel<4, TA>, grid, 256, 0, st, g); break;
+    case 2: launch_kernel(op, gemm_fp8_wide_kernel<2, TA>, grid, 256, 0, st, g); break;
+    default: launch_kernel(op, gemm_fp8_wide_kernel<1, TA>, grid, 256, 0, st, g); break;
+  }
+  CUDA_LAUNCH_CHECK(op, st);
+}
+
+// The streaming decode kernel (fp8-decode=stream; written, not yet run on a GPU: the device was
+// withdrawn before its first run, so no default takes it). One block per SM, persistent:
 // block b takes column blocks b, b + grid, ... of NT x 8 columns, and within one its 8 warps share
 // K's 128-value chunks (warp w: chunks w, w + 8, ...). Each warp streams its chunks through a
 // private S-stage cp.async ring in shared memory (the weight rows' 128-byte slices and the
 // activation rows' 128 values), S - 1 chunks ahead of the one it multiplies, across column-block
 // boundaries, so the weight reads stay in flight while it quantizes and multiplies: the kernels
 // that read each chunk into registers and then used it left the DRAM idle between a warp's
-// loads (31-42 % of the copy bandwidth on the H200, results/2026-12-05-h200-fp8-stream). The
+// loads (31-42 % of the copy bandwidth on the H200, results/2026-12-04-h200-fp8-decode). The
 // arithmetic is gemm_fp8_mma_kernel's (the same permuted K order, scales and rounding), so both
 // give the same products; the 8 warps' partial sums of a column block meet in shared memory.
 template <int NT, class TA>
@@ -564,6 +672,15 @@ void launch_fp8_mma(const char* op, cudaStream_t st, int wpc, int64_t groups, co
   CUDA_LAUNCH_CHECK(op, st);
 }
 
+// The decode kernel a call of N columns runs under the variant: auto takes the wide kernel from
+// 4096 columns (wq_b, wo_a, wo_b, the shared expert's w2, indexer.wq_b: 9-27 % faster than the
+// warp kernel in one bench_kernels run at 28a5429) and the warp kernel below (wq_a, wkv, the
+// shared expert's w1: equal or up to 22 % faster).
+Fp8Decode fp8_decode_kernel(Fp8Decode v, int64_t N) {
+  if (v != Fp8Decode::Auto) return v;
+  return N >= 4096 ? Fp8Decode::Wide : Fp8Decode::Warp;
+}
+
 // Rows [0, M) of a on the tensor-core decode path, 8 rows per launch. N and the group width must
 // be multiples of 8 (gemm_fp8 checks before calling).
 void gemm_fp8_mma(CudaBackend& be, const char* op, Stream s, const Tensor& out, const Tensor& a, const Tensor& w,
@@ -575,15 +692,27 @@ void gemm_fp8_mma(CudaBackend& be, const char* op, Stream s, const Tensor& out, 
     Fp8MmaArgs g{static_cast<char*>(out.data) + m0 * N * os, fcode(out.dtype), N,
                  static_cast<const char*>(a.data) + m0 * G * K * as, G * K, w.ptr<uint8_t>(), w_scale.ptr<float>(),
                  std::min<int64_t>(8, M - m0), N, K, N / G};
-    if (be.variants().fp8_wide) {
-      if (a.dtype == DType::BF16)
-        launch_fp8_stream<bf16>(op, st, N, N / G, be.sm_count(), be.smem_optin(), g);
-      else
-        launch_fp8_stream<float>(op, st, N, N / G, be.sm_count(), be.smem_optin(), g);
-    } else if (a.dtype == DType::BF16) {
-      launch_fp8_mma<bf16>(op, st, wpc, cdiv(N, 8), g);
-    } else {
-      launch_fp8_mma<float>(op, st, wpc, cdiv(N, 8), g);
+    const bool bf = a.dtype == DType::BF16;
+    switch (fp8_decode_kernel(be.variants().fp8_decode, N)) {
+      case Fp8Decode::Stream:
+        if (bf)
+          launch_fp8_stream<bf16>(op, st, N, N / G, be.sm_count(), be.smem_optin(), g);
+        else
+          launch_fp8_stream<float>(op, st, N, N / G, be.sm_count(), be.smem_optin(), g);
+        break;
+      case Fp8Decode::Wide: {
+        const int nt = fp8_wide_tiles(N, N / G, be.sm_count());
+        if (bf)
+          launch_fp8_wide<bf16>(op, st, nt, N, g);
+        else
+          launch_fp8_wide<float>(op, st, nt, N, g);
+        break;
+      }
+      default:
+        if (bf)
+          launch_fp8_mma<bf16>(op, st, wpc, cdiv(N, 8), g);
+        else
+          launch_fp8_mma<float>(op, st, wpc, cdiv(N, 8), g);
     }
   }
 }

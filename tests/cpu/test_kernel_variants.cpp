@@ -7,6 +7,7 @@
 #include "model/kernel_variants.h"
 
 using sl::KernelVariants;
+using sl::Fp8Decode;
 
 namespace {
 std::string error_of(const std::string& spec) {
@@ -29,16 +30,19 @@ TEST(KernelVariants, EmptyIsTheDefaults) {
   EXPECT_EQ(d.cublas_workspace_bytes, size_t(32) << 20);
   EXPECT_EQ(d.gemv_bf16_max_mb, 20);
   EXPECT_TRUE(d.mxfp4_mma);
-  EXPECT_TRUE(d.fp8_wide);
-  EXPECT_TRUE(d.mxfp4_wide);
+  EXPECT_EQ(d.fp8_decode, Fp8Decode::Auto);
+  EXPECT_FALSE(d.mxfp4_wide);
 }
 
 TEST(KernelVariants, EveryKeyParsesAndPrintsBack) {
   const KernelVariants k = KernelVariants::parse(
-      "attn-decode=off,attn-splits=8,gemv-bf16-max-mb=0,pdl=off,cublas-workspace-kb=0,mxfp4-mma=off,fp8-wide=off,mxfp4-wide=off");
+      "attn-decode=off,attn-splits=8,gemv-bf16-max-mb=0,pdl=off,cublas-workspace-kb=0,mxfp4-mma=off,fp8-decode=stream,mxfp4-wide=on");
   EXPECT_FALSE(k.attention_decode_kernel);
-  EXPECT_FALSE(k.fp8_wide);
-  EXPECT_FALSE(k.mxfp4_wide);
+  EXPECT_EQ(k.fp8_decode, Fp8Decode::Stream);
+  EXPECT_TRUE(k.mxfp4_wide);
+  EXPECT_EQ(KernelVariants::parse("fp8-decode=warp").fp8_decode, Fp8Decode::Warp);
+  EXPECT_EQ(KernelVariants::parse("fp8-decode=wide").fp8_decode, Fp8Decode::Wide);
+  EXPECT_EQ(KernelVariants::parse("fp8-decode=wide").changes(), "fp8-decode=wide");
   EXPECT_FALSE(k.mxfp4_mma);
   EXPECT_EQ(k.attention_splits, 8);
   EXPECT_EQ(k.gemv_bf16_max_mb, 0);
@@ -57,7 +61,9 @@ TEST(KernelVariants, BadInputNamesTheKeyAndWhatItTakes) {
     const char* spec;
     const char* says;
   };
-  for (const Case& c : {Case{"pdl=0", "expected on or off"}, Case{"attn-decode=yes", "expected on or off"}, Case{"fp8-wide=1", "expected on or off"},
+  for (const Case& c : {Case{"pdl=0", "expected on or off"}, Case{"attn-decode=yes", "expected on or off"},
+                        Case{"fp8-decode=fast", "expected auto, warp, wide or stream"},
+                        Case{"fp8-wide=on", "became fp8-decode"},
                         Case{"attn-splits=-1", "0..64"}, Case{"attn-splits=8x", "0..64"},
                         Case{"attn-splits=99999999999999999999", "0..64"}, Case{"gemv-bf16-max-mb=1e3", "0..1000000"},
                         // Variants that measurements retired say so, and where.
