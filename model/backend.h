@@ -29,6 +29,8 @@
 
 namespace sl {
 
+class Communicator;  // core/communicator.h
+
 struct Stream {
   int id = 0;  // 0 = the main ("current") stream
   bool operator==(const Stream& o) const { return id == o.id; }
@@ -121,7 +123,14 @@ class Backend {
   // Bytes of the `workspace` that moe_experts needs for these sizes.
   virtual size_t moe_workspace_bytes(int64_t tokens, int k, int D, int F, int E) const = 0;
 
+  // The group that all_reduce_sum sums over when a model is split over ranks (expert
+  // parallelism, model/expert_parallel.h); null (the default): one rank. Not owned: it must
+  // outlive the ops that use it.
+  virtual void set_communicator(Communicator* c) { comm_ = c; }
+  Communicator* communicator() const { return comm_; }
+
  private:
+  Communicator* comm_ = nullptr;
   std::vector<double> host_marks_ms_;  // the default timing marks (host clock, ms)
 };
 

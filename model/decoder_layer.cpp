@@ -66,6 +66,10 @@ DeepSeekV4::Buffers::Buffers(Backend& be, const ModelConfig& c, const RunShape& 
   route_ids = A("moe.ids", DType::I32, {T, kk});
   if (shape.record_routing) route_log = A("moe.ids.log", DType::I32, {c.num_hidden_layers + k, T, kk});
   route_w = A("moe.weights", DType::F32, {T, kk});
+  if (shape.expert_world > 1) {
+    shard_ids = A("moe.shard_ids", DType::I32, {T, kk});
+    shard_w = A("moe.shard_weights", DType::F32, {T, kk});
+  }
   moe_out = A("moe.routed_out", act, {T, D});
   sh_g = A("moe.shared.g", act, {T, F});
   sh_u = A("moe.shared.u", act, {T, F});

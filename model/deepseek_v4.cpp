@@ -1,6 +1,8 @@
 // Construction (streams, events, weights, caches, buffers) and the prefill / decode loops.
 // The forward itself is in decoder_layer.cpp, attention.cpp, moe.cpp and mtp.cpp.
 #include "model/deepseek_v4.h"
+#include "core/communicator.h"
+#include "model/expert_parallel.h"
 
 #include <algorithm>
 #include <chrono>
@@ -63,6 +65,17 @@ DeepSeekV4::DeepSeekV4(Backend& be, const ModelConfig& cfg, const StreamPolicy& 
         events_[size_t(l)].indexer[size_t(i)] = be_.create_event(p + ".indexer.ev" + std::to_string(i));
   }
 
+  // Expert parallelism: this rank holds its contiguous share of every MoE layer's experts.
+  if (shape_.expert_world > 1) {
+    const Communicator* comm = be_.communicator();
+    SL_CHECK(comm && comm->world() == shape_.expert_world && comm->rank() == shape_.expert_rank,
+             "expert parallelism: rank ", shape_.expert_rank, " of ", shape_.expert_world,
+             " needs the backend's communicator of that group (Backend::set_communicator); it has ",
+             comm ? "rank " + std::to_string(comm->rank()) + " of " + std::to_string(comm->world()) : std::string("none"));
+    const ExpertPartition p = partition_experts(cfg_.n_routed_experts, shape_.expert_world, shape_.expert_rank);
+    w_.experts_first = p.first();
+    w_.experts_count = p.per_rank();
+  }
   allocate_weights(be_, cfg_, w_, shape_.weights);
 
   // Caches and RoPE tables per layer (equal tables are shared).

@@ -47,6 +47,12 @@ struct RunShape {
   // How the weights are held (--weights): the backend's weight dtype, or the checkpoint's native
   // FP8 / MXFP4 formats (model/weights.h).
   WeightFormat weights = WeightFormat::Bf16;
+  // Expert parallelism (model/expert_parallel.h): this process is rank expert_rank of
+  // expert_world ranks, holds their share of every MoE layer's routed experts, and sums the
+  // ranks' routed outputs with the backend's all_reduce_sum (Backend::set_communicator); every
+  // rank holds every token and every other weight (the all-gather scheme). 1: all experts here.
+  int expert_world = 1;
+  int expert_rank = 0;
 };
 
 // The experts one MoE execution routed to (RunShape::record_routing): target layer l, or the

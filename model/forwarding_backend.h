@@ -36,6 +36,10 @@ class ForwardingBackend : public Backend {
   void record(Event e, Stream s) override { inner_->record(e, s); }
   void wait(Stream s, Event e) override { inner_->wait(s, e); }
   void synchronize() override { inner_->synchronize(); }
+  void set_communicator(Communicator* c) override {
+    Backend::set_communicator(c);
+    inner_->set_communicator(c);
+  }
   void graph_begin_capture(int slot) override { inner_->graph_begin_capture(slot); }
   GraphStats graph_end_capture(int slot) override { return inner_->graph_end_capture(slot); }
   void graph_replay(int slot) override { inner_->graph_replay(slot); }

@@ -44,6 +44,7 @@ struct DeepSeekV4::Buffers {
   // MoE.
   Tensor route_log;  // I32 [L + k, T, experts_per_tok] when RunShape::record_routing
   Tensor router_logits, route_ids, route_w, moe_out, sh_g, sh_u, sh_act, sh_out, moe_ws;
+  Tensor shard_ids, shard_w;  // expert parallelism: this rank's share of the routing (shard_routing)
   // MTP input.
   Tensor e, hn, hp, ep;
   // Head.

@@ -34,7 +34,16 @@ void DeepSeekV4::moe(int layer, const MoeWeights& mw, const Tensor& x, const Ten
   const bool hash = cfg_.layer_is_hash_routed(layer);
   ops_.route(main, "route", ids, rw, logits, hash ? Tensor{} : mw.gate_bias, hash ? mw.tid2eid : Tensor{}, st.tokens,
              float(cfg_.routed_scaling_factor));
-  routed_experts(ops_, main, "routed_experts", routed, x, ids, rw, mw.w1, mw.w2, mw.w3, limit, b.moe_ws);
+  if (shape_.expert_world > 1) {
+    // Expert parallelism (all-gather scheme): this rank runs its experts on the pairs routed to
+    // them (the others with weight 0), and the ranks' partial outputs are summed.
+    const Tensor sid = b.shard_ids.rows(0, T), sw = b.shard_w.rows(0, T);
+    ops_.shard_routing(main, "shard_routing", sid, sw, ids, rw, w_.experts_first, w_.experts_count);
+    routed_experts(ops_, main, "routed_experts", routed, x, sid, sw, mw.w1, mw.w2, mw.w3, limit, b.moe_ws);
+    ops_.all_reduce_sum(main, "routed_experts.all_reduce", routed);
+  } else {
+    routed_experts(ops_, main, "routed_experts", routed, x, ids, rw, mw.w1, mw.w2, mw.w3, limit, b.moe_ws);
+  }
 
   // w1, w3 and the SwiGLU in one op (a backend may fuse them).
   linear_swiglu(ops_, side, "shared_experts.w1+w3+swiglu", act, g, u, x, mw.sh_w1, mw.sh_w3, limit);

@@ -702,6 +702,35 @@ RouteDims validate_route(const Tensor& ids, const Tensor& weights, const Tensor&
   return {T, E, k, V, hashed};
 }
 
+// shard_routing: ids / ids_out I32 [T, k], weights / weights_out F32 [T, k], a shard of count >= 1
+// experts starting at first >= 0.
+struct ShardRoutingDims {
+  int64_t T, k;
+};
+
+template <class R>
+ShardRoutingDims validate_shard_routing(const Tensor& ids_out, const Tensor& weights_out, const Tensor& ids,
+                                        const Tensor& weights, int64_t first, int64_t count) {
+  constexpr Presence P = R::presence;
+  const char* op = "shard_routing";
+  check_dtype<P>(op, "ids", ids, DType::I32);
+  check_ndim<P>(op, "ids", ids, 2);
+  const int64_t T = ids.dim(0), k = ids.dim(1);
+  check_f32<P>(op, "weights", weights, {T, k});
+  check_i32<P>(op, "ids_out", ids_out, {T, k});
+  check_f32<P>(op, "weights_out", weights_out, {T, k});
+  SL_CHECK(first >= 0 && count >= 1, op, ": the shard [", first, ", ", first, " + ", count,
+           ") must start at 0 or later and hold at least one expert");
+  return {T, k};
+}
+
+// all_reduce_sum: t F32 or BF16, any shape.
+template <class R>
+int64_t validate_all_reduce_sum(const Tensor& t) {
+  check_float<R::presence>("all_reduce_sum", "t", t);
+  return t.numel();
+}
+
 // moe_experts: x [T, D] (mma), out [T, D] (act, not aliasing x), w1/w3 [E, F, D] and
 // w2 [E, D, F] (mma), ids [T, k] (i32), weights [T, k] (f32). The workspace's size follows
 // each backend's own layout: the backend checks it.

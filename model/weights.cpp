@@ -58,6 +58,7 @@ constexpr float kHcScaleOffset = 0.5f, kHcScaleNoise = 0.05f;
 struct SpecBuilder {
   const ModelConfig& c;
   std::vector<WeightSpec>& out;
+  const ModelWeights& w;  // which routed experts it holds
 
   WeightSpec& add(std::string name, Shape shape, Tensor* dst, float scale, float offset = 0.f, bool f32 = false) {
     WeightSpec s;
@@ -125,15 +126,17 @@ struct SpecBuilder {
     } else {
       add(p + "ffn.gate.bias", Shape{E}, &m.gate_bias, kSmall, 0.f, true);
     }
-    for (int64_t e = 0; e < E; ++e) {
+    // The experts this process holds (all, or its expert-parallel shard), by their global ids.
+    const int64_t e0 = w.experts_first, e1 = e0 + w.held_experts(c);
+    for (int64_t e = e0; e < e1; ++e) {
       const std::string ep = p + "ffn.experts." + std::to_string(e) + ".";
       constexpr auto mx = WeightSpec::Native::Mxfp4;
       linear(ep + "w1.weight", F, D, &m.w1, mx);
-      out.back().stack_index = int(e);
+      out.back().stack_index = int(e - e0);
       linear(ep + "w2.weight", D, F, &m.w2, mx);
-      out.back().stack_index = int(e);
+      out.back().stack_index = int(e - e0);
       linear(ep + "w3.weight", F, D, &m.w3, mx);
-      out.back().stack_index = int(e);
+      out.back().stack_index = int(e - e0);
     }
     linear(p + "ffn.shared_experts.w1.weight", Fs, D, &m.sh_w1);
     linear(p + "ffn.shared_experts.w2.weight", D, Fs, &m.sh_w2);
@@ -173,10 +176,10 @@ Shape scale_shape(const WeightSpec& s) {
 }
 DType scale_dtype(const WeightSpec& s) { return s.native == WeightSpec::Native::Fp8 ? DType::F32 : DType::U8; }
 
-// Stacked experts: [E, ...] of the per-expert shape.
-Shape stacked(const ModelConfig& c, const WeightSpec& s, Shape one) {
+// Stacked experts: [experts held, ...] of the per-expert shape.
+Shape stacked(const ModelConfig& c, const ModelWeights& w, const WeightSpec& s, Shape one) {
   if (s.stack_index < 0) return one;
-  return Shape{c.n_routed_experts, one[0], one[1]};
+  return Shape{w.held_experts(c), one[0], one[1]};
 }
 
 DType spec_dtype(const WeightSpec& s, DType wdt, WeightFormat f = WeightFormat::Bf16) {
@@ -261,13 +264,20 @@ std::vector<int32_t> make_tid2eid(uint64_t seed, uint64_t key, int64_t V, int k,
 
 }  // namespace
 
+int64_t ModelWeights::held_experts(const ModelConfig& c) const {
+  return experts_count < 0 ? c.n_routed_experts : experts_count;
+}
+
 std::vector<WeightSpec> weight_specs(const ModelConfig& c, ModelWeights& w) {
   const int L = c.num_hidden_layers, N = c.num_nextn_predict_layers;
+  SL_CHECK(w.experts_first >= 0 && w.experts_first + w.held_experts(c) <= c.n_routed_experts && w.held_experts(c) >= 1,
+           "weight_specs: config ", c.name, ": routed experts [", w.experts_first, ", ",
+           w.experts_first + w.held_experts(c), ") are not a shard of its ", c.n_routed_experts);
   SL_CHECK(L >= 0 && N >= 0, "weight_specs: config ", c.name, " has negative layer counts");
   w.layers.resize(size_t(L));
   w.mtp.resize(size_t(N));
   std::vector<WeightSpec> out;
-  SpecBuilder b{c, out};
+  SpecBuilder b{c, out, w};
   const int64_t D = c.hidden_size, V = c.vocab_size;
   b.add("embed.weight", Shape{V, D}, &w.embed, 1.0f);
   b.add("head.weight", Shape{V, D}, &w.head, std::sqrt(3.0f / float(D)));
@@ -326,9 +336,9 @@ void allocate_weights(Backend& be, const ModelConfig& c, ModelWeights& w, Weight
   for (const auto& s : specs) {
     if (!done.insert(s.dst).second) continue;
     const std::string name = s.stack_index >= 0 ? stacked_name(s.name) : s.name;
-    *s.dst = be.alloc(name, spec_dtype(s, be.weight_dtype(), fmt), stacked(c, s, held_shape(s, fmt)), AllocKind::Weight);
+    *s.dst = be.alloc(name, spec_dtype(s, be.weight_dtype(), fmt), stacked(c, w, s, held_shape(s, fmt)), AllocKind::Weight);
     if (held_native(s, fmt))
-      *s.scale_dst = be.alloc(name + ".scale", scale_dtype(s), stacked(c, s, scale_shape(s)), AllocKind::Weight);
+      *s.scale_dst = be.alloc(name + ".scale", scale_dtype(s), stacked(c, w, s, scale_shape(s)), AllocKind::Weight);
   }
 }
 
@@ -549,6 +559,9 @@ void add_native_tensors(Backend& be, const WeightSpec& s, std::vector<FileTensor
 void save_checkpoint(Backend& be, const ModelConfig& c, ModelWeights& w, const std::string& dir, DType file_dtype) {
   SL_CHECK(file_dtype == DType::BF16 || file_dtype == DType::F32, "save_checkpoint: file dtype must be bf16 or f32, got ",
            dtype_name(file_dtype));
+  SL_CHECK(w.held_experts(c) == c.n_routed_experts, "save_checkpoint: this process holds routed experts [",
+           w.experts_first, ", ", w.experts_first + w.held_experts(c), ") of ", c.n_routed_experts,
+           " (expert parallelism): a checkpoint holds them all; save from a run on one rank");
   std::error_code ec;
   fs::create_directories(dir, ec);
   SL_CHECK(!ec && fs::is_directory(dir), "save_checkpoint: cannot create directory ", dir, ": ", ec.message());

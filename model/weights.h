@@ -87,6 +87,11 @@ struct ModelWeights {
   std::vector<BlockWeights> layers;  // L target layers
   std::vector<MtpWeights> mtp;       // N MTP layers (mtp.0 .. mtp.{N-1})
   WeightFormat format = WeightFormat::Bf16;  // set by allocate_weights
+  // The routed experts held (expert parallelism): experts [experts_first, experts_first +
+  // experts_count) of every MoE layer, at stack indices 0 .. experts_count - 1; -1: all. Set
+  // before weight_specs / allocate_weights.
+  int64_t experts_first = 0, experts_count = -1;
+  int64_t held_experts(const ModelConfig& c) const;
 };
 
 // One checkpoint tensor: its name and shape as in the checkpoint, where it lives, and how the

@@ -353,11 +353,15 @@ void for_each_gpu_op(const Trace& t, F&& f) {
 
 }  // namespace
 
+bool hta_is_comm_kernel(std::string_view name) {
+  return name.rfind("nccl", 0) == 0 && name.find("Kernel", 4) != std::string_view::npos;
+}
+
 bool hta_is_compute_kernel(std::string_view name) {
   // HTA: NCCL_COMPUTE_KERNEL_RE = (^nccl.*Kernel)|(.*(Memcpy)|(Memset))|(.*Sync), applied with
   // re.match (anchored at the start): non-compute when the name starts with "nccl" and contains
   // "Kernel" after it, contains "Memcpy", starts with "Memset", or contains "Sync".
-  if (name.rfind("nccl", 0) == 0 && name.find("Kernel", 4) != std::string_view::npos) return false;
+  if (hta_is_comm_kernel(name)) return false;
   if (name.find("Memcpy") != std::string_view::npos) return false;
   if (name.rfind("Memset", 0) == 0) return false;
   if (name.find("Sync") != std::string_view::npos) return false;
@@ -411,15 +415,55 @@ class IntervalUnion {
   Ns start_ = 0, end_ = kNoTime, total_ = 0;
 };
 
+// The union of intervals added in start order, kept as disjoint intervals (for intersections).
+class MergedIntervals {
+ public:
+  void add(Ns s, Ns e) {
+    if (v_.empty() || s > v_.back().second)
+      v_.emplace_back(s, e);
+    else
+      v_.back().second = std::max(v_.back().second, e);
+  }
+  Ns total() const {
+    Ns n = 0;
+    for (const auto& [s, e] : v_) n += e - s;
+    return n;
+  }
+  // Length of the intersection of two unions: one merge-like walk over both.
+  Ns intersection(const MergedIntervals& o) const {
+    Ns n = 0;
+    size_t i = 0, j = 0;
+    while (i < v_.size() && j < o.v_.size()) {
+      const Ns s = std::max(v_[i].first, o.v_[j].first), e = std::min(v_[i].second, o.v_[j].second);
+      if (e > s) n += e - s;
+      if (v_[i].second < o.v_[j].second) ++i;
+      else ++j;
+    }
+    return n;
+  }
+
+ private:
+  std::vector<std::pair<Ns, Ns>> v_;
+};
+
+struct GpuOpTally {
+  TemporalBreakdown temporal;
+  CommOverlap comm;
+};
+
 // One pass over every GPU op in start order: memcpy / memset counts and HTA's idle breakdown per
 // stream (into `sm`, indexed like `sidx`, grown for streams seen only here), and HTA's temporal
-// breakdown (idle / compute / non-compute time over the trace's GPU span).
-TemporalBreakdown tally_gpu_ops(const Trace& t, const LaunchIndex& launches, StreamIndex& sidx,
+// breakdown (idle / compute / non-compute time over the trace's GPU span) and its communication /
+// computation overlap.
+GpuOpTally tally_gpu_ops(const Trace& t, const LaunchIndex& launches, StreamIndex& sidx,
                                 Ns kernel_wait_threshold, std::vector<StreamMetrics>& sm) {
   std::vector<Ns> prev_end(sm.size(), kNoTime);
   Ns first = kNoTime, last = kNoTime;
-  IntervalUnion busy, compute;
-  std::vector<int8_t> compute_cache(t.strings.size(), -1);  // per kernel name: HTA's "compute"?
+  IntervalUnion busy;
+  MergedIntervals compute, comm;
+  uint64_t comm_kernels = 0;
+  // Per kernel name: HTA's class (-1 not yet known, 0 other, 1 computation, 2 communication).
+  std::vector<int8_t> kind_cache(t.strings.size(), -1);
   for_each_gpu_op(t, [&](int kind, Ns s, Ns e, uint32_t stream, uint32_t pid, uint32_t corr, StrId name) {
     const int d = sidx(stream);
     if (size_t(d) >= sm.size()) {
@@ -447,13 +491,20 @@ TemporalBreakdown tally_gpu_ops(const Trace& t, const LaunchIndex& launches, Str
     last = last == kNoTime ? e : std::max(last, e);
     busy.add(s, e);
     if (kind == 0) {
-      int8_t& c = compute_cache[name];
-      if (c < 0) c = hta_is_compute_kernel(t.str(name)) ? 1 : 0;
+      int8_t& c = kind_cache[name];
+      if (c < 0) c = hta_is_comm_kernel(t.str(name)) ? 2 : hta_is_compute_kernel(t.str(name)) ? 1 : 0;
       if (c == 1) compute.add(s, e);
+      if (c == 2) comm.add(s, e), ++comm_kernels;
     }
   });
-  TemporalBreakdown tb;
-  if (first == kNoTime) return tb;
+  GpuOpTally out;
+  CommOverlap& co = out.comm;
+  co.comm_kernels = comm_kernels;
+  co.comm = comm.total();
+  co.overlapped = comm.intersection(compute);
+  co.fraction = co.comm > 0 ? double(co.overlapped) / double(co.comm) : 0.0;
+  TemporalBreakdown& tb = out.temporal;
+  if (first == kNoTime) return out;
   tb.span = last - first;
   tb.idle = tb.span - busy.total();
   tb.compute = compute.total();
@@ -463,7 +514,7 @@ TemporalBreakdown tally_gpu_ops(const Trace& t, const LaunchIndex& launches, Str
     tb.compute_pct = 100.0 * double(tb.compute) / double(tb.span);
     tb.non_compute_pct = 100.0 * double(tb.non_compute) / double(tb.span);
   }
-  return tb;
+  return out;
 }
 
 // The sweep's per-stream state into each stream's metrics, and the queue-wait and launch-delay
@@ -514,7 +565,9 @@ std::vector<StreamMetrics> stream_metrics(const Trace& t, const LaunchIndex& lau
     sm[d].label = t.stream_label(sm[d].stream);
     if (const Stream* s = t.find_stream(sm[d].stream)) sm[d].priority = s->priority;
   }
-  r.temporal = tally_gpu_ops(t, launches, sidx, opts.kernel_wait_threshold, sm);
+  GpuOpTally tally = tally_gpu_ops(t, launches, sidx, opts.kernel_wait_threshold, sm);
+  r.temporal = tally.temporal;
+  r.comm = tally.comm;
   finish_stream_metrics(ss, r.main_stream, sm, r);
   std::sort(sm.begin(), sm.end(), [](const StreamMetrics& a, const StreamMetrics& b) { return a.stream < b.stream; });
   return sm;

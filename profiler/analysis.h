@@ -18,6 +18,8 @@
 // - HTA temporal breakdown over GPU ops (kernels, memcpy, memset): span = last end - first
 //   start; idle = span - union; compute = union of computation kernels (HTA's rule: not NCCL,
 //   not Memcpy/Memset, not *Sync*); non-compute = union - compute.
+// - HTA communication / computation overlap: the union of NCCL kernels (^nccl.*Kernel) and the
+//   part of it covered by the union of computation kernels; overlap fraction = covered / union.
 // - HTA idle breakdown per stream: the gap before each op is "host wait" when its launch call
 //   started after the previous op on the stream ended, else "kernel wait" when the gap is under
 //   the threshold (HTA default 30 us), else "other".
@@ -102,6 +104,16 @@ struct TemporalBreakdown {
   double idle_pct = 0, compute_pct = 0, non_compute_pct = 0;
 };
 
+// HTA's communication / computation overlap (its get_comm_comp_overlap, per rank): the part of
+// the union of communication kernels (names matching ^nccl.*Kernel) during which computation
+// kernels (hta_is_compute_kernel) also ran, over that union.
+struct CommOverlap {
+  uint64_t comm_kernels = 0;
+  Ns comm = 0;         // union of communication kernel intervals
+  Ns overlapped = 0;   // part of it that computation kernels cover
+  double fraction = 0; // overlapped / comm (0 without communication kernels)
+};
+
 struct KernelNameStats {
   std::string name;
   uint64_t count = 0;
@@ -173,6 +185,7 @@ struct AnalysisResult {
   ScopeMetrics whole;                         // all kernels of the trace
   std::vector<StreamMetrics> streams;         // sorted by stream id
   TemporalBreakdown temporal;
+  CommOverlap comm;
   std::vector<KernelNameStats> kernel_stats;  // sorted by total time, descending
   std::vector<OpTimeStats> op_stats;          // options.by_op: sorted by total time, descending
   DurationStats queue_wait;                   // all kernels
@@ -191,5 +204,7 @@ AnalysisResult analyze(const Trace& trace, const AnalysisOptions& opts = {});
 
 // HTA's classification: true for computation kernels.
 bool hta_is_compute_kernel(std::string_view name);
+// HTA's communication kernels: the name matches ^nccl.*Kernel.
+bool hta_is_comm_kernel(std::string_view name);
 
 }  // namespace sl::prof

@@ -406,8 +406,14 @@ class Emitter {
   void header() {
     out_.lit("{\n\"schemaVersion\": 1,\n\"deviceProperties\": [");
     list(t_.devices, "\n", ",\n", [&](const Device& d) { device_object(d, kineto_fields::kDeviceProperties); });
+    // HTA finds the rank with the regex "rank":\s+(\d+): a space after the colon.
     out_.lit("\n],\n\"distributedInfo\": {\"rank\": ");
-    out_.i64(o_.rank);
+    out_.i64(o_.rank >= 0 ? o_.rank : std::max(t_.rank, 0));
+    const int world = o_.world_size > 0 ? o_.world_size : t_.world_size;
+    if (world > 0) {
+      out_.lit(", \"world_size\": ");
+      out_.i64(world);
+    }
     out_.lit("},\n\"baseTimeNanoseconds\": ");
     out_.i64(base_);
     out_.lit(",\n\"displayTimeUnit\": \"ms\",\n\"traceEvents\": [");

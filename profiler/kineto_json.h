@@ -27,7 +27,10 @@
 namespace sl::prof {
 
 struct KinetoOptions {
-  int rank = 0;
+  // distributedInfo: the rank, and world_size when > 0 (HTA keys a folder of traces by rank); a
+  // negative rank takes the trace's own (Trace::rank, 0 when unknown), as does world_size 0.
+  int rank = -1;
+  int world_size = 0;
   bool flows = true;             // ac2g flows launch -> GPU op
   bool syncs = true;             // cuda_sync slices
   bool gpu_annotations = true;   // gpu_user_annotation: NVTX ranges projected onto the GPU

@@ -136,6 +136,13 @@ bool check_top_level(const json& doc, std::string_view text, Ctx& c) {
     std::string head(text.substr(0, std::min<size_t>(text.size(), 1 << 20)));
     if (!std::regex_search(head, rank_re))
       c.err("distributedInfo: HTA finds the rank with the regex \"rank\":\\s+(\\d+) (a space after the colon)");
+    const json& di = doc["distributedInfo"];
+    if (di.contains("world_size")) {
+      if (!is_int(di["world_size"]) || di["world_size"].get<int64_t>() < 1)
+        c.err("distributedInfo: world_size must be a positive integer");
+      else if (di["rank"].get<int64_t>() < 0 || di["rank"].get<int64_t>() >= di["world_size"].get<int64_t>())
+        c.err("distributedInfo: rank outside 0..world_size - 1");
+    }
   }
   if (!doc.contains("baseTimeNanoseconds") || !is_int(doc["baseTimeNanoseconds"]))
     c.err("top level: baseTimeNanoseconds (integer) missing");

@@ -128,6 +128,10 @@ json analysis_to_json(const AnalysisResult& r) {
                              {"compute_ns", r.temporal.compute},   {"non_compute_ns", r.temporal.non_compute},
                              {"idle_pct", r.temporal.idle_pct},    {"compute_pct", r.temporal.compute_pct},
                              {"non_compute_pct", r.temporal.non_compute_pct}};
+  j["comm_comp_overlap"] = {{"comm_kernels", r.comm.comm_kernels},
+                            {"comm_ns", r.comm.comm},
+                            {"overlapped_ns", r.comm.overlapped},
+                            {"fraction", r.comm.comm > 0 ? json(r.comm.fraction) : json(nullptr)}};
   j["queue_wait"] = stats_json(r.queue_wait);
   j["launch_delay"] = stats_json(r.launch_delay);
   j["kernels_without_launch"] = r.kernels_without_launch;
@@ -249,6 +253,10 @@ std::string analysis_to_text(const AnalysisResult& r, size_t top) {
     << " us (" << std::fixed << std::setprecision(1) << r.temporal.idle_pct << "%), compute " << us(r.temporal.compute)
     << " us (" << r.temporal.compute_pct << "%), non-compute " << us(r.temporal.non_compute) << " us ("
     << r.temporal.non_compute_pct << "%)\n";
+  if (r.comm.comm_kernels > 0)
+    o << "  HTA communication / computation overlap: " << r.comm.comm_kernels << " NCCL kernels over "
+      << us(r.comm.comm) << " us, " << us(r.comm.overlapped) << " us of it under computation kernels = "
+      << pct(r.comm.fraction) << "\n";
   o << "  launch delay (kernel start - launch call end): n " << r.launch_delay.count << ", median "
     << us(Ns(r.launch_delay.median)) << " us, p99 " << us(Ns(r.launch_delay.p99)) << " us, max " << us(r.launch_delay.max)
     << " us" << (r.kernels_without_launch ? "; " + std::to_string(r.kernels_without_launch) + " kernels without a launch call" : "")

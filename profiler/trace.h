@@ -354,6 +354,10 @@ struct Trace {
   Ns base_time = kNoTime;          // time origin for exports; kNoTime: earliest event
   int64_t session_start_utc_ns = 0; // wall clock (Unix epoch ns) of base_time, when known
   std::map<std::string, std::string> metadata;  // free-form (tool, command line, policy, ...)
+  // Which process of a multi-GPU job recorded it (Kineto's distributedInfo, as HTA reads it):
+  // rank -1 and world_size 0 when the trace does not say.
+  int rank = -1;
+  int world_size = 0;
 
   StrId intern(std::string_view s) { return strings.intern(s); }
   const std::string& str(StrId id) const { return strings.str(id); }

@@ -590,6 +590,7 @@ Trace load_kineto_doc(dom::element doc, const std::string& origin, JsonLoadStats
   const Ns base = base_time_of(top, origin);
   const bool ours = has_our_block(top);
   load_device_properties(top, t, origin);
+  load_distributed_info(top, t, origin);
   const EventContext cx{base, ours ? Ours::Yes : Ours::No};
   TraceSink sink(t);
   size_t i = 0;
@@ -635,6 +636,7 @@ TopLevel read_top_level(dom::element doc, const std::string& origin) {
     else if (kv.key == "baseTimeNanoseconds") top.base = kv.value, top.has_base = true;
     else if (kv.key == "streamlab") top.block = kv.value, top.has_block = true;
     else if (kv.key == "deviceProperties") top.device_properties = kv.value, top.has_device_properties = true;
+    else if (kv.key == "distributedInfo") top.distributed = kv.value, top.has_distributed = true;
   }
   if (!top.has_events || !is_type(top.events, Type::ARRAY))
     fail(origin, ": expected a \"traceEvents\" array at the top level (a Kineto / Chrome trace)");
@@ -671,6 +673,25 @@ void load_device_properties(const TopLevel& top, Trace& t, const std::string& or
     }
     ++i;
   }
+}
+
+void load_distributed_info(const TopLevel& top, Trace& t, const std::string& origin) {
+  if (!top.has_distributed) return;
+  if (!is_type(top.distributed, Type::OBJECT))
+    fail(origin, ": expected \"distributedInfo\" to be an object, found ", type_name(top.distributed));
+  constexpr int64_t kMaxWorld = int64_t(1) << 20;
+  auto read = [&](std::string_view key, int& dst) {
+    dom::element v;
+    if (as_obj(top.distributed).at_key(key).get(v) != simdjson::SUCCESS) return;
+    if (!is_integer(v) || !is_type(v, Type::INT64) || v.get_int64().value_unsafe() < 0 ||
+        v.get_int64().value_unsafe() > kMaxWorld)
+      fail(origin, ": distributedInfo.", key, ": expected an integer in 0..", kMaxWorld, ", found ", brief(v));
+    dst = int(v.get_int64().value_unsafe());
+  };
+  read("rank", t.rank);
+  read("world_size", t.world_size);
+  if (t.world_size > 0 && t.rank >= t.world_size)
+    fail(origin, ": distributedInfo: rank ", t.rank, " is outside world_size ", t.world_size);
 }
 
 // Reading a file straight into simdjson's padded buffer (no second copy).

@@ -55,8 +55,9 @@ bool tail_contains(const Source& src, std::string_view needle, size_t window);
 
 // The top level of a parsed document.
 struct TopLevel {
-  simdjson::dom::element events, base, block, device_properties;
-  bool has_events = false, has_base = false, has_block = false, has_device_properties = false;
+  simdjson::dom::element events, base, block, device_properties, distributed;
+  bool has_events = false, has_base = false, has_block = false, has_device_properties = false,
+       has_distributed = false;
   size_t events_keys = 0;  // top-level "traceEvents" keys seen (a repeated key: the last wins)
 };
 // sl::Error, as the loader always reported, when it is not an object with a traceEvents array.
@@ -64,6 +65,9 @@ TopLevel read_top_level(simdjson::dom::element doc, const std::string& origin);
 Ns base_time_of(const TopLevel& top, const std::string& origin);  // 0 when absent
 bool has_our_block(const TopLevel& top);
 void load_device_properties(const TopLevel& top, Trace& t, const std::string& origin);
+// distributedInfo's rank and world_size into t (absent: left unknown; present but not an integer
+// in 0..2^20, or a rank outside the world: an error naming the field).
+void load_distributed_info(const TopLevel& top, Trace& t, const std::string& origin);
 void load_block(simdjson::dom::object block, Trace& t, const std::string& origin);
 // Whether the block sets the record counts (load_block then overwrites the events' counts).
 bool block_has_counts(simdjson::dom::object block);

@@ -1157,6 +1157,7 @@ void read_frame_doc(dom::element doc, const std::string& origin, Frame& f) {
   }
   try {
     load_device_properties(top, f.part, origin);
+    load_distributed_info(top, f.part, origin);
     if (f.ours) {
       const dom::object block = top.block.get_object().value_unsafe();
       f.counts_given = block_has_counts(block);
@@ -1212,6 +1213,8 @@ void add_frame(Frame& f, Trace& t) {
   if (p.base_time != kNoTime) t.base_time = p.base_time;
   if (p.session_start_utc_ns != 0) t.session_start_utc_ns = p.session_start_utc_ns;
   for (auto& [k, v] : p.metadata) t.metadata[k] = std::move(v);
+  if (p.rank >= 0) t.rank = p.rank;
+  if (p.world_size > 0) t.world_size = p.world_size;
   if (f.counts_given) t.counts = counts_with_rejections(std::move(p.counts), t.counts);
 }
 

@@ -1,12 +1,16 @@
-// `streamlab analyze TRACE`: what the streams bought in a traced run. Reads our JSON, a PyTorch
-// profiler (Kineto) JSON or our SQLite (detected by content), prints stream overlap, the aux
-// hidden fraction, queue waits and suspected false dependencies, launch delays, HTA's temporal
-// and idle breakdowns, kernel statistics and resources; per NVTX range with --range.
+// `streamlab analyze TRACE [TRACE...]`: what the streams bought in a traced run. Reads our JSON, a
+// PyTorch profiler (Kineto) JSON or our SQLite (detected by content), prints stream overlap, the
+// aux hidden fraction, queue waits and suspected false dependencies, launch delays, HTA's temporal
+// and idle breakdowns, its communication / computation overlap, kernel statistics and resources;
+// per NVTX range with --range. Several traces are the ranks of one multi-GPU job (one file per
+// rank, as PyTorch's profiler and HTA keep them): each is analysed on its own and the report
+// starts with a table of the ranks side by side.
 #include <cstdio>
 #include <iostream>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "core/input_file.h"
@@ -19,7 +23,7 @@ namespace sl::cli {
 namespace {
 
 struct AnalyzeOptions {
-  std::string trace;
+  std::vector<std::string> traces;
   std::string range;
   int64_t main_stream = -1;
   bool json = false;
@@ -31,8 +35,17 @@ struct AnalyzeOptions {
   bool allow_invalid = false;
 };
 
-void run(const AnalyzeOptions& o) {
-  prof::Trace trace = prof::load_trace(o.trace);
+struct Analysed {
+  std::string path, format;
+  prof::Trace trace;
+  prof::AnalysisResult result;
+  bool gpu_activity = false;
+};
+
+Analysed analyse_one(const AnalyzeOptions& o, const std::string& path) {
+  Analysed a;
+  a.path = path;
+  a.trace = prof::load_trace(path);
   prof::AnalysisOptions ao;
   ao.range = o.range;
   if (o.main_stream >= 0) ao.main_stream = uint32_t(o.main_stream);
@@ -40,32 +53,96 @@ void run(const AnalyzeOptions& o) {
   ao.by_op = o.by_op;
   ao.kernel_wait_threshold = prof::Ns(o.kernel_wait_us * 1000.0);
   ao.false_dep_epsilon = o.false_dep_epsilon_ns;
-  prof::AnalysisResult r = prof::analyze(trace, ao);
+  a.result = prof::analyze(a.trace, ao);
   // A trace of host activity only (or an empty one) analyses as all zeros: say why.
-  const bool gpu_activity = !trace.kernels.empty() || !trace.memcpys.empty() || !trace.memsets.empty();
-  if (!gpu_activity)
+  a.gpu_activity = !a.trace.kernels.empty() || !a.trace.memcpys.empty() || !a.trace.memsets.empty();
+  if (!a.gpu_activity)
     std::fprintf(stderr, "streamlab: note: '%s' has no GPU activity (no kernels, copies or sets): every GPU figure "
-                 "below is zero\n", o.trace.c_str());
-  const std::string format =
-      is_stream(o.trace) ? std::string("stream") : prof::to_string(prof::detect_trace_format(o.trace));
+                 "below is zero\n", path.c_str());
+  a.format = is_stream(path) ? std::string("stream") : prof::to_string(prof::detect_trace_format(path));
+  return a;
+}
+
+nlohmann::json analysed_json(const Analysed& a) {
+  nlohmann::json j = prof::analysis_to_json(a.result);
+  j["gpu_activity"] = a.gpu_activity;
+  j["trace"] = a.path;
+  j["format"] = a.format;
+  j["rank"] = a.trace.rank >= 0 ? nlohmann::json(a.trace.rank) : nlohmann::json(nullptr);
+  j["world_size"] = a.trace.world_size > 0 ? nlohmann::json(a.trace.world_size) : nlohmann::json(nullptr);
+  return j;
+}
+
+// The ranks side by side: what a multi-GPU step looks like from each GPU.
+std::string ranks_table(const std::vector<Analysed>& all) {
+  auto us = [](prof::Ns ns) { return double(ns) / 1000.0; };
+  std::string out = "ranks: " + std::to_string(all.size()) + " traces\n";
+  char line[512];
+  std::snprintf(line, sizeof line, "  %-5s %-6s %8s %12s %12s %9s %12s %13s %10s  %s\n", "rank", "world", "kernels",
+                "span us", "busy us", "compute", "NCCL us", "comm overlap", "aux hidden", "trace");
+  out += line;
+  for (const Analysed& a : all) {
+    const prof::AnalysisResult& r = a.result;
+    const std::string rank = a.trace.rank >= 0 ? std::to_string(a.trace.rank) : "-";
+    const std::string world = a.trace.world_size > 0 ? std::to_string(a.trace.world_size) : "-";
+    char comm[32] = "-";
+    if (r.comm.comm > 0) std::snprintf(comm, sizeof comm, "%.1f%%", 100.0 * r.comm.fraction);
+    std::snprintf(line, sizeof line, "  %-5s %-6s %8llu %12.1f %12.1f %8.1f%% %12.1f %13s %9.1f%%  %s\n",
+                  rank.c_str(), world.c_str(), static_cast<unsigned long long>(r.whole.kernels), us(r.whole.span),
+                  us(r.whole.busy), r.temporal.compute_pct, us(r.comm.comm), comm, 100.0 * r.whole.aux_hidden_fraction,
+                  a.path.c_str());
+    out += line;
+  }
+  return out;
+}
+
+// Two traces that claim one rank, or disagree on the world size, are not one job's ranks.
+void check_ranks(const std::vector<Analysed>& all) {
+  for (size_t i = 0; i < all.size(); ++i)
+    for (size_t k = i + 1; k < all.size(); ++k) {
+      const prof::Trace &a = all[i].trace, &b = all[k].trace;
+      if (a.rank >= 0 && a.rank == b.rank)
+        fail("'", all[i].path, "' and '", all[k].path, "' are both rank ", a.rank,
+             " (distributedInfo): give one trace per rank");
+      if (a.world_size > 0 && b.world_size > 0 && a.world_size != b.world_size)
+        fail("'", all[i].path, "' says world_size ", a.world_size, " and '", all[k].path, "' says ", b.world_size,
+             ": not the ranks of one job");
+    }
+}
+
+void run(const AnalyzeOptions& o) {
+  std::vector<Analysed> all;
+  for (const std::string& path : o.traces) all.push_back(analyse_one(o, path));
+  if (all.size() > 1) check_ranks(all);
   if (o.json) {
-    nlohmann::json j = prof::analysis_to_json(r);
-    j["gpu_activity"] = gpu_activity;
-    j["trace"] = o.trace;
-    j["format"] = format;
-    std::cout << j.dump(2) << "\n";
+    if (all.size() == 1) {
+      std::cout << analysed_json(all[0]).dump(2) << "\n";
+    } else {
+      nlohmann::json j;
+      j["ranks"] = nlohmann::json::array();
+      for (const Analysed& a : all) j["ranks"].push_back(analysed_json(a));
+      std::cout << j.dump(2) << "\n";
+    }
   } else {
-    std::cout << "trace: " << o.trace << " (" << format << ")\n";
-    std::cout << prof::analysis_to_text(r, o.top);
+    if (all.size() > 1) std::cout << ranks_table(all);
+    for (const Analysed& a : all) {
+      if (all.size() > 1) std::cout << "\n";
+      std::cout << "trace: " << a.path << " (" << a.format << ")";
+      if (a.trace.rank >= 0)
+        std::cout << ", rank " << a.trace.rank
+                  << (a.trace.world_size > 0 ? " of " + std::to_string(a.trace.world_size) : std::string());
+      std::cout << "\n" << prof::analysis_to_text(a.result, o.top);
+    }
   }
   std::cout.flush();
-  if (!r.counts.clean()) {
-    std::string w = prof::record_count_warnings(r.counts);
+  for (const Analysed& a : all) {
+    if (a.result.counts.clean()) continue;
+    std::string w = prof::record_count_warnings(a.result.counts);
     if (o.allow_invalid) {
-      std::fprintf(stderr, "streamlab: warning: the trace has record problems (allowed by --allow-invalid-records):\n%s",
-                   w.c_str());
+      std::fprintf(stderr, "streamlab: warning: '%s' has record problems (allowed by --allow-invalid-records):\n%s",
+                   a.path.c_str(), w.c_str());
     } else {
-      fail("the trace has record problems, so its numbers may be wrong:\n", w,
+      fail("'", a.path, "' has record problems, so its numbers may be wrong:\n", w,
            "(pass --allow-invalid-records to accept them and exit 0)");
     }
   }
@@ -81,8 +158,10 @@ void add_analyze_command(CLI::App& app) {
       "delays, HTA temporal / idle breakdowns, kernel statistics, resources. Exits non-zero when the trace has "
       "dropped, zero-timestamp or end<start records, or records the loader rejected (a field outside the trace "
       "model's range, a GPU op without a duration, a repeated correlation id), unless --allow-invalid-records is given.");
-  cmd->add_option("TRACE", o->trace,
-                  "trace file: streamlab JSON, PyTorch profiler / Kineto JSON, or streamlab SQLite (detected by content)")
+  cmd->add_option("TRACE", o->traces,
+                  "trace file: streamlab JSON, PyTorch profiler / Kineto JSON, or streamlab SQLite (detected by "
+                  "content); several: the ranks of one multi-GPU job, one file each (distributedInfo's rank), "
+                  "reported side by side, with --json as {\"ranks\": [...]}")
       ->required()
       ->check(CLI::ExistingFile);
   cmd->add_option("--range", o->range,

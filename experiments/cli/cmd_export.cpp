@@ -3,6 +3,7 @@
 //   kineto  a Kineto-style Chrome trace JSON (Perfetto UI, Holistic Trace Analysis),
 //   sqlite  SQLite in the Nsight Systems export layout (nsys stats / nsys analyze, SQL),
 //   csv     a directory of CSV tables: summary, streams, kernel_stats, gpu_ops (+ ranges).
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -26,15 +27,22 @@ struct ExportOptions {
   std::string out;
   std::string range;
   int64_t main_stream = -1;
-  int rank = 0;
+  int rank = -1;
+  int world_size = 0;
   bool no_flows = false, no_sync = false, no_annotations = false, validate = false;
 };
 
 void run(const ExportOptions& o) {
   prof::Trace trace = prof::load_trace(o.trace);
   if (o.to == "kineto") {
+    const int rank = o.rank >= 0 ? o.rank : std::max(trace.rank, 0);
+    const int world = o.world_size > 0 ? o.world_size : trace.world_size;
+    if (world > 0 && rank >= world)
+      fail("--rank ", rank, " is outside world size ", world,
+           o.world_size > 0 ? std::string(" (--world-size)") : " (the trace's distributedInfo)");
     prof::KinetoOptions ko;
     ko.rank = o.rank;
+    ko.world_size = o.world_size;
     ko.flows = !o.no_flows;
     ko.syncs = !o.no_sync;
     ko.gpu_annotations = !o.no_annotations;
@@ -78,7 +86,12 @@ void add_export_command(CLI::App& app) {
   cmd->add_option("OUT", o->out, "output file (kineto, sqlite; replaced if present) or directory (csv)")->required();
   cmd->add_option("--range", o->range, "csv: also write ranges.csv for instances of this NVTX range");
   cmd->add_option("--main-stream", o->main_stream, "csv: CUPTI stream id of the main stream (default: most kernel time)");
-  cmd->add_option("--rank", o->rank, "kineto: distributedInfo.rank (HTA keys traces by rank)")->capture_default_str();
+  cmd->add_option("--rank", o->rank,
+                  "kineto: distributedInfo.rank (HTA keys traces by rank; default: the trace's own, else 0)")
+      ->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("--world-size", o->world_size,
+                  "kineto: distributedInfo.world_size (default: the trace's own; left out when unknown)")
+      ->check(CLI::Range(1, 1 << 20));
   cmd->add_flag("--no-flows", o->no_flows, "kineto: leave out the ac2g launch -> GPU op flow arrows");
   cmd->add_flag("--no-sync", o->no_sync, "kineto: leave out cuda_sync slices");
   cmd->add_flag("--no-gpu-annotations", o->no_annotations,

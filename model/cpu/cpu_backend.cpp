@@ -9,6 +9,7 @@
 #include "model/cpu/cpu_backend.h"
 
 #include <cstdio>
+#include "core/communicator.h"
 #include "model/cpu/cpu_backend_impl.h"
 
 namespace sl {
@@ -160,6 +161,37 @@ void CpuBackend::fill(Stream s, const Tensor& t, float value) {
     case DType::I32: std::fill_n(t.ptr<int32_t>(), n, int32_t(value)); break;
     default: fail("fill: t is ", describe(t), ", expected f32, bf16 or i32");
   }
+}
+
+void CpuBackend::shard_routing(Stream s, const Tensor& ids_out, const Tensor& weights_out, const Tensor& ids,
+                               const Tensor& weights, int64_t first, int64_t count) {
+  check_stream("shard_routing", s);
+  const auto [T, k] = checks::validate_shard_routing<OpRules>(ids_out, weights_out, ids, weights, first, count);
+  const int32_t* id = ids.ptr<int32_t>();
+  const float* w = weights.ptr<float>();
+  int32_t* io = ids_out.ptr<int32_t>();
+  float* wo = weights_out.ptr<float>();
+  for (int64_t i = 0; i < T * k; ++i) {
+    const bool mine = id[i] >= first && id[i] < first + count;
+    io[i] = mine ? int32_t(id[i] - first) : 0;
+    wo[i] = mine ? w[i] : 0.f;
+  }
+}
+
+void CpuBackend::all_reduce_sum(Stream s, const Tensor& t) {
+  check_stream("all_reduce_sum", s);
+  const int64_t n = checks::validate_all_reduce_sum<OpRules>(t);
+  Communicator* comm = communicator();
+  if (!comm || comm->world() == 1 || n == 0) return;
+  if (t.dtype == DType::F32) {
+    comm->all_reduce_sum(t.ptr<float>(), size_t(n));
+    return;
+  }
+  std::vector<float> v(static_cast<size_t>(n));
+  uint16_t* p = t.ptr<uint16_t>();
+  for (int64_t i = 0; i < n; ++i) v[size_t(i)] = bf16_to_float(p[i]);
+  comm->all_reduce_sum(v.data(), size_t(n));
+  for (int64_t i = 0; i < n; ++i) p[i] = float_to_bf16(v[size_t(i)]);
 }
 
 void CpuBackend::copy(Stream s, const Tensor& dst, const Tensor& src) {

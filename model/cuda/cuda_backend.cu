@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/communicator.h"
 #include "core/rng.h"
 #include "model/cuda/cuda_common.cuh"
 
@@ -600,7 +601,42 @@ __global__ void fill_kernel(void* t, int kind, int64_t n, float value) {
   }
 }
 
+// shard_routing: one thread per (token, slot) pair.
+__global__ void shard_routing_kernel(int32_t* ids_out, float* weights_out, const int32_t* ids, const float* weights,
+                                     int64_t n, int64_t first, int64_t count) {
+  pdl_enter();
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t id = ids[i];
+    const bool mine = id >= first && id < first + count;
+    ids_out[i] = mine ? int32_t(id - first) : 0;
+    weights_out[i] = mine ? weights[i] : 0.f;
+  }
+}
+
 }  // namespace
+
+void CudaBackend::shard_routing(Stream s, const Tensor& ids_out, const Tensor& weights_out, const Tensor& ids,
+                                const Tensor& weights, int64_t first, int64_t count) {
+  const char* op = "shard_routing";
+  cudaStream_t st = stream(s, op);
+  const auto [T, k] = checks::validate_shard_routing<OpRules>(ids_out, weights_out, ids, weights, first, count);
+  const int64_t n = T * k;
+  if (n == 0) return;
+  launch_kernel(op, shard_routing_kernel, grid_for(n, 256), 256, 0, st, ids_out.ptr<int32_t>(),
+                weights_out.ptr<float>(), ids.ptr<int32_t>(), weights.ptr<float>(), n, first, count);
+  CUDA_LAUNCH_CHECK(op, st);
+}
+
+// One rank needs no communication. Several ranks on GPUs need NCCL, which this backend does not
+// drive yet (issue: the multi-GPU runs): said, not silently skipped.
+void CudaBackend::all_reduce_sum(Stream s, const Tensor& t) {
+  const char* op = "all_reduce_sum";
+  stream(s, op);
+  checks::validate_all_reduce_sum<OpRules>(t);
+  Communicator* comm = communicator();
+  SL_CHECK(!comm || comm->world() == 1, op, ": the CUDA backend has no NCCL communicator yet, so a model split over ",
+           comm ? comm->world() : 1, " ranks cannot run on it (the CPU backend runs one with in-process ranks)");
+}
 
 void CudaBackend::init_uniform(Stream s, const Tensor& t, uint64_t seed, uint64_t key, float scale, float offset) {
   const char* op = "init_uniform";

@@ -432,6 +432,40 @@ TEST(Analysis, HtaKernelClassification) {
   EXPECT_TRUE(hta_is_compute_kernel("my_Memset_kernel"));  // Memset only counts at the start
 }
 
+// HTA's get_comm_comp_overlap by hand: NCCL kernels [10, 30) and [25, 40) are one union of 30 ns;
+// computation kernels [0, 15), [20, 22) and [35, 50) cover 5 + 2 + 5 = 12 ns of it. A copy kernel
+// and a *Sync kernel over the rest cover nothing: HTA counts neither as computation.
+TEST(Analysis, HtaCommCompOverlapByHand) {
+  Trace t;
+  TraceBuilder b(t);
+  b.kernel(3, 10, 30, "ncclDevKernel_AllReduce_Sum_bf16_RING_LL");
+  b.kernel(4, 25, 40, "ncclKernel_AllGather_RING_LL_Sum_int8_t");
+  b.kernel(1, 0, 15, "gemm");
+  b.kernel(1, 20, 22, "rmsnorm");
+  b.kernel(2, 15, 20, "void at::native::elementwise_Memcpy");
+  b.kernel(2, 22, 35, "cudaDeviceSynchronize_kernel_Sync");
+  b.kernel(1, 35, 50, "moe_experts");
+  t.finalize();
+  const AnalysisResult r = analyze(t);
+  EXPECT_EQ(r.comm.comm_kernels, 2u);
+  EXPECT_EQ(r.comm.comm, 30);
+  EXPECT_EQ(r.comm.overlapped, 12);
+  EXPECT_DOUBLE_EQ(r.comm.fraction, 0.4);
+  EXPECT_TRUE(hta_is_comm_kernel("ncclDevKernel_AllReduce"));
+  EXPECT_FALSE(hta_is_comm_kernel("my_ncclKernel"));          // anchored at the start
+  EXPECT_FALSE(hta_is_comm_kernel("nccl_allreduce_wrapper"));  // no "Kernel" after "nccl"
+
+  // Without NCCL kernels there is nothing to overlap: zero, not a division by zero.
+  Trace u;
+  TraceBuilder c(u);
+  c.kernel(1, 0, 10, "gemm");
+  u.finalize();
+  const AnalysisResult q = analyze(u);
+  EXPECT_EQ(q.comm.comm_kernels, 0u);
+  EXPECT_EQ(q.comm.comm, 0);
+  EXPECT_EQ(q.comm.fraction, 0.0);
+}
+
 TEST(Analysis, HtaIdleBreakdownPerStream) {
   Trace t;
   TraceBuilder b(t);

@@ -13,7 +13,10 @@
 
 #include "core/communicator.h"
 #include "core/error.h"
+#include "core/rng.h"
+#include "model/config.h"
 #include "model/cpu/cpu_backend.h"
+#include "model/deepseek_v4.h"
 #include "model/expert_parallel.h"
 
 namespace sl {
@@ -206,6 +209,106 @@ TEST(ExpertParallel, AllToAllDispatchAndCombineEqualTheWholeMoe) {
     std::vector<float> joined;
     for (const auto& o : outs) joined.insert(joined.end(), o.begin(), o.end());
     EXPECT_EQ(joined, whole) << "world " << world;
+  }
+}
+
+// The whole tiny model split over 2 and 4 fake ranks (RunShape::expert_world): every rank holds
+// every token and every weight but its share of each MoE layer's routed experts, runs those on the
+// pairs routed to them (shard_routing) and sums the ranks' outputs (all_reduce_sum). A prefill and
+// two decode steps with drafts give one rank's logits up to the order of fp32 sums: a token's
+// routed output is summed per rank, then over ranks, instead of over its k slots in one go. With
+// tiny's 2 experts per token that is exact (two non-zero terms, in either order: measured 0); with
+// 4 it is a few fp32 roundings per MoE call that later layers carry (measured 4-6e-7), and the bound
+// 1e-4 leaves room for that over 4 layers and 3 steps but none for a wrong expert, weight or a
+// missing rank (leaving out the all-reduce moves logits by 0.9 of their largest magnitude). Every
+// rank's logits are identical: they sum the same partials in the same (rank) order.
+void expect_ranks_equal_one_rank(int experts_per_token) {
+  ModelConfig c = load_config("tiny");
+  c.num_experts_per_tok = experts_per_token;
+  validate(c);
+  ASSERT_EQ(c.n_routed_experts % 4, 0);
+  RunShape shape;
+  shape.batch = c.batch;
+  shape.max_positions = c.context_length + 8;
+  shape.max_seq_tokens = c.context_length;
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < c.batch * c.context_length; ++i)
+    prompt.push_back(int32_t(splitmix64(7 * 1000003 + uint64_t(i)) % uint64_t(c.vocab_size)));
+  using Logits = std::vector<std::vector<float>>;  // per step: [batch, vocab] at the last positions
+  auto run = [&](Backend& be, const RunShape& s) {
+    DeepSeekV4 m(be, c, StreamPolicy::parse("shared"), s);
+    m.init_random(c.seed);
+    Logits out;
+    out.push_back(m.prefill(prompt, c.context_length).last_logits);
+    for (int i = 0; i < 2; ++i) {
+      const StepOutput so = m.decode_step();
+      out.push_back(so.last_logits);
+    }
+    return out;
+  };
+  std::unique_ptr<Backend> one = make_cpu_backend();
+  const Logits ref = run(*one, shape);
+  for (int world : {2, 4}) {
+    SCOPED_TRACE("world " + std::to_string(world));
+    std::vector<Logits> got(static_cast<size_t>(world));
+    std::vector<std::string> errors(static_cast<size_t>(world));
+    on_ranks(world, [&](int r, Communicator& comm) {
+      try {
+        std::unique_ptr<Backend> be = make_cpu_backend();
+        be->set_communicator(&comm);
+        RunShape s = shape;
+        s.expert_world = world;
+        s.expert_rank = r;
+        got[size_t(r)] = run(*be, s);
+      } catch (const std::exception& e) {
+        errors[size_t(r)] = e.what();
+      }
+    });
+    for (int r = 0; r < world; ++r) ASSERT_EQ(errors[size_t(r)], "") << "rank " << r;
+    for (int r = 1; r < world; ++r) EXPECT_EQ(got[size_t(r)], got[0]) << "rank " << r << " differs from rank 0";
+    ASSERT_EQ(got[0].size(), ref.size());
+    for (size_t step = 0; step < ref.size(); ++step) {
+      ASSERT_EQ(got[0][step].size(), ref[step].size());
+      double num = 0, den = 0;
+      for (size_t i = 0; i < ref[step].size(); ++i) {
+        num = std::max(num, double(std::fabs(got[0][step][i] - ref[step][i])));
+        den = std::max(den, double(std::fabs(ref[step][i])));
+      }
+      const double rel = num / std::max(den, 1e-30);
+      std::printf("  k %d, world %d, step %zu: max |diff| / max |logit| = %.3g\n", experts_per_token, world, step, rel);
+      EXPECT_LT(rel, 1e-4) << "step " << step;
+    }
+  }
+}
+
+TEST(ExpertParallel, ModelOverFakeRanksEqualsOneRank) { expect_ranks_equal_one_rank(2); }
+TEST(ExpertParallel, ModelOverFakeRanksEqualsOneRankFourPerToken) { expect_ranks_equal_one_rank(4); }
+
+// A model split over ranks refuses to run without its group's communicator (its all-reduce would
+// silently sum nothing), and an uneven split is refused by name.
+TEST(ExpertParallel, ModelNeedsItsCommunicatorAndAnEvenSplit) {
+  const ModelConfig c = load_config("tiny");
+  RunShape s;
+  s.batch = c.batch;
+  s.max_positions = c.context_length + 4;
+  s.max_seq_tokens = c.context_length;
+  s.expert_world = 2;
+  s.expert_rank = 1;
+  std::unique_ptr<Backend> be = make_cpu_backend();
+  try {
+    DeepSeekV4 m(*be, c, StreamPolicy::parse("shared"), s);
+    ADD_FAILURE() << "no error without a communicator";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("needs the backend's communicator"), std::string::npos) << e.what();
+  }
+  auto group = make_fake_group(3);
+  be->set_communicator(group[1].get());
+  s.expert_world = 3;
+  try {
+    DeepSeekV4 m(*be, c, StreamPolicy::parse("shared"), s);
+    ADD_FAILURE() << "no error for 8 experts over 3 ranks";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("3"), std::string::npos) << e.what();
   }
 }
 

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -311,4 +312,59 @@ TEST(FastLoader, BlockReadWhileEventsAreParsed) {
   const std::string want_error = error_of(bad, precise());
   EXPECT_NE(want_error.find("streamlab.cuda_events"), std::string::npos) << want_error;
   for (const JsonLoadOptions& v : variants) EXPECT_EQ(error_of(bad, v), want_error);
+}
+
+// distributedInfo (PyTorch's profiler writes it; HTA keys a job's traces by its rank): both loaders
+// read the rank and world size, refuse values that cannot be a rank, and our writer puts them back.
+TEST(FastLoader, DistributedInfoRankAndWorldSize) {
+  auto doc = [](const std::string& info) {
+    return "{\"schemaVersion\": 1, \"distributedInfo\": " + info +
+           ", \"traceEvents\": [{\"ph\": \"X\", \"cat\": \"kernel\", \"name\": \"k\", \"pid\": 0, \"tid\": 7, "
+           "\"ts\": 1.0, \"dur\": 2.0, \"args\": {\"stream\": 7, \"correlation\": 1}}]}";
+  };
+  for (const JsonLoadOptions& o : {precise(), chunked(2, 64)}) {
+    const Trace t = load_kineto_json(doc("{\"backend\": \"nccl\", \"rank\": 3, \"world_size\": 8}"), "t.json", o);
+    EXPECT_EQ(t.rank, 3);
+    EXPECT_EQ(t.world_size, 8);
+    const Trace n = load_kineto_json(doc("{}"), "t.json", o);  // not said: unknown
+    EXPECT_EQ(n.rank, -1);
+    EXPECT_EQ(n.world_size, 0);
+    struct Bad {
+      const char* info;
+      const char* says;
+    };
+    for (const Bad& b : {Bad{"{\"rank\": -1}", "distributedInfo.rank"}, Bad{"{\"rank\": \"0\"}", "distributedInfo.rank"},
+                         Bad{"{\"rank\": 1.5}", "distributedInfo.rank"},
+                         Bad{"{\"rank\": 0, \"world_size\": 99999999999}", "distributedInfo.world_size"},
+                         Bad{"{\"rank\": 4, \"world_size\": 4}", "rank 4 is outside world_size 4"},
+                         Bad{"[0]", "\"distributedInfo\" to be an object"}}) {
+      SCOPED_TRACE(b.info);
+      const std::string e = error_of(doc(b.info), o);
+      EXPECT_NE(e.find(b.says), std::string::npos) << e;
+    }
+  }
+  // Written back: the trace's own rank and world size, or the writer's when given.
+  Trace t = load_kineto_json(doc("{\"rank\": 3, \"world_size\": 8}"), "t.json", precise());
+  std::ostringstream out;
+  write_kineto_json(t, out);
+  const json j = json::parse(out.str());
+  EXPECT_EQ(j["distributedInfo"]["rank"], 3);
+  EXPECT_EQ(j["distributedInfo"]["world_size"], 8);
+  // HTA reads the rank with the regex "rank":\s+(\d+).
+  EXPECT_NE(out.str().find("\"rank\": 3"), std::string::npos);
+  KinetoOptions ko;
+  ko.rank = 1;
+  ko.world_size = 2;
+  std::ostringstream out2;
+  write_kineto_json(t, out2, ko);
+  const json j2 = json::parse(out2.str());
+  EXPECT_EQ(j2["distributedInfo"]["rank"], 1);
+  EXPECT_EQ(j2["distributedInfo"]["world_size"], 2);
+  // A trace that does not say writes rank 0 and no world size (as before).
+  Trace u = load_kineto_json(doc("{}"), "t.json", precise());
+  std::ostringstream out3;
+  write_kineto_json(u, out3);
+  const json j3 = json::parse(out3.str());
+  EXPECT_EQ(j3["distributedInfo"]["rank"], 0);
+  EXPECT_FALSE(j3["distributedInfo"].contains("world_size"));
 }

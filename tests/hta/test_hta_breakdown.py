@@ -8,6 +8,10 @@
    layout validator), then `streamlab analyze rank-0.json --json`.
 3. HTA loads rank-0.json and computes the temporal breakdown and the idle-time breakdown per
    stream; both must equal streamlab's (to the nanosecond: HTA_DISABLE_NS_ROUNDING=1).
+4. Two ranks of one job: two generated traces (other seeds) exported with `--rank R --world-size 2`
+   into one folder; HTA's get_comm_comp_overlap over the folder (one row per rank) must equal the
+   communication / computation overlap of `streamlab analyze rank-0.json rank-1.json --json`, which
+   must also report each file's rank and world size.
 
 One documented difference is removed before HTA reads the file: Kineto gives cuda_sync slices a
 "stream" arg, and HTA's temporal breakdown counts every event with a stream as GPU time, so a
@@ -39,7 +43,8 @@ def us(ns):
 
 
 class Gen:
-    def __init__(self, seed=11):
+    def __init__(self, seed=11, rank=0):
+        self.rank = rank
         self.rng = random.Random(seed)
         self.events = []
         self.corr = 1000
@@ -119,7 +124,7 @@ class Gen:
                             "args": {"name": "python"}})
         return {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "NVIDIA H200", "numSms": 132,
                                                           "warpSize": 32, "computeMajor": 9, "computeMinor": 0}],
-                "distributedInfo": {"rank": 0}, "baseTimeNanoseconds": BASE_NS, "displayTimeUnit": "ms",
+                "distributedInfo": {"rank": self.rank}, "baseTimeNanoseconds": BASE_NS, "displayTimeUnit": "ms",
                 "traceEvents": self.events}
 
 
@@ -140,6 +145,45 @@ def hta_numbers(trace_dir):
         per_stream.setdefault(int(row["stream"]), {})[row["idle_category"]] = float(row["idle_time"])
     return {"span_us": float(tb["kernel_time(us)"]), "idle_us": float(tb["idle_time(us)"]),
             "compute_us": float(tb["compute_time(us)"]), "non_compute_us": float(tb["non_compute_time(us)"])}, per_stream
+
+
+def check_ranks(binary, work):
+    """Step 4: per-rank communication / computation overlap against HTA's."""
+    failures = []
+    ranks_dir = os.path.join(work, "ranks")
+    os.makedirs(ranks_dir, exist_ok=True)
+    paths = []
+    for rank, seed in ((0, 21), (1, 22)):
+        gen = os.path.join(work, f"generated_rank{rank}.json")
+        with open(gen, "w") as f:
+            json.dump(Gen(seed=seed).build(steps=25), f)
+        out = os.path.join(ranks_dir, f"rank-{rank}.json")
+        run([binary, "export", gen, "--to", "kineto", out, "--rank", str(rank), "--world-size", "2", "--validate"])
+        paths.append(out)
+    ours = json.loads(run([binary, "analyze", *paths, "--json"]))["ranks"]
+    from hta.trace_analysis import TraceAnalysis
+    hta = TraceAnalysis(trace_dir=ranks_dir).get_comm_comp_overlap(visualize=False)
+    # HTA returns the percentage rounded to 0.01 (comp_comm_overlap_pctg).
+    hta_by_rank = {int(row["rank"]): float(row["comp_comm_overlap_pctg"]) for _, row in hta.iterrows()}
+    print("communication / computation overlap per rank (%): streamlab / HTA")
+    for r in ours:
+        rank = r["rank"]
+        co = r["comm_comp_overlap"]
+        if r["world_size"] != 2:
+            failures.append(f"rank {rank}: world_size {r['world_size']}, expected 2")
+        if rank not in hta_by_rank:
+            failures.append(f"rank {rank}: not in HTA's result {sorted(hta_by_rank)}")
+            continue
+        ours_pct = 100.0 * co["fraction"]
+        print(f"  rank {rank}: {ours_pct:.4f} ({co['overlapped_ns']} of {co['comm_ns']} ns, "
+              f"{co['comm_kernels']} NCCL kernels) / {hta_by_rank[rank]:.2f}")
+        if co["comm_kernels"] == 0 or not (0.0 < co["fraction"] < 1.0):
+            failures.append(f"rank {rank}: the generated trace should overlap NCCL partly, got {co}")
+        if abs(ours_pct - hta_by_rank[rank]) > 0.0051:
+            failures.append(f"rank {rank}: comm overlap streamlab {ours_pct:.4f} %, HTA {hta_by_rank[rank]:.2f} %")
+    if sorted(r["rank"] for r in ours) != [0, 1]:
+        failures.append(f"ranks reported: {[r['rank'] for r in ours]}")
+    return failures
 
 
 def main():
@@ -211,10 +255,11 @@ def main():
                 # HTA rounds its idle-time breakdown to 0.01 us (result.round(2)).
                 if abs(a - b) > 0.0051:
                     failures.append(f"stream {sid} {cat}: streamlab {a:.3f} us, HTA {b:.3f} us")
+        failures += check_ranks(binary, work)
         if failures:
             print("MISMATCH:\n  " + "\n  ".join(failures))
             return 1
-        print("PASS: HTA's temporal and idle-time breakdowns equal streamlab's")
+        print("PASS: HTA's temporal, idle-time and per-rank communication / computation overlap equal streamlab's")
         return 0
     except Exception as e:
         print(f"ERROR: {e}")
