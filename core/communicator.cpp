@@ -2,6 +2,7 @@
 
 #include <condition_variable>
 #include <mutex>
+#include <string>
 
 #include "core/error.h"
 
@@ -21,17 +22,25 @@ struct FakeGroup {
   std::condition_variable cv;
   int arrived = 0;
   unsigned long long generation = 0;
+  std::string aborted;  // non-empty: why the group was aborted
 
   void barrier() {
     std::unique_lock<std::mutex> lock(mu);
+    SL_CHECK(aborted.empty(), "collective aborted: ", aborted);
     const unsigned long long gen = generation;
     if (++arrived == world) {
       arrived = 0;
       ++generation;
       cv.notify_all();
     } else {
-      cv.wait(lock, [&] { return generation != gen; });
+      cv.wait(lock, [&] { return generation != gen || !aborted.empty(); });
+      SL_CHECK(generation != gen, "collective aborted: ", aborted);
     }
+  }
+  void abort(const std::string& why) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (aborted.empty()) aborted = why.empty() ? "(no reason given)" : why;
+    cv.notify_all();
   }
 };
 
@@ -40,6 +49,7 @@ class FakeCommunicator final : public Communicator {
   FakeCommunicator(std::shared_ptr<FakeGroup> g, int rank) : g_(std::move(g)), rank_(rank) {}
   int rank() const override { return rank_; }
   int world() const override { return g_->world; }
+  void abort(const std::string& why) override { g_->abort(why); }
 
   void all_reduce_sum(float* buf, size_t n) override {
     std::vector<float> sum(n, 0.f);

@@ -9,6 +9,7 @@
 #pragma once
 #include <cstddef>
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace sl {
@@ -26,6 +27,9 @@ class Communicator {
   virtual void reduce_scatter_sum(const float* in, float* out, size_t n) = 0;
   // out[r * n + i] = rank r's in[rank() * n + i]: each rank sends its r-th chunk to rank r.
   virtual void all_to_all(const float* in, float* out, size_t n) = 0;
+  // A rank that fails stops the group: every collective waiting now or called later, on any
+  // rank, throws sl::Error naming `why`, instead of waiting forever for the failed rank.
+  virtual void abort(const std::string& why) = 0;
 };
 
 // world >= 1 communicators sharing one in-process group (rank i at index i).

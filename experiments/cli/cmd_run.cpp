@@ -13,10 +13,12 @@
 #include <sstream>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "core/communicator.h"
 #include "core/error.h"
 #include "core/npy.h"
 #include "core/rng.h"
@@ -28,6 +30,7 @@
 #include "model/check_backend.h"
 #include "model/cpu/cpu_backend.h"
 #include "model/deepseek_v4.h"
+#include "model/expert_parallel.h"
 #include "model/weights.h"
 #include "profiler/kineto_json.h"
 #include "profiler/nsys_sqlite.h"
@@ -63,6 +66,9 @@ struct RunOptions {
   bool check_against_cpu = false;
   double check_tolerance = 2e-2;
   bool check_print_ops = false;
+  // Expert parallelism on the CPU: this many ranks in this process (a thread each, an in-process
+  // group), each holding its share of the routed experts; rank 0 reports.
+  int expert_ranks = 1;
   bool tracing() const { return !trace_json.empty() || !trace_sqlite.empty(); }
 };
 
@@ -406,6 +412,7 @@ nlohmann::json run_json(const DeepSeekV4& model, const RunBackend& backend, cons
           {"context", cfg.context_length},
           {"draft_steps", cfg.draft_steps},
           {"weights", weight_format_name(shape.weights)},
+          {"expert_ranks", shape.expert_world},
           {"verify", shape.verify},
           {"accept", shape.verify ? nlohmann::json(accept_rule_str(accept)) : nlohmann::json(nullptr)},
           {"decode", decode_summary},
@@ -443,13 +450,68 @@ void print_run_summary(const Backend& be, const ModelConfig& cfg, const RunShape
   if (mem.blas_handles) std::printf("cuBLAS: %zu handles, %zu workspaces\n", mem.blas_handles, mem.blas_workspaces);
 }
 
+// --expert-ranks N: what a run over N ranks may combine. The other ranks repeat rank 0's calls
+// (prefill, then each decode step) and meet it in every MoE layer's all-reduce, so anything
+// rank 0 alone would do to the model (graphs, tracing, the op-by-op check, faults) is refused.
+void check_expert_ranks(const RunOptions& o) {
+  if (o.expert_ranks == 1) return;
+  const char* opt = "--expert-ranks";
+  SL_CHECK(o.backend == "cpu", opt, " ", o.expert_ranks, " runs the ranks as threads of the CPU backend (the CUDA "
+           "backend has no NCCL communicator yet): use --backend cpu");
+  SL_CHECK(!o.graph, opt, " cannot run with --graph (the CPU backend has no graphs)");
+  SL_CHECK(!o.tracing(), opt, " cannot run with --trace / --sqlite (CUPTI traces the CUDA backend)");
+  SL_CHECK(!o.check_against_cpu, opt, " cannot run with --check-against-cpu");
+  SL_CHECK(o.plant.empty(), opt, " cannot run with --plant");
+  SL_CHECK(o.save_checkpoint.empty(), opt, " cannot run with --save-checkpoint: each rank holds only its share of the "
+           "routed experts");
+}
+
+// Ranks 1 .. N-1 of an --expert-ranks run: each builds the model with its share of the experts
+// and repeats rank 0's calls; a failure aborts the group (rank 0's next all-reduce then fails with
+// the reason instead of waiting).
+class OtherRanks {
+ public:
+  OtherRanks(const RunOptions& o, const ModelConfig& cfg, const StreamPolicy& policy, const AcceptRule& accept,
+             const RunShape& shape, const std::vector<int32_t>& prompt, std::vector<std::unique_ptr<Communicator>>& group) {
+    for (int r = 1; r < int(group.size()); ++r)
+      threads_.emplace_back([&o, &cfg, policy, accept, shape, &prompt, &group, r] {
+        Communicator& comm = *group[size_t(r)];
+        try {
+          std::unique_ptr<Backend> be = make_cpu_backend();
+          be->set_communicator(&comm);
+          RunShape s = shape;
+          s.expert_rank = r;
+          DeepSeekV4 m(*be, cfg, policy, s);
+          m.set_accept_rule(accept);
+          if (!o.checkpoint.empty())
+            m.load(o.checkpoint);
+          else
+            m.init_random(cfg.seed);
+          m.prefill(prompt, cfg.context_length);
+          for (int i = 0; i < o.steps; ++i) m.decode_step();
+        } catch (const std::exception& e) {
+          comm.abort("expert rank " + std::to_string(r) + ": " + e.what());
+        }
+      });
+  }
+  ~OtherRanks() {
+    for (auto& t : threads_) t.join();
+  }
+
+ private:
+  std::vector<std::thread> threads_;
+};
+
 void run(const RunOptions& o) {
+  check_expert_ranks(o);
   ModelConfig cfg = config_for_run(o);
   const std::vector<int32_t> prompt = prompt_tokens(o, cfg);
   validate(cfg);
   const StreamPolicy policy = resolve_policy(o.model);
   const AcceptRule accept = resolve_accept_rule(o.spec);
-  const RunShape shape = run_shape(cfg, o.model, o.steps, !o.dump_logits.empty(), o.spec.on());
+  RunShape shape = run_shape(cfg, o.model, o.steps, !o.dump_logits.empty(), o.spec.on());
+  shape.expert_world = o.expert_ranks;
+  if (o.expert_ranks > 1) partition_experts(cfg.n_routed_experts, o.expert_ranks, 0);  // an uneven split: said now
   FILE* info = o.json ? stderr : stdout;  // keep stdout parseable under --json
 
   RunTracer tracer(o);
@@ -471,6 +533,23 @@ void run(const RunOptions& o) {
   std::fflush(info);
 
   check_memory_fits(be, cfg, shape, "run");
+  std::vector<std::unique_ptr<Communicator>> group;
+  std::optional<OtherRanks> others;
+  if (o.expert_ranks > 1) {
+    const ExpertPartition p = partition_experts(cfg.n_routed_experts, o.expert_ranks, 0);
+    std::fprintf(info, "expert parallelism: %d ranks in this process, %lld routed experts each per MoE layer; rank 0 "
+                 "reports\n", o.expert_ranks, static_cast<long long>(p.per_rank()));
+    group = make_fake_group(o.expert_ranks);
+    be.set_communicator(group[0].get());
+    others.emplace(o, cfg, policy, accept, shape, prompt, group);
+  }
+  // Rank 0 failing stops the other ranks (they would wait for it in their next all-reduce).
+  struct AbortOnThrow {
+    Communicator* comm;
+    ~AbortOnThrow() {
+      if (comm && std::uncaught_exceptions() > 0) comm->abort("expert rank 0 failed");
+    }
+  } abort_on_throw{group.empty() ? nullptr : group[0].get()};
   std::optional<PhaseTicker> ticker(std::in_place, info, "allocating weights, caches and activations");
   DeepSeekV4 model(be, cfg, policy, shape);
   ticker.reset();
@@ -523,6 +602,12 @@ void add_run_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--kernel-variants", o->kernel_variants, kKernelVariantsHelp)->check(kernel_variants_error);
   cmd->add_option("--steps", o->steps, "decode steps after the prefill")->capture_default_str();
+  cmd->add_option("--expert-ranks", o->expert_ranks,
+                  "expert parallelism on the CPU backend: split every MoE layer's routed experts over this many "
+                  "ranks, run as threads of this process that sum their routed outputs with an all-reduce (the "
+                  "experts must divide evenly); the logits equal one rank's up to the order of fp32 sums")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
   cmd->add_option("--checkpoint", o->checkpoint,
                   "load weights from a DeepSeek-layout directory (config.json + *.safetensors); the config then "
                   "comes from DIR/config.json");

@@ -64,6 +64,28 @@ TEST(FakeCommunicator, CollectivesMatchTheirDefinitions) {
   EXPECT_THROW(make_fake_group(0), Error);
 }
 
+// A failed rank aborts the group: the ranks waiting in a collective, and any later call, throw
+// with the reason instead of hanging.
+TEST(FakeCommunicator, AbortWakesEveryWaitingRank) {
+  auto group = make_fake_group(3);
+  std::vector<std::string> errors(3);
+  std::vector<std::thread> waiting;
+  for (int r = 1; r < 3; ++r)
+    waiting.emplace_back([&, r] {
+      float x = 1.f;
+      try {
+        group[size_t(r)]->all_reduce_sum(&x, 1);
+      } catch (const Error& e) {
+        errors[size_t(r)] = e.what();
+      }
+    });
+  group[0]->abort("rank 0 failed");
+  for (auto& t : waiting) t.join();
+  for (int r = 1; r < 3; ++r) EXPECT_NE(errors[size_t(r)].find("collective aborted: rank 0 failed"), std::string::npos);
+  float y = 0.f;
+  EXPECT_THROW(group[0]->all_reduce_sum(&y, 1), Error);
+}
+
 TEST(ExpertPartition, ContiguousEqualBlocks) {
   const ExpertPartition p = partition_experts(256, 8, 3);
   EXPECT_EQ(p.per_rank(), 32);
