@@ -9,6 +9,10 @@
 
 namespace sl {
 
+namespace {
+constexpr int64_t kKvFp8Block = 64;  // values per scale in an FP8 KV cache entry (docs/model.md 5.7)
+}  // namespace
+
 void DeepSeekV4::attention(int layer, const AttentionWeights& aw, LayerCache& cache, const Tensor& a,
                            const Tensor& out, const Step& st) {
   const LayerType type = cache.type;
@@ -18,6 +22,8 @@ void DeepSeekV4::attention(int layer, const AttentionWeights& aw, LayerCache& ca
   const float eps = float(cfg_.rms_norm_eps);
   const int64_t T = st.T, H = cfg_.num_attention_heads, Dh = cfg_.head_dim;
   const int64_t Hi = cfg_.index_n_heads, di = cfg_.index_head_dim;
+  // --kv-cache fp8: the nope dims of a cache entry (the rope dims stay bf16, as in vLLM's layout).
+  const int64_t kv_nope = Dh - cfg_.qk_rope_head_dim;
   const Buffers& b = *buf_;
 
   const Tensor qr_raw = b.qr_raw.rows(0, T), qr = b.qr.rows(0, T), kv = b.kv.rows(0, T);
@@ -60,6 +66,9 @@ void DeepSeekV4::attention(int layer, const AttentionWeights& aw, LayerCache& ca
                          aw.compressor.ape, st.pos, st.seq, cc.ratio);
     ops_.compressor_pool(s, "compressor.pool", cc.entries, cc.state_u, cc.state_g, cc.state_tags, aw.compressor.norm,
                          table, st.pos, st.seq, cc.ratio, cc.overlap, eps);
+    // The whole compressed cache: the pool wrote entries at positions only the device knows, and
+    // rounding an entry again leaves it as it is.
+    if (shape_.kv_fp8) ops_.round_fp8_blocks(s, "compressor.entries_fp8", cc.entries, kv_nope, kKvFp8Block);
   };
   auto indexer_query = [&](Stream s) {
     linear(ops_, s, "indexer.wq_b", idx_q.view({T, Hi * di}), qr, aw.idx_wq_b);
@@ -71,6 +80,7 @@ void DeepSeekV4::attention(int layer, const AttentionWeights& aw, LayerCache& ca
                          aw.idx_compressor.ape, st.pos, st.seq, ic.ratio);
     ops_.compressor_pool(s, "indexer.compressor.pool", ic.entries, ic.state_u, ic.state_g, ic.state_tags,
                          aw.idx_compressor.norm, table, st.pos, st.seq, ic.ratio, ic.overlap, eps);
+    if (shape_.kv_fp8) ops_.round_fp8_blocks(s, "indexer.entries_fp8", ic.entries, di, di);
   };
   auto indexer_topk = [&](Stream s) {
     ops_.indexer_topk(s, "indexer_topk", sel, idx_q, idx_w, cache.indexer.entries, st.pos, st.seq, cache.indexer.ratio);
@@ -87,6 +97,7 @@ void DeepSeekV4::attention(int layer, const AttentionWeights& aw, LayerCache& ca
       linear(ops_, s, "wq_b", q.view({T, H * Dh}), qr, aw.wq_b);
       ops_.rmsnorm_rope(s, "q_head_norm+rope_q", q, q, Tensor{}, eps, st.pos, table);
       ops_.rope(s, "rope_k", kv.view({T, 1, Dh}), st.pos, table, false);
+      if (shape_.kv_fp8) ops_.round_fp8_blocks(s, "kv_fp8", kv, kv_nope, kKvFp8Block);
       ops_.swa_insert(s, "swa_insert", cache.swa, cache.swa_tags, kv, st.pos, st.seq);
     };
     std::array<StreamFn, 3> aux{};
@@ -103,6 +114,7 @@ void DeepSeekV4::attention(int layer, const AttentionWeights& aw, LayerCache& ca
       linear(ops_, s, "wq_b", q.view({T, H * Dh}), qr, aw.wq_b);
       ops_.rmsnorm_rope(s, "q_head_norm+rope_q", q, q, Tensor{}, eps, st.pos, table);
       ops_.rope(s, "rope_k", kv.view({T, 1, Dh}), st.pos, table, false);
+      if (shape_.kv_fp8) ops_.round_fp8_blocks(s, "kv_fp8", kv, kv_nope, kKvFp8Block);
       ops_.swa_insert(s, "swa_insert", cache.swa, cache.swa_tags, kv, st.pos, st.seq);
       if (type == LayerType::C4A) main_compressor(s);
     };

@@ -2,6 +2,8 @@
 // resynchronised after each op (see model/check_backend.h for why).
 #include "model/check_backend.h"
 
+#include "core/communicator.h"
+
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -133,6 +135,13 @@ class CheckBackend final : public Backend {
   const std::vector<CheckRecord>& records() const { return records_; }
 
   std::string name() const override { return "check(" + ref_.name() + " vs " + dut_.name() + ")"; }
+  // Both halves would need a rank of their own in the group (each all-reduce runs twice): a model
+  // split over ranks is not checked op by op.
+  void set_communicator(Communicator* c) override {
+    SL_CHECK(!c || c->world() == 1, "check backend: a model split over ", c ? c->world() : 1,
+             " ranks cannot be checked op by op (each op runs on two backends, each all-reduce would too)");
+    Backend::set_communicator(c);
+  }
   DType act_dtype() const override { return dut_.act_dtype(); }
   DType weight_dtype() const override { return dut_.weight_dtype(); }
 

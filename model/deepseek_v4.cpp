@@ -65,6 +65,12 @@ DeepSeekV4::DeepSeekV4(Backend& be, const ModelConfig& cfg, const StreamPolicy& 
         events_[size_t(l)].indexer[size_t(i)] = be_.create_event(p + ".indexer.ev" + std::to_string(i));
   }
 
+  if (shape_.kv_fp8) {
+    const int64_t nope = cfg_.head_dim - cfg_.qk_rope_head_dim;
+    SL_CHECK(nope % 64 == 0 && cfg_.index_head_dim <= 1024, "config ", cfg_.name, ": --kv-cache fp8 needs the nope dims "
+             "of a cache entry (head_dim - qk_rope_head_dim = ", nope, ") in whole blocks of 64 and index_head_dim <= "
+             "1024 (", cfg_.index_head_dim, ")");
+  }
   // Expert parallelism: this rank holds its contiguous share of every MoE layer's experts.
   if (shape_.expert_world > 1) {
     const Communicator* comm = be_.communicator();

@@ -53,6 +53,11 @@ struct RunShape {
   // rank holds every token and every other weight (the all-gather scheme). 1: all experts here.
   int expert_world = 1;
   int expert_rank = 0;
+  // FP8 KV caches, emulated (--kv-cache fp8; docs/model.md 5.7): the window and compressed caches'
+  // nope dims rounded as an FP8 cache stores them (e4m3, a power-of-two scale per 64), the indexer
+  // keys likewise with one scale per key; held in the activation dtype, so the values are the FP8
+  // cache's but the bytes are not.
+  bool kv_fp8 = false;
 };
 
 // The experts one MoE execution routed to (RunShape::record_routing): target layer l, or the

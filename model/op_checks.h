@@ -724,6 +724,22 @@ ShardRoutingDims validate_shard_routing(const Tensor& ids_out, const Tensor& wei
   return {T, k};
 }
 
+// round_fp8_blocks: t F32 or BF16 with a last dim D; 1 <= block, cols a multiple of block, <= D.
+struct RoundFp8Dims {
+  int64_t rows, D;
+};
+
+template <class R>
+RoundFp8Dims validate_round_fp8_blocks(const Tensor& t, int64_t cols, int64_t block) {
+  const char* op = "round_fp8_blocks";
+  check_float<R::presence>(op, "t", t);
+  SL_CHECK(t.shape.n >= 1, op, ": t is ", describe(t), ", expected rows of values");
+  const int64_t D = t.shape[t.shape.n - 1], rows = D > 0 ? t.numel() / D : 0;
+  SL_CHECK(block >= 1 && cols >= 0 && cols % block == 0 && cols <= D, op, ": ", cols,
+           " columns in blocks of ", block, " do not fit rows of ", D, " (t ", describe(t), ")");
+  return {rows, D};
+}
+
 // all_reduce_sum: t F32 or BF16, any shape.
 template <class R>
 int64_t validate_all_reduce_sum(const Tensor& t) {

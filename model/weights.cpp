@@ -880,8 +880,18 @@ void load_checkpoint(Backend& be, const ModelConfig& c, ModelWeights& w, const s
     fail(where, ": missing tensor ", missing[0],
          missing.size() > 1 ? " (and " + std::to_string(missing.size() - 1) + " more)" : std::string(),
          " for config ", c.name);
+  // A rank of an expert-parallel run holds only its share of the routed experts: the checkpoint's
+  // other experts are the model's, just not this rank's to load.
+  std::set<std::string> others;
+  if (w.held_experts(c) < c.n_routed_experts) {
+    ModelWeights all;
+    for (const auto& s : weight_specs(c, all)) {
+      others.insert(s.name);
+      if (const std::string sc = scale_name(s.name); !sc.empty()) others.insert(sc);
+    }
+  }
   for (const auto& [name, tf] : found)
-    if (!wanted.count(name))
+    if (!wanted.count(name) && !others.count(name))
       fail(where, ": unexpected tensor ", name, " in ", tf.second->path(), " (not a weight of config ", c.name, ")");
 
   // Check every tensor before touching the backend.

@@ -492,7 +492,12 @@ GpuOpTally tally_gpu_ops(const Trace& t, const LaunchIndex& launches, StreamInde
     busy.add(s, e);
     if (kind == 0) {
       int8_t& c = kind_cache[name];
-      if (c < 0) c = hta_is_comm_kernel(t.str(name)) ? 2 : hta_is_compute_kernel(t.str(name)) ? 1 : 0;
+      if (c < 0) {
+        // HTA's get_kernel_type: communication, then memory (^Memcpy, ^Memset, ^dma), then compute.
+        const std::string& n = t.str(name);
+        const bool memory = n.rfind("Memcpy", 0) == 0 || n.rfind("Memset", 0) == 0 || n.rfind("dma", 0) == 0;
+        c = hta_is_comm_kernel(n) ? 2 : !memory && hta_is_compute_kernel(n) ? 1 : 0;
+      }
       if (c == 1) compute.add(s, e);
       if (c == 2) comm.add(s, e), ++comm_kernels;
     }

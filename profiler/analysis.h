@@ -16,8 +16,8 @@
 //   is a suspected false dependency (two streams sharing a hardware queue).
 // - launch delay = kernel start - end of its launch call (by correlation id).
 // - HTA temporal breakdown over GPU ops (kernels, memcpy, memset): span = last end - first
-//   start; idle = span - union; compute = union of computation kernels (HTA's rule: not NCCL,
-//   not Memcpy/Memset, not *Sync*); non-compute = union - compute.
+//   start; idle = span - union; compute = union of computation kernels (HTA's get_kernel_type:
+//   not NCCL, not Memcpy*/Memset*/dma*, not *Memcpy*, not *Sync*); non-compute = union - compute.
 // - HTA communication / computation overlap: the union of NCCL kernels (^nccl.*Kernel) and the
 //   part of it covered by the union of computation kernels; overlap fraction = covered / union.
 // - HTA idle breakdown per stream: the gap before each op is "host wait" when its launch call

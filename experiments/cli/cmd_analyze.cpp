@@ -35,9 +35,11 @@ struct AnalyzeOptions {
   bool allow_invalid = false;
 };
 
+// One trace's analysis; the trace itself is released once analysed (several ranks' traces need
+// not fit in memory together).
 struct Analysed {
   std::string path, format;
-  prof::Trace trace;
+  int rank = -1, world_size = 0;  // distributedInfo (-1 / 0: not given)
   prof::AnalysisResult result;
   bool gpu_activity = false;
 };
@@ -45,7 +47,9 @@ struct Analysed {
 Analysed analyse_one(const AnalyzeOptions& o, const std::string& path) {
   Analysed a;
   a.path = path;
-  a.trace = prof::load_trace(path);
+  const prof::Trace trace = prof::load_trace(path);
+  a.rank = trace.rank;
+  a.world_size = trace.world_size;
   prof::AnalysisOptions ao;
   ao.range = o.range;
   if (o.main_stream >= 0) ao.main_stream = uint32_t(o.main_stream);
@@ -53,9 +57,9 @@ Analysed analyse_one(const AnalyzeOptions& o, const std::string& path) {
   ao.by_op = o.by_op;
   ao.kernel_wait_threshold = prof::Ns(o.kernel_wait_us * 1000.0);
   ao.false_dep_epsilon = o.false_dep_epsilon_ns;
-  a.result = prof::analyze(a.trace, ao);
+  a.result = prof::analyze(trace, ao);
   // A trace of host activity only (or an empty one) analyses as all zeros: say why.
-  a.gpu_activity = !a.trace.kernels.empty() || !a.trace.memcpys.empty() || !a.trace.memsets.empty();
+  a.gpu_activity = !trace.kernels.empty() || !trace.memcpys.empty() || !trace.memsets.empty();
   if (!a.gpu_activity)
     std::fprintf(stderr, "streamlab: note: '%s' has no GPU activity (no kernels, copies or sets): every GPU figure "
                  "below is zero\n", path.c_str());
@@ -68,8 +72,8 @@ nlohmann::json analysed_json(const Analysed& a) {
   j["gpu_activity"] = a.gpu_activity;
   j["trace"] = a.path;
   j["format"] = a.format;
-  j["rank"] = a.trace.rank >= 0 ? nlohmann::json(a.trace.rank) : nlohmann::json(nullptr);
-  j["world_size"] = a.trace.world_size > 0 ? nlohmann::json(a.trace.world_size) : nlohmann::json(nullptr);
+  j["rank"] = a.rank >= 0 ? nlohmann::json(a.rank) : nlohmann::json(nullptr);
+  j["world_size"] = a.world_size > 0 ? nlohmann::json(a.world_size) : nlohmann::json(nullptr);
   return j;
 }
 
@@ -83,8 +87,8 @@ std::string ranks_table(const std::vector<Analysed>& all) {
   out += line;
   for (const Analysed& a : all) {
     const prof::AnalysisResult& r = a.result;
-    const std::string rank = a.trace.rank >= 0 ? std::to_string(a.trace.rank) : "-";
-    const std::string world = a.trace.world_size > 0 ? std::to_string(a.trace.world_size) : "-";
+    const std::string rank = a.rank >= 0 ? std::to_string(a.rank) : "-";
+    const std::string world = a.world_size > 0 ? std::to_string(a.world_size) : "-";
     char comm[32] = "-";
     if (r.comm.comm > 0) std::snprintf(comm, sizeof comm, "%.1f%%", 100.0 * r.comm.fraction);
     std::snprintf(line, sizeof line, "  %-5s %-6s %8llu %12.1f %12.1f %8.1f%% %12.1f %13s %9.1f%%  %s\n",
@@ -100,7 +104,7 @@ std::string ranks_table(const std::vector<Analysed>& all) {
 void check_ranks(const std::vector<Analysed>& all) {
   for (size_t i = 0; i < all.size(); ++i)
     for (size_t k = i + 1; k < all.size(); ++k) {
-      const prof::Trace &a = all[i].trace, &b = all[k].trace;
+      const Analysed &a = all[i], &b = all[k];
       if (a.rank >= 0 && a.rank == b.rank)
         fail("'", all[i].path, "' and '", all[k].path, "' are both rank ", a.rank,
              " (distributedInfo): give one trace per rank");
@@ -128,9 +132,8 @@ void run(const AnalyzeOptions& o) {
     for (const Analysed& a : all) {
       if (all.size() > 1) std::cout << "\n";
       std::cout << "trace: " << a.path << " (" << a.format << ")";
-      if (a.trace.rank >= 0)
-        std::cout << ", rank " << a.trace.rank
-                  << (a.trace.world_size > 0 ? " of " + std::to_string(a.trace.world_size) : std::string());
+      if (a.rank >= 0)
+        std::cout << ", rank " << a.rank << (a.world_size > 0 ? " of " + std::to_string(a.world_size) : std::string());
       std::cout << "\n" << prof::analysis_to_text(a.result, o.top);
     }
   }

@@ -413,6 +413,7 @@ nlohmann::json run_json(const DeepSeekV4& model, const RunBackend& backend, cons
           {"draft_steps", cfg.draft_steps},
           {"weights", weight_format_name(shape.weights)},
           {"expert_ranks", shape.expert_world},
+          {"kv_cache", shape.kv_fp8 ? "fp8" : "bf16"},
           {"verify", shape.verify},
           {"accept", shape.verify ? nlohmann::json(accept_rule_str(accept)) : nlohmann::json(nullptr)},
           {"decode", decode_summary},
@@ -473,8 +474,9 @@ class OtherRanks {
  public:
   OtherRanks(const RunOptions& o, const ModelConfig& cfg, const StreamPolicy& policy, const AcceptRule& accept,
              const RunShape& shape, const std::vector<int32_t>& prompt, std::vector<std::unique_ptr<Communicator>>& group) {
+    errors_.resize(group.size());
     for (int r = 1; r < int(group.size()); ++r)
-      threads_.emplace_back([&o, &cfg, policy, accept, shape, &prompt, &group, r] {
+      threads_.emplace_back([this, &o, &cfg, policy, accept, shape, &prompt, &group, r] {
         Communicator& comm = *group[size_t(r)];
         try {
           std::unique_ptr<Backend> be = make_cpu_backend();
@@ -490,15 +492,26 @@ class OtherRanks {
           m.prefill(prompt, cfg.context_length);
           for (int i = 0; i < o.steps; ++i) m.decode_step();
         } catch (const std::exception& e) {
-          comm.abort("expert rank " + std::to_string(r) + ": " + e.what());
+          errors_[size_t(r)] = "expert rank " + std::to_string(r) + ": " + e.what();
+          comm.abort(errors_[size_t(r)]);
         }
       });
   }
-  ~OtherRanks() {
-    for (auto& t : threads_) t.join();
+  // Waits for every rank; the first failure of any (also one after rank 0's last all-reduce,
+  // which rank 0 would not have seen) fails the run.
+  void finish() {
+    join();
+    for (const std::string& e : errors_)
+      if (!e.empty()) fail(e);
   }
+  ~OtherRanks() { join(); }
 
  private:
+  void join() {
+    for (auto& t : threads_)
+      if (t.joinable()) t.join();
+  }
+  std::vector<std::string> errors_;  // by rank
   std::vector<std::thread> threads_;
 };
 
@@ -568,6 +581,7 @@ void run(const RunOptions& o) {
   run_prefill(model, cfg, prompt, o, rep, info);
   const DecodeTotals tot = run_decode(model, cfg, shape, o, tracer, rep, info);
   tracer.finish(info);
+  if (others) others->finish();
 
   const std::string check_error = o.check_against_cpu ? report_check(be, o.check_tolerance) : "";
   // Drafts accepted per sequence and step (verifying steps), and committed tokens per second of

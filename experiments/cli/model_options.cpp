@@ -44,6 +44,12 @@ void add_model_options(CLI::App* cmd, ModelOptions& o) {
                   "shared expert, MXFP4 routed experts; compressor, indexer and router GEMMs stay bf16)")
       ->check(CLI::IsMember({"bf16", "native"}))
       ->capture_default_str();
+  cmd->add_option("--kv-cache", o.kv_cache,
+                  "KV cache format: bf16, or fp8 as vLLM's caches round it (e4m3 nope dims with a power-of-two "
+                  "scale per 64, indexer keys with one per key), emulated: the values an FP8 cache gives back, held "
+                  "in the activation dtype (the bytes are not an FP8 cache's)")
+      ->check(CLI::IsMember({"bf16", "fp8"}))
+      ->capture_default_str();
   cmd->add_option("--aux-priority", o.aux_priority, "priority of the aux streams: default or highest")
       ->check(CLI::IsMember({"default", "highest"}))
       ->capture_default_str();
@@ -119,6 +125,7 @@ void check_memory_fits(const Backend& be, const ModelConfig& cfg, const RunShape
 RunShape run_shape(const ModelConfig& cfg, const ModelOptions& o, int decode_steps, bool all_logits, bool verify) {
   RunShape s;
   s.weights = parse_weight_format(o.weights);
+  s.kv_fp8 = o.kv_cache == "fp8";
   s.batch = cfg.batch;
   s.max_positions = cfg.context_length + decode_steps + cfg.draft_steps + 1;
   const int per_seq_chunk = std::max(1, cfg.prefill_chunk / cfg.batch);

@@ -10,6 +10,7 @@
 
 #include <cstdio>
 #include "core/communicator.h"
+#include "core/fp8.h"
 #include "model/cpu/cpu_backend_impl.h"
 
 namespace sl {
@@ -161,6 +162,30 @@ void CpuBackend::fill(Stream s, const Tensor& t, float value) {
     case DType::I32: std::fill_n(t.ptr<int32_t>(), n, int32_t(value)); break;
     default: fail("fill: t is ", describe(t), ", expected f32, bf16 or i32");
   }
+}
+
+void CpuBackend::round_fp8_blocks(Stream s, const Tensor& t, int64_t cols, int64_t block) {
+  check_stream("round_fp8_blocks", s);
+  const auto [rows, D] = checks::validate_round_fp8_blocks<OpRules>(t, cols, block);
+  const bool bf = t.dtype == DType::BF16;
+  std::vector<float> v(static_cast<size_t>(block));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c0 = 0; c0 < cols; c0 += block) {
+      const int64_t o = r * D + c0;
+      float amax = 0.f;
+      for (int64_t i = 0; i < block; ++i) {
+        v[size_t(i)] = bf ? bf16_to_float(t.ptr<uint16_t>()[o + i]) : t.ptr<float>()[o + i];
+        amax = std::max(amax, std::fabs(v[size_t(i)]));
+      }
+      const float sc = lowp::fp8_group_scale(std::max(amax, 1e-4f));
+      for (int64_t i = 0; i < block; ++i) {
+        const float q = lowp::e4m3_to_float(lowp::float_to_e4m3(v[size_t(i)] / sc)) * sc;
+        if (bf)
+          t.ptr<uint16_t>()[o + i] = float_to_bf16(q);
+        else
+          t.ptr<float>()[o + i] = q;
+      }
+    }
 }
 
 void CpuBackend::shard_routing(Stream s, const Tensor& ids_out, const Tensor& weights_out, const Tensor& ids,

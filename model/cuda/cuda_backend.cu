@@ -1,6 +1,7 @@
 // CudaBackend: the arena, streams (each with its cuBLAS handle and workspace), events, NVTX
 // annotations, host <-> device copies, initialisation (init_uniform / fill / copy) and the
 // error helpers of cuda_check.h.
+#include <cuda_fp8.h>
 #include <nvtx3/nvToolsExt.h>
 #include <nvtx3/nvToolsExtCudaRt.h>
 
@@ -601,6 +602,38 @@ __global__ void fill_kernel(void* t, int kind, int64_t n, float value) {
   }
 }
 
+// round_fp8_blocks: one warp per (row, block), a block of at most 1024 values (32 per lane), the
+// block's amax by a butterfly; the same float operations as the CPU reference (core/fp8.h).
+__global__ void round_fp8_blocks_kernel(void* t, int dt, int64_t rows, int64_t D, int64_t cols, int block) {
+  pdl_enter();
+  const int64_t nb = cols / block;
+  const int64_t w = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+  const int lane = threadIdx.x & 31;
+  if (w >= rows * nb) return;  // uniform per warp
+  const int64_t o = (w / nb) * D + (w % nb) * block;
+  float v[32];
+  float amax = 0.f;
+#pragma unroll
+  for (int i = 0; i < 32; ++i) {
+    const int c = lane + 32 * i;
+    v[i] = c < block ? ldf(t, dt, o + c) : 0.f;
+    amax = fmaxf(amax, fabsf(v[i]));
+  }
+  amax = warp_max(amax);
+  amax = fmaxf(amax, 1e-4f);
+  // The smallest power of two >= amax / 448 (core/fp8.h fp8_group_scale, the same operations).
+  int e = 0;
+  const float f = frexpf(amax / 448.f, &e);
+  const float sc = isfinite(amax) ? ldexpf(1.f, max(-127, min(127, f == 0.5f ? e - 1 : e))) : 1.f;
+#pragma unroll
+  for (int i = 0; i < 32; ++i) {
+    const int c = lane + 32 * i;
+    if (c >= block) break;
+    const __nv_fp8_storage_t q = __nv_cvt_float_to_fp8(v[i] / sc, __NV_SATFINITE, __NV_E4M3);
+    stf(t, dt, o + c, __half2float(__half(__nv_cvt_fp8_to_halfraw(q, __NV_E4M3))) * sc);
+  }
+}
+
 // shard_routing: one thread per (token, slot) pair.
 __global__ void shard_routing_kernel(int32_t* ids_out, float* weights_out, const int32_t* ids, const float* weights,
                                      int64_t n, int64_t first, int64_t count) {
@@ -614,6 +647,18 @@ __global__ void shard_routing_kernel(int32_t* ids_out, float* weights_out, const
 }
 
 }  // namespace
+
+void CudaBackend::round_fp8_blocks(Stream s, const Tensor& t, int64_t cols, int64_t block) {
+  const char* op = "round_fp8_blocks";
+  cudaStream_t st = stream(s, op);
+  const auto [rows, D] = checks::validate_round_fp8_blocks<OpRules>(t, cols, block);
+  SL_CHECK(block <= 1024, op, ": blocks of ", block, " values: this kernel takes at most 1024");
+  const int64_t warps = rows * (cols / block);
+  if (warps == 0) return;
+  launch_kernel(op, round_fp8_blocks_kernel, dim3(unsigned(cdiv(warps * 32, 256))), 256, 0, st, t.data,
+                fcode(t.dtype), rows, D, cols, int(block));
+  CUDA_LAUNCH_CHECK(op, st);
+}
 
 void CudaBackend::shard_routing(Stream s, const Tensor& ids_out, const Tensor& weights_out, const Tensor& ids,
                                 const Tensor& weights, int64_t first, int64_t count) {

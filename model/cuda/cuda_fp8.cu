@@ -1,12 +1,13 @@
 // FP8 block-scaled GEMM (gemm_fp8, docs/model.md 8): e4m3 weights with one scale per 128 x 128
 // block, the activation quantized per row and 128-column group as vLLM does for DeepSeek.
 //
-//   1-8 rows (a decode step): gemm_fp8_stream_kernel, one kernel that quantizes the activation as
-//   it goes and multiplies on the tensor cores (mma.sync e4m3, fp32 accumulation), the weight
-//   codes streamed once. Which kernel is the variant fp8-decode: gemm_fp8_mma_kernel (warp: a
-//   warp per 8 columns walking K), gemm_fp8_wide_kernel (wide: a block's warps share K and each
-//   feeds up to 4 column tiles), gemm_fp8_stream_kernel (stream: a cp.async ring per warp; not yet
-//   run on a GPU); auto (the default) picks warp or wide by the column count. Shapes whose columns are not whole groups of 8 take the GEMV instead:
+//   1-8 rows (a decode step): one kernel of our own that quantizes the activation as it goes and
+//   multiplies on the tensor cores (mma.sync e4m3, fp32 accumulation), the weight codes streamed
+//   once. Which kernel is the variant fp8-decode: gemm_fp8_mma_kernel (warp: a warp per 8 columns
+//   walking K), gemm_fp8_wide_kernel (wide: a block's warps share K and each feeds up to 4 column
+//   tiles), gemm_fp8_stream_kernel (stream: a cp.async ring per warp; not yet run on a GPU); auto
+//   (the default) picks warp or wide by the column count. Shapes whose columns are not whole
+//   groups of 8 take the GEMV instead:
 //   fp8_quantize_kernel writes a_q = e4m3(a / s) * s (exact in bf16) to the stream's scratch and
 //   gemv_fp8_kernel decodes 16 codes per lane per load, each block's scale on its partial sum.
 //   9 rows or more into bf16: cuBLASLt's block-scaled FP8 GEMM

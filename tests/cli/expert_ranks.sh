@@ -20,9 +20,24 @@ import json, sys
 runs = {n: json.load(open(f"{sys.argv[1]}/r{n}.json")) for n in (1, 2, 4)}
 for n, r in runs.items():
     assert r["expert_ranks"] == n, (n, r["expert_ranks"])
+    assert len(r["steps"]) == len(runs[1]["steps"]) == 3, (n, len(r["steps"]))
     for a, b in zip(r["steps"], runs[1]["steps"]):
         assert a["logits_checksum"] == b["logits_checksum"], (n, a, b)
         assert a["sampled"] == b["sampled"] and a["drafts"] == b["drafts"], (n, a, b)
+PY
+
+# A saved checkpoint loads into each of 2 ranks (every rank reads its own experts and skips the
+# others'): the same logits as loading it on one rank.
+"$bin" run --config tiny --backend cpu --steps 1 --save-checkpoint "$tmp/full" > /dev/null
+"$bin" run --checkpoint "$tmp/full" --backend cpu --steps 1 --json > "$tmp/s1.json"
+"$bin" run --checkpoint "$tmp/full" --backend cpu --steps 1 --expert-ranks 2 --json > "$tmp/s2.json"
+python3 - "$tmp/s1.json" "$tmp/s2.json" <<'PY'
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+assert b["expert_ranks"] == 2 and len(a["steps"]) == len(b["steps"]) == 2
+for x, y in zip(a["steps"], b["steps"]):
+    assert x["sampled"] == y["sampled"] and x["drafts"] == y["drafts"], (x, y)
+    assert x["logits_checksum"] == y["logits_checksum"], (x, y)
 PY
 
 # Refusals, each naming what to change.

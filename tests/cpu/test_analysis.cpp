@@ -433,8 +433,8 @@ TEST(Analysis, HtaKernelClassification) {
 }
 
 // HTA's get_comm_comp_overlap by hand: NCCL kernels [10, 30) and [25, 40) are one union of 30 ns;
-// computation kernels [0, 15), [20, 22) and [35, 50) cover 5 + 2 + 5 = 12 ns of it. A copy kernel
-// and a *Sync kernel over the rest cover nothing: HTA counts neither as computation.
+// computation kernels [0, 15), [20, 22) and [35, 50) cover 5 + 2 + 5 = 12 ns of it. A copy kernel,
+// a *Sync kernel and a dma* kernel over the rest cover nothing: HTA counts none as computation.
 TEST(Analysis, HtaCommCompOverlapByHand) {
   Trace t;
   TraceBuilder b(t);
@@ -444,6 +444,7 @@ TEST(Analysis, HtaCommCompOverlapByHand) {
   b.kernel(1, 20, 22, "rmsnorm");
   b.kernel(2, 15, 20, "void at::native::elementwise_Memcpy");
   b.kernel(2, 22, 35, "cudaDeviceSynchronize_kernel_Sync");
+  b.kernel(5, 22, 35, "dma_copy_engine_kernel");  // HTA: a memory kernel (^dma), not computation
   b.kernel(1, 35, 50, "moe_experts");
   t.finalize();
   const AnalysisResult r = analyze(t);

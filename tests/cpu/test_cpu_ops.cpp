@@ -1095,6 +1095,71 @@ TEST_F(CpuOps, HashRoutingFollowsTid2eid) {
                sl::Error);  // token 5 outside the table
 }
 
+// round_fp8_blocks by hand: a block of amax 1 gets the scale 2^-8 (the smallest power of two >=
+// 1 / 448), so 0.3 -> 76.8 -> e4m3 80 (the grid near 64..128 steps by 8) -> 0.3125, -0.01 ->
+// -2.56 -> -2.5 (steps of 0.25 near 2) -> -0.009765625, 1 -> 256 -> 1. An all-zero block stays
+// zero (its scale comes from the 1e-4 floor); the columns past `cols` (a cache entry's rope dims)
+// are untouched; rounding again changes nothing; bf16 gives the same values.
+TEST_F(CpuOps, RoundFp8BlocksByHand) {
+  std::vector<float> row(16 + 4, 0.f);  // two blocks of 8, then 4 "rope" values
+  row[0] = 0.3f, row[1] = -0.01f, row[2] = 1.f;
+  row[16] = 0.3f, row[17] = -0.01f, row[18] = 1e-9f, row[19] = 7.f;
+  std::vector<float> want = row;
+  want[0] = 0.3125f, want[1] = -0.009765625f, want[2] = 1.f;
+  Tensor t = f32("t", {2, 20}, [&] {
+    std::vector<float> v = row;
+    v.insert(v.end(), row.begin(), row.end());
+    return v;
+  }());
+  be->round_fp8_blocks(s, t, 16, 8);
+  std::vector<float> got = get(t);
+  for (int r = 0; r < 2; ++r)
+    for (int i = 0; i < 20; ++i) EXPECT_EQ(got[size_t(r * 20 + i)], want[size_t(i)]) << "row " << r << " col " << i;
+  be->round_fp8_blocks(s, t, 16, 8);
+  EXPECT_EQ(get(t), got) << "rounding twice changed values";
+  // Random values: every rounded value is the e4m3 code of its block's scale, and bf16 agrees.
+  const std::vector<float> v = uniform(4 * 128, -3.f, 3.f);
+  Tensor a = f32("a", {4, 128}, v);
+  Tensor b = be->alloc("b", DType::BF16, {4, 128}, AllocKind::Activation);
+  std::vector<uint16_t> vb(v.size());
+  for (size_t i = 0; i < v.size(); ++i) vb[i] = sl::float_to_bf16(v[i]);
+  be->upload(s, b, vb.data(), vb.size() * 2);
+  Tensor af = f32("af", {4, 128}, [&] {
+    std::vector<float> x(v.size());
+    for (size_t i = 0; i < v.size(); ++i) x[i] = sl::bf16_to_float(vb[i]);
+    return x;
+  }());
+  be->round_fp8_blocks(s, af, 128, 64);
+  be->round_fp8_blocks(s, b, 128, 64);
+  const std::vector<float> ra = get(af);
+  std::vector<uint16_t> rb(vb.size());
+  be->download(rb.data(), b, rb.size() * 2);
+  for (size_t i = 0; i < ra.size(); ++i) {
+    ASSERT_EQ(sl::bf16_to_float(rb[i]), ra[i]) << i << ": the rounded value is not exact in bf16";
+    float amax = 0.f;
+    const size_t b0 = i / 64 * 64;
+    for (size_t j = b0; j < b0 + 64; ++j) amax = std::max(amax, std::fabs(sl::bf16_to_float(vb[j])));
+    const float sc = sl::lowp::fp8_group_scale(std::max(amax, 1e-4f));
+    EXPECT_EQ(ra[i], sl::lowp::e4m3_to_float(sl::lowp::float_to_e4m3(sl::bf16_to_float(vb[i]) / sc)) * sc) << i;
+  }
+  EXPECT_THROW(be->round_fp8_blocks(s, a, 100, 64), sl::Error);  // 100 is not whole blocks of 64
+  EXPECT_THROW(be->round_fp8_blocks(s, a, 256, 64), sl::Error);  // wider than the rows
+}
+
+// shard_routing by hand: experts [2, 4) of a shard; the rest become local expert 0 with weight 0.
+TEST_F(CpuOps, ShardRoutingByHand) {
+  Tensor ids = be->alloc("ids", DType::I32, {2, 3}, AllocKind::Activation);
+  const std::vector<int32_t> id{0, 2, 3, 5, 3, 1};
+  be->upload(s, ids, id.data(), id.size() * 4);
+  Tensor w = f32("w", {2, 3}, {0.5f, 0.25f, 0.125f, 1.f, 2.f, 4.f});
+  Tensor io = zeros("io", DType::I32, {2, 3}), wo = zeros("wo", DType::F32, {2, 3});
+  be->shard_routing(s, io, wo, ids, w, 2, 2);
+  EXPECT_EQ(geti(io), (std::vector<int32_t>{0, 0, 1, 0, 1, 0}));
+  EXPECT_EQ(get(wo), (std::vector<float>{0.f, 0.25f, 0.125f, 0.f, 2.f, 0.f}));
+  EXPECT_THROW(be->shard_routing(s, io, wo, ids, w, -1, 2), sl::Error);
+  EXPECT_THROW(be->shard_routing(s, io, wo, ids, w, 0, 0), sl::Error);
+}
+
 TEST_F(CpuOps, RouteZeroScoresDivideByOne) {
   // softplus(-200) underflows to 0 in fp32: every score is 0 and the guard keeps weights 0.
   Tensor ids = zeros("ids", DType::I32, {1, 2}), wt = zeros("w", DType::F32, {1, 2});

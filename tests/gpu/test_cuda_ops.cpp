@@ -1252,6 +1252,33 @@ TEST_P(CudaOps, QuantizeNativeFormats) {
   }
 }
 
+// The FP8 KV cache rounding (--kv-cache fp8) and the expert shard's routing: identical inputs
+// (bf16-exact values, so the activation-dtype copies hold the same numbers) give the CPU
+// reference's values bit for bit, in F32 and in the activation dtype (the result is exact in bf16).
+TEST_P(CudaOps, RoundFp8BlocksAndShardRouting) {
+  std::vector<float> v = rand(6 * 576, -2.f, 2.f);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = bf16_to_float(float_to_bf16(v[i] * float(1 << (i % 9)) / 16.f));
+  for (size_t i = 64; i < 128; ++i) v[i] = 0.f;  // an all-zero block: scale from the 1e-4 floor
+  for (Kind k : {Kind::F32, Kind::Act}) {
+    T2 t = make("t", k, {6, 576}, v);
+    cpu_->round_fp8_blocks(Stream{}, t.c, 512, 64);
+    gpu_->round_fp8_blocks(Stream{}, t.g, 512, 64);
+    EXPECT_EQ(gc(t), gg(t)) << (k == Kind::F32 ? "F32" : "activation dtype");
+    T2 keys = make("keys", k, {6, 576}, v);  // indexer keys: one scale per key
+    cpu_->round_fp8_blocks(Stream{}, keys.c, 576, 576);
+    gpu_->round_fp8_blocks(Stream{}, keys.g, 576, 576);
+    EXPECT_EQ(gc(keys), gg(keys)) << "one block per row";
+  }
+  std::vector<int32_t> idv(5 * 4);
+  for (size_t i = 0; i < idv.size(); ++i) idv[i] = int32_t((i * 7) % 16);
+  T2 ids = make_i32("ids", {5, 4}, idv), io = make_i32("io", {5, 4}, std::vector<int32_t>(20, -1));
+  T2 w = make_rand("w", Kind::F32, {5, 4}, 0.1f, 1.f), wo = zeros("wo", Kind::F32, {5, 4});
+  cpu_->shard_routing(Stream{}, io.c, wo.c, ids.c, w.c, 4, 8);
+  gpu_->shard_routing(Stream{}, io.g, wo.g, ids.g, w.g, 4, 8);
+  expect_equal_i32(io, "shard_routing ids");
+  EXPECT_EQ(gc(wo), gg(wo)) << "shard_routing weights";
+}
+
 INSTANTIATE_TEST_SUITE_P(Variants, CudaOps, ::testing::ValuesIn(kVariants), variant_test_name);
 
 }  // namespace
