@@ -97,6 +97,7 @@ std::vector<std::string> model_args(const ModelOptions& m, const std::string& ke
   if (m.placement != "vllm-fix") a.insert(a.end(), {"--placement", m.placement});
   if (m.graph_scope != "step") a.insert(a.end(), {"--graph-scope", m.graph_scope});
   if (m.weights != "bf16") a.insert(a.end(), {"--weights", m.weights});
+  if (m.kv_cache != "bf16") a.insert(a.end(), {"--kv-cache", m.kv_cache});
   if (!kernel_variants.empty()) a.insert(a.end(), {"--kernel-variants", kernel_variants});
   return a;
 }
@@ -113,11 +114,12 @@ std::string describe_setup(const nlohmann::json& settings) {
   const auto& m = settings.value("model", nlohmann::json::object());
   if (m.empty()) return "";
   char buf[400];
+  const bool kv8 = m.value("kv_cache", std::string("bf16")) == "fp8";
   std::snprintf(buf, sizeof buf,
-                "%s (%s weights), batch %d, context %d, %d MTP layers (compress %d), %d draft steps; %d repetitions "
+                "%s (%s weights%s), batch %d, context %d, %d MTP layers (compress %d), %d draft steps; %d repetitions "
                 "per policy%s, %d timed steps per mode",
                 m.value("config", std::string("?")).c_str(), m.value("weights", std::string("bf16")).c_str(),
-                m.value("batch", 0), m.value("context", 0), m.value("mtp_layers", 0), m.value("mtp_compress", 0),
+                kv8 ? ", fp8 KV cache (emulated)" : "", m.value("batch", 0), m.value("context", 0), m.value("mtp_layers", 0), m.value("mtp_compress", 0),
                 m.value("draft_steps", 0),
                 settings.value("repetitions", 0), settings.value("baseline_twice", false) ? ", baseline twice" : "",
                 settings.value("steps", 0));
@@ -293,7 +295,8 @@ int run_live(const CompareCliOptions& o) {
                             {"mtp_layers", *m.mtp_layers},
                             {"mtp_compress", *m.mtp_compress},
                             {"draft_steps", *m.draft_steps},
-                            {"weights", m.weights}}},
+                            {"weights", m.weights},
+                            {"kv_cache", m.kv_cache}}},
                           {"model_args", spec.model_args},
                           {"policies", spec.policies},
                           {"repetitions", spec.repetitions},

@@ -151,6 +151,7 @@ void describe_setup(compare::Measurement& m, const MeasureOptions& o, const Mode
   m.context = cfg.context_length;
   m.draft_steps = cfg.draft_steps;
   m.weights = o.model.weights;
+  m.kv_cache = o.model.kv_cache;
   m.policy = policy.str();
   m.aux_priority = o.model.aux_priority;
   m.shared_expert_stream = policy.shared_expert_stream;

@@ -51,7 +51,8 @@ json to_json(const Measurement& m) {
             {"batch", m.batch},
             {"context", m.context},
             {"draft_steps", m.draft_steps},
-            {"weights", m.weights}}},
+            {"weights", m.weights},
+            {"kv_cache", m.kv_cache}}},
           {"policy",
            {{"name", m.policy},
             {"aux_priority", m.aux_priority},
@@ -158,6 +159,7 @@ Measurement measurement_from_json(const json& j, const std::string& origin) {
   m.context = model.integer("context");
   m.draft_steps = model.integer("draft_steps");
   m.weights = model.raw().value("weights", std::string("bf16"));
+  m.kv_cache = model.raw().value("kv_cache", std::string("bf16"));
   const Reader pol = r.sub("policy");
   m.policy = pol.str("name");
   m.aux_priority = pol.str("aux_priority");

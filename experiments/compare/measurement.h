@@ -56,6 +56,7 @@ struct Measurement {
   std::string config;
   int layers = 0, mtp_layers = 0, mtp_compress = 0, batch = 0, context = 0, draft_steps = 0;
   std::string weights = "bf16";  // --weights: bf16 | native (files before it existed: bf16)
+  std::string kv_cache = "bf16";  // --kv-cache: bf16 | fp8 (emulated; files before it existed: bf16)
   // The stream policy.
   std::string policy;
   std::string aux_priority = "default";
