@@ -51,6 +51,7 @@ DeepSeekV4::DeepSeekV4(Backend& be, const ModelConfig& cfg, const StreamPolicy& 
   for (int l = 0; l < L + N; ++l)
     for (int r = 0; r < 3; ++r) layer_streams_[size_t(l)].aux[size_t(r)] = stream_of(plan_.roles[size_t(l)][size_t(r)]);
   shared_expert_stream_ = stream_of(plan_.shared_expert);
+  if (shape_.expert_world > 1) comm_stream_ = be_.create_stream("comm", 0);
 
   // Events: every layer owns its fork/join events (vLLM: 4 per attention layer) and a pair
   // for the MoE shared-expert stream.
@@ -60,6 +61,10 @@ DeepSeekV4::DeepSeekV4(Backend& be, const ModelConfig& cfg, const StreamPolicy& 
     for (int i = 0; i < 4; ++i) events_[size_t(l)].attn[size_t(i)] = be_.create_event(p + ".ev" + std::to_string(i));
     events_[size_t(l)].moe_fork = be_.create_event(p + ".moe_fork");
     events_[size_t(l)].moe_join = be_.create_event(p + ".moe_join");
+    if (shape_.expert_world > 1) {
+      events_[size_t(l)].comm_fork = be_.create_event(p + ".comm_fork");
+      events_[size_t(l)].comm_join = be_.create_event(p + ".comm_join");
+    }
     if (policy_.placement == Placement::VllmHead && cfg_.layer_type(l) == LayerType::C4A)
       for (int i = 0; i < 2; ++i)
         events_[size_t(l)].indexer[size_t(i)] = be_.create_event(p + ".indexer.ev" + std::to_string(i));
@@ -119,6 +124,7 @@ DeepSeekV4::~DeepSeekV4() {
   try {
     be_.synchronize();
     for (Stream s : streams_) be_.destroy_stream(s);
+    if (comm_stream_.id != 0) be_.destroy_stream(comm_stream_);
   } catch (...) {
     // Destructors must not throw; a failing device is reported by the next call.
   }
@@ -126,7 +132,7 @@ DeepSeekV4::~DeepSeekV4() {
 
 size_t DeepSeekV4::events_created() const {
   size_t n = 0;
-  for (const auto& e : events_) n += 6 + (e.indexer[0].id >= 0 ? 2 : 0);
+  for (const auto& e : events_) n += 6 + (e.indexer[0].id >= 0 ? 2 : 0) + (e.comm_fork.id >= 0 ? 2 : 0);
   return n;
 }
 
@@ -136,6 +142,7 @@ void DeepSeekV4::load(const std::string& dir) { load_checkpoint(be_, cfg_, w_, d
 
 void DeepSeekV4::describe_streams(Schedule& sched) const {
   sched.add_stream({0, "main", "process", 0});
+  if (comm_stream_.id != 0) sched.add_stream({comm_stream_.id, "comm", "expert parallelism (all-reduce)", 0});
   // A physical stream is named for what it serves: its request under the cuda source, its pool
   // slot and every role drawn onto it under the torch source ("torch.pool.p0.01 = target.aux1 +
   // mtp10.aux0"), so that aliasing shows wherever streams are listed.
@@ -146,6 +153,10 @@ void DeepSeekV4::describe_streams(Schedule& sched) const {
     for (int i = 0; i < 4; ++i) sched.add_event({events_[l].attn[size_t(i)].id, p + ".ev" + std::to_string(i), p});
     sched.add_event({events_[l].moe_fork.id, p + ".moe_fork", p});
     sched.add_event({events_[l].moe_join.id, p + ".moe_join", p});
+    if (events_[l].comm_fork.id >= 0) {
+      sched.add_event({events_[l].comm_fork.id, p + ".comm_fork", p});
+      sched.add_event({events_[l].comm_join.id, p + ".comm_join", p});
+    }
     for (int i = 0; i < 2; ++i)
       if (events_[l].indexer[size_t(i)].id >= 0)
         sched.add_event({events_[l].indexer[size_t(i)].id, p + ".indexer.ev" + std::to_string(i), p});

@@ -187,6 +187,7 @@ class DeepSeekV4 {
   struct LayerEvents {
     std::array<Event, 4> attn;  // [0] fork, [1..3] joins; [0]/[1] reused in phase B (vLLM)
     Event moe_fork, moe_join;
+    Event comm_fork, comm_join;  // expert parallelism: the all-reduce's stream (id -1 otherwise)
     std::array<Event, 2> indexer{};  // vllm-head c4a layers: the indexer's own fork / done (id -1 otherwise)
   };
 
@@ -221,6 +222,10 @@ class DeepSeekV4 {
   double stream_setup_ms_ = 0;
   std::vector<LayerStreams> layer_streams_; // L + N
   Stream shared_expert_stream_{};           // == main when off
+  // Expert parallelism: the stream the routed output's all-reduce runs on (forked from main after
+  // the routed experts, joined before the caller sums routed and shared, so that it overlaps the
+  // shared expert as serving stacks overlap it); == main without a split.
+  Stream comm_stream_{};
   std::vector<LayerEvents> events_;         // L + N
   ModelWeights w_;
   std::vector<LayerCache> caches_;          // L + N

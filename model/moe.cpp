@@ -38,9 +38,12 @@ void DeepSeekV4::moe(int layer, const MoeWeights& mw, const Tensor& x, const Ten
     // Expert parallelism (all-gather scheme): this rank runs its experts on the pairs routed to
     // them (the others with weight 0), and the ranks' partial outputs are summed.
     const Tensor sid = b.shard_ids.rows(0, T), sw = b.shard_w.rows(0, T);
+    // The sum runs on the comm stream, beside the shared expert (main or its own stream).
     ops_.shard_routing(main, "shard_routing", sid, sw, ids, rw, w_.experts_first, w_.experts_count);
     routed_experts(ops_, main, "routed_experts", routed, x, sid, sw, mw.w1, mw.w2, mw.w3, limit, b.moe_ws);
-    ops_.all_reduce_sum(main, "routed_experts.all_reduce", routed);
+    ops_.record(ev.comm_fork, main);
+    ops_.wait(comm_stream_, ev.comm_fork);
+    ops_.all_reduce_sum(comm_stream_, "routed_experts.all_reduce", routed);
   } else {
     routed_experts(ops_, main, "routed_experts", routed, x, ids, rw, mw.w1, mw.w2, mw.w3, limit, b.moe_ws);
   }
@@ -51,6 +54,10 @@ void DeepSeekV4::moe(int layer, const MoeWeights& mw, const Tensor& x, const Ten
   if (side != main) {
     ops_.record(ev.moe_join, side);
     ops_.wait(main, ev.moe_join);
+  }
+  if (shape_.expert_world > 1) {
+    ops_.record(ev.comm_join, comm_stream_);
+    ops_.wait(main, ev.comm_join);
   }
   // The caller sums routed and shared (its add_hc_post: "moe_combine" and hc_post in one op).
 }

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/communicator.h"
 #include "core/schedule.h"
 #include "experiments/cli/commands.h"
 #include "experiments/cli/model_options.h"
@@ -25,6 +26,7 @@ struct ScheduleOptions {
   SpeculativeOptions spec;
   bool json = false;
   bool full = false;
+  int expert_ranks = 1;  // the schedule of rank 0 of a model split over this many ranks
 };
 
 // Groups the recorded entries by (forward, layer, phase) using the scope path the model writes
@@ -111,7 +113,15 @@ void schedule(const ScheduleOptions& o) {
   cfg.context_length = std::min(cfg.context_length, 8);
   const AcceptRule accept = resolve_accept_rule(o.spec);
   auto be = make_null_backend();
-  DeepSeekV4 model(*be, cfg, policy, run_shape(cfg, o.model, 1, false, o.spec.on()));
+  RunShape shape = run_shape(cfg, o.model, 1, false, o.spec.on());
+  // Expert parallelism: rank 0's schedule (a group whose collectives this backend never calls).
+  std::vector<std::unique_ptr<Communicator>> group;
+  if (o.expert_ranks > 1) {
+    group = make_fake_group(o.expert_ranks);
+    be->set_communicator(group[0].get());
+    shape.expert_world = o.expert_ranks;
+  }
+  DeepSeekV4 model(*be, cfg, policy, shape);
   model.set_accept_rule(accept);
   std::vector<int32_t> prompt(size_t(cfg.batch) * size_t(cfg.context_length), 1);
   model.prefill(prompt, cfg.context_length);
@@ -204,6 +214,11 @@ void add_schedule_command(CLI::App& app) {
   add_model_options(cmd, o->model);
   add_speculative_options(cmd, o->spec);
   cmd->add_flag("--json", o->json, "print as JSON");
+  cmd->add_option("--expert-ranks", o->expert_ranks,
+                  "the schedule of rank 0 of a model whose routed experts are split over this many ranks: each MoE "
+                  "layer's all-reduce on a comm stream forked after the routed experts and joined before the sum")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
   cmd->add_flag("--full", o->full, "also print every recorded op, record and wait");
   cmd->callback([o] { schedule(*o); });
 }

@@ -40,6 +40,17 @@ for x, y in zip(a["steps"], b["steps"]):
     assert x["logits_checksum"] == y["logits_checksum"], (x, y)
 PY
 
+# The schedule of rank 0: every MoE layer's all-reduce on the comm stream, forked after the routed
+# experts and joined before the sum, with no unordered access (leaving the join out gives 15).
+"$bin" schedule --config tiny --expert-ranks 2 --json > "$tmp/sched.json"
+"$bin" schedule --config tiny --expert-ranks 2 > "$tmp/sched.txt"
+grep -q "comm: routed_experts.all_reduce -> L0.comm_join" "$tmp/sched.txt" || fail "no all-reduce on the comm stream in L0"
+python3 - "$tmp/sched.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["hazards"] == [], d["hazards"][:3]
+PY
+
 # Refusals, each naming what to change.
 expect_error() {  # expect_error WHAT PATTERN ARGS...
   local what=$1 pattern=$2; shift 2
