@@ -316,6 +316,42 @@ struct ActChunk {
   }
 };
 
+// One 128-value chunk of one 8-column tile: the lane's 32 weight codes (w0, w1: bytes [0, 16) and
+// [16, 32) of its column's chunk slice) against the 32 activation codes of its row in the same
+// order, as four m16n8k32 MMAs from zero. c[0], c[1]: row grp, columns 2 tig and 2 tig + 1. a0 / a2
+// carry row grp's bytes (a1 holds them too: whichever of a1 / a2 the layout reads for row grp's
+// second K half, it gets them; rows 8-15 are discarded).
+__device__ __forceinline__ void chunk_mma(float (&c)[4], const uint32_t (&aw)[8], uint4 w0, uint4 w1) {
+  const uint32_t ww[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+  c[0] = c[1] = c[2] = c[3] = 0.f;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) mma_e4m3(c, aw[2 * j], aw[2 * j + 1], aw[2 * j + 1], 0u, ww[2 * j], ww[2 * j + 1]);
+}
+
+// The block's 8 warps' partial sums of NT column tiles (each had a share of K) added up: every
+// lane posts its two accumulators per tile, then thread x < 64 NT stores one (tile, row, column).
+// Ends with every thread past the barrier; the caller syncs again before reusing `red`.
+template <int NT>
+__device__ __forceinline__ void sum_warps_and_store(float (&red)[8][NT][64], const float (&acc)[NT][2], int64_t n0,
+                                                    const Fp8MmaArgs& g) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, grp = lane >> 2, tig = lane & 3;
+#pragma unroll
+  for (int t = 0; t < NT; ++t) {
+    red[warp][t][grp * 8 + 2 * tig] = acc[t][0];
+    red[warp][t][grp * 8 + 2 * tig + 1] = acc[t][1];
+  }
+  __syncthreads();
+  const int x = threadIdx.x;
+  if (x >= NT * 64) return;
+  const int t = x / 64, e = x % 64, row = e / 8;
+  const int64_t n = n0 + 8 * t + e % 8;
+  if (row >= g.M || n >= g.N) return;
+  float v = 0.f;
+#pragma unroll
+  for (int w = 0; w < 8; ++w) v += red[w][t][e];
+  stf(g.out, g.dto, int64_t(row) * g.ldo + n, v);
+}
+
 template <int WPC, class TA>
 __global__ __launch_bounds__(256) void gemm_fp8_mma_kernel(Fp8MmaArgs g) {
   pdl_enter();
@@ -363,13 +399,8 @@ __global__ __launch_bounds__(256) void gemm_fp8_mma_kernel(Fp8MmaArgs g) {
         uint32_t aw[8];
 #pragma unroll
         for (int i = 0; i < 8; ++i) aw[i] = e4m3x4(x[4 * i] * r, x[4 * i + 1] * r, x[4 * i + 2] * r, x[4 * i + 3] * r);
-        const uint32_t ww[8] = {wv[u][0].x, wv[u][0].y, wv[u][0].z, wv[u][0].w,
-                                wv[u][1].x, wv[u][1].y, wv[u][1].z, wv[u][1].w};
-        float c[4] = {0.f, 0.f, 0.f, 0.f};
-        // a0 / a2 carry row grp's bytes (a1 holds them too: whichever of a1 / a2 the layout reads
-        // for row grp's second K half, it gets them; rows 8-15 are discarded).
-#pragma unroll
-        for (int j = 0; j < 4; ++j) mma_e4m3(c, aw[2 * j], aw[2 * j + 1], aw[2 * j + 1], 0u, ww[2 * j], ww[2 * j + 1]);
+        float c[4];
+        chunk_mma(c, aw, wv[u][0], wv[u][1]);
         const float f = wsr[kb + u] * s;
         acc0 += c[0] * f;
         acc1 += c[1] * f;
@@ -449,32 +480,14 @@ __global__ __launch_bounds__(256) void gemm_fp8_wide_kernel(Fp8MmaArgs g) {
       const float f = wsr[kb + u] * s;
 #pragma unroll
       for (int t = 0; t < NT; ++t) {
-        const uint32_t ww[8] = {wv[u][t][0].x, wv[u][t][0].y, wv[u][t][0].z, wv[u][t][0].w,
-                                wv[u][t][1].x, wv[u][t][1].y, wv[u][t][1].z, wv[u][t][1].w};
-        float c[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-        for (int j = 0; j < 4; ++j) mma_e4m3(c, aw[2 * j], aw[2 * j + 1], aw[2 * j + 1], 0u, ww[2 * j], ww[2 * j + 1]);
+        float c[4];
+        chunk_mma(c, aw, wv[u][t][0], wv[u][t][1]);
         acc[t][0] += c[0] * f;
         acc[t][1] += c[1] * f;
       }
     }
   }
-#pragma unroll
-  for (int t = 0; t < NT; ++t) {
-    red[warp][t][grp * 8 + 2 * tig] = acc[t][0];
-    red[warp][t][grp * 8 + 2 * tig + 1] = acc[t][1];
-  }
-  __syncthreads();
-  // Thread i < 64 NT sums one (tile, row, column) over the 8 warps.
-  const int i = threadIdx.x;
-  if (i >= NT * 64) return;
-  const int t = i / 64, e = i % 64, row = e / 8;
-  const int64_t n = n0 + 8 * t + e % 8;
-  if (row >= g.M || n >= g.N) return;
-  float v = 0.f;
-#pragma unroll
-  for (int w = 0; w < 8; ++w) v += red[w][t][e];
-  stf(g.out, g.dto, int64_t(row) * g.ldo + n, v);
+  sum_warps_and_store<NT>(red, acc, n0, g);
 }
 
 // Column tiles per warp of the wide kernel: the most (up to 4) that still gives every SM a block
@@ -591,34 +604,14 @@ __global__ __launch_bounds__(256, 1) void gemm_fp8_stream_kernel(Fp8MmaArgs g, i
       for (int t = 0; t < NT; ++t) {
         const int row = 8 * t + grp;
         const uint4* wp = reinterpret_cast<const uint4*>(st + row * kBlk);
-        const uint4 w0 = wp[(2 * tig) ^ (row & 7)], w1 = wp[(2 * tig + 1) ^ (row & 7)];
-        const uint32_t ww[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
-        float c[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-        for (int q = 0; q < 4; ++q) mma_e4m3(c, aw[2 * q], aw[2 * q + 1], aw[2 * q + 1], 0u, ww[2 * q], ww[2 * q + 1]);
+        float c[4];
+        chunk_mma(c, aw, wp[(2 * tig) ^ (row & 7)], wp[(2 * tig + 1) ^ (row & 7)]);
         acc[t][0] += c[0] * f;
         acc[t][1] += c[1] * f;
       }
       __syncwarp();  // the stage is refilled by a later issue
     }
-#pragma unroll
-    for (int t = 0; t < NT; ++t) {
-      red[warp][t][grp * 8 + 2 * tig] = acc[t][0];
-      red[warp][t][grp * 8 + 2 * tig + 1] = acc[t][1];
-    }
-    __syncthreads();
-    // Thread x < 64 NT sums one (tile, row, column) over the 8 warps.
-    const int x = threadIdx.x;
-    if (x < NT * 64) {
-      const int t = x / 64, e = x % 64, row = e / 8;
-      const int64_t n = n0 + 8 * t + e % 8;
-      if (row < M && n < g.N) {
-        float v = 0.f;
-#pragma unroll
-        for (int w = 0; w < 8; ++w) v += red[w][t][e];
-        stf(g.out, g.dto, int64_t(row) * g.ldo + n, v);
-      }
-    }
+    sum_warps_and_store<NT>(red, acc, n0, g);
     __syncthreads();  // red is rewritten for the next column block
   }
   cp_async_wait<0>();
