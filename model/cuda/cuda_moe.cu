@@ -606,6 +606,23 @@ __device__ __forceinline__ void decode_e2m1x8_bf16(uint32_t w, const Bf16Table& 
   for (int q = 0; q < 4; ++q) p[q] |= __byte_perm(s4, s, uint32_t((4 + q) << 12 | q << 4)) & 0x80008000u;
 }
 
+// One MX group of one 8-column tile: the lane's 16 packed bytes (32 e2m1 values of its column,
+// scale `scale`) decoded to bf16 and multiplied with the 32 activations of its row at the same K
+// positions (a[q]: values [8q, 8q + 8)), two m16n8k16 MMAs per 8 values, accumulated into c. a0 / a2
+// carry row grp's two K halves (a1 repeats the second: rows 8-15 are unused whichever of a1 / a2
+// the layout reads).
+__device__ __forceinline__ void mx_group_mma(float (&c)[4], uint4 w, uint8_t scale, const uint4 (&a)[4]) {
+  const Bf16Table t(scale);
+  const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    uint32_t b[4];
+    decode_e2m1x8_bf16(words[q], t, b);
+    mma_bf16(c, a[q].x, a[q].y, a[q].y, 0u, b[0], b[1]);
+    mma_bf16(c, a[q].z, a[q].w, a[q].w, 0u, b[2], b[3]);
+  }
+}
+
 template <bool PAIR, int KS>
 __global__ __launch_bounds__(256) void moe_fp4_mma_kernel(MoeGemvArgs g) {
   pdl_enter();
@@ -656,20 +673,7 @@ __global__ __launch_bounds__(256) void moe_fp4_mma_kernel(MoeGemvArgs g) {
       for (int u = 0; u < kFp4Chunks; ++u) {
         if (k0 + 128 * u >= k_hi) break;
 #pragma unroll
-        for (int j = 0; j < NM; ++j) {
-          const Bf16Table t(sc[j][u]);
-          const uint32_t words[4] = {wv[j][u].x, wv[j][u].y, wv[j][u].z, wv[j][u].w};
-#pragma unroll
-          for (int q = 0; q < 4; ++q) {
-            uint32_t b[4];
-            decode_e2m1x8_bf16(words[q], t, b);
-            // Values [8q, 8q + 8) of the group: two MMAs. a0 / a2 carry row grp's two K halves
-            // (a1 repeats the second: rows 8-15 are unused whichever of a1 / a2 the layout reads).
-            const uint4 a = av[u][q];
-            mma_bf16(c[j], a.x, a.y, a.y, 0u, b[0], b[1]);
-            mma_bf16(c[j], a.z, a.w, a.w, 0u, b[2], b[3]);
-          }
-        }
+        for (int j = 0; j < NM; ++j) mx_group_mma(c[j], wv[j][u], sc[j][u], av[u]);
       }
     }
   }
@@ -771,18 +775,7 @@ __global__ __launch_bounds__(256) void moe_fp4_wide_kernel(MoeGemvArgs g) {
 #pragma unroll
       for (int j = 0; j < NM; ++j)
 #pragma unroll
-        for (int t = 0; t < NT; ++t) {
-          const Bf16Table tb(sc[u][j][t]);
-          const uint32_t words[4] = {wv[u][j][t].x, wv[u][j][t].y, wv[u][j][t].z, wv[u][j][t].w};
-#pragma unroll
-          for (int q = 0; q < 4; ++q) {
-            uint32_t b[4];
-            decode_e2m1x8_bf16(words[q], tb, b);
-            const uint4 a = av[u][q];
-            mma_bf16(c[j][t], a.x, a.y, a.y, 0u, b[0], b[1]);
-            mma_bf16(c[j][t], a.z, a.w, a.w, 0u, b[2], b[3]);
-          }
-        }
+        for (int t = 0; t < NT; ++t) mx_group_mma(c[j][t], wv[u][j][t], sc[u][j][t], av[u]);
     }
   }
 #pragma unroll
