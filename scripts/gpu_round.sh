@@ -68,6 +68,10 @@ for st in $stages; do case $st in
     # bench in bf16 in this round for the ratio.
     run native_run 150 $B/streamlab "${RUN_FLASH[@]}" --weights native --batch 8 --context 2048 --steps 4 --json
     sed -n '/^{/,$p' "$W/native_run.log" > "$OUT/native_run.json"
+    # The same with the FP8 KV caches emulated (--kv-cache fp8: round_fp8_blocks on flash shapes).
+    run native_kv8_run 150 $B/streamlab "${RUN_FLASH[@]}" --weights native --kv-cache fp8 --batch 8 --context 2048 \
+      --steps 4 --json
+    sed -n '/^{/,$p' "$W/native_kv8_run.log" > "$OUT/native_kv8_run.json"
     run bench_native ${NATIVE_BENCH_SECONDS:-200} $B/bench_decode "${BENCH_FLASH[@]}" --weights=native --batches=1,8 \
       --modes=eager,graph --steps=${NATIVE_STEPS:-20} --out="$OUT/bench_native.json"
     run bench_bf16 ${NATIVE_BENCH_SECONDS:-200} $B/bench_decode "${BENCH_FLASH[@]}" --weights=bf16 --batches=1,8 \

@@ -79,7 +79,7 @@ RunShape shape(const ModelConfig& c, int steps, bool verify = false) {
 // each backend, bit-identical: CudaOps.QuantizeNativeFormats), so the weights add no difference;
 // the activation quantization before each FP8 GEMM does (`tol`: see its call).
 void compare_with_cpu(int mtp_layers, int mtp_compress, int draft_steps, int batch, bool verify = false,
-                      WeightFormat weights = WeightFormat::Bf16, double tol = 3e-2) {
+                      WeightFormat weights = WeightFormat::Bf16, double tol = 3e-2, bool kv_fp8 = false) {
   ModelConfig c = tiny(mtp_layers, mtp_compress, draft_steps);
   c.batch = batch;
   const int steps = 3;
@@ -91,6 +91,7 @@ void compare_with_cpu(int mtp_layers, int mtp_compress, int draft_steps, int bat
   auto check = make_check_backend(*cpu, *gpu, opt);
   RunShape rs = shape(c, steps, verify);
   rs.weights = weights;
+  rs.kv_fp8 = kv_fp8;
   DeepSeekV4 got(*check, c, StreamPolicy::parse("shared"), rs);
   got.init_random(c.seed);
   if (verify) got.set_accept_rule(parse_accept_rule("rate:0.6:5"));
@@ -146,6 +147,16 @@ TEST(CudaModel, TinyNativeWeightsMatchCpuReference) {
   compare_with_cpu(2, 0, 2, 1, false, WeightFormat::Native, 0.3);
   compare_with_cpu(1, 4, 3, 2, true, WeightFormat::Native, 0.3);
 }
+// FP8 KV caches (emulated, --kv-cache fp8): each cached value is rounded to an e4m3 step on both
+// sides, which amplifies the bf16 side's small differences exactly as the native weights'
+// activation quantization does (see above), so the same bound; op by op on identical inputs the
+// rounding is bit-identical (CudaOps.RoundFp8BlocksAndShardRouting).
+TEST(CudaModel, TinyFp8KvCacheMatchesCpuReference) {
+  REQUIRE_GPU();
+  compare_with_cpu(2, 0, 2, 1, false, WeightFormat::Bf16, 0.3, true);
+  compare_with_cpu(1, 4, 3, 2, true, WeightFormat::Native, 0.3, true);
+}
+
 TEST(CudaModel, TinyVerifyingStepsMatchCpuReference) {
   REQUIRE_GPU();
   compare_with_cpu(1, 4, 3, 2, true);
