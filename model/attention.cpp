@@ -66,9 +66,9 @@ void DeepSeekV4::attention(int layer, const AttentionWeights& aw, LayerCache& ca
                          aw.compressor.ape, st.pos, st.seq, cc.ratio);
     ops_.compressor_pool(s, "compressor.pool", cc.entries, cc.state_u, cc.state_g, cc.state_tags, aw.compressor.norm,
                          table, st.pos, st.seq, cc.ratio, cc.overlap, eps);
-    // The whole compressed cache: the pool wrote entries at positions only the device knows, and
-    // rounding an entry again leaves it as it is.
-    if (shape_.kv_fp8) ops_.round_fp8_blocks(s, "compressor.entries_fp8", cc.entries, kv_nope, kKvFp8Block);
+    // The entries the pool just wrote (those this step's tokens completed).
+    if (shape_.kv_fp8)
+      ops_.round_fp8_blocks(s, "compressor.entries_fp8", cc.entries, kv_nope, kKvFp8Block, st.pos, st.seq, cc.ratio);
   };
   auto indexer_query = [&](Stream s) {
     linear(ops_, s, "indexer.wq_b", idx_q.view({T, Hi * di}), qr, aw.idx_wq_b);
@@ -80,7 +80,7 @@ void DeepSeekV4::attention(int layer, const AttentionWeights& aw, LayerCache& ca
                          aw.idx_compressor.ape, st.pos, st.seq, ic.ratio);
     ops_.compressor_pool(s, "indexer.compressor.pool", ic.entries, ic.state_u, ic.state_g, ic.state_tags,
                          aw.idx_compressor.norm, table, st.pos, st.seq, ic.ratio, ic.overlap, eps);
-    if (shape_.kv_fp8) ops_.round_fp8_blocks(s, "indexer.entries_fp8", ic.entries, di, di);
+    if (shape_.kv_fp8) ops_.round_fp8_blocks(s, "indexer.entries_fp8", ic.entries, di, di, st.pos, st.seq, ic.ratio);
   };
   auto indexer_topk = [&](Stream s) {
     ops_.indexer_topk(s, "indexer_topk", sel, idx_q, idx_w, cache.indexer.entries, st.pos, st.seq, cache.indexer.ratio);
@@ -97,7 +97,7 @@ void DeepSeekV4::attention(int layer, const AttentionWeights& aw, LayerCache& ca
       linear(ops_, s, "wq_b", q.view({T, H * Dh}), qr, aw.wq_b);
       ops_.rmsnorm_rope(s, "q_head_norm+rope_q", q, q, Tensor{}, eps, st.pos, table);
       ops_.rope(s, "rope_k", kv.view({T, 1, Dh}), st.pos, table, false);
-      if (shape_.kv_fp8) ops_.round_fp8_blocks(s, "kv_fp8", kv, kv_nope, kKvFp8Block);
+      if (shape_.kv_fp8) ops_.round_fp8_blocks(s, "kv_fp8", kv, kv_nope, kKvFp8Block, Tensor{}, Tensor{}, 1);
       ops_.swa_insert(s, "swa_insert", cache.swa, cache.swa_tags, kv, st.pos, st.seq);
     };
     std::array<StreamFn, 3> aux{};
@@ -114,7 +114,7 @@ void DeepSeekV4::attention(int layer, const AttentionWeights& aw, LayerCache& ca
       linear(ops_, s, "wq_b", q.view({T, H * Dh}), qr, aw.wq_b);
       ops_.rmsnorm_rope(s, "q_head_norm+rope_q", q, q, Tensor{}, eps, st.pos, table);
       ops_.rope(s, "rope_k", kv.view({T, 1, Dh}), st.pos, table, false);
-      if (shape_.kv_fp8) ops_.round_fp8_blocks(s, "kv_fp8", kv, kv_nope, kKvFp8Block);
+      if (shape_.kv_fp8) ops_.round_fp8_blocks(s, "kv_fp8", kv, kv_nope, kKvFp8Block, Tensor{}, Tensor{}, 1);
       ops_.swa_insert(s, "swa_insert", cache.swa, cache.swa_tags, kv, st.pos, st.seq);
       if (type == LayerType::C4A) main_compressor(s);
     };

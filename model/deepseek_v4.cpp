@@ -29,6 +29,20 @@ DeepSeekV4::DeepSeekV4(Backend& be, const ModelConfig& cfg, const StreamPolicy& 
              1 + cfg_.draft_steps, " tokens per sequence, but the buffers and cache rings are sized for ",
              shape_.max_seq_tokens, " (RunShape::max_seq_tokens)");
   }
+  if (shape_.kv_fp8) {
+    const int64_t nope = cfg_.head_dim - cfg_.qk_rope_head_dim;
+    SL_CHECK(nope % 64 == 0 && cfg_.index_head_dim <= 1024, "config ", cfg_.name, ": --kv-cache fp8 needs the nope dims "
+             "of a cache entry (head_dim - qk_rope_head_dim = ", nope, ") in whole blocks of 64 and index_head_dim <= "
+             "1024 (", cfg_.index_head_dim, ")");
+  }
+  if (shape_.expert_world > 1) {
+    const Communicator* comm = be_.communicator();
+    SL_CHECK(comm && comm->world() == shape_.expert_world && comm->rank() == shape_.expert_rank,
+             "expert parallelism: rank ", shape_.expert_rank, " of ", shape_.expert_world,
+             " needs the backend's communicator of that group (Backend::set_communicator); it has ",
+             comm ? "rank " + std::to_string(comm->rank()) + " of " + std::to_string(comm->world()) : std::string("none"));
+    partition_experts(cfg_.n_routed_experts, shape_.expert_world, shape_.expert_rank);  // an uneven split
+  }
   const int L = cfg_.num_hidden_layers, N = cfg_.num_nextn_predict_layers;
   const Stream main{};
 
@@ -70,19 +84,8 @@ DeepSeekV4::DeepSeekV4(Backend& be, const ModelConfig& cfg, const StreamPolicy& 
         events_[size_t(l)].indexer[size_t(i)] = be_.create_event(p + ".indexer.ev" + std::to_string(i));
   }
 
-  if (shape_.kv_fp8) {
-    const int64_t nope = cfg_.head_dim - cfg_.qk_rope_head_dim;
-    SL_CHECK(nope % 64 == 0 && cfg_.index_head_dim <= 1024, "config ", cfg_.name, ": --kv-cache fp8 needs the nope dims "
-             "of a cache entry (head_dim - qk_rope_head_dim = ", nope, ") in whole blocks of 64 and index_head_dim <= "
-             "1024 (", cfg_.index_head_dim, ")");
-  }
   // Expert parallelism: this rank holds its contiguous share of every MoE layer's experts.
   if (shape_.expert_world > 1) {
-    const Communicator* comm = be_.communicator();
-    SL_CHECK(comm && comm->world() == shape_.expert_world && comm->rank() == shape_.expert_rank,
-             "expert parallelism: rank ", shape_.expert_rank, " of ", shape_.expert_world,
-             " needs the backend's communicator of that group (Backend::set_communicator); it has ",
-             comm ? "rank " + std::to_string(comm->rank()) + " of " + std::to_string(comm->world()) : std::string("none"));
     const ExpertPartition p = partition_experts(cfg_.n_routed_experts, shape_.expert_world, shape_.expert_rank);
     w_.experts_first = p.first();
     w_.experts_count = p.per_rank();

@@ -725,19 +725,32 @@ ShardRoutingDims validate_shard_routing(const Tensor& ids_out, const Tensor& wei
 }
 
 // round_fp8_blocks: t F32 or BF16 with a last dim D; 1 <= block, cols a multiple of block, <= D.
+// With pos: t [B, n, D], pos and seq I32 [T], ratio >= 1.
 struct RoundFp8Dims {
   int64_t rows, D;
+  int64_t T = 0, B = 0, n = 0;  // with pos: tokens, sequences, entries per sequence
 };
 
 template <class R>
-RoundFp8Dims validate_round_fp8_blocks(const Tensor& t, int64_t cols, int64_t block) {
+RoundFp8Dims validate_round_fp8_blocks(const Tensor& t, int64_t cols, int64_t block, const Tensor& pos,
+                                       const Tensor& seq, int ratio) {
+  constexpr Presence P = R::presence;
   const char* op = "round_fp8_blocks";
-  check_float<R::presence>(op, "t", t);
+  check_float<P>(op, "t", t);
   SL_CHECK(t.shape.n >= 1, op, ": t is ", describe(t), ", expected rows of values");
   const int64_t D = t.shape[t.shape.n - 1], rows = D > 0 ? t.numel() / D : 0;
   SL_CHECK(block >= 1 && cols >= 0 && cols % block == 0 && cols <= D, op, ": ", cols,
            " columns in blocks of ", block, " do not fit rows of ", D, " (t ", describe(t), ")");
-  return {rows, D};
+  RoundFp8Dims d{rows, D};
+  if (pos.empty()) return d;
+  check_ndim<P>(op, "t", t, 3);
+  d.B = t.dim(0), d.n = t.dim(1);
+  check_dtype<P>(op, "pos", pos, DType::I32);
+  check_ndim<P>(op, "pos", pos, 1);
+  d.T = pos.dim(0);
+  check_i32<P>(op, "seq", seq, {d.T});
+  SL_CHECK(ratio >= 1, op, ": ratio ", ratio, " must be >= 1");
+  return d;
 }
 
 // all_reduce_sum: t F32 or BF16, any shape.

@@ -155,7 +155,8 @@ void schedule(const ScheduleOptions& o) {
     j["verify"] = o.spec.on();
     if (o.spec.on()) j["verify_ops"] = verify_ops;
     j["streams_requested"] = plan.streams.size();
-    j["streams_created"] = plan.physical.size();
+    j["streams_created"] = plan.physical.size() + (o.expert_ranks > 1 ? 1 : 0);  // + the comm stream
+    j["expert_ranks"] = o.expert_ranks;
     j["aux_streams_requested"] = plan.streams.size() - (plan.shared_expert >= 0 ? 1 : 0);
     j["stream_plan"] = stream_plan_json(plan, policy, alias_from);
     j["predicted_resources"] = {{"cuda_streams", res.streams_created},
@@ -173,6 +174,9 @@ void schedule(const ScheduleOptions& o) {
               policy.str().c_str(), stream_source_name(policy.source), cfg.name.c_str(), cfg.num_hidden_layers,
               cfg.num_nextn_predict_layers, cfg.mtp_compress_ratio);
   print_stream_plan(stdout, plan, policy, alias_from);
+  if (o.expert_ranks > 1)
+    std::printf("  comm             expert parallelism (rank 0 of %d): each MoE layer's all-reduce; a stream "
+                "besides the plan's\n", o.expert_ranks);
   std::printf("predicted resources (CUDA backend): %zu CUDA streams besides main, %zu cuBLAS handles, %zu cuBLAS "
               "workspaces (%.0f MiB)\n",
               res.streams_created, res.blas_handles, res.blas_workspaces, double(res.library_bytes) / 1048576.0);

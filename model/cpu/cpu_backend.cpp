@@ -164,12 +164,29 @@ void CpuBackend::fill(Stream s, const Tensor& t, float value) {
   }
 }
 
-void CpuBackend::round_fp8_blocks(Stream s, const Tensor& t, int64_t cols, int64_t block) {
-  check_stream("round_fp8_blocks", s);
-  const auto [rows, D] = checks::validate_round_fp8_blocks<OpRules>(t, cols, block);
+void CpuBackend::round_fp8_blocks(Stream s, const Tensor& t, int64_t cols, int64_t block, const Tensor& pos,
+                                  const Tensor& seq, int ratio) {
+  const char* op = "round_fp8_blocks";
+  check_stream(op, s);
+  const checks::RoundFp8Dims d = checks::validate_round_fp8_blocks<OpRules>(t, cols, block, pos, seq, ratio);
+  const int64_t D = d.D;
+  // The rows to round: all, or the cache entries this step's tokens completed.
+  std::vector<int64_t> rows;
+  if (pos.empty()) {
+    for (int64_t r = 0; r < d.rows; ++r) rows.push_back(r);
+  } else {
+    for (int64_t i = 0; i < d.T; ++i) {
+      const int32_t p = pos.ptr<int32_t>()[i], b = seq.ptr<int32_t>()[i];
+      if (p < 0 || (int64_t(p) + 1) % ratio != 0) continue;
+      const int64_t j = p / ratio;
+      SL_CHECK(b >= 0 && b < d.B && j < d.n, op, ": token ", i, " (seq ", b, ", pos ", p, ", ratio ", ratio,
+               ") completes entry ", j, " outside t ", describe(t));
+      rows.push_back(b * d.n + j);
+    }
+  }
   const bool bf = t.dtype == DType::BF16;
   std::vector<float> v(static_cast<size_t>(block));
-  for (int64_t r = 0; r < rows; ++r)
+  for (int64_t r : rows)
     for (int64_t c0 = 0; c0 < cols; c0 += block) {
       const int64_t o = r * D + c0;
       float amax = 0.f;

@@ -604,13 +604,23 @@ __global__ void fill_kernel(void* t, int kind, int64_t n, float value) {
 
 // round_fp8_blocks: one warp per (row, block), a block of at most 1024 values (32 per lane), the
 // block's amax by a butterfly; the same float operations as the CPU reference (core/fp8.h).
-__global__ void round_fp8_blocks_kernel(void* t, int dt, int64_t rows, int64_t D, int64_t cols, int block) {
+// With pos (entries mode), warp w's row is the entry token w / nb completed, or none.
+__global__ void round_fp8_blocks_kernel(void* t, int dt, int64_t rows, int64_t D, int64_t cols, int block,
+                                        const int32_t* pos, const int32_t* seq, int ratio, int64_t B, int64_t n) {
   pdl_enter();
   const int64_t nb = cols / block;
   const int64_t w = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   const int lane = threadIdx.x & 31;
   if (w >= rows * nb) return;  // uniform per warp
-  const int64_t o = (w / nb) * D + (w % nb) * block;
+  int64_t row = w / nb;
+  if (pos) {
+    const int32_t p = pos[row], b = seq[row];
+    if (p < 0 || (int64_t(p) + 1) % ratio != 0) return;
+    const int64_t j = p / ratio;
+    if (b < 0 || b >= B || j >= n) return;  // (the CPU reference refuses such a step)
+    row = b * n + j;
+  }
+  const int64_t o = row * D + (w % nb) * block;
   float v[32];
   float amax = 0.f;
 #pragma unroll
@@ -648,15 +658,18 @@ __global__ void shard_routing_kernel(int32_t* ids_out, float* weights_out, const
 
 }  // namespace
 
-void CudaBackend::round_fp8_blocks(Stream s, const Tensor& t, int64_t cols, int64_t block) {
+void CudaBackend::round_fp8_blocks(Stream s, const Tensor& t, int64_t cols, int64_t block, const Tensor& pos,
+                                   const Tensor& seq, int ratio) {
   const char* op = "round_fp8_blocks";
   cudaStream_t st = stream(s, op);
-  const auto [rows, D] = checks::validate_round_fp8_blocks<OpRules>(t, cols, block);
+  const checks::RoundFp8Dims d = checks::validate_round_fp8_blocks<OpRules>(t, cols, block, pos, seq, ratio);
   SL_CHECK(block <= 1024, op, ": blocks of ", block, " values: this kernel takes at most 1024");
+  const int64_t rows = pos.empty() ? d.rows : d.T;  // entries mode: one candidate row per token
   const int64_t warps = rows * (cols / block);
   if (warps == 0) return;
   launch_kernel(op, round_fp8_blocks_kernel, dim3(unsigned(cdiv(warps * 32, 256))), 256, 0, st, t.data,
-                fcode(t.dtype), rows, D, cols, int(block));
+                fcode(t.dtype), rows, d.D, cols, int(block), pos.empty() ? nullptr : pos.ptr<int32_t>(),
+                seq.empty() ? nullptr : seq.ptr<int32_t>(), ratio, d.B, d.n);
   CUDA_LAUNCH_CHECK(op, st);
 }
 

@@ -1111,11 +1111,11 @@ TEST_F(CpuOps, RoundFp8BlocksByHand) {
     v.insert(v.end(), row.begin(), row.end());
     return v;
   }());
-  be->round_fp8_blocks(s, t, 16, 8);
+  be->round_fp8_blocks(s, t, 16, 8, Tensor{}, Tensor{}, 1);
   std::vector<float> got = get(t);
   for (int r = 0; r < 2; ++r)
     for (int i = 0; i < 20; ++i) EXPECT_EQ(got[size_t(r * 20 + i)], want[size_t(i)]) << "row " << r << " col " << i;
-  be->round_fp8_blocks(s, t, 16, 8);
+  be->round_fp8_blocks(s, t, 16, 8, Tensor{}, Tensor{}, 1);
   EXPECT_EQ(get(t), got) << "rounding twice changed values";
   // Random values: every rounded value is the e4m3 code of its block's scale, and bf16 agrees.
   const std::vector<float> v = uniform(4 * 128, -3.f, 3.f);
@@ -1129,8 +1129,8 @@ TEST_F(CpuOps, RoundFp8BlocksByHand) {
     for (size_t i = 0; i < v.size(); ++i) x[i] = sl::bf16_to_float(vb[i]);
     return x;
   }());
-  be->round_fp8_blocks(s, af, 128, 64);
-  be->round_fp8_blocks(s, b, 128, 64);
+  be->round_fp8_blocks(s, af, 128, 64, Tensor{}, Tensor{}, 1);
+  be->round_fp8_blocks(s, b, 128, 64, Tensor{}, Tensor{}, 1);
   const std::vector<float> ra = get(af);
   std::vector<uint16_t> rb(vb.size());
   be->download(rb.data(), b, rb.size() * 2);
@@ -1142,8 +1142,31 @@ TEST_F(CpuOps, RoundFp8BlocksByHand) {
     const float sc = sl::lowp::fp8_group_scale(std::max(amax, 1e-4f));
     EXPECT_EQ(ra[i], sl::lowp::e4m3_to_float(sl::lowp::float_to_e4m3(sl::bf16_to_float(vb[i]) / sc)) * sc) << i;
   }
-  EXPECT_THROW(be->round_fp8_blocks(s, a, 100, 64), sl::Error);  // 100 is not whole blocks of 64
-  EXPECT_THROW(be->round_fp8_blocks(s, a, 256, 64), sl::Error);  // wider than the rows
+  EXPECT_THROW(be->round_fp8_blocks(s, a, 100, 64, Tensor{}, Tensor{}, 1), sl::Error);  // 100 is not whole blocks of 64
+  EXPECT_THROW(be->round_fp8_blocks(s, a, 256, 64, Tensor{}, Tensor{}, 1), sl::Error);  // wider than the rows
+
+  // The 1e-4 floor: a block whose amax is 1e-6 takes the scale of amax 1e-4, 2^-22, so 1e-6 ->
+  // 4.19 -> e4m3 4 -> 9.5367e-7 (without the floor: 2^-28, 268 -> 272 -> 1.0133e-6).
+  Tensor tiny = f32("tiny", {1, 8}, {1e-6f, 0, 0, 0, 0, 0, 0, 0});
+  be->round_fp8_blocks(s, tiny, 8, 8, Tensor{}, Tensor{}, 1);
+  EXPECT_EQ(get(tiny)[0], std::ldexp(4.f, -22));
+
+  // Entries mode: a cache [B = 2, n = 3, 16]; tokens at (seq, pos) (0, 3), (1, 5), (1, 7) with
+  // ratio 4 complete entry 0 of sequence 0 and entry 1 of sequence 1; nothing else changes.
+  std::vector<float> cache(2 * 3 * 16, 0.3f);
+  Tensor c = f32("cache", {2, 3, 16}, cache);
+  Tensor pos = be->alloc("pos", DType::I32, {3}, AllocKind::Activation), seq = be->alloc("seq", DType::I32, {3},
+                                                                                         AllocKind::Activation);
+  const std::vector<int32_t> pv{3, 5, 7}, sv{0, 1, 1};
+  be->upload(s, pos, pv.data(), 12);
+  be->upload(s, seq, sv.data(), 12);
+  be->round_fp8_blocks(s, c, 16, 8, pos, seq, 4);
+  const std::vector<float> cv = get(c);
+  for (int64_t r = 0; r < 6; ++r)
+    for (int64_t i = 0; i < 16; ++i) {
+      const bool rounded = r == 0 * 3 + 0 || r == 1 * 3 + 1;
+      EXPECT_EQ(cv[size_t(r * 16 + i)], rounded ? 0.3125f : 0.3f) << "entry row " << r;  // amax 0.3: scale 2^-10
+    }
 }
 
 // shard_routing by hand: experts [2, 4) of a shard; the rest become local expert 0 with weight 0.

@@ -135,7 +135,7 @@ TEST(Model, ChunkedPrefillEqualsOneChunk) { expect_decode_equals_prefill(47, 1, 
 TEST(Model, DecodeEqualsPrefillWithCompressedMtp4) { expect_decode_equals_prefill(39, 1, 2, 4, 64); }
 TEST(Model, DecodeEqualsPrefillWithCompressedMtp128) { expect_decode_equals_prefill(39, 1, 1, 128, 64); }
 // FP8 KV caches (emulated): the window keys are rounded before their insert and the compressed
-// caches after each pool, on both paths, so a decode step still equals the longer prefill, at a
+// entries each pool completes right after it, on both paths, so a decode step still equals the longer prefill, at a
 // block end and with chunk boundaries inside blocks.
 TEST(Model, DecodeEqualsPrefillWithFp8KvCache) {
   expect_decode_equals_prefill(47, 2, 2, 0, 64, true);

@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <memory>
 #include <numeric>
@@ -1258,16 +1259,32 @@ TEST_P(CudaOps, QuantizeNativeFormats) {
 TEST_P(CudaOps, RoundFp8BlocksAndShardRouting) {
   std::vector<float> v = rand(6 * 576, -2.f, 2.f);
   for (size_t i = 0; i < v.size(); ++i) v[i] = bf16_to_float(float_to_bf16(v[i] * float(1 << (i % 9)) / 16.f));
-  for (size_t i = 64; i < 128; ++i) v[i] = 0.f;  // an all-zero block: scale from the 1e-4 floor
+  for (size_t i = 64; i < 128; ++i) v[i] = 0.f;                 // an all-zero block
+  for (size_t i = 128; i < 192; ++i) v[i] = float(i - 127) * 1e-8f;  // amax under the 1e-4 floor
+  v[200] = std::numeric_limits<float>::quiet_NaN();             // NaN stays NaN, its block rounds
+  v[300] = std::numeric_limits<float>::infinity();              // inf: scale 1, saturates to 448
+  auto same = [](const std::vector<float>& a, const std::vector<float>& b) {  // NaN equal to NaN
+    if (a.size() != b.size()) return false;
+    for (size_t i = 0; i < a.size(); ++i)
+      if (!(a[i] == b[i] || (std::isnan(a[i]) && std::isnan(b[i])))) return false;
+    return true;
+  };
+  const Tensor none;
   for (Kind k : {Kind::F32, Kind::Act}) {
     T2 t = make("t", k, {6, 576}, v);
-    cpu_->round_fp8_blocks(Stream{}, t.c, 512, 64);
-    gpu_->round_fp8_blocks(Stream{}, t.g, 512, 64);
-    EXPECT_EQ(gc(t), gg(t)) << (k == Kind::F32 ? "F32" : "activation dtype");
+    cpu_->round_fp8_blocks(Stream{}, t.c, 512, 64, none, none, 1);
+    gpu_->round_fp8_blocks(Stream{}, t.g, 512, 64, none, none, 1);
+    EXPECT_TRUE(same(gc(t), gg(t))) << (k == Kind::F32 ? "F32" : "activation dtype");
     T2 keys = make("keys", k, {6, 576}, v);  // indexer keys: one scale per key
-    cpu_->round_fp8_blocks(Stream{}, keys.c, 576, 576);
-    gpu_->round_fp8_blocks(Stream{}, keys.g, 576, 576);
-    EXPECT_EQ(gc(keys), gg(keys)) << "one block per row";
+    cpu_->round_fp8_blocks(Stream{}, keys.c, 576, 576, none, none, 1);
+    gpu_->round_fp8_blocks(Stream{}, keys.g, 576, 576, none, none, 1);
+    EXPECT_TRUE(same(gc(keys), gg(keys))) << "one block per row";
+    // Entries mode: a cache [2, 3, 576], the entries completed by tokens at (seq, pos) with ratio 4.
+    T2 cache = make("cache", k, {2, 3, 576}, v);
+    T2 pos = make_i32("pos", {4}, {3, 5, 7, 11}), seq = make_i32("seq", {4}, {0, 1, 1, 0});
+    cpu_->round_fp8_blocks(Stream{}, cache.c, 512, 64, pos.c, seq.c, 4);
+    gpu_->round_fp8_blocks(Stream{}, cache.g, 512, 64, pos.g, seq.g, 4);
+    EXPECT_TRUE(same(gc(cache), gg(cache))) << "entries mode";
   }
   std::vector<int32_t> idv(5 * 4);
   for (size_t i = 0; i < idv.size(); ++i) idv[i] = int32_t((i * 7) % 16);
