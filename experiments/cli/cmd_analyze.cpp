@@ -158,7 +158,8 @@ void add_analyze_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "analyze",
       "Analyse a trace: stream overlap, aux hidden fraction, queue waits and suspected false dependencies, launch "
-      "delays, HTA temporal / idle breakdowns, kernel statistics, resources. Exits non-zero when the trace has "
+      "delays, HTA temporal / idle breakdowns and communication / computation overlap, kernel statistics, resources; "
+      "several traces: the ranks of one job side by side. Exits non-zero when the trace has "
       "dropped, zero-timestamp or end<start records, or records the loader rejected (a field outside the trace "
       "model's range, a GPU op without a duration, a repeated correlation id), unless --allow-invalid-records is given.");
   cmd->add_option("TRACE", o->traces,
