@@ -42,6 +42,9 @@ DeepSeekV4::DeepSeekV4(Backend& be, const ModelConfig& cfg, const StreamPolicy& 
              " needs the backend's communicator of that group (Backend::set_communicator); it has ",
              comm ? "rank " + std::to_string(comm->rank()) + " of " + std::to_string(comm->world()) : std::string("none"));
     partition_experts(cfg_.n_routed_experts, shape_.expert_world, shape_.expert_rank);  // an uneven split
+    SL_CHECK(!shape_.expert_all_to_all || shape_.weights == WeightFormat::Bf16,
+             "expert parallelism: the all-to-all scheme runs the routed experts in the bf16 format only "
+             "(--weights native: use the all-gather scheme)");
   }
   const int L = cfg_.num_hidden_layers, N = cfg_.num_nextn_predict_layers;
   const Stream main{};
@@ -65,7 +68,7 @@ DeepSeekV4::DeepSeekV4(Backend& be, const ModelConfig& cfg, const StreamPolicy& 
   for (int l = 0; l < L + N; ++l)
     for (int r = 0; r < 3; ++r) layer_streams_[size_t(l)].aux[size_t(r)] = stream_of(plan_.roles[size_t(l)][size_t(r)]);
   shared_expert_stream_ = stream_of(plan_.shared_expert);
-  if (shape_.expert_world > 1) comm_stream_ = be_.create_stream("comm", 0);
+  if (shape_.expert_world > 1 && !shape_.expert_all_to_all) comm_stream_ = be_.create_stream("comm", 0);
 
   // Events: every layer owns its fork/join events (vLLM: 4 per attention layer) and a pair
   // for the MoE shared-expert stream.
@@ -75,7 +78,7 @@ DeepSeekV4::DeepSeekV4(Backend& be, const ModelConfig& cfg, const StreamPolicy& 
     for (int i = 0; i < 4; ++i) events_[size_t(l)].attn[size_t(i)] = be_.create_event(p + ".ev" + std::to_string(i));
     events_[size_t(l)].moe_fork = be_.create_event(p + ".moe_fork");
     events_[size_t(l)].moe_join = be_.create_event(p + ".moe_join");
-    if (shape_.expert_world > 1) {
+    if (comm_stream_.id != 0) {
       events_[size_t(l)].comm_fork = be_.create_event(p + ".comm_fork");
       events_[size_t(l)].comm_join = be_.create_event(p + ".comm_join");
     }

@@ -53,6 +53,11 @@ struct RunShape {
   // rank holds every token and every other weight (the all-gather scheme). 1: all experts here.
   int expert_world = 1;
   int expert_rank = 0;
+  // The scheme of the split (model/expert_parallel.h): false, the all-gather scheme above; true,
+  // all-to-all: each rank holds its own sequences (RunShape::batch of them) and every other
+  // weight, and each MoE layer sends each (token, slot) pair to its expert's owner and back
+  // (moe_experts_all_to_all). bf16-format weights only.
+  bool expert_all_to_all = false;
   // FP8 KV caches, emulated (--kv-cache fp8; docs/model.md 5.7): the window and compressed caches'
   // nope dims rounded as an FP8 cache stores them (e4m3, a power-of-two scale per 64), the indexer
   // keys likewise with one scale per key; held in the activation dtype, so the values are the FP8

@@ -34,7 +34,11 @@ void DeepSeekV4::moe(int layer, const MoeWeights& mw, const Tensor& x, const Ten
   const bool hash = cfg_.layer_is_hash_routed(layer);
   ops_.route(main, "route", ids, rw, logits, hash ? Tensor{} : mw.gate_bias, hash ? mw.tid2eid : Tensor{}, st.tokens,
              float(cfg_.routed_scaling_factor));
-  if (shape_.expert_world > 1) {
+  if (shape_.expert_world > 1 && shape_.expert_all_to_all) {
+    // Expert parallelism, all-to-all scheme: this rank's pairs travel to their experts' owners.
+    ops_.moe_experts_all_to_all(main, "routed_experts.all_to_all", routed, x, ids, rw, mw.w1.w, mw.w2.w, mw.w3.w,
+                                limit);
+  } else if (shape_.expert_world > 1) {
     // Expert parallelism (all-gather scheme): this rank runs its experts on the pairs routed to
     // them (the others with weight 0), and the ranks' partial outputs are summed.
     const Tensor sid = b.shard_ids.rows(0, T), sw = b.shard_w.rows(0, T);
@@ -55,7 +59,7 @@ void DeepSeekV4::moe(int layer, const MoeWeights& mw, const Tensor& x, const Ten
     ops_.record(ev.moe_join, side);
     ops_.wait(main, ev.moe_join);
   }
-  if (shape_.expert_world > 1) {
+  if (shape_.expert_world > 1 && !shape_.expert_all_to_all) {
     ops_.record(ev.comm_join, comm_stream_);
     ops_.wait(main, ev.comm_join);
   }

@@ -5,6 +5,8 @@
 #include <numeric>
 
 #include "core/fp8.h"
+#include "core/communicator.h"
+#include "model/expert_parallel.h"
 #include "model/cpu/cpu_backend_impl.h"
 
 namespace sl {
@@ -159,6 +161,43 @@ void CpuBackend::moe_experts(Stream s, const Tensor& out, const Tensor& x, const
   run_experts(op, out, x, ids, weights, T, D, E, F, k, swiglu_limit, workspace, [&](int64_t e, int which) {
     return which == 2 ? w2.ptr<float>() + e * D * F : (which == 1 ? w1 : w3).ptr<float>() + e * F * D;
   });
+}
+
+void CpuBackend::moe_experts_all_to_all(Stream s, const Tensor& out, const Tensor& x, const Tensor& ids,
+                                        const Tensor& weights, const Tensor& w1, const Tensor& w2, const Tensor& w3,
+                                        float swiglu_limit) {
+  const char* op = "moe_experts_all_to_all";
+  check_stream(op, s);
+  // Shapes as moe_experts (ids may name any rank's experts: checked while dispatching).
+  const int64_t T = x.dim(0), D = x.dim(1), k = ids.dim(1), Er = w1.dim(0), F = w1.dim(1);
+  Communicator* comm = communicator();
+  const int world = comm ? comm->world() : 1, rank = comm ? comm->rank() : 0;
+  SL_CHECK(x.dtype == DType::F32 && out.dtype == DType::F32, op, ": the CPU reference runs fp32 activations (x ",
+           describe(x), ", out ", describe(out), ")");
+  // This rank's experts on the rows it received: moe_experts with one slot of weight 1 per row.
+  const LocalExperts experts = [&](const float* xr, const int32_t* lid, int64_t n, float* yr) {
+    std::vector<float> ones(static_cast<size_t>(n), 1.f);
+    std::vector<uint8_t> ws(moe_workspace_bytes(n, 1, int(D), int(F), int(Er)));
+    const Tensor X{const_cast<float*>(xr), DType::F32, {n, D}}, I{const_cast<int32_t*>(lid), DType::I32, {n, 1}},
+        Wt{ones.data(), DType::F32, {n, 1}}, Y{yr, DType::F32, {n, D}}, WS{ws.data(), DType::U8, {int64_t(ws.size())}};
+    moe_experts(s, Y, X, I, Wt, w1, w2, w3, swiglu_limit, WS);
+  };
+  if (world == 1) {
+    const std::vector<float> y = [&] {
+      std::vector<float> v(static_cast<size_t>(T * D));
+      if (T == 0) return v;
+      std::vector<uint8_t> ws(moe_workspace_bytes(T, int(k), int(D), int(F), int(Er)));
+      moe_experts(s, Tensor{v.data(), DType::F32, {T, D}}, x, ids, weights, w1, w2, w3, swiglu_limit,
+                  Tensor{ws.data(), DType::U8, {int64_t(ws.size())}});
+      return v;
+    }();
+    std::copy(y.begin(), y.end(), out.ptr<float>());
+    return;
+  }
+  const ExpertPartition p = partition_experts(Er * world, world, rank);
+  const std::vector<float> y =
+      moe_all_to_all(p, *comm, x.ptr<float>(), ids.ptr<int32_t>(), weights.ptr<float>(), T, int(k), D, experts);
+  std::copy(y.begin(), y.end(), out.ptr<float>());
 }
 
 void CpuBackend::moe_experts_mxfp4(Stream s, const Tensor& out, const Tensor& x, const Tensor& ids,

@@ -335,5 +335,61 @@ TEST(ExpertParallel, ModelNeedsItsCommunicatorAndAnEvenSplit) {
   }
 }
 
+// The all-to-all scheme (RunShape::expert_all_to_all): 4 sequences over 2 ranks, each rank holding
+// 2 of them and half of every MoE layer's experts, its (token, slot) pairs sent to the experts'
+// owners and back. Each rank's logits equal the rows of its sequences in the one-rank run of all 4
+// bit for bit: a row's attention is its own sequence's, and each expert output is that expert on
+// that one row, combined in slot order as moe_experts does.
+TEST(ExpertParallel, AllToAllSchemeEqualsOneRankRowForRow) {
+  ModelConfig c = load_config("tiny");
+  c.batch = 4;
+  validate(c);
+  const int B = c.batch, T0 = c.context_length, V = int(c.vocab_size);
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < B * T0; ++i)
+    prompt.push_back(int32_t(splitmix64(11 * 1000003 + uint64_t(i)) % uint64_t(c.vocab_size)));
+  auto shape_for = [&](int batch) {
+    RunShape s;
+    s.batch = batch;
+    s.max_positions = T0 + 8;
+    s.max_seq_tokens = T0;
+    return s;
+  };
+  using Logits = std::vector<std::vector<float>>;  // per step: [batch, vocab]
+  auto run = [&](Backend& be, const RunShape& s, const std::vector<int32_t>& tokens) {
+    DeepSeekV4 m(be, c, StreamPolicy::parse("shared"), s);
+    m.init_random(c.seed);
+    Logits out{m.prefill(tokens, T0).last_logits};
+    for (int i = 0; i < 2; ++i) out.push_back(m.decode_step().last_logits);
+    return out;
+  };
+  std::unique_ptr<Backend> one = make_cpu_backend();
+  const Logits ref = run(*one, shape_for(B), prompt);
+  const int world = 2, per = B / world;
+  std::vector<Logits> got(static_cast<size_t>(world));
+  std::vector<std::string> errors(static_cast<size_t>(world));
+  on_ranks(world, [&](int r, Communicator& comm) {
+    try {
+      std::unique_ptr<Backend> be = make_cpu_backend();
+      be->set_communicator(&comm);
+      RunShape s = shape_for(per);
+      s.expert_world = world;
+      s.expert_rank = r;
+      s.expert_all_to_all = true;
+      const std::vector<int32_t> mine(prompt.begin() + r * per * T0, prompt.begin() + (r + 1) * per * T0);
+      got[size_t(r)] = run(*be, s, mine);
+    } catch (const std::exception& e) {
+      errors[size_t(r)] = e.what();
+      comm.abort(e.what());
+    }
+  });
+  for (int r = 0; r < world; ++r) ASSERT_EQ(errors[size_t(r)], "") << "rank " << r;
+  for (size_t step = 0; step < ref.size(); ++step)
+    for (int r = 0; r < world; ++r) {
+      const std::vector<float> want(ref[step].begin() + size_t(r) * per * V, ref[step].begin() + size_t(r + 1) * per * V);
+      EXPECT_EQ(got[size_t(r)][step], want) << "step " << step << ", rank " << r;
+    }
+}
+
 }  // namespace
 }  // namespace sl
