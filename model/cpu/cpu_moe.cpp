@@ -169,7 +169,7 @@ void CpuBackend::moe_experts_all_to_all(Stream s, const Tensor& out, const Tenso
   const char* op = "moe_experts_all_to_all";
   check_stream(op, s);
   // Shapes as moe_experts (ids may name any rank's experts: checked while dispatching).
-  const int64_t T = x.dim(0), D = x.dim(1), k = ids.dim(1), Er = w1.dim(0), F = w1.dim(1);
+  const auto [T, D, Er, F, k] = checks::validate_moe_experts<OpRules>(out, x, ids, weights, w1, w2, w3);
   Communicator* comm = communicator();
   const int world = comm ? comm->world() : 1, rank = comm ? comm->rank() : 0;
   SL_CHECK(x.dtype == DType::F32 && out.dtype == DType::F32, op, ": the CPU reference runs fp32 activations (x ",
