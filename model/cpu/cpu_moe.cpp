@@ -182,16 +182,9 @@ void CpuBackend::moe_experts_all_to_all(Stream s, const Tensor& out, const Tenso
         Wt{ones.data(), DType::F32, {n, 1}}, Y{yr, DType::F32, {n, D}}, WS{ws.data(), DType::U8, {int64_t(ws.size())}};
     moe_experts(s, Y, X, I, Wt, w1, w2, w3, swiglu_limit, WS);
   };
-  if (world == 1) {
-    const std::vector<float> y = [&] {
-      std::vector<float> v(static_cast<size_t>(T * D));
-      if (T == 0) return v;
-      std::vector<uint8_t> ws(moe_workspace_bytes(T, int(k), int(D), int(F), int(Er)));
-      moe_experts(s, Tensor{v.data(), DType::F32, {T, D}}, x, ids, weights, w1, w2, w3, swiglu_limit,
-                  Tensor{ws.data(), DType::U8, {int64_t(ws.size())}});
-      return v;
-    }();
-    std::copy(y.begin(), y.end(), out.ptr<float>());
+  if (world == 1) {  // every pair is local
+    std::vector<uint8_t> ws(moe_workspace_bytes(T, int(k), int(D), int(F), int(Er)));
+    moe_experts(s, out, x, ids, weights, w1, w2, w3, swiglu_limit, Tensor{ws.data(), DType::U8, {int64_t(ws.size())}});
     return;
   }
   const ExpertPartition p = partition_experts(Er * world, world, rank);

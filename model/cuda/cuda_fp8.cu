@@ -274,45 +274,24 @@ struct ActChunk {
     for (int i = 0; i < kWords; ++i)
       raw[i] = in ? reinterpret_cast<const uint4*>(p)[i] : make_uint4(0, 0, 0, 0);
   }
-  __device__ __forceinline__ void floats(float (&x)[32]) const {
+  // Quantizes the chunk as vLLM quantizes an activation group (the group's 128 values are the
+  // quad's 4 x 32, so its amax is two shuffles): aw = the e4m3 codes of x / s, four per word in K
+  // order (the first in the lowest byte); returns the group's scale s. x / s is computed as
+  // x * (1 / s): s is a power of two, so both are the same correctly rounded value, and the product
+  // skips the division's slow path (which a row of zeros, every row past M, takes for each value).
+  __device__ __forceinline__ float quantize(uint32_t (&aw)[8]) const {
+    float x[32];
 #pragma unroll
     for (int q = 0; q < 4; ++q) load8(reinterpret_cast<const TA*>(raw) + 8 * q, *reinterpret_cast<float(*)[8]>(x + 8 * q));
-  }
-  // The largest magnitude of the 32 values (bf16: compared as bf16 pairs, which is exact).
-  __device__ __forceinline__ float amax() const {
-    if constexpr (sizeof(TA) == 2) {
-      const __nv_bfloat162* p = reinterpret_cast<const __nv_bfloat162*>(raw);
-      __nv_bfloat162 m = __habs2(p[0]);
+    float amax = 0.f;
 #pragma unroll
-      for (int i = 1; i < 16; ++i) m = __hmax2(m, __habs2(p[i]));
-      return fmaxf(__bfloat162float(m.x), __bfloat162float(m.y));
-    } else {
-      const float* f = reinterpret_cast<const float*>(raw);
-      float m = 0.f;
+    for (int i = 0; i < 32; ++i) amax = fmaxf(amax, fabsf(x[i]));
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+    const float s = fp8_group_scale(amax), r = 1.f / s;
 #pragma unroll
-      for (int i = 0; i < 32; ++i) m = fmaxf(m, fabsf(f[i]));
-      return m;
-    }
-  }
-  // The e4m3 codes of value * r, four per word in K order (the first in the lowest byte), each
-  // pair converted at once (the same rounding as one value at a time).
-  __device__ __forceinline__ void codes(float r, uint32_t (&aw)[8]) const {
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      float2 f0, f1;
-      if constexpr (sizeof(TA) == 2) {
-        const __nv_bfloat162* p = reinterpret_cast<const __nv_bfloat162*>(raw);
-        f0 = __bfloat1622float2(p[2 * i]);
-        f1 = __bfloat1622float2(p[2 * i + 1]);
-      } else {
-        const float2* p = reinterpret_cast<const float2*>(raw);
-        f0 = p[2 * i];
-        f1 = p[2 * i + 1];
-      }
-      const uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(f0.x * r, f0.y * r), __NV_SATFINITE, __NV_E4M3);
-      const uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(f1.x * r, f1.y * r), __NV_SATFINITE, __NV_E4M3);
-      aw[i] = lo | hi << 16;
-    }
+    for (int i = 0; i < 8; ++i) aw[i] = e4m3x4(x[4 * i] * r, x[4 * i + 1] * r, x[4 * i + 2] * r, x[4 * i + 3] * r);
+    return s;
   }
 };
 
@@ -384,21 +363,8 @@ __global__ __launch_bounds__(256) void gemm_fp8_mma_kernel(Fp8MmaArgs g) {
 #pragma unroll
       for (int u = 0; u < kChunks; ++u) {
         if (kb + u >= kb1) break;
-        float x[32];
-        act[u].floats(x);
-        float amax = 0.f;
-#pragma unroll
-        for (int i = 0; i < 32; ++i) amax = fmaxf(amax, fabsf(x[i]));
-        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
-        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
-        const float s = fp8_group_scale(amax);
-        // x / s as x * (1 / s): s is a power of two, so both are the same correctly rounded value,
-        // and the product skips the division's slow path (which a row of zeros, all the rows past
-        // M, takes for every value).
-        const float r = 1.f / s;
         uint32_t aw[8];
-#pragma unroll
-        for (int i = 0; i < 8; ++i) aw[i] = e4m3x4(x[4 * i] * r, x[4 * i + 1] * r, x[4 * i + 2] * r, x[4 * i + 3] * r);
+        const float s = act[u].quantize(aw);
         float c[4];
         chunk_mma(c, aw, wv[u][0], wv[u][1]);
         const float f = wsr[kb + u] * s;
@@ -466,17 +432,8 @@ __global__ __launch_bounds__(256) void gemm_fp8_wide_kernel(Fp8MmaArgs g) {
 #pragma unroll
     for (int u = 0; u < CH; ++u) {
       if (kb + u >= KB) break;  // uniform per warp
-      float x[32];
-      act[u].floats(x);
-      float amax = 0.f;
-#pragma unroll
-      for (int i = 0; i < 32; ++i) amax = fmaxf(amax, fabsf(x[i]));
-      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
-      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
-      const float s = fp8_group_scale(amax), r = 1.f / s;  // x * r == x / s exactly (s a power of two)
       uint32_t aw[8];
-#pragma unroll
-      for (int i = 0; i < 8; ++i) aw[i] = e4m3x4(x[4 * i] * r, x[4 * i + 1] * r, x[4 * i + 2] * r, x[4 * i + 3] * r);
+      const float s = act[u].quantize(aw);
       const float f = wsr[kb + u] * s;
 #pragma unroll
       for (int t = 0; t < NT; ++t) {
@@ -490,8 +447,8 @@ __global__ __launch_bounds__(256) void gemm_fp8_wide_kernel(Fp8MmaArgs g) {
   sum_warps_and_store<NT>(red, acc, n0, g);
 }
 
-// Column tiles per warp of the wide kernel: the most (up to 4) that still gives every SM a block
-// and divides the group width.
+// Column tiles per column block of the wide and stream kernels: the most (up to 4) that still
+// gives every SM a block and divides the group width.
 int fp8_wide_tiles(int64_t N, int64_t Ng, int sms) {
   for (int nt : {4, 2})
     if (Ng % (8 * nt) == 0 && cdiv(N, 8 * nt) >= sms) return nt;
@@ -584,21 +541,9 @@ __global__ __launch_bounds__(256, 1) void gemm_fp8_stream_kernel(Fp8MmaArgs g, i
       const unsigned char* st = ring + (i % S) * P::kStage;
       const int64_t kb = warp + 8 * u;
       ActChunk<TA> act;
-      if (grp < M) {
-        const uint4* ap = reinterpret_cast<const uint4*>(st + P::kWBytes + grp * (kBlk * int(sizeof(TA))) +
-                                                         tig * 32 * int(sizeof(TA)));
-#pragma unroll
-        for (int q = 0; q < ActChunk<TA>::kWords; ++q) act.raw[q] = ap[q];
-      } else {
-#pragma unroll
-        for (int q = 0; q < ActChunk<TA>::kWords; ++q) act.raw[q] = make_uint4(0, 0, 0, 0);
-      }
-      float amax = act.amax();
-      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
-      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
-      const float s = fp8_group_scale(amax), r = 1.f / s;  // x * r == x / s exactly (s a power of two)
+      act.load(reinterpret_cast<const TA*>(st + P::kWBytes + grp * (kBlk * int(sizeof(TA)))) + tig * 32, grp < M);
       uint32_t aw[8];
-      act.codes(r, aw);
+      const float s = act.quantize(aw);
       const float f = wsr[kb] * s;
 #pragma unroll
       for (int t = 0; t < NT; ++t) {
@@ -617,14 +562,6 @@ __global__ __launch_bounds__(256, 1) void gemm_fp8_stream_kernel(Fp8MmaArgs g, i
   cp_async_wait<0>();
 }
 
-// Column tiles per column block of the streaming kernel: the most (up to 4) that still gives
-// every SM a column block and divides the group width.
-int fp8_stream_tiles(int64_t N, int64_t Ng, int sms) {
-  for (int nt : {4, 2})
-    if (Ng % (8 * nt) == 0 && cdiv(N, 8 * nt) >= sms) return nt;
-  return 1;
-}
-
 template <int NT, class TA>
 void launch_fp8_stream_nt(const char* op, cudaStream_t st, int64_t N, int sms, size_t optin, const Fp8MmaArgs& g) {
   using P = Fp8Stream<NT, TA>;
@@ -638,7 +575,7 @@ void launch_fp8_stream_nt(const char* op, cudaStream_t st, int64_t N, int sms, s
 template <class TA>
 void launch_fp8_stream(const char* op, cudaStream_t st, int64_t N, int64_t Ng, int sms, size_t optin,
                        const Fp8MmaArgs& g) {
-  switch (fp8_stream_tiles(N, Ng, sms)) {
+  switch (fp8_wide_tiles(N, Ng, sms)) {  // the same column blocks as the wide kernel's
     case 4: launch_fp8_stream_nt<4, TA>(op, st, N, sms, optin, g); break;
     case 2: launch_fp8_stream_nt<2, TA>(op, st, N, sms, optin, g); break;
     default: launch_fp8_stream_nt<1, TA>(op, st, N, sms, optin, g); break;
@@ -680,7 +617,6 @@ Fp8Decode fp8_decode_kernel(Fp8Decode v, int64_t N) {
 void gemm_fp8_mma(CudaBackend& be, const char* op, Stream s, const Tensor& out, const Tensor& a, const Tensor& w,
                   const Tensor& w_scale, int64_t M, int64_t N, int64_t K, int64_t G) {
   cudaStream_t st = be.stream(s, op);
-  const int wpc = fp8_mma_warps_per_group(N, K, be.sm_count());
   const size_t as = dtype_size(a.dtype), os = dtype_size(out.dtype);
   for (int64_t m0 = 0; m0 < M; m0 += 8) {
     Fp8MmaArgs g{static_cast<char*>(out.data) + m0 * N * os, fcode(out.dtype), N,
@@ -702,11 +638,13 @@ void gemm_fp8_mma(CudaBackend& be, const char* op, Stream s, const Tensor& out, 
           launch_fp8_wide<float>(op, st, nt, N, g);
         break;
       }
-      default:
+      default: {
+        const int wpc = fp8_mma_warps_per_group(N, K, be.sm_count());
         if (bf)
           launch_fp8_mma<bf16>(op, st, wpc, cdiv(N, 8), g);
         else
           launch_fp8_mma<float>(op, st, wpc, cdiv(N, 8), g);
+      }
     }
   }
 }

@@ -623,17 +623,29 @@ __device__ __forceinline__ void mx_group_mma(float (&c)[4], uint4 w, uint8_t sca
   }
 }
 
+// Block blockIdx.x's tile of up to kFp4TileRows rows of one expert (the permute's tile table);
+// false for a block past the tiles the routing produced (the grid reserves the most there can be).
+struct Fp4Tile {
+  int expert, row0, rows;
+};
+__device__ __forceinline__ bool fp4_tile(const MoeGemvArgs& g, Fp4Tile& t) {
+  const int bx = blockIdx.x;
+  if (bx >= g.tiles[g.E]) return false;
+  t.expert = g.tile_expert[bx];
+  const int mt = bx - g.tiles[t.expert];
+  t.row0 = g.offsets[t.expert] + mt * kFp4TileRows;
+  t.rows = min(kFp4TileRows, g.counts[t.expert] - mt * kFp4TileRows);
+  return true;
+}
+
 template <bool PAIR, int KS>
 __global__ __launch_bounds__(256) void moe_fp4_mma_kernel(MoeGemvArgs g) {
   pdl_enter();
   constexpr int NM = PAIR ? 2 : 1;  // weight matrices streamed (w1 and w3, or w2)
   __shared__ float red[8][32][2 * NM];
-  const int bx = blockIdx.x;
-  if (bx >= g.tiles[g.E]) return;
-  const int e = g.tile_expert[bx];
-  const int mt = bx - g.tiles[e];
-  const int row0 = g.offsets[e] + mt * kFp4TileRows;
-  const int rows = min(kFp4TileRows, g.counts[e] - mt * kFp4TileRows);
+  Fp4Tile tile;
+  if (!fp4_tile(g, tile)) return;  // uniform per block
+  const int e = tile.expert, row0 = tile.row0, rows = tile.rows;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int grp = lane >> 2, tig = lane & 3;
   const int slice = warp % KS;
@@ -727,12 +739,9 @@ __global__ __launch_bounds__(256) void moe_fp4_wide_kernel(MoeGemvArgs g) {
   constexpr int NM = PAIR ? 2 : 1;
   constexpr int CH = 4 / (NT * NM) > 0 ? 4 / (NT * NM) : 1;  // chunks per warp step
   __shared__ float red[8][NM][NT][64];
-  const int bx = blockIdx.x;
-  if (bx >= g.tiles[g.E]) return;  // uniform per block
-  const int e = g.tile_expert[bx];
-  const int mt = bx - g.tiles[e];
-  const int row0 = g.offsets[e] + mt * kFp4TileRows;
-  const int rows = min(kFp4TileRows, g.counts[e] - mt * kFp4TileRows);
+  Fp4Tile tile;
+  if (!fp4_tile(g, tile)) return;  // uniform per block
+  const int e = tile.expert, row0 = tile.row0, rows = tile.rows;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int grp = lane >> 2, tig = lane & 3;
   const int n0 = int(blockIdx.y) * NT * 8;

@@ -30,6 +30,28 @@ void on_ranks(int world, const std::function<void(int, Communicator&)>& body) {
   for (auto& t : threads) t.join();
 }
 
+using Logits = std::vector<std::vector<float>>;  // per step: [batch, vocab] at the last positions
+
+// run(rank, backend) on `world` ranks, each with a fresh CPU backend holding its rank's
+// communicator; a rank that throws aborts the group (the others stop instead of waiting for it)
+// and its error fails the test. Returns each rank's result.
+std::vector<Logits> model_on_ranks(int world, const std::function<Logits(int, Backend&)>& run) {
+  std::vector<Logits> got(static_cast<size_t>(world));
+  std::vector<std::string> errors(static_cast<size_t>(world));
+  on_ranks(world, [&](int r, Communicator& comm) {
+    try {
+      std::unique_ptr<Backend> be = make_cpu_backend();
+      be->set_communicator(&comm);
+      got[size_t(r)] = run(r, *be);
+    } catch (const std::exception& e) {
+      errors[size_t(r)] = e.what();
+      comm.abort(e.what());
+    }
+  });
+  for (int r = 0; r < world; ++r) EXPECT_EQ(errors[size_t(r)], "") << "rank " << r;
+  return got;
+}
+
 TEST(FakeCommunicator, CollectivesMatchTheirDefinitions) {
   const int W = 3;
   const size_t n = 2;
@@ -256,7 +278,6 @@ void expect_ranks_equal_one_rank(int experts_per_token) {
   std::vector<int32_t> prompt;
   for (int i = 0; i < c.batch * c.context_length; ++i)
     prompt.push_back(int32_t(splitmix64(7 * 1000003 + uint64_t(i)) % uint64_t(c.vocab_size)));
-  using Logits = std::vector<std::vector<float>>;  // per step: [batch, vocab] at the last positions
   auto run = [&](Backend& be, const RunShape& s) {
     DeepSeekV4 m(be, c, StreamPolicy::parse("shared"), s);
     m.init_random(c.seed);
@@ -272,22 +293,13 @@ void expect_ranks_equal_one_rank(int experts_per_token) {
   const Logits ref = run(*one, shape);
   for (int world : {2, 4}) {
     SCOPED_TRACE("world " + std::to_string(world));
-    std::vector<Logits> got(static_cast<size_t>(world));
-    std::vector<std::string> errors(static_cast<size_t>(world));
-    on_ranks(world, [&](int r, Communicator& comm) {
-      try {
-        std::unique_ptr<Backend> be = make_cpu_backend();
-        be->set_communicator(&comm);
-        RunShape s = shape;
-        s.expert_world = world;
-        s.expert_rank = r;
-        got[size_t(r)] = run(*be, s);
-      } catch (const std::exception& e) {
-        errors[size_t(r)] = e.what();
-        comm.abort(e.what());  // the other ranks stop instead of waiting for this one
-      }
+    const std::vector<Logits> got = model_on_ranks(world, [&](int r, Backend& be) {
+      RunShape s = shape;
+      s.expert_world = world;
+      s.expert_rank = r;
+      return run(be, s);
     });
-    for (int r = 0; r < world; ++r) ASSERT_EQ(errors[size_t(r)], "") << "rank " << r;
+    ASSERT_FALSE(::testing::Test::HasFailure());
     for (int r = 1; r < world; ++r) EXPECT_EQ(got[size_t(r)], got[0]) << "rank " << r << " differs from rank 0";
     ASSERT_EQ(got[0].size(), ref.size());
     for (size_t step = 0; step < ref.size(); ++step) {
@@ -355,7 +367,6 @@ TEST(ExpertParallel, AllToAllSchemeEqualsOneRankRowForRow) {
     s.max_seq_tokens = T0;
     return s;
   };
-  using Logits = std::vector<std::vector<float>>;  // per step: [batch, vocab]
   auto run = [&](Backend& be, const RunShape& s, const std::vector<int32_t>& tokens) {
     DeepSeekV4 m(be, c, StreamPolicy::parse("shared"), s);
     m.init_random(c.seed);
@@ -366,24 +377,15 @@ TEST(ExpertParallel, AllToAllSchemeEqualsOneRankRowForRow) {
   std::unique_ptr<Backend> one = make_cpu_backend();
   const Logits ref = run(*one, shape_for(B), prompt);
   const int world = 2, per = B / world;
-  std::vector<Logits> got(static_cast<size_t>(world));
-  std::vector<std::string> errors(static_cast<size_t>(world));
-  on_ranks(world, [&](int r, Communicator& comm) {
-    try {
-      std::unique_ptr<Backend> be = make_cpu_backend();
-      be->set_communicator(&comm);
-      RunShape s = shape_for(per);
-      s.expert_world = world;
-      s.expert_rank = r;
-      s.expert_all_to_all = true;
-      const std::vector<int32_t> mine(prompt.begin() + r * per * T0, prompt.begin() + (r + 1) * per * T0);
-      got[size_t(r)] = run(*be, s, mine);
-    } catch (const std::exception& e) {
-      errors[size_t(r)] = e.what();
-      comm.abort(e.what());
-    }
+  const std::vector<Logits> got = model_on_ranks(world, [&](int r, Backend& be) {
+    RunShape s = shape_for(per);
+    s.expert_world = world;
+    s.expert_rank = r;
+    s.expert_all_to_all = true;
+    const std::vector<int32_t> mine(prompt.begin() + r * per * T0, prompt.begin() + (r + 1) * per * T0);
+    return run(be, s, mine);
   });
-  for (int r = 0; r < world; ++r) ASSERT_EQ(errors[size_t(r)], "") << "rank " << r;
+  ASSERT_FALSE(::testing::Test::HasFailure());
   for (size_t step = 0; step < ref.size(); ++step)
     for (int r = 0; r < world; ++r) {
       const std::vector<float> want(ref[step].begin() + size_t(r) * per * V, ref[step].begin() + size_t(r + 1) * per * V);
