@@ -73,6 +73,9 @@ void DeepSeekV4::attention(int layer, const AttentionWeights& aw, LayerCache& ca
   auto indexer_query = [&](Stream s) {
     linear(ops_, s, "indexer.wq_b", idx_q.view({T, Hi * di}), qr, aw.idx_wq_b);
     ops_.rope(s, "indexer.rope_q", idx_q, st.pos, table, false);
+    // vLLM quantizes the indexer query to FP8 with one power-of-two scale per (token, head) and
+    // folds the scale into the head weights, which is the same as scoring with the rounded query.
+    if (shape_.kv_fp8) ops_.round_fp8_blocks(s, "indexer.q_fp8", idx_q.view({T, Hi * di}), Hi * di, di, Tensor{}, Tensor{}, 1);
   };
   auto indexer_compressor = [&](Stream s) {
     CompressorCache& ic = cache.indexer;

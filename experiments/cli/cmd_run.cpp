@@ -545,7 +545,7 @@ void run(const RunOptions& o) {
                  dtype_name(be.weight_dtype()));
   if (shape.kv_fp8)
     std::fprintf(info, "KV caches: fp8 values, emulated (e4m3 nope dims with a scale per 64, indexer keys one scale "
-                 "per key; held in %s)\n", dtype_name(be.act_dtype()));
+                 "per key, indexer query one per head; held in %s)\n", dtype_name(be.act_dtype()));
   std::fflush(info);
 
   check_memory_fits(be, cfg, shape, "run");

@@ -46,7 +46,8 @@ void add_model_options(CLI::App* cmd, ModelOptions& o) {
       ->capture_default_str();
   cmd->add_option("--kv-cache", o.kv_cache,
                   "KV cache format: bf16, or fp8 as vLLM's caches round it (e4m3 nope dims with a power-of-two "
-                  "scale per 64, indexer keys with one per key), emulated: the values an FP8 cache gives back, held "
+                  "scale per 64, indexer keys with one per key, and the indexer query with one per head, as vLLM "
+                  "quantizes it), emulated: the values an FP8 cache gives back, held "
                   "in the activation dtype (the bytes are not an FP8 cache's)")
       ->check(CLI::IsMember({"bf16", "fp8"}))
       ->capture_default_str();

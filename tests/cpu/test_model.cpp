@@ -4,12 +4,16 @@
 // independence from the stream policy.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <string>
 #include <vector>
 
+#include "core/fp8.h"
 #include "core/rng.h"
 #include "model/cpu/cpu_backend.h"
 #include "model/deepseek_v4.h"
+#include "model/forwarding_backend.h"
 
 namespace sl {
 namespace {
@@ -160,6 +164,65 @@ TEST(Model, Fp8KvCacheMovesLogits) {
   EXPECT_GT(d, 1e-3) << "the fp8 cache changed nothing";
   EXPECT_LT(d, 0.5);
   std::printf("  fp8 KV cache vs bf16: max |diff| / max |logit| = %.3g\n", d);
+}
+
+// A CPU backend that keeps a copy of every indexer query the indexer's scoring reads.
+class IndexerQueryWatch final : public ForwardingBackend {
+ public:
+  IndexerQueryWatch() : ForwardingBackend(make_cpu_backend()) {}
+  std::vector<std::vector<float>> queries;  // one per indexer_topk call: [T, Hi, di] values
+ private:
+  void after_op(const char* op, Stream, const OpIo& io) override {
+    if (std::string(op) != "indexer_topk") return;
+    for (const OpIo::Arg& a : io)
+      if (std::string(a.name) == "q") queries.emplace_back(a.tensor->ptr<float>(), a.tensor->ptr<float>() + a.tensor->numel());
+  }
+};
+
+// Rows of `di` values that are not e4m3 codes times the power of two vLLM's rule picks for the
+// row (the smallest power of two >= max(amax, 1e-4) / 448), counted independently of the op.
+int rows_off_the_fp8_grid(const std::vector<float>& q, int64_t di) {
+  int off = 0;
+  for (size_t r = 0; r + size_t(di) <= q.size(); r += size_t(di)) {
+    float amax = 0;
+    for (int64_t i = 0; i < di; ++i) amax = std::max(amax, std::fabs(q[r + size_t(i)]));
+    const float s = std::exp2(std::ceil(std::log2(std::max(amax, 1e-4f) / 448.f)));
+    for (int64_t i = 0; i < di; ++i) {
+      const float v = q[r + size_t(i)] / s;
+      if (lowp::e4m3_to_float(lowp::float_to_e4m3(v)) != v) {
+        ++off;
+        break;
+      }
+    }
+  }
+  return off;
+}
+
+// --kv-cache fp8 also quantizes the indexer's query per (token, head), as vLLM does before its
+// FP8 scoring: every query head the scoring reads lies on its own e4m3 grid. Without the option
+// the queries are off it (so the check can fail).
+TEST(Model, Fp8KvCacheQuantizesTheIndexerQueryPerHead) {
+  ModelConfig c = tiny(1, 2, 4);
+  for (bool fp8 : {false, true}) {
+    RunShape s = shape_for(c, 64);
+    s.kv_fp8 = fp8;
+    IndexerQueryWatch be;
+    DeepSeekV4 m(be, c, StreamPolicy::parse("shared"), s);
+    m.init_random(c.seed);
+    m.prefill(prompt(c.batch, c.context_length, c.vocab_size), c.context_length);
+    m.decode_step();
+    ASSERT_FALSE(be.queries.empty()) << "tiny with a ratio-4 MTP layer has an indexer";
+    int off = 0;
+    size_t rows = 0;
+    for (const auto& q : be.queries) {
+      off += rows_off_the_fp8_grid(q, c.index_head_dim);
+      rows += q.size() / size_t(c.index_head_dim);
+    }
+    if (fp8)
+      EXPECT_EQ(off, 0) << "of " << rows << " query heads";
+    else
+      EXPECT_GT(off, int(rows / 2)) << "bf16 queries should mostly be off the e4m3 grid";
+  }
 }
 
 // Draft steps write up to draft_steps - 1 positions ahead into the MTP layer's rings; the rings
