@@ -69,6 +69,10 @@ struct RunOptions {
   // Expert parallelism on the CPU: this many ranks in this process (a thread each, an in-process
   // group), each holding its share of the routed experts; rank 0 reports.
   int expert_ranks = 1;
+  // all-gather: every rank holds every sequence and the ranks sum their routed outputs;
+  // all-to-all: each rank holds batch / N sequences and sends each (token, slot) pair to the rank
+  // that owns its expert (model/expert_parallel.h).
+  std::string expert_scheme = "all-gather";
   bool tracing() const { return !trace_json.empty() || !trace_sqlite.empty(); }
 };
 
@@ -413,6 +417,8 @@ nlohmann::json run_json(const DeepSeekV4& model, const RunBackend& backend, cons
           {"draft_steps", cfg.draft_steps},
           {"weights", weight_format_name(shape.weights)},
           {"expert_ranks", shape.expert_world},
+          {"expert_scheme", shape.expert_world > 1 ? nlohmann::json(shape.expert_all_to_all ? "all-to-all" : "all-gather")
+                                                   : nlohmann::json(nullptr)},
           {"kv_cache", shape.kv_fp8 ? "fp8" : "bf16"},
           {"verify", shape.verify},
           {"accept", shape.verify ? nlohmann::json(accept_rule_str(accept)) : nlohmann::json(nullptr)},
@@ -465,6 +471,21 @@ void check_expert_ranks(const RunOptions& o) {
   SL_CHECK(o.plant.empty(), opt, " cannot run with --plant");
   SL_CHECK(o.save_checkpoint.empty(), opt, " cannot run with --save-checkpoint: each rank holds only its share of the "
            "routed experts");
+  SL_CHECK(o.expert_scheme != "all-to-all" || o.model.weights == "bf16", opt, " with --expert-scheme all-to-all runs "
+           "bf16 weights only (the exchange sends rows to experts held in bf16): use --weights bf16 or --expert-scheme "
+           "all-gather");
+}
+
+// The all-to-all scheme gives each rank batch / N whole sequences, in order: rank r the
+// sequences [r * B / N, (r + 1) * B / N) of the prompt. `cfg` becomes one rank's (its batch).
+std::vector<std::vector<int32_t>> split_sequences(ModelConfig& cfg, const std::vector<int32_t>& prompt, int ranks) {
+  SL_CHECK(cfg.batch % ranks == 0, "--expert-scheme all-to-all over ", ranks, " ranks gives each rank whole sequences: "
+           "the batch (", cfg.batch, ") must be a multiple of ", ranks);
+  const size_t per = size_t(cfg.batch / ranks) * size_t(cfg.context_length);
+  std::vector<std::vector<int32_t>> out;
+  for (int r = 0; r < ranks; ++r) out.emplace_back(prompt.begin() + long(r * per), prompt.begin() + long((r + 1) * per));
+  cfg.batch /= ranks;
+  return out;
 }
 
 // Ranks 1 .. N-1 of an --expert-ranks run: each builds the model with its share of the experts
@@ -473,10 +494,11 @@ void check_expert_ranks(const RunOptions& o) {
 class OtherRanks {
  public:
   OtherRanks(const RunOptions& o, const ModelConfig& cfg, const StreamPolicy& policy, const AcceptRule& accept,
-             const RunShape& shape, const std::vector<int32_t>& prompt, std::vector<std::unique_ptr<Communicator>>& group) {
+             const RunShape& shape, const std::vector<std::vector<int32_t>>& prompts,
+             std::vector<std::unique_ptr<Communicator>>& group) {
     errors_.resize(group.size());
     for (int r = 1; r < int(group.size()); ++r)
-      threads_.emplace_back([this, &o, &cfg, policy, accept, shape, &prompt, &group, r] {
+      threads_.emplace_back([this, &o, &cfg, policy, accept, shape, &prompts, &group, r] {
         Communicator& comm = *group[size_t(r)];
         try {
           std::unique_ptr<Backend> be = make_cpu_backend();
@@ -489,7 +511,7 @@ class OtherRanks {
             m.load(o.checkpoint);
           else
             m.init_random(cfg.seed);
-          m.prefill(prompt, cfg.context_length);
+          m.prefill(prompts[size_t(r)], cfg.context_length);
           for (int i = 0; i < o.steps; ++i) m.decode_step();
         } catch (const std::exception& e) {
           errors_[size_t(r)] = "expert rank " + std::to_string(r) + ": " + e.what();
@@ -518,12 +540,21 @@ class OtherRanks {
 void run(const RunOptions& o) {
   check_expert_ranks(o);
   ModelConfig cfg = config_for_run(o);
-  const std::vector<int32_t> prompt = prompt_tokens(o, cfg);
+  std::vector<int32_t> prompt = prompt_tokens(o, cfg);
   validate(cfg);
+  const int full_batch = cfg.batch;
+  // The prompt of every rank: all of it under the all-gather scheme, its own sequences under all-to-all.
+  std::vector<std::vector<int32_t>> rank_prompts(size_t(o.expert_ranks), prompt);
+  const bool all_to_all = o.expert_ranks > 1 && o.expert_scheme == "all-to-all";
+  if (all_to_all) {
+    rank_prompts = split_sequences(cfg, prompt, o.expert_ranks);
+    prompt = rank_prompts[0];
+  }
   const StreamPolicy policy = resolve_policy(o.model);
   const AcceptRule accept = resolve_accept_rule(o.spec);
   RunShape shape = run_shape(cfg, o.model, o.steps, !o.dump_logits.empty(), o.spec.on());
   shape.expert_world = o.expert_ranks;
+  shape.expert_all_to_all = all_to_all;
   if (o.expert_ranks > 1) partition_experts(cfg.n_routed_experts, o.expert_ranks, 0);  // an uneven split: said now
   FILE* info = o.json ? stderr : stdout;  // keep stdout parseable under --json
 
@@ -553,11 +584,15 @@ void run(const RunOptions& o) {
   std::optional<OtherRanks> others;
   if (o.expert_ranks > 1) {
     const ExpertPartition p = partition_experts(cfg.n_routed_experts, o.expert_ranks, 0);
-    std::fprintf(info, "expert parallelism: %d ranks in this process, %lld routed experts each per MoE layer; rank 0 "
-                 "reports\n", o.expert_ranks, static_cast<long long>(p.per_rank()));
+    std::fprintf(info, "expert parallelism: %d ranks in this process, %lld routed experts each per MoE layer, %s scheme",
+                 o.expert_ranks, static_cast<long long>(p.per_rank()), o.expert_scheme.c_str());
+    if (all_to_all)
+      std::fprintf(info, ": each rank holds %d of the %d sequences; rank 0 reports its own\n", cfg.batch, full_batch);
+    else
+      std::fprintf(info, "; rank 0 reports\n");
     group = make_fake_group(o.expert_ranks);
     be.set_communicator(group[0].get());
-    others.emplace(o, cfg, policy, accept, shape, prompt, group);
+    others.emplace(o, cfg, policy, accept, shape, rank_prompts, group);
   }
   // Rank 0 failing stops the other ranks (they would wait for it in their next all-reduce).
   struct AbortOnThrow {
@@ -624,6 +659,13 @@ void add_run_command(CLI::App& app) {
                   "ranks, run as threads of this process that sum their routed outputs with an all-reduce (the "
                   "experts must divide evenly); the logits equal one rank's up to the order of fp32 sums")
       ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  cmd->add_option("--expert-scheme", o->expert_scheme,
+                  "how --expert-ranks splits the MoE: all-gather (every rank holds every sequence, the ranks sum "
+                  "their routed outputs on a comm stream) or all-to-all (each rank holds batch / N sequences and "
+                  "sends each token's expert rows to the experts' owners and back; bf16 weights; rank 0 reports "
+                  "its own sequences)")
+      ->check(CLI::IsMember({"all-gather", "all-to-all"}))
       ->capture_default_str();
   cmd->add_option("--checkpoint", o->checkpoint,
                   "load weights from a DeepSeek-layout directory (config.json + *.safetensors); the config then "

@@ -27,6 +27,7 @@ struct ScheduleOptions {
   bool json = false;
   bool full = false;
   int expert_ranks = 1;  // the schedule of rank 0 of a model split over this many ranks
+  std::string expert_scheme = "all-gather";  // or all-to-all (no comm stream: the exchange is in the op)
 };
 
 // Groups the recorded entries by (forward, layer, phase) using the scope path the model writes
@@ -120,7 +121,9 @@ void schedule(const ScheduleOptions& o) {
     group = make_fake_group(o.expert_ranks);
     be->set_communicator(group[0].get());
     shape.expert_world = o.expert_ranks;
+    shape.expert_all_to_all = o.expert_scheme == "all-to-all";
   }
+  const bool comm_stream = o.expert_ranks > 1 && !shape.expert_all_to_all;
   DeepSeekV4 model(*be, cfg, policy, shape);
   model.set_accept_rule(accept);
   std::vector<int32_t> prompt(size_t(cfg.batch) * size_t(cfg.context_length), 1);
@@ -155,8 +158,9 @@ void schedule(const ScheduleOptions& o) {
     j["verify"] = o.spec.on();
     if (o.spec.on()) j["verify_ops"] = verify_ops;
     j["streams_requested"] = plan.streams.size();
-    j["streams_created"] = plan.physical.size() + (o.expert_ranks > 1 ? 1 : 0);  // + the comm stream
+    j["streams_created"] = plan.physical.size() + (comm_stream ? 1 : 0);  // + the comm stream
     j["expert_ranks"] = o.expert_ranks;
+    j["expert_scheme"] = o.expert_ranks > 1 ? nlohmann::json(o.expert_scheme) : nlohmann::json(nullptr);
     j["aux_streams_requested"] = plan.streams.size() - (plan.shared_expert >= 0 ? 1 : 0);
     j["stream_plan"] = stream_plan_json(plan, policy, alias_from);
     j["predicted_resources"] = {{"cuda_streams", res.streams_created},
@@ -174,9 +178,12 @@ void schedule(const ScheduleOptions& o) {
               policy.str().c_str(), stream_source_name(policy.source), cfg.name.c_str(), cfg.num_hidden_layers,
               cfg.num_nextn_predict_layers, cfg.mtp_compress_ratio);
   print_stream_plan(stdout, plan, policy, alias_from);
-  if (o.expert_ranks > 1)
+  if (comm_stream)
     std::printf("  comm             expert parallelism (rank 0 of %d): each MoE layer's all-reduce; a stream "
                 "besides the plan's\n", o.expert_ranks);
+  else if (o.expert_ranks > 1)
+    std::printf("  (expert parallelism, rank 0 of %d, all-to-all: each MoE layer's exchange runs inside its "
+                "routed-experts op on the main stream; no comm stream)\n", o.expert_ranks);
   std::printf("predicted resources (CUDA backend): %zu CUDA streams besides main, %zu cuBLAS handles, %zu cuBLAS "
               "workspaces (%.0f MiB)\n",
               res.streams_created, res.blas_handles, res.blas_workspaces, double(res.library_bytes) / 1048576.0);
@@ -222,6 +229,11 @@ void add_schedule_command(CLI::App& app) {
                   "the schedule of rank 0 of a model whose routed experts are split over this many ranks: each MoE "
                   "layer's all-reduce on a comm stream forked after the routed experts and joined before the sum")
       ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  cmd->add_option("--expert-scheme", o->expert_scheme,
+                  "with --expert-ranks: all-gather (the all-reduce on a comm stream) or all-to-all (the exchange "
+                  "inside the routed-experts op, no comm stream)")
+      ->check(CLI::IsMember({"all-gather", "all-to-all"}))
       ->capture_default_str();
   cmd->add_flag("--full", o->full, "also print every recorded op, record and wait");
   cmd->callback([o] { schedule(*o); });

@@ -51,6 +51,43 @@ d = json.load(open(sys.argv[1]))
 assert d["hazards"] == [], d["hazards"][:3]
 PY
 
+# --expert-scheme all-to-all: 4 sequences over 2 ranks, each rank holding 2 and sending its tokens'
+# expert rows to their owners and back. Rank 0 reports its own sequences, whose prefill and decode
+# logits are the first rows of the one-rank run of all 4, bit for bit (each expert output is that
+# expert on that one row).
+"$bin" run --config tiny --backend cpu --batch 4 --steps 2 --dump-logits "$tmp/b4.npy" \
+  --dump-decode-logits "$tmp/b4d.npy" > /dev/null
+"$bin" run --config tiny --backend cpu --batch 4 --steps 2 --expert-ranks 2 --expert-scheme all-to-all \
+  --dump-logits "$tmp/a2a.npy" --dump-decode-logits "$tmp/a2ad.npy" --json > "$tmp/a2a.json" 2> "$tmp/a2a.err"
+grep -q "all-to-all scheme: each rank holds 2 of the 4 sequences; rank 0 reports its own" "$tmp/a2a.err" ||
+  fail "no all-to-all line"
+python3 - "$tmp" <<'PY'
+import json, struct, sys
+t = sys.argv[1]
+def npy(path):  # (shape, raw little-endian float32 bytes) of a version-1 .npy
+    b = open(path, "rb").read()
+    n = struct.unpack("<H", b[8:10])[0]
+    header = b[10:10 + n].decode()
+    shape = eval(header[header.index("(") : header.index(")") + 1])
+    return shape, b[10 + n :]
+(one_shape, one), (a2a_shape, a2a) = npy(f"{t}/b4.npy"), npy(f"{t}/a2a.npy")
+T0, V = one_shape[0] // 4, one_shape[1]
+assert a2a_shape == (2 * T0, V), a2a_shape
+assert a2a == one[: 2 * T0 * V * 4], "prefill logits of rank 0's sequences differ from the one-rank rows"
+(ds, d1), (das, da) = npy(f"{t}/b4d.npy"), npy(f"{t}/a2ad.npy")
+row = V * 4
+for step in range(2):  # decode rows: one per sequence and step
+    assert da[step * 2 * row : (step + 1) * 2 * row] == d1[step * 4 * row : step * 4 * row + 2 * row], step
+j = json.load(open(f"{t}/a2a.json"))
+assert j["expert_ranks"] == 2 and j["expert_scheme"] == "all-to-all" and j["batch"] == 2, j
+PY
+"$bin" schedule --config tiny --expert-ranks 2 --expert-scheme all-to-all --json > "$tmp/a2a-sched.json"
+python3 - "$tmp/a2a-sched.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["hazards"] == [] and d["expert_scheme"] == "all-to-all", d["expert_scheme"]
+PY
+
 # Refusals, each naming what to change.
 expect_error() {  # expect_error WHAT PATTERN ARGS...
   local what=$1 pattern=$2; shift 2
@@ -62,5 +99,8 @@ expect_error "cuda backend" "use --backend cpu" --backend cuda --expert-ranks 2
 expect_error "save" "cannot run with --save-checkpoint" --backend cpu --expert-ranks 2 --save-checkpoint "$tmp/ck"
 expect_error "graph" "cannot run with --graph" --backend cpu --expert-ranks 2 --graph
 expect_error "zero ranks" "expert-ranks" --backend cpu --expert-ranks 0
+expect_error "a2a batch" "the batch (3) must be a multiple of 2" --backend cpu --expert-ranks 2 --expert-scheme all-to-all --batch 3
+expect_error "a2a native" "runs bf16 weights only" --backend cpu --expert-ranks 2 --expert-scheme all-to-all --batch 2 --weights native
+expect_error "bad scheme" "expert-scheme" --backend cpu --expert-ranks 2 --expert-scheme ring
 test ! -e "$tmp/ck" || fail "a refused run wrote a checkpoint"
 echo "PASS"
