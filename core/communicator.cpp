@@ -1,6 +1,7 @@
 #include "core/communicator.h"
 
 #include <condition_variable>
+#include <cstring>
 #include <mutex>
 #include <string>
 
@@ -77,6 +78,11 @@ class FakeCommunicator final : public Communicator {
         const float* src = g_->posted[size_t(r)] + size_t(rank_) * n;
         std::copy(src, src + n, out + size_t(r) * n);
       }
+    });
+  }
+  void broadcast(void* data, size_t bytes) override {
+    exchange(static_cast<const float*>(data), [&] {
+      if (rank_ != 0) std::memcpy(data, g_->posted[0], bytes);
     });
   }
 

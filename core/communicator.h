@@ -27,6 +27,8 @@ class Communicator {
   virtual void reduce_scatter_sum(const float* in, float* out, size_t n) = 0;
   // out[r * n + i] = rank r's in[rank() * n + i]: each rank sends its r-th chunk to rank r.
   virtual void all_to_all(const float* in, float* out, size_t n) = 0;
+  // data[0 .. bytes) = rank 0's data[0 .. bytes) on every rank (the bootstrap of a GPU group).
+  virtual void broadcast(void* data, size_t bytes) = 0;
   // A rank that fails stops the group: every collective waiting now or called later, on any
   // rank, throws sl::Error naming `why`, instead of waiting forever for the failed rank.
   virtual void abort(const std::string& why) = 0;
