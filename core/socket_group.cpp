@@ -6,9 +6,11 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <thread>
 #include <vector>
 
@@ -22,7 +24,7 @@ constexpr uint32_t kMagic = 0x534c4731;  // "SLG1": a streamlab socket group fra
 
 // What a rank sends before each collective's payload, so that rank 0 can refuse ranks that call
 // different collectives or sizes instead of reading garbage.
-enum class Op : uint32_t { Hello = 1, AllReduceSum, AllGather, ReduceScatterSum, AllToAll, Broadcast };
+enum class Op : uint32_t { Hello = 1, AllReduceSum, AllGather, ReduceScatterSum, AllToAll, Broadcast, Abort };
 
 const char* op_name(Op op) {
   switch (op) {
@@ -32,6 +34,7 @@ const char* op_name(Op op) {
     case Op::ReduceScatterSum: return "reduce_scatter_sum";
     case Op::AllToAll: return "all_to_all";
     case Op::Broadcast: return "broadcast";
+    case Op::Abort: return "abort";
   }
   return "?";
 }
@@ -69,10 +72,21 @@ class SocketCommunicator final : public Communicator {
   int world() const override { return world_; }
 
   void abort(const std::string& why) override {
-    if (aborted_.empty()) aborted_ = why.empty() ? "(no reason given)" : why;
-    // Shutting the sockets down wakes every peer blocked on us with an end of stream.
-    for (int fd : fds_)
-      if (fd >= 0) ::shutdown(fd, SHUT_RDWR);
+    if (!aborted_.empty()) return;
+    aborted_ = why.empty() ? "(no reason given)" : why;
+    // Tell the peers why (best effort: a peer may be gone), then shut the sockets down, which
+    // wakes every peer blocked on us with an end of stream.
+    for (int fd : fds_) {
+      if (fd < 0) continue;
+      Header h;
+      h.op = uint32_t(Op::Abort);
+      h.size = aborted_.size();
+      h.rank = rank_;
+      std::string frame(reinterpret_cast<const char*>(&h), sizeof h);
+      frame += aborted_;
+      (void)::send(fd, frame.data(), frame.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      ::shutdown(fd, SHUT_RDWR);
+    }
   }
 
   void all_reduce_sum(float* buf, size_t n) override {
@@ -114,11 +128,15 @@ class SocketCommunicator final : public Communicator {
     check_open(Op::Broadcast);
     if (rank_ != 0) {
       send_header(0, Op::Broadcast, bytes);
+      expect_header(0, Op::Broadcast, bytes);
       recv_bytes(0, data, bytes, Op::Broadcast);
       return;
     }
     for (int r = 1; r < world_; ++r) expect_header(r, Op::Broadcast, bytes);
-    for (int r = 1; r < world_; ++r) send_bytes(r, data, bytes, Op::Broadcast);
+    for (int r = 1; r < world_; ++r) {
+      send_header(r, Op::Broadcast, bytes);
+      send_bytes(r, data, bytes, Op::Broadcast);
+    }
   }
 
  private:
@@ -131,6 +149,7 @@ class SocketCommunicator final : public Communicator {
     if (rank_ != 0) {
       send_header(0, op, n);
       send_bytes(0, in, in_bytes, op);
+      expect_header(0, op, n);
       recv_bytes(0, out, out_bytes, op);
       return;
     }
@@ -142,6 +161,7 @@ class SocketCommunicator final : public Communicator {
     }
     for (int r = 1; r < world_; ++r) {
       const std::vector<float> o = result(inputs, r);
+      send_header(r, op, n);
       send_bytes(r, o.data(), out_bytes, op);
     }
     const std::vector<float> mine = result(inputs, 0);
@@ -190,14 +210,27 @@ class SocketCommunicator final : public Communicator {
     h.rank = rank_;
     send_bytes(peer, &h, sizeof h, op);
   }
+  // Every message starts with a header: the collective the sender is in, or its abort and why.
   void expect_header(int peer, Op op, uint64_t size) {
     Header h;
     recv_bytes(peer, &h, sizeof h, op);
     if (h.magic != kMagic) broken(peer, op, "a frame that is not a streamlab socket group's");
+    if (h.op == uint32_t(Op::Abort)) {
+      std::string why(size_t(std::min<uint64_t>(h.size, 1 << 16)), '\0');
+      try {
+        recv_bytes(peer, why.data(), why.size(), op);
+      } catch (const Error&) {
+        why = "(its reason was cut off)";
+      }
+      const std::string msg = "socket group, rank " + std::to_string(rank_) + ": " + op_name(op) + ": rank " +
+                              std::to_string(peer) + " ended the group: " + why;
+      abort(msg);
+      throw Error(msg);
+    }
     if (h.op != uint32_t(op) || h.size != size)
-      broken(peer, op, "rank " + std::to_string(peer) + " called " + op_name(Op(h.op)) + " of " +
-                           std::to_string(h.size) + " while rank 0 called " + op_name(op) + " of " +
-                           std::to_string(size) + ": the ranks' calls disagree");
+      broken(peer, op, "rank " + std::to_string(h.rank) + " called " + op_name(Op(h.op)) + " of " +
+                           std::to_string(h.size) + " while rank " + std::to_string(rank_) + " called " + op_name(op) +
+                           " of " + std::to_string(size) + ": the ranks' calls disagree");
   }
 
   int rank_, world_;
@@ -233,7 +266,8 @@ struct Fd {  // closes what it still holds
   }
 };
 
-std::unique_ptr<Communicator> host_group(const std::string& path, int world, double timeout_s) {
+std::unique_ptr<Communicator> host_group(const std::string& path, int world, double timeout_s,
+                                         const std::function<void()>& while_waiting) {
   const sockaddr_un addr = address_of(path);
   Fd listener(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   SL_CHECK(listener.fd >= 0, "socket group: socket(): ", std::strerror(errno));
@@ -247,7 +281,20 @@ std::unique_ptr<Communicator> host_group(const std::string& path, int world, dou
   const auto deadline = std::chrono::steady_clock::now() +
                         std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(timeout_s));
   for (int joined = 1; joined < world; ++joined) {
-    if (!wait_readable(listener.fd, deadline)) {
+    // In slices of a second, so that `while_waiting` can give up early.
+    bool ready = false;
+    while (!ready && std::chrono::steady_clock::now() < deadline) {
+      ready = wait_readable(listener.fd, std::min(deadline, std::chrono::steady_clock::now() + std::chrono::seconds(1)));
+      if (!ready && while_waiting) {
+        try {
+          while_waiting();
+        } catch (...) {
+          ::unlink(path.c_str());
+          throw;
+        }
+      }
+    }
+    if (!ready) {
       std::string missing;
       for (int r = 1; r < world; ++r)
         if (fds[size_t(r)] < 0) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
@@ -304,12 +351,13 @@ std::unique_ptr<Communicator> join_as_peer(const std::string& path, int rank, in
 
 }  // namespace
 
-std::unique_ptr<Communicator> join_socket_group(const std::string& socket_path, int rank, int world, double timeout_s) {
+std::unique_ptr<Communicator> join_socket_group(const std::string& socket_path, int rank, int world, double timeout_s,
+                                                const std::function<void()>& while_waiting) {
   SL_CHECK(world >= 1 && world <= 1024, "socket group: world ", world, " is outside 1..1024");
   SL_CHECK(rank >= 0 && rank < world, "socket group: rank ", rank, " is outside 0..", world - 1);
   SL_CHECK(timeout_s > 0, "socket group: the join timeout must be positive");
   if (world == 1) return std::make_unique<SocketCommunicator>(0, 1, std::vector<int>{-1});
-  return rank == 0 ? host_group(socket_path, world, timeout_s) : join_as_peer(socket_path, rank, world, timeout_s);
+  return rank == 0 ? host_group(socket_path, world, timeout_s, while_waiting) : join_as_peer(socket_path, rank, world, timeout_s);
 }
 
 }  // namespace sl

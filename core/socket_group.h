@@ -13,6 +13,7 @@
 // rank waits for a peer that is gone. A collective whose operation or size differs between ranks
 // is refused by name the same way.
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -22,8 +23,11 @@ namespace sl {
 
 // Joins rank `rank` of a `world`-rank group at `socket_path` (at most 107 bytes; rank 0 creates
 // it, the others connect, retrying until rank 0 listens). Every rank must join within
-// `timeout_s` seconds of rank 0, or the join fails, naming the ranks that did not come.
+// `timeout_s` seconds of rank 0, or the join fails, naming the ranks that did not come. Rank 0
+// calls `while_waiting` about once a second while ranks are missing; it may throw to give up
+// early (e.g. when a rank's process has already ended).
 std::unique_ptr<Communicator> join_socket_group(const std::string& socket_path, int rank, int world,
-                                                double timeout_s = 60.0);
+                                                double timeout_s = 60.0,
+                                                const std::function<void()>& while_waiting = {});
 
 }  // namespace sl

@@ -31,6 +31,8 @@
 #include "model/cpu/cpu_backend.h"
 #include "model/deepseek_v4.h"
 #include "model/expert_parallel.h"
+#include "core/socket_group.h"
+#include "experiments/cli/rank_processes.h"
 #include "model/weights.h"
 #include "profiler/kineto_json.h"
 #include "profiler/nsys_sqlite.h"
@@ -73,6 +75,10 @@ struct RunOptions {
   // all-to-all: each rank holds batch / N sequences and sends each (token, slot) pair to the rank
   // that owns its expert (model/expert_parallel.h).
   std::string expert_scheme = "all-gather";
+  // threads: ranks 1 .. N-1 as threads of this process (an in-process group); processes: as
+  // copies of this process (experiments/cli/rank_processes.h) joined through a socket group.
+  std::string rank_launch = "threads";
+  std::string rank_of;  // set only in a copy that rank 0 started: "R:SOCKET"
   bool tracing() const { return !trace_json.empty() || !trace_sqlite.empty(); }
 };
 
@@ -488,31 +494,82 @@ std::vector<std::vector<int32_t>> split_sequences(ModelConfig& cfg, const std::v
   return out;
 }
 
-// Ranks 1 .. N-1 of an --expert-ranks run: each builds the model with its share of the experts
-// and repeats rank 0's calls; a failure aborts the group (rank 0's next all-reduce then fails with
-// the reason instead of waiting).
+// What every rank of a run computes from the options alike: the config, each rank's prompt, the
+// policy and the shape (rank 0's; a rank sets its own expert_rank).
+struct RunSetup {
+  ModelConfig cfg;
+  std::vector<std::vector<int32_t>> rank_prompts;  // all of it under all-gather, its own sequences under all-to-all
+  int full_batch = 0;                              // before an all-to-all split
+  bool all_to_all = false;
+  StreamPolicy policy;
+  AcceptRule accept;
+  RunShape shape;
+};
+
+RunSetup setup_run(const RunOptions& o) {
+  RunSetup u;
+  u.cfg = config_for_run(o);
+  std::vector<int32_t> prompt = prompt_tokens(o, u.cfg);
+  validate(u.cfg);
+  u.full_batch = u.cfg.batch;
+  u.rank_prompts.assign(size_t(o.expert_ranks), prompt);
+  u.all_to_all = o.expert_ranks > 1 && o.expert_scheme == "all-to-all";
+  if (u.all_to_all) u.rank_prompts = split_sequences(u.cfg, prompt, o.expert_ranks);
+  u.policy = resolve_policy(o.model);
+  u.accept = resolve_accept_rule(o.spec);
+  u.shape = run_shape(u.cfg, o.model, o.steps, !o.dump_logits.empty(), o.spec.on());
+  u.shape.expert_world = o.expert_ranks;
+  u.shape.expert_all_to_all = u.all_to_all;
+  if (o.expert_ranks > 1) partition_experts(u.cfg.n_routed_experts, o.expert_ranks, 0);  // an uneven split: said now
+  return u;
+}
+
+// Rank r > 0 of a split run: builds the model with its share of the experts and repeats rank 0's
+// calls (prefill, then each decode step), meeting it in every MoE layer's collective.
+void run_other_rank(const RunOptions& o, const RunSetup& u, int r, Communicator& comm) {
+  std::unique_ptr<Backend> be = make_cpu_backend();
+  be->set_communicator(&comm);
+  RunShape s = u.shape;
+  s.expert_rank = r;
+  DeepSeekV4 m(*be, u.cfg, u.policy, s);
+  m.set_accept_rule(u.accept);
+  if (!o.checkpoint.empty())
+    m.load(o.checkpoint);
+  else
+    m.init_random(u.cfg.seed);
+  m.prefill(u.rank_prompts[size_t(r)], u.cfg.context_length);
+  for (int i = 0; i < o.steps; ++i) m.decode_step();
+}
+
+// A copy that rank 0 started (--rank-of): joins the group, runs its rank, and leaves its output
+// in its log; a failure aborts the group so that rank 0 stops too.
+void run_started_rank(const RunOptions& o) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // the log is read by rank 0 if this rank fails or is killed
+  const RankOf me = parse_rank_of(o.rank_of);
+  SL_CHECK(me.rank < o.expert_ranks, "--rank-of ", o.rank_of, ": rank ", me.rank, " of ", o.expert_ranks);
+  const RunSetup u = setup_run(o);
+  std::unique_ptr<Communicator> comm = join_socket_group(me.socket, me.rank, o.expert_ranks);
+  std::printf("expert rank %d of %d: joined\n", me.rank, o.expert_ranks);
+  try {
+    run_other_rank(o, u, me.rank, *comm);
+  } catch (const std::exception& e) {
+    comm->abort(std::string("expert rank ") + std::to_string(me.rank) + ": " + e.what());
+    throw;
+  }
+  std::printf("expert rank %d of %d: done\n", me.rank, o.expert_ranks);
+}
+
+// Ranks 1 .. N-1 of an --expert-ranks run as threads: a failure aborts the group (rank 0's next
+// collective then fails with the reason instead of waiting).
 class OtherRanks {
  public:
-  OtherRanks(const RunOptions& o, const ModelConfig& cfg, const StreamPolicy& policy, const AcceptRule& accept,
-             const RunShape& shape, const std::vector<std::vector<int32_t>>& prompts,
-             std::vector<std::unique_ptr<Communicator>>& group) {
+  OtherRanks(const RunOptions& o, const RunSetup& u, std::vector<std::unique_ptr<Communicator>>& group) {
     errors_.resize(group.size());
     for (int r = 1; r < int(group.size()); ++r)
-      threads_.emplace_back([this, &o, &cfg, policy, accept, shape, &prompts, &group, r] {
+      threads_.emplace_back([this, &o, &u, &group, r] {
         Communicator& comm = *group[size_t(r)];
         try {
-          std::unique_ptr<Backend> be = make_cpu_backend();
-          be->set_communicator(&comm);
-          RunShape s = shape;
-          s.expert_rank = r;
-          DeepSeekV4 m(*be, cfg, policy, s);
-          m.set_accept_rule(accept);
-          if (!o.checkpoint.empty())
-            m.load(o.checkpoint);
-          else
-            m.init_random(cfg.seed);
-          m.prefill(prompts[size_t(r)], cfg.context_length);
-          for (int i = 0; i < o.steps; ++i) m.decode_step();
+          run_other_rank(o, u, r, comm);
         } catch (const std::exception& e) {
           errors_[size_t(r)] = "expert rank " + std::to_string(r) + ": " + e.what();
           comm.abort(errors_[size_t(r)]);
@@ -537,25 +594,15 @@ class OtherRanks {
   std::vector<std::thread> threads_;
 };
 
-void run(const RunOptions& o) {
-  check_expert_ranks(o);
-  ModelConfig cfg = config_for_run(o);
-  std::vector<int32_t> prompt = prompt_tokens(o, cfg);
-  validate(cfg);
-  const int full_batch = cfg.batch;
-  // The prompt of every rank: all of it under the all-gather scheme, its own sequences under all-to-all.
-  std::vector<std::vector<int32_t>> rank_prompts(size_t(o.expert_ranks), prompt);
-  const bool all_to_all = o.expert_ranks > 1 && o.expert_scheme == "all-to-all";
-  if (all_to_all) {
-    rank_prompts = split_sequences(cfg, prompt, o.expert_ranks);
-    prompt = rank_prompts[0];
-  }
-  const StreamPolicy policy = resolve_policy(o.model);
-  const AcceptRule accept = resolve_accept_rule(o.spec);
-  RunShape shape = run_shape(cfg, o.model, o.steps, !o.dump_logits.empty(), o.spec.on());
-  shape.expert_world = o.expert_ranks;
-  shape.expert_all_to_all = all_to_all;
-  if (o.expert_ranks > 1) partition_experts(cfg.n_routed_experts, o.expert_ranks, 0);  // an uneven split: said now
+// Rank 0 (the process the user started): the run, and the report.
+void run_rank0(const RunOptions& o, std::optional<RankProcesses>& processes) {
+  const RunSetup setup = setup_run(o);
+  const ModelConfig& cfg = setup.cfg;
+  const std::vector<int32_t>& prompt = setup.rank_prompts[0];
+  const StreamPolicy& policy = setup.policy;
+  const AcceptRule& accept = setup.accept;
+  const RunShape& shape = setup.shape;
+  const bool all_to_all = setup.all_to_all;
   FILE* info = o.json ? stderr : stdout;  // keep stdout parseable under --json
 
   RunTracer tracer(o);
@@ -584,15 +631,24 @@ void run(const RunOptions& o) {
   std::optional<OtherRanks> others;
   if (o.expert_ranks > 1) {
     const ExpertPartition p = partition_experts(cfg.n_routed_experts, o.expert_ranks, 0);
-    std::fprintf(info, "expert parallelism: %d ranks in this process, %lld routed experts each per MoE layer, %s scheme",
-                 o.expert_ranks, static_cast<long long>(p.per_rank()), o.expert_scheme.c_str());
+    const bool as_processes = o.rank_launch == "processes";
+    std::fprintf(info, "expert parallelism: %d ranks %s, %lld routed experts each per MoE layer, %s scheme",
+                 o.expert_ranks, as_processes ? "as processes (a socket group)" : "in this process",
+                 static_cast<long long>(p.per_rank()), o.expert_scheme.c_str());
     if (all_to_all)
-      std::fprintf(info, ": each rank holds %d of the %d sequences; rank 0 reports its own\n", cfg.batch, full_batch);
+      std::fprintf(info, ": each rank holds %d of the %d sequences; rank 0 reports its own\n", cfg.batch,
+                   setup.full_batch);
     else
       std::fprintf(info, "; rank 0 reports\n");
-    group = make_fake_group(o.expert_ranks);
+    std::fflush(info);
+    if (as_processes) {
+      processes.emplace(g_argv, o.expert_ranks);
+      group.push_back(processes->join());
+    } else {
+      group = make_fake_group(o.expert_ranks);
+      others.emplace(o, setup, group);
+    }
     be.set_communicator(group[0].get());
-    others.emplace(o, cfg, policy, accept, shape, rank_prompts, group);
   }
   // Rank 0 failing stops the other ranks (they would wait for it in their next all-reduce).
   struct AbortOnThrow {
@@ -620,6 +676,7 @@ void run(const RunOptions& o) {
   const DecodeTotals tot = run_decode(model, cfg, shape, o, tracer, rep, info);
   tracer.finish(info);
   if (others) others->finish();
+  if (processes) processes->finish();
 
   const std::string check_error = o.check_against_cpu ? report_check(be, o.check_tolerance) : "";
   // Drafts accepted per sequence and step (verifying steps), and committed tokens per second of
@@ -640,6 +697,23 @@ void run(const RunOptions& o) {
            "(--allow-nonfinite-logits to finish with status 0 anyway)");
 }
 
+
+void run(const RunOptions& o) {
+  check_expert_ranks(o);
+  if (!o.rank_of.empty()) return run_started_rank(o);
+  std::optional<RankProcesses> processes;
+  try {
+    run_rank0(o, processes);
+  } catch (const std::exception& e) {
+    // Rank 0 has aborted the group by now; say how the other ranks ended (the one that was
+    // killed or failed first is usually why rank 0 failed).
+    if (processes) {
+      const std::string ranks = processes->how_ranks_ended(5.0);
+      if (!ranks.empty()) fail(e.what(), ranks);
+    }
+    throw;
+  }
+}
 }  // namespace
 
 void set_process_argv(char** argv) { g_argv = argv; }
@@ -667,6 +741,12 @@ void add_run_command(CLI::App& app) {
                   "its own sequences)")
       ->check(CLI::IsMember({"all-gather", "all-to-all"}))
       ->capture_default_str();
+  cmd->add_option("--rank-launch", o->rank_launch,
+                  "how --expert-ranks starts ranks 1 .. N-1: threads (of this process) or processes (copies of this "
+                  "command, joined through a Unix-domain socket; each writes a log, shown if it fails)")
+      ->check(CLI::IsMember({"threads", "processes"}))
+      ->capture_default_str();
+  cmd->add_option("--rank-of", o->rank_of, "RANK:SOCKET, set by rank 0 in the copies it starts")->group("");
   cmd->add_option("--checkpoint", o->checkpoint,
                   "load weights from a DeepSeek-layout directory (config.json + *.safetensors); the config then "
                   "comes from DIR/config.json");

@@ -88,6 +88,40 @@ d = json.load(open(sys.argv[1]))
 assert d["hazards"] == [] and d["expert_scheme"] == "all-to-all", d["expert_scheme"]
 PY
 
+# --rank-launch processes: ranks 1 .. N-1 as copies of the command joined through a socket group.
+# The logits are the threads' (and one rank's) bit for bit, under both schemes, and nothing is
+# left behind in $TMPDIR.
+export TMPDIR="$tmp/t"; mkdir -p "$TMPDIR"
+for n in 2 4; do
+  "$bin" run --config tiny --backend cpu --steps 2 --expert-ranks $n --rank-launch processes \
+    --dump-logits "$tmp/p$n.npy" --json > "$tmp/p$n.json"
+  cmp -s "$tmp/l1.npy" "$tmp/p$n.npy" || fail "$n rank processes: prefill logits differ from one rank's"
+done
+"$bin" run --config tiny --backend cpu --batch 4 --steps 2 --expert-ranks 2 --expert-scheme all-to-all \
+  --rank-launch processes --dump-logits "$tmp/pa2a.npy" > "$tmp/pa2a.txt"
+cmp -s "$tmp/a2a.npy" "$tmp/pa2a.npy" || fail "all-to-all over 2 rank processes: logits differ from threads'"
+grep -q "2 ranks as processes (a socket group)" "$tmp/pa2a.txt" || fail "no processes line"
+test -z "$(ls -A "$TMPDIR")" || fail "rank processes left $(ls "$TMPDIR") behind"
+
+# A rank killed mid-run: rank 0 fails (no hang), saying which rank was killed and by what, and
+# no rank process outlives the run.
+"$bin" run --config tiny --backend cpu --steps 3000 --expert-ranks 2 --rank-launch processes \
+  > "$tmp/kill.out" 2> "$tmp/kill.err" &
+run_pid=$!
+child=""
+for _ in $(seq 1 200); do
+  child=$(pgrep -f -- "--rank-of 1:$TMPDIR" || true)
+  [ -n "$child" ] && grep -q "^3 *decode" "$tmp/kill.out" && break
+  sleep 0.05
+done
+[ -n "$child" ] || fail "rank 1's process never appeared"
+kill -9 $child
+if wait $run_pid; then fail "rank 0 finished although rank 1 was killed"; fi
+grep -q "rank 1 ended: killed by signal 9" "$tmp/kill.err" || { cat "$tmp/kill.err" >&2; fail "no word of the killed rank"; }
+test -z "$(pgrep -f -- "--rank-of 1:$TMPDIR" || true)" || fail "a rank process outlived the run"
+test -z "$(ls -A "$TMPDIR")" || fail "the killed run left $(ls "$TMPDIR") behind"
+unset TMPDIR
+
 # Refusals, each naming what to change.
 expect_error() {  # expect_error WHAT PATTERN ARGS...
   local what=$1 pattern=$2; shift 2
@@ -102,5 +136,7 @@ expect_error "zero ranks" "expert-ranks" --backend cpu --expert-ranks 0
 expect_error "a2a batch" "the batch (3) must be a multiple of 2" --backend cpu --expert-ranks 2 --expert-scheme all-to-all --batch 3
 expect_error "a2a native" "runs bf16 weights only" --backend cpu --expert-ranks 2 --expert-scheme all-to-all --batch 2 --weights native
 expect_error "bad scheme" "expert-scheme" --backend cpu --expert-ranks 2 --expert-scheme ring
+expect_error "bad launch" "rank-launch" --backend cpu --expert-ranks 2 --rank-launch fibers
+expect_error "bad rank-of" "expected RANK:SOCKET" --backend cpu --expert-ranks 2 --rank-of nonsense
 test ! -e "$tmp/ck" || fail "a refused run wrote a checkpoint"
 echo "PASS"

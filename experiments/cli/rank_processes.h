@@ -1,0 +1,54 @@
+// The other ranks of a run, as processes: rank 0 (the process the user started) starts ranks
+// 1 .. N-1 as copies of itself with the same command line plus `--rank-of R:SOCKET`, each writing
+// its output to a log file of its own, and they all join one socket group (core/socket_group.h).
+//
+// Nothing is left behind or lost: a rank that fails makes rank 0 fail with that rank's status and
+// the end of its log; rank 0 failing aborts the group, and the others, finding it gone, end too
+// (they also die with rank 0's process: PR_SET_PDEATHSIG). The folder of sockets and logs is
+// removed at the end.
+#pragma once
+#include <sys/types.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/communicator.h"
+
+namespace sl::cli {
+
+class RankProcesses {
+ public:
+  // Starts ranks 1 .. world-1 from `argv` (main's), in a fresh folder under $TMPDIR (or /tmp).
+  RankProcesses(char** argv, int world);
+  ~RankProcesses();  // on an error path: waits a few seconds for the ranks to end, then kills them
+  RankProcesses(const RankProcesses&) = delete;
+  RankProcesses& operator=(const RankProcesses&) = delete;
+
+  // Rank 0's place in the group; fails early (not at the join timeout) when a rank's process ends
+  // before it joined, with that rank's log.
+  std::unique_ptr<Communicator> join(double timeout_s = 60.0);
+  // Waits for every rank's process; fails naming the first that did not exit 0, with its log.
+  void finish();
+  // After rank 0 failed: waits up to grace_s for the ranks to end (then kills them) and describes
+  // each that did not exit 0, or "" if all did.
+  std::string how_ranks_ended(double grace_s);
+
+ private:
+  std::string log_tail(int rank) const;
+  std::string describe_exit(int rank, int status) const;
+  void reap(double grace_s);
+
+  std::string dir_, socket_;
+  std::vector<pid_t> pids_;  // index r - 1 for rank r; -1 once reaped
+  std::vector<int> status_;
+};
+
+// `--rank-of R:SOCKET` as given to a started rank: its rank and the group's socket.
+struct RankOf {
+  int rank = 0;
+  std::string socket;
+};
+RankOf parse_rank_of(const std::string& spec);
+
+}  // namespace sl::cli
