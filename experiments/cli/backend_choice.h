@@ -4,6 +4,7 @@
 #include <memory>
 #include <string>
 
+#include "core/communicator.h"
 #include "model/backend.h"
 #include "model/kernel_variants.h"
 
@@ -11,7 +12,15 @@ namespace sl::cli {
 
 // `variants` (--kernel-variants) choose among the CUDA kernels of an op; the CPU backend has one
 // of each, so anything but the defaults is an error there.
-std::unique_ptr<Backend> make_backend(const std::string& name, const KernelVariants& variants = {});
+// `device`: which GPU (the rank's, in a multi-GPU run); must exist.
+std::unique_ptr<Backend> make_backend(const std::string& name, const KernelVariants& variants = {}, int device = 0);
+// The GPUs this process sees (0 without CUDA or without a GPU).
+int gpu_count();
+// The NCCL group of a multi-GPU run over the ranks of `bootstrap` (every rank calls it together,
+// its GPU current); fails clearly without CUDA or without NCCL.
+std::unique_ptr<Communicator> make_gpu_group(Communicator& bootstrap);
+// "NCCL 2.28.3, from ..." for a group that make_gpu_group made, else "".
+std::string gpu_group_description(const Communicator& c);
 // For the option's validator: why `spec` is not a valid --kernel-variants, or "" (so that a bad
 // spec fails when the command line is read, before any work).
 std::string kernel_variants_error(const std::string& spec);

@@ -79,6 +79,7 @@ struct RunOptions {
   // copies of this process (experiments/cli/rank_processes.h) joined through a socket group.
   std::string rank_launch = "threads";
   std::string rank_of;  // set only in a copy that rank 0 started: "R:SOCKET"
+  int gpus = 0;         // --gpus N: --backend cuda --expert-ranks N --rank-launch processes
   bool tracing() const { return !trace_json.empty() || !trace_sqlite.empty(); }
 };
 
@@ -423,6 +424,7 @@ nlohmann::json run_json(const DeepSeekV4& model, const RunBackend& backend, cons
           {"draft_steps", cfg.draft_steps},
           {"weights", weight_format_name(shape.weights)},
           {"expert_ranks", shape.expert_world},
+          {"rank_launch", shape.expert_world > 1 ? nlohmann::json(o.rank_launch) : nlohmann::json(nullptr)},
           {"expert_scheme", shape.expert_world > 1 ? nlohmann::json(shape.expert_all_to_all ? "all-to-all" : "all-gather")
                                                    : nlohmann::json(nullptr)},
           {"kv_cache", shape.kv_fp8 ? "fp8" : "bf16"},
@@ -469,8 +471,10 @@ void print_run_summary(const Backend& be, const ModelConfig& cfg, const RunShape
 void check_expert_ranks(const RunOptions& o) {
   if (o.expert_ranks == 1) return;
   const char* opt = "--expert-ranks";
-  SL_CHECK(o.backend == "cpu", opt, " ", o.expert_ranks, " runs the ranks as threads of the CPU backend (the CUDA "
-           "backend has no NCCL communicator yet): use --backend cpu");
+  SL_CHECK(o.backend != "cuda" || o.rank_launch == "processes", opt, " ", o.expert_ranks, " on the CUDA backend runs "
+           "one process per GPU over NCCL: add --rank-launch processes (or use --gpus ", o.expert_ranks, ")");
+  SL_CHECK(o.backend != "cuda" || o.expert_scheme != "all-to-all", opt, " with --expert-scheme all-to-all runs on the "
+           "CPU backend only (the CUDA backend has no all-to-all exchange yet): use --expert-scheme all-gather");
   SL_CHECK(!o.graph, opt, " cannot run with --graph (the CPU backend has no graphs)");
   SL_CHECK(!o.tracing(), opt, " cannot run with --trace / --sqlite (CUPTI traces the CUDA backend)");
   SL_CHECK(!o.check_against_cpu, opt, " cannot run with --check-against-cpu");
@@ -526,19 +530,30 @@ RunSetup setup_run(const RunOptions& o) {
 
 // Rank r > 0 of a split run: builds the model with its share of the experts and repeats rank 0's
 // calls (prefill, then each decode step), meeting it in every MoE layer's collective.
+// On the CUDA backend rank r runs on GPU r and sums over NCCL (the group made over `comm`).
 void run_other_rank(const RunOptions& o, const RunSetup& u, int r, Communicator& comm) {
-  std::unique_ptr<Backend> be = make_cpu_backend();
-  be->set_communicator(&comm);
-  RunShape s = u.shape;
-  s.expert_rank = r;
-  DeepSeekV4 m(*be, u.cfg, u.policy, s);
-  m.set_accept_rule(u.accept);
-  if (!o.checkpoint.empty())
-    m.load(o.checkpoint);
-  else
-    m.init_random(u.cfg.seed);
-  m.prefill(u.rank_prompts[size_t(r)], u.cfg.context_length);
-  for (int i = 0; i < o.steps; ++i) m.decode_step();
+  const bool gpu = o.backend == "cuda";
+  std::unique_ptr<Backend> be = make_backend(o.backend, KernelVariants::parse(o.kernel_variants), gpu ? r : 0);
+  std::unique_ptr<Communicator> gpu_group = gpu ? make_gpu_group(comm) : nullptr;
+  Communicator& group = gpu ? *gpu_group : comm;
+  try {
+    be->set_communicator(&group);
+    RunShape s = u.shape;
+    s.expert_rank = r;
+    DeepSeekV4 m(*be, u.cfg, u.policy, s);
+    m.set_accept_rule(u.accept);
+    if (!o.checkpoint.empty())
+      m.load(o.checkpoint);
+    else
+      m.init_random(u.cfg.seed);
+    m.prefill(u.rank_prompts[size_t(r)], u.cfg.context_length);
+    for (int i = 0; i < o.steps; ++i) m.decode_step();
+    be->synchronize();
+  } catch (const std::exception& e) {
+    // Before the NCCL group is destroyed: a destroy would wait for collectives a failed peer never joins.
+    group.abort(std::string("expert rank ") + std::to_string(r) + ": " + e.what());
+    throw;
+  }
 }
 
 // A copy that rank 0 started (--rank-of): joins the group, runs its rank, and leaves its output
@@ -629,6 +644,7 @@ void run_rank0(const RunOptions& o, std::optional<RankProcesses>& processes) {
   check_memory_fits(be, cfg, shape, "run");
   std::vector<std::unique_ptr<Communicator>> group;
   std::optional<OtherRanks> others;
+  std::unique_ptr<Communicator> gpu_group;  // NCCL over group[0], on the CUDA backend
   if (o.expert_ranks > 1) {
     const ExpertPartition p = partition_experts(cfg.n_routed_experts, o.expert_ranks, 0);
     const bool as_processes = o.rank_launch == "processes";
@@ -642,13 +658,23 @@ void run_rank0(const RunOptions& o, std::optional<RankProcesses>& processes) {
       std::fprintf(info, "; rank 0 reports\n");
     std::fflush(info);
     if (as_processes) {
+      if (o.backend == "cuda") {
+        const int gpus = gpu_count();
+        SL_CHECK(gpus >= o.expert_ranks, o.expert_ranks, " ranks on the CUDA backend need a GPU each; this process sees ",
+                 gpus);
+      }
       processes.emplace(g_argv, o.expert_ranks);
       group.push_back(processes->join());
+      if (o.backend == "cuda") {
+        gpu_group = make_gpu_group(*group[0]);
+        std::fprintf(info, "GPU group: %d ranks on GPUs 0..%d, %s\n", o.expert_ranks, o.expert_ranks - 1,
+                     gpu_group_description(*gpu_group).c_str());
+      }
     } else {
       group = make_fake_group(o.expert_ranks);
       others.emplace(o, setup, group);
     }
-    be.set_communicator(group[0].get());
+    be.set_communicator(gpu_group ? gpu_group.get() : group[0].get());
   }
   // Rank 0 failing stops the other ranks (they would wait for it in their next all-reduce).
   struct AbortOnThrow {
@@ -656,7 +682,7 @@ void run_rank0(const RunOptions& o, std::optional<RankProcesses>& processes) {
     ~AbortOnThrow() {
       if (comm && std::uncaught_exceptions() > 0) comm->abort("expert rank 0 failed");
     }
-  } abort_on_throw{group.empty() ? nullptr : group[0].get()};
+  } abort_on_throw{gpu_group ? gpu_group.get() : group.empty() ? nullptr : group[0].get()};
   std::optional<PhaseTicker> ticker(std::in_place, info, "allocating weights, caches and activations");
   DeepSeekV4 model(be, cfg, policy, shape);
   ticker.reset();
@@ -723,17 +749,19 @@ void add_run_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("run", "Run the model: prefill a prompt batch, then decode steps with MTP drafts");
   add_model_options(cmd, o->model);
   add_speculative_options(cmd, o->spec);
-  cmd->add_option("--backend", o->backend, "cpu (fp32 reference) or cuda (H200, bf16)")
-      ->check(CLI::IsMember({"cpu", "cuda"}))
-      ->capture_default_str();
+  CLI::Option* backend_opt = cmd->add_option("--backend", o->backend, "cpu (fp32 reference) or cuda (H200, bf16)")
+                                 ->check(CLI::IsMember({"cpu", "cuda"}))
+                                 ->capture_default_str();
   cmd->add_option("--kernel-variants", o->kernel_variants, kKernelVariantsHelp)->check(kernel_variants_error);
   cmd->add_option("--steps", o->steps, "decode steps after the prefill")->capture_default_str();
-  cmd->add_option("--expert-ranks", o->expert_ranks,
-                  "expert parallelism on the CPU backend: split every MoE layer's routed experts over this many "
-                  "ranks, run as threads of this process that sum their routed outputs with an all-reduce (the "
-                  "experts must divide evenly); the logits equal one rank's up to the order of fp32 sums")
-      ->check(CLI::Range(1, 1024))
-      ->capture_default_str();
+  CLI::Option* ranks_opt =
+      cmd->add_option("--expert-ranks", o->expert_ranks,
+                      "expert parallelism: split every MoE layer's routed experts over this many ranks (they must "
+                      "divide evenly), which sum their routed outputs with an all-reduce; the logits equal one "
+                      "rank's up to the order of fp32 sums. CPU backend: ranks as threads or processes "
+                      "(--rank-launch); CUDA backend: one process per GPU over NCCL")
+          ->check(CLI::Range(1, 1024))
+          ->capture_default_str();
   cmd->add_option("--expert-scheme", o->expert_scheme,
                   "how --expert-ranks splits the MoE: all-gather (every rank holds every sequence, the ranks sum "
                   "their routed outputs on a comm stream) or all-to-all (each rank holds batch / N sequences and "
@@ -741,11 +769,20 @@ void add_run_command(CLI::App& app) {
                   "its own sequences)")
       ->check(CLI::IsMember({"all-gather", "all-to-all"}))
       ->capture_default_str();
-  cmd->add_option("--rank-launch", o->rank_launch,
-                  "how --expert-ranks starts ranks 1 .. N-1: threads (of this process) or processes (copies of this "
-                  "command, joined through a Unix-domain socket; each writes a log, shown if it fails)")
-      ->check(CLI::IsMember({"threads", "processes"}))
-      ->capture_default_str();
+  CLI::Option* launch_opt =
+      cmd->add_option("--rank-launch", o->rank_launch,
+                      "how --expert-ranks starts ranks 1 .. N-1: threads (of this process; CPU backend) or processes "
+                      "(copies of this command, joined through a Unix-domain socket, rank r on GPU r over NCCL on the "
+                      "CUDA backend; each writes a log, shown if it fails)")
+          ->check(CLI::IsMember({"threads", "processes"}))
+          ->capture_default_str();
+  cmd->add_option("--gpus", o->gpus,
+                  "expert parallelism over N GPUs: the same as --backend cuda --expert-ranks N --rank-launch "
+                  "processes (NCCL: libnccl.so.2 on the library path, or STREAMLAB_NCCL_LIBRARY)")
+      ->check(CLI::Range(1, 64))
+      ->excludes(backend_opt)
+      ->excludes(ranks_opt)
+      ->excludes(launch_opt);
   cmd->add_option("--rank-of", o->rank_of, "RANK:SOCKET, set by rank 0 in the copies it starts")->group("");
   cmd->add_option("--checkpoint", o->checkpoint,
                   "load weights from a DeepSeek-layout directory (config.json + *.safetensors); the config then "
@@ -789,7 +826,14 @@ void add_run_command(CLI::App& app) {
   cmd->add_flag("--check-print-ops", o->check_print_ops, "with --check-against-cpu: print every op's comparison")
       ->needs(check_flag);
   cmd->add_flag("--json", o->json, "print the result as JSON on stdout (progress goes to stderr)");
-  cmd->callback([o] { run(*o); });
+  cmd->callback([o] {
+    if (o->gpus > 0) {
+      o->backend = "cuda";
+      o->expert_ranks = o->gpus;
+      o->rank_launch = "processes";
+    }
+    run(*o);
+  });
 }
 
 }  // namespace sl::cli

@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "core/communicator.h"
+#include "model/cuda/nccl_communicator.h"
 #include "core/rng.h"
 #include "model/cuda/cuda_common.cuh"
 
@@ -695,15 +696,18 @@ void CudaBackend::moe_experts_all_to_all(Stream s, const Tensor& out, const Tens
        "in-process ranks)");
 }
 
-// One rank needs no communication. Several ranks on GPUs need NCCL, which this backend does not
-// drive yet (issue: the multi-GPU runs): said, not silently skipped.
+// One rank needs no communication; several sum over NCCL on the op's stream (the model's comm
+// stream), so the sum overlaps whatever the other streams run, as in a serving stack.
 void CudaBackend::all_reduce_sum(Stream s, const Tensor& t) {
   const char* op = "all_reduce_sum";
-  stream(s, op);
-  checks::validate_all_reduce_sum<OpRules>(t);
+  cudaStream_t st = stream(s, op);
+  const int64_t n = checks::validate_all_reduce_sum<OpRules>(t);
   Communicator* comm = communicator();
-  SL_CHECK(!comm || comm->world() == 1, op, ": the CUDA backend has no NCCL communicator yet, so a model split over ",
-           comm ? comm->world() : 1, " ranks cannot run on it (the CPU backend runs one with in-process ranks)");
+  if (!comm || comm->world() == 1) return;
+  auto* nccl = dynamic_cast<NcclCommunicator*>(comm);
+  SL_CHECK(nccl, op, ": a model split over ", comm->world(), " ranks on the CUDA backend needs an NCCL communicator "
+           "(one process per GPU: --rank-launch processes or --gpus N)");
+  nccl->all_reduce_sum_device(t.data, size_t(n), t.dtype, st);
 }
 
 void CudaBackend::init_uniform(Stream s, const Tensor& t, uint64_t seed, uint64_t key, float scale, float offset) {

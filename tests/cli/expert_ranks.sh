@@ -129,7 +129,7 @@ expect_error() {  # expect_error WHAT PATTERN ARGS...
   grep -q -- "$pattern" "$tmp/err.txt" || { cat "$tmp/err.txt" >&2; fail "$what: no '$pattern'"; }
 }
 expect_error "uneven split" "8 routed experts do not split evenly over 3 ranks" --backend cpu --expert-ranks 3
-expect_error "cuda backend" "use --backend cpu" --backend cuda --expert-ranks 2
+expect_error "cuda backend" "add --rank-launch processes (or use --gpus 2)" --backend cuda --expert-ranks 2
 expect_error "save" "cannot run with --save-checkpoint" --backend cpu --expert-ranks 2 --save-checkpoint "$tmp/ck"
 expect_error "graph" "cannot run with --graph" --backend cpu --expert-ranks 2 --graph
 expect_error "zero ranks" "expert-ranks" --backend cpu --expert-ranks 0
@@ -137,6 +137,10 @@ expect_error "a2a batch" "the batch (3) must be a multiple of 2" --backend cpu -
 expect_error "a2a native" "runs bf16 weights only" --backend cpu --expert-ranks 2 --expert-scheme all-to-all --batch 2 --weights native
 expect_error "bad scheme" "expert-scheme" --backend cpu --expert-ranks 2 --expert-scheme ring
 expect_error "bad launch" "rank-launch" --backend cpu --expert-ranks 2 --rank-launch fibers
+expect_error "cuda a2a" "runs on the CPU backend only" --backend cuda --expert-ranks 2 --rank-launch processes --expert-scheme all-to-all
+expect_error "gpus and backend" "excludes" --gpus 2 --backend cpu
+# --gpus 2 here: no GPU (CI), no CUDA in the build, or too few GPUs, each said.
+expect_error "gpus" "CUDA device\|without CUDA\|need a GPU each" --gpus 2
 expect_error "bad rank-of" "expected RANK:SOCKET" --backend cpu --expert-ranks 2 --rank-of nonsense
 test ! -e "$tmp/ck" || fail "a refused run wrote a checkpoint"
 echo "PASS"
