@@ -9,7 +9,7 @@ export PATH="/usr/local/cuda/bin:$PATH"
 BUILD_DIR=${BUILD_DIR:-build-gpu}
 if [ "$BUILD_DIR" = build-gpu ]; then cmake --preset gpu >/dev/null
 else cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DSTREAMLAB_UI=OFF >/dev/null; fi
-targets=(streamlab test_cuda_ops test_cuda_model test_cuda_check bench_decode bench_kernels bench_fp8_gemm bench_trace_overhead bench_launch bench_profiler bench_queues
+targets=(streamlab test_cuda_ops test_cuda_model test_cuda_check test_nccl bench_decode bench_kernels bench_fp8_gemm bench_trace_overhead bench_launch bench_profiler bench_queues
          ${EXTRA_TARGETS:-})
 cmake --build "$BUILD_DIR" -j "$(nproc)" --target "${targets[@]}"
 rm -rf .gpu && mkdir -p .gpu

@@ -16,6 +16,14 @@ export STREAMLAB_CONFIG_DIR="$PWD/model/configs"
 B=${GPU_BIN:-.gpu}
 export LD_LIBRARY_PATH="$PWD/$B${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export STREAMLAB_COMMIT="$(head -c 40 $B/COMMIT)$(grep -q dirty $B/COMMIT && echo -dirty)"
+# NCCL for the multi-GPU stages: the loader's libnccl.so.2 if it has one, else pip's
+# nvidia-nccl-cu13 (what the GPU image holds); NVLink multicast stays off there (KINDS.md).
+export NCCL_NVLS_ENABLE=0
+if [ -z "${STREAMLAB_NCCL_LIBRARY:-}" ] && ! ldconfig -p 2>/dev/null | grep -q 'libnccl.so.2 '; then
+  lib=$(python3 -c "import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], 'lib', 'libnccl.so.2'))" \
+        2>/dev/null || true)
+  [ -n "$lib" ] && [ -f "$lib" ] && export STREAMLAB_NCCL_LIBRARY=$lib
+fi
 # The flash-shaped runs' common arguments, named once (a change of the set-up is one edit):
 # streamlab run on flash-6l with the shared policy and 1 MTP layer; bench_decode's spelling of
 # the same at context 2048 with 1 draft step (the policy stays per call); the race runs on
@@ -38,10 +46,27 @@ for st in $stages; do case $st in
   tests)
     run test_cuda_ops 200 $B/test_cuda_ops --gtest_brief=1
     run test_cuda_model 60 $B/test_cuda_model --gtest_brief=1
-    run test_cuda_check 90 $B/test_cuda_check ;;
+    run test_cuda_check 90 $B/test_cuda_check
+    run test_nccl 120 $B/test_nccl ;;
   sanitizer)
     run memcheck 100 compute-sanitizer --tool memcheck --error-exitcode 9 $B/streamlab run --config tiny --backend cuda \
       --policy per-layer --steps 2 ;;
+  multi)
+    # Expert parallelism over every GPU of this machine, one process per GPU over NCCL (a
+    # 1-GPU machine runs only test_nccl's world of one): tiny and flash-6l over N GPUs beside
+    # the same runs on one (sampled tokens, decode time; logits of tiny).
+    n=$(nvidia-smi -L | wc -l)
+    run test_nccl_multi 200 $B/test_nccl
+    if [ "$n" -ge 2 ]; then
+      run gpus_tiny_1 60 $B/streamlab run --config tiny --backend cuda --steps 4 --dump-logits "$W/tiny_g1.npy" --json
+      run gpus_tiny_n 90 $B/streamlab run --config tiny --gpus "$n" --steps 4 --dump-logits "$W/tiny_g$n.npy" --json
+      for g in 1 "$n"; do
+        if [ "$g" = 1 ]; then where=(--backend cuda); else where=(--gpus "$g"); fi
+        run "gpus_flash_$g" 200 $B/streamlab run --config flash-6l "${where[@]}" --policy shared --mtp-layers 1 \
+          --batch 8 --context 2048 --steps 8 --json
+        sed -n '/^{/,$p' "$W/gpus_flash_$g.log" > "$OUT/gpus_flash_$g.json"
+      done
+    fi ;;
   tiny)
     run tiny_eager 25 $B/streamlab run --config tiny --backend cuda --policy shared --steps 4
     run tiny_graph 25 $B/streamlab run --config tiny --backend cuda --policy shared --steps 4 --graph ;;

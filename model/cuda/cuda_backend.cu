@@ -692,8 +692,8 @@ void CudaBackend::moe_experts_all_to_all(Stream s, const Tensor& out, const Tens
                                          float swiglu_limit) {
   const char* op = "moe_experts_all_to_all";
   stream(s, op);
-  fail(op, ": the CUDA backend has no NCCL communicator yet (the CPU backend runs the all-to-all scheme with "
-       "in-process ranks)");
+  fail(op, ": the CUDA backend has no all-to-all exchange yet (its ranks sum over NCCL in the all-gather scheme; "
+       "the CPU backend runs the all-to-all scheme)");
 }
 
 // One rank needs no communication; several sum over NCCL on the op's stream (the model's comm
