@@ -66,6 +66,14 @@ for st in $stages; do case $st in
           --batch 8 --context 2048 --steps 8 --json
         sed -n '/^{/,$p' "$W/gpus_flash_$g.log" > "$OUT/gpus_flash_$g.json"
       done
+      # Per-rank traces (each rank traces its own GPU), read as one job's ranks.
+      run gpus_trace 200 $B/streamlab run --config flash-6l --gpus "$n" --policy shared --mtp-layers 1 --batch 8 \
+        --context 2048 --steps 6 --warmup-steps 2 --trace "$W/ep.json"
+      ranks=("$W/ep.json"); for r in $(seq 1 $((n - 1))); do ranks+=("$W/ep.rank$r.json"); done
+      run gpus_analyze 60 $B/streamlab analyze "${ranks[@]}"
+      run gpus_analyze_json 60 $B/streamlab analyze "${ranks[@]}" --json
+      sed -n '/^{/,$p' "$W/gpus_analyze_json.log" > "$OUT/gpus_analyze.json"
+      rm -f "${ranks[@]}"
     fi ;;
   tiny)
     run tiny_eager 25 $B/streamlab run --config tiny --backend cuda --policy shared --steps 4

@@ -159,9 +159,22 @@ ModelConfig config_for_run(const RunOptions& o) {
 
 // --trace / --sqlite: the CUPTI session around the decode steps after the warm-up. The one place
 // of `run` that depends on a CUDA build: without one, asking for a trace is an error.
+// Where rank r of a split run writes its trace: rank 0 the path given, rank r > 0 the path with
+// ".rank<r>" before its extension ("t.json" -> "t.rank1.json", "t.json.gz" -> "t.rank1.json.gz").
+std::string rank_trace_path(const std::string& path, int rank) {
+  if (rank == 0 || path.empty()) return path;
+  const size_t slash = path.find_last_of('/');
+  const size_t name = slash == std::string::npos ? 0 : slash + 1;
+  size_t dot = path.find('.', name + 1);  // the first dot of the file name (not a leading one)
+  if (dot == std::string::npos) dot = path.size();
+  return path.substr(0, dot) + ".rank" + std::to_string(rank) + path.substr(dot);
+}
+
 class RunTracer {
  public:
-  explicit RunTracer(const RunOptions& o) : o_(o) {
+  // rank / world: a split run's (each rank traces its own GPU into its own files, distributedInfo
+  // saying which rank of how many).
+  explicit RunTracer(const RunOptions& o, int rank = 0, int world = 1) : o_(o), rank_(rank), world_(world) {
 #if STREAMLAB_HAVE_CUDA
     if (!o.tracing()) return;
     SL_CHECK(o.backend == "cuda", "--trace/--sqlite trace CUDA work: use --backend cuda");
@@ -192,13 +205,18 @@ class RunTracer {
     if (!tracing()) return;
     prof::Trace trace = prof::CuptiSession::instance().end_window();
     prof::CuptiSession::instance().stop();
-    if (!o_.trace_json.empty()) {
-      prof::write_kineto_json_file(trace, o_.trace_json);
-      std::fprintf(info, "trace (Kineto JSON) written to %s\n", o_.trace_json.c_str());
+    if (world_ > 1) {
+      trace.rank = rank_;
+      trace.world_size = world_;
     }
-    if (!o_.trace_sqlite.empty()) {
-      prof::write_nsys_sqlite(trace, o_.trace_sqlite);
-      std::fprintf(info, "trace (nsys-layout SQLite) written to %s\n", o_.trace_sqlite.c_str());
+    const std::string json = rank_trace_path(o_.trace_json, rank_), sqlite = rank_trace_path(o_.trace_sqlite, rank_);
+    if (!json.empty()) {
+      prof::write_kineto_json_file(trace, json);
+      std::fprintf(info, "trace (Kineto JSON) written to %s\n", json.c_str());
+    }
+    if (!sqlite.empty()) {
+      prof::write_nsys_sqlite(trace, sqlite);
+      std::fprintf(info, "trace (nsys-layout SQLite) written to %s\n", sqlite.c_str());
     }
     const std::string warn = prof::record_count_warnings(trace.counts);
     if (!warn.empty()) {
@@ -218,6 +236,7 @@ class RunTracer {
   }
 #endif
   const RunOptions& o_;
+  int rank_, world_;
 };
 
 // The backend the model runs on. With --check-against-cpu, a wrapper over (CPU reference, chosen
@@ -476,7 +495,8 @@ void check_expert_ranks(const RunOptions& o) {
   SL_CHECK(o.backend != "cuda" || o.expert_scheme != "all-to-all", opt, " with --expert-scheme all-to-all runs on the "
            "CPU backend only (the CUDA backend has no all-to-all exchange yet): use --expert-scheme all-gather");
   SL_CHECK(!o.graph, opt, " cannot run with --graph (the CPU backend has no graphs)");
-  SL_CHECK(!o.tracing(), opt, " cannot run with --trace / --sqlite (CUPTI traces the CUDA backend)");
+  SL_CHECK(!o.tracing() || o.backend == "cuda", opt, " cannot run with --trace / --sqlite on the CPU backend (CUPTI "
+           "traces the CUDA backend; with --gpus N each rank traces its own GPU)");
   SL_CHECK(!o.check_against_cpu, opt, " cannot run with --check-against-cpu");
   SL_CHECK(o.plant.empty(), opt, " cannot run with --plant");
   SL_CHECK(o.save_checkpoint.empty(), opt, " cannot run with --save-checkpoint: each rank holds only its share of the "
@@ -531,7 +551,7 @@ RunSetup setup_run(const RunOptions& o) {
 // Rank r > 0 of a split run: builds the model with its share of the experts and repeats rank 0's
 // calls (prefill, then each decode step), meeting it in every MoE layer's collective.
 // On the CUDA backend rank r runs on GPU r and sums over NCCL (the group made over `comm`).
-void run_other_rank(const RunOptions& o, const RunSetup& u, int r, Communicator& comm) {
+void run_other_rank(const RunOptions& o, const RunSetup& u, int r, Communicator& comm, RunTracer* tracer = nullptr) {
   const bool gpu = o.backend == "cuda";
   std::unique_ptr<Backend> be = make_backend(o.backend, KernelVariants::parse(o.kernel_variants), gpu ? r : 0);
   std::unique_ptr<Communicator> gpu_group = gpu ? make_gpu_group(comm) : nullptr;
@@ -547,8 +567,12 @@ void run_other_rank(const RunOptions& o, const RunSetup& u, int r, Communicator&
     else
       m.init_random(u.cfg.seed);
     m.prefill(u.rank_prompts[size_t(r)], u.cfg.context_length);
-    for (int i = 0; i < o.steps; ++i) m.decode_step();
+    for (int i = 1; i <= o.steps; ++i) {
+      if (tracer) tracer->before_step(i);
+      m.decode_step();
+    }
     be->synchronize();
+    if (tracer) tracer->finish(stdout);
   } catch (const std::exception& e) {
     // Before the NCCL group is destroyed: a destroy would wait for collectives a failed peer never joins.
     group.abort(std::string("expert rank ") + std::to_string(r) + ": " + e.what());
@@ -563,10 +587,11 @@ void run_started_rank(const RunOptions& o) {
   const RankOf me = parse_rank_of(o.rank_of);
   SL_CHECK(me.rank < o.expert_ranks, "--rank-of ", o.rank_of, ": rank ", me.rank, " of ", o.expert_ranks);
   const RunSetup u = setup_run(o);
+  RunTracer tracer(o, me.rank, o.expert_ranks);  // each rank traces its own GPU
   std::unique_ptr<Communicator> comm = join_socket_group(me.socket, me.rank, o.expert_ranks);
   std::printf("expert rank %d of %d: joined\n", me.rank, o.expert_ranks);
   try {
-    run_other_rank(o, u, me.rank, *comm);
+    run_other_rank(o, u, me.rank, *comm, &tracer);
   } catch (const std::exception& e) {
     comm->abort(std::string("expert rank ") + std::to_string(me.rank) + ": " + e.what());
     throw;
@@ -620,7 +645,7 @@ void run_rank0(const RunOptions& o, std::optional<RankProcesses>& processes) {
   const bool all_to_all = setup.all_to_all;
   FILE* info = o.json ? stderr : stdout;  // keep stdout parseable under --json
 
-  RunTracer tracer(o);
+  RunTracer tracer(o, 0, o.rank_launch == "processes" ? o.expert_ranks : 1);
   RunBackend backend = make_run_backend(o);
   Backend& be = *backend.be;
   std::fprintf(info, "streamlab run: config %s (%d layers + %d MTP), backend %s, policy %s, batch %d, context %d, "
@@ -702,7 +727,17 @@ void run_rank0(const RunOptions& o, std::optional<RankProcesses>& processes) {
   const DecodeTotals tot = run_decode(model, cfg, shape, o, tracer, rep, info);
   tracer.finish(info);
   if (others) others->finish();
-  if (processes) processes->finish();
+  if (processes) {
+    processes->finish();
+    // Each rank traced its own GPU into its own files (distributedInfo names the rank): read
+    // them together with `streamlab analyze` (one table per rank) or HTA.
+    for (int r = 1; r < o.expert_ranks && o.tracing(); ++r)
+      for (const std::string& p : {rank_trace_path(o.trace_json, r), rank_trace_path(o.trace_sqlite, r)}) {
+        if (p.empty()) continue;
+        SL_CHECK(std::filesystem::exists(p), "rank ", r, " ended well but its trace ", p, " is missing");
+        std::fprintf(info, "rank %d's trace written to %s\n", r, p.c_str());
+      }
+  }
 
   const std::string check_error = o.check_against_cpu ? report_check(be, o.check_tolerance) : "";
   // Drafts accepted per sequence and step (verifying steps), and committed tokens per second of
