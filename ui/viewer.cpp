@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <stdexcept>
 
+#include "core/error.h"
 #include "profiler/kernel_roles.h"
 #include "ui/kernel_names.h"
 #include "ui/row_layout.h"
@@ -55,6 +56,7 @@ Viewer::Viewer(prof::Trace trace, std::string source, const TimelineOptions& opt
 
 Viewer::Viewer(prof::Trace a, std::string source_a, prof::Trace b, std::string source_b,
                const CompareOptions& compare, TimelineOptions opts) {
+  mode_ = Mode::AB;
   blocks_.resize(2);
   blocks_[0].name.assign(1, 'A');  // not = "A": GCC 12 warns about that (-Wrestrict, a false positive)
   blocks_[1].name.assign(1, 'B');
@@ -69,6 +71,36 @@ Viewer::Viewer(prof::Trace a, std::string source_a, prof::Trace b, std::string s
     blk.offset = blk.zero - blocks_[0].zero;
   }
   alignment_ = align_ ? to_string(*align_) : "";
+  fit();
+  for (TraceBlock& blk : blocks_) load_block(blk);
+}
+
+Viewer::Viewer(std::vector<RankTrace> ranks, TimelineOptions opts) {
+  SL_CHECK(!ranks.empty(), "viewer: no traces");
+  for (const RankTrace& r : ranks)
+    SL_CHECK(r.trace.rank >= 0, r.source, ": the trace names no rank (distributedInfo); set one with streamlab export "
+             "--to kineto --rank R --world-size W");
+  std::stable_sort(ranks.begin(), ranks.end(),
+                   [](const RankTrace& a, const RankTrace& b) { return a.trace.rank < b.trace.rank; });
+  for (size_t i = 1; i < ranks.size(); ++i)
+    SL_CHECK(ranks[i].trace.rank != ranks[i - 1].trace.rank, ranks[i - 1].source, " and ", ranks[i].source,
+             " are both rank ", ranks[i].trace.rank, ": give one trace per rank");
+  mode_ = Mode::Ranks;
+  blocks_.resize(ranks.size());
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    blocks_[i].name = "rank " + std::to_string(ranks[i].trace.rank);
+    blocks_[i].trace = std::move(ranks[i].trace);
+    blocks_[i].source = std::move(ranks[i].source);
+  }
+  opts.standard_role_order = true;  // the ranks' streams listed alike
+  set_options(opts);
+  // One clock: time 0 is the earliest start of any rank, and no block is shifted.
+  Ns zero = 0;
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    blocks_[i].start = ui::time_zero(blocks_[i].trace, blocks_[i].model);
+    zero = i == 0 ? blocks_[i].start : std::min(zero, blocks_[i].start);
+  }
+  for (TraceBlock& blk : blocks_) blk.zero = zero;
   fit();
   for (TraceBlock& blk : blocks_) load_block(blk);
 }
@@ -102,7 +134,7 @@ void Viewer::relayout() {
   float y = 0;
   for (TraceBlock& b : blocks_) {
     b.top = y;
-    if (ab()) y += L::kBlockHeaderHeight;
+    if (stacked()) y += L::kBlockHeaderHeight;
     b.lanes_top = y;
     y += (b.model.streams_busy.empty() ? 0.f : L::kLaneHeight + L::kTrackGap) +
          (b.model.memory.empty() ? 0.f : L::kLaneHeight + L::kTrackGap);
@@ -222,7 +254,10 @@ void Viewer::log_layout() {
   std::fprintf(log_, "view: axis x %.1f .. %.1f, tracks top %.1f\n", timeline_.x0, timeline_.x1, timeline_.y0);
   size_t g = 0;  // tracks numbered over all blocks
   for (const TraceBlock& b : blocks_) {
-    if (ab())
+    if (ranks())
+      std::fprintf(log_, "view: block %s top %.1f tracks %zu: %s, starts %.3f us after time 0\n", b.name.c_str(), b.top,
+                   b.model.tracks.size(), b.source.c_str(), double(b.start - b.zero) / 1e3);
+    else if (ab())
       std::fprintf(log_, "view: block %s top %.1f tracks %zu: %s, aligned at %s, %.3f us after its start\n",
                    b.name.c_str(), b.top, b.model.tracks.size(), b.source.c_str(),
                    alignment_.empty() ? "its start" : alignment_.c_str(), double(b.zero - b.start) / 1e3);
@@ -290,6 +325,8 @@ void Viewer::log_range() {
   const RangeStats& a = *blocks_[0].range;
   std::fprintf(log_, "view: range %.3f .. %.3f us, %s", double(a.a - time_zero()) / 1e3,
                double(a.b - time_zero()) / 1e3, stats(a).c_str());
+  for (size_t i = 1; ranks() && i < blocks_.size(); ++i)
+    std::fprintf(log_, "; %s: %s", blocks_[i].name.c_str(), stats(*blocks_[i].range).c_str());
   if (ab()) {
     std::fprintf(log_, "; B: %s", stats(*blocks_[1].range).c_str());
     if (diff_)
@@ -364,7 +401,7 @@ void Viewer::draw_block(size_t b, Frame& f) {
   const TraceBlock& blk = blocks_[b];
   if (f.origin_y + blk.top > f.view_bottom || f.origin_y + blk.track_top.back() < f.view_top) return;
   const TimeWindow w = block_window(b);
-  if (ab()) draw_block_header(b, f);
+  if (stacked()) draw_block_header(b, f);
   float top = f.origin_y + blk.lanes_top;
   if (!blk.model.streams_busy.empty()) {
     if (auto v = draw_series_lane(blk.model.streams_busy, "streams busy", top, w, f, true))
@@ -384,9 +421,10 @@ void Viewer::draw_block_header(size_t b, const Frame& f) {
   ImDrawList* dl = ImGui::GetWindowDrawList();
   dl->AddRectFilled(ImVec2(f.origin_x, top), ImVec2(f.axis_x0 + f.axis_width, bottom), IM_COL32(40, 44, 56, 255));
   dl->AddRectFilled(ImVec2(f.origin_x, top), ImVec2(f.origin_x + 6, bottom), kBlockColors[b % 2]);
-  const std::string zero = alignment_.empty() ? "its start"
-                                              : alignment_ + ", " + format_instant(double(blk.zero - blk.start)) +
-                                                    " after its start";
+  const std::string zero = ranks()               ? "the earliest rank's start (one clock)"
+                           : alignment_.empty() ? "its start"
+                                                : alignment_ + ", " + format_instant(double(blk.zero - blk.start)) +
+                                                      " after its start";
   const std::string text =
       blk.name + ": " + blk.source + "   (" + std::to_string(blk.model.tracks.size()) + " tracks; time 0: " + zero + ")";
   dl->AddText(ImVec2(f.origin_x + 12, top + 3), IM_COL32(240, 240, 240, 255), text.c_str());

@@ -10,6 +10,11 @@
 // that the tracks of one role line up; a selected range shows the role-matched diff table
 // (range_diff.h) from the profiles made at load.
 //
+// Ranks mode stacks the traces of one job's ranks (distributedInfo, profiler/job_ranks.h), rank 0
+// on top, on the shared clock they were recorded on (no shift): what each GPU ran at the same
+// moment, e.g. where one rank waits in its all-reduce for a slower one. Each block keeps its own
+// analysis; a selected range shows every rank's busy time side by side.
+//
 // It reads traces, never live model objects. The window system lives in GlWindow; the viewer
 // only needs a current ImGui context, so tests drive it frame by frame.
 #pragma once
@@ -56,7 +61,7 @@ uint32_t name_color(std::string_view name);  // ImGui's ABGR packing, opaque
 
 // One trace on the timeline and what the viewer computed from it at load.
 struct TraceBlock {
-  std::string name;    // "A", "B"; "" in single mode
+  std::string name;    // "A", "B"; "rank 0", ... in ranks mode; "" in single mode
   std::string source;  // the trace's path
   prof::Trace trace;
   TimelineModel model;
@@ -84,6 +89,12 @@ struct CompareOptions {
   std::optional<AlignSpec> align;  // none: default_alignment()
 };
 
+// One trace of a job's ranks, with the file it came from.
+struct RankTrace {
+  prof::Trace trace;
+  std::string source;
+};
+
 class Viewer {
  public:
   // `source` names the trace in the title line (its path).
@@ -92,6 +103,9 @@ class Viewer {
   // sl::Error (naming the file) when a trace lacks the range to align at.
   Viewer(prof::Trace a, std::string source_a, prof::Trace b, std::string source_b, const CompareOptions& compare,
          TimelineOptions opts);
+  // Ranks mode: the traces of one job, stacked by rank (each must name a distinct rank; throws
+  // sl::Error naming the file otherwise), on their shared clock; opts.standard_role_order is set.
+  Viewer(std::vector<RankTrace> ranks, TimelineOptions opts);
   // Rebuilds the tracks (e.g. streams grouped by role); keeps the window and the range.
   void set_options(const TimelineOptions& opts);
   const TimelineOptions& options() const { return options_; }
@@ -99,7 +113,8 @@ class Viewer {
   // Draws the whole UI into the current ImGui frame, filling the display.
   void draw();
 
-  bool ab() const { return blocks_.size() == 2; }
+  bool ab() const { return mode_ == Mode::AB; }
+  bool ranks() const { return mode_ == Mode::Ranks; }
   size_t block_count() const { return blocks_.size(); }
   const TraceBlock& block(size_t i) const { return blocks_.at(i); }
   // The first block's (the only one's, in single mode).
@@ -173,6 +188,7 @@ class Viewer {
   void draw_item_details();
   void draw_range_stats();
   void draw_range_diff();
+  void draw_range_ranks();
   void draw_range_role_table(const RangeDiff& d);
   // A table of a block's analysis (kernels, streams) with its header row, `height` pixels
   // tall (0: the rest of the panel); false when there is none to draw (its error is shown).
@@ -190,6 +206,9 @@ class Viewer {
   void item_tooltip(const Selected& s) const;
   std::string at(const TraceBlock& b, Ns t) const;  // a time of block b relative to its zero
 
+  enum class Mode { Single, AB, Ranks };
+  Mode mode_ = Mode::Single;
+  bool stacked() const { return blocks_.size() > 1; }  // a header bar per block
   std::vector<TraceBlock> blocks_;
   TimelineOptions options_;
   std::optional<AlignSpec> align_;  // A/B: the range instance at time 0 (none: the traces' starts)

@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "core/error.h"
+#include "profiler/job_ranks.h"
 #include "profiler/trace_io.h"
 #include "ui/gl_window.h"
 #include "ui/screenshot.h"
@@ -63,20 +64,39 @@ int run_viewer(const ViewerOptions& o) {
   std::optional<std::pair<double, double>> win, sel;
   if (!o.window_us.empty()) win = parse_us_range(o.window_us, "--window");
   if (!o.select_us.empty()) sel = parse_us_range(o.select_us, "--select");
+  std::vector<std::string> paths{o.trace};
+  if (!o.trace_b.empty()) paths.push_back(o.trace_b);
+  if (!o.more_traces.empty() && o.trace_b.empty()) throw Error("viewer: more traces given without a second one");
+  paths.insert(paths.end(), o.more_traces.begin(), o.more_traces.end());
   std::optional<AlignSpec> align;
   if (!o.align.empty()) {
-    if (o.trace_b.empty()) throw Error("--align '" + o.align + "': aligning needs two traces (view A B)");
+    if (paths.size() != 2) throw Error("--align '" + o.align + "': aligning needs two traces (view A B); the ranks view keeps one clock");
     align = parse_align(o.align);
   }
+  if (o.ab && paths.size() != 2) throw Error("--ab compares two traces (view A B)");
   TimelineOptions to;
   to.group_streams_by_role = o.group_streams_by_role;
+  std::vector<prof::Trace> traces;
+  for (const std::string& p : paths) traces.push_back(load(p));
+  std::vector<prof::RankClaim> claims;
+  for (size_t i = 0; i < traces.size(); ++i) claims.push_back({paths[i], traces[i].rank, traces[i].world_size});
+  // Several traces are ranks of one job unless two are asked to be compared (--ab, --align) or
+  // are not a whole job (two runs to compare).
+  const bool ranks_view = paths.size() > 2 || (paths.size() == 2 && !o.ab && !align && prof::whole_job(claims));
   std::unique_ptr<Viewer> made;
-  if (o.trace_b.empty()) {
-    made = std::make_unique<Viewer>(load(o.trace), o.trace, to);
+  if (paths.size() == 1) {
+    made = std::make_unique<Viewer>(std::move(traces[0]), o.trace, to);
+  } else if (ranks_view) {
+    prof::check_rank_claims(claims);
+    std::fprintf(stderr, "ranks view: %zu traces of one job, stacked by rank on their shared clock%s\n", paths.size(),
+                 paths.size() == 2 ? " (--ab compares the two as A/B instead)" : "");
+    std::vector<RankTrace> ranks;
+    for (size_t i = 0; i < traces.size(); ++i) ranks.push_back({std::move(traces[i]), paths[i]});
+    made = std::make_unique<Viewer>(std::move(ranks), to);
   } else {
-    prof::Trace a = load(o.trace), b = load(o.trace_b);
     to.group_streams_by_role = true;  // roles line up the two traces' streams
-    made = std::make_unique<Viewer>(std::move(a), o.trace, std::move(b), o.trace_b, CompareOptions{align}, to);
+    made = std::make_unique<Viewer>(std::move(traces[0]), o.trace, std::move(traces[1]), o.trace_b,
+                                    CompareOptions{align}, to);
   }
   Viewer& viewer = *made;
   for (size_t i = 0; i < viewer.block_count(); ++i) report_block(viewer, i);
@@ -87,7 +107,10 @@ int run_viewer(const ViewerOptions& o) {
 
   const bool batch = o.frames > 0 || !o.screenshot.empty();
   const int frames = o.frames > 0 ? o.frames : 3;  // a screenshot alone: layout settles in 2 frames
-  const std::string title = "streamlab view: " + o.trace + (o.trace_b.empty() ? "" : " vs " + o.trace_b);
+  const std::string title = "streamlab view: " + o.trace +
+                            (viewer.ranks()  ? " and " + std::to_string(paths.size() - 1) + " more ranks"
+                             : viewer.ab() ? " vs " + o.trace_b
+                                           : "");
   GlWindow window(o.width, o.height, title, !batch);
   for (int f = 0; batch ? f < frames : !window.should_close(); ++f) {
     window.begin_frame(batch ? 0.0 : 0.25);

@@ -1,9 +1,11 @@
-// `streamlab view`: loads a trace (any format trace_io reads), or two for the A/B view, opens the
+// `streamlab view`: loads a trace (any format trace_io reads), two for the A/B view, or the traces
+// of one job's ranks for the ranks view, opens the
 // viewer's window and runs it until closed; or, for scripts and CI, renders a fixed number of frames in a hidden window
 // and writes the last one as a PNG.
 #pragma once
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace sl::ui {
 
@@ -13,6 +15,11 @@ struct ViewerOptions {
   // the range --align names ("" = the default, Viewer's CompareOptions), streams grouped by role.
   std::string trace_b;
   std::string align;
+  // Ranks mode: more traces after the first two; all of them one job's ranks (distributedInfo),
+  // stacked by rank on their shared clock. Two traces that are a whole job (ranks 0 and 1 of a
+  // world of 2) open in ranks mode too, unless `ab` (or an --align) asks for the A/B view.
+  std::vector<std::string> more_traces;
+  bool ab = false;
   std::string screenshot;            // PNG of the last frame ("" = none)
   int frames = 0;                    // > 0: render this many frames, then exit (hidden window)
   int width = 1600, height = 1000;   // window size in pixels

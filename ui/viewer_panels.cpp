@@ -45,7 +45,11 @@ std::string Viewer::window_text() const {
 }
 
 void Viewer::draw_header() {
-  if (!ab()) {
+  if (ranks()) {
+    std::string names;
+    for (const TraceBlock& b : blocks_) names += (names.empty() ? "" : "   ") + b.name + ": " + b.source;
+    ImGui::Text("%zu ranks of one job, on their shared clock   %s", blocks_.size(), names.c_str());
+  } else if (!ab()) {
     const TraceBlock& b = blocks_[0];
     ImGui::Text("%s   %llu events, %llu on the timeline, %zu tracks, span %s", b.source.c_str(),
                 (unsigned long long)b.trace.event_count(), (unsigned long long)b.model.items, b.model.tracks.size(),
@@ -110,14 +114,20 @@ void Viewer::draw_panels() {
     ImGui::Separator();
     if (ab())
       draw_range_diff();
+    else if (ranks())
+      draw_range_ranks();
     else
       draw_range_stats();
     ImGui::EndChild();
     ImGui::EndTabItem();
   }
-  // A/B: one table per trace, each half of the tab (less its title line); else the whole tab.
+  // A/B and ranks: one table per trace, each an equal share of the tab (less its title line);
+  // else the whole tab.
   auto height = [&] {
-    return ab() ? ImGui::GetContentRegionAvail().y / 2 - ImGui::GetTextLineHeightWithSpacing() - 4 : 0.f;
+    return stacked() ? std::max(3 * ImGui::GetTextLineHeightWithSpacing(),
+                                ImGui::GetContentRegionAvail().y / float(blocks_.size()) -
+                                    ImGui::GetTextLineHeightWithSpacing() - 4)
+                     : 0.f;
   };
   if (begin_tab("Kernels")) {
     const float h = height();
@@ -211,6 +221,34 @@ void Viewer::draw_range_stats() {
     }
     ImGui::EndTable();
   }
+}
+
+// Ranks mode: the selected range on every rank, side by side (the same instants on each GPU).
+void Viewer::draw_range_ranks() {
+  if (!blocks_[0].range || selecting_) {
+    ImGui::TextDisabled("right-drag on the timeline to select a time range: every rank's GPU over the same instants");
+    return;
+  }
+  const RangeStats& r0 = *blocks_[0].range;
+  const double len = double(std::max<Ns>(1, r0.b - r0.a));
+  ImGui::Text("range %s (%s)", range_text(blocks_[0], r0).c_str(), format_duration(len).c_str());
+  if (!ImGui::BeginTable("range_ranks", 5, kTableFlags)) return;
+  for (const char* h : {"rank", "kernels busy", "busy %", "overlap across streams", "top kernel in the range"})
+    ImGui::TableSetupColumn(h);
+  ImGui::TableHeadersRow();
+  for (const TraceBlock& b : blocks_) {
+    const RangeStats& r = *b.range;
+    ImGui::TableNextRow();
+    text_cell(b.name);
+    text_cell(format_duration(double(r.gpu_busy)));
+    ImGui::TableNextColumn();
+    ImGui::Text("%.1f%%", 100.0 * double(r.gpu_busy) / len);
+    text_cell(format_duration(double(r.stream_overlap)));
+    text_cell(r.kernels.empty() ? std::string("-")
+                                : short_kernel_name(r.kernels[0].name) + " (" +
+                                      format_duration(double(r.kernels[0].time)) + ")");
+  }
+  ImGui::EndTable();
 }
 
 void Viewer::draw_range_diff() {

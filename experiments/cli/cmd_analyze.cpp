@@ -16,6 +16,7 @@
 #include "core/input_file.h"
 #include "experiments/cli/commands.h"
 #include "profiler/analysis.h"
+#include "profiler/job_ranks.h"
 #include "profiler/summary.h"
 #include "profiler/trace_io.h"
 
@@ -102,16 +103,9 @@ std::string ranks_table(const std::vector<Analysed>& all) {
 
 // Two traces that claim one rank, or disagree on the world size, are not one job's ranks.
 void check_ranks(const std::vector<Analysed>& all) {
-  for (size_t i = 0; i < all.size(); ++i)
-    for (size_t k = i + 1; k < all.size(); ++k) {
-      const Analysed &a = all[i], &b = all[k];
-      if (a.rank >= 0 && a.rank == b.rank)
-        fail("'", all[i].path, "' and '", all[k].path, "' are both rank ", a.rank,
-             " (distributedInfo): give one trace per rank");
-      if (a.world_size > 0 && b.world_size > 0 && a.world_size != b.world_size)
-        fail("'", all[i].path, "' says world_size ", a.world_size, " and '", all[k].path, "' says ", b.world_size,
-             ": not the ranks of one job");
-    }
+  std::vector<prof::RankClaim> claims;
+  for (const Analysed& a : all) claims.push_back({a.path, a.rank, a.world_size});
+  prof::check_rank_claims(claims);
 }
 
 void run(const AnalyzeOptions& o) {

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "experiments/cli/commands.h"
@@ -16,6 +17,8 @@ namespace sl::cli {
 void add_view_command(CLI::App& app) {
   struct Opts {
     std::string trace, trace_b, align, screenshot, window, select, size = "1600x1000";
+    std::vector<std::string> more;
+    bool ab = false;
     int frames = 0;
     bool by_role = false;
     bool log = false;
@@ -23,11 +26,17 @@ void add_view_command(CLI::App& app) {
   auto o = std::make_shared<Opts>();
   CLI::App* cmd = app.add_subcommand(
       "view", "Interactive timeline of a trace (our JSON, PyTorch/Kineto JSON or our SQLite): GPU streams, NVTX "
-              "ranges, CUDA API calls; wheel zooms, left drag pans, right drag selects a range, click selects; two traces: the A/B view");
+              "ranges, CUDA API calls; wheel zooms, left drag pans, right drag selects a range, click selects; two traces: the A/B view; "
+              "the traces of one job's ranks (distributedInfo): the ranks view");
   cmd->add_option("trace", o->trace, "trace file")->required()->check(CLI::ExistingFile);
   cmd->add_option("trace_b", o->trace_b, "a second trace: the A/B view, both on one time axis, B under A, streams "
                                          "grouped by role, a selected range compared role by role")
       ->check(CLI::ExistingFile);
+  cmd->add_option("more", o->more, "the ranks view: further traces of the same job; all the traces are stacked by rank "
+                                   "(distributedInfo) on their shared clock, a selected range shown on every rank")
+      ->check(CLI::ExistingFile);
+  cmd->add_flag("--ab", o->ab, "two traces that are ranks 0 and 1 of one job open as its ranks; --ab compares them "
+                               "as A/B instead");
   cmd->add_option("--align", o->align, "A/B: the NVTX range NAME[:INDEX] (INDEX from 0, in time order) whose start is "
                                        "time 0 in both traces (default: the first decode, else the first "
                                        "ProfilerStep, else each trace's start)");
@@ -48,6 +57,8 @@ void add_view_command(CLI::App& app) {
     v.trace = o->trace;
     v.trace_b = o->trace_b;
     v.align = o->align;
+    v.more_traces = o->more;
+    v.ab = o->ab;
     v.screenshot = o->screenshot;
     v.frames = o->frames;
     v.window_us = o->window;

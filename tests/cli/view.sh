@@ -137,6 +137,52 @@ expect_error "aligning needs two traces" xvfb "$bin" view $ab/per-layer.eager.js
 expect_error "INDEX must be a non-negative integer" xvfb "$bin" view $ab/per-layer.eager.json.gz $ab/shared.eager.json.gz \
   --align decode:x --screenshot "$tmp/bad.png"
 
+# The ranks view: one job's traces (here one real trace exported as ranks 0..2 of 3, so the
+# ranks' clocks agree exactly), given out of order, stacked by rank on one clock, a range
+# measured on each; two traces that are a whole job open as ranks unless --ab; sets that are not
+# one job's ranks refused by name.
+for r in 0 1 2; do
+  "$bin" export $ab/shared.eager.json.gz --to kineto --rank $r --world-size 3 "$tmp/rank$r.json" > /dev/null 2>&1
+done
+xvfb "$bin" view "$tmp/rank2.json" "$tmp/rank0.json" "$tmp/rank1.json" --log --size 1600x1400 --select 0:3600 \
+  --screenshot "$tmp/ranks.png" 2> "$tmp/ranks.log" || { cat "$tmp/ranks.log"; fail "view of 3 ranks"; }
+grep -q "^ranks view: 3 traces of one job, stacked by rank on their shared clock\$" "$tmp/ranks.log" \
+  || { cat "$tmp/ranks.log"; fail "no ranks view"; }
+python3 - "$tmp/ranks.log" "$tmp" <<'PY'
+import re, sys
+log, tmp = open(sys.argv[1]).read(), sys.argv[2]
+blocks = re.findall(r"^view: block rank (\d) top ([0-9.]+) tracks (\d+): (\S+), starts ([0-9.]+) us after time 0$", log, re.M)
+assert [b[0] for b in blocks] == ["0", "1", "2"], blocks
+assert [b[3] for b in blocks] == [f"{tmp}/rank{r}.json" for r in range(3)], blocks
+assert all(b[4] == "0.000" for b in blocks), blocks  # one clock, the same trace: no rank starts later
+tops = [float(b[1]) for b in blocks]
+assert tops[0] == 0 and tops[0] < tops[1] < tops[2], tops
+m = re.search(r"^view: range 0.000 .. 3600.000 us, kernels busy ([0-9.]+) us, [^;]*; rank 1: kernels busy ([0-9.]+) us, "
+              r"[^;]*; rank 2: kernels busy ([0-9.]+) us", log, re.M)
+assert m and m[1] == m[2] == m[3] and float(m[1]) > 0, m and m.groups()
+print("ranks view: 3 blocks by rank, range busy %s us on each" % m[1])
+PY
+PYTHONPATH="$tmp" python3 - "$tmp/ranks.png" <<'PY'
+import sys
+from png import decode
+w, h, rows = decode(sys.argv[1])
+colors = {row[i:i + 3] for row in rows[::4] for i in range(0, w * 4, 16)}
+assert (w, h) == (1600, 1400) and len(colors) >= 30, (w, h, len(colors))
+PY
+xvfb "$bin" view "$tmp/rank0.json" "$tmp/rank1.json" --log --frames 1 2> "$tmp/r01.log" || fail "view of 2 ranks"
+"$bin" export $ab/shared.eager.json.gz --to kineto --rank 1 --world-size 2 "$tmp/w2r1.json" > /dev/null 2>&1
+"$bin" export $ab/shared.eager.json.gz --to kineto --rank 0 --world-size 2 "$tmp/w2r0.json" > /dev/null 2>&1
+xvfb "$bin" view "$tmp/w2r1.json" "$tmp/w2r0.json" --log --frames 1 2> "$tmp/w2.log" || fail "view of a 2-rank job"
+grep -q "^ranks view: 2 traces of one job" "$tmp/w2.log" || { cat "$tmp/w2.log"; fail "a whole 2-rank job not in the ranks view"; }
+grep -q "^view: block rank 0 .*w2r0.json" "$tmp/w2.log" || fail "rank 0 is not on top"
+xvfb "$bin" view "$tmp/w2r1.json" "$tmp/w2r0.json" --ab --log --frames 1 2> "$tmp/w2ab.log" || fail "view --ab"
+grep -q "^view: block A " "$tmp/w2ab.log" || { cat "$tmp/w2ab.log"; fail "--ab did not give the A/B view"; }
+grep -q "^view: block A .*rank0.json" "$tmp/r01.log" || fail "ranks 0 and 1 of a world of 3 are not a whole job: A/B expected"
+expect_error "are both rank 1" xvfb "$bin" view "$tmp/rank0.json" "$tmp/rank1.json" "$tmp/rank1.json" --screenshot "$tmp/bad.png"
+expect_error "says world_size 3 and" xvfb "$bin" view "$tmp/rank0.json" "$tmp/w2r1.json" "$tmp/rank2.json" --screenshot "$tmp/bad.png"
+expect_error "the trace names no rank" xvfb "$bin" view "$tmp/rank0.json" "$tmp/rank1.json" "$tmp/h200.sqlite" --screenshot "$tmp/bad.png"
+expect_error "compares two traces" xvfb "$bin" view "$tmp/rank0.json" "$tmp/rank1.json" "$tmp/rank2.json" --ab --screenshot "$tmp/bad.png"
+
 # Bad input.
 expect_error "END must be after START" xvfb "$bin" view "$tmp/h200.sqlite" --window 5:1 --screenshot "$tmp/bad.png"
 expect_error "expected WIDTHxHEIGHT" xvfb "$bin" view "$tmp/h200.sqlite" --size big --screenshot "$tmp/bad.png"
