@@ -20,7 +20,8 @@ void DeepSeekV4::attention(int layer, const AttentionWeights& aw, LayerCache& ca
   const auto& ev = events_[size_t(layer)].attn;
   const Tensor& table = rope_tables_[size_t(layer)];
   const float eps = float(cfg_.rms_norm_eps);
-  const int64_t T = st.T, H = cfg_.num_attention_heads, Dh = cfg_.head_dim;
+  // H, G: the heads and output groups this rank holds (RunShape::attention_tp).
+  const int64_t T = st.T, H = shape_.heads_per_rank(cfg_), G = shape_.groups_per_rank(cfg_), Dh = cfg_.head_dim;
   const int64_t Hi = cfg_.index_n_heads, di = cfg_.index_head_dim;
   // --kv-cache fp8: the nope dims of a cache entry (the rope dims stay bf16, as in vLLM's layout).
   const int64_t kv_nope = Dh - cfg_.qk_rope_head_dim;
@@ -144,8 +145,10 @@ void DeepSeekV4::attention(int layer, const AttentionWeights& aw, LayerCache& ca
                         aw.attn_sink, st.pos, st.seq, cfg_.sliding_window, mode, cfg_.layer_ratio(layer));
   if (type == LayerType::C4A) eager_region_end();
   ops_.rope(Stream{}, "rope_inv_o", o, st.pos, table, true);
-  linear(ops_, Stream{}, "wo_a", z, o.view({T, H * Dh}), aw.wo_a, cfg_.o_groups);
+  linear(ops_, Stream{}, "wo_a", z, o.view({T, H * Dh}), aw.wo_a, G);
   linear(ops_, Stream{}, "wo_b", out, z, aw.wo_b);
+  // Split heads: each rank's wo_b gave its groups' share of the sum; the whole sum on every rank.
+  if (shape_.attention_tp) ops_.all_reduce_sum(Stream{}, "wo_b.all_reduce", out);
 }
 
 }  // namespace sl

@@ -12,7 +12,8 @@ std::string layer_label(const ModelConfig& c, int layer) {
 
 DeepSeekV4::Buffers::Buffers(Backend& be, const ModelConfig& c, const RunShape& shape) {
   const int64_t B = shape.batch, T = int64_t(shape.batch) * shape.max_seq_tokens;
-  const int64_t D = c.hidden_size, hc = c.hc_mult, H = c.num_attention_heads, Dh = c.head_dim;
+  // H: the heads this rank holds (all, unless the attention is split over ranks).
+  const int64_t D = c.hidden_size, hc = c.hc_mult, H = shape.heads_per_rank(c), Dh = c.head_dim;
   const int64_t k = std::max(c.draft_steps, 1), V = c.vocab_size;
   Tmax = T;
   const DType act = be.act_dtype();
@@ -51,7 +52,7 @@ DeepSeekV4::Buffers::Buffers(Backend& be, const ModelConfig& c, const RunShape& 
   kv = A("attn.kv", act, {T, Dh});
   q = A("attn.q", act, {T, H, Dh});
   o = A("attn.o", act, {T, H, Dh});
-  z = A("attn.z", act, {T, int64_t(c.o_groups) * c.o_lora_rank});
+  z = A("attn.z", act, {T, shape.groups_per_rank(c) * c.o_lora_rank});
   f = A("sublayer_out", act, {T, D});
   comp_u = A("compressor.u", DType::F32, {T, 2 * Dh});
   comp_g = A("compressor.g", DType::F32, {T, 2 * Dh});

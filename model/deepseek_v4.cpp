@@ -46,6 +46,16 @@ DeepSeekV4::DeepSeekV4(Backend& be, const ModelConfig& cfg, const StreamPolicy& 
              "expert parallelism: the all-to-all scheme runs the routed experts in the bf16 format only "
              "(--weights native: use the all-gather scheme)");
   }
+  if (shape_.attention_tp) {
+    const int W = shape_.expert_world;
+    SL_CHECK(W > 1 && !shape_.expert_all_to_all, "tensor parallelism of the attention splits its heads over the ranks "
+             "of the all-gather scheme: it needs more than one rank and every rank holding every sequence");
+    SL_CHECK(cfg_.num_attention_heads % W == 0 && cfg_.o_groups % W == 0, "config ", cfg_.name,
+             ": tensor parallelism over ", W, " ranks needs the ", cfg_.num_attention_heads, " attention heads and ",
+             cfg_.o_groups, " output groups (o_groups) to split evenly");
+    SL_CHECK(shape_.weights == WeightFormat::Bf16, "tensor parallelism of the attention holds bf16-format weights "
+             "only (--weights native splits FP8 blocks: not supported yet)");
+  }
   const int L = cfg_.num_hidden_layers, N = cfg_.num_nextn_predict_layers;
   const Stream main{};
 
@@ -92,6 +102,12 @@ DeepSeekV4::DeepSeekV4(Backend& be, const ModelConfig& cfg, const StreamPolicy& 
     const ExpertPartition p = partition_experts(cfg_.n_routed_experts, shape_.expert_world, shape_.expert_rank);
     w_.experts_first = p.first();
     w_.experts_count = p.per_rank();
+  }
+  if (shape_.attention_tp) {
+    w_.heads_count = shape_.heads_per_rank(cfg_);
+    w_.heads_first = shape_.expert_rank * w_.heads_count;
+    w_.groups_count = shape_.groups_per_rank(cfg_);
+    w_.groups_first = shape_.expert_rank * w_.groups_count;
   }
   allocate_weights(be_, cfg_, w_, shape_.weights);
 

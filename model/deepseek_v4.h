@@ -58,6 +58,18 @@ struct RunShape {
   // weight, and each MoE layer sends each (token, slot) pair to its expert's owner and back
   // (moe_experts_all_to_all). bf16-format weights only.
   bool expert_all_to_all = false;
+  // Tensor parallelism of the attention over the same ranks (the all-gather scheme): each rank
+  // holds num_attention_heads / expert_world heads (their wq_b rows and sinks) and o_groups /
+  // expert_world output groups (their wo_a rows and wo_b columns), computes its heads' attention
+  // and its share of wo_b's sum, and the ranks' shares are summed (all_reduce_sum on the main
+  // stream, as serving stacks sum after the output projection). The KV projection, compressors and
+  // indexer stay whole on every rank (one latent KV head). bf16-format weights, random init.
+  bool attention_tp = false;
+  // The heads (and output groups) one rank holds.
+  int64_t heads_per_rank(const ModelConfig& c) const {
+    return attention_tp ? c.num_attention_heads / expert_world : c.num_attention_heads;
+  }
+  int64_t groups_per_rank(const ModelConfig& c) const { return attention_tp ? c.o_groups / expert_world : c.o_groups; }
   // FP8 KV caches, emulated (--kv-cache fp8; docs/model.md 5.7): the window and compressed caches'
   // nope dims rounded as an FP8 cache stores them (e4m3, a power-of-two scale per 64), the indexer
   // keys likewise with one scale per key; held in the activation dtype, so the values are the FP8

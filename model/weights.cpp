@@ -82,6 +82,15 @@ struct SpecBuilder {
     out.back().scale_dst = &dst->scale;
   }
   void norm(const std::string& name, int64_t d, Tensor* dst) { add(name, Shape{d}, dst, kNormScale, kNormOffset); }
+  // The last spec holds only [first, first + count) along `dim` (tensor parallelism).
+  void share(int dim, int64_t first, int64_t count) {
+    WeightSpec& s = out.back();
+    if (count == s.shape[dim]) return;
+    s.full_shape = s.shape;
+    s.shape.d[size_t(dim)] = count;
+    s.slice_dim = dim;
+    s.slice_first = first;
+  }
   void hc(const std::string& prefix, int mix, Tensor* fn, Tensor* base, Tensor* scale, int nscale) {
     const int64_t hcD = int64_t(c.hc_mult) * c.hidden_size;
     add(prefix + "fn", Shape{mix, hcD}, fn, std::sqrt(3.0f / float(hcD)), 0.f, true);
@@ -103,13 +112,21 @@ struct SpecBuilder {
     const LayerType type = c.layer_type(layer);
     AttentionWeights& a = b.attn;
     linear(p + "attn.wq_a.weight", Lq, D, &a.wq_a);
+    // Tensor parallelism holds this rank's heads (wq_b rows, sinks) and output groups (wo_a
+    // rows, wo_b columns); the scaling keeps the full matrix's fan-in, so a share holds exactly
+    // the full tensor's values.
+    const int64_t Hh = w.held_heads(c), Gh = w.held_groups(c);
     linear(p + "attn.wq_b.weight", H * Dh, Lq, &a.wq_b);
+    share(0, w.heads_first * Dh, Hh * Dh);
     linear(p + "attn.wkv.weight", Dh, D, &a.wkv);
     linear(p + "attn.wo_a.weight", G * Lo, H * Dh / G, &a.wo_a);
+    share(0, w.groups_first * Lo, Gh * Lo);
     linear(p + "attn.wo_b.weight", D, G * Lo, &a.wo_b);
+    share(1, w.groups_first * Lo, Gh * Lo);
     norm(p + "attn.q_norm.weight", Lq, &a.q_norm);
     norm(p + "attn.kv_norm.weight", Dh, &a.kv_norm);
     add(p + "attn.attn_sink", Shape{H}, &a.attn_sink, kSmall, 0.f, true);
+    share(0, w.heads_first, Hh);
     if (type != LayerType::Sliding) compressor(p + "attn.compressor.", c.layer_ratio(layer), c.head_dim, a.compressor);
     if (type == LayerType::C4A) {
       const int64_t Hi = c.index_n_heads, di = c.index_head_dim;
@@ -267,6 +284,13 @@ std::vector<int32_t> make_tid2eid(uint64_t seed, uint64_t key, int64_t V, int k,
 int64_t ModelWeights::held_experts(const ModelConfig& c) const {
   return experts_count < 0 ? c.n_routed_experts : experts_count;
 }
+int64_t ModelWeights::held_heads(const ModelConfig& c) const {
+  return heads_count < 0 ? c.num_attention_heads : heads_count;
+}
+int64_t ModelWeights::held_groups(const ModelConfig& c) const { return groups_count < 0 ? c.o_groups : groups_count; }
+bool ModelWeights::attention_split(const ModelConfig& c) const {
+  return held_heads(c) != c.num_attention_heads || held_groups(c) != c.o_groups;
+}
 
 std::vector<WeightSpec> weight_specs(const ModelConfig& c, ModelWeights& w) {
   const int L = c.num_hidden_layers, N = c.num_nextn_predict_layers;
@@ -342,13 +366,49 @@ void allocate_weights(Backend& be, const ModelConfig& c, ModelWeights& w, Weight
   }
 }
 
+// A tensor-parallel share gets exactly the values the whole tensor holds there: the whole tensor
+// is generated into a scratch of the share's dtype (one per dtype, of the largest whole tensor),
+// and the share copied out through the host (at load only).
+void init_share(Backend& be, const WeightSpec& s, uint64_t seed, uint64_t key, std::map<DType, Tensor>& scratch,
+                const std::vector<WeightSpec>& specs) {
+  const Tensor dst = spec_view(s);
+  Tensor& sc = scratch[dst.dtype];
+  if (sc.empty()) {
+    int64_t most = 0;
+    for (const auto& o : specs)
+      if (o.slice_dim >= 0) most = std::max(most, o.full_shape.numel());
+    sc = be.alloc(std::string("weights.share_scratch.") + dtype_name(dst.dtype), dst.dtype, Shape{most},
+                  AllocKind::Workspace);
+  }
+  const Tensor whole = sc.rows(0, s.full_shape.numel()).view(s.full_shape);
+  be.init_uniform(Stream{0}, whole, seed, key, s.scale, s.offset);
+  const size_t es = dtype_size(dst.dtype);
+  std::vector<uint8_t> all(size_t(whole.numel()) * es), part(size_t(dst.numel()) * es);
+  be.download(all.data(), whole, all.size());  // waits for the init
+  const int64_t cols = s.full_shape.n > 1 ? s.full_shape[1] : 1;
+  const int64_t rows = s.full_shape[0];
+  const int64_t r0 = s.slice_dim == 0 ? s.slice_first : 0, nr = s.slice_dim == 0 ? s.shape[0] : rows;
+  const int64_t c0 = s.slice_dim == 1 ? s.slice_first : 0, nc = s.slice_dim == 1 ? s.shape[1] : cols;
+  for (int64_t r = 0; r < nr; ++r)
+    std::memcpy(part.data() + size_t(r * nc) * es, all.data() + size_t((r0 + r) * cols + c0) * es, size_t(nc) * es);
+  be.upload(Stream{0}, dst, part.data(), part.size());
+  be.synchronize();  // `part` is freed on return
+}
+
 void init_weights(Backend& be, const ModelConfig& c, ModelWeights& w, uint64_t seed) {
   const Stream s0{0};
   std::vector<std::vector<int32_t>> host;  // kept alive until the uploads complete
   const std::vector<WeightSpec> specs = weight_specs(c, w);
   const Tensor scratch = native_scratch(be, specs, w.format);
+  std::map<DType, Tensor> share_scratch;
   for (const auto& s : specs) {
     const uint64_t key = hash_name(s.name);
+    if (s.slice_dim >= 0) {
+      SL_CHECK(!held_native(s, w.format), "weights: ", s.name, ": a tensor-parallel share of a native weight is not "
+               "supported (use --weights bf16)");
+      init_share(be, s, seed, key, share_scratch, specs);
+      continue;
+    }
     if (held_native(s, w.format)) {
       // The bf16 format's values, in fp32, quantized: stream order lets the next spec reuse the scratch.
       be.init_uniform(s0, scratch.rows(0, s.shape.numel()).view(s.shape), seed, key, s.scale, s.offset);
@@ -562,6 +622,8 @@ void save_checkpoint(Backend& be, const ModelConfig& c, ModelWeights& w, const s
   SL_CHECK(w.held_experts(c) == c.n_routed_experts, "save_checkpoint: this process holds routed experts [",
            w.experts_first, ", ", w.experts_first + w.held_experts(c), ") of ", c.n_routed_experts,
            " (expert parallelism): a checkpoint holds them all; save from a run on one rank");
+  SL_CHECK(!w.attention_split(c), "save_checkpoint: this process holds ", w.held_heads(c), " of ",
+           c.num_attention_heads, " attention heads (tensor parallelism): save from a run on one rank");
   std::error_code ec;
   fs::create_directories(dir, ec);
   SL_CHECK(!ec && fs::is_directory(dir), "save_checkpoint: cannot create directory ", dir, ": ", ec.message());
@@ -856,6 +918,9 @@ static CheckpointFiles open_checkpoint_files(const std::string& dir, const std::
 
 void load_checkpoint(Backend& be, const ModelConfig& c, ModelWeights& w, const std::string& dir) {
   const std::string where = "checkpoint " + dir;
+  SL_CHECK(!w.attention_split(c), where, ": loading into a rank that holds ", w.held_heads(c), " of ",
+           c.num_attention_heads, " attention heads (tensor parallelism) is not supported yet; use random weights "
+           "(--seed) or no --attention-tp");
   std::error_code ec;
   SL_CHECK(fs::is_directory(dir, ec), where, ": not a directory");
 

@@ -92,6 +92,14 @@ struct ModelWeights {
   // before weight_specs / allocate_weights.
   int64_t experts_first = 0, experts_count = -1;
   int64_t held_experts(const ModelConfig& c) const;
+  // The attention heads held (tensor parallelism of the attention, RunShape::attention_tp):
+  // heads [heads_first, heads_first + heads_count) of every layer (their wq_b rows and sinks),
+  // and output groups [groups_first, groups_first + groups_count) (their wo_a rows and wo_b
+  // columns); -1: all. Set before weight_specs / allocate_weights.
+  int64_t heads_first = 0, heads_count = -1, groups_first = 0, groups_count = -1;
+  int64_t held_heads(const ModelConfig& c) const;
+  int64_t held_groups(const ModelConfig& c) const;
+  bool attention_split(const ModelConfig& c) const;
 };
 
 // One checkpoint tensor: its name and shape as in the checkpoint, where it lives, and how the
@@ -111,6 +119,12 @@ struct WeightSpec {
   Init init = Init::Uniform;
   float scale = 0.f;       // Uniform: value = scale * U[-1, 1) + offset
   float offset = 0.f;
+  // A tensor-parallel share: `shape` is the part held, `full_shape` the checkpoint's, and the
+  // part is [slice_first, slice_first + shape[slice_dim]) along dim slice_dim (0 rows, 1
+  // columns). slice_dim -1: the whole tensor.
+  int slice_dim = -1;
+  int64_t slice_first = 0;
+  Shape full_shape;
 };
 
 // Every tensor of the checkpoint, in a fixed order (a native weight's scales are its spec's

@@ -79,6 +79,7 @@ struct RunOptions {
   // copies of this process (experiments/cli/rank_processes.h) joined through a socket group.
   std::string rank_launch = "threads";
   std::string rank_of;  // set only in a copy that rank 0 started: "R:SOCKET"
+  bool attention_tp = false;  // --attention-tp: the attention's heads split over the ranks too
   int gpus = 0;         // --gpus N: --backend cuda --expert-ranks N --rank-launch processes
   bool tracing() const { return !trace_json.empty() || !trace_sqlite.empty(); }
 };
@@ -444,6 +445,7 @@ nlohmann::json run_json(const DeepSeekV4& model, const RunBackend& backend, cons
           {"weights", weight_format_name(shape.weights)},
           {"expert_ranks", shape.expert_world},
           {"rank_launch", shape.expert_world > 1 ? nlohmann::json(o.rank_launch) : nlohmann::json(nullptr)},
+          {"attention_tp", shape.attention_tp},
           {"expert_scheme", shape.expert_world > 1 ? nlohmann::json(shape.expert_all_to_all ? "all-to-all" : "all-gather")
                                                    : nlohmann::json(nullptr)},
           {"kv_cache", shape.kv_fp8 ? "fp8" : "bf16"},
@@ -488,6 +490,8 @@ void print_run_summary(const Backend& be, const ModelConfig& cfg, const RunShape
 // (prefill, then each decode step) and meet it in every MoE layer's all-reduce, so anything
 // rank 0 alone would do to the model (graphs, tracing, the op-by-op check, faults) is refused.
 void check_expert_ranks(const RunOptions& o) {
+  SL_CHECK(!o.attention_tp || (o.expert_ranks > 1 && o.expert_scheme == "all-gather"), "--attention-tp splits the "
+           "attention's heads over the ranks of --expert-ranks N (N >= 2) in the all-gather scheme");
   if (o.expert_ranks == 1) return;
   const char* opt = "--expert-ranks";
   SL_CHECK(o.backend != "cuda" || o.rank_launch == "processes", opt, " ", o.expert_ranks, " on the CUDA backend runs "
@@ -544,6 +548,7 @@ RunSetup setup_run(const RunOptions& o) {
   u.shape = run_shape(u.cfg, o.model, o.steps, !o.dump_logits.empty(), o.spec.on());
   u.shape.expert_world = o.expert_ranks;
   u.shape.expert_all_to_all = u.all_to_all;
+  u.shape.attention_tp = o.attention_tp;
   if (o.expert_ranks > 1) partition_experts(u.cfg.n_routed_experts, o.expert_ranks, 0);  // an uneven split: said now
   return u;
 }
@@ -681,6 +686,11 @@ void run_rank0(const RunOptions& o, std::optional<RankProcesses>& processes) {
                    setup.full_batch);
     else
       std::fprintf(info, "; rank 0 reports\n");
+    if (shape.attention_tp)
+      std::fprintf(info, "tensor parallelism: the attention's %d heads and %d output groups split over the %d ranks "
+                   "(%lld and %lld each), wo_b's shares summed by an all-reduce on the main stream\n",
+                   cfg.num_attention_heads, cfg.o_groups, o.expert_ranks,
+                   static_cast<long long>(shape.heads_per_rank(cfg)), static_cast<long long>(shape.groups_per_rank(cfg)));
     std::fflush(info);
     if (as_processes) {
       if (o.backend == "cuda") {
@@ -818,6 +828,10 @@ void add_run_command(CLI::App& app) {
       ->excludes(backend_opt)
       ->excludes(ranks_opt)
       ->excludes(launch_opt);
+  cmd->add_flag("--attention-tp", o->attention_tp,
+                "with --expert-ranks N: also split the attention's heads and output groups over the N ranks "
+                "(tensor parallelism; wo_b's shares summed by an all-reduce on the main stream); bf16 weights, "
+                "random initialisation");
   cmd->add_option("--rank-of", o->rank_of, "RANK:SOCKET, set by rank 0 in the copies it starts")->group("");
   cmd->add_option("--checkpoint", o->checkpoint,
                   "load weights from a DeepSeek-layout directory (config.json + *.safetensors); the config then "

@@ -28,6 +28,7 @@ struct ScheduleOptions {
   bool full = false;
   int expert_ranks = 1;  // the schedule of rank 0 of a model split over this many ranks
   std::string expert_scheme = "all-gather";  // or all-to-all (no comm stream: the exchange is in the op)
+  bool attention_tp = false;                 // the attention's heads split over the ranks too
 };
 
 // Groups the recorded entries by (forward, layer, phase) using the scope path the model writes
@@ -122,7 +123,10 @@ void schedule(const ScheduleOptions& o) {
     be->set_communicator(group[0].get());
     shape.expert_world = o.expert_ranks;
     shape.expert_all_to_all = o.expert_scheme == "all-to-all";
+    shape.attention_tp = o.attention_tp;
   }
+  SL_CHECK(!o.attention_tp || o.expert_ranks > 1, "--attention-tp splits the attention over the ranks of "
+           "--expert-ranks N (N >= 2)");
   const bool comm_stream = o.expert_ranks > 1 && !shape.expert_all_to_all;
   DeepSeekV4 model(*be, cfg, policy, shape);
   model.set_accept_rule(accept);
@@ -161,6 +165,7 @@ void schedule(const ScheduleOptions& o) {
     j["streams_created"] = plan.physical.size() + (comm_stream ? 1 : 0);  // + the comm stream
     j["expert_ranks"] = o.expert_ranks;
     j["expert_scheme"] = o.expert_ranks > 1 ? nlohmann::json(o.expert_scheme) : nlohmann::json(nullptr);
+    j["attention_tp"] = o.attention_tp;
     j["aux_streams_requested"] = plan.streams.size() - (plan.shared_expert >= 0 ? 1 : 0);
     j["stream_plan"] = stream_plan_json(plan, policy, alias_from);
     j["predicted_resources"] = {{"cuda_streams", res.streams_created},
@@ -235,6 +240,9 @@ void add_schedule_command(CLI::App& app) {
                   "inside the routed-experts op, no comm stream)")
       ->check(CLI::IsMember({"all-gather", "all-to-all"}))
       ->capture_default_str();
+  cmd->add_flag("--attention-tp", o->attention_tp,
+                "with --expert-ranks N: the attention's heads split over the ranks too (its all-reduce after wo_b "
+                "on the main stream)");
   cmd->add_flag("--full", o->full, "also print every recorded op, record and wait");
   cmd->callback([o] { schedule(*o); });
 }

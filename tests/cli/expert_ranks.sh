@@ -103,6 +103,37 @@ cmp -s "$tmp/a2a.npy" "$tmp/pa2a.npy" || fail "all-to-all over 2 rank processes:
 grep -q "2 ranks as processes (a socket group)" "$tmp/pa2a.txt" || fail "no processes line"
 test -z "$(ls -A "$TMPDIR")" || fail "rank processes left $(ls "$TMPDIR") behind"
 
+# --attention-tp: the attention's heads split over the ranks too. Threads and processes give the
+# same bits; against one rank the logits differ only by the order of fp32 sums (wo_b summed per
+# rank, then over ranks: measured below 1e-6 of the largest logit).
+"$bin" run --config tiny --backend cpu --steps 2 --expert-ranks 2 --attention-tp --dump-logits "$tmp/tp.npy" \
+  --json > "$tmp/tp.json"
+"$bin" run --config tiny --backend cpu --steps 2 --expert-ranks 2 --attention-tp --rank-launch processes \
+  --dump-logits "$tmp/tpp.npy" > "$tmp/tpp.txt"
+cmp -s "$tmp/tp.npy" "$tmp/tpp.npy" || fail "--attention-tp: processes differ from threads"
+grep -q "the attention's 4 heads and 2 output groups split over the 2 ranks (2 and 1 each)" "$tmp/tpp.txt" ||
+  fail "no tensor parallelism line"
+python3 - "$tmp/tp.npy" "$tmp/l1.npy" "$tmp/tp.json" <<'PY'
+import json, struct, sys
+def floats(path):
+    b = open(path, "rb").read()
+    n = struct.unpack("<H", b[8:10])[0]
+    data = b[10 + n:]
+    return struct.unpack("<%df" % (len(data) // 4), data)
+tp, one = floats(sys.argv[1]), floats(sys.argv[2])
+assert len(tp) == len(one)
+rel = max(abs(a - b) for a, b in zip(tp, one)) / max(abs(b) for b in one)
+assert 0 < rel < 1e-5, rel  # not bit-equal (the split sums in another order) but within fp32 rounding
+assert json.load(open(sys.argv[3]))["attention_tp"] is True
+print("attention-tp over 2 ranks vs one rank: %.3g of the largest logit" % rel)
+PY
+"$bin" schedule --config tiny --expert-ranks 2 --attention-tp --json > "$tmp/tp-sched.json"
+python3 - "$tmp/tp-sched.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["hazards"] == [] and d["attention_tp"] is True, d["hazards"][:3]
+PY
+
 # A rank killed mid-run: rank 0 fails (no hang), saying which rank was killed and by what, and
 # no rank process outlives the run.
 "$bin" run --config tiny --backend cpu --steps 3000 --expert-ranks 2 --rank-launch processes \
@@ -142,5 +173,9 @@ expect_error "gpus and backend" "excludes" --gpus 2 --backend cpu
 # --gpus 2 here: no GPU (CI), no CUDA in the build, or too few GPUs, each said.
 expect_error "gpus" "CUDA device\|without CUDA\|need a GPU each" --gpus 2
 expect_error "bad rank-of" "expected RANK:SOCKET" --backend cpu --expert-ranks 2 --rank-of nonsense
+expect_error "tp alone" "splits the attention's heads over the ranks of --expert-ranks N" --backend cpu --attention-tp
+expect_error "tp a2a" "in the all-gather scheme" --backend cpu --expert-ranks 2 --attention-tp --expert-scheme all-to-all --batch 2
+expect_error "tp uneven" "to split evenly" --backend cpu --expert-ranks 4 --attention-tp
+expect_error "tp checkpoint" "tensor parallelism) is not supported yet" --backend cpu --expert-ranks 2 --attention-tp --checkpoint "$tmp/full"
 test ! -e "$tmp/ck" || fail "a refused run wrote a checkpoint"
 echo "PASS"

@@ -319,6 +319,83 @@ void expect_ranks_equal_one_rank(int experts_per_token) {
 TEST(ExpertParallel, ModelOverFakeRanksEqualsOneRank) { expect_ranks_equal_one_rank(2); }
 TEST(ExpertParallel, ModelOverFakeRanksEqualsOneRankFourPerToken) { expect_ranks_equal_one_rank(4); }
 
+// Tensor parallelism of the attention (RunShape::attention_tp) on top of the expert split: tiny's
+// 4 heads and 2 output groups over 2 ranks, each rank holding its heads' wq_b rows and sinks and
+// its group's wo_a rows and wo_b columns (shares of the tensors the one-rank model holds, value
+// for value), the ranks' wo_b shares summed. The logits equal one rank's up to the order of fp32
+// sums: wo_b's dot products are summed per rank, then over ranks, and the MoE's as before
+// (measured 6-8e-7); a share holding the wrong rows or a missing sum moves them by far more
+// (leaving out the attention's all-reduce: 0.75 to 1.35 of the largest logit, measured).
+TEST(ExpertParallel, AttentionSplitOverRanksEqualsOneRank) {
+  ModelConfig c = load_config("tiny");
+  validate(c);
+  RunShape shape;
+  shape.batch = c.batch;
+  shape.max_positions = c.context_length + 8;
+  shape.max_seq_tokens = c.context_length;
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < c.batch * c.context_length; ++i)
+    prompt.push_back(int32_t(splitmix64(5 * 1000003 + uint64_t(i)) % uint64_t(c.vocab_size)));
+  auto run = [&](Backend& be, const RunShape& s) {
+    DeepSeekV4 m(be, c, StreamPolicy::parse("per-layer"), s);
+    m.init_random(c.seed);
+    Logits out{m.prefill(prompt, c.context_length).last_logits};
+    for (int i = 0; i < 2; ++i) out.push_back(m.decode_step().last_logits);
+    return out;
+  };
+  std::unique_ptr<Backend> one = make_cpu_backend();
+  const Logits ref = run(*one, shape);
+  const int world = 2;
+  const std::vector<Logits> got = model_on_ranks(world, [&](int r, Backend& be) {
+    RunShape s = shape;
+    s.expert_world = world;
+    s.expert_rank = r;
+    s.attention_tp = true;
+    return run(be, s);
+  });
+  ASSERT_FALSE(::testing::Test::HasFailure());
+  EXPECT_EQ(got[1], got[0]) << "the ranks sum the same shares in the same order";
+  for (size_t step = 0; step < ref.size(); ++step) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < ref[step].size(); ++i) {
+      num = std::max(num, double(std::fabs(got[0][step][i] - ref[step][i])));
+      den = std::max(den, double(std::fabs(ref[step][i])));
+    }
+    std::printf("  attention over %d ranks, step %zu: max |diff| / max |logit| = %.3g\n", world, step, num / den);
+    EXPECT_LT(num / den, 1e-4) << "step " << step;
+  }
+}
+
+// What the split refuses: heads or groups that do not divide, the all-to-all scheme (ranks with
+// different sequences cannot share heads), native weights, a checkpoint.
+TEST(ExpertParallel, AttentionSplitRefusals) {
+  const ModelConfig c = load_config("tiny");
+  auto expect_refused = [&](RunShape s, int world, const std::string& want) {
+    auto group = make_fake_group(world);
+    std::unique_ptr<Backend> be = make_cpu_backend();
+    be->set_communicator(group[0].get());
+    s.expert_world = world;
+    s.attention_tp = true;
+    try {
+      DeepSeekV4 m(*be, c, StreamPolicy::parse("shared"), s);
+      ADD_FAILURE() << "accepted: " << want;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  };
+  RunShape s;
+  s.batch = c.batch;
+  s.max_positions = c.context_length + 4;
+  s.max_seq_tokens = c.context_length;
+  expect_refused(s, 4, "4 attention heads and 2 output groups (o_groups) to split evenly");
+  RunShape a2a = s;
+  a2a.expert_all_to_all = true;
+  expect_refused(a2a, 2, "every rank holding every sequence");
+  RunShape native = s;
+  native.weights = WeightFormat::Native;
+  expect_refused(native, 2, "bf16-format weights only");
+}
+
 // A model split over ranks refuses to run without its group's communicator (its all-reduce would
 // silently sum nothing), and an uneven split is refused by name.
 TEST(ExpertParallel, ModelNeedsItsCommunicatorAndAnEvenSplit) {
