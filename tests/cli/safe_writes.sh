@@ -50,9 +50,12 @@ test -s "$tmp/out_dir/tables/gpu_ops.csv" || fail "csv export wrote no gpu_ops.c
 ls -A "$tmp/out_dir" | grep -q staging && fail "a staging folder was left"
 
 # A kill in the middle of a large export: the destination is the old file or a complete new one.
+# A process killed with SIGKILL cannot remove its hidden temporary file (.NAME.tmp.*), so these
+# write into a folder of their own, apart from the folder the error paths must leave clean.
 gunzip -c "$trace" > "$tmp/big.json"
+mkdir -p "$tmp/kill_dir"
 for to in kineto sqlite; do
-  dst="$tmp/out_dir/killed.$to"
+  dst="$tmp/kill_dir/killed.$to"
   echo OLD > "$dst"
   "$bin" export "$tmp/big.json" --to $to "$dst" 2> /dev/null & pid=$!
   sleep 0.2; kill -9 $pid 2> /dev/null || true; wait $pid 2> /dev/null || true
