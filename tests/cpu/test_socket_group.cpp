@@ -157,7 +157,8 @@ TEST(SocketGroup, RanksThatNeverComeAreNamed) {
     join_socket_group(socket_path("absent"), 0, 4, 0.5);
     ADD_FAILURE() << "a group of 4 formed with 2 ranks";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("ranks 2, 3 did not join within 0.5 s"), std::string::npos) << e.what();
+    // "ranks 2, 3", or "ranks 1, 2, 3" when a loaded machine kept rank 1 from connecting in time.
+    EXPECT_NE(std::string(e.what()).find("2, 3 did not join within 0.5 s"), std::string::npos) << e.what();
   }
   one.join();
 }
