@@ -14,6 +14,22 @@
 
 namespace sl {
 
+ModelWeights rank_share(const ModelConfig& c, const RunShape& shape) {
+  ModelWeights w;
+  if (shape.expert_world > 1) {
+    const ExpertPartition p = partition_experts(c.n_routed_experts, shape.expert_world, shape.expert_rank);
+    w.experts_first = p.first();
+    w.experts_count = p.per_rank();
+  }
+  if (shape.attention_tp) {
+    w.heads_count = shape.heads_per_rank(c);
+    w.heads_first = shape.expert_rank * w.heads_count;
+    w.groups_count = shape.groups_per_rank(c);
+    w.groups_first = shape.expert_rank * w.groups_count;
+  }
+  return w;
+}
+
 DeepSeekV4::DeepSeekV4(Backend& be, const ModelConfig& cfg, const StreamPolicy& policy, const RunShape& shape)
     : be_(be), cfg_(cfg), policy_(policy), shape_(shape), ops_(be) {
   validate(cfg_);
@@ -97,17 +113,13 @@ DeepSeekV4::DeepSeekV4(Backend& be, const ModelConfig& cfg, const StreamPolicy& 
         events_[size_t(l)].indexer[size_t(i)] = be_.create_event(p + ".indexer.ev" + std::to_string(i));
   }
 
-  // Expert parallelism: this rank holds its contiguous share of every MoE layer's experts.
-  if (shape_.expert_world > 1) {
-    const ExpertPartition p = partition_experts(cfg_.n_routed_experts, shape_.expert_world, shape_.expert_rank);
-    w_.experts_first = p.first();
-    w_.experts_count = p.per_rank();
-  }
-  if (shape_.attention_tp) {
-    w_.heads_count = shape_.heads_per_rank(cfg_);
-    w_.heads_first = shape_.expert_rank * w_.heads_count;
-    w_.groups_count = shape_.groups_per_rank(cfg_);
-    w_.groups_first = shape_.expert_rank * w_.groups_count;
+  // Expert parallelism: this rank holds its contiguous share of every MoE layer's experts (and,
+  // with attention_tp, of every attention's heads and output groups).
+  {
+    const ModelWeights share = rank_share(cfg_, shape_);
+    w_.experts_first = share.experts_first, w_.experts_count = share.experts_count;
+    w_.heads_first = share.heads_first, w_.heads_count = share.heads_count;
+    w_.groups_first = share.groups_first, w_.groups_count = share.groups_count;
   }
   allocate_weights(be_, cfg_, w_, shape_.weights);
 

@@ -77,6 +77,11 @@ struct RunShape {
   bool kv_fp8 = false;
 };
 
+// The part of the weights rank shape.expert_rank holds (expert parallelism: its routed experts;
+// with attention_tp: its heads and output groups): a ModelWeights with only those ranges set (no
+// tensors). All of it when the model is not split.
+ModelWeights rank_share(const ModelConfig& c, const RunShape& shape);
+
 // The experts one MoE execution routed to (RunShape::record_routing): target layer l, or the
 // MTP layer of draft step s.
 struct RoutingRecord {

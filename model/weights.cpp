@@ -336,8 +336,13 @@ size_t held_bytes(const WeightSpec& s, DType wdt, WeightFormat fmt) {
   return n;
 }
 
-size_t weight_bytes(const ModelConfig& c, DType wdt, WeightFormat fmt) {
+size_t weight_bytes(const ModelConfig& c, DType wdt, WeightFormat fmt) { return weight_bytes(c, wdt, fmt, ModelWeights{}); }
+
+size_t weight_bytes(const ModelConfig& c, DType wdt, WeightFormat fmt, const ModelWeights& held) {
   ModelWeights tmp;
+  tmp.experts_first = held.experts_first, tmp.experts_count = held.experts_count;
+  tmp.heads_first = held.heads_first, tmp.heads_count = held.heads_count;
+  tmp.groups_first = held.groups_first, tmp.groups_count = held.groups_count;
   size_t total = 0;
   for (const auto& s : weight_specs(c, tmp)) total += held_bytes(s, wdt, fmt);
   return total;

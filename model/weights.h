@@ -135,6 +135,9 @@ std::vector<WeightSpec> weight_specs(const ModelConfig& c, ModelWeights& w);
 // docs/model.md 8 keeps in F32 stay F32; native weights count their codes and scales). Printed
 // before allocation.
 size_t weight_bytes(const ModelConfig& c, DType wdt, WeightFormat fmt = WeightFormat::Bf16);
+// The same for the share `held` describes (its experts_* and heads_* / groups_* ranges): what one
+// rank of a split model holds.
+size_t weight_bytes(const ModelConfig& c, DType wdt, WeightFormat fmt, const ModelWeights& held);
 // Bytes one spec holds (a stacked expert spec: its one expert), scales included: what reading
 // it once costs (the decode bytes floor).
 size_t held_bytes(const WeightSpec& s, DType wdt, WeightFormat fmt);

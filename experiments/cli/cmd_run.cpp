@@ -660,11 +660,14 @@ void run_rank0(const RunOptions& o, std::optional<RankProcesses>& processes) {
   if (shape.verify)
     std::fprintf(info, "decode steps verify the drafts: %d tokens per sequence, accept %s\n", 1 + cfg.draft_steps,
                  accept_rule_str(accept).c_str());
+  // Each rank of a split model holds its share: said per rank.
+  const double held_mib = mib(weight_bytes(cfg, be.weight_dtype(), shape.weights, rank_share(cfg, shape)));
+  const std::string per_rank = shape.expert_world > 1 ? " per rank" : "";
   if (shape.weights == WeightFormat::Native)
-    std::fprintf(info, "weights: %.1f MiB native (FP8 projections and shared expert, MXFP4 routed experts, the rest %s)"
-                 " (allocating)\n", mib(weight_bytes(cfg, be.weight_dtype(), shape.weights)), dtype_name(be.weight_dtype()));
+    std::fprintf(info, "weights: %.1f MiB%s native (FP8 projections and shared expert, MXFP4 routed experts, the rest "
+                 "%s) (allocating)\n", held_mib, per_rank.c_str(), dtype_name(be.weight_dtype()));
   else
-    std::fprintf(info, "weights: %.1f MiB in %s (allocating)\n", mib(weight_bytes(cfg, be.weight_dtype())),
+    std::fprintf(info, "weights: %.1f MiB%s in %s (allocating)\n", held_mib, per_rank.c_str(),
                  dtype_name(be.weight_dtype()));
   if (shape.kv_fp8)
     std::fprintf(info, "KV caches: fp8 values, emulated (e4m3 nope dims with a scale per 64, indexer keys one scale "

@@ -113,7 +113,8 @@ std::vector<int32_t> seeded_prompt(const ModelConfig& cfg) {
 void check_memory_fits(const Backend& be, const ModelConfig& cfg, const RunShape& shape, const char* who) {
   const size_t avail = be.available_bytes();
   if (avail == 0) return;
-  const double w = double(weight_bytes(cfg, be.weight_dtype(), shape.weights));
+  // What this rank holds (all of it unless the model is split over ranks).
+  const double w = double(weight_bytes(cfg, be.weight_dtype(), shape.weights, rank_share(cfg, shape)));
   double caches = 0;
   for (int l = 0; l < cfg.n_layers_total(); ++l)
     caches += double(layer_cache_bytes(cfg, l, shape.batch, shape.max_positions, shape.max_seq_tokens, be.act_dtype()));

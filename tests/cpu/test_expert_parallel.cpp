@@ -366,6 +366,28 @@ TEST(ExpertParallel, AttentionSplitOverRanksEqualsOneRank) {
   }
 }
 
+// What a rank holds is what the memory check and `run` count before allocating (weight_bytes of
+// rank_share): equal to what the backend then allocates, for expert and tensor splits.
+TEST(ExpertParallel, RankShareBytesAreWhatARankAllocates) {
+  const ModelConfig c = load_config("tiny");
+  for (const auto& [world, tp] : {std::pair{2, false}, std::pair{4, false}, std::pair{2, true}}) {
+    auto group = make_fake_group(world);
+    std::unique_ptr<Backend> be = make_cpu_backend();
+    be->set_communicator(group[world - 1].get());
+    RunShape s;
+    s.batch = c.batch;
+    s.max_positions = c.context_length + 4;
+    s.max_seq_tokens = c.context_length;
+    s.expert_world = world;
+    s.expert_rank = world - 1;
+    s.attention_tp = tp;
+    DeepSeekV4 m(*be, c, StreamPolicy::parse("shared"), s);
+    const size_t want = weight_bytes(c, be->weight_dtype(), WeightFormat::Bf16, rank_share(c, s));
+    EXPECT_EQ(be->memory().weights_bytes, want) << "world " << world << (tp ? " with attention tp" : "");
+    EXPECT_LT(want, weight_bytes(c, be->weight_dtype())) << "a share is smaller than the whole";
+  }
+}
+
 // What the split refuses: heads or groups that do not divide, the all-to-all scheme (ranks with
 // different sequences cannot share heads), native weights, a checkpoint.
 TEST(ExpertParallel, AttentionSplitRefusals) {
