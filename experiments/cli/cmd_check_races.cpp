@@ -36,6 +36,7 @@ int check_races(const CheckRacesOptions& o) {
   cfg.context_length = std::min(cfg.context_length, 8);  // the structure does not depend on it
   SL_CHECK(o.steps >= 1 && o.steps <= 64, "check-races: --steps must be in [1, 64], not ", o.steps);
   auto be = make_null_backend();
+  const auto group = schedule_only_group(*be, o.model);  // a split model: rank 0's schedule
   DeepSeekV4 model(*be, cfg, policy, run_shape(cfg, o.model, o.steps, false, o.spec.on()));
   model.set_accept_rule(resolve_accept_rule(o.spec));
   model.plant_fault(o.plant);

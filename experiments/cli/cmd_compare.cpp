@@ -57,6 +57,7 @@ struct CompareCliOptions {
   std::string out_dir = "results/compare";
   bool out_dir_given = false;
   std::string recorded;  // a run folder to show instead of measuring
+  int gpus = 0;          // --gpus N: --backend cuda --expert-ranks N
   std::string policy_filter;
   std::string step_range;
   std::string connections;
@@ -98,6 +99,9 @@ std::vector<std::string> model_args(const ModelOptions& m, const std::string& ke
   if (m.graph_scope != "step") a.insert(a.end(), {"--graph-scope", m.graph_scope});
   if (m.weights != "bf16") a.insert(a.end(), {"--weights", m.weights});
   if (m.kv_cache != "bf16") a.insert(a.end(), {"--kv-cache", m.kv_cache});
+  if (m.expert_ranks > 1) a.insert(a.end(), {"--expert-ranks", std::to_string(m.expert_ranks)});
+  if (m.expert_scheme != "all-gather") a.insert(a.end(), {"--expert-scheme", m.expert_scheme});
+  if (m.attention_tp) a.push_back("--attention-tp");
   if (!kernel_variants.empty()) a.insert(a.end(), {"--kernel-variants", kernel_variants});
   return a;
 }
@@ -113,13 +117,19 @@ nlohmann::json measured_provenance(const std::vector<compare::Side>& sides) {
 std::string describe_setup(const nlohmann::json& settings) {
   const auto& m = settings.value("model", nlohmann::json::object());
   if (m.empty()) return "";
-  char buf[400];
+  char buf[600];
   const bool kv8 = m.value("kv_cache", std::string("bf16")) == "fp8";
+  // A split model: which system the figures are true of (rank 0 of N, its collectives included).
+  const int ranks = m.value("expert_ranks", 1);
+  const std::string split = ranks > 1 ? ", experts split over " + std::to_string(ranks) + " ranks" +
+                                            (m.value("attention_tp", false) ? " with the attention's heads" : "") +
+                                            " (rank 0 timed)"
+                                      : "";
   std::snprintf(buf, sizeof buf,
-                "%s (%s weights%s), batch %d, context %d, %d MTP layers (compress %d), %d draft steps; %d repetitions "
+                "%s (%s weights%s%s), batch %d, context %d, %d MTP layers (compress %d), %d draft steps; %d repetitions "
                 "per policy%s, %d timed steps per mode",
                 m.value("config", std::string("?")).c_str(), m.value("weights", std::string("bf16")).c_str(),
-                kv8 ? ", fp8 KV cache (emulated)" : "", m.value("batch", 0), m.value("context", 0), m.value("mtp_layers", 0), m.value("mtp_compress", 0),
+                kv8 ? ", fp8 KV cache (emulated)" : "", split.c_str(), m.value("batch", 0), m.value("context", 0), m.value("mtp_layers", 0), m.value("mtp_compress", 0),
                 m.value("draft_steps", 0),
                 settings.value("repetitions", 0), settings.value("baseline_twice", false) ? ", baseline twice" : "",
                 settings.value("steps", 0));
@@ -233,6 +243,11 @@ int finish(const Report& r, const CompareCliOptions& o) {
 int run_live(const CompareCliOptions& o) {
   SL_CHECK(o.backend == "cuda" || o.kernel_variants.empty(), "compare: --kernel-variants choose among CUDA kernels; "
            "use --backend cuda");
+  check_split_options(o.model);
+  if (o.model.expert_ranks > 1)
+    for (const auto& md : o.modes)
+      SL_CHECK(md == "eager", "compare --expert-ranks ", o.model.expert_ranks, ": only --modes eager (graph capture of "
+               "the ranks' collectives is not supported yet)");
   compare::LiveSpec spec;
   spec.exe = compare::self_executable();
   spec.backend = o.backend;
@@ -296,7 +311,9 @@ int run_live(const CompareCliOptions& o) {
                             {"mtp_compress", *m.mtp_compress},
                             {"draft_steps", *m.draft_steps},
                             {"weights", m.weights},
-                            {"kv_cache", m.kv_cache}}},
+                            {"kv_cache", m.kv_cache},
+                            {"expert_ranks", m.expert_ranks},
+                            {"attention_tp", m.attention_tp}}},
                           {"model_args", spec.model_args},
                           {"policies", spec.policies},
                           {"repetitions", spec.repetitions},
@@ -466,9 +483,15 @@ void add_compare_command(CLI::App& app) {
   cmd->add_flag("--no-baseline-twice", o->no_baseline_twice,
                 "live: measure the baseline once (the margin is then --margin, not the measured noise)");
   cmd->add_option("--modes", o->modes, "live: eager and/or graph")->delimiter(',')->capture_default_str();
-  cmd->add_option("--backend", o->backend, "live: cuda, or cpu (the CPU reference, tiny configs: tests only)")
-      ->check(CLI::IsMember({"cpu", "cuda"}))
-      ->capture_default_str();
+  CLI::Option* backend_opt =
+      cmd->add_option("--backend", o->backend, "live: cuda, or cpu (the CPU reference, tiny configs: tests only)")
+          ->check(CLI::IsMember({"cpu", "cuda"}))
+          ->capture_default_str();
+  cmd->add_option("--gpus", o->gpus, "live: expert parallelism over N GPUs (one process each over NCCL, rank 0 "
+                                     "timed): --backend cuda --expert-ranks N; --modes eager")
+      ->check(CLI::Range(1, 64))
+      ->excludes(backend_opt)
+      ->excludes(cmd->get_option("--expert-ranks"));
   cmd->add_option("--connections", o->connections,
                   "live: CUDA_DEVICE_MAX_CONNECTIONS for the children (hardware queues, 1..32)")
       ->check(CLI::Range(1, 32));
@@ -496,6 +519,10 @@ void add_compare_command(CLI::App& app) {
                 "with one run folder: write its report.md, report.html and summary.json again with this binary "
                 "(the measurements are not touched)");
   cmd->callback([o] {
+    if (o->gpus > 0) {
+      o->backend = "cuda";
+      o->model.expert_ranks = o->gpus;
+    }
     const int rc = compare_main(*o);
     if (rc != 0) throw CLI::RuntimeError(rc);
   });

@@ -13,16 +13,19 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/rng.h"
+#include "core/socket_group.h"
 #include "experiments/cli/backend_choice.h"
 #include "experiments/cli/commands.h"
 #include "experiments/cli/model_options.h"
 #include "experiments/cli/provenance.h"
+#include "experiments/cli/rank_processes.h"
 #include "experiments/compare/measurement.h"
 #include "model/deepseek_v4.h"
 #if STREAMLAB_HAVE_CUDA
@@ -45,6 +48,8 @@ struct MeasureOptions {
   std::string out;
   bool trace = false;
   bool allow_invalid_records = false;
+  int gpus = 0;          // --gpus N: --backend cuda --expert-ranks N
+  std::string rank_of;   // set only in the copies rank 0 starts: "R:SOCKET"
 };
 
 char** g_measure_argv = nullptr;
@@ -111,6 +116,20 @@ std::vector<double> host_times(DeepSeekV4& model, const std::string& mode, int s
   return v;
 }
 
+// The decode steps a measure process runs after its prefill, in order, as (mode, count): what
+// measure_mode / measure_traced do on rank 0, and what every other rank of a split model repeats.
+std::vector<std::pair<std::string, int>> step_sequence(const MeasureOptions& o) {
+  std::vector<std::pair<std::string, int>> seq;
+  if (!o.trace) {
+    for (const auto& m : o.modes) seq.push_back({m, o.warmup + o.steps});
+  } else {
+    for (const auto& m : o.modes) seq.push_back({m, o.warmup});
+    for (int pass = 0; pass < 2; ++pass)  // traced, then untraced
+      for (const auto& m : o.modes) seq.push_back({m, o.steps});
+  }
+  return seq;
+}
+
 std::string sibling(const std::string& out, const std::string& suffix) {
   std::filesystem::path p(out);
   return (p.parent_path() / (p.stem().string() + suffix)).string();
@@ -118,6 +137,16 @@ std::string sibling(const std::string& out, const std::string& suffix) {
 
 // Refuses bad options and a backend that cannot do what they ask, before anything is allocated.
 void check_measure_options(const MeasureOptions& o) {
+  check_split_options(o.model);
+  if (o.model.expert_ranks > 1) {
+    // The ranks are processes (rank 0 measures, the others repeat its steps); eager only: NCCL's
+    // collectives inside captured graphs are not validated here yet.
+    for (const auto& m : o.modes)
+      SL_CHECK(m == "eager", "measure --expert-ranks ", o.model.expert_ranks, ": only --modes eager (graph capture of "
+               "the ranks' collectives is not supported yet)");
+    SL_CHECK(o.model.expert_scheme == "all-gather", "measure --expert-ranks: the all-gather scheme only (every rank "
+             "runs every sequence; rank 0's step times are the job's)");
+  }
   SL_CHECK(!o.out.empty(), "measure: --out FILE.json is required");
   SL_CHECK(o.steps >= 1 && o.steps <= 100000, "measure: --steps must be in [1, 100000], not ", o.steps);
   SL_CHECK(o.warmup >= 1 && o.warmup <= 1000, "measure: --warmup must be in [1, 1000] (the first step of a mode "
@@ -192,6 +221,10 @@ void measure_traced(compare::Measurement& m, const MeasureOptions& o, const Mode
     trace.metadata["policy"] = policy.str();
     trace.metadata["mode"] = mode;
     trace.metadata["config"] = cfg.name;
+    if (o.model.expert_ranks > 1) {  // rank 0's view of a split model (the others do not trace)
+      trace.rank = 0;
+      trace.world_size = o.model.expert_ranks;
+    }
     const std::string warn = prof::record_count_warnings(trace.counts);
     if (!warn.empty()) {
       std::fprintf(stderr, "measure: %s\n", warn.c_str());
@@ -223,24 +256,46 @@ void measure_traced(compare::Measurement& m, const MeasureOptions& o, const Mode
 }
 #endif
 
-void measure(const MeasureOptions& o) {
-  check_measure_options(o);
+// Rank r > 0 of a split model (--rank-of): joins the group, builds its share, and repeats rank
+// 0's prefill and steps, meeting it in every collective; it writes nothing (its log is its output).
+void measure_other_rank(const MeasureOptions& o) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  const RankOf me = parse_rank_of(o.rank_of);
+  const int world = o.model.expert_ranks;
+  SL_CHECK(me.rank < world, "--rank-of ", o.rank_of, ": rank ", me.rank, " of ", world);
   ModelConfig cfg = resolve_config(o.model, "");
   const StreamPolicy policy = resolve_policy(o.model);
-#if STREAMLAB_HAVE_CUDA
-  if (o.trace) {
-    prof::CuptiSession::reexec_with_nvtx_injection(g_measure_argv, "streamlab");
-    SL_CHECK(prof::CuptiSession::instance().start({}) == prof::SessionState::Tracing, "measure --trace: ",
-             prof::CuptiSession::instance().message());
+  const auto seq = step_sequence(o);
+  int total = 0;
+  for (const auto& s : seq) total += s.second;
+  RunShape shape = run_shape(cfg, o.model, total + 1, false);
+  shape.expert_rank = me.rank;
+  std::unique_ptr<Communicator> host = join_socket_group(me.socket, me.rank, world);
+  std::unique_ptr<Communicator> gpu;
+  try {
+    auto be = make_backend(o.backend, KernelVariants::parse(o.kernel_variants), o.backend == "cuda" ? me.rank : 0);
+    if (o.backend == "cuda") gpu = make_gpu_group(*host);
+    be->set_communicator(gpu ? gpu.get() : host.get());
+    DeepSeekV4 model(*be, cfg, policy, shape);
+    model.set_graph_scope(parse_graph_scope(o.model.graph_scope));
+    model.enable_step_marks();
+    model.init_random(cfg.seed);
+    model.prefill(seeded_prompt(cfg), cfg.context_length);
+    std::printf("measure rank %d of %d: prefill done, %d steps to repeat\n", me.rank, world, total);
+    for (const auto& [mode, n] : seq)
+      for (int i = 0; i < n; ++i) timed_step(model, mode);
+    be->synchronize();
+  } catch (const std::exception& e) {
+    (gpu ? gpu.get() : host.get())->abort("measure rank " + std::to_string(me.rank) + ": " + e.what());
+    throw;
   }
-#endif
-  const int per_mode = o.warmup + o.steps + (o.trace ? 2 * o.steps : 0);
-  RunShape shape = run_shape(cfg, o.model, per_mode * int(o.modes.size()) + 1, false);
-  std::fprintf(stderr, "measure: %s, policy %s, batch %d, context %d, %d MTP layers (compress %d), %d draft steps%s\n",
-               cfg.name.c_str(), policy.str().c_str(), cfg.batch, cfg.context_length, cfg.num_nextn_predict_layers,
-               cfg.mtp_compress_ratio, cfg.draft_steps, o.trace ? ", traced" : "");
-  auto be = make_backend(o.backend, KernelVariants::parse(o.kernel_variants));
-  check_memory_fits(*be, cfg, shape, "measure");
+  std::printf("measure rank %d of %d: done\n", me.rank, world);
+}
+
+// Rank 0 (or the only process): the prefill and the timed (or traced) steps, as a measurement.
+compare::Measurement measure_rank0(const MeasureOptions& o, const ModelConfig& cfg, const StreamPolicy& policy,
+                                   const RunShape& shape, Backend& backend) {
+  Backend* be = &backend;
   DeepSeekV4 model(*be, cfg, policy, shape);
   model.set_graph_scope(parse_graph_scope(o.model.graph_scope));
   model.enable_step_marks();
@@ -249,6 +304,8 @@ void measure(const MeasureOptions& o) {
 
   compare::Measurement m;
   describe_setup(m, o, cfg, policy, model);
+  m.expert_ranks = shape.expert_world;
+  m.attention_tp = shape.attention_tp;
   if (!o.trace) {
     for (const auto& mode : o.modes) {
       std::fprintf(stderr, "measure: %s, %d warm-up + %d timed steps\n", mode.c_str(), o.warmup, o.steps);
@@ -266,6 +323,61 @@ void measure(const MeasureOptions& o) {
   m.library_bytes = double(mem.library_bytes);
   m.cublas_handles = int(mem.blas_handles);
   m.cublas_workspaces = int(mem.blas_workspaces);
+  return m;
+}
+
+
+void measure(const MeasureOptions& o) {
+  check_measure_options(o);
+  if (!o.rank_of.empty()) return measure_other_rank(o);
+  ModelConfig cfg = resolve_config(o.model, "");
+  const StreamPolicy policy = resolve_policy(o.model);
+#if STREAMLAB_HAVE_CUDA
+  if (o.trace) {
+    prof::CuptiSession::reexec_with_nvtx_injection(g_measure_argv, "streamlab");
+    SL_CHECK(prof::CuptiSession::instance().start({}) == prof::SessionState::Tracing, "measure --trace: ",
+             prof::CuptiSession::instance().message());
+  }
+#endif
+  const int per_mode = o.warmup + o.steps + (o.trace ? 2 * o.steps : 0);
+  RunShape shape = run_shape(cfg, o.model, per_mode * int(o.modes.size()) + 1, false);
+  std::fprintf(stderr, "measure: %s, policy %s, batch %d, context %d, %d MTP layers (compress %d), %d draft steps%s\n",
+               cfg.name.c_str(), policy.str().c_str(), cfg.batch, cfg.context_length, cfg.num_nextn_predict_layers,
+               cfg.mtp_compress_ratio, cfg.draft_steps, o.trace ? ", traced" : "");
+  auto be = make_backend(o.backend, KernelVariants::parse(o.kernel_variants));
+  check_memory_fits(*be, cfg, shape, "measure");
+  // A split model: ranks 1 .. N-1 as copies of this process, repeating its steps; rank 0 measures.
+  std::optional<RankProcesses> ranks;
+  std::unique_ptr<Communicator> host, gpu;
+  if (o.model.expert_ranks > 1) {
+    SL_CHECK(o.backend != "cuda" || gpu_count() >= o.model.expert_ranks, "measure: ", o.model.expert_ranks,
+             " ranks on the CUDA backend need a GPU each; this process sees ", gpu_count());
+    std::fprintf(stderr, "measure: expert parallelism over %d ranks (processes%s)%s\n", o.model.expert_ranks,
+                 o.backend == "cuda" ? ", NCCL" : ", a socket group", o.model.attention_tp ? ", attention heads split too" : "");
+    ranks.emplace(g_measure_argv, o.model.expert_ranks);
+    host = ranks->join();
+    if (o.backend == "cuda") gpu = make_gpu_group(*host);
+    be->set_communicator(gpu ? gpu.get() : host.get());
+  }
+  struct AbortOnThrow {  // rank 0 failing stops the others (they would wait in their next collective)
+    Communicator* comm;
+    ~AbortOnThrow() {
+      if (comm && std::uncaught_exceptions() > 0) comm->abort("measure rank 0 failed");
+    }
+  } abort_on_throw{gpu ? gpu.get() : host.get()};
+  compare::Measurement m;
+  try {
+    m = measure_rank0(o, cfg, policy, shape, *be);
+  } catch (const std::exception& e) {
+    if (ranks) {
+      abort_on_throw.comm = nullptr;
+      (gpu ? gpu.get() : host.get())->abort("measure rank 0 failed");
+      const std::string why = ranks->how_ranks_ended(5.0);
+      if (!why.empty()) fail(e.what(), why);
+    }
+    throw;
+  }
+  if (ranks) ranks->finish();  // every rank ended well, or no measurement is written
   write_file_atomic(o.out, compare::to_json(m).dump(1) + "\n");
   std::fprintf(stderr, "measure: wrote %s\n", o.out.c_str());
 }
@@ -283,9 +395,10 @@ void add_measure_command(CLI::App& app) {
       "measure", "One process's timed decode steps under one stream policy, as JSON (the child process of compare and "
                  "sweep; needs a GPU)");
   add_model_options(cmd, o->model);
-  cmd->add_option("--backend", o->backend, "cuda, or cpu (the fp32 reference: eager only, for tests without a GPU)")
-      ->check(CLI::IsMember({"cpu", "cuda"}))
-      ->capture_default_str();
+  CLI::Option* backend_opt =
+      cmd->add_option("--backend", o->backend, "cuda, or cpu (the fp32 reference: eager only, for tests without a GPU)")
+          ->check(CLI::IsMember({"cpu", "cuda"}))
+          ->capture_default_str();
   cmd->add_option("--kernel-variants", o->kernel_variants, kKernelVariantsHelp)->check(kernel_variants_error);
   cmd->add_option("--out", o->out, "the measurement JSON to write (traces go beside it with --trace)")->required();
   cmd->add_option("--modes", o->modes, "eager and/or graph")->delimiter(',')->capture_default_str();
@@ -295,7 +408,19 @@ void add_measure_command(CLI::App& app) {
                 "trace one window per mode with CUPTI (Kineto JSON beside --out, and SQLite for eager), then time "
                 "the same steps untraced (the tracing on/off ratio)");
   cmd->add_flag("--allow-invalid-records", o->allow_invalid_records, "keep a trace with dropped or invalid records");
-  cmd->callback([o] { measure(*o); });
+  cmd->add_option("--gpus", o->gpus, "expert parallelism over N GPUs, one process each over NCCL: --backend cuda "
+                                     "--expert-ranks N (rank 0 measures; eager only)")
+      ->check(CLI::Range(1, 64))
+      ->excludes(cmd->get_option("--expert-ranks"))
+      ->excludes(backend_opt);
+  cmd->add_option("--rank-of", o->rank_of, "RANK:SOCKET, set by rank 0 in the copies it starts")->group("");
+  cmd->callback([o] {
+    if (o->gpus > 0) {
+      o->backend = "cuda";
+      o->model.expert_ranks = o->gpus;
+    }
+    measure(*o);
+  });
 }
 
 }  // namespace sl::cli

@@ -68,18 +68,12 @@ struct RunOptions {
   bool check_against_cpu = false;
   double check_tolerance = 2e-2;
   bool check_print_ops = false;
-  // Expert parallelism on the CPU: this many ranks in this process (a thread each, an in-process
-  // group), each holding its share of the routed experts; rank 0 reports.
-  int expert_ranks = 1;
-  // all-gather: every rank holds every sequence and the ranks sum their routed outputs;
-  // all-to-all: each rank holds batch / N sequences and sends each (token, slot) pair to the rank
-  // that owns its expert (model/expert_parallel.h).
-  std::string expert_scheme = "all-gather";
+  // Expert parallelism: model.expert_ranks, expert_scheme and attention_tp (ModelOptions) say
+  // the split; rank_launch how its ranks run.
   // threads: ranks 1 .. N-1 as threads of this process (an in-process group); processes: as
   // copies of this process (experiments/cli/rank_processes.h) joined through a socket group.
   std::string rank_launch = "threads";
   std::string rank_of;  // set only in a copy that rank 0 started: "R:SOCKET"
-  bool attention_tp = false;  // --attention-tp: the attention's heads split over the ranks too
   int gpus = 0;         // --gpus N: --backend cuda --expert-ranks N --rank-launch processes
   bool tracing() const { return !trace_json.empty() || !trace_sqlite.empty(); }
 };
@@ -490,13 +484,12 @@ void print_run_summary(const Backend& be, const ModelConfig& cfg, const RunShape
 // (prefill, then each decode step) and meet it in every MoE layer's all-reduce, so anything
 // rank 0 alone would do to the model (graphs, tracing, the op-by-op check, faults) is refused.
 void check_expert_ranks(const RunOptions& o) {
-  SL_CHECK(!o.attention_tp || (o.expert_ranks > 1 && o.expert_scheme == "all-gather"), "--attention-tp splits the "
-           "attention's heads over the ranks of --expert-ranks N (N >= 2) in the all-gather scheme");
-  if (o.expert_ranks == 1) return;
+  check_split_options(o.model);
+  if (o.model.expert_ranks == 1) return;
   const char* opt = "--expert-ranks";
-  SL_CHECK(o.backend != "cuda" || o.rank_launch == "processes", opt, " ", o.expert_ranks, " on the CUDA backend runs "
-           "one process per GPU over NCCL: add --rank-launch processes (or use --gpus ", o.expert_ranks, ")");
-  SL_CHECK(o.backend != "cuda" || o.expert_scheme != "all-to-all", opt, " with --expert-scheme all-to-all runs on the "
+  SL_CHECK(o.backend != "cuda" || o.rank_launch == "processes", opt, " ", o.model.expert_ranks, " on the CUDA backend runs "
+           "one process per GPU over NCCL: add --rank-launch processes (or use --gpus ", o.model.expert_ranks, ")");
+  SL_CHECK(o.backend != "cuda" || o.model.expert_scheme != "all-to-all", opt, " with --expert-scheme all-to-all runs on the "
            "CPU backend only (the CUDA backend has no all-to-all exchange yet): use --expert-scheme all-gather");
   SL_CHECK(!o.graph, opt, " cannot run with --graph (the CPU backend has no graphs)");
   SL_CHECK(!o.tracing() || o.backend == "cuda", opt, " cannot run with --trace / --sqlite on the CPU backend (CUPTI "
@@ -505,7 +498,7 @@ void check_expert_ranks(const RunOptions& o) {
   SL_CHECK(o.plant.empty(), opt, " cannot run with --plant");
   SL_CHECK(o.save_checkpoint.empty(), opt, " cannot run with --save-checkpoint: each rank holds only its share of the "
            "routed experts");
-  SL_CHECK(o.expert_scheme != "all-to-all" || o.model.weights == "bf16", opt, " with --expert-scheme all-to-all runs "
+  SL_CHECK(o.model.expert_scheme != "all-to-all" || o.model.weights == "bf16", opt, " with --expert-scheme all-to-all runs "
            "bf16 weights only (the exchange sends rows to experts held in bf16): use --weights bf16 or --expert-scheme "
            "all-gather");
 }
@@ -540,16 +533,13 @@ RunSetup setup_run(const RunOptions& o) {
   std::vector<int32_t> prompt = prompt_tokens(o, u.cfg);
   validate(u.cfg);
   u.full_batch = u.cfg.batch;
-  u.rank_prompts.assign(size_t(o.expert_ranks), prompt);
-  u.all_to_all = o.expert_ranks > 1 && o.expert_scheme == "all-to-all";
-  if (u.all_to_all) u.rank_prompts = split_sequences(u.cfg, prompt, o.expert_ranks);
+  u.rank_prompts.assign(size_t(o.model.expert_ranks), prompt);
+  u.all_to_all = o.model.expert_ranks > 1 && o.model.expert_scheme == "all-to-all";
+  if (u.all_to_all) u.rank_prompts = split_sequences(u.cfg, prompt, o.model.expert_ranks);
   u.policy = resolve_policy(o.model);
   u.accept = resolve_accept_rule(o.spec);
-  u.shape = run_shape(u.cfg, o.model, o.steps, !o.dump_logits.empty(), o.spec.on());
-  u.shape.expert_world = o.expert_ranks;
-  u.shape.expert_all_to_all = u.all_to_all;
-  u.shape.attention_tp = o.attention_tp;
-  if (o.expert_ranks > 1) partition_experts(u.cfg.n_routed_experts, o.expert_ranks, 0);  // an uneven split: said now
+  u.shape = run_shape(u.cfg, o.model, o.steps, !o.dump_logits.empty(), o.spec.on());  // the split too
+  if (o.model.expert_ranks > 1) partition_experts(u.cfg.n_routed_experts, o.model.expert_ranks, 0);  // an uneven split: said now
   return u;
 }
 
@@ -590,18 +580,18 @@ void run_other_rank(const RunOptions& o, const RunSetup& u, int r, Communicator&
 void run_started_rank(const RunOptions& o) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // the log is read by rank 0 if this rank fails or is killed
   const RankOf me = parse_rank_of(o.rank_of);
-  SL_CHECK(me.rank < o.expert_ranks, "--rank-of ", o.rank_of, ": rank ", me.rank, " of ", o.expert_ranks);
+  SL_CHECK(me.rank < o.model.expert_ranks, "--rank-of ", o.rank_of, ": rank ", me.rank, " of ", o.model.expert_ranks);
   const RunSetup u = setup_run(o);
-  RunTracer tracer(o, me.rank, o.expert_ranks);  // each rank traces its own GPU
-  std::unique_ptr<Communicator> comm = join_socket_group(me.socket, me.rank, o.expert_ranks);
-  std::printf("expert rank %d of %d: joined\n", me.rank, o.expert_ranks);
+  RunTracer tracer(o, me.rank, o.model.expert_ranks);  // each rank traces its own GPU
+  std::unique_ptr<Communicator> comm = join_socket_group(me.socket, me.rank, o.model.expert_ranks);
+  std::printf("expert rank %d of %d: joined\n", me.rank, o.model.expert_ranks);
   try {
     run_other_rank(o, u, me.rank, *comm, &tracer);
   } catch (const std::exception& e) {
     comm->abort(std::string("expert rank ") + std::to_string(me.rank) + ": " + e.what());
     throw;
   }
-  std::printf("expert rank %d of %d: done\n", me.rank, o.expert_ranks);
+  std::printf("expert rank %d of %d: done\n", me.rank, o.model.expert_ranks);
 }
 
 // Ranks 1 .. N-1 of an --expert-ranks run as threads: a failure aborts the group (rank 0's next
@@ -650,7 +640,7 @@ void run_rank0(const RunOptions& o, std::optional<RankProcesses>& processes) {
   const bool all_to_all = setup.all_to_all;
   FILE* info = o.json ? stderr : stdout;  // keep stdout parseable under --json
 
-  RunTracer tracer(o, 0, o.rank_launch == "processes" ? o.expert_ranks : 1);
+  RunTracer tracer(o, 0, o.rank_launch == "processes" ? o.model.expert_ranks : 1);
   RunBackend backend = make_run_backend(o);
   Backend& be = *backend.be;
   std::fprintf(info, "streamlab run: config %s (%d layers + %d MTP), backend %s, policy %s, batch %d, context %d, "
@@ -678,12 +668,12 @@ void run_rank0(const RunOptions& o, std::optional<RankProcesses>& processes) {
   std::vector<std::unique_ptr<Communicator>> group;
   std::optional<OtherRanks> others;
   std::unique_ptr<Communicator> gpu_group;  // NCCL over group[0], on the CUDA backend
-  if (o.expert_ranks > 1) {
-    const ExpertPartition p = partition_experts(cfg.n_routed_experts, o.expert_ranks, 0);
+  if (o.model.expert_ranks > 1) {
+    const ExpertPartition p = partition_experts(cfg.n_routed_experts, o.model.expert_ranks, 0);
     const bool as_processes = o.rank_launch == "processes";
     std::fprintf(info, "expert parallelism: %d ranks %s, %lld routed experts each per MoE layer, %s scheme",
-                 o.expert_ranks, as_processes ? "as processes (a socket group)" : "in this process",
-                 static_cast<long long>(p.per_rank()), o.expert_scheme.c_str());
+                 o.model.expert_ranks, as_processes ? "as processes (a socket group)" : "in this process",
+                 static_cast<long long>(p.per_rank()), o.model.expert_scheme.c_str());
     if (all_to_all)
       std::fprintf(info, ": each rank holds %d of the %d sequences; rank 0 reports its own\n", cfg.batch,
                    setup.full_batch);
@@ -692,24 +682,24 @@ void run_rank0(const RunOptions& o, std::optional<RankProcesses>& processes) {
     if (shape.attention_tp)
       std::fprintf(info, "tensor parallelism: the attention's %d heads and %d output groups split over the %d ranks "
                    "(%lld and %lld each), wo_b's shares summed by an all-reduce on the main stream\n",
-                   cfg.num_attention_heads, cfg.o_groups, o.expert_ranks,
+                   cfg.num_attention_heads, cfg.o_groups, o.model.expert_ranks,
                    static_cast<long long>(shape.heads_per_rank(cfg)), static_cast<long long>(shape.groups_per_rank(cfg)));
     std::fflush(info);
     if (as_processes) {
       if (o.backend == "cuda") {
         const int gpus = gpu_count();
-        SL_CHECK(gpus >= o.expert_ranks, o.expert_ranks, " ranks on the CUDA backend need a GPU each; this process sees ",
+        SL_CHECK(gpus >= o.model.expert_ranks, o.model.expert_ranks, " ranks on the CUDA backend need a GPU each; this process sees ",
                  gpus);
       }
-      processes.emplace(g_argv, o.expert_ranks);
+      processes.emplace(g_argv, o.model.expert_ranks);
       group.push_back(processes->join());
       if (o.backend == "cuda") {
         gpu_group = make_gpu_group(*group[0]);
-        std::fprintf(info, "GPU group: %d ranks on GPUs 0..%d, %s\n", o.expert_ranks, o.expert_ranks - 1,
+        std::fprintf(info, "GPU group: %d ranks on GPUs 0..%d, %s\n", o.model.expert_ranks, o.model.expert_ranks - 1,
                      gpu_group_description(*gpu_group).c_str());
       }
     } else {
-      group = make_fake_group(o.expert_ranks);
+      group = make_fake_group(o.model.expert_ranks);
       others.emplace(o, setup, group);
     }
     be.set_communicator(gpu_group ? gpu_group.get() : group[0].get());
@@ -744,7 +734,7 @@ void run_rank0(const RunOptions& o, std::optional<RankProcesses>& processes) {
     processes->finish();
     // Each rank traced its own GPU into its own files (distributedInfo names the rank): read
     // them together with `streamlab analyze` (one table per rank) or HTA.
-    for (int r = 1; r < o.expert_ranks && o.tracing(); ++r)
+    for (int r = 1; r < o.model.expert_ranks && o.tracing(); ++r)
       for (const std::string& p : {rank_trace_path(o.trace_json, r), rank_trace_path(o.trace_sqlite, r)}) {
         if (p.empty()) continue;
         SL_CHECK(std::filesystem::exists(p), "rank ", r, " ended well but its trace ", p, " is missing");
@@ -802,21 +792,6 @@ void add_run_command(CLI::App& app) {
                                  ->capture_default_str();
   cmd->add_option("--kernel-variants", o->kernel_variants, kKernelVariantsHelp)->check(kernel_variants_error);
   cmd->add_option("--steps", o->steps, "decode steps after the prefill")->capture_default_str();
-  CLI::Option* ranks_opt =
-      cmd->add_option("--expert-ranks", o->expert_ranks,
-                      "expert parallelism: split every MoE layer's routed experts over this many ranks (they must "
-                      "divide evenly), which sum their routed outputs with an all-reduce; the logits equal one "
-                      "rank's up to the order of fp32 sums. CPU backend: ranks as threads or processes "
-                      "(--rank-launch); CUDA backend: one process per GPU over NCCL")
-          ->check(CLI::Range(1, 1024))
-          ->capture_default_str();
-  cmd->add_option("--expert-scheme", o->expert_scheme,
-                  "how --expert-ranks splits the MoE: all-gather (every rank holds every sequence, the ranks sum "
-                  "their routed outputs on a comm stream) or all-to-all (each rank holds batch / N sequences and "
-                  "sends each token's expert rows to the experts' owners and back; bf16 weights; rank 0 reports "
-                  "its own sequences)")
-      ->check(CLI::IsMember({"all-gather", "all-to-all"}))
-      ->capture_default_str();
   CLI::Option* launch_opt =
       cmd->add_option("--rank-launch", o->rank_launch,
                       "how --expert-ranks starts ranks 1 .. N-1: threads (of this process; CPU backend) or processes "
@@ -829,12 +804,8 @@ void add_run_command(CLI::App& app) {
                   "processes (NCCL: libnccl.so.2 on the library path, or STREAMLAB_NCCL_LIBRARY)")
       ->check(CLI::Range(1, 64))
       ->excludes(backend_opt)
-      ->excludes(ranks_opt)
+      ->excludes(cmd->get_option("--expert-ranks"))
       ->excludes(launch_opt);
-  cmd->add_flag("--attention-tp", o->attention_tp,
-                "with --expert-ranks N: also split the attention's heads and output groups over the N ranks "
-                "(tensor parallelism; wo_b's shares summed by an all-reduce on the main stream); bf16 weights, "
-                "random initialisation");
   cmd->add_option("--rank-of", o->rank_of, "RANK:SOCKET, set by rank 0 in the copies it starts")->group("");
   cmd->add_option("--checkpoint", o->checkpoint,
                   "load weights from a DeepSeek-layout directory (config.json + *.safetensors); the config then "
@@ -881,7 +852,7 @@ void add_run_command(CLI::App& app) {
   cmd->callback([o] {
     if (o->gpus > 0) {
       o->backend = "cuda";
-      o->expert_ranks = o->gpus;
+      o->model.expert_ranks = o->gpus;
       o->rank_launch = "processes";
     }
     run(*o);

@@ -26,9 +26,6 @@ struct ScheduleOptions {
   SpeculativeOptions spec;
   bool json = false;
   bool full = false;
-  int expert_ranks = 1;  // the schedule of rank 0 of a model split over this many ranks
-  std::string expert_scheme = "all-gather";  // or all-to-all (no comm stream: the exchange is in the op)
-  bool attention_tp = false;                 // the attention's heads split over the ranks too
 };
 
 // Groups the recorded entries by (forward, layer, phase) using the scope path the model writes
@@ -117,17 +114,9 @@ void schedule(const ScheduleOptions& o) {
   auto be = make_null_backend();
   RunShape shape = run_shape(cfg, o.model, 1, false, o.spec.on());
   // Expert parallelism: rank 0's schedule (a group whose collectives this backend never calls).
-  std::vector<std::unique_ptr<Communicator>> group;
-  if (o.expert_ranks > 1) {
-    group = make_fake_group(o.expert_ranks);
-    be->set_communicator(group[0].get());
-    shape.expert_world = o.expert_ranks;
-    shape.expert_all_to_all = o.expert_scheme == "all-to-all";
-    shape.attention_tp = o.attention_tp;
-  }
-  SL_CHECK(!o.attention_tp || o.expert_ranks > 1, "--attention-tp splits the attention over the ranks of "
-           "--expert-ranks N (N >= 2)");
-  const bool comm_stream = o.expert_ranks > 1 && !shape.expert_all_to_all;
+  const auto group = schedule_only_group(*be, o.model);
+  const int ranks = o.model.expert_ranks;
+  const bool comm_stream = ranks > 1 && !shape.expert_all_to_all;
   DeepSeekV4 model(*be, cfg, policy, shape);
   model.set_accept_rule(accept);
   std::vector<int32_t> prompt(size_t(cfg.batch) * size_t(cfg.context_length), 1);
@@ -163,9 +152,9 @@ void schedule(const ScheduleOptions& o) {
     if (o.spec.on()) j["verify_ops"] = verify_ops;
     j["streams_requested"] = plan.streams.size();
     j["streams_created"] = plan.physical.size() + (comm_stream ? 1 : 0);  // + the comm stream
-    j["expert_ranks"] = o.expert_ranks;
-    j["expert_scheme"] = o.expert_ranks > 1 ? nlohmann::json(o.expert_scheme) : nlohmann::json(nullptr);
-    j["attention_tp"] = o.attention_tp;
+    j["expert_ranks"] = ranks;
+    j["expert_scheme"] = ranks > 1 ? nlohmann::json(o.model.expert_scheme) : nlohmann::json(nullptr);
+    j["attention_tp"] = o.model.attention_tp;
     j["aux_streams_requested"] = plan.streams.size() - (plan.shared_expert >= 0 ? 1 : 0);
     j["stream_plan"] = stream_plan_json(plan, policy, alias_from);
     j["predicted_resources"] = {{"cuda_streams", res.streams_created},
@@ -185,10 +174,10 @@ void schedule(const ScheduleOptions& o) {
   print_stream_plan(stdout, plan, policy, alias_from);
   if (comm_stream)
     std::printf("  comm             expert parallelism (rank 0 of %d): each MoE layer's all-reduce; a stream "
-                "besides the plan's\n", o.expert_ranks);
-  else if (o.expert_ranks > 1)
+                "besides the plan's\n", ranks);
+  else if (ranks > 1)
     std::printf("  (expert parallelism, rank 0 of %d, all-to-all: each MoE layer's exchange runs inside its "
-                "routed-experts op on the main stream; no comm stream)\n", o.expert_ranks);
+                "routed-experts op on the main stream; no comm stream)\n", ranks);
   std::printf("predicted resources (CUDA backend): %zu CUDA streams besides main, %zu cuBLAS handles, %zu cuBLAS "
               "workspaces (%.0f MiB)\n",
               res.streams_created, res.blas_handles, res.blas_workspaces, double(res.library_bytes) / 1048576.0);
@@ -230,19 +219,6 @@ void add_schedule_command(CLI::App& app) {
   add_model_options(cmd, o->model);
   add_speculative_options(cmd, o->spec);
   cmd->add_flag("--json", o->json, "print as JSON");
-  cmd->add_option("--expert-ranks", o->expert_ranks,
-                  "the schedule of rank 0 of a model whose routed experts are split over this many ranks: each MoE "
-                  "layer's all-reduce on a comm stream forked after the routed experts and joined before the sum")
-      ->check(CLI::Range(1, 1024))
-      ->capture_default_str();
-  cmd->add_option("--expert-scheme", o->expert_scheme,
-                  "with --expert-ranks: all-gather (the all-reduce on a comm stream) or all-to-all (the exchange "
-                  "inside the routed-experts op, no comm stream)")
-      ->check(CLI::IsMember({"all-gather", "all-to-all"}))
-      ->capture_default_str();
-  cmd->add_flag("--attention-tp", o->attention_tp,
-                "with --expert-ranks N: the attention's heads split over the ranks too (its all-reduce after wo_b "
-                "on the main stream)");
   cmd->add_flag("--full", o->full, "also print every recorded op, record and wait");
   cmd->callback([o] { schedule(*o); });
 }

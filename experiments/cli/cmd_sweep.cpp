@@ -54,6 +54,9 @@ struct SweepOptions {
   std::string backend = "cuda";
   std::string kernel_variants;  // every cell's (model/kernel_variants.h)
   std::string weights = "bf16";  // every cell's weight format (--weights)
+  int expert_ranks = 1;          // every cell's split over ranks (--expert-ranks; rank 0 timed)
+  bool attention_tp = false;     // and whether the attention's heads are split too
+  int gpus = 0;                  // --gpus N: --backend cuda --expert-ranks N
   std::string out_dir = "results/sweep";
   bool out_dir_given = false;
   std::string resume;
@@ -95,6 +98,11 @@ std::vector<std::string> cell_argv(const json& settings, const SweepCell& c, con
     argv.insert(argv.end(), {"--weights", w});
   if (const std::string kv = settings.value("kernel_variants", std::string()); !kv.empty())
     argv.insert(argv.end(), {"--kernel-variants", kv});
+  // Older sweep.json files have no split: one rank.
+  if (const int ranks = settings.value("expert_ranks", 1); ranks > 1) {
+    argv.insert(argv.end(), {"--expert-ranks", std::to_string(ranks)});
+    if (settings.value("attention_tp", false)) argv.push_back("--attention-tp");
+  }
   return argv;
 }
 
@@ -295,6 +303,12 @@ std::string start_sweep(const SweepOptions& o, SweepGrid& grid, json& settings) 
   SL_CHECK(o.steps >= 1 && o.warmup >= 1, "sweep: --steps and --warmup must be >= 1");
   if (o.backend == "cpu")
     for (const auto& m : grid.modes) SL_CHECK(m == "eager", "sweep --backend cpu: only --modes eager");
+  SL_CHECK(!o.attention_tp || o.expert_ranks > 1, "sweep: --attention-tp splits the attention over the ranks of "
+           "--expert-ranks N (N >= 2)");
+  if (o.expert_ranks > 1)
+    for (const auto& m : grid.modes)
+      SL_CHECK(m == "eager", "sweep --expert-ranks ", o.expert_ranks, ": only --modes eager (graph capture of the "
+               "ranks' collectives is not supported yet)");
   std::string why;
   SL_CHECK(o.backend == "cpu" || gpu_present(&why), "sweep: needs a GPU (", why,
            "); the recorded H200 sweeps are under results/sweep/");
@@ -313,6 +327,8 @@ std::string start_sweep(const SweepOptions& o, SweepGrid& grid, json& settings) 
               {"context", o.context},          {"draft_steps", o.draft_steps}, {"steps", o.steps},
               {"warmup", o.warmup},            {"backend", o.backend},    {"kernel_variants", o.kernel_variants},
               {"weights", o.weights},
+              {"expert_ranks", o.expert_ranks},
+              {"attention_tp", o.attention_tp},
               {"commit", build_commit()},
               {"provenance", prov},            {"started", date}};
   write_file_atomic(folder + "/sweep.json", settings.dump(1) + "\n");
@@ -383,7 +399,13 @@ int sweep_main(const SweepOptions& o) {
                folder.c_str());
   if (!run_cells(o, todo, total, settings, folder, done)) return 130;
   const std::string head = "streamlab sweep: " + settings.value("config", std::string()) + " (" +
-                           settings.value("weights", std::string("bf16")) + " weights), context " +
+                           settings.value("weights", std::string("bf16")) + " weights" +
+                           (settings.value("expert_ranks", 1) > 1
+                                ? ", experts split over " + std::to_string(settings.value("expert_ranks", 1)) +
+                                      " ranks" + (settings.value("attention_tp", false) ? " with the attention's heads" : "") +
+                                      ", rank 0 timed"
+                                : std::string()) +
+                           "), context " +
                            std::to_string(settings.value("context", 0)) + ", on " +
                            settings["provenance"].value("gpu", std::string("?")) + ", commit " +
                            settings.value("commit", std::string("?")) + " (" + folder + ")";
@@ -424,9 +446,20 @@ void add_sweep_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--steps", o->steps, "timed steps per cell")->capture_default_str();
   cmd->add_option("--warmup", o->warmup, "untimed steps per cell before them")->capture_default_str();
-  cmd->add_option("--backend", o->backend, "cuda, or cpu (the CPU reference: tests only)")
-      ->check(CLI::IsMember({"cpu", "cuda"}))
-      ->capture_default_str();
+  CLI::Option* backend_opt = cmd->add_option("--backend", o->backend, "cuda, or cpu (the CPU reference: tests only)")
+                                 ->check(CLI::IsMember({"cpu", "cuda"}))
+                                 ->capture_default_str();
+  CLI::Option* ranks_opt =
+      cmd->add_option("--expert-ranks", o->expert_ranks,
+                      "every cell's model split over this many ranks (expert parallelism, processes; rank 0 timed; "
+                      "--modes eager)")
+          ->check(CLI::Range(1, 1024))
+          ->capture_default_str();
+  cmd->add_flag("--attention-tp", o->attention_tp, "with --expert-ranks: the attention's heads split over the ranks too");
+  cmd->add_option("--gpus", o->gpus, "--backend cuda --expert-ranks N: every cell over N GPUs, NCCL")
+      ->check(CLI::Range(1, 64))
+      ->excludes(backend_opt)
+      ->excludes(ranks_opt);
   cmd->add_option("--kernel-variants", o->kernel_variants, kKernelVariantsHelp)->check(kernel_variants_error);
   cmd->add_option("--weights", o->weights,
                   "every cell's weight format: bf16, or native (FP8 projections and shared expert, MXFP4 routed "
@@ -441,6 +474,10 @@ void add_sweep_command(CLI::App& app) {
   cmd->add_option("--child-timeout", o->child_timeout_s, "seconds one cell may take")->capture_default_str();
   cmd->add_flag("--json", o->json_out, "print summary.json instead of the table");
   cmd->callback([o] {
+    if (o->gpus > 0) {
+      o->backend = "cuda";
+      o->expert_ranks = o->gpus;
+    }
     const int rc = sweep_main(*o);
     if (rc != 0) throw CLI::RuntimeError(rc);
   });

@@ -74,6 +74,37 @@ void add_model_options(CLI::App* cmd, ModelOptions& o) {
   cmd->add_option("--rope", o.rope,
                   "RoPE of sliding-window and MTP layers: yarn (vLLM) or plain (DeepSeek reference / HF)")
       ->check(CLI::IsMember({"yarn", "plain"}));
+  cmd->add_option("--expert-ranks", o.expert_ranks,
+                  "expert parallelism: split every MoE layer's routed experts over this many ranks (they must divide "
+                  "evenly), which sum their routed outputs with an all-reduce on a comm stream; the logits equal one "
+                  "rank's up to the order of fp32 sums. CPU backend: ranks as threads or processes; CUDA backend: one "
+                  "process per GPU over NCCL")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  cmd->add_option("--expert-scheme", o.expert_scheme,
+                  "how --expert-ranks splits the MoE: all-gather (every rank holds every sequence, the ranks sum "
+                  "their routed outputs on a comm stream) or all-to-all (each rank holds batch / N sequences and "
+                  "sends each token's expert rows to the experts' owners and back; CPU backend, bf16 weights; rank "
+                  "0 reports its own sequences)")
+      ->check(CLI::IsMember({"all-gather", "all-to-all"}))
+      ->capture_default_str();
+  cmd->add_flag("--attention-tp", o.attention_tp,
+                "with --expert-ranks N: also split the attention's heads and output groups over the N ranks "
+                "(tensor parallelism; wo_b's shares summed by an all-reduce on the main stream); bf16 weights, "
+                "random initialisation");
+}
+
+void check_split_options(const ModelOptions& o) {
+  SL_CHECK(!o.attention_tp || (o.expert_ranks > 1 && o.expert_scheme == "all-gather"), "--attention-tp splits the "
+           "attention's heads over the ranks of --expert-ranks N (N >= 2) in the all-gather scheme");
+}
+
+std::vector<std::unique_ptr<Communicator>> schedule_only_group(Backend& be, const ModelOptions& o) {
+  check_split_options(o);
+  if (o.expert_ranks <= 1) return {};
+  auto group = make_fake_group(o.expert_ranks);
+  be.set_communicator(group[0].get());
+  return group;
 }
 
 ModelConfig resolve_config(const ModelOptions& o, const std::string& config_override_path) {
@@ -128,6 +159,9 @@ RunShape run_shape(const ModelConfig& cfg, const ModelOptions& o, int decode_ste
   RunShape s;
   s.weights = parse_weight_format(o.weights);
   s.kv_fp8 = o.kv_cache == "fp8";
+  s.expert_world = o.expert_ranks;  // each rank sets its own expert_rank
+  s.expert_all_to_all = o.expert_ranks > 1 && o.expert_scheme == "all-to-all";
+  s.attention_tp = o.attention_tp;
   s.batch = cfg.batch;
   s.max_positions = cfg.context_length + decode_steps + cfg.draft_steps + 1;
   const int per_seq_chunk = std::max(1, cfg.prefill_chunk / cfg.batch);

@@ -7,6 +7,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "core/communicator.h"
 #include "model/config.h"
 #include "model/deepseek_v4.h"
 #include "model/stream_policy.h"
@@ -26,9 +27,20 @@ struct ModelOptions {
   std::optional<int> mtp_layers, mtp_compress, batch, context, draft_steps, prefill_chunk;
   std::optional<unsigned long long> seed;
   std::optional<std::string> rope;  // "yarn" | "plain": the RoPE of sliding-window layers
+  // Expert parallelism (docs/model.md 6.1): the routed experts split over this many ranks, the
+  // scheme of the split, and whether the attention's heads are split over them too.
+  int expert_ranks = 1;
+  std::string expert_scheme = "all-gather";
+  bool attention_tp = false;
 };
 
 void add_model_options(CLI::App* cmd, ModelOptions& o);
+// Refuses split options that do not go together (--attention-tp without ranks or with the
+// all-to-all scheme), naming them.
+void check_split_options(const ModelOptions& o);
+// Rank 0's place in a split model whose collectives the backend never runs (the null backend of
+// `schedule` and `check-races`): an in-process group, set on `be`; empty when not split.
+std::vector<std::unique_ptr<Communicator>> schedule_only_group(Backend& be, const ModelOptions& o);
 // The config after overrides, validated (throws naming the key on a bad value).
 ModelConfig resolve_config(const ModelOptions& o, const std::string& config_override_path = "");
 StreamPolicy resolve_policy(const ModelOptions& o);

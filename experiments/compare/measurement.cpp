@@ -52,7 +52,9 @@ json to_json(const Measurement& m) {
             {"context", m.context},
             {"draft_steps", m.draft_steps},
             {"weights", m.weights},
-            {"kv_cache", m.kv_cache}}},
+            {"kv_cache", m.kv_cache},
+            {"expert_ranks", m.expert_ranks},
+            {"attention_tp", m.attention_tp}}},
           {"policy",
            {{"name", m.policy},
             {"aux_priority", m.aux_priority},
@@ -160,6 +162,10 @@ Measurement measurement_from_json(const json& j, const std::string& origin) {
   m.draft_steps = model.integer("draft_steps");
   m.weights = model.raw().value("weights", std::string("bf16"));
   m.kv_cache = model.raw().value("kv_cache", std::string("bf16"));
+  m.expert_ranks = model.raw().contains("expert_ranks") ? model.integer("expert_ranks") : 1;
+  m.attention_tp = model.raw().contains("attention_tp") && model.boolean("attention_tp");
+  SL_CHECK(m.expert_ranks >= 1 && m.expert_ranks <= 1024, origin, ".model.expert_ranks: ", m.expert_ranks,
+           " is outside 1..1024");
   const Reader pol = r.sub("policy");
   m.policy = pol.str("name");
   m.aux_priority = pol.str("aux_priority");

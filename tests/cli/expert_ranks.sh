@@ -134,6 +134,50 @@ d = json.load(open(sys.argv[1]))
 assert d["hazards"] == [] and d["attention_tp"] is True, d["hazards"][:3]
 PY
 
+# measure, compare and sweep over ranks (rank 0 timed, the others repeat its steps as processes):
+# the split is in every result, and a setting the ranks cannot run is refused before any child.
+"$bin" measure --backend cpu --config tiny --modes eager --steps 2 --warmup 1 --expert-ranks 2 --attention-tp \
+  --out "$tmp/m2.json" 2> "$tmp/m2.err" || { cat "$tmp/m2.err" >&2; fail "measure over 2 ranks"; }
+mkdir -p "$tmp/cmp"
+"$bin" compare --backend cpu --config tiny --context 64 --modes eager --policies per-layer,shared --repetitions 1 \
+  --no-baseline-twice --steps 2 --warmup 1 --expert-ranks 2 --out-dir "$tmp/cmp" --json > "$tmp/cmp.json" 2> "$tmp/cmp.err" \
+  || { tail -20 "$tmp/cmp.err" >&2; fail "compare over 2 ranks"; }
+python3 - "$tmp/m2.json" "$tmp/cmp.json" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1]))
+assert m["model"]["expert_ranks"] == 2 and m["model"]["attention_tp"] is True, m["model"]
+c = json.load(open(sys.argv[2]))
+assert c["settings"]["model"]["expert_ranks"] == 2, c["settings"]["model"]
+assert "experts split over 2 ranks (rank 0 timed)" in c["settings"]["description"], c["settings"]["description"]
+assert len(c["sides"]) == 2, [s["label"] for s in c["sides"]]
+PY
+if "$bin" compare --backend cpu --config tiny --modes eager,graph --expert-ranks 2 --out-dir "$tmp/cmp" \
+   > /dev/null 2> "$tmp/cmpg.err"; then fail "compare over ranks with graphs accepted"; fi
+grep -q "only --modes eager (graph capture of the ranks' collectives is not supported yet)" "$tmp/cmpg.err" ||
+  { cat "$tmp/cmpg.err" >&2; fail "no word of graph mode over ranks"; }
+mkdir -p "$tmp/sw"
+"$bin" sweep --backend cpu --config tiny --context 32 --policies per-layer,shared --mtp-layers 1 --mtp-compress 0 \
+  --modes eager --batches 1 --connections 0 --steps 2 --warmup 1 --expert-ranks 2 --out-dir "$tmp/sw" > "$tmp/sw.txt" 2>&1 \
+  || { tail -20 "$tmp/sw.txt" >&2; fail "sweep over 2 ranks"; }
+grep -q "experts split over 2 ranks, rank 0 timed" "$tmp/sw.txt" || { cat "$tmp/sw.txt" >&2; fail "sweep without its split"; }
+# A rank of a measurement killed mid-way: measure fails naming it, and writes no measurement.
+mkdir -p "$tmp/mt"
+TMPDIR="$tmp/mt" "$bin" measure --backend cpu --config tiny --modes eager --steps 3000 --warmup 1 --expert-ranks 2 \
+  --out "$tmp/killed.json" > /dev/null 2> "$tmp/mkill.err" &
+mpid=$!
+mchild=""
+for _ in $(seq 1 200); do
+  mchild=$(pgrep -f -- "--rank-of 1:$tmp/mt" || true)
+  [ -n "$mchild" ] && grep -q "1 warm-up" "$tmp/mkill.err" && break
+  sleep 0.05
+done
+[ -n "$mchild" ] || fail "measure's rank 1 never appeared"
+sleep 0.2; kill -9 $mchild
+if wait $mpid; then fail "measure finished although rank 1 was killed"; fi
+grep -q "rank 1 ended: killed by signal 9" "$tmp/mkill.err" || { cat "$tmp/mkill.err" >&2; fail "measure: no word of the killed rank"; }
+test ! -e "$tmp/killed.json" || fail "measure wrote a measurement although a rank was killed"
+test -z "$(ls -A "$tmp/mt")" || fail "the killed measurement left $(ls "$tmp/mt") behind"
+
 # A rank killed mid-run: rank 0 fails (no hang), saying which rank was killed and by what, and
 # no rank process outlives the run.
 "$bin" run --config tiny --backend cpu --steps 3000 --expert-ranks 2 --rank-launch processes \
