@@ -74,6 +74,11 @@ for st in $stages; do case $st in
       run gpus_analyze_json 60 $B/streamlab analyze "${ranks[@]}" --json
       sed -n '/^{/,$p' "$W/gpus_analyze_json.log" > "$OUT/gpus_analyze.json"
       rm -f "${ranks[@]}"
+      # The stream-policy verdict with the experts split over every GPU (rank 0 timed, eager).
+      mkdir -p "$W/cmp_gpus"
+      run gpus_compare 560 $B/streamlab compare --gpus "$n" --config flash-6l --mtp-layers 1 --draft-steps 1 --batch 8 \
+        --context 2048 --modes eager --policies per-layer,shared --repetitions 3 --steps 20 --out-dir "$W/cmp_gpus"
+      cp -r "$W/cmp_gpus" "$OUT/" 2>/dev/null
     fi ;;
   tiny)
     run tiny_eager 25 $B/streamlab run --config tiny --backend cuda --policy shared --steps 4
