@@ -1,5 +1,6 @@
 #include "core/communicator.h"
 
+#include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
@@ -51,6 +52,13 @@ class FakeCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int world() const override { return g_->world; }
   void abort(const std::string& why) override { g_->abort(why); }
+  bool peer_gone(int timeout_ms, std::string* why) override {
+    std::unique_lock<std::mutex> lock(g_->mu);
+    g_->cv.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] { return !g_->aborted.empty(); });
+    if (g_->aborted.empty()) return false;
+    if (why) *why = g_->aborted;
+    return true;
+  }
 
   void all_reduce_sum(float* buf, size_t n) override {
     std::vector<float> sum(n, 0.f);

@@ -32,6 +32,17 @@ class Communicator {
   // A rank that fails stops the group: every collective waiting now or called later, on any
   // rank, throws sl::Error naming `why`, instead of waiting forever for the failed rank.
   virtual void abort(const std::string& why) = 0;
+  // Waits up to timeout_ms for a sign that another rank ended or aborted the group, without
+  // taking part in any collective (a watchdog thread may call it while the owner works); true
+  // and *why set if one did. For groups whose work can block where their collectives cannot see
+  // it (NCCL kernels waiting on the GPU for a rank that is gone).
+  virtual bool peer_gone(int timeout_ms, std::string* why) = 0;
+  // The end of a run: every rank calls it, and it returns once all have (a barrier), so that no
+  // rank's normal exit looks like a failure to a rank still watching (peer_gone).
+  virtual void finish() {
+    float one = 1.f;
+    all_reduce_sum(&one, 1);
+  }
 };
 
 // world >= 1 communicators sharing one in-process group (rank i at index i).

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -72,6 +73,7 @@ class SocketCommunicator final : public Communicator {
   int world() const override { return world_; }
 
   void abort(const std::string& why) override {
+    std::lock_guard<std::mutex> lock(abort_mu_);  // a watchdog thread may abort while the owner works
     if (!aborted_.empty()) return;
     aborted_ = why.empty() ? "(no reason given)" : why;
     // Tell the peers why (best effort: a peer may be gone), then shut the sockets down, which
@@ -87,6 +89,45 @@ class SocketCommunicator final : public Communicator {
       (void)::send(fd, frame.data(), frame.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
       ::shutdown(fd, SHUT_RDWR);
     }
+  }
+
+  // Readable data outside a collective is an abort frame or an end of stream: a peer that ended
+  // or aborted. Only peeked at, so that a collective running meanwhile still reads its data.
+  bool peer_gone(int timeout_ms, std::string* why) override {
+    std::vector<pollfd> ps;
+    std::vector<int> peers;
+    for (size_t i = 0; i < fds_.size(); ++i)
+      if (fds_[i] >= 0) {
+        ps.push_back({fds_[i], short(POLLIN | POLLRDHUP), 0});
+        peers.push_back(rank_ == 0 ? int(i) : 0);
+      }
+    if (ps.empty()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(timeout_ms));
+      return false;
+    }
+    if (::poll(ps.data(), ps.size(), timeout_ms) <= 0) return false;
+    for (size_t i = 0; i < ps.size(); ++i) {
+      if (!ps[i].revents) continue;
+      Header h;
+      const ssize_t k = ::recv(ps[i].fd, &h, sizeof h, MSG_PEEK | MSG_DONTWAIT);
+      const bool closed = k == 0 || (ps[i].revents & (POLLHUP | POLLERR | POLLRDHUP)) ||
+                          (k < 0 && errno != EAGAIN && errno != EINTR);
+      const bool aborting = k == ssize_t(sizeof h) && h.magic == kMagic && h.op == uint32_t(Op::Abort);
+      if (!closed && !aborting) continue;  // a collective's data
+      if (why) {
+        std::string reason;
+        if (aborting) {
+          // The frame in full (the peer wrote it before shutting down): header, then its reason.
+          std::string frame(sizeof h + size_t(std::min<uint64_t>(h.size, 1 << 16)), '\0');
+          const ssize_t got = ::recv(ps[i].fd, frame.data(), frame.size(), MSG_PEEK | MSG_DONTWAIT);
+          reason = got > ssize_t(sizeof h) ? frame.substr(sizeof h, size_t(got) - sizeof h) : "(no reason given)";
+        }
+        *why = "rank " + std::to_string(peers[i]) +
+               (aborting ? " ended the group: " + reason : std::string(" closed its connection (its process ended)"));
+      }
+      return true;
+    }
+    return false;
   }
 
   void all_reduce_sum(float* buf, size_t n) override {
@@ -168,9 +209,34 @@ class SocketCommunicator final : public Communicator {
     std::memcpy(out, mine.data(), out_bytes);
   }
 
-  void check_open(Op op) const {
+  void check_open(Op op) {
+    std::lock_guard<std::mutex> lock(abort_mu_);
     SL_CHECK(aborted_.empty(), "socket group, rank ", rank_, ": ", op_name(op), " after the group was aborted: ",
              aborted_);
+  }
+  // Reads exactly `bytes`, false on an error or an end of stream (no abort: for reading a peer's
+  // abort reason, whose loss must not replace the reason).
+  bool recv_quietly(int fd, void* data, size_t bytes) {
+    char* p = static_cast<char*>(data);
+    while (bytes > 0) {
+      const ssize_t k = ::recv(fd, p, bytes, 0);
+      if (k < 0 && errno == EINTR) continue;
+      if (k <= 0) return false;
+      p += k;
+      bytes -= size_t(k);
+    }
+    return true;
+  }
+  // After a failed send: the peer may have aborted the group (shutting its socket down after an
+  // abort frame, which is why the send failed); its reason, if it did, else "".
+  std::string pending_abort(int fd) {
+    Header h;
+    if (::recv(fd, &h, sizeof h, MSG_PEEK | MSG_DONTWAIT) != ssize_t(sizeof h) || h.magic != kMagic ||
+        h.op != uint32_t(Op::Abort))
+      return "";
+    recv_quietly(fd, &h, sizeof h);
+    std::string why(size_t(std::min<uint64_t>(h.size, 1 << 16)), '\0');
+    return recv_quietly(fd, why.data(), why.size()) ? why : std::string("(its reason was cut off)");
   }
   // A failed exchange ends the group for every rank, then throws.
   [[noreturn]] void broken(int peer, Op op, const std::string& what) {
@@ -187,7 +253,11 @@ class SocketCommunicator final : public Communicator {
     while (bytes > 0) {
       const ssize_t k = ::send(fd_of(peer), p, bytes, MSG_NOSIGNAL);
       if (k < 0 && errno == EINTR) continue;
-      if (k <= 0) broken(peer, op, std::string("sending failed: ") + std::strerror(errno));
+      if (k <= 0) {
+        const std::string err = std::strerror(errno);
+        if (const std::string why = pending_abort(fd_of(peer)); !why.empty()) ended_by(peer, op, why);
+        broken(peer, op, "sending failed: " + err);
+      }
       p += k;
       bytes -= size_t(k);
     }
@@ -217,15 +287,8 @@ class SocketCommunicator final : public Communicator {
     if (h.magic != kMagic) broken(peer, op, "a frame that is not a streamlab socket group's");
     if (h.op == uint32_t(Op::Abort)) {
       std::string why(size_t(std::min<uint64_t>(h.size, 1 << 16)), '\0');
-      try {
-        recv_bytes(peer, why.data(), why.size(), op);
-      } catch (const Error&) {
-        why = "(its reason was cut off)";
-      }
-      const std::string msg = "socket group, rank " + std::to_string(rank_) + ": " + op_name(op) + ": rank " +
-                              std::to_string(peer) + " ended the group: " + why;
-      abort(msg);
-      throw Error(msg);
+      if (!recv_quietly(fd_of(peer), why.data(), why.size())) why = "(its reason was cut off)";
+      ended_by(peer, op, why);
     }
     if (h.op != uint32_t(op) || h.size != size)
       broken(peer, op, "rank " + std::to_string(h.rank) + " called " + op_name(Op(h.op)) + " of " +
@@ -233,8 +296,17 @@ class SocketCommunicator final : public Communicator {
                            " of " + std::to_string(size) + ": the ranks' calls disagree");
   }
 
+  // A peer aborted the group with `why`: passed on to the others, then thrown.
+  [[noreturn]] void ended_by(int peer, Op op, const std::string& why) {
+    const std::string msg = "socket group, rank " + std::to_string(rank_) + ": " + op_name(op) + ": rank " +
+                            std::to_string(peer) + " ended the group: " + why;
+    abort(msg);
+    throw Error(msg);
+  }
+
   int rank_, world_;
   std::vector<int> fds_;  // rank 0: one per rank (its own slot -1); others: [0] = rank 0
+  std::mutex abort_mu_;
   std::string aborted_;
 };
 
@@ -242,9 +314,10 @@ class SocketCommunicator final : public Communicator {
 bool wait_readable(int fd, std::chrono::steady_clock::time_point deadline) {
   for (;;) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) return false;
     pollfd p{fd, POLLIN, 0};
-    const int k = ::poll(&p, 1, int(std::min<long long>(left.count(), 1000)));
+    // At the deadline, one last look without waiting: what has already arrived still counts.
+    const int k = ::poll(&p, 1, int(std::clamp<long long>(left.count(), 0, 1000)));
+    if (k == 0 && left.count() <= 0) return false;
     if (k > 0) return true;
     if (k < 0 && errno != EINTR) fail("socket group: poll failed: ", std::strerror(errno));
   }
@@ -274,6 +347,10 @@ std::unique_ptr<Communicator> host_group(const std::string& path, int world, dou
   ::unlink(path.c_str());  // a stale socket of an earlier run
   SL_CHECK(::bind(listener.fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0, "socket group: cannot bind ",
            path, ": ", std::strerror(errno));
+  struct Unlink {  // the socket's name goes on every way out: once all joined, nobody needs it
+    const std::string& path;
+    ~Unlink() { ::unlink(path.c_str()); }
+  } unlink_at_end{path};
   SL_CHECK(::listen(listener.fd, world) == 0, "socket group: listen on ", path, ": ", std::strerror(errno));
   std::vector<int> fds(size_t(world), -1);
   std::vector<Fd> held;
@@ -286,19 +363,13 @@ std::unique_ptr<Communicator> host_group(const std::string& path, int world, dou
     while (!ready && std::chrono::steady_clock::now() < deadline) {
       ready = wait_readable(listener.fd, std::min(deadline, std::chrono::steady_clock::now() + std::chrono::seconds(1)));
       if (!ready && while_waiting) {
-        try {
-          while_waiting();
-        } catch (...) {
-          ::unlink(path.c_str());
-          throw;
-        }
+        while_waiting();
       }
     }
     if (!ready) {
       std::string missing;
       for (int r = 1; r < world; ++r)
         if (fds[size_t(r)] < 0) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
-      ::unlink(path.c_str());
       fail("socket group at ", path, ": ranks ", missing, " did not join within ", timeout_s, " s");
     }
     held.emplace_back(::accept4(listener.fd, nullptr, nullptr, SOCK_CLOEXEC));
@@ -321,7 +392,6 @@ std::unique_ptr<Communicator> host_group(const std::string& path, int world, dou
     fds[size_t(h.rank)] = fd;
   }
   for (auto& f : held) f.release();
-  ::unlink(path.c_str());  // every rank is in: the name is no longer needed
   return std::make_unique<SocketCommunicator>(0, world, std::move(fds));
 }
 

@@ -52,11 +52,7 @@ int gpu_count() {
 
 std::unique_ptr<Communicator> make_gpu_group(Communicator& bootstrap) {
 #if STREAMLAB_HAVE_CUDA
-  // NVLink multicast (NVLS) stays off unless the user asked for it: on shared hosts a program
-  // using it can take the GPUs out of service, and a decode step's all-reduces are too small to
-  // gain from it.
-  ::setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0);
-  return make_nccl_communicator(bootstrap);
+  return make_nccl_communicator(bootstrap);  // NCCL_NVLS_ENABLE: set in main
 #else
   (void)bootstrap;
   fail("a multi-GPU run needs CUDA and NCCL: this streamlab was built without CUDA (configure with -DSTREAMLAB_CUDA=ON)");
@@ -70,6 +66,15 @@ std::string gpu_group_description(const Communicator& c) {
   (void)c;
 #endif
   return "";
+}
+
+void on_gpu_rank_gone(Communicator& c, std::function<void(const std::string& why)> handler) {
+#if STREAMLAB_HAVE_CUDA
+  if (auto* n = dynamic_cast<NcclCommunicator*>(&c)) n->set_on_peer_gone(std::move(handler));
+#else
+  (void)c;
+  (void)handler;
+#endif
 }
 
 std::string kernel_variants_error(const std::string& spec) {

@@ -1,6 +1,7 @@
 // `--backend cpu|cuda` -> a backend instance, with a clear error when CUDA is not built in or
 // no GPU is present.
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -21,6 +22,10 @@ int gpu_count();
 std::unique_ptr<Communicator> make_gpu_group(Communicator& bootstrap);
 // "NCCL 2.28.3, from ..." for a group that make_gpu_group made, else "".
 std::string gpu_group_description(const Communicator& c);
+// What a group that make_gpu_group made does (on its watchdog thread) when another rank is gone
+// while this one may wait on the GPU: `handler` with the reason, then the process ends (status
+// 1). No-op for other groups, whose collectives see a gone rank themselves.
+void on_gpu_rank_gone(Communicator& c, std::function<void(const std::string& why)> handler);
 // For the option's validator: why `spec` is not a valid --kernel-variants, or "" (so that a bad
 // spec fails when the command line is read, before any work).
 std::string kernel_variants_error(const std::string& spec);

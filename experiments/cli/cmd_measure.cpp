@@ -285,6 +285,7 @@ void measure_other_rank(const MeasureOptions& o) {
     for (const auto& [mode, n] : seq)
       for (int i = 0; i < n; ++i) timed_step(model, mode);
     be->synchronize();
+    (gpu ? *gpu : *host).finish();  // with every rank: no normal exit may look like a failure
   } catch (const std::exception& e) {
     (gpu ? gpu.get() : host.get())->abort("measure rank " + std::to_string(me.rank) + ": " + e.what());
     throw;
@@ -356,7 +357,13 @@ void measure(const MeasureOptions& o) {
                  o.backend == "cuda" ? ", NCCL" : ", a socket group", o.model.attention_tp ? ", attention heads split too" : "");
     ranks.emplace(g_measure_argv, o.model.expert_ranks);
     host = ranks->join();
-    if (o.backend == "cuda") gpu = make_gpu_group(*host);
+    if (o.backend == "cuda") {
+      gpu = make_gpu_group(*host);
+      on_gpu_rank_gone(*gpu, [&host, &ranks](const std::string& why) {  // rank 0 blocked on the GPU
+        host->abort("rank 0 stops: " + why);
+        ranks->report_and_clean_up(why);
+      });
+    }
     be->set_communicator(gpu ? gpu.get() : host.get());
   }
   struct AbortOnThrow {  // rank 0 failing stops the others (they would wait in their next collective)
@@ -368,11 +375,12 @@ void measure(const MeasureOptions& o) {
   compare::Measurement m;
   try {
     m = measure_rank0(o, cfg, policy, shape, *be);
+    if (host) (gpu ? *gpu : *host).finish();  // the ranks' final barrier
   } catch (const std::exception& e) {
     if (ranks) {
       abort_on_throw.comm = nullptr;
       (gpu ? gpu.get() : host.get())->abort("measure rank 0 failed");
-      const std::string why = ranks->how_ranks_ended(5.0);
+      const std::string why = ranks->how_ranks_ended();
       if (!why.empty()) fail(e.what(), why);
     }
     throw;

@@ -568,6 +568,7 @@ void run_other_rank(const RunOptions& o, const RunSetup& u, int r, Communicator&
     }
     be->synchronize();
     if (tracer) tracer->finish(stdout);
+    group.finish();  // with every rank: no normal exit may look like a failure to a rank still watching
   } catch (const std::exception& e) {
     // Before the NCCL group is destroyed: a destroy would wait for collectives a failed peer never joins.
     group.abort(std::string("expert rank ") + std::to_string(r) + ": " + e.what());
@@ -691,10 +692,19 @@ void run_rank0(const RunOptions& o, std::optional<RankProcesses>& processes) {
         SL_CHECK(gpus >= o.model.expert_ranks, o.model.expert_ranks, " ranks on the CUDA backend need a GPU each; this process sees ",
                  gpus);
       }
+      // The ranks' trace files are checked for after the run: none may be left from an earlier one.
+      for (int r = 1; r < o.model.expert_ranks; ++r)
+        for (const std::string& p : {rank_trace_path(o.trace_json, r), rank_trace_path(o.trace_sqlite, r)})
+          if (!p.empty()) std::filesystem::remove(p);
       processes.emplace(g_argv, o.model.expert_ranks);
       group.push_back(processes->join());
       if (o.backend == "cuda") {
         gpu_group = make_gpu_group(*group[0]);
+        // A rank gone while rank 0 waits on the GPU: tell the others, say how each rank ended, end.
+        on_gpu_rank_gone(*gpu_group, [&group, &processes](const std::string& why) {
+          group[0]->abort("rank 0 stops: " + why);
+          processes->report_and_clean_up(why);
+        });
         std::fprintf(info, "GPU group: %d ranks on GPUs 0..%d, %s\n", o.model.expert_ranks, o.model.expert_ranks - 1,
                      gpu_group_description(*gpu_group).c_str());
       }
@@ -729,6 +739,7 @@ void run_rank0(const RunOptions& o, std::optional<RankProcesses>& processes) {
   run_prefill(model, cfg, prompt, o, rep, info);
   const DecodeTotals tot = run_decode(model, cfg, shape, o, tracer, rep, info);
   tracer.finish(info);
+  if (!group.empty()) (gpu_group ? *gpu_group : *group[0]).finish();  // the ranks' final barrier
   if (others) others->finish();
   if (processes) {
     processes->finish();
@@ -772,7 +783,7 @@ void run(const RunOptions& o) {
     // Rank 0 has aborted the group by now; say how the other ranks ended (the one that was
     // killed or failed first is usually why rank 0 failed).
     if (processes) {
-      const std::string ranks = processes->how_ranks_ended(5.0);
+      const std::string ranks = processes->how_ranks_ended();
       if (!ranks.empty()) fail(e.what(), ranks);
     }
     throw;

@@ -1,5 +1,6 @@
 // streamlab: what do my streams actually buy me? Entry point; subcommands in cmd_*.cpp.
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <functional>
 #include <string>
@@ -8,6 +9,10 @@
 #include "experiments/cli/commands.h"
 
 int main(int argc, char** argv) {
+  // NVLink multicast (NVLS) stays off in NCCL unless the user asked for it: on shared hosts a
+  // program using it can take the GPUs out of service, and a decode step's all-reduces are too
+  // small to gain from it. Set here, before any thread exists (setenv is not thread-safe).
+  ::setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0);
   CLI::App app{"streamlab: DeepSeek V4 + MTP forward under CUPTI tracing, comparing CUDA stream policies"};
   app.set_version_flag("--version", std::function<std::string()>(sl::cli::version_text),
                        "print the version, commit and CUDA / CUPTI versions, and exit");

@@ -8,6 +8,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -59,7 +60,21 @@ RankOf parse_rank_of(const std::string& spec) {
 RankProcesses::RankProcesses(char** argv, int world) {
   SL_CHECK(argv && argv[0], "--rank-launch processes: this process's command line is unknown");
   SL_CHECK(world >= 2, "--rank-launch processes needs at least 2 ranks");
+  // Children must stay waitable: an inherited "ignore SIGCHLD" would have the kernel reap them,
+  // and their exit statuses (a crash among them) would be lost.
+  ::signal(SIGCHLD, SIG_DFL);
   dir_ = make_run_dir();
+  try {
+    start(argv, world);
+  } catch (...) {
+    reap(0.0);  // the ranks already started: killed and reaped
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+    throw;
+  }
+}
+
+void RankProcesses::start(char** argv, int world) {
   socket_ = dir_ + "/group.sock";
   // The copies run this very binary (not whatever "streamlab" PATH finds now).
   std::error_code ec;
@@ -83,8 +98,8 @@ RankProcesses::RankProcesses(char** argv, int world) {
       if (fd < 0) ::_exit(121);
       ::dup2(fd, STDOUT_FILENO);
       ::dup2(fd, STDERR_FILENO);
-      const int devnull = ::open("/dev/null", O_RDONLY);
-      if (devnull >= 0) ::dup2(devnull, STDIN_FILENO);
+      const int devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+      if (devnull >= 0) ::dup2(devnull, STDIN_FILENO);  // dup2 clears close-on-exec on stdin only
       std::vector<char*> cargs;
       for (std::string& a : args) cargs.push_back(a.data());
       cargs.push_back(nullptr);
@@ -94,6 +109,7 @@ RankProcesses::RankProcesses(char** argv, int world) {
     }
     pids_.push_back(pid);
     status_.push_back(0);
+    killed_.push_back(false);
   }
 }
 
@@ -105,7 +121,7 @@ std::unique_ptr<Communicator> RankProcesses::join(double timeout_s) {
       if (::waitpid(pids_[i], &st, WNOHANG) == pids_[i]) {
         pids_[i] = -1;
         status_[i] = st;
-        fail("rank ", i + 1, " ended before joining the group: ", describe_exit(int(i) + 1, st));
+        fail("rank ", i + 1, " ended while the group was forming: ", describe_exit(int(i) + 1, st));
       }
     }
   });
@@ -123,7 +139,11 @@ std::string RankProcesses::log_tail(int rank) const {
 
 std::string RankProcesses::describe_exit(int rank, int status) const {
   std::ostringstream os;
-  if (WIFEXITED(status))
+  if (killed_[size_t(rank - 1)])
+    os << "still running " << kGraceSeconds << " s after rank 0 failed, so rank 0 killed it";
+  else if (status == kStatusUnknown)
+    os << "its exit status is unknown (reaped by someone else)";
+  else if (WIFEXITED(status))
     os << "exit status " << WEXITSTATUS(status);
   else if (WIFSIGNALED(status))
     os << "killed by signal " << WTERMSIG(status) << " (" << strsignal(WTERMSIG(status)) << ")";
@@ -136,11 +156,16 @@ std::string RankProcesses::describe_exit(int rank, int status) const {
 void RankProcesses::finish() {
   reap(-1);
   for (size_t i = 0; i < status_.size(); ++i)
-    if (status_[i] != 0) fail("rank ", i + 1, " failed: ", describe_exit(int(i) + 1, status_[i]));
+    if (status_[i] != 0) {
+      described_ = true;  // how_ranks_ended must not say it again
+      fail("rank ", i + 1, " failed: ", describe_exit(int(i) + 1, status_[i]));
+    }
 }
 
 std::string RankProcesses::how_ranks_ended(double grace_s) {
   reap(grace_s);
+  if (described_) return "";
+  described_ = true;
   std::string out;
   for (size_t i = 0; i < status_.size(); ++i)
     if (status_[i] != 0) out += "\nrank " + std::to_string(i + 1) + " ended: " + describe_exit(int(i) + 1, status_[i]);
@@ -160,23 +185,32 @@ void RankProcesses::reap(double grace_s) {
         status_[i] = st;
         pids_[i] = -1;
       } else if (got < 0 && errno == ECHILD) {
-        pids_[i] = -1;  // reaped already (join's check)
+        status_[i] = kStatusUnknown;  // not ours to wait for any more: not known to have ended well
+        pids_[i] = -1;
       } else {
         left = true;
       }
     }
     if (!left) return;
     if (grace_s >= 0 && std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > grace_s) {
-      for (pid_t p : pids_)
-        if (p > 0) ::kill(p, SIGKILL);
+      for (size_t i = 0; i < pids_.size(); ++i)
+        if (pids_[i] > 0 && ::kill(pids_[i], SIGKILL) == 0) killed_[i] = true;
       grace_s = -1;  // and wait for them to go
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
 }
 
+void RankProcesses::report_and_clean_up(const std::string& why) {
+  const std::string ranks = how_ranks_ended();
+  std::fprintf(stderr, "streamlab: error: %s%s\n", why.c_str(), ranks.c_str());
+  std::fflush(stderr);
+  std::error_code ec;
+  std::filesystem::remove_all(dir_, ec);
+}
+
 RankProcesses::~RankProcesses() {
-  reap(5.0);
+  reap(kGraceSeconds);
   std::error_code ec;
   std::filesystem::remove_all(dir_, ec);
 }

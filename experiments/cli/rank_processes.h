@@ -31,10 +31,17 @@ class RankProcesses {
   // Waits for every rank's process; fails naming the first that did not exit 0, with its log.
   void finish();
   // After rank 0 failed: waits up to grace_s for the ranks to end (then kills them) and describes
-  // each that did not exit 0, or "" if all did.
-  std::string how_ranks_ended(double grace_s);
+  // each that did not exit 0, or "" if all did (or finish() already told of a failed one).
+  std::string how_ranks_ended(double grace_s = kGraceSeconds);
+  // For a process about to end without unwinding (std::_Exit: a GPU rank gone, rank 0 blocked on
+  // the GPU): the ranks' statuses as how_ranks_ended says them, printed on stderr after `why`,
+  // and the folder removed.
+  void report_and_clean_up(const std::string& why);
 
  private:
+  static constexpr double kGraceSeconds = 5.0;  // for the ranks to end after rank 0 failed
+  static constexpr int kStatusUnknown = -1;
+  void start(char** argv, int world);
   std::string log_tail(int rank) const;
   std::string describe_exit(int rank, int status) const;
   void reap(double grace_s);
@@ -42,6 +49,8 @@ class RankProcesses {
   std::string dir_, socket_;
   std::vector<pid_t> pids_;  // index r - 1 for rank r; -1 once reaped
   std::vector<int> status_;
+  std::vector<bool> killed_;  // killed by rank 0 after the grace period
+  bool described_ = false;    // a failure already told (finish), or how_ranks_ended said its piece
 };
 
 // `--rank-of R:SOCKET` as given to a started rank: its rank and the group's socket.

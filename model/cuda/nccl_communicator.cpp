@@ -3,9 +3,13 @@
 #include <dlfcn.h>
 #include <nccl.h>
 
+#include <atomic>
+#include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/error.h"
@@ -82,9 +86,17 @@ class Nccl final : public NcclCommunicator {
     ncclUniqueId id{};
     if (boot_.rank() == 0) check("ncclGetUniqueId", api_.get_unique_id(&id));
     boot_.broadcast(&id, sizeof id);  // every rank needs rank 0's id to join
-    check("ncclCommInitRank", api_.comm_init_rank(&comm_, boot_.world(), id, boot_.rank()));
+    // A rank failing inside the init leaves the others waiting in NCCL's bootstrap: watched too.
+    start_watchdog();
+    try {
+      check("ncclCommInitRank", api_.comm_init_rank(&comm_, boot_.world(), id, boot_.rank()));
+    } catch (...) {
+      stop_watchdog();  // no destructor runs for a constructor that throws
+      throw;
+    }
   }
   ~Nccl() override {
+    stop_watchdog();
     if (!comm_) return;
     // A group that was aborted (a rank failed) may never finish a destroy: abort instead.
     if (aborted_)
@@ -101,11 +113,22 @@ class Nccl final : public NcclCommunicator {
   void all_to_all(const float* in, float* out, size_t n) override { boot_.all_to_all(in, out, n); }
   void broadcast(void* data, size_t bytes) override { boot_.broadcast(data, bytes); }
   void abort(const std::string& why) override {
-    // The host group tells the other ranks; NCCL's abort ends this rank's in-flight collectives.
+    // The host group tells the other ranks (their watchdogs end them); NCCL's abort ends this
+    // rank's in-flight collectives.
+    stop_watchdog();
     if (!aborted_ && comm_) api_.comm_abort(comm_);
     aborted_ = true;
     comm_ = nullptr;
     boot_.abort(why);
+  }
+  bool peer_gone(int timeout_ms, std::string* why) override { return boot_.peer_gone(timeout_ms, why); }
+  void finish() override {
+    stop_watchdog();  // the others' normal exits must not look like failures from here on
+    boot_.finish();
+  }
+  void set_on_peer_gone(std::function<void(const std::string& why)> handler) override {
+    std::lock_guard<std::mutex> lock(handler_mu_);
+    on_peer_gone_ = std::move(handler);
   }
 
   void all_reduce_sum_device(void* buf, size_t n, DType dt, cudaStream_t stream) override {
@@ -127,10 +150,38 @@ class Nccl final : public NcclCommunicator {
              api_.error_string(r), " (", int(r), ")");
   }
 
+  void start_watchdog() {
+    watchdog_ = std::thread([this] {
+      std::string why;
+      while (!stop_.load()) {
+        if (!boot_.peer_gone(200, &why) || stop_.load()) continue;
+        std::function<void(const std::string&)> handler;
+        {
+          std::lock_guard<std::mutex> lock(handler_mu_);
+          handler = on_peer_gone_;
+        }
+        const std::string msg = "NCCL rank " + std::to_string(boot_.rank()) + " of " + std::to_string(boot_.world()) +
+                                ": " + why + "; GPU work waiting for it would never end";
+        if (handler) handler(msg);
+        std::fprintf(stderr, "streamlab: error: %s, so this rank ends here\n", msg.c_str());
+        std::fflush(nullptr);
+        std::_Exit(1);
+      }
+    });
+  }
+  void stop_watchdog() {
+    stop_ = true;
+    if (watchdog_.joinable() && watchdog_.get_id() != std::this_thread::get_id()) watchdog_.join();
+  }
+
   Communicator& boot_;
   const NcclApi& api_;
   ncclComm_t comm_ = nullptr;
   bool aborted_ = false;
+  std::thread watchdog_;
+  std::atomic<bool> stop_{false};
+  std::mutex handler_mu_;
+  std::function<void(const std::string&)> on_peer_gone_;
 };
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -19,8 +20,16 @@
 
 namespace sl {
 
+// A rank that ends or aborts while the others wait inside an NCCL collective would leave them
+// waiting forever on the GPU, where no host call sees it. So each NcclCommunicator runs a watchdog
+// thread that watches the bootstrap group (peer_gone) and, when a rank is gone, ends this process
+// with a message saying so (exit status 1): the default, for ranks 1 .. N-1. Rank 0 sets its own
+// handler (say how every rank ended, clean up, then end). finish() stops the watchdog at a normal
+// end, before the ranks' final barrier.
 class NcclCommunicator : public Communicator {
  public:
+  // Called on the watchdog thread with the reason; must not return (it ends the process).
+  virtual void set_on_peer_gone(std::function<void(const std::string& why)> handler) = 0;
   // buf[i] = the sum over ranks of their buf[i], n values of `dt` (F32 or BF16) in device
   // memory, enqueued on `stream`.
   virtual void all_reduce_sum_device(void* buf, size_t n, DType dt, cudaStream_t stream) = 0;

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <functional>
+#include <chrono>
 #include <random>
 #include <string>
 #include <thread>
@@ -141,6 +142,43 @@ TEST(SocketGroup, RanksThatDisagreeAreRefused) {
             std::string::npos)
       << errors[0];
   EXPECT_NE(errors[1], "");
+}
+
+// The watchdog's question (peer_gone): a collective's data in flight is not a sign, an abort
+// frame is (with its reason), and so is a closed connection; nothing is consumed by asking.
+TEST(SocketGroup, PeerGoneSeesAbortsAndEndsNotTraffic) {
+  std::string why0, why1, why2;
+  bool quiet0 = true, quiet1 = true, traffic = true;
+  float got = 0;
+  const auto errors = on_socket_ranks(3, socket_path("gone"), [&](int r, Communicator& c) {
+    if (r == 0) {
+      quiet0 = !c.peer_gone(50, &why0);
+      // Rank 1's collective arrives before rank 0 joins it: data, not a sign.
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      traffic = !c.peer_gone(50, &why0);
+      float x = 1.f;
+      c.all_reduce_sum(&x, 1);  // its data was only peeked at: the collective still works
+      got = x;
+      // Rank 2 aborts with a reason: seen with it.
+      EXPECT_TRUE(c.peer_gone(5000, &why2));
+    } else if (r == 1) {
+      quiet1 = !c.peer_gone(50, &why1);
+      float x = 2.f;
+      c.all_reduce_sum(&x, 1);
+      // Then rank 0 ends (its communicator closes when its body returns): seen as a closed connection.
+      EXPECT_TRUE(c.peer_gone(5000, &why1));
+    } else {
+      float x = 3.f;
+      c.all_reduce_sum(&x, 1);
+      c.abort("rank 2's model failed");
+    }
+  });
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(errors[size_t(r)], "") << "rank " << r;
+  EXPECT_TRUE(quiet0 && quiet1) << "an idle group is not gone";
+  EXPECT_TRUE(traffic) << "a collective's data was taken for a sign: " << why0;
+  EXPECT_EQ(got, 6.f);
+  EXPECT_EQ(why2, "rank 2 ended the group: rank 2's model failed");
+  EXPECT_EQ(why1, "rank 0 closed its connection (its process ended)");
 }
 
 // Rank 0 of a group of 4 that only rank 1 joins gives up at its deadline, naming ranks 2 and 3.
