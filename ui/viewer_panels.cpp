@@ -96,6 +96,11 @@ void Viewer::draw_analysis_line(const TraceBlock& b) {
               format_duration(double(w.stream_overlap)).c_str(), 100.0 * w.stream_overlap_fraction,
               100.0 * w.aux_hidden_fraction, b.trace.stream_label(a->main_stream).c_str(),
               (unsigned long long)a->resources.streams, with_work);
+  // A job's ranks: how much of each rank's communication computation hid (HTA's measure).
+  if (ranks() && a->comm.comm_kernels > 0)
+    ImGui::Text("%scommunication kernels %llu, %s, %.1f%% of it overlapped by computation", who.c_str(),
+                (unsigned long long)a->comm.comm_kernels, format_duration(double(a->comm.comm)).c_str(),
+                100.0 * a->comm.fraction);
 }
 
 bool Viewer::begin_tab(const char* name) {
