@@ -287,7 +287,9 @@ int run_live(const CompareCliOptions& o) {
   // Traces compress about tenfold; readers take either form (sl::plain_or_gz, load_trace).
   for (const auto& e : fs::directory_iterator(dir.path() + "/traces")) {
     const std::string n = e.path().filename().string();
-    const bool trace_file = n.size() > 11 && (n.rfind(".eager.json") == n.size() - 11 || n.rfind(".graph.json") == n.size() - 11);
+    const bool json = n.size() > 5 && n.rfind(".json") == n.size() - 5;
+    const bool trace_file = n.size() > 11 && (n.rfind(".eager.json") == n.size() - 11 || n.rfind(".graph.json") == n.size() - 11 ||
+                                              (json && n.find(".rank") != std::string::npos));  // other ranks' traces
     if (trace_file || n.rfind(".sqlite") == n.size() - 7) gzip_file_in_place(e.path().string());
   }
 

@@ -135,6 +135,11 @@ std::string sibling(const std::string& out, const std::string& suffix) {
   return (p.parent_path() / (p.stem().string() + suffix)).string();
 }
 
+// Where rank r > 0 of a split model writes its trace of a mode's window (beside rank 0's).
+std::string rank_trace_file(const std::string& out, const std::string& mode, int rank) {
+  return sibling(out, "." + mode + ".rank" + std::to_string(rank) + ".json");
+}
+
 // Refuses bad options and a backend that cannot do what they ask, before anything is allocated.
 void check_measure_options(const MeasureOptions& o) {
   check_split_options(o.model);
@@ -234,6 +239,8 @@ void measure_traced(compare::Measurement& m, const MeasureOptions& o, const Mode
     const std::string json_path = sibling(o.out, "." + mode + ".json");
     prof::write_kineto_json_file(trace, json_path);
     w.trace_json = std::filesystem::path(json_path).filename().string();
+    for (int r = 1; r < o.model.expert_ranks; ++r)  // written by the other ranks (checked when they end)
+      w.rank_traces.push_back(std::filesystem::path(rank_trace_file(o.out, mode, r)).filename().string());
     if (mode == "eager") {
       const std::string sqlite_path = sibling(o.out, "." + mode + ".sqlite");
       prof::write_nsys_sqlite(trace, sqlite_path);
@@ -282,8 +289,35 @@ void measure_other_rank(const MeasureOptions& o) {
     model.init_random(cfg.seed);
     model.prefill(seeded_prompt(cfg), cfg.context_length);
     std::printf("measure rank %d of %d: prefill done, %d steps to repeat\n", me.rank, world, total);
-    for (const auto& [mode, n] : seq)
+#if STREAMLAB_HAVE_CUDA
+    // --trace: this rank traces the same windows as rank 0 (the second pass of the sequence),
+    // its trace beside rank 0's, naming its rank.
+    auto& session = prof::CuptiSession::instance();
+    if (o.trace)
+      SL_CHECK(session.start({}) == prof::SessionState::Tracing, "measure rank ", me.rank, " --trace: ", session.message());
+#endif
+    for (size_t k = 0; k < seq.size(); ++k) {
+      const auto& [mode, n] = seq[k];
+      const bool traced = o.trace && k >= o.modes.size() && k < 2 * o.modes.size();
+#if STREAMLAB_HAVE_CUDA
+      if (traced) session.begin_window();
+#endif
       for (int i = 0; i < n; ++i) timed_step(model, mode);
+#if STREAMLAB_HAVE_CUDA
+      if (traced) {
+        prof::Trace trace = session.end_window();
+        trace.rank = me.rank;
+        trace.world_size = world;
+        trace.metadata["policy"] = policy.str();
+        trace.metadata["mode"] = mode;
+        trace.metadata["config"] = cfg.name;
+        prof::write_kineto_json_file(trace, rank_trace_file(o.out, mode, me.rank));
+        if (k + 1 == 2 * o.modes.size()) session.stop();
+      }
+#else
+      (void)traced;
+#endif
+    }
     be->synchronize();
     (gpu ? *gpu : *host).finish();  // with every rank: no normal exit may look like a failure
   } catch (const std::exception& e) {
@@ -355,6 +389,8 @@ void measure(const MeasureOptions& o) {
              " ranks on the CUDA backend need a GPU each; this process sees ", gpu_count());
     std::fprintf(stderr, "measure: expert parallelism over %d ranks (processes%s)%s\n", o.model.expert_ranks,
                  o.backend == "cuda" ? ", NCCL" : ", a socket group", o.model.attention_tp ? ", attention heads split too" : "");
+    for (const auto& mode : o.modes)  // the ranks' traces are checked for at the end: none left from before
+      for (int r = 1; r < o.model.expert_ranks; ++r) std::filesystem::remove(rank_trace_file(o.out, mode, r));
     ranks.emplace(g_measure_argv, o.model.expert_ranks);
     host = ranks->join();
     if (o.backend == "cuda") {
@@ -385,7 +421,14 @@ void measure(const MeasureOptions& o) {
     }
     throw;
   }
-  if (ranks) ranks->finish();  // every rank ended well, or no measurement is written
+  if (ranks) {
+    ranks->finish();  // every rank ended well, or no measurement is written
+    const std::filesystem::path folder = std::filesystem::path(o.out).parent_path();
+    for (const auto& w : m.traced)
+      for (const auto& f : w.rank_traces)
+        SL_CHECK(std::filesystem::exists(folder / f), "measure: a rank ended well but its trace ", (folder / f).string(),
+                 " is missing");
+  }
   write_file_atomic(o.out, compare::to_json(m).dump(1) + "\n");
   std::fprintf(stderr, "measure: wrote %s\n", o.out.c_str());
 }

@@ -39,7 +39,8 @@ json to_json(const Measurement& m) {
                       {"trace_json", t.trace_json},
                       {"trace_sqlite", t.trace_sqlite},
                       {"traced_step_ms", t.traced_step_ms},
-                      {"untraced_step_ms", t.untraced_step_ms}});
+                      {"untraced_step_ms", t.untraced_step_ms},
+                      {"rank_traces", t.rank_traces}});
   return {{"schema", m.schema},
           {"provenance", m.provenance},
           {"stream_source", m.stream_source},
@@ -228,6 +229,14 @@ Measurement measurement_from_json(const json& j, const std::string& origin) {
     t.trace_sqlite = tr.str("trace_sqlite");
     t.traced_step_ms = tr.nums("traced_step_ms");
     t.untraced_step_ms = tr.nums("untraced_step_ms");
+    if (traced[i].contains("rank_traces")) {
+      const json& rt = traced[i].at("rank_traces");
+      SL_CHECK(rt.is_array(), origin, ".traced[", i, "].rank_traces: expected an array of file names");
+      for (const auto& f : rt) {
+        SL_CHECK(f.is_string(), origin, ".traced[", i, "].rank_traces: expected an array of file names");
+        t.rank_traces.push_back(f.get<std::string>());
+      }
+    }
     m.traced.push_back(std::move(t));
   }
   return m;

@@ -42,6 +42,9 @@ struct TracedWindow {
   std::string trace_sqlite;         // "" when not written
   std::vector<double> traced_step_ms;    // host wall clock per step while tracing
   std::vector<double> untraced_step_ms;  // the same steps after tracing stopped
+  // A split model: the other ranks' traces of the same window (rank r at index r - 1), each
+  // naming its rank in distributedInfo; empty otherwise (and in files before it existed).
+  std::vector<std::string> rank_traces;
 };
 
 struct Measurement {
