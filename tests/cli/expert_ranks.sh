@@ -7,6 +7,18 @@ set -euo pipefail
 bin=$1
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
+# kill_rank1 RANKS_TMPDIR LOG PATTERN: once rank 1's process (started with its socket under
+# RANKS_TMPDIR) runs and LOG shows PATTERN, SIGKILL it.
+kill_rank1() {
+  local pid=""
+  for _ in $(seq 1 200); do
+    pid=$(pgrep -f -- "--rank-of 1:$1" || true)
+    [ -n "$pid" ] && grep -q -- "$3" "$2" && break
+    sleep 0.05
+  done
+  [ -n "$pid" ] || fail "rank 1's process never appeared"
+  sleep 0.1; kill -9 $pid
+}
 
 for n in 1 2 4; do
   "$bin" run --config tiny --backend cpu --steps 2 --expert-ranks $n --dump-logits "$tmp/l$n.npy" --json > "$tmp/r$n.json"
@@ -165,14 +177,7 @@ mkdir -p "$tmp/mt"
 TMPDIR="$tmp/mt" "$bin" measure --backend cpu --config tiny --modes eager --steps 3000 --warmup 1 --expert-ranks 2 \
   --out "$tmp/killed.json" > /dev/null 2> "$tmp/mkill.err" &
 mpid=$!
-mchild=""
-for _ in $(seq 1 200); do
-  mchild=$(pgrep -f -- "--rank-of 1:$tmp/mt" || true)
-  [ -n "$mchild" ] && grep -q "1 warm-up" "$tmp/mkill.err" && break
-  sleep 0.05
-done
-[ -n "$mchild" ] || fail "measure's rank 1 never appeared"
-sleep 0.2; kill -9 $mchild
+kill_rank1 "$tmp/mt" "$tmp/mkill.err" "1 warm-up"
 if wait $mpid; then fail "measure finished although rank 1 was killed"; fi
 grep -q "rank 1 ended: killed by signal 9" "$tmp/mkill.err" || { cat "$tmp/mkill.err" >&2; fail "measure: no word of the killed rank"; }
 test ! -e "$tmp/killed.json" || fail "measure wrote a measurement although a rank was killed"
@@ -183,14 +188,7 @@ test -z "$(ls -A "$tmp/mt")" || fail "the killed measurement left $(ls "$tmp/mt"
 "$bin" run --config tiny --backend cpu --steps 3000 --expert-ranks 2 --rank-launch processes \
   > "$tmp/kill.out" 2> "$tmp/kill.err" &
 run_pid=$!
-child=""
-for _ in $(seq 1 200); do
-  child=$(pgrep -f -- "--rank-of 1:$TMPDIR" || true)
-  [ -n "$child" ] && grep -q "^3 *decode" "$tmp/kill.out" && break
-  sleep 0.05
-done
-[ -n "$child" ] || fail "rank 1's process never appeared"
-kill -9 $child
+kill_rank1 "$TMPDIR" "$tmp/kill.out" "^3 *decode"
 if wait $run_pid; then fail "rank 0 finished although rank 1 was killed"; fi
 grep -q "rank 1 ended: killed by signal 9" "$tmp/kill.err" || { cat "$tmp/kill.err" >&2; fail "no word of the killed rank"; }
 test -z "$(pgrep -f -- "--rank-of 1:$TMPDIR" || true)" || fail "a rank process outlived the run"

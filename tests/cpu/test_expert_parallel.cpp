@@ -52,6 +52,29 @@ std::vector<Logits> model_on_ranks(int world, const std::function<Logits(int, Ba
   return got;
 }
 
+// The whole-model comparisons' run: `c` with one batch of a seeded prompt, prefilled, then two
+// decode steps; the last-position logits of each.
+struct TinyRun {
+  ModelConfig c;
+  std::string policy;
+  RunShape shape;
+  std::vector<int32_t> prompt;
+  TinyRun(ModelConfig cfg, uint64_t prompt_seed, std::string pol = "shared") : c(std::move(cfg)), policy(std::move(pol)) {
+    shape.batch = c.batch;
+    shape.max_positions = c.context_length + 8;
+    shape.max_seq_tokens = c.context_length;
+    for (int i = 0; i < c.batch * c.context_length; ++i)
+      prompt.push_back(int32_t(splitmix64(prompt_seed * 1000003 + uint64_t(i)) % uint64_t(c.vocab_size)));
+  }
+  Logits operator()(Backend& be, const RunShape& s) const {
+    DeepSeekV4 m(be, c, StreamPolicy::parse(policy), s);
+    m.init_random(c.seed);
+    Logits out{m.prefill(prompt, c.context_length).last_logits};
+    for (int i = 0; i < 2; ++i) out.push_back(m.decode_step().last_logits);
+    return out;
+  }
+};
+
 TEST(FakeCommunicator, CollectivesMatchTheirDefinitions) {
   const int W = 3;
   const size_t n = 2;
@@ -271,24 +294,8 @@ void expect_ranks_equal_one_rank(int experts_per_token) {
   c.num_experts_per_tok = experts_per_token;
   validate(c);
   ASSERT_EQ(c.n_routed_experts % 4, 0);
-  RunShape shape;
-  shape.batch = c.batch;
-  shape.max_positions = c.context_length + 8;
-  shape.max_seq_tokens = c.context_length;
-  std::vector<int32_t> prompt;
-  for (int i = 0; i < c.batch * c.context_length; ++i)
-    prompt.push_back(int32_t(splitmix64(7 * 1000003 + uint64_t(i)) % uint64_t(c.vocab_size)));
-  auto run = [&](Backend& be, const RunShape& s) {
-    DeepSeekV4 m(be, c, StreamPolicy::parse("shared"), s);
-    m.init_random(c.seed);
-    Logits out;
-    out.push_back(m.prefill(prompt, c.context_length).last_logits);
-    for (int i = 0; i < 2; ++i) {
-      const StepOutput so = m.decode_step();
-      out.push_back(so.last_logits);
-    }
-    return out;
-  };
+  const TinyRun run(c, 7);
+  const RunShape& shape = run.shape;
   std::unique_ptr<Backend> one = make_cpu_backend();
   const Logits ref = run(*one, shape);
   for (int world : {2, 4}) {
@@ -304,12 +311,7 @@ void expect_ranks_equal_one_rank(int experts_per_token) {
     ASSERT_EQ(got[0].size(), ref.size());
     for (size_t step = 0; step < ref.size(); ++step) {
       ASSERT_EQ(got[0][step].size(), ref[step].size());
-      double num = 0, den = 0;
-      for (size_t i = 0; i < ref[step].size(); ++i) {
-        num = std::max(num, double(std::fabs(got[0][step][i] - ref[step][i])));
-        den = std::max(den, double(std::fabs(ref[step][i])));
-      }
-      const double rel = num / std::max(den, 1e-30);
+      const double rel = max_rel_diff(got[0][step], ref[step]);
       std::printf("  k %d, world %d, step %zu: max |diff| / max |logit| = %.3g\n", experts_per_token, world, step, rel);
       EXPECT_LT(rel, 1e-4) << "step " << step;
     }
@@ -327,22 +329,8 @@ TEST(ExpertParallel, ModelOverFakeRanksEqualsOneRankFourPerToken) { expect_ranks
 // (measured 6-8e-7); a share holding the wrong rows or a missing sum moves them by far more
 // (leaving out the attention's all-reduce: 0.75 to 1.35 of the largest logit, measured).
 TEST(ExpertParallel, AttentionSplitOverRanksEqualsOneRank) {
-  ModelConfig c = load_config("tiny");
-  validate(c);
-  RunShape shape;
-  shape.batch = c.batch;
-  shape.max_positions = c.context_length + 8;
-  shape.max_seq_tokens = c.context_length;
-  std::vector<int32_t> prompt;
-  for (int i = 0; i < c.batch * c.context_length; ++i)
-    prompt.push_back(int32_t(splitmix64(5 * 1000003 + uint64_t(i)) % uint64_t(c.vocab_size)));
-  auto run = [&](Backend& be, const RunShape& s) {
-    DeepSeekV4 m(be, c, StreamPolicy::parse("per-layer"), s);
-    m.init_random(c.seed);
-    Logits out{m.prefill(prompt, c.context_length).last_logits};
-    for (int i = 0; i < 2; ++i) out.push_back(m.decode_step().last_logits);
-    return out;
-  };
+  const TinyRun run(load_config("tiny"), 5, "per-layer");
+  const RunShape& shape = run.shape;
   std::unique_ptr<Backend> one = make_cpu_backend();
   const Logits ref = run(*one, shape);
   const int world = 2;
@@ -356,13 +344,10 @@ TEST(ExpertParallel, AttentionSplitOverRanksEqualsOneRank) {
   ASSERT_FALSE(::testing::Test::HasFailure());
   EXPECT_EQ(got[1], got[0]) << "the ranks sum the same shares in the same order";
   for (size_t step = 0; step < ref.size(); ++step) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < ref[step].size(); ++i) {
-      num = std::max(num, double(std::fabs(got[0][step][i] - ref[step][i])));
-      den = std::max(den, double(std::fabs(ref[step][i])));
-    }
-    std::printf("  attention over %d ranks, step %zu: max |diff| / max |logit| = %.3g\n", world, step, num / den);
-    EXPECT_LT(num / den, 1e-4) << "step " << step;
+    ASSERT_EQ(got[0][step].size(), ref[step].size());
+    const double rel = max_rel_diff(got[0][step], ref[step]);
+    std::printf("  attention over %d ranks, step %zu: max |diff| / max |logit| = %.3g\n", world, step, rel);
+    EXPECT_LT(rel, 1e-4) << "step " << step;
   }
 }
 
