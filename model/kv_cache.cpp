@@ -67,6 +67,17 @@ LayerCache make_layer_cache(Backend& be, Stream s, const ModelConfig& c, int lay
   return lc;
 }
 
+size_t kv_entry_bytes(const ModelConfig& c, DType act, bool fp8) {
+  if (!fp8) return size_t(c.head_dim) * dtype_size(act);
+  const size_t nope = size_t(c.head_dim - c.qk_rope_head_dim), rope = size_t(c.qk_rope_head_dim);
+  const size_t raw = nope + 2 * rope + (nope + 63) / 64;
+  return (raw + 7) / 8 * 8;
+}
+
+size_t indexer_key_bytes(const ModelConfig& c, DType act, bool fp8) {
+  return fp8 ? size_t(c.index_head_dim) + 4 : size_t(c.index_head_dim) * dtype_size(act);
+}
+
 size_t layer_cache_bytes(const ModelConfig& c, int layer, int batch, int max_positions, int max_seq_tokens,
                          DType act) {
   const CacheDims d = dims(c, layer, max_positions, max_seq_tokens);

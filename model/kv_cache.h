@@ -35,4 +35,15 @@ LayerCache make_layer_cache(Backend& be, Stream s, const ModelConfig& c, int lay
 size_t layer_cache_bytes(const ModelConfig& c, int layer, int batch, int max_positions, int max_seq_tokens,
                          DType act);
 
+// Bytes one cache entry takes in a real cache (what a decode step must read per entry):
+// - KV entry (window and compressed caches), `fp8` false: head_dim values in `act`.
+// - KV entry, `fp8` true: vLLM's layout (docs/model.md 5.7), the nope dims in e4m3, the rope
+//   dims in bf16 and a ue8m0 scale byte per 64 nope values, padded to 8 bytes (flash: 448 + 128 +
+//   7 + 1 = 584).
+// - Indexer key: index_head_dim values in `act`, or in e4m3 with one fp32 scale.
+// streamlab's emulated FP8 caches still hold `act` (RunShape::kv_fp8); these are the bytes of the
+// caches it emulates, for the decode bytes floor.
+size_t kv_entry_bytes(const ModelConfig& c, DType act, bool fp8);
+size_t indexer_key_bytes(const ModelConfig& c, DType act, bool fp8);
+
 }  // namespace sl

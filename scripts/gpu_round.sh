@@ -114,6 +114,11 @@ for st in $stages; do case $st in
       --modes=eager,graph --steps=${NATIVE_STEPS:-20} --out="$OUT/bench_native.json"
     run bench_bf16 ${NATIVE_BENCH_SECONDS:-200} $B/bench_decode "${BENCH_FLASH[@]}" --weights=bf16 --batches=1,8 \
       --modes=eager,graph --steps=${NATIVE_STEPS:-20} --out="$OUT/bench_bf16.json" ;;
+  kv8)
+    # The decode floor with the KV caches counted in vLLM's FP8 layout (584 B per entry), the
+    # caches' values FP8 (held in bf16 here): graph replay, batch 1 and 8, native weights.
+    run bench_native_kv8 ${NATIVE_BENCH_SECONDS:-200} $B/bench_decode "${BENCH_FLASH[@]}" --weights=native \
+      --kv-cache=fp8 --batches=1,8 --modes=graph --steps=${NATIVE_STEPS:-20} --out="$OUT/bench_native_kv8.json" ;;
   fp8gemm)
     # Does cuBLASLt run DeepSeek's block-scaled FP8 GEMM here (128x128 weight blocks, 1x128
     # activation groups), with which scale layout, and how fast against bf16.

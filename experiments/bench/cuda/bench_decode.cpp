@@ -6,7 +6,9 @@
 // matrices), the LM head once per head call, the embedding rows, and the KV each query must
 // read (its window, its compressed entries, and the indexer keys). Weights count as they are held
 // (--weights=native: FP8 codes plus their block scales, MXFP4 pairs plus their e8m0 scales, the
-// rest in bf16). The ratio printed is the
+// rest in bf16); KV entries as a real cache holds them (--kv-cache=fp8: vLLM's FP8 layout, 584
+// bytes per flash entry, though the caches here hold the emulated values in bf16, so the ratio
+// then includes that gap). The ratio printed is the
 // median step time over that floor, measured in this run. Each batch is measured eager (the
 // host enqueues every kernel) and, with the same model and caches, through one CUDA graph
 // replayed per step (--modes picks).
@@ -53,6 +55,7 @@ struct Options {
   std::string command_line;
   std::string kernel_variants;  // --kernel-variants= (model/kernel_variants.h)
   WeightFormat weights = WeightFormat::Bf16;  // --weights=
+  bool kv_fp8 = false;  // --kv-cache=fp8: the caches' FP8 values (emulated) and the floor in FP8 bytes
 };
 
 // Bytes of the dense (non-routed-expert) weights under a name prefix, as the backend holds
@@ -83,7 +86,7 @@ struct Floor {
 
 // The bytes one decode step must read, from the recorded routing and the positions.
 Floor decode_floor(const ModelConfig& c, const std::vector<RoutingRecord>& routing, int B, int pos, DType wdt,
-                   WeightFormat fmt) {
+                   WeightFormat fmt, bool kv_fp8) {
   ModelWeights w;
   const auto specs = weight_specs(c, w);
   const size_t a = dtype_size(wdt);
@@ -103,11 +106,13 @@ Floor decode_floor(const ModelConfig& c, const std::vector<RoutingRecord>& routi
     const int ratio = c.layer_ratio(r.layer);
     const size_t window = size_t(std::min(p + 1, c.sliding_window));
     const size_t n_c = size_t((p + 1) / ratio);
-    size_t per_query = window * Dh * a;
+    // An entry as a real cache holds it: bf16, or vLLM's FP8 layout (kv_cache.h).
+    const size_t entry = kv_entry_bytes(c, wdt, kv_fp8), key = indexer_key_bytes(c, wdt, kv_fp8);
+    size_t per_query = window * entry;
     switch (c.layer_type(r.layer)) {
-      case LayerType::C128A: per_query += n_c * Dh * a; break;
+      case LayerType::C128A: per_query += n_c * entry; break;
       case LayerType::C4A:
-        per_query += std::min(n_c, size_t(c.index_topk)) * Dh * a + n_c * size_t(c.index_head_dim) * a;
+        per_query += std::min(n_c, size_t(c.index_topk)) * entry + n_c * key;
         break;
       default: break;
     }
@@ -176,6 +181,7 @@ void run(const Options& o) {
           shape.max_seq_tokens = std::min(o.context, std::max(1, c.prefill_chunk / B));
           shape.record_routing = true;
           shape.weights = o.weights;
+          shape.kv_fp8 = o.kv_fp8;
           live->cfg = c;
           CudaBackendOptions bo;
           bo.variants = KernelVariants::parse(o.kernel_variants);
@@ -226,7 +232,8 @@ void run(const Options& o) {
           st.SetIterationTime(ms * 1e-3);
         }
         // The routing of the last measured step, at the last step's positions.
-        r.floor = decode_floor(live->cfg, model.routing(), B, model.position() - 1, be.weight_dtype(), o.weights);
+        r.floor = decode_floor(live->cfg, model.routing(), B, model.position() - 1, be.weight_dtype(), o.weights,
+                               o.kv_fp8);
         if (mi + 1 == o.modes.size()) {
           live->model.reset();
           live->be.reset();
@@ -250,6 +257,8 @@ void run(const Options& o) {
   out["mtp_compress"] = o.mtp_compress >= 0 ? o.mtp_compress : load_config(o.config).mtp_compress_ratio;
   out["draft_steps"] = o.draft_steps;
   out["weights"] = weight_format_name(o.weights);
+  // The floor's KV bytes: a bf16 cache, or vLLM's FP8 layout (the run's caches hold bf16 either way).
+  out["kv_cache"] = o.kv_fp8 ? "fp8 (floor in FP8 bytes; caches emulated in bf16)" : "bf16";
   out["modes"] = o.modes;
   std::printf("\n%-6s %-6s %12s %12s %12s %12s %12s %8s\n", "batch", "mode", "median ms", "enqueue ms", "floor GB",
               "floor ms", "experts GB", "ratio");
@@ -322,6 +331,11 @@ int main(int argc, char** argv) {
     else if (auto v = flag_value(arg, "--placement=")) o.placement = (sl::parse_placement(v), v);
     else if (auto v = flag_value(arg, "--graph-scope=")) o.graph_scope = (sl::parse_graph_scope(v), v);
     else if (auto v = flag_value(arg, "--weights=")) o.weights = sl::parse_weight_format(v);
+    else if (auto v = flag_value(arg, "--kv-cache=")) {
+      if (std::strcmp(v, "fp8") != 0 && std::strcmp(v, "bf16") != 0)
+        throw sl::Error(std::string("--kv-cache=") + v + ": expected bf16 or fp8");
+      o.kv_fp8 = std::strcmp(v, "fp8") == 0;
+    }
     else return false;
     return true;
   };
@@ -329,7 +343,9 @@ int main(int argc, char** argv) {
       "bench_decode [--config=flash-6l] [--batches=1,8] [--policy=shared] [--context=4096]\n"
       "             [--mtp-layers=1] [--mtp-compress=0|4|128] [--draft-steps=1] [--steps=20] [--modes=eager,graph]\n"
       "             [--no-shared-expert-stream] [--stream-source=cuda|torch] [--placement=vllm-fix|vllm-head]\n"
-      "             [--graph-scope=step|split] [--weights=bf16|native] [--kernel-variants=SPEC] [--out=FILE.json]\n"
+      "             [--graph-scope=step|split] [--weights=bf16|native] [--kv-cache=bf16|fp8] [--kernel-variants=SPEC]\n"
+      "             [--out=FILE.json]\n"
+      "  --kv-cache=fp8: the caches' FP8 values (emulated: held in bf16) and the floor's KV in FP8 bytes\n"
       "  --kernel-variants: ") + sl::kKernelVariantsHelp + "\n"
       "Decode step time (CUDA) against the bytes floor; see the header of bench_decode.cpp.\n";
   return sl::bench::bench_main(
