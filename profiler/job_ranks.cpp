@@ -1,5 +1,6 @@
 #include "profiler/job_ranks.h"
 
+#include <algorithm>
 #include <set>
 
 #include "core/error.h"
@@ -25,6 +26,19 @@ bool whole_job(const std::vector<RankClaim>& claims) {
     ranks.insert(c.rank);
   }
   return !claims.empty() && ranks.size() == claims.size();
+}
+
+std::vector<int> missing_ranks(const std::vector<RankClaim>& claims) {
+  int world = 0;
+  std::set<int> have;
+  for (const RankClaim& c : claims) {
+    world = std::max(world, c.world_size);
+    if (c.rank >= 0) have.insert(c.rank);
+  }
+  std::vector<int> out;
+  for (int r = 0; r < world; ++r)
+    if (!have.count(r)) out.push_back(r);
+  return out;
 }
 
 }  // namespace sl::prof

@@ -20,4 +20,8 @@ void check_rank_claims(const std::vector<RankClaim>& claims);
 // claims.size() ranks, no rank twice.
 bool whole_job(const std::vector<RankClaim>& claims);
 
+// The ranks of the world the traces name (its largest world_size) that no trace claims, in
+// order; empty when no trace names a world size.
+std::vector<int> missing_ranks(const std::vector<RankClaim>& claims);
+
 }  // namespace sl::prof

@@ -79,9 +79,26 @@ nlohmann::json analysed_json(const Analysed& a) {
 }
 
 // The ranks side by side: what a multi-GPU step looks like from each GPU.
+std::vector<prof::RankClaim> claims_of(const std::vector<Analysed>& all) {
+  std::vector<prof::RankClaim> claims;
+  for (const Analysed& a : all) claims.push_back({a.path, a.rank, a.world_size});
+  return claims;
+}
+
 std::string ranks_table(const std::vector<Analysed>& all) {
   auto us = [](prof::Ns ns) { return double(ns) / 1000.0; };
-  std::string out = "ranks: " + std::to_string(all.size()) + " traces\n";
+  std::string out = "ranks: " + std::to_string(all.size()) + " traces";
+  // A job's traces given in part: said, so that a table of 2 of 8 ranks is not read as the job.
+  const std::vector<int> missing = prof::missing_ranks(claims_of(all));
+  if (!missing.empty()) {
+    out += " (not given: rank";
+    out += missing.size() > 1 ? "s " : " ";
+    for (size_t i = 0; i < missing.size(); ++i) out += (i ? ", " : "") + std::to_string(missing[i]);
+    int world = 0;
+    for (const Analysed& a : all) world = std::max(world, a.world_size);
+    out += " of the world of " + std::to_string(world) + ")";
+  }
+  out += "\n";
   char line[512];
   std::snprintf(line, sizeof line, "  %-5s %-6s %8s %12s %12s %9s %12s %13s %10s  %s\n", "rank", "world", "kernels",
                 "span us", "busy us", "compute", "NCCL us", "comm overlap", "aux hidden", "trace");
@@ -102,11 +119,7 @@ std::string ranks_table(const std::vector<Analysed>& all) {
 }
 
 // Two traces that claim one rank, or disagree on the world size, are not one job's ranks.
-void check_ranks(const std::vector<Analysed>& all) {
-  std::vector<prof::RankClaim> claims;
-  for (const Analysed& a : all) claims.push_back({a.path, a.rank, a.world_size});
-  prof::check_rank_claims(claims);
-}
+void check_ranks(const std::vector<Analysed>& all) { prof::check_rank_claims(claims_of(all)); }
 
 void run(const AnalyzeOptions& o) {
   std::vector<Analysed> all;
@@ -119,6 +132,7 @@ void run(const AnalyzeOptions& o) {
       nlohmann::json j;
       j["ranks"] = nlohmann::json::array();
       for (const Analysed& a : all) j["ranks"].push_back(analysed_json(a));
+      j["missing_ranks"] = prof::missing_ranks(claims_of(all));
       std::cout << j.dump(2) << "\n";
     }
   } else {

@@ -195,6 +195,14 @@ test -z "$(pgrep -f -- "--rank-of 1:$TMPDIR" || true)" || fail "a rank process o
 test -z "$(ls -A "$TMPDIR")" || fail "the killed run left $(ls "$TMPDIR") behind"
 unset TMPDIR
 
+# analyze of a job's traces given in part says which ranks are missing (text and --json).
+rt=$(ls results/compare/*/traces/shared.graph.json.gz | head -n 1)
+for r in 0 2; do "$bin" export "$rt" --to kineto --rank $r --world-size 3 "$tmp/part$r.json" > /dev/null 2>&1; done
+"$bin" analyze "$tmp/part0.json" "$tmp/part2.json" > "$tmp/part.txt"
+grep -q "^ranks: 2 traces (not given: rank 1 of the world of 3)$" "$tmp/part.txt" || { head -3 "$tmp/part.txt" >&2; fail "no missing rank"; }
+"$bin" analyze "$tmp/part0.json" "$tmp/part2.json" --json > "$tmp/part.json"
+python3 -c "import json,sys; d=json.load(open(sys.argv[1])); assert d['missing_ranks'] == [1], d['missing_ranks']" "$tmp/part.json"
+
 # Refusals, each naming what to change.
 expect_error() {  # expect_error WHAT PATTERN ARGS...
   local what=$1 pattern=$2; shift 2

@@ -38,6 +38,9 @@ TEST(JobRanks, WholeJobAndRefusals) {
   EXPECT_EQ(error_of([] { prof::check_rank_claims({{"a.json", 0, 2}, {"b.json", 1, 4}}); }),
             "'a.json' says world_size 2 and 'b.json' says 4: not the ranks of one job");
   EXPECT_EQ(error_of([] { prof::check_rank_claims({{"a.json", -1, 0}, {"b.json", -1, 0}}); }), "");
+  EXPECT_EQ(prof::missing_ranks({{"a", 3, 4}, {"b", 0, 4}}), (std::vector<int>{1, 2}));
+  EXPECT_TRUE(prof::missing_ranks({{"a", 1, 2}, {"b", 0, 2}}).empty());
+  EXPECT_TRUE(prof::missing_ranks({{"a", -1, 0}, {"b", -1, 0}}).empty()) << "no world size: nothing known missing";
 }
 
 // Rank `rank` of a job: one decode step whose kernel starts `late` ns after the others' (a rank
