@@ -69,8 +69,6 @@ DeepSeekV4::DeepSeekV4(Backend& be, const ModelConfig& cfg, const StreamPolicy& 
     SL_CHECK(cfg_.num_attention_heads % W == 0 && cfg_.o_groups % W == 0, "config ", cfg_.name,
              ": tensor parallelism over ", W, " ranks needs the ", cfg_.num_attention_heads, " attention heads and ",
              cfg_.o_groups, " output groups (o_groups) to split evenly");
-    SL_CHECK(shape_.weights == WeightFormat::Bf16, "tensor parallelism of the attention holds bf16-format weights "
-             "only (--weights native splits FP8 blocks: not supported yet)");
   }
   const int L = cfg_.num_hidden_layers, N = cfg_.num_nextn_predict_layers;
   const Stream main{};

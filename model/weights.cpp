@@ -350,6 +350,15 @@ size_t weight_bytes(const ModelConfig& c, DType wdt, WeightFormat fmt, const Mod
 
 void allocate_weights(Backend& be, const ModelConfig& c, ModelWeights& w, WeightFormat fmt) {
   const std::vector<WeightSpec> specs = weight_specs(c, w);
+  // A native share must cut the whole tensor at its FP8 blocks' edges, so that its blocks (and
+  // their scales) are the whole tensor's.
+  for (const auto& s : specs) {
+    if (!held_native(s, fmt) || s.slice_dim < 0 || s.native != WeightSpec::Native::Fp8) continue;
+    SL_CHECK(s.slice_first % 128 == 0 && s.shape[s.slice_dim] % 128 == 0, "config ", c.name, ": --weights native with "
+             "the attention split over ranks: ", s.name, "'s share [", s.slice_first, ", ",
+             s.slice_first + s.shape[s.slice_dim], ") of its ", s.slice_dim == 0 ? "rows" : "columns",
+             " does not fall on FP8's 128-wide blocks");
+  }
   // Check the whole model before allocating any of it.
   for (const auto& s : specs) {
     if (!held_native(s, fmt)) continue;
@@ -373,10 +382,13 @@ void allocate_weights(Backend& be, const ModelConfig& c, ModelWeights& w, Weight
 
 // A tensor-parallel share gets exactly the values the whole tensor holds there: the whole tensor
 // is generated into a scratch of the share's dtype (one per dtype, of the largest whole tensor),
-// and the share copied out through the host (at load only).
+// and the share copied out through the host (at load only). A native share is generated in fp32,
+// copied out into `native` (the native scratch) and quantized there; its blocks are the whole
+// tensor's (allocate_weights checks the alignment), so it holds the whole tensor's codes and scales.
 void init_share(Backend& be, const WeightSpec& s, uint64_t seed, uint64_t key, std::map<DType, Tensor>& scratch,
-                const std::vector<WeightSpec>& specs) {
-  const Tensor dst = spec_view(s);
+                const std::vector<WeightSpec>& specs, WeightFormat fmt, const Tensor& native) {
+  const bool quantize = held_native(s, fmt);
+  const Tensor dst = quantize ? native.rows(0, s.shape.numel()).view(s.shape) : spec_view(s);
   Tensor& sc = scratch[dst.dtype];
   if (sc.empty()) {
     int64_t most = 0;
@@ -397,6 +409,7 @@ void init_share(Backend& be, const WeightSpec& s, uint64_t seed, uint64_t key, s
   for (int64_t r = 0; r < nr; ++r)
     std::memcpy(part.data() + size_t(r * nc) * es, all.data() + size_t((r0 + r) * cols + c0) * es, size_t(nc) * es);
   be.upload(Stream{0}, dst, part.data(), part.size());
+  if (quantize) quantize_into(be, s, native);
   be.synchronize();  // `part` is freed on return
 }
 
@@ -409,9 +422,7 @@ void init_weights(Backend& be, const ModelConfig& c, ModelWeights& w, uint64_t s
   for (const auto& s : specs) {
     const uint64_t key = hash_name(s.name);
     if (s.slice_dim >= 0) {
-      SL_CHECK(!held_native(s, w.format), "weights: ", s.name, ": a tensor-parallel share of a native weight is not "
-               "supported (use --weights bf16)");
-      init_share(be, s, seed, key, share_scratch, specs);
+      init_share(be, s, seed, key, share_scratch, specs, w.format, scratch);
       continue;
     }
     if (held_native(s, w.format)) {
