@@ -63,8 +63,8 @@ struct RunShape {
   // expert_world output groups (their wo_a rows and wo_b columns), computes its heads' attention
   // and its share of wo_b's sum, and the ranks' shares are summed (all_reduce_sum on the main
   // stream, as serving stacks sum after the output projection). The KV projection, compressors and
-  // indexer stay whole on every rank (one latent KV head). Random init; native weights where each
-  // share falls on FP8's 128-wide blocks (allocate_weights checks).
+  // indexer stay whole on every rank (one latent KV head). Native weights where each share falls
+  // on FP8's 128-wide blocks (allocate_weights checks); a checkpoint loads into the shares.
   bool attention_tp = false;
   // The heads (and output groups) one rank holds.
   int64_t heads_per_rank(const ModelConfig& c) const {

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <list>
 #include <map>
 #include <memory>
 #include <set>
@@ -932,17 +933,59 @@ static CheckpointFiles open_checkpoint_files(const std::string& dir, const std::
   return cf;
 }
 
+// Rows [first, first + count) of a 2-D (or 1-D) tensor along `dim`, as a tensor of its own: a
+// view into the mapping for rows, a copy into `bytes` for columns (kept alive by the caller).
+static const StTensor& slice_st(const StTensor& t, int dim, int64_t first, int64_t count, std::list<StTensor>& views,
+                                std::list<std::vector<uint8_t>>& bytes) {
+  const size_t es = st_dtype_size(t.dtype);
+  const int64_t rows = t.shape.empty() ? 1 : t.shape[0];
+  const int64_t cols = t.shape.size() > 1 ? t.numel() / std::max<int64_t>(rows, 1) : 1;
+  StTensor v = t;
+  v.shape[size_t(dim)] = count;
+  v.bytes = size_t(v.numel()) * es;
+  if (dim == 0) {
+    v.data = t.data + size_t(first * cols) * es;
+  } else {
+    std::vector<uint8_t>& b = bytes.emplace_back(v.bytes);
+    for (int64_t r = 0; r < rows; ++r)
+      std::memcpy(b.data() + size_t(r * count) * es, t.data + size_t(r * cols + first) * es, size_t(count) * es);
+    v.data = b.data();
+  }
+  return views.emplace_back(std::move(v));
+}
+
 void load_checkpoint(Backend& be, const ModelConfig& c, ModelWeights& w, const std::string& dir) {
   const std::string where = "checkpoint " + dir;
-  SL_CHECK(!w.attention_split(c), where, ": loading into a rank that holds ", w.held_heads(c), " of ",
-           c.num_attention_heads, " attention heads (tensor parallelism) is not supported yet; use random weights "
-           "(--seed) or no --attention-tp");
   std::error_code ec;
   SL_CHECK(fs::is_directory(dir, ec), where, ": not a directory");
 
   const CheckpointFiles cf = open_checkpoint_files(dir, where);
-  const auto& found = cf.found;
+  auto found = cf.found;  // a copy: a tensor-parallel share replaces its whole tensor below
   const std::vector<WeightSpec> specs = weight_specs(c, w);
+  // Tensor parallelism: the checkpoint holds whole tensors, a rank reads its share of rows or
+  // columns (and of an FP8 weight's block scales, whose blocks the share must not cut).
+  std::list<StTensor> share_views;
+  std::list<std::vector<uint8_t>> share_bytes;
+  for (const auto& s : specs) {
+    if (s.slice_dim < 0) continue;
+    const auto it = found.find(s.name);
+    if (it == found.end()) continue;  // said with the other missing tensors below
+    const StTensor& whole = *it->second.first;
+    SL_CHECK(whole.shape == shape_vec(s.full_shape), where, ": tensor ", s.name, " in ", it->second.second->path(),
+             " has shape ", whole.shape_str(), ", expected ", s.full_shape.str());
+    const int64_t count = s.shape[s.slice_dim];
+    it->second.first = &slice_st(whole, s.slice_dim, s.slice_first, count, share_views, share_bytes);
+    const std::string sc = scale_name(s.name);
+    const auto q = sc.empty() ? found.end() : found.find(sc);
+    if (q == found.end()) continue;
+    SL_CHECK(s.slice_first % 128 == 0 && count % 128 == 0, where, ": ", s.name, " is quantized in 128 x 128 blocks, "
+             "and this rank's share [", s.slice_first, ", ", s.slice_first + count, ") of its ",
+             s.slice_dim == 0 ? "rows" : "columns", " cuts them (choose a split whose shares fall on the blocks)");
+    const StTensor& ws = *q->second.first;
+    SL_CHECK(ws.shape.size() == 2 && ws.shape[size_t(s.slice_dim)] * 128 >= s.full_shape[s.slice_dim], where, ": ",
+             sc, " has shape ", ws.shape_str(), ", not one scale per 128 x 128 block of ", s.full_shape.str());
+    q->second.first = &slice_st(ws, s.slice_dim, s.slice_first / 128, count / 128, share_views, share_bytes);
+  }
   std::set<std::string> wanted;
   std::vector<std::string> missing;
   // Quantized weights as DeepSeek ships them (docs/model.md 9): "X.weight" in FP8 or MXFP4 with

@@ -90,8 +90,8 @@ void add_model_options(CLI::App* cmd, ModelOptions& o) {
       ->capture_default_str();
   cmd->add_flag("--attention-tp", o.attention_tp,
                 "with --expert-ranks N: also split the attention's heads and output groups over the N ranks "
-                "(tensor parallelism; wo_b's shares summed by an all-reduce on the main stream); random "
-                "initialisation; native weights where each share falls on FP8's 128-wide blocks (flash's do)");
+                "(tensor parallelism; wo_b's shares summed by an all-reduce on the main stream); native weights "
+                "where each share falls on FP8's 128-wide blocks (flash's do)");
 }
 
 void check_split_options(const ModelOptions& o) {

@@ -4,7 +4,10 @@
 // or scattered) against the whole MoE on one backend.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <filesystem>
 #include <functional>
 #include <random>
 #include <string>
@@ -18,6 +21,7 @@
 #include "model/cpu/cpu_backend.h"
 #include "model/deepseek_v4.h"
 #include "model/expert_parallel.h"
+#include "model/weights.h"
 
 namespace sl {
 namespace {
@@ -375,8 +379,13 @@ TEST(ExpertParallel, RankShareBytesAreWhatARankAllocates) {
 
 // The split with the checkpoint's native formats: each share cut at FP8's 128-wide blocks (here
 // tiny with 128-row output groups), so that it holds the whole tensor's codes and scales, and the
-// FP8 activation groups of wo_b's input fall on the same 128 columns. The logits equal one rank's
-// native run up to the order of fp32 sums, as in bf16.
+// FP8 activation groups of wo_b's input fall on the same 128 columns. The ranks sum wo_b in another
+// fp32 order, and the next FP8 GEMM quantizes its input to e4m3 (3 mantissa bits): a value that
+// lies on a rounding edge may round the other way, one e4m3 step (1/16 of it), which later layers
+// carry. Measured: 3-4e-7 of the largest logit here (no edge hit), 1.3-2.2 % with the seed of
+// CheckpointLoadsIntoAttentionShares. kNativeSplitTolerance (0.1) allows that and stays far below
+// a wrong share or a missing sum (0.75 and more).
+constexpr double kNativeSplitTolerance = 0.1;
 TEST(ExpertParallel, AttentionSplitWithNativeWeightsEqualsOneRank) {
   ModelConfig c = load_config("tiny");
   c.o_lora_rank = 128;
@@ -396,7 +405,53 @@ TEST(ExpertParallel, AttentionSplitWithNativeWeightsEqualsOneRank) {
   for (size_t step = 0; step < ref.size(); ++step) {
     const double rel = max_rel_diff(got[0][step], ref[step]);
     std::printf("  native weights, attention over 2 ranks, step %zu: max |diff| / max |logit| = %.3g\n", step, rel);
-    EXPECT_LT(rel, 1e-4) << "step " << step;
+    EXPECT_LT(rel, kNativeSplitTolerance) << "step " << step;
+  }
+}
+
+// A checkpoint (whole tensors, as DeepSeek ships them) loads into attention shares: each rank
+// reads its rows or columns, and for native weights its FP8 codes and the block scales of its
+// share. Loaded on 2 ranks it gives the logits it gives on one: within fp32's summation order in
+// f32, within kNativeSplitTolerance in the native formats (the shares' codes and scales were also
+// compared with the whole tensors' byte for byte while this test was written: equal).
+TEST(ExpertParallel, CheckpointLoadsIntoAttentionShares) {
+  for (const bool native : {false, true}) {
+    SCOPED_TRACE(native ? "native" : "f32");
+    ModelConfig c = load_config("tiny");
+    c.o_lora_rank = 128;  // output groups on FP8's blocks
+    validate(c);
+    TinyRun run(c, 3);
+    run.shape.weights = native ? WeightFormat::Native : WeightFormat::Bf16;
+    const std::string dir = ::testing::TempDir() + "/sl_tp_ckpt_" + std::to_string(::getpid()) + (native ? "_n" : "_f");
+    std::unique_ptr<Backend> one = make_cpu_backend();
+    Logits ref;
+    {
+      DeepSeekV4 m(*one, c, StreamPolicy::parse("shared"), run.shape);
+      m.init_random(c.seed + 1);  // not the seed TinyRun's init uses: the logits must come from the file
+      save_checkpoint(*one, c, m.weights(), dir, DType::F32);
+      m.load(dir);
+      ref.push_back(m.prefill(run.prompt, c.context_length).last_logits);
+      for (int i = 0; i < 2; ++i) ref.push_back(m.decode_step().last_logits);
+    }
+    const std::vector<Logits> got = model_on_ranks(2, [&](int r, Backend& be) {
+      RunShape s = run.shape;
+      s.expert_world = 2;
+      s.expert_rank = r;
+      s.attention_tp = true;
+      DeepSeekV4 m(be, c, StreamPolicy::parse("shared"), s);
+      m.load(dir);
+      Logits out{m.prefill(run.prompt, c.context_length).last_logits};
+      for (int i = 0; i < 2; ++i) out.push_back(m.decode_step().last_logits);
+      return out;
+    });
+    std::filesystem::remove_all(dir);
+    ASSERT_FALSE(::testing::Test::HasFailure());
+    for (size_t step = 0; step < ref.size(); ++step) {
+      const double rel = max_rel_diff(got[0][step], ref[step]);
+      std::printf("  %s checkpoint into attention shares, step %zu: max |diff| / max |logit| = %.3g\n",
+                  native ? "native" : "f32", step, rel);
+      EXPECT_LT(rel, native ? kNativeSplitTolerance : 1e-4) << "step " << step;
+    }
   }
 }
 
