@@ -8,6 +8,7 @@
 // implements the same interface on device buffers.)
 #pragma once
 #include <cstddef>
+#include <exception>
 #include <memory>
 #include <string>
 #include <vector>
@@ -43,6 +44,22 @@ class Communicator {
     float one = 1.f;
     all_reduce_sum(&one, 1);
   }
+};
+
+// Aborts `comm` (when not null) if the scope it guards is left by an exception: the other ranks
+// then stop instead of waiting for this one in their next collective.
+class AbortOnThrow {
+ public:
+  AbortOnThrow(Communicator* comm, std::string why) : comm_(comm), why_(std::move(why)) {}
+  ~AbortOnThrow() {
+    if (comm_ && std::uncaught_exceptions() > 0) comm_->abort(why_);
+  }
+  AbortOnThrow(const AbortOnThrow&) = delete;
+  AbortOnThrow& operator=(const AbortOnThrow&) = delete;
+
+ private:
+  Communicator* comm_;
+  std::string why_;
 };
 
 // world >= 1 communicators sharing one in-process group (rank i at index i).

@@ -382,47 +382,26 @@ void measure(const MeasureOptions& o) {
   auto be = make_backend(o.backend, KernelVariants::parse(o.kernel_variants));
   check_memory_fits(*be, cfg, shape, "measure");
   // A split model: ranks 1 .. N-1 as copies of this process, repeating its steps; rank 0 measures.
-  std::optional<RankProcesses> ranks;
-  std::unique_ptr<Communicator> host, gpu;
+  std::optional<RankGroup> ranks;
   if (o.model.expert_ranks > 1) {
-    SL_CHECK(o.backend != "cuda" || gpu_count() >= o.model.expert_ranks, "measure: ", o.model.expert_ranks,
-             " ranks on the CUDA backend need a GPU each; this process sees ", gpu_count());
     std::fprintf(stderr, "measure: expert parallelism over %d ranks (processes%s)%s\n", o.model.expert_ranks,
                  o.backend == "cuda" ? ", NCCL" : ", a socket group", o.model.attention_tp ? ", attention heads split too" : "");
     for (const auto& mode : o.modes)  // the ranks' traces are checked for at the end: none left from before
       for (int r = 1; r < o.model.expert_ranks; ++r) std::filesystem::remove(rank_trace_file(o.out, mode, r));
-    ranks.emplace(g_measure_argv, o.model.expert_ranks);
-    host = ranks->join();
-    if (o.backend == "cuda") {
-      gpu = make_gpu_group(*host);
-      on_gpu_rank_gone(*gpu, [&host, &ranks](const std::string& why) {  // rank 0 blocked on the GPU
-        host->abort("rank 0 stops: " + why);
-        ranks->report_and_clean_up(why);
-      });
-    }
-    be->set_communicator(gpu ? gpu.get() : host.get());
+    ranks.emplace(g_measure_argv, o.model.expert_ranks, o.backend == "cuda");
+    be->set_communicator(&ranks->comm());
   }
-  struct AbortOnThrow {  // rank 0 failing stops the others (they would wait in their next collective)
-    Communicator* comm;
-    ~AbortOnThrow() {
-      if (comm && std::uncaught_exceptions() > 0) comm->abort("measure rank 0 failed");
-    }
-  } abort_on_throw{gpu ? gpu.get() : host.get()};
   compare::Measurement m;
   try {
     m = measure_rank0(o, cfg, policy, shape, *be);
-    if (host) (gpu ? *gpu : *host).finish();  // the ranks' final barrier
+    if (ranks) ranks->finish();  // the final barrier, then every rank's exit: all well, or no measurement
   } catch (const std::exception& e) {
-    if (ranks) {
-      abort_on_throw.comm = nullptr;
-      (gpu ? gpu.get() : host.get())->abort("measure rank 0 failed");
-      const std::string why = ranks->how_ranks_ended();
-      if (!why.empty()) fail(e.what(), why);
-    }
+    // Rank 0 failing stops the others (they would wait in their next collective); how they ended.
+    if (ranks)
+      if (const std::string why = ranks->stop_after_failure(); !why.empty()) fail(e.what(), why);
     throw;
   }
   if (ranks) {
-    ranks->finish();  // every rank ended well, or no measurement is written
     const std::filesystem::path folder = std::filesystem::path(o.out).parent_path();
     for (const auto& w : m.traced)
       for (const auto& f : w.rank_traces)

@@ -631,7 +631,7 @@ class OtherRanks {
 };
 
 // Rank 0 (the process the user started): the run, and the report.
-void run_rank0(const RunOptions& o, std::optional<RankProcesses>& processes) {
+void run_rank0(const RunOptions& o, std::optional<RankGroup>& processes) {
   const RunSetup setup = setup_run(o);
   const ModelConfig& cfg = setup.cfg;
   const std::vector<int32_t>& prompt = setup.rank_prompts[0];
@@ -666,9 +666,8 @@ void run_rank0(const RunOptions& o, std::optional<RankProcesses>& processes) {
   std::fflush(info);
 
   check_memory_fits(be, cfg, shape, "run");
-  std::vector<std::unique_ptr<Communicator>> group;
+  std::vector<std::unique_ptr<Communicator>> group;  // the ranks as threads: an in-process group
   std::optional<OtherRanks> others;
-  std::unique_ptr<Communicator> gpu_group;  // NCCL over group[0], on the CUDA backend
   if (o.model.expert_ranks > 1) {
     const ExpertPartition p = partition_experts(cfg.n_routed_experts, o.model.expert_ranks, 0);
     const bool as_processes = o.rank_launch == "processes";
@@ -687,40 +686,23 @@ void run_rank0(const RunOptions& o, std::optional<RankProcesses>& processes) {
                    static_cast<long long>(shape.heads_per_rank(cfg)), static_cast<long long>(shape.groups_per_rank(cfg)));
     std::fflush(info);
     if (as_processes) {
-      if (o.backend == "cuda") {
-        const int gpus = gpu_count();
-        SL_CHECK(gpus >= o.model.expert_ranks, o.model.expert_ranks, " ranks on the CUDA backend need a GPU each; this process sees ",
-                 gpus);
-      }
       // The ranks' trace files are checked for after the run: none may be left from an earlier one.
       for (int r = 1; r < o.model.expert_ranks; ++r)
         for (const std::string& p : {rank_trace_path(o.trace_json, r), rank_trace_path(o.trace_sqlite, r)})
           if (!p.empty()) std::filesystem::remove(p);
-      processes.emplace(g_argv, o.model.expert_ranks);
-      group.push_back(processes->join());
-      if (o.backend == "cuda") {
-        gpu_group = make_gpu_group(*group[0]);
-        // A rank gone while rank 0 waits on the GPU: tell the others, say how each rank ended, end.
-        on_gpu_rank_gone(*gpu_group, [&group, &processes](const std::string& why) {
-          group[0]->abort("rank 0 stops: " + why);
-          processes->report_and_clean_up(why);
-        });
+      processes.emplace(g_argv, o.model.expert_ranks, o.backend == "cuda");
+      if (const std::string nccl = processes->gpu_description(); !nccl.empty())
         std::fprintf(info, "GPU group: %d ranks on GPUs 0..%d, %s\n", o.model.expert_ranks, o.model.expert_ranks - 1,
-                     gpu_group_description(*gpu_group).c_str());
-      }
+                     nccl.c_str());
     } else {
       group = make_fake_group(o.model.expert_ranks);
       others.emplace(o, setup, group);
     }
-    be.set_communicator(gpu_group ? gpu_group.get() : group[0].get());
   }
+  Communicator* comm = processes ? &processes->comm() : group.empty() ? nullptr : group[0].get();
+  be.set_communicator(comm);
   // Rank 0 failing stops the other ranks (they would wait for it in their next all-reduce).
-  struct AbortOnThrow {
-    Communicator* comm;
-    ~AbortOnThrow() {
-      if (comm && std::uncaught_exceptions() > 0) comm->abort("expert rank 0 failed");
-    }
-  } abort_on_throw{gpu_group ? gpu_group.get() : group.empty() ? nullptr : group[0].get()};
+  AbortOnThrow abort_on_throw(comm, "expert rank 0 failed");
   std::optional<PhaseTicker> ticker(std::in_place, info, "allocating weights, caches and activations");
   DeepSeekV4 model(be, cfg, policy, shape);
   ticker.reset();
@@ -739,10 +721,12 @@ void run_rank0(const RunOptions& o, std::optional<RankProcesses>& processes) {
   run_prefill(model, cfg, prompt, o, rep, info);
   const DecodeTotals tot = run_decode(model, cfg, shape, o, tracer, rep, info);
   tracer.finish(info);
-  if (!group.empty()) (gpu_group ? *gpu_group : *group[0]).finish();  // the ranks' final barrier
-  if (others) others->finish();
+  if (others) {
+    group[0]->finish();  // the ranks' final barrier
+    others->finish();
+  }
   if (processes) {
-    processes->finish();
+    processes->finish();  // the final barrier, then every rank's exit
     // Each rank traced its own GPU into its own files (distributedInfo names the rank): read
     // them together with `streamlab analyze` (one table per rank) or HTA.
     for (int r = 1; r < o.model.expert_ranks && o.tracing(); ++r)
@@ -776,16 +760,14 @@ void run_rank0(const RunOptions& o, std::optional<RankProcesses>& processes) {
 void run(const RunOptions& o) {
   check_expert_ranks(o);
   if (!o.rank_of.empty()) return run_started_rank(o);
-  std::optional<RankProcesses> processes;
+  std::optional<RankGroup> processes;
   try {
     run_rank0(o, processes);
   } catch (const std::exception& e) {
-    // Rank 0 has aborted the group by now; say how the other ranks ended (the one that was
-    // killed or failed first is usually why rank 0 failed).
-    if (processes) {
-      const std::string ranks = processes->how_ranks_ended();
-      if (!ranks.empty()) fail(e.what(), ranks);
-    }
+    // Say how the other ranks ended (the one that was killed or failed first is usually why rank
+    // 0 failed).
+    if (processes)
+      if (const std::string ranks = processes->stop_after_failure(); !ranks.empty()) fail(e.what(), ranks);
     throw;
   }
 }

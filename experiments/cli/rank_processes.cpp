@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "experiments/cli/backend_choice.h"
 #include "core/socket_group.h"
 
 namespace sl::cli {
@@ -207,6 +208,37 @@ void RankProcesses::report_and_clean_up(const std::string& why) {
   std::fflush(stderr);
   std::error_code ec;
   std::filesystem::remove_all(dir_, ec);
+}
+
+namespace {
+// Checked before any rank starts.
+char** check_gpus(char** argv, int world, bool cuda) {
+  SL_CHECK(!cuda || gpu_count() >= world, world, " ranks on the CUDA backend need a GPU each; this process sees ",
+           gpu_count());
+  return argv;
+}
+}  // namespace
+
+RankGroup::RankGroup(char** argv, int world, bool cuda) : processes_(check_gpus(argv, world, cuda), world) {
+  host_ = processes_.join();
+  if (!cuda) return;
+  gpu_ = make_gpu_group(*host_);
+  on_gpu_rank_gone(*gpu_, [this](const std::string& why) {
+    host_->abort("rank 0 stops: " + why);
+    processes_.report_and_clean_up(why);
+  });
+}
+
+std::string RankGroup::gpu_description() const { return gpu_ ? gpu_group_description(*gpu_) : ""; }
+
+void RankGroup::finish() {
+  comm().finish();
+  processes_.finish();
+}
+
+std::string RankGroup::stop_after_failure() {
+  comm().abort("rank 0 failed");
+  return processes_.how_ranks_ended();
 }
 
 RankProcesses::~RankProcesses() {

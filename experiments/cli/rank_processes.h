@@ -53,6 +53,27 @@ class RankProcesses {
   bool described_ = false;    // a failure already told (finish), or how_ranks_ended said its piece
 };
 
+// Rank 0's side of a model split over ranks 1 .. N-1 that are processes: starts them
+// (RankProcesses), joins their socket group and, on the CUDA backend, makes the NCCL group over
+// it (rank r on GPU r). When a rank is gone while rank 0 waits on the GPU, NCCL's watchdog tells
+// the others, says how every rank ended, and ends the process.
+class RankGroup {
+ public:
+  RankGroup(char** argv, int world, bool cuda);
+  // What the backend sums over: the NCCL group, or the socket group.
+  Communicator& comm() { return gpu_ ? *gpu_ : *host_; }
+  std::string gpu_description() const;  // "NCCL 2.28.9, from ..." on the CUDA backend, else ""
+  // A normal end: the final barrier with every rank, then every rank's exit (fails naming one
+  // that did not end well).
+  void finish();
+  // After rank 0 failed: stops the group and says how the other ranks ended ("" if well).
+  std::string stop_after_failure();
+
+ private:
+  RankProcesses processes_;
+  std::unique_ptr<Communicator> host_, gpu_;
+};
+
 // `--rank-of R:SOCKET` as given to a started rank: its rank and the group's socket.
 struct RankOf {
   int rank = 0;
