@@ -47,9 +47,13 @@ struct KernelVariants {
   // tiles per activation chunk (true), or a warp per 8 columns walking K alone (false, the
   // default: the wide kernel measured 3 % faster at 1 token and 9 % slower at 8).
   bool mxfp4_wide = false;
+  // The MXFP4 experts streamed: a persistent kernel whose warps keep their weight chunks in flight
+  // through a cp.async ring in shared memory (true; not yet measured, so off), over mxfp4-wide.
+  bool mxfp4_stream = false;
 
   // "key=value,key=value": attn-decode=on|off, attn-splits=N, gemv-bf16-max-mb=N, pdl=on|off,
-  // cublas-workspace-kb=N, mxfp4-mma=on|off, fp8-decode=auto|warp|wide|stream, mxfp4-wide=on|off.
+  // cublas-workspace-kb=N, mxfp4-mma=on|off, fp8-decode=auto|warp|wide|stream, mxfp4-wide=on|off,
+  // mxfp4-stream=on|off.
   // Unknown keys
   // and bad values are errors naming the key and the accepted values (a retired key says why it
   // went). An empty spec is the defaults.

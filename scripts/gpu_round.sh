@@ -44,7 +44,8 @@ for st in $stages; do case $st in
       nvcc --version | tail -n 2; cat $B/COMMIT; date -u; } > "$W/provenance.txt" 2>&1
     cat "$W/provenance.txt"; cp "$W/provenance.txt" "$OUT/" ;;
   tests)
-    run test_cuda_ops 200 $B/test_cuda_ops --gtest_brief=1
+    # OPS_FILTER: a gtest filter for the op tests (e.g. the kernels a round changed), OPS_SECONDS their limit.
+    run test_cuda_ops ${OPS_SECONDS:-200} $B/test_cuda_ops --gtest_brief=1 ${OPS_FILTER:+--gtest_filter=$OPS_FILTER}
     run test_cuda_model 60 $B/test_cuda_model --gtest_brief=1
     run test_cuda_check 90 $B/test_cuda_check
     run test_nccl 120 $B/test_nccl ;;
@@ -99,7 +100,8 @@ for st in $stages; do case $st in
     # The kernel workbench: every kernel variant of the decode GEMMs, the routed experts and
     # sparse attention at flash-6l's decode shapes, checked against the CPU reference and timed
     # with the L2 flushed (GB/s and % of the copy bandwidth measured in the same run).
-    run kernels ${KERNELS_SECONDS:-450} $B/bench_kernels --config=flash-6l --batches=1,8 --out="$OUT/kernels.json" ;;
+    run kernels ${KERNELS_SECONDS:-450} $B/bench_kernels --config=flash-6l --batches=1,8 ${KERNELS_ARGS:-} \
+      --out="$OUT/kernels.json" ;;
   native)
     # --weights native (FP8 projections and shared expert, MXFP4 routed experts) on flash-6l: a
     # run, then bench_decode's step time against the bytes floor in native bytes, and the same
@@ -111,9 +113,9 @@ for st in $stages; do case $st in
       --steps 4 --json
     sed -n '/^{/,$p' "$W/native_kv8_run.log" > "$OUT/native_kv8_run.json"
     run bench_native ${NATIVE_BENCH_SECONDS:-200} $B/bench_decode "${BENCH_FLASH[@]}" --weights=native --batches=1,8 \
-      --modes=eager,graph --steps=${NATIVE_STEPS:-20} --out="$OUT/bench_native.json"
+      --modes=${NATIVE_MODES:-eager,graph} --steps=${NATIVE_STEPS:-20} --out="$OUT/bench_native.json"
     run bench_bf16 ${NATIVE_BENCH_SECONDS:-200} $B/bench_decode "${BENCH_FLASH[@]}" --weights=bf16 --batches=1,8 \
-      --modes=eager,graph --steps=${NATIVE_STEPS:-20} --out="$OUT/bench_bf16.json" ;;
+      --modes=${NATIVE_MODES:-eager,graph} --steps=${NATIVE_STEPS:-20} --out="$OUT/bench_bf16.json" ;;
   kv8)
     # The decode floor with the KV caches counted in vLLM's FP8 layout (584 B per entry), the
     # caches' values FP8 (held in bf16 here): graph replay, batch 1 and 8, native weights.

@@ -838,6 +838,167 @@ void launch_fp4_wide(const char* op, cudaStream_t st, int64_t max_tiles, const M
   CUDA_LAUNCH_CHECK(op, st);
 }
 
+// The streaming variant (mxfp4-stream=on; off until measured on the H200). The kernels above load
+// a chunk's packed bytes into registers, wait, then decode and multiply, so the DRAM idles for a
+// warp's compute phase and the register budget caps the loads in flight (22-25 % DRAM throughput
+// in ncu, results/2026-12-04-h200-fp8-decode). Here one block per SM is persistent: block b takes
+// items b, b + grid, ... of (tile of rows, NT x 8 columns), tile-major, over the tiles the routing
+// produced (read on the device), and within an item its 8 warps share K's 128-value chunks (warp
+// w: chunks w, w + 8, ...). Each warp streams its chunks through a private S-stage cp.async ring
+// in shared memory (the packed bytes and scales of every column of each streamed matrix, and the
+// tile's activation rows), S - 1 chunks ahead of the one it decodes, across items. The same decode
+// and MMAs as moe_fp4_mma_kernel (mx_group_mma); the 8 warps' partial sums meet in shared memory.
+template <bool PAIR, int NT>
+struct Fp4Stream {
+  static constexpr int kMats = PAIR ? 2 : 1;
+  static constexpr int kCols = kMats * NT * 8;          // streamed weight rows (columns of out)
+  static constexpr int kW = kCols * 64;                 // their packed bytes of one chunk
+  static constexpr int kS = kCols * 4;                  // their 4 scales of one chunk
+  static constexpr int kA = kFp4TileRows * 128 * 2;     // the tile's activation rows (bf16)
+  static constexpr int kStage = kW + kS + kA;
+  static constexpr int kStages = (200 * 1024) / (8 * kStage) < 8 ? (200 * 1024) / (8 * kStage) : 8;
+  static constexpr size_t kSmem = size_t(8) * kStages * kStage;
+};
+
+// Where 16-byte piece c (of 16) of activation row r sits in a stage: the low two bits XORed with
+// (c / 8) and (r % 2), so that the MMA's reads (rows grp, pieces 4 tig + q) hit 8 distinct bank
+// groups in each quarter-warp.
+__device__ __forceinline__ int fp4_act_piece(int r, int c) { return c ^ (((c >> 3) & 1) | ((r & 1) << 1)); }
+
+// Item `it` of the streaming kernel: tile it / ncb of the permute's tile table, column block it % ncb.
+struct Fp4Item {
+  int expert, row0, rows, n0;
+};
+__device__ __forceinline__ Fp4Item fp4_item(const MoeGemvArgs& g, int64_t it, int ncb, int cols) {
+  const int tile = int(it / ncb);
+  Fp4Item t;
+  t.expert = g.tile_expert[tile];
+  const int mt = tile - g.tiles[t.expert];
+  t.row0 = g.offsets[t.expert] + mt * kFp4TileRows;
+  t.rows = min(kFp4TileRows, g.counts[t.expert] - mt * kFp4TileRows);
+  t.n0 = int(it % ncb) * cols;
+  return t;
+}
+
+template <bool PAIR, int NT>
+__global__ __launch_bounds__(256, 1) void moe_fp4_stream_kernel(MoeGemvArgs g, int ncb) {
+  pdl_enter();
+  using P = Fp4Stream<PAIR, NT>;
+  constexpr int NM = P::kMats, S = P::kStages;
+  extern __shared__ __align__(16) unsigned char fp4_ring[];
+  __shared__ float red[8][NM][NT][64];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int grp = lane >> 2, tig = lane & 3;
+  unsigned char* ring = fp4_ring + size_t(warp) * S * P::kStage;
+  const int KB = g.K / 128;
+  const int nk = KB > warp ? (KB - warp + 7) / 8 : 0;  // this warp's chunks per item
+  const int64_t all = int64_t(g.tiles[g.E]) * ncb;
+  const int64_t mine = int64_t(blockIdx.x) < all ? (all - 1 - blockIdx.x) / gridDim.x + 1 : 0;
+  const int64_t items = mine * nk;
+
+  // Stage i: this block's item i / nk, the warp's chunk i % nk. Weight row q (matrix q / (8 NT),
+  // column n0 + q % (8 NT), clamped to N - 1 past the end) keeps its 64 packed bytes at 64 q and its
+  // 4 scales at kW + 4 q; activation row r at kW + kS + 256 r, pieces placed by fp4_act_piece.
+  auto issue = [&](int64_t i) {
+    if (i < items) {
+      const Fp4Item t = fp4_item(g, blockIdx.x + (i / nk) * gridDim.x, ncb, NT * 8);
+      const int kb = warp + 8 * int(i % nk);
+      unsigned char* st = ring + (i % S) * P::kStage;
+#pragma unroll
+      for (int u = 0; u < NM * NT; ++u) {
+        const int seg = lane + 32 * u, q = seg >> 2, c = seg & 3;
+        const int64_t n = int64_t(t.expert) * g.N + min(t.n0 + q % (8 * NT), g.N - 1);
+        const uint8_t* w = static_cast<const uint8_t*>(q < 8 * NT ? g.W : g.W3);
+        cp_async16(st + q * 64 + c * 16, w + n * (g.K / 2) + kb * 64 + c * 16, 16);
+      }
+      if (lane < P::kCols) {
+        const int q = lane;
+        const int64_t n = int64_t(t.expert) * g.N + min(t.n0 + q % (8 * NT), g.N - 1);
+        cp_async4(st + P::kW + 4 * q, (q < 8 * NT ? g.Ws : g.W3s) + n * (g.K / 32) + kb * 4);
+      }
+      for (int seg = lane; seg < t.rows * 16; seg += 32) {
+        const int r = seg >> 4, c = seg & 15, pr = t.row0 + r;
+        const bf16* a = g.A + (g.a_rows ? int64_t(g.a_rows[pr]) : int64_t(pr)) * g.lda + kb * 128 + c * 8;
+        cp_async16(st + P::kW + P::kS + r * 256 + fp4_act_piece(r, c) * 16, a, 16);
+      }
+    }
+    cp_async_commit();  // every call commits a group (maybe empty): wait_group counts stay uniform
+  };
+
+  for (int i = 0; i < S - 1; ++i) issue(i);
+  int64_t i = 0;
+  for (int64_t j = 0; j < mine; ++j) {
+    const Fp4Item t = fp4_item(g, blockIdx.x + j * gridDim.x, ncb, NT * 8);
+    float c[NM][NT][4] = {};
+    for (int u = 0; u < nk; ++u, ++i) {
+      issue(i + S - 1);
+      cp_async_wait<S - 1>();  // stage i's group has landed
+      __syncwarp();
+      const unsigned char* st = ring + (i % S) * P::kStage;
+      uint4 a[4];
+#pragma unroll
+      for (int q = 0; q < 4; ++q)
+        a[q] = grp < t.rows ? *reinterpret_cast<const uint4*>(st + P::kW + P::kS + grp * 256 +
+                                                                fp4_act_piece(grp, 4 * tig + q) * 16)
+                            : make_uint4(0, 0, 0, 0);
+#pragma unroll
+      for (int m = 0; m < NM; ++m)
+#pragma unroll
+        for (int tt = 0; tt < NT; ++tt) {
+          const int q = (m * NT + tt) * 8 + grp;
+          mx_group_mma(c[m][tt], *reinterpret_cast<const uint4*>(st + q * 64 + tig * 16), st[P::kW + 4 * q + tig], a);
+        }
+      __syncwarp();  // the stage is refilled by a later issue
+    }
+#pragma unroll
+    for (int m = 0; m < NM; ++m)
+#pragma unroll
+      for (int tt = 0; tt < NT; ++tt) {
+        red[warp][m][tt][grp * 8 + 2 * tig] = c[m][tt][0];
+        red[warp][m][tt][grp * 8 + 2 * tig + 1] = c[m][tt][1];
+      }
+    __syncthreads();
+    // Thread x < 64 NT finishes one (column tile, row, column): the 8 warps' sums of each matrix.
+    const int x = threadIdx.x;
+    if (x < NT * 64) {
+      const int tt = x / 64, ei = x % 64, row = ei / 8;
+      const int n = t.n0 + 8 * tt + ei % 8;
+      if (row < t.rows && n < g.N) {
+        float v[NM];
+#pragma unroll
+        for (int m = 0; m < NM; ++m) {
+          v[m] = 0.f;
+#pragma unroll
+          for (int w = 0; w < 8; ++w) v[m] += red[w][m][tt][ei];
+        }
+        const int64_t o = int64_t(t.row0 + row) * g.N + n;
+        if constexpr (PAIR) {
+          const float gv = fminf(v[0], g.limit);
+          const float uv = fminf(fmaxf(v[1], -g.limit), g.limit);
+          static_cast<bf16*>(g.out)[o] = __float2bfloat16_rn(gv * sigmoidf_(gv) * uv);
+        } else {
+          static_cast<float*>(g.out)[o] = v[0];
+        }
+      }
+    }
+    __syncthreads();  // red is rewritten for the next item
+  }
+  cp_async_wait<0>();
+}
+
+// PAIR (w1 and w3) streams 2 column tiles of each, w2 4: 32 weight rows, 2 KB per chunk either way.
+template <bool PAIR>
+void launch_fp4_stream(const char* op, cudaStream_t st, int64_t max_tiles, const MoeGemvArgs& v, int sms,
+                       size_t optin) {
+  constexpr int NT = PAIR ? 2 : 4;
+  using P = Fp4Stream<PAIR, NT>;
+  allow_smem(op, moe_fp4_stream_kernel<PAIR, NT>, P::kSmem, optin);
+  const int ncb = int(cdiv(v.N, 8 * NT));
+  const int64_t blocks = std::min<int64_t>(max_tiles * ncb, sms);
+  launch_kernel(op, moe_fp4_stream_kernel<PAIR, NT>, dim3(unsigned(blocks)), 256, P::kSmem, st, v, ncb);
+  CUDA_LAUNCH_CHECK(op, st);
+}
+
 // K slices per block: enough warps for the grid to fill the GPU when few tiles run (decode), each
 // slice whole 128-value chunks.
 int fp4_mma_k_slices(int64_t max_tiles, int64_t N, int64_t K, int sms) {
@@ -1132,7 +1293,10 @@ void CudaBackend::moe_experts_mxfp4(Stream s, const Tensor& out, const Tensor& x
   launch_moe_permute(op, st, L, ws, ids, P, k, E, kFp4TileRows, smem_optin());
   const int64_t max_tiles = cdiv(P, kFp4TileRows) + std::min<int64_t>(P, E);
   const ExpertSteps es = expert_steps(L, ws, x, D, E, F, swiglu_limit, m1, m2, m3);
-  if (variants().mxfp4_wide) {
+  if (variants().mxfp4_stream) {
+    launch_fp4_stream<true>(op, st, max_tiles, es.up, sm_count(), smem_optin());
+    launch_fp4_stream<false>(op, st, max_tiles, es.down, sm_count(), smem_optin());
+  } else if (variants().mxfp4_wide) {
     launch_fp4_wide<true>(op, st, max_tiles, es.up, sm_count());
     launch_fp4_wide<false>(op, st, max_tiles, es.down, sm_count());
   } else {
