@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds, on the development machine, what a GPU round needs (preset `gpu`: CUDA + CUPTI, no
 # viewer) and gathers the stripped binaries into .gpu/ (git-ignored), the folder the device
-# tool carries to the H200 machine (binaries built on Debian 12 with CUDA 13.0 run there).
+# tool carries to the H200 machine (binaries built on Debian 12 with CUDA 13.0 run there);
+# PACK=1 also packs them into .gpu-pack/bins.txz, small enough to carry.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="/usr/local/cuda/bin:$PATH"
@@ -25,3 +26,11 @@ done
 git rev-parse HEAD > .gpu/COMMIT
 git diff --quiet HEAD || echo "dirty" >> .gpu/COMMIT
 du -sh .gpu; ls -la .gpu
+# The device tool carries at most 64 MiB with the tracked tree (about 51 MiB of it results), so
+# the binaries travel as one solid xz archive (they share most of their code: about 5 MB for all
+# of them): .gpu-pack/bins.txz, which gpu_round.sh unpacks when GPU_PACK names it.
+if [ -n "${PACK:-}" ]; then
+  mkdir -p .gpu-pack && rm -f .gpu-pack/bins.txz
+  tar cf - -C .gpu . | xz -9e -T"$(nproc)" > .gpu-pack/bins.txz
+  ls -la .gpu-pack
+fi

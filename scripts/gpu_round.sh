@@ -14,6 +14,11 @@ mkdir -p "$OUT"
 export PATH="/usr/local/cuda/bin:$PATH"
 export STREAMLAB_CONFIG_DIR="$PWD/model/configs"
 B=${GPU_BIN:-.gpu}
+# GPU_PACK: gpu_build.sh's archive (PACK=1), unpacked into $B first (python's lzma: no xz needed).
+if [ -n "${GPU_PACK:-}" ]; then
+  mkdir -p "$B" && python3 -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])" "$GPU_PACK" "$B" \
+    && chmod +x "$B"/* || { echo "gpu_round: cannot unpack $GPU_PACK into $B"; exit 1; }
+fi
 export LD_LIBRARY_PATH="$PWD/$B${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export STREAMLAB_COMMIT="$(head -c 40 $B/COMMIT)$(grep -q dirty $B/COMMIT && echo -dirty)"
 # NCCL for the multi-GPU stages: the loader's libnccl.so.2 if it has one, else pip's
@@ -172,6 +177,32 @@ for st in $stages; do case $st in
     run breakdown_graph_b1 30 $B/streamlab analyze "$W/gb1.json" --top 45
     run byop_graph_b1 30 $B/streamlab analyze "$W/gb1.json" --by-op
     rm -f "$W/gb1.json" ;;
+  nativetrace)
+    # Where a native decode step's time goes: traced graph replay (--weights native), batch 1 and
+    # 8, kernel time by op and the largest kernels (analyze --by-op, --top).
+    for b in 1 8; do
+      run "ntrace_b$b" 120 $B/streamlab "${RUN_FLASH[@]}" --weights native --draft-steps 1 --batch $b --context 2048 \
+        --steps 6 --warmup-steps 2 --graph --trace "$W/nb$b.json"
+      run "nbyop_b$b" 30 $B/streamlab analyze "$W/nb$b.json" --by-op
+      run "ntop_b$b" 30 $B/streamlab analyze "$W/nb$b.json" --top 45
+      rm -f "$W/nb$b.json"
+    done ;;
+  ncu)
+    # Nsight Compute on kernels of bench_kernels runs, NCU_RUNS = "op:batch:variant:skip:count ...":
+    # the launches (of the kernels NCU_KERNELS names, a regex) skipped and profiled. bench_kernels
+    # launches each shape's op 4 + reps times (a check, 3 warm-ups, the timed runs), shapes in order
+    # (gemm_fp8: wq_a, wkv, wq_b, ...), so 12 skips at --reps=2 reach wq_b. The sections say why a
+    # kernel is slow: speed of light, memory, occupancy, launch, scheduler and warp-state stalls.
+    ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)
+    for spec in ${NCU_RUNS:-"gemm_fp8:1:fp8-decode=wide:12:1" "gemm_fp8:1:fp8-decode=stream:12:1" \
+                "moe_experts_mxfp4:8::0:2" "moe_experts_mxfp4:8:mxfp4-stream=on:0:2"}; do
+      IFS=: read -r op bt var skip count <<< "$spec"
+      run "ncu_${op}_${bt}_${var//[=,]/_}" ${NCU_SECONDS:-150} "$ncu" --target-processes all \
+        -k "regex:${NCU_KERNELS:-gemm_fp8_wide|gemm_fp8_stream|moe_fp4}" --launch-skip "$skip" --launch-count "$count" \
+        --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
+        --section SchedulerStats --section WarpStateStats --section ComputeWorkloadAnalysis \
+        $B/bench_kernels --config=flash-6l --ops=$op --batches=$bt --reps=2 --variants="$var"
+    done ;;
   attnsplit)
     # The decode attention's split count (attn-splits; 0 = from the shape, up to 16), batch 1, graph.
     for n in 0 8 32; do

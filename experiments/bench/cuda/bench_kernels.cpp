@@ -10,7 +10,9 @@
 // (a 256 MiB fill) before every run, the run is bracketed by timing marks, and the median over
 // the runs is set against the bytes the op must move (weights it reads, the KV it attends to,
 // its activations) to give GB/s and the fraction of the device-to-device copy bandwidth measured
-// in the same process.
+// in the same process, and against the read floor at that size (a kernel that only streams the
+// op's bytes from HBM, flushed and timed the same way: common/read_floor.h): "x read" is the op's
+// median over the read's, 1.0 the best a kernel of that size can do here.
 //
 //   bench_kernels [--ops=gemm,gemm_fp8,moe_experts,moe_experts_mxfp4,sparse_attention] [--config=flash-6l] [--batches=1,8]
 //                 [--pos=4095] [--experts=64] [--reps=20] [--variants=SPEC;SPEC...]
@@ -35,6 +37,7 @@
 #include "core/bf16.h"
 #include "core/error.h"
 #include "experiments/bench/cuda/bench_util.h"
+#include "experiments/bench/cuda/common/read_floor.h"
 #include "model/config.h"
 #include "model/cpu/cpu_backend.h"
 #include "model/cuda/cuda_backend.h"
@@ -318,6 +321,7 @@ std::vector<std::string> default_variants(const std::string& op) {
 struct Row {
   std::string op, label, variant;
   double rel_err = 0, median_us = 0, min_us = 0, bytes = 0;
+  double read_floor_us = 0;  // the same bytes only read (0: not measured, --dut=cpu)
   std::vector<double> us;
 };
 
@@ -384,8 +388,8 @@ int run(const Options& o) {
   const double tolerance = 2e-2;
   std::vector<Row> rows;
   int failures = 0;
-  std::printf("\n%-17s %-34s %-44s %9s %10s %10s %9s %7s\n", "op", "shape", "variant", "rel err", "median us",
-              "min us", "GB/s", "% copy");
+  std::printf("\n%-17s %-34s %-44s %9s %10s %10s %9s %7s %7s\n", "op", "shape", "variant", "rel err", "median us",
+              "min us", "GB/s", "% copy", "x read");
   // The dtypes the device stores, which the reference's inputs are rounded to.
   const std::unique_ptr<Backend> dut_dtypes = make_dut(o, "");
   for (const Case& c : cases) {
@@ -398,15 +402,22 @@ int run(const Options& o) {
     }
     std::vector<std::string> variants = o.variants.empty() ? default_variants(c.op) : o.variants;
     if (o.dut == "cpu") variants = {""};  // variants choose among CUDA kernels
+    const double read_us = o.dut == "cuda" ? bench::measure_read_floor(size_t(c.bytes), o.reps).median_us : 0.0;
+    if (read_us > 0)
+      std::printf("%-17s %-34s %-44s %9s %10.1f %10s %9.1f %7s %7s\n", c.op.c_str(), c.label.c_str(), "(read floor)", "-",
+                  read_us, "-", c.bytes / (read_us * 1e-6) / 1e9, "-", "1.00");
     for (const std::string& v : variants) {
       std::fprintf(stderr, "bench_kernels: %s %s [%s]...\n", c.op.c_str(), c.label.c_str(), v.c_str());
       Row r = measure(o, c, v, ref);
+      r.read_floor_us = read_us;
       const bool bad = !(r.rel_err <= tolerance);
       failures += bad;
       const double gbps = r.bytes / (r.median_us * 1e-6) / 1e9;
-      std::printf("%-17s %-34s %-44s %9.2e %10.1f %10.1f %9.1f %7s%s\n", r.op.c_str(), r.label.c_str(),
+      char vs_read[32] = "-";
+      if (read_us > 0) std::snprintf(vs_read, sizeof vs_read, "%.2f", r.median_us / read_us);
+      std::printf("%-17s %-34s %-44s %9.2e %10.1f %10.1f %9.1f %7s %7s%s\n", r.op.c_str(), r.label.c_str(),
                   r.variant.c_str(), r.rel_err, r.median_us, r.min_us, gbps,
-                  bw > 0 ? (std::to_string(int(std::lround(100 * gbps * 1e9 / bw))) + "%").c_str() : "-",
+                  bw > 0 ? (std::to_string(int(std::lround(100 * gbps * 1e9 / bw))) + "%").c_str() : "-", vs_read,
                   bad ? "  FAIL" : "");
       std::fflush(stdout);
       rows.push_back(std::move(r));
@@ -426,6 +437,8 @@ int run(const Options& o) {
                            {"median_us", r.median_us}, {"min_us", r.min_us}, {"samples_us", r.us},
                            {"bytes", r.bytes}, {"GBps", r.bytes / (r.median_us * 1e-6) / 1e9},
                            {"fraction_of_copy_bw", bw > 0 ? r.bytes / (r.median_us * 1e-6) / bw : 0.0},
+                           {"read_floor_us", r.read_floor_us},
+                           {"times_read_floor", r.read_floor_us > 0 ? r.median_us / r.read_floor_us : 0.0},
                            {"passed", r.rel_err <= tolerance}});
     bench::write_json_atomic(o.out, j);
     std::printf("wrote %s\n", o.out.c_str());
@@ -495,7 +508,9 @@ int main(int argc, char** argv) {
       "The kernel workbench: each op's CUDA kernel variants at the config's decode shapes, checked\n"
       "against the CPU reference (relative error, bf16 bound 2e-2) and timed with the L2 flushed\n"
       "before every run: median and min time, GB/s of the bytes the op must move, and that as a\n"
-      "fraction of the device-to-device copy bandwidth measured in the same run.\n"
+      "fraction of the device-to-device copy bandwidth measured in the same run; \"x read\": the median\n"
+      "over the read floor, a kernel that only streams the op's bytes, timed the same way (1.00 = the\n"
+      "best a kernel of that size can do on this device).\n"
       "  --ops        the op families (default all five; gemm_fp8 and moe_experts_mxfp4: the same ops on\n"
       "               the checkpoint's FP8 / MXFP4 weights)\n"
       "  --batches    decode batch sizes (one token per sequence)\n"
