@@ -11,7 +11,7 @@ namespace sl {
 const char* const kKernelVariantsHelp =
     "CUDA kernel variants, key=value[,key=value...]: attn-decode=on|off, attn-splits=N (0 = auto), "
     "gemv-bf16-max-mb=N, pdl=on|off, cublas-workspace-kb=N, mxfp4-mma=on|off, fp8-decode=auto|warp|wide|stream, "
-    "mxfp4-wide=on|off, mxfp4-stream=on|off (default: the measured best of each)";
+    "mxfp4-wide=on|off, mxfp4-stream=on|off, l2-prefetch=on|off (default: the measured best of each)";
 
 namespace {
 
@@ -75,11 +75,13 @@ KernelVariants KernelVariants::parse(const std::string& spec) {
       k.mxfp4_wide = on_off(key, v);
     } else if (key == "mxfp4-stream") {
       k.mxfp4_stream = on_off(key, v);
+    } else if (key == "l2-prefetch") {
+      k.l2_prefetch = on_off(key, v);
     } else if (const char* why = removed(key)) {
       fail("--kernel-variants: '", key, "' is no longer a variant: ", why);
     } else {
       fail("--kernel-variants: unknown key '", key,
-           "' (attn-decode, attn-splits, gemv-bf16-max-mb, pdl, cublas-workspace-kb, mxfp4-mma, fp8-decode, mxfp4-wide, mxfp4-stream)");
+           "' (attn-decode, attn-splits, gemv-bf16-max-mb, pdl, cublas-workspace-kb, mxfp4-mma, fp8-decode, mxfp4-wide, mxfp4-stream, l2-prefetch)");
     }
   }
   return k;
@@ -93,7 +95,8 @@ std::string KernelVariants::str() const {
     << ",gemv-bf16-max-mb=" << gemv_bf16_max_mb << ",pdl=" << oo(pdl)
     << ",cublas-workspace-kb=" << (cublas_workspace_bytes >> 10) << ",mxfp4-mma=" << oo(mxfp4_mma)
     << ",fp8-decode=" << fp8_decode_names[int(fp8_decode)] << ",mxfp4-wide=" << oo(mxfp4_wide)
-    << ",mxfp4-stream=" << oo(mxfp4_stream);
+    << ",mxfp4-stream=" << oo(mxfp4_stream)
+    << ",l2-prefetch=" << oo(l2_prefetch);
   return s.str();
 }
 

@@ -50,10 +50,14 @@ struct KernelVariants {
   // The MXFP4 experts streamed: a persistent kernel whose warps keep their weight chunks in flight
   // through a cp.async ring in shared memory (true; not yet measured, so off), over mxfp4-wide.
   bool mxfp4_stream = false;
+  // The FP8 decode kernels (warp, wide) and the MXFP4 tensor-core expert kernel ask the L2 for
+  // each block's weights, and for the next wave's, with one bulk prefetch when the block starts
+  // (the FP8 kernels before waiting on the kernel before them: their weights are constant).
+  bool l2_prefetch = false;
 
   // "key=value,key=value": attn-decode=on|off, attn-splits=N, gemv-bf16-max-mb=N, pdl=on|off,
   // cublas-workspace-kb=N, mxfp4-mma=on|off, fp8-decode=auto|warp|wide|stream, mxfp4-wide=on|off,
-  // mxfp4-stream=on|off.
+  // mxfp4-stream=on|off, l2-prefetch=on|off.
   // Unknown keys
   // and bad values are errors naming the key and the accepted values (a retired key says why it
   // went). An empty spec is the defaults.

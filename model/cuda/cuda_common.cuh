@@ -9,6 +9,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -34,6 +35,32 @@ __device__ __forceinline__ void pdl_enter() {
   asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
+}
+
+// Asks the L2 to fetch [p, p + bytes) from HBM and returns at once (the TMA unit's bulk prefetch,
+// sm_90; p and bytes multiples of 16). A kernel whose weights are constant issues it for its
+// block's weights before pdl_enter, so the fetch overlaps the kernel before it (variant
+// l2-prefetch), and a block's whole range is in flight at once instead of a warp's few chunks.
+__device__ __forceinline__ void prefetch_l2(const void* p, uint64_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  for (uint64_t o = 0; o < bytes; o += (uint64_t(1) << 20)) {  // at most 1 MiB per instruction
+    const uint64_t n = bytes - o < (uint64_t(1) << 20) ? bytes - o : (uint64_t(1) << 20);
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(static_cast<const char*>(p) + o), "r"(uint32_t(n))
+                 : "memory");
+  }
+#endif
+}
+
+// The blocks of `kernel` (256 threads, static shared memory) resident at once on the device:
+// l2-prefetch's distance to the next wave. Asked of the runtime once per kernel.
+template <class K>
+int64_t resident_blocks(const char* op, K* kernel, int sms) {
+  static const int per_sm = [&] {
+    int n = 0;
+    CUDA_CHECK(op, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, 256, 0));
+    return n;
+  }();
+  return int64_t(std::max(per_sm, 1)) * sms;
 }
 
 // True unless STREAMLAB_PDL=0 (read once).

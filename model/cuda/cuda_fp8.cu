@@ -246,7 +246,20 @@ struct Fp8MmaArgs {
   const uint8_t* w;      // [N, K] e4m3 codes
   const float* w_scale;  // [ceil(N / 128), K / 128]
   int64_t M, N, K, Ng;   // Ng: columns per group (a multiple of 8)
+  int64_t ahead = 0;     // l2-prefetch: the blocks resident at once (0: no prefetch)
 };
+
+// l2-prefetch: the weight rows [n0, n0 + cols) of this block and of the block `ahead` further on
+// (the one that takes its place in the next wave) asked of the L2 before the kernel waits on the
+// one before it. W is [N, K] row-major, so a block's columns are one contiguous range.
+__device__ __forceinline__ void prefetch_fp8_rows(const Fp8MmaArgs& g, int64_t cols) {
+  if (g.ahead == 0 || threadIdx.x != 0) return;
+  for (int64_t b : {int64_t(blockIdx.x), int64_t(blockIdx.x) + g.ahead}) {
+    if (b >= gridDim.x) break;
+    const int64_t n0 = b * cols, n = min(cols, g.N - n0);
+    if (n > 0) prefetch_l2(g.w + n0 * g.K, uint64_t(n * g.K));
+  }
+}
 
 // D += A . B for one m16n8k32 tile of e4m3 operands, fp32 accumulation (sm_89 and later).
 __device__ __forceinline__ void mma_e4m3(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
@@ -333,8 +346,9 @@ __device__ __forceinline__ void sum_warps_and_store(float (&red)[8][NT][64], con
 
 template <int WPC, class TA>
 __global__ __launch_bounds__(256) void gemm_fp8_mma_kernel(Fp8MmaArgs g) {
-  pdl_enter();
   constexpr int GPB = 8 / WPC;  // groups of 8 columns per block
+  prefetch_fp8_rows(g, 8 * GPB);
+  pdl_enter();
   constexpr int kChunks = 2;    // 128-value chunks of K in flight per thread
   __shared__ float red[8][64];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -399,6 +413,7 @@ __global__ __launch_bounds__(256) void gemm_fp8_mma_kernel(Fp8MmaArgs g) {
 // both give the same products; the 8 warps' partial sums meet in shared memory.
 template <int NT, class TA>
 __global__ __launch_bounds__(256) void gemm_fp8_wide_kernel(Fp8MmaArgs g) {
+  prefetch_fp8_rows(g, NT * 8);
   pdl_enter();
   constexpr int CH = 4 / NT;  // 128-value chunks per warp step
   __shared__ float red[8][NT][64];
@@ -455,13 +470,18 @@ int fp8_wide_tiles(int64_t N, int64_t Ng, int sms) {
   return 1;
 }
 
+template <int NT, class TA>
+void launch_fp8_wide_nt(const char* op, cudaStream_t st, int64_t N, int sms, bool prefetch, Fp8MmaArgs g) {
+  g.ahead = prefetch ? resident_blocks(op, gemm_fp8_wide_kernel<NT, TA>, sms) : 0;
+  launch_kernel(op, gemm_fp8_wide_kernel<NT, TA>, dim3(unsigned(cdiv(N, 8 * NT))), 256, 0, st, g);
+}
+
 template <class TA>
-void launch_fp8_wide(const char* op, cudaStream_t st, int nt, int64_t N, const Fp8MmaArgs& g) {
-  const dim3 grid(unsigned(cdiv(N, 8 * nt)));
+void launch_fp8_wide(const char* op, cudaStream_t st, int nt, int64_t N, int sms, bool prefetch, const Fp8MmaArgs& g) {
   switch (nt) {
-    case 4: launch_kernel(op, gemm_fp8_wide_kernel<4, TA>, grid, 256, 0, st, g); break;
-    case 2: launch_kernel(op, gemm_fp8_wide_kernel<2, TA>, grid, 256, 0, st, g); break;
-    default: launch_kernel(op, gemm_fp8_wide_kernel<1, TA>, grid, 256, 0, st, g); break;
+    case 4: launch_fp8_wide_nt<4, TA>(op, st, N, sms, prefetch, g); break;
+    case 2: launch_fp8_wide_nt<2, TA>(op, st, N, sms, prefetch, g); break;
+    default: launch_fp8_wide_nt<1, TA>(op, st, N, sms, prefetch, g); break;
   }
   CUDA_LAUNCH_CHECK(op, st);
 }
@@ -591,14 +611,20 @@ int fp8_mma_warps_per_group(int64_t N, int64_t K, int sms) {
   return wpc;
 }
 
+template <int WPC, class TA>
+void launch_fp8_mma_wpc(const char* op, cudaStream_t st, int64_t groups, int sms, bool prefetch, Fp8MmaArgs g) {
+  g.ahead = prefetch ? resident_blocks(op, gemm_fp8_mma_kernel<WPC, TA>, sms) : 0;
+  launch_kernel(op, gemm_fp8_mma_kernel<WPC, TA>, dim3(unsigned(cdiv(groups, 8 / WPC))), 256, 0, st, g);
+}
+
 template <class TA>
-void launch_fp8_mma(const char* op, cudaStream_t st, int wpc, int64_t groups, const Fp8MmaArgs& g) {
-  const dim3 grid(unsigned(cdiv(groups, 8 / wpc)));
+void launch_fp8_mma(const char* op, cudaStream_t st, int wpc, int64_t groups, int sms, bool prefetch,
+                    const Fp8MmaArgs& g) {
   switch (wpc) {
-    case 1: launch_kernel(op, gemm_fp8_mma_kernel<1, TA>, grid, 256, 0, st, g); break;
-    case 2: launch_kernel(op, gemm_fp8_mma_kernel<2, TA>, grid, 256, 0, st, g); break;
-    case 4: launch_kernel(op, gemm_fp8_mma_kernel<4, TA>, grid, 256, 0, st, g); break;
-    default: launch_kernel(op, gemm_fp8_mma_kernel<8, TA>, grid, 256, 0, st, g); break;
+    case 1: launch_fp8_mma_wpc<1, TA>(op, st, groups, sms, prefetch, g); break;
+    case 2: launch_fp8_mma_wpc<2, TA>(op, st, groups, sms, prefetch, g); break;
+    case 4: launch_fp8_mma_wpc<4, TA>(op, st, groups, sms, prefetch, g); break;
+    default: launch_fp8_mma_wpc<8, TA>(op, st, groups, sms, prefetch, g); break;
   }
   CUDA_LAUNCH_CHECK(op, st);
 }
@@ -622,7 +648,7 @@ void gemm_fp8_mma(CudaBackend& be, const char* op, Stream s, const Tensor& out, 
     Fp8MmaArgs g{static_cast<char*>(out.data) + m0 * N * os, fcode(out.dtype), N,
                  static_cast<const char*>(a.data) + m0 * G * K * as, G * K, w.ptr<uint8_t>(), w_scale.ptr<float>(),
                  std::min<int64_t>(8, M - m0), N, K, N / G};
-    const bool bf = a.dtype == DType::BF16;
+    const bool bf = a.dtype == DType::BF16, prefetch = be.variants().l2_prefetch;
     switch (fp8_decode_kernel(be.variants().fp8_decode, N)) {
       case Fp8Decode::Stream:
         if (bf)
@@ -633,17 +659,17 @@ void gemm_fp8_mma(CudaBackend& be, const char* op, Stream s, const Tensor& out, 
       case Fp8Decode::Wide: {
         const int nt = fp8_wide_tiles(N, N / G, be.sm_count());
         if (bf)
-          launch_fp8_wide<bf16>(op, st, nt, N, g);
+          launch_fp8_wide<bf16>(op, st, nt, N, be.sm_count(), prefetch, g);
         else
-          launch_fp8_wide<float>(op, st, nt, N, g);
+          launch_fp8_wide<float>(op, st, nt, N, be.sm_count(), prefetch, g);
         break;
       }
       default: {
         const int wpc = fp8_mma_warps_per_group(N, K, be.sm_count());
         if (bf)
-          launch_fp8_mma<bf16>(op, st, wpc, cdiv(N, 8), g);
+          launch_fp8_mma<bf16>(op, st, wpc, cdiv(N, 8), be.sm_count(), prefetch, g);
         else
-          launch_fp8_mma<float>(op, st, wpc, cdiv(N, 8), g);
+          launch_fp8_mma<float>(op, st, wpc, cdiv(N, 8), be.sm_count(), prefetch, g);
       }
     }
   }

@@ -391,6 +391,7 @@ struct MoeGemvArgs {
   const int* tiles;
   const int* tile_expert;
   float limit;         // SwiGLU clamp (PAIR)
+  int64_t ahead = 0;   // l2-prefetch (moe_fp4_mma_kernel): the blocks resident at once (0: none)
 };
 
 // MXFP4 decoding without a table or a branch: an e2m1 code s e1 e0 m placed in an fp16 as
@@ -638,6 +639,22 @@ __device__ __forceinline__ bool fp4_tile(const MoeGemvArgs& g, Fp4Tile& t) {
   return true;
 }
 
+// l2-prefetch: the packed weights and scales of block b's columns (tile b % tiles, column block
+// b / tiles of `cols`), each matrix's rows one contiguous range, asked of the L2. The tile table
+// is the permute's output, so this runs after pdl_enter.
+template <bool PAIR>
+__device__ __forceinline__ void prefetch_fp4_block(const MoeGemvArgs& g, int64_t b, int cols) {
+  const int64_t x = b % gridDim.x, y = b / gridDim.x;
+  if (y >= gridDim.y || x >= g.tiles[g.E]) return;
+  const int64_t n0 = y * cols, n = min(int64_t(cols), int64_t(g.N) - n0);
+  if (n <= 0) return;
+  const int64_t row = int64_t(g.tile_expert[x]) * g.N + n0;
+  for (int j = 0; j < (PAIR ? 2 : 1); ++j) {
+    prefetch_l2(static_cast<const uint8_t*>(j == 0 ? g.W : g.W3) + row * (g.K / 2), uint64_t(n * (g.K / 2)));
+    prefetch_l2((j == 0 ? g.Ws : g.W3s) + row * (g.K / 32), uint64_t(n * (g.K / 32)));
+  }
+}
+
 template <bool PAIR, int KS>
 __global__ __launch_bounds__(256) void moe_fp4_mma_kernel(MoeGemvArgs g) {
   pdl_enter();
@@ -645,6 +662,11 @@ __global__ __launch_bounds__(256) void moe_fp4_mma_kernel(MoeGemvArgs g) {
   __shared__ float red[8][32][2 * NM];
   Fp4Tile tile;
   if (!fp4_tile(g, tile)) return;  // uniform per block
+  if (g.ahead && threadIdx.x == 0) {
+    const int64_t b = blockIdx.x + int64_t(blockIdx.y) * gridDim.x;
+    prefetch_fp4_block<PAIR>(g, b, 8 * (8 / KS));
+    prefetch_fp4_block<PAIR>(g, b + g.ahead, 8 * (8 / KS));
+  }
   const int e = tile.expert, row0 = tile.row0, rows = tile.rows;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int grp = lane >> 2, tig = lane & 3;
@@ -1009,15 +1031,20 @@ int fp4_mma_k_slices(int64_t max_tiles, int64_t N, int64_t K, int sms) {
   return ks;
 }
 
+template <bool PAIR, int KS>
+void launch_fp4_mma_ks(const char* op, cudaStream_t st, int64_t max_tiles, int sms, bool prefetch, MoeGemvArgs v) {
+  v.ahead = prefetch ? resident_blocks(op, moe_fp4_mma_kernel<PAIR, KS>, sms) : 0;
+  const dim3 grid{unsigned(max_tiles), unsigned(cdiv(v.N, 8 * (8 / KS))), 1u};
+  launch_kernel(op, moe_fp4_mma_kernel<PAIR, KS>, grid, 256, 0, st, v);
+}
+
 template <bool PAIR>
-void launch_fp4_mma(const char* op, cudaStream_t st, int64_t max_tiles, const MoeGemvArgs& v, int sms) {
-  const int ks = fp4_mma_k_slices(max_tiles, v.N, v.K, sms);
-  const dim3 grid{unsigned(max_tiles), unsigned(cdiv(v.N, 8 * (8 / ks))), 1u};
-  switch (ks) {
-    case 1: launch_kernel(op, moe_fp4_mma_kernel<PAIR, 1>, grid, 256, 0, st, v); break;
-    case 2: launch_kernel(op, moe_fp4_mma_kernel<PAIR, 2>, grid, 256, 0, st, v); break;
-    case 4: launch_kernel(op, moe_fp4_mma_kernel<PAIR, 4>, grid, 256, 0, st, v); break;
-    default: launch_kernel(op, moe_fp4_mma_kernel<PAIR, 8>, grid, 256, 0, st, v); break;
+void launch_fp4_mma(const char* op, cudaStream_t st, int64_t max_tiles, const MoeGemvArgs& v, int sms, bool prefetch) {
+  switch (fp4_mma_k_slices(max_tiles, v.N, v.K, sms)) {
+    case 1: launch_fp4_mma_ks<PAIR, 1>(op, st, max_tiles, sms, prefetch, v); break;
+    case 2: launch_fp4_mma_ks<PAIR, 2>(op, st, max_tiles, sms, prefetch, v); break;
+    case 4: launch_fp4_mma_ks<PAIR, 4>(op, st, max_tiles, sms, prefetch, v); break;
+    default: launch_fp4_mma_ks<PAIR, 8>(op, st, max_tiles, sms, prefetch, v); break;
   }
   CUDA_LAUNCH_CHECK(op, st);
 }
@@ -1300,8 +1327,8 @@ void CudaBackend::moe_experts_mxfp4(Stream s, const Tensor& out, const Tensor& x
     launch_fp4_wide<true>(op, st, max_tiles, es.up, sm_count());
     launch_fp4_wide<false>(op, st, max_tiles, es.down, sm_count());
   } else {
-    launch_fp4_mma<true>(op, st, max_tiles, es.up, sm_count());
-    launch_fp4_mma<false>(op, st, max_tiles, es.down, sm_count());
+    launch_fp4_mma<true>(op, st, max_tiles, es.up, sm_count(), variants().l2_prefetch);
+    launch_fp4_mma<false>(op, st, max_tiles, es.down, sm_count(), variants().l2_prefetch);
   }
   launch_moe_combine(op, st, L, ws, out, weights, T, k, D);
 }

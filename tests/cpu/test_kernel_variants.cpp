@@ -33,16 +33,18 @@ TEST(KernelVariants, EmptyIsTheDefaults) {
   EXPECT_EQ(d.fp8_decode, Fp8Decode::Auto);
   EXPECT_FALSE(d.mxfp4_wide);
   EXPECT_FALSE(d.mxfp4_stream);
+  EXPECT_FALSE(d.l2_prefetch);
 }
 
 TEST(KernelVariants, EveryKeyParsesAndPrintsBack) {
   const KernelVariants k = KernelVariants::parse(
       "attn-decode=off,attn-splits=8,gemv-bf16-max-mb=0,pdl=off,cublas-workspace-kb=0,mxfp4-mma=off,fp8-decode=stream,mxfp4-wide=on,"
-      "mxfp4-stream=on");
+      "mxfp4-stream=on,l2-prefetch=on");
   EXPECT_FALSE(k.attention_decode_kernel);
   EXPECT_EQ(k.fp8_decode, Fp8Decode::Stream);
   EXPECT_TRUE(k.mxfp4_wide);
   EXPECT_TRUE(k.mxfp4_stream);
+  EXPECT_TRUE(k.l2_prefetch);
   EXPECT_EQ(KernelVariants::parse("fp8-decode=warp").fp8_decode, Fp8Decode::Warp);
   EXPECT_EQ(KernelVariants::parse("fp8-decode=wide").fp8_decode, Fp8Decode::Wide);
   EXPECT_EQ(KernelVariants::parse("fp8-decode=wide").changes(), "fp8-decode=wide");
