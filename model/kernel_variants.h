@@ -40,7 +40,7 @@ struct KernelVariants {
   // FP8 GEMMs at decode (<= 8 rows): warp = a warp per 8 columns walking K (the first kernel);
   // wide = a block's 8 warps share K and a warp feeds up to 4 column tiles per quantized
   // activation chunk; stream = a persistent kernel streaming each warp's chunks through a
-  // cp.async ring (not yet run on a GPU); auto = wide from 4096 columns, else warp (the measured
+  // cp.async ring (measured no faster); auto = wide from 4096 columns, else warp (the measured
   // best per shape).
   Fp8Decode fp8_decode = Fp8Decode::Auto;
   // The MXFP4 experts on the tensor cores: a block's 8 warps share K and a warp feeds 1-4 column
@@ -48,7 +48,7 @@ struct KernelVariants {
   // default: the wide kernel measured 3 % faster at 1 token and 9 % slower at 8).
   bool mxfp4_wide = false;
   // The MXFP4 experts streamed: a persistent kernel whose warps keep their weight chunks in flight
-  // through a cp.async ring in shared memory (true; not yet measured, so off), over mxfp4-wide.
+  // through a cp.async ring in shared memory (true; measured slower, so off), over mxfp4-wide.
   bool mxfp4_stream = false;
   // The FP8 decode kernels (warp, wide) and the MXFP4 tensor-core expert kernel ask the L2 for
   // each block's weights, and for the next wave's, with one bulk prefetch when the block starts

@@ -121,6 +121,14 @@ for st in $stages; do case $st in
       --modes=${NATIVE_MODES:-eager,graph} --steps=${NATIVE_STEPS:-20} --out="$OUT/bench_native.json"
     run bench_bf16 ${NATIVE_BENCH_SECONDS:-200} $B/bench_decode "${BENCH_FLASH[@]}" --weights=bf16 --batches=1,8 \
       --modes=${NATIVE_MODES:-eager,graph} --steps=${NATIVE_STEPS:-20} --out="$OUT/bench_bf16.json" ;;
+  nativevariants)
+    # bench_decode with native weights (graph replay, batch 1 and 8) once per kernel-variant setting
+    # of NATIVE_VARIANT_SWEEP ("name:key=v,key2=w ..."; empty after the colon = the defaults).
+    for v in ${NATIVE_VARIANT_SWEEP:-"default:"}; do
+      name=${v%%:*}; kv=${v#*:}
+      run "nvar_$name" ${NATIVE_BENCH_SECONDS:-200} $B/bench_decode "${BENCH_FLASH[@]}" --weights=native \
+        --kernel-variants=$kv --batches=1,8 --modes=graph --steps=${NATIVE_STEPS:-20} --out="$OUT/nvar_$name.json"
+    done ;;
   kv8)
     # The decode floor with the KV caches counted in vLLM's FP8 layout (584 B per entry), the
     # caches' values FP8 (held in bf16 here): graph replay, batch 1 and 8, native weights.

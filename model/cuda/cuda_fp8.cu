@@ -5,7 +5,7 @@
 //   multiplies on the tensor cores (mma.sync e4m3, fp32 accumulation), the weight codes streamed
 //   once. Which kernel is the variant fp8-decode: gemm_fp8_mma_kernel (warp: a warp per 8 columns
 //   walking K), gemm_fp8_wide_kernel (wide: a block's warps share K and each feeds up to 4 column
-//   tiles), gemm_fp8_stream_kernel (stream: a cp.async ring per warp; not yet run on a GPU); auto
+//   tiles), gemm_fp8_stream_kernel (stream: a cp.async ring per warp; measured slower on the H200); auto
 //   (the default) picks warp or wide by the column count. Shapes whose columns are not whole
 //   groups of 8 take the GEMV instead:
 //   fp8_quantize_kernel writes a_q = e4m3(a / s) * s (exact in bf16) to the stream's scratch and
@@ -486,9 +486,9 @@ void launch_fp8_wide(const char* op, cudaStream_t st, int nt, int64_t N, int sms
   CUDA_LAUNCH_CHECK(op, st);
 }
 
-// The streaming decode kernel (fp8-decode=stream; written, not yet run on a GPU: the device was
-// withdrawn before its first run, so no default takes it). One block per SM, persistent:
-// block b takes column blocks b, b + grid, ... of NT x 8 columns, and within one its 8 warps share
+// The streaming decode kernel (fp8-decode=stream; correct on the H200 but no faster than the wide
+// kernel, 1.6x slower on wo_b: results/2026-12-05-h200-stream-kernels, so no default takes it).
+// One block per SM, persistent: block b takes column blocks b, b + grid, ... of NT x 8 columns, and within one its 8 warps share
 // K's 128-value chunks (warp w: chunks w, w + 8, ...). Each warp streams its chunks through a
 // private S-stage cp.async ring in shared memory (the weight rows' 128-byte slices and the
 // activation rows' 128 values), S - 1 chunks ahead of the one it multiplies, across column-block

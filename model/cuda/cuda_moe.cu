@@ -860,7 +860,8 @@ void launch_fp4_wide(const char* op, cudaStream_t st, int64_t max_tiles, const M
   CUDA_LAUNCH_CHECK(op, st);
 }
 
-// The streaming variant (mxfp4-stream=on; off until measured on the H200). The kernels above load
+// The streaming variant (mxfp4-stream=on; correct, but 1.3x slower than moe_fp4_mma_kernel at
+// 1 token and 1.6x at 8 on the H200, results/2026-12-05-h200-stream-kernels, so off). The kernels above load
 // a chunk's packed bytes into registers, wait, then decode and multiply, so the DRAM idles for a
 // warp's compute phase and the register budget caps the loads in flight (22-25 % DRAM throughput
 // in ncu, results/2026-12-04-h200-fp8-decode). Here one block per SM is persistent: block b takes
