@@ -10,8 +10,8 @@ namespace sl {
 
 const char* const kKernelVariantsHelp =
     "CUDA kernel variants, key=value[,key=value...]: attn-decode=on|off, attn-splits=N (0 = auto), "
-    "gemv-bf16-max-mb=N, pdl=on|off, cublas-workspace-kb=N, mxfp4-mma=on|off, fp8-decode=auto|warp|wide|stream, "
-    "mxfp4-wide=on|off, mxfp4-stream=on|off, l2-prefetch=on|off (default: the measured best of each)";
+    "gemv-bf16-max-mb=N, pdl=on|off, cublas-workspace-kb=N, mxfp4-mma=on|off, fp8-decode=auto|warp|wide, "
+    "mxfp4-wide=on|off (default: the measured best of each)";
 
 namespace {
 
@@ -39,6 +39,12 @@ const char* removed(const std::string& key) {
     return "the MoE w2 GEMV runs 2 columns per warp: 1 measured slower, 4 no faster "
            "(results/2026-12-04-h200-kernel-workbench)";
   if (key == "fp8-wide") return "it became fp8-decode (fp8-wide=on is fp8-decode=wide, off is fp8-decode=warp)";
+  if (key == "mxfp4-stream")
+    return "the streaming MXFP4 expert kernel was removed: correct, but 1.3-1.6x slower on the H200 "
+           "(results/2026-12-05-h200-stream-kernels)";
+  if (key == "l2-prefetch")
+    return "the L2 prefetch of each block's weights was removed: decode steps 5-11 % slower on the H200 "
+           "(results/2026-12-05-h200-stream-kernels)";
   return nullptr;
 }
 
@@ -69,34 +75,31 @@ KernelVariants KernelVariants::parse(const std::string& spec) {
       if (v == "auto") k.fp8_decode = Fp8Decode::Auto;
       else if (v == "warp") k.fp8_decode = Fp8Decode::Warp;
       else if (v == "wide") k.fp8_decode = Fp8Decode::Wide;
-      else if (v == "stream") k.fp8_decode = Fp8Decode::Stream;
-      else fail("--kernel-variants: ", key, "=", v, ": expected auto, warp, wide or stream");
+      else if (v == "stream")
+        fail("--kernel-variants: fp8-decode=stream is no longer a variant: the streaming FP8 kernel was removed, "
+             "no faster than wide on the H200 (results/2026-12-05-h200-stream-kernels)");
+      else fail("--kernel-variants: ", key, "=", v, ": expected auto, warp or wide");
     } else if (key == "mxfp4-wide") {
       k.mxfp4_wide = on_off(key, v);
-    } else if (key == "mxfp4-stream") {
-      k.mxfp4_stream = on_off(key, v);
-    } else if (key == "l2-prefetch") {
-      k.l2_prefetch = on_off(key, v);
+
     } else if (const char* why = removed(key)) {
       fail("--kernel-variants: '", key, "' is no longer a variant: ", why);
     } else {
       fail("--kernel-variants: unknown key '", key,
-           "' (attn-decode, attn-splits, gemv-bf16-max-mb, pdl, cublas-workspace-kb, mxfp4-mma, fp8-decode, mxfp4-wide, mxfp4-stream, l2-prefetch)");
+           "' (attn-decode, attn-splits, gemv-bf16-max-mb, pdl, cublas-workspace-kb, mxfp4-mma, fp8-decode, mxfp4-wide)");
     }
   }
   return k;
 }
 
 std::string KernelVariants::str() const {
-  static const char* const fp8_decode_names[] = {"auto", "warp", "wide", "stream"};
+  static const char* const fp8_decode_names[] = {"auto", "warp", "wide"};
   auto oo = [](bool b) { return b ? "on" : "off"; };
   std::ostringstream s;
   s << "attn-decode=" << oo(attention_decode_kernel) << ",attn-splits=" << attention_splits
     << ",gemv-bf16-max-mb=" << gemv_bf16_max_mb << ",pdl=" << oo(pdl)
     << ",cublas-workspace-kb=" << (cublas_workspace_bytes >> 10) << ",mxfp4-mma=" << oo(mxfp4_mma)
-    << ",fp8-decode=" << fp8_decode_names[int(fp8_decode)] << ",mxfp4-wide=" << oo(mxfp4_wide)
-    << ",mxfp4-stream=" << oo(mxfp4_stream)
-    << ",l2-prefetch=" << oo(l2_prefetch);
+    << ",fp8-decode=" << fp8_decode_names[int(fp8_decode)] << ",mxfp4-wide=" << oo(mxfp4_wide);
   return s.str();
 }
 

@@ -17,7 +17,7 @@
 
 namespace sl {
 
-enum class Fp8Decode { Auto, Warp, Wide, Stream };
+enum class Fp8Decode { Auto, Warp, Wide };
 
 struct KernelVariants {
   // Sparse attention at decode (at most 2 tokens, head dims 64..512): the CUDA-core decode kernel
@@ -39,25 +39,15 @@ struct KernelVariants {
   bool mxfp4_mma = true;
   // FP8 GEMMs at decode (<= 8 rows): warp = a warp per 8 columns walking K (the first kernel);
   // wide = a block's 8 warps share K and a warp feeds up to 4 column tiles per quantized
-  // activation chunk; stream = a persistent kernel streaming each warp's chunks through a
-  // cp.async ring (measured no faster); auto = wide from 4096 columns, else warp (the measured
-  // best per shape).
+  // activation chunk; auto = wide from 4096 columns, else warp (the measured best per shape).
   Fp8Decode fp8_decode = Fp8Decode::Auto;
   // The MXFP4 experts on the tensor cores: a block's 8 warps share K and a warp feeds 1-4 column
   // tiles per activation chunk (true), or a warp per 8 columns walking K alone (false, the
   // default: the wide kernel measured 3 % faster at 1 token and 9 % slower at 8).
   bool mxfp4_wide = false;
-  // The MXFP4 experts streamed: a persistent kernel whose warps keep their weight chunks in flight
-  // through a cp.async ring in shared memory (true; measured slower, so off), over mxfp4-wide.
-  bool mxfp4_stream = false;
-  // The FP8 decode kernels (warp, wide) and the MXFP4 tensor-core expert kernel ask the L2 for
-  // each block's weights, and for the next wave's, with one bulk prefetch when the block starts
-  // (the FP8 kernels before waiting on the kernel before them: their weights are constant).
-  bool l2_prefetch = false;
 
   // "key=value,key=value": attn-decode=on|off, attn-splits=N, gemv-bf16-max-mb=N, pdl=on|off,
-  // cublas-workspace-kb=N, mxfp4-mma=on|off, fp8-decode=auto|warp|wide|stream, mxfp4-wide=on|off,
-  // mxfp4-stream=on|off, l2-prefetch=on|off.
+  // cublas-workspace-kb=N, mxfp4-mma=on|off, fp8-decode=auto|warp|wide, mxfp4-wide=on|off.
   // Unknown keys
   // and bad values are errors naming the key and the accepted values (a retired key says why it
   // went). An empty spec is the defaults.

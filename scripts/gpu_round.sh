@@ -202,11 +202,10 @@ for st in $stages; do case $st in
     # (gemm_fp8: wq_a, wkv, wq_b, ...), so 12 skips at --reps=2 reach wq_b. The sections say why a
     # kernel is slow: speed of light, memory, occupancy, launch, scheduler and warp-state stalls.
     ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)
-    for spec in ${NCU_RUNS:-"gemm_fp8:1:fp8-decode=wide:12:1" "gemm_fp8:1:fp8-decode=stream:12:1" \
-                "moe_experts_mxfp4:8::0:2" "moe_experts_mxfp4:8:mxfp4-stream=on:0:2"}; do
+    for spec in ${NCU_RUNS:-"gemm_fp8:1:fp8-decode=wide:12:1" "moe_experts_mxfp4:8::0:2"}; do
       IFS=: read -r op bt var skip count <<< "$spec"
       run "ncu_${op}_${bt}_${var//[=,]/_}" ${NCU_SECONDS:-150} "$ncu" --target-processes all \
-        -k "regex:${NCU_KERNELS:-gemm_fp8_wide|gemm_fp8_stream|moe_fp4}" --launch-skip "$skip" --launch-count "$count" \
+        -k "regex:${NCU_KERNELS:-gemm_fp8_wide|moe_fp4}" --launch-skip "$skip" --launch-count "$count" \
         --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
         --section SchedulerStats --section WarpStateStats --section ComputeWorkloadAnalysis \
         $B/bench_kernels --config=flash-6l --ops=$op --batches=$bt --reps=2 --variants="$var"

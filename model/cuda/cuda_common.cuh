@@ -9,7 +9,6 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -35,32 +34,6 @@ __device__ __forceinline__ void pdl_enter() {
   asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
-}
-
-// Asks the L2 to fetch [p, p + bytes) from HBM and returns at once (the TMA unit's bulk prefetch,
-// sm_90; p and bytes multiples of 16). A kernel whose weights are constant issues it for its
-// block's weights before pdl_enter, so the fetch overlaps the kernel before it (variant
-// l2-prefetch), and a block's whole range is in flight at once instead of a warp's few chunks.
-__device__ __forceinline__ void prefetch_l2(const void* p, uint64_t bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  for (uint64_t o = 0; o < bytes; o += (uint64_t(1) << 20)) {  // at most 1 MiB per instruction
-    const uint64_t n = bytes - o < (uint64_t(1) << 20) ? bytes - o : (uint64_t(1) << 20);
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(static_cast<const char*>(p) + o), "r"(uint32_t(n))
-                 : "memory");
-  }
-#endif
-}
-
-// The blocks of `kernel` (256 threads, static shared memory) resident at once on the device:
-// l2-prefetch's distance to the next wave. Asked of the runtime once per kernel.
-template <class K>
-int64_t resident_blocks(const char* op, K* kernel, int sms) {
-  static const int per_sm = [&] {
-    int n = 0;
-    CUDA_CHECK(op, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, 256, 0));
-    return n;
-  }();
-  return int64_t(std::max(per_sm, 1)) * sms;
 }
 
 // True unless STREAMLAB_PDL=0 (read once).
@@ -201,12 +174,6 @@ __device__ __forceinline__ uint4 rmsnorm_scale8(uint4 x, float r, const void* w,
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, int src_bytes) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(src_bytes));
-}
-// 4-byte global -> shared copy (through L1: cp.async.cg moves only 16 bytes), e.g. one column's
-// four MX scales of a 128-value chunk.
-__device__ __forceinline__ void cp_async4(void* smem, const void* gmem) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(s), "l"(gmem));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>

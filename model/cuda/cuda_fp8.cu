@@ -5,8 +5,9 @@
 //   multiplies on the tensor cores (mma.sync e4m3, fp32 accumulation), the weight codes streamed
 //   once. Which kernel is the variant fp8-decode: gemm_fp8_mma_kernel (warp: a warp per 8 columns
 //   walking K), gemm_fp8_wide_kernel (wide: a block's warps share K and each feeds up to 4 column
-//   tiles), gemm_fp8_stream_kernel (stream: a cp.async ring per warp; measured slower on the H200); auto
-//   (the default) picks warp or wide by the column count. Shapes whose columns are not whole
+//   tiles); auto (the default) picks warp or wide by the column count (a persistent kernel
+//   streaming each warp's chunks through a cp.async ring, and an L2 prefetch of each block's
+//   weights, measured no faster on the H200 and were removed: results/2026-12-05-h200-stream-kernels). Shapes whose columns are not whole
 //   groups of 8 take the GEMV instead:
 //   fp8_quantize_kernel writes a_q = e4m3(a / s) * s (exact in bf16) to the stream's scratch and
 //   gemv_fp8_kernel decodes 16 codes per lane per load, each block's scale on its partial sum.
@@ -246,20 +247,7 @@ struct Fp8MmaArgs {
   const uint8_t* w;      // [N, K] e4m3 codes
   const float* w_scale;  // [ceil(N / 128), K / 128]
   int64_t M, N, K, Ng;   // Ng: columns per group (a multiple of 8)
-  int64_t ahead = 0;     // l2-prefetch: the blocks resident at once (0: no prefetch)
 };
-
-// l2-prefetch: the weight rows [n0, n0 + cols) of this block and of the block `ahead` further on
-// (the one that takes its place in the next wave) asked of the L2 before the kernel waits on the
-// one before it. W is [N, K] row-major, so a block's columns are one contiguous range.
-__device__ __forceinline__ void prefetch_fp8_rows(const Fp8MmaArgs& g, int64_t cols) {
-  if (g.ahead == 0 || threadIdx.x != 0) return;
-  for (int64_t b : {int64_t(blockIdx.x), int64_t(blockIdx.x) + g.ahead}) {
-    if (b >= gridDim.x) break;
-    const int64_t n0 = b * cols, n = min(cols, g.N - n0);
-    if (n > 0) prefetch_l2(g.w + n0 * g.K, uint64_t(n * g.K));
-  }
-}
 
 // D += A . B for one m16n8k32 tile of e4m3 operands, fp32 accumulation (sm_89 and later).
 __device__ __forceinline__ void mma_e4m3(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
@@ -346,9 +334,8 @@ __device__ __forceinline__ void sum_warps_and_store(float (&red)[8][NT][64], con
 
 template <int WPC, class TA>
 __global__ __launch_bounds__(256) void gemm_fp8_mma_kernel(Fp8MmaArgs g) {
-  constexpr int GPB = 8 / WPC;  // groups of 8 columns per block
-  prefetch_fp8_rows(g, 8 * GPB);
   pdl_enter();
+  constexpr int GPB = 8 / WPC;  // groups of 8 columns per block
   constexpr int kChunks = 2;    // 128-value chunks of K in flight per thread
   __shared__ float red[8][64];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -413,7 +400,6 @@ __global__ __launch_bounds__(256) void gemm_fp8_mma_kernel(Fp8MmaArgs g) {
 // both give the same products; the 8 warps' partial sums meet in shared memory.
 template <int NT, class TA>
 __global__ __launch_bounds__(256) void gemm_fp8_wide_kernel(Fp8MmaArgs g) {
-  prefetch_fp8_rows(g, NT * 8);
   pdl_enter();
   constexpr int CH = 4 / NT;  // 128-value chunks per warp step
   __shared__ float red[8][NT][64];
@@ -462,7 +448,7 @@ __global__ __launch_bounds__(256) void gemm_fp8_wide_kernel(Fp8MmaArgs g) {
   sum_warps_and_store<NT>(red, acc, n0, g);
 }
 
-// Column tiles per column block of the wide and stream kernels: the most (up to 4) that still
+// Column tiles per column block of the wide kernel: the most (up to 4) that still
 // gives every SM a block and divides the group width.
 int fp8_wide_tiles(int64_t N, int64_t Ng, int sms) {
   for (int nt : {4, 2})
@@ -470,136 +456,15 @@ int fp8_wide_tiles(int64_t N, int64_t Ng, int sms) {
   return 1;
 }
 
-template <int NT, class TA>
-void launch_fp8_wide_nt(const char* op, cudaStream_t st, int64_t N, int sms, bool prefetch, Fp8MmaArgs g) {
-  g.ahead = prefetch ? resident_blocks(op, gemm_fp8_wide_kernel<NT, TA>, sms) : 0;
-  launch_kernel(op, gemm_fp8_wide_kernel<NT, TA>, dim3(unsigned(cdiv(N, 8 * NT))), 256, 0, st, g);
-}
-
 template <class TA>
-void launch_fp8_wide(const char* op, cudaStream_t st, int nt, int64_t N, int sms, bool prefetch, const Fp8MmaArgs& g) {
+void launch_fp8_wide(const char* op, cudaStream_t st, int nt, int64_t N, const Fp8MmaArgs& g) {
+  const dim3 grid(unsigned(cdiv(N, 8 * nt)));
   switch (nt) {
-    case 4: launch_fp8_wide_nt<4, TA>(op, st, N, sms, prefetch, g); break;
-    case 2: launch_fp8_wide_nt<2, TA>(op, st, N, sms, prefetch, g); break;
-    default: launch_fp8_wide_nt<1, TA>(op, st, N, sms, prefetch, g); break;
+    case 4: launch_kernel(op, gemm_fp8_wide_kernel<4, TA>, grid, 256, 0, st, g); break;
+    case 2: launch_kernel(op, gemm_fp8_wide_kernel<2, TA>, grid, 256, 0, st, g); break;
+    default: launch_kernel(op, gemm_fp8_wide_kernel<1, TA>, grid, 256, 0, st, g); break;
   }
   CUDA_LAUNCH_CHECK(op, st);
-}
-
-// The streaming decode kernel (fp8-decode=stream; correct on the H200 but no faster than the wide
-// kernel, 1.6x slower on wo_b: results/2026-12-05-h200-stream-kernels, so no default takes it).
-// One block per SM, persistent: block b takes column blocks b, b + grid, ... of NT x 8 columns, and within one its 8 warps share
-// K's 128-value chunks (warp w: chunks w, w + 8, ...). Each warp streams its chunks through a
-// private S-stage cp.async ring in shared memory (the weight rows' 128-byte slices and the
-// activation rows' 128 values), S - 1 chunks ahead of the one it multiplies, across column-block
-// boundaries, so the weight reads stay in flight while it quantizes and multiplies: the kernels
-// that read each chunk into registers and then used it left the DRAM idle between a warp's
-// loads (31-42 % of the copy bandwidth on the H200, results/2026-12-04-h200-fp8-decode). The
-// arithmetic is gemm_fp8_mma_kernel's (the same permuted K order, scales and rounding), so both
-// give the same products; the 8 warps' partial sums of a column block meet in shared memory.
-template <int NT, class TA>
-struct Fp8Stream {
-  static constexpr int kWBytes = NT * 8 * kBlk;                  // weight slice of one chunk
-  static constexpr int kABytes = 8 * kBlk * int(sizeof(TA));     // up to 8 activation rows
-  static constexpr int kStage = kWBytes + kABytes;
-  static constexpr int kStages = (192 * 1024) / (8 * kStage) < 8 ? (192 * 1024) / (8 * kStage) : 8;
-  static constexpr size_t kSmem = size_t(8) * kStages * kStage;  // dynamic; + the static red
-};
-
-template <int NT, class TA>
-__global__ __launch_bounds__(256, 1) void gemm_fp8_stream_kernel(Fp8MmaArgs g, int64_t ncb) {
-  pdl_enter();
-  using P = Fp8Stream<NT, TA>;
-  constexpr int S = P::kStages;
-  extern __shared__ __align__(16) unsigned char fp8_ring[];
-  __shared__ float red[8][NT][64];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int grp = lane >> 2, tig = lane & 3;
-  unsigned char* ring = fp8_ring + size_t(warp) * S * P::kStage;
-  const int64_t KB = g.K / kBlk;
-  const int M = int(g.M);
-  const int nk = KB > warp ? int((KB - warp + 7) / 8) : 0;  // this warp's chunks per column block
-  const int64_t mine = int64_t(blockIdx.x) < ncb ? (ncb - 1 - blockIdx.x) / gridDim.x + 1 : 0;
-  const int64_t items = mine * nk;
-  constexpr int kASegs = kBlk * int(sizeof(TA)) / 16;  // 16-byte pieces of one activation row's chunk
-
-  // Item i: column block blockIdx.x + (i / nk) grid, chunk warp + 8 (i % nk), into stage i % S.
-  // Weight slice row r (column n0 + r, clamped to N - 1 past the end) keeps its eight 16-byte
-  // pieces XOR-swizzled by r % 8, so that the MMA's reads (8 rows, pieces 2 tig and 2 tig + 1)
-  // hit distinct banks.
-  auto issue = [&](int64_t i) {
-    if (i < items) {
-      const int64_t n0 = (blockIdx.x + (i / nk) * gridDim.x) * NT * 8;
-      const int64_t kb = warp + 8 * (i % nk);
-      unsigned char* st = ring + (i % S) * P::kStage;
-#pragma unroll
-      for (int q = 0; q < 2 * NT; ++q) {
-        const int seg = lane + 32 * q, r = seg >> 3, c = seg & 7;
-        const uint8_t* src = g.w + min(n0 + r, g.N - 1) * g.K + kb * kBlk + c * 16;
-        cp_async16(st + r * kBlk + ((c ^ (r & 7)) * 16), src, 16);
-      }
-      const TA* a = static_cast<const TA*>(g.a) + (n0 / g.Ng) * g.K + kb * kBlk;
-      for (int seg = lane; seg < M * kASegs; seg += 32) {
-        const int r = seg / kASegs, c = seg % kASegs;
-        cp_async16(st + P::kWBytes + r * (kBlk * int(sizeof(TA))) + c * 16,
-                   reinterpret_cast<const char*>(a + r * g.lda) + c * 16, 16);
-      }
-    }
-    cp_async_commit();  // every call commits a group (maybe empty): wait_group counts stay uniform
-  };
-
-  for (int i = 0; i < S - 1; ++i) issue(i);
-  int64_t i = 0;
-  for (int64_t j = 0; j < mine; ++j) {
-    const int64_t n0 = (blockIdx.x + j * gridDim.x) * NT * 8;
-    const float* wsr = g.w_scale + (n0 / kBlk) * KB;
-    float acc[NT][2] = {};
-    for (int u = 0; u < nk; ++u, ++i) {
-      issue(i + S - 1);
-      cp_async_wait<S - 1>();  // item i's group has landed
-      __syncwarp();
-      const unsigned char* st = ring + (i % S) * P::kStage;
-      const int64_t kb = warp + 8 * u;
-      ActChunk<TA> act;
-      act.load(reinterpret_cast<const TA*>(st + P::kWBytes + grp * (kBlk * int(sizeof(TA)))) + tig * 32, grp < M);
-      uint32_t aw[8];
-      const float s = act.quantize(aw);
-      const float f = wsr[kb] * s;
-#pragma unroll
-      for (int t = 0; t < NT; ++t) {
-        const int row = 8 * t + grp;
-        const uint4* wp = reinterpret_cast<const uint4*>(st + row * kBlk);
-        float c[4];
-        chunk_mma(c, aw, wp[(2 * tig) ^ (row & 7)], wp[(2 * tig + 1) ^ (row & 7)]);
-        acc[t][0] += c[0] * f;
-        acc[t][1] += c[1] * f;
-      }
-      __syncwarp();  // the stage is refilled by a later issue
-    }
-    sum_warps_and_store<NT>(red, acc, n0, g);
-    __syncthreads();  // red is rewritten for the next column block
-  }
-  cp_async_wait<0>();
-}
-
-template <int NT, class TA>
-void launch_fp8_stream_nt(const char* op, cudaStream_t st, int64_t N, int sms, size_t optin, const Fp8MmaArgs& g) {
-  using P = Fp8Stream<NT, TA>;
-  allow_smem(op, gemm_fp8_stream_kernel<NT, TA>, P::kSmem, optin);
-  const int64_t ncb = cdiv(N, 8 * NT);
-  launch_kernel(op, gemm_fp8_stream_kernel<NT, TA>, dim3(unsigned(std::min<int64_t>(ncb, sms))), 256, P::kSmem, st,
-                g, ncb);
-  CUDA_LAUNCH_CHECK(op, st);
-}
-
-template <class TA>
-void launch_fp8_stream(const char* op, cudaStream_t st, int64_t N, int64_t Ng, int sms, size_t optin,
-                       const Fp8MmaArgs& g) {
-  switch (fp8_wide_tiles(N, Ng, sms)) {  // the same column blocks as the wide kernel's
-    case 4: launch_fp8_stream_nt<4, TA>(op, st, N, sms, optin, g); break;
-    case 2: launch_fp8_stream_nt<2, TA>(op, st, N, sms, optin, g); break;
-    default: launch_fp8_stream_nt<1, TA>(op, st, N, sms, optin, g); break;
-  }
 }
 
 // Warps per 8-column group: more while the grid is under two blocks per SM and each warp keeps at
@@ -611,20 +476,14 @@ int fp8_mma_warps_per_group(int64_t N, int64_t K, int sms) {
   return wpc;
 }
 
-template <int WPC, class TA>
-void launch_fp8_mma_wpc(const char* op, cudaStream_t st, int64_t groups, int sms, bool prefetch, Fp8MmaArgs g) {
-  g.ahead = prefetch ? resident_blocks(op, gemm_fp8_mma_kernel<WPC, TA>, sms) : 0;
-  launch_kernel(op, gemm_fp8_mma_kernel<WPC, TA>, dim3(unsigned(cdiv(groups, 8 / WPC))), 256, 0, st, g);
-}
-
 template <class TA>
-void launch_fp8_mma(const char* op, cudaStream_t st, int wpc, int64_t groups, int sms, bool prefetch,
-                    const Fp8MmaArgs& g) {
+void launch_fp8_mma(const char* op, cudaStream_t st, int wpc, int64_t groups, const Fp8MmaArgs& g) {
+  const dim3 grid(unsigned(cdiv(groups, 8 / wpc)));
   switch (wpc) {
-    case 1: launch_fp8_mma_wpc<1, TA>(op, st, groups, sms, prefetch, g); break;
-    case 2: launch_fp8_mma_wpc<2, TA>(op, st, groups, sms, prefetch, g); break;
-    case 4: launch_fp8_mma_wpc<4, TA>(op, st, groups, sms, prefetch, g); break;
-    default: launch_fp8_mma_wpc<8, TA>(op, st, groups, sms, prefetch, g); break;
+    case 1: launch_kernel(op, gemm_fp8_mma_kernel<1, TA>, grid, 256, 0, st, g); break;
+    case 2: launch_kernel(op, gemm_fp8_mma_kernel<2, TA>, grid, 256, 0, st, g); break;
+    case 4: launch_kernel(op, gemm_fp8_mma_kernel<4, TA>, grid, 256, 0, st, g); break;
+    default: launch_kernel(op, gemm_fp8_mma_kernel<8, TA>, grid, 256, 0, st, g); break;
   }
   CUDA_LAUNCH_CHECK(op, st);
 }
@@ -648,28 +507,22 @@ void gemm_fp8_mma(CudaBackend& be, const char* op, Stream s, const Tensor& out, 
     Fp8MmaArgs g{static_cast<char*>(out.data) + m0 * N * os, fcode(out.dtype), N,
                  static_cast<const char*>(a.data) + m0 * G * K * as, G * K, w.ptr<uint8_t>(), w_scale.ptr<float>(),
                  std::min<int64_t>(8, M - m0), N, K, N / G};
-    const bool bf = a.dtype == DType::BF16, prefetch = be.variants().l2_prefetch;
+    const bool bf = a.dtype == DType::BF16;
     switch (fp8_decode_kernel(be.variants().fp8_decode, N)) {
-      case Fp8Decode::Stream:
-        if (bf)
-          launch_fp8_stream<bf16>(op, st, N, N / G, be.sm_count(), be.smem_optin(), g);
-        else
-          launch_fp8_stream<float>(op, st, N, N / G, be.sm_count(), be.smem_optin(), g);
-        break;
       case Fp8Decode::Wide: {
         const int nt = fp8_wide_tiles(N, N / G, be.sm_count());
         if (bf)
-          launch_fp8_wide<bf16>(op, st, nt, N, be.sm_count(), prefetch, g);
+          launch_fp8_wide<bf16>(op, st, nt, N, g);
         else
-          launch_fp8_wide<float>(op, st, nt, N, be.sm_count(), prefetch, g);
+          launch_fp8_wide<float>(op, st, nt, N, g);
         break;
       }
       default: {
         const int wpc = fp8_mma_warps_per_group(N, K, be.sm_count());
         if (bf)
-          launch_fp8_mma<bf16>(op, st, wpc, cdiv(N, 8), be.sm_count(), prefetch, g);
+          launch_fp8_mma<bf16>(op, st, wpc, cdiv(N, 8), g);
         else
-          launch_fp8_mma<float>(op, st, wpc, cdiv(N, 8), be.sm_count(), prefetch, g);
+          launch_fp8_mma<float>(op, st, wpc, cdiv(N, 8), g);
       }
     }
   }

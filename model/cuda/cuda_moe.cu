@@ -391,7 +391,6 @@ struct MoeGemvArgs {
   const int* tiles;
   const int* tile_expert;
   float limit;         // SwiGLU clamp (PAIR)
-  int64_t ahead = 0;   // l2-prefetch (moe_fp4_mma_kernel): the blocks resident at once (0: none)
 };
 
 // MXFP4 decoding without a table or a branch: an e2m1 code s e1 e0 m placed in an fp16 as
@@ -639,22 +638,6 @@ __device__ __forceinline__ bool fp4_tile(const MoeGemvArgs& g, Fp4Tile& t) {
   return true;
 }
 
-// l2-prefetch: the packed weights and scales of block b's columns (tile b % tiles, column block
-// b / tiles of `cols`), each matrix's rows one contiguous range, asked of the L2. The tile table
-// is the permute's output, so this runs after pdl_enter.
-template <bool PAIR>
-__device__ __forceinline__ void prefetch_fp4_block(const MoeGemvArgs& g, int64_t b, int cols) {
-  const int64_t x = b % gridDim.x, y = b / gridDim.x;
-  if (y >= gridDim.y || x >= g.tiles[g.E]) return;
-  const int64_t n0 = y * cols, n = min(int64_t(cols), int64_t(g.N) - n0);
-  if (n <= 0) return;
-  const int64_t row = int64_t(g.tile_expert[x]) * g.N + n0;
-  for (int j = 0; j < (PAIR ? 2 : 1); ++j) {
-    prefetch_l2(static_cast<const uint8_t*>(j == 0 ? g.W : g.W3) + row * (g.K / 2), uint64_t(n * (g.K / 2)));
-    prefetch_l2((j == 0 ? g.Ws : g.W3s) + row * (g.K / 32), uint64_t(n * (g.K / 32)));
-  }
-}
-
 template <bool PAIR, int KS>
 __global__ __launch_bounds__(256) void moe_fp4_mma_kernel(MoeGemvArgs g) {
   pdl_enter();
@@ -662,11 +645,6 @@ __global__ __launch_bounds__(256) void moe_fp4_mma_kernel(MoeGemvArgs g) {
   __shared__ float red[8][32][2 * NM];
   Fp4Tile tile;
   if (!fp4_tile(g, tile)) return;  // uniform per block
-  if (g.ahead && threadIdx.x == 0) {
-    const int64_t b = blockIdx.x + int64_t(blockIdx.y) * gridDim.x;
-    prefetch_fp4_block<PAIR>(g, b, 8 * (8 / KS));
-    prefetch_fp4_block<PAIR>(g, b + g.ahead, 8 * (8 / KS));
-  }
   const int e = tile.expert, row0 = tile.row0, rows = tile.rows;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int grp = lane >> 2, tig = lane & 3;
@@ -748,6 +726,11 @@ __global__ __launch_bounds__(256) void moe_fp4_mma_kernel(MoeGemvArgs g) {
   }
 }
 
+// (Measured on the H200 and removed, results/2026-12-05-h200-stream-kernels: a persistent kernel
+// streaming each warp's chunks through a cp.async ring, 1.3-1.6x slower, and an L2 prefetch of
+// each block's expert rows, 1.2x slower. ncu: moe_fp4_mma_kernel is bound by the ALU pipe that
+// decodes e2m1, 74 % busy at 30 % of the DRAM bandwidth, not by memory latency.)
+//
 // The wide variant (mxfp4-wide=on; off by default: 3 % faster than moe_fp4_mma_kernel at 1 token,
 // 9 % slower at 8, results/2026-12-04-h200-fp8-decode): a block takes one tile of rows and NT x 8
 // columns, each of its 8 warps a strided share of K's 128-value chunks (warp w: chunks
@@ -860,168 +843,6 @@ void launch_fp4_wide(const char* op, cudaStream_t st, int64_t max_tiles, const M
   CUDA_LAUNCH_CHECK(op, st);
 }
 
-// The streaming variant (mxfp4-stream=on; correct, but 1.3x slower than moe_fp4_mma_kernel at
-// 1 token and 1.6x at 8 on the H200, results/2026-12-05-h200-stream-kernels, so off). The kernels above load
-// a chunk's packed bytes into registers, wait, then decode and multiply, so the DRAM idles for a
-// warp's compute phase and the register budget caps the loads in flight (22-25 % DRAM throughput
-// in ncu, results/2026-12-04-h200-fp8-decode). Here one block per SM is persistent: block b takes
-// items b, b + grid, ... of (tile of rows, NT x 8 columns), tile-major, over the tiles the routing
-// produced (read on the device), and within an item its 8 warps share K's 128-value chunks (warp
-// w: chunks w, w + 8, ...). Each warp streams its chunks through a private S-stage cp.async ring
-// in shared memory (the packed bytes and scales of every column of each streamed matrix, and the
-// tile's activation rows), S - 1 chunks ahead of the one it decodes, across items. The same decode
-// and MMAs as moe_fp4_mma_kernel (mx_group_mma); the 8 warps' partial sums meet in shared memory.
-template <bool PAIR, int NT>
-struct Fp4Stream {
-  static constexpr int kMats = PAIR ? 2 : 1;
-  static constexpr int kCols = kMats * NT * 8;          // streamed weight rows (columns of out)
-  static constexpr int kW = kCols * 64;                 // their packed bytes of one chunk
-  static constexpr int kS = kCols * 4;                  // their 4 scales of one chunk
-  static constexpr int kA = kFp4TileRows * 128 * 2;     // the tile's activation rows (bf16)
-  static constexpr int kStage = kW + kS + kA;
-  static constexpr int kStages = (200 * 1024) / (8 * kStage) < 8 ? (200 * 1024) / (8 * kStage) : 8;
-  static constexpr size_t kSmem = size_t(8) * kStages * kStage;
-};
-
-// Where 16-byte piece c (of 16) of activation row r sits in a stage: the low two bits XORed with
-// (c / 8) and (r % 2), so that the MMA's reads (rows grp, pieces 4 tig + q) hit 8 distinct bank
-// groups in each quarter-warp.
-__device__ __forceinline__ int fp4_act_piece(int r, int c) { return c ^ (((c >> 3) & 1) | ((r & 1) << 1)); }
-
-// Item `it` of the streaming kernel: tile it / ncb of the permute's tile table, column block it % ncb.
-struct Fp4Item {
-  int expert, row0, rows, n0;
-};
-__device__ __forceinline__ Fp4Item fp4_item(const MoeGemvArgs& g, int64_t it, int ncb, int cols) {
-  const int tile = int(it / ncb);
-  Fp4Item t;
-  t.expert = g.tile_expert[tile];
-  const int mt = tile - g.tiles[t.expert];
-  t.row0 = g.offsets[t.expert] + mt * kFp4TileRows;
-  t.rows = min(kFp4TileRows, g.counts[t.expert] - mt * kFp4TileRows);
-  t.n0 = int(it % ncb) * cols;
-  return t;
-}
-
-template <bool PAIR, int NT>
-__global__ __launch_bounds__(256, 1) void moe_fp4_stream_kernel(MoeGemvArgs g, int ncb) {
-  pdl_enter();
-  using P = Fp4Stream<PAIR, NT>;
-  constexpr int NM = P::kMats, S = P::kStages;
-  extern __shared__ __align__(16) unsigned char fp4_ring[];
-  __shared__ float red[8][NM][NT][64];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int grp = lane >> 2, tig = lane & 3;
-  unsigned char* ring = fp4_ring + size_t(warp) * S * P::kStage;
-  const int KB = g.K / 128;
-  const int nk = KB > warp ? (KB - warp + 7) / 8 : 0;  // this warp's chunks per item
-  const int64_t all = int64_t(g.tiles[g.E]) * ncb;
-  const int64_t mine = int64_t(blockIdx.x) < all ? (all - 1 - blockIdx.x) / gridDim.x + 1 : 0;
-  const int64_t items = mine * nk;
-
-  // Stage i: this block's item i / nk, the warp's chunk i % nk. Weight row q (matrix q / (8 NT),
-  // column n0 + q % (8 NT), clamped to N - 1 past the end) keeps its 64 packed bytes at 64 q and its
-  // 4 scales at kW + 4 q; activation row r at kW + kS + 256 r, pieces placed by fp4_act_piece.
-  auto issue = [&](int64_t i) {
-    if (i < items) {
-      const Fp4Item t = fp4_item(g, blockIdx.x + (i / nk) * gridDim.x, ncb, NT * 8);
-      const int kb = warp + 8 * int(i % nk);
-      unsigned char* st = ring + (i % S) * P::kStage;
-#pragma unroll
-      for (int u = 0; u < NM * NT; ++u) {
-        const int seg = lane + 32 * u, q = seg >> 2, c = seg & 3;
-        const int64_t n = int64_t(t.expert) * g.N + min(t.n0 + q % (8 * NT), g.N - 1);
-        const uint8_t* w = static_cast<const uint8_t*>(q < 8 * NT ? g.W : g.W3);
-        cp_async16(st + q * 64 + c * 16, w + n * (g.K / 2) + kb * 64 + c * 16, 16);
-      }
-      if (lane < P::kCols) {
-        const int q = lane;
-        const int64_t n = int64_t(t.expert) * g.N + min(t.n0 + q % (8 * NT), g.N - 1);
-        cp_async4(st + P::kW + 4 * q, (q < 8 * NT ? g.Ws : g.W3s) + n * (g.K / 32) + kb * 4);
-      }
-      for (int seg = lane; seg < t.rows * 16; seg += 32) {
-        const int r = seg >> 4, c = seg & 15, pr = t.row0 + r;
-        const bf16* a = g.A + (g.a_rows ? int64_t(g.a_rows[pr]) : int64_t(pr)) * g.lda + kb * 128 + c * 8;
-        cp_async16(st + P::kW + P::kS + r * 256 + fp4_act_piece(r, c) * 16, a, 16);
-      }
-    }
-    cp_async_commit();  // every call commits a group (maybe empty): wait_group counts stay uniform
-  };
-
-  for (int i = 0; i < S - 1; ++i) issue(i);
-  int64_t i = 0;
-  for (int64_t j = 0; j < mine; ++j) {
-    const Fp4Item t = fp4_item(g, blockIdx.x + j * gridDim.x, ncb, NT * 8);
-    float c[NM][NT][4] = {};
-    for (int u = 0; u < nk; ++u, ++i) {
-      issue(i + S - 1);
-      cp_async_wait<S - 1>();  // stage i's group has landed
-      __syncwarp();
-      const unsigned char* st = ring + (i % S) * P::kStage;
-      uint4 a[4];
-#pragma unroll
-      for (int q = 0; q < 4; ++q)
-        a[q] = grp < t.rows ? *reinterpret_cast<const uint4*>(st + P::kW + P::kS + grp * 256 +
-                                                                fp4_act_piece(grp, 4 * tig + q) * 16)
-                            : make_uint4(0, 0, 0, 0);
-#pragma unroll
-      for (int m = 0; m < NM; ++m)
-#pragma unroll
-        for (int tt = 0; tt < NT; ++tt) {
-          const int q = (m * NT + tt) * 8 + grp;
-          mx_group_mma(c[m][tt], *reinterpret_cast<const uint4*>(st + q * 64 + tig * 16), st[P::kW + 4 * q + tig], a);
-        }
-      __syncwarp();  // the stage is refilled by a later issue
-    }
-#pragma unroll
-    for (int m = 0; m < NM; ++m)
-#pragma unroll
-      for (int tt = 0; tt < NT; ++tt) {
-        red[warp][m][tt][grp * 8 + 2 * tig] = c[m][tt][0];
-        red[warp][m][tt][grp * 8 + 2 * tig + 1] = c[m][tt][1];
-      }
-    __syncthreads();
-    // Thread x < 64 NT finishes one (column tile, row, column): the 8 warps' sums of each matrix.
-    const int x = threadIdx.x;
-    if (x < NT * 64) {
-      const int tt = x / 64, ei = x % 64, row = ei / 8;
-      const int n = t.n0 + 8 * tt + ei % 8;
-      if (row < t.rows && n < g.N) {
-        float v[NM];
-#pragma unroll
-        for (int m = 0; m < NM; ++m) {
-          v[m] = 0.f;
-#pragma unroll
-          for (int w = 0; w < 8; ++w) v[m] += red[w][m][tt][ei];
-        }
-        const int64_t o = int64_t(t.row0 + row) * g.N + n;
-        if constexpr (PAIR) {
-          const float gv = fminf(v[0], g.limit);
-          const float uv = fminf(fmaxf(v[1], -g.limit), g.limit);
-          static_cast<bf16*>(g.out)[o] = __float2bfloat16_rn(gv * sigmoidf_(gv) * uv);
-        } else {
-          static_cast<float*>(g.out)[o] = v[0];
-        }
-      }
-    }
-    __syncthreads();  // red is rewritten for the next item
-  }
-  cp_async_wait<0>();
-}
-
-// PAIR (w1 and w3) streams 2 column tiles of each, w2 4: 32 weight rows, 2 KB per chunk either way.
-template <bool PAIR>
-void launch_fp4_stream(const char* op, cudaStream_t st, int64_t max_tiles, const MoeGemvArgs& v, int sms,
-                       size_t optin) {
-  constexpr int NT = PAIR ? 2 : 4;
-  using P = Fp4Stream<PAIR, NT>;
-  allow_smem(op, moe_fp4_stream_kernel<PAIR, NT>, P::kSmem, optin);
-  const int ncb = int(cdiv(v.N, 8 * NT));
-  const int64_t blocks = std::min<int64_t>(max_tiles * ncb, sms);
-  launch_kernel(op, moe_fp4_stream_kernel<PAIR, NT>, dim3(unsigned(blocks)), 256, P::kSmem, st, v, ncb);
-  CUDA_LAUNCH_CHECK(op, st);
-}
-
 // K slices per block: enough warps for the grid to fill the GPU when few tiles run (decode), each
 // slice whole 128-value chunks.
 int fp4_mma_k_slices(int64_t max_tiles, int64_t N, int64_t K, int sms) {
@@ -1032,20 +853,15 @@ int fp4_mma_k_slices(int64_t max_tiles, int64_t N, int64_t K, int sms) {
   return ks;
 }
 
-template <bool PAIR, int KS>
-void launch_fp4_mma_ks(const char* op, cudaStream_t st, int64_t max_tiles, int sms, bool prefetch, MoeGemvArgs v) {
-  v.ahead = prefetch ? resident_blocks(op, moe_fp4_mma_kernel<PAIR, KS>, sms) : 0;
-  const dim3 grid{unsigned(max_tiles), unsigned(cdiv(v.N, 8 * (8 / KS))), 1u};
-  launch_kernel(op, moe_fp4_mma_kernel<PAIR, KS>, grid, 256, 0, st, v);
-}
-
 template <bool PAIR>
-void launch_fp4_mma(const char* op, cudaStream_t st, int64_t max_tiles, const MoeGemvArgs& v, int sms, bool prefetch) {
-  switch (fp4_mma_k_slices(max_tiles, v.N, v.K, sms)) {
-    case 1: launch_fp4_mma_ks<PAIR, 1>(op, st, max_tiles, sms, prefetch, v); break;
-    case 2: launch_fp4_mma_ks<PAIR, 2>(op, st, max_tiles, sms, prefetch, v); break;
-    case 4: launch_fp4_mma_ks<PAIR, 4>(op, st, max_tiles, sms, prefetch, v); break;
-    default: launch_fp4_mma_ks<PAIR, 8>(op, st, max_tiles, sms, prefetch, v); break;
+void launch_fp4_mma(const char* op, cudaStream_t st, int64_t max_tiles, const MoeGemvArgs& v, int sms) {
+  const int ks = fp4_mma_k_slices(max_tiles, v.N, v.K, sms);
+  const dim3 grid{unsigned(max_tiles), unsigned(cdiv(v.N, 8 * (8 / ks))), 1u};
+  switch (ks) {
+    case 1: launch_kernel(op, moe_fp4_mma_kernel<PAIR, 1>, grid, 256, 0, st, v); break;
+    case 2: launch_kernel(op, moe_fp4_mma_kernel<PAIR, 2>, grid, 256, 0, st, v); break;
+    case 4: launch_kernel(op, moe_fp4_mma_kernel<PAIR, 4>, grid, 256, 0, st, v); break;
+    default: launch_kernel(op, moe_fp4_mma_kernel<PAIR, 8>, grid, 256, 0, st, v); break;
   }
   CUDA_LAUNCH_CHECK(op, st);
 }
@@ -1321,15 +1137,12 @@ void CudaBackend::moe_experts_mxfp4(Stream s, const Tensor& out, const Tensor& x
   launch_moe_permute(op, st, L, ws, ids, P, k, E, kFp4TileRows, smem_optin());
   const int64_t max_tiles = cdiv(P, kFp4TileRows) + std::min<int64_t>(P, E);
   const ExpertSteps es = expert_steps(L, ws, x, D, E, F, swiglu_limit, m1, m2, m3);
-  if (variants().mxfp4_stream) {
-    launch_fp4_stream<true>(op, st, max_tiles, es.up, sm_count(), smem_optin());
-    launch_fp4_stream<false>(op, st, max_tiles, es.down, sm_count(), smem_optin());
-  } else if (variants().mxfp4_wide) {
+  if (variants().mxfp4_wide) {
     launch_fp4_wide<true>(op, st, max_tiles, es.up, sm_count());
     launch_fp4_wide<false>(op, st, max_tiles, es.down, sm_count());
   } else {
-    launch_fp4_mma<true>(op, st, max_tiles, es.up, sm_count(), variants().l2_prefetch);
-    launch_fp4_mma<false>(op, st, max_tiles, es.down, sm_count(), variants().l2_prefetch);
+    launch_fp4_mma<true>(op, st, max_tiles, es.up, sm_count());
+    launch_fp4_mma<false>(op, st, max_tiles, es.down, sm_count());
   }
   launch_moe_combine(op, st, L, ws, out, weights, T, k, D);
 }

@@ -32,19 +32,14 @@ TEST(KernelVariants, EmptyIsTheDefaults) {
   EXPECT_TRUE(d.mxfp4_mma);
   EXPECT_EQ(d.fp8_decode, Fp8Decode::Auto);
   EXPECT_FALSE(d.mxfp4_wide);
-  EXPECT_FALSE(d.mxfp4_stream);
-  EXPECT_FALSE(d.l2_prefetch);
 }
 
 TEST(KernelVariants, EveryKeyParsesAndPrintsBack) {
   const KernelVariants k = KernelVariants::parse(
-      "attn-decode=off,attn-splits=8,gemv-bf16-max-mb=0,pdl=off,cublas-workspace-kb=0,mxfp4-mma=off,fp8-decode=stream,mxfp4-wide=on,"
-      "mxfp4-stream=on,l2-prefetch=on");
+      "attn-decode=off,attn-splits=8,gemv-bf16-max-mb=0,pdl=off,cublas-workspace-kb=0,mxfp4-mma=off,fp8-decode=wide,mxfp4-wide=on");
   EXPECT_FALSE(k.attention_decode_kernel);
-  EXPECT_EQ(k.fp8_decode, Fp8Decode::Stream);
+  EXPECT_EQ(k.fp8_decode, Fp8Decode::Wide);
   EXPECT_TRUE(k.mxfp4_wide);
-  EXPECT_TRUE(k.mxfp4_stream);
-  EXPECT_TRUE(k.l2_prefetch);
   EXPECT_EQ(KernelVariants::parse("fp8-decode=warp").fp8_decode, Fp8Decode::Warp);
   EXPECT_EQ(KernelVariants::parse("fp8-decode=wide").fp8_decode, Fp8Decode::Wide);
   EXPECT_EQ(KernelVariants::parse("fp8-decode=wide").changes(), "fp8-decode=wide");
@@ -67,7 +62,7 @@ TEST(KernelVariants, BadInputNamesTheKeyAndWhatItTakes) {
     const char* says;
   };
   for (const Case& c : {Case{"pdl=0", "expected on or off"}, Case{"attn-decode=yes", "expected on or off"},
-                        Case{"fp8-decode=fast", "expected auto, warp, wide or stream"},
+                        Case{"fp8-decode=fast", "expected auto, warp or wide"},
                         Case{"fp8-wide=on", "became fp8-decode"},
                         Case{"attn-splits=-1", "0..64"}, Case{"attn-splits=8x", "0..64"},
                         Case{"attn-splits=99999999999999999999", "0..64"}, Case{"gemv-bf16-max-mb=1e3", "0..1000000"},
@@ -75,6 +70,9 @@ TEST(KernelVariants, BadInputNamesTheKeyAndWhatItTakes) {
                         Case{"moe-decode=splitk", "'moe-decode' is no longer a variant: the split-K MoE decode path"},
                         Case{"moe-split-k=8", "no longer a variant"}, Case{"moe-pair=off", "no longer a variant"},
                         Case{"moe-w2-cols=4", "2 columns per warp"},
+                        Case{"fp8-decode=stream", "streaming FP8 kernel was removed"},
+                        Case{"mxfp4-stream=on", "streaming MXFP4 expert kernel was removed"},
+                        Case{"l2-prefetch=on", "2026-12-05-h200-stream-kernels"},
                         Case{"cublas-workspace-kb=-5", "cublas-workspace-kb"}, Case{"speed=max", "unknown key 'speed'"},
                         Case{"pdl", "expected key=value"}}) {
     SCOPED_TRACE(c.spec);
