@@ -55,8 +55,9 @@ for st in $stages; do case $st in
     run test_cuda_check 90 $B/test_cuda_check
     run test_nccl 120 $B/test_nccl ;;
   sanitizer)
+    # SANITIZER_ARGS: more run arguments (e.g. --weights native for the FP8 and MXFP4 kernels).
     run memcheck 100 compute-sanitizer --tool memcheck --error-exitcode 9 $B/streamlab run --config tiny --backend cuda \
-      --policy per-layer --steps 2 ;;
+      --policy per-layer --steps 2 ${SANITIZER_ARGS:-} ;;
   multi)
     # Expert parallelism over every GPU of this machine, one process per GPU over NCCL (a
     # 1-GPU machine runs only test_nccl's world of one): tiny and flash-6l over N GPUs beside
