@@ -11,7 +11,7 @@ namespace sl {
 const char* const kKernelVariantsHelp =
     "CUDA kernel variants, key=value[,key=value...]: attn-decode=on|off, attn-splits=N (0 = auto), "
     "gemv-bf16-max-mb=N, pdl=on|off, cublas-workspace-kb=N, mxfp4-mma=on|off, fp8-decode=auto|warp|wide, "
-    "mxfp4-wide=on|off (default: the measured best of each)";
+    "mxfp4-wide=on|off, mxfp4-lut=on|off (default: the measured best of each)";
 
 namespace {
 
@@ -81,12 +81,14 @@ KernelVariants KernelVariants::parse(const std::string& spec) {
       else fail("--kernel-variants: ", key, "=", v, ": expected auto, warp or wide");
     } else if (key == "mxfp4-wide") {
       k.mxfp4_wide = on_off(key, v);
+    } else if (key == "mxfp4-lut") {
+      k.mxfp4_lut = on_off(key, v);
 
     } else if (const char* why = removed(key)) {
       fail("--kernel-variants: '", key, "' is no longer a variant: ", why);
     } else {
       fail("--kernel-variants: unknown key '", key,
-           "' (attn-decode, attn-splits, gemv-bf16-max-mb, pdl, cublas-workspace-kb, mxfp4-mma, fp8-decode, mxfp4-wide)");
+           "' (attn-decode, attn-splits, gemv-bf16-max-mb, pdl, cublas-workspace-kb, mxfp4-mma, fp8-decode, mxfp4-wide, mxfp4-lut)");
     }
   }
   return k;
@@ -99,7 +101,8 @@ std::string KernelVariants::str() const {
   s << "attn-decode=" << oo(attention_decode_kernel) << ",attn-splits=" << attention_splits
     << ",gemv-bf16-max-mb=" << gemv_bf16_max_mb << ",pdl=" << oo(pdl)
     << ",cublas-workspace-kb=" << (cublas_workspace_bytes >> 10) << ",mxfp4-mma=" << oo(mxfp4_mma)
-    << ",fp8-decode=" << fp8_decode_names[int(fp8_decode)] << ",mxfp4-wide=" << oo(mxfp4_wide);
+    << ",fp8-decode=" << fp8_decode_names[int(fp8_decode)] << ",mxfp4-wide=" << oo(mxfp4_wide)
+    << ",mxfp4-lut=" << oo(mxfp4_lut);
   return s.str();
 }
 

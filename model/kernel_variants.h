@@ -45,9 +45,14 @@ struct KernelVariants {
   // tiles per activation chunk (true), or a warp per 8 columns walking K alone (false, the
   // default: the wide kernel measured 3 % faster at 1 token and 9 % slower at 8).
   bool mxfp4_wide = false;
+  // The MXFP4 tensor-core kernel decoding each byte's e2m1 pair by a lookup in a shared-memory
+  // table and a bf16x2 multiply by the group's scale (true), instead of byte-permute arithmetic
+  // (false, the default until the H200 has timed it).
+  bool mxfp4_lut = false;
 
   // "key=value,key=value": attn-decode=on|off, attn-splits=N, gemv-bf16-max-mb=N, pdl=on|off,
-  // cublas-workspace-kb=N, mxfp4-mma=on|off, fp8-decode=auto|warp|wide, mxfp4-wide=on|off.
+  // cublas-workspace-kb=N, mxfp4-mma=on|off, fp8-decode=auto|warp|wide, mxfp4-wide=on|off,
+  // mxfp4-lut=on|off.
   // Unknown keys
   // and bad values are errors naming the key and the accepted values (a retired key says why it
   // went). An empty spec is the defaults.

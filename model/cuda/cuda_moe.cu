@@ -623,6 +623,51 @@ __device__ __forceinline__ void mx_group_mma(float (&c)[4], uint4 w, uint8_t sca
   }
 }
 
+// mxfp4-lut=on: the same products with less integer work per weight (Nsight Compute found the
+// byte-permute decode above keeping the ALU pipe 74 % busy at 30 % of the DRAM bandwidth,
+// results/2026-12-05-h200-stream-kernels). Every byte value's two e2m1 codes as a bf16 pair (the
+// low nibble in the low half), unscaled, in shared memory: 32 copies side by side, so that lane l
+// reads copy l and a warp's 32 lookups hit 32 banks whatever the bytes (32 KB per block). A pair
+// is then a byte extract, one lookup and one bf16x2 multiply by 2^(scale - 127), exact (an e2m1
+// value times a power of two, normal for 2 <= scale: smaller scales are taken as 2 as Bf16Table
+// takes them), so the MMAs see the same operands as with mx_group_mma.
+constexpr int kFp4LutWords = 256 * 32;
+
+// The bf16 bits of an e2m1 code (s e1 e0 m): magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6.
+__device__ __forceinline__ uint32_t e2m1_bf16_bits(uint32_t code) {
+  constexpr uint16_t mag[8] = {0x0000, 0x3F00, 0x3F80, 0x3FC0, 0x4000, 0x4040, 0x4080, 0x40C0};
+  return uint32_t(mag[code & 7]) | ((code & 8) << 12);
+}
+
+// The block's table, written by all its threads (the caller syncs before reading it).
+__device__ __forceinline__ void fill_fp4_lut(uint32_t* lut) {
+  for (int i = threadIdx.x; i < kFp4LutWords; i += blockDim.x) {
+    const uint32_t byte = uint32_t(i) >> 5;
+    lut[i] = e2m1_bf16_bits(byte & 15) | e2m1_bf16_bits(byte >> 4) << 16;
+  }
+}
+
+// mx_group_mma through the table; `lut` is the block's table plus this lane's copy (lut + lane).
+__device__ __forceinline__ void mx_group_mma_lut(float (&c)[4], uint4 w, uint8_t scale, const uint4 (&a)[4],
+                                                 const uint32_t* lut) {
+  const uint32_t s = max(uint32_t(scale), 2u);
+  const uint32_t fb = s << 7 | s << 23;  // 2^(s - 127) in both halves
+  const __nv_bfloat162 f = *reinterpret_cast<const __nv_bfloat162*>(&fb);
+  const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    uint32_t b[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const uint32_t v = lut[__byte_perm(words[q], 0u, 0x4440u + j) * 32];  // byte j's pair
+      const __nv_bfloat162 p = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&v), f);
+      b[j] = *reinterpret_cast<const uint32_t*>(&p);
+    }
+    mma_bf16(c, a[q].x, a[q].y, a[q].y, 0u, b[0], b[1]);
+    mma_bf16(c, a[q].z, a[q].w, a[q].w, 0u, b[2], b[3]);
+  }
+}
+
 // Block blockIdx.x's tile of up to kFp4TileRows rows of one expert (the permute's tile table);
 // false for a block past the tiles the routing produced (the grid reserves the most there can be).
 struct Fp4Tile {
@@ -638,11 +683,14 @@ __device__ __forceinline__ bool fp4_tile(const MoeGemvArgs& g, Fp4Tile& t) {
   return true;
 }
 
-template <bool PAIR, int KS>
+template <bool PAIR, int KS, bool LUT>
 __global__ __launch_bounds__(256) void moe_fp4_mma_kernel(MoeGemvArgs g) {
-  pdl_enter();
   constexpr int NM = PAIR ? 2 : 1;  // weight matrices streamed (w1 and w3, or w2)
   __shared__ float red[8][32][2 * NM];
+  __shared__ uint32_t lut[LUT ? kFp4LutWords : 1];
+  if constexpr (LUT) fill_fp4_lut(lut);  // constant: written while the kernel before finishes
+  pdl_enter();
+  if constexpr (LUT) __syncthreads();
   Fp4Tile tile;
   if (!fp4_tile(g, tile)) return;  // uniform per block
   const int e = tile.expert, row0 = tile.row0, rows = tile.rows;
@@ -685,7 +733,12 @@ __global__ __launch_bounds__(256) void moe_fp4_mma_kernel(MoeGemvArgs g) {
       for (int u = 0; u < kFp4Chunks; ++u) {
         if (k0 + 128 * u >= k_hi) break;
 #pragma unroll
-        for (int j = 0; j < NM; ++j) mx_group_mma(c[j], wv[j][u], sc[j][u], av[u]);
+        for (int j = 0; j < NM; ++j) {
+          if constexpr (LUT)
+            mx_group_mma_lut(c[j], wv[j][u], sc[j][u], av[u], lut + lane);
+          else
+            mx_group_mma(c[j], wv[j][u], sc[j][u], av[u]);
+        }
       }
     }
   }
@@ -854,14 +907,19 @@ int fp4_mma_k_slices(int64_t max_tiles, int64_t N, int64_t K, int sms) {
 }
 
 template <bool PAIR>
-void launch_fp4_mma(const char* op, cudaStream_t st, int64_t max_tiles, const MoeGemvArgs& v, int sms) {
+void launch_fp4_mma(const char* op, cudaStream_t st, int64_t max_tiles, const MoeGemvArgs& v, int sms, bool lut) {
   const int ks = fp4_mma_k_slices(max_tiles, v.N, v.K, sms);
   const dim3 grid{unsigned(max_tiles), unsigned(cdiv(v.N, 8 * (8 / ks))), 1u};
-  switch (ks) {
-    case 1: launch_kernel(op, moe_fp4_mma_kernel<PAIR, 1>, grid, 256, 0, st, v); break;
-    case 2: launch_kernel(op, moe_fp4_mma_kernel<PAIR, 2>, grid, 256, 0, st, v); break;
-    case 4: launch_kernel(op, moe_fp4_mma_kernel<PAIR, 4>, grid, 256, 0, st, v); break;
-    default: launch_kernel(op, moe_fp4_mma_kernel<PAIR, 8>, grid, 256, 0, st, v); break;
+  auto go = [&](auto kernel) { launch_kernel(op, kernel, grid, 256, 0, st, v); };
+  switch (ks * 2 + lut) {
+    case 2: go(moe_fp4_mma_kernel<PAIR, 1, false>); break;
+    case 3: go(moe_fp4_mma_kernel<PAIR, 1, true>); break;
+    case 4: go(moe_fp4_mma_kernel<PAIR, 2, false>); break;
+    case 5: go(moe_fp4_mma_kernel<PAIR, 2, true>); break;
+    case 8: go(moe_fp4_mma_kernel<PAIR, 4, false>); break;
+    case 9: go(moe_fp4_mma_kernel<PAIR, 4, true>); break;
+    case 16: go(moe_fp4_mma_kernel<PAIR, 8, false>); break;
+    default: go(moe_fp4_mma_kernel<PAIR, 8, true>); break;
   }
   CUDA_LAUNCH_CHECK(op, st);
 }
@@ -1141,8 +1199,8 @@ void CudaBackend::moe_experts_mxfp4(Stream s, const Tensor& out, const Tensor& x
     launch_fp4_wide<true>(op, st, max_tiles, es.up, sm_count());
     launch_fp4_wide<false>(op, st, max_tiles, es.down, sm_count());
   } else {
-    launch_fp4_mma<true>(op, st, max_tiles, es.up, sm_count());
-    launch_fp4_mma<false>(op, st, max_tiles, es.down, sm_count());
+    launch_fp4_mma<true>(op, st, max_tiles, es.up, sm_count(), variants().mxfp4_lut);
+    launch_fp4_mma<false>(op, st, max_tiles, es.down, sm_count(), variants().mxfp4_lut);
   }
   launch_moe_combine(op, st, L, ws, out, weights, T, k, D);
 }

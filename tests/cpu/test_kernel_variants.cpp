@@ -32,14 +32,17 @@ TEST(KernelVariants, EmptyIsTheDefaults) {
   EXPECT_TRUE(d.mxfp4_mma);
   EXPECT_EQ(d.fp8_decode, Fp8Decode::Auto);
   EXPECT_FALSE(d.mxfp4_wide);
+  EXPECT_FALSE(d.mxfp4_lut);
 }
 
 TEST(KernelVariants, EveryKeyParsesAndPrintsBack) {
   const KernelVariants k = KernelVariants::parse(
-      "attn-decode=off,attn-splits=8,gemv-bf16-max-mb=0,pdl=off,cublas-workspace-kb=0,mxfp4-mma=off,fp8-decode=wide,mxfp4-wide=on");
+      "attn-decode=off,attn-splits=8,gemv-bf16-max-mb=0,pdl=off,cublas-workspace-kb=0,mxfp4-mma=off,fp8-decode=wide,mxfp4-wide=on,"
+      "mxfp4-lut=on");
   EXPECT_FALSE(k.attention_decode_kernel);
   EXPECT_EQ(k.fp8_decode, Fp8Decode::Wide);
   EXPECT_TRUE(k.mxfp4_wide);
+  EXPECT_TRUE(k.mxfp4_lut);
   EXPECT_EQ(KernelVariants::parse("fp8-decode=warp").fp8_decode, Fp8Decode::Warp);
   EXPECT_EQ(KernelVariants::parse("fp8-decode=wide").fp8_decode, Fp8Decode::Wide);
   EXPECT_EQ(KernelVariants::parse("fp8-decode=wide").changes(), "fp8-decode=wide");
