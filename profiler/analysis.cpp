@@ -578,15 +578,43 @@ std::vector<StreamMetrics> stream_metrics(const Trace& t, const LaunchIndex& lau
   return sm;
 }
 
+// Each kernel's own time on its stream (KernelNameStats::own): end - max(start, the latest end of
+// the kernels that started before it on the same stream of the same process), at least 0.
+std::vector<Ns> own_times(const Trace& t) {
+  std::vector<uint32_t> order(t.kernels.size());
+  for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
+    const Kernel &x = t.kernels[a], &y = t.kernels[b];
+    if (x.pid != y.pid) return x.pid < y.pid;
+    if (x.stream != y.stream) return x.stream < y.stream;
+    return x.start != y.start ? x.start < y.start : a < b;
+  });
+  std::vector<Ns> own(t.kernels.size(), 0);
+  Ns latest = 0;
+  for (size_t i = 0; i < order.size(); ++i) {
+    const Kernel& k = t.kernels[order[i]];
+    const bool first = i == 0 || t.kernels[order[i - 1]].pid != k.pid || t.kernels[order[i - 1]].stream != k.stream;
+    const Ns end = eff_end(k.start, k.end), from = first ? k.start : std::max(k.start, latest);
+    own[order[i]] = end > from ? end - from : 0;
+    latest = first ? end : std::max(latest, end);
+  }
+  return own;
+}
+
 // Kernel durations by name (a counting sort of durations by name id), sorted by total time.
 std::vector<KernelNameStats> kernel_stats_by_name(const Trace& t) {
   const size_t ns = t.strings.size();
   std::vector<uint32_t> off(ns + 1, 0);
   for (const auto& k : t.kernels) off[k.name + 1]++;
   for (size_t i = 0; i < ns; ++i) off[i + 1] += off[i];
-  std::vector<Ns> durs(t.kernels.size());
+  std::vector<Ns> durs(t.kernels.size()), owns(t.kernels.size());
   std::vector<uint32_t> pos(off.begin(), off.end() - 1);
-  for (const auto& k : t.kernels) durs[pos[k.name]++] = eff_end(k.start, k.end) - k.start;
+  const std::vector<Ns> own = own_times(t);
+  for (size_t i = 0; i < t.kernels.size(); ++i) {
+    const Kernel& k = t.kernels[i];
+    owns[pos[k.name]] = own[i];
+    durs[pos[k.name]++] = eff_end(k.start, k.end) - k.start;
+  }
   std::vector<KernelNameStats> out;
   for (size_t name = 0; name < ns; ++name) {
     const uint32_t b = off[name], e = off[name + 1];
@@ -598,6 +626,7 @@ std::vector<KernelNameStats> kernel_stats_by_name(const Trace& t) {
     s.max = durs[b];
     for (uint32_t i = b; i < e; ++i) {
       s.total += durs[i];
+      s.own += owns[i];
       s.min = std::min(s.min, durs[i]);
       s.max = std::max(s.max, durs[i]);
     }

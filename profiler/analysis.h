@@ -118,6 +118,11 @@ struct KernelNameStats {
   std::string name;
   uint64_t count = 0;
   Ns total = 0, min = 0, max = 0;
+  // The kernels' own time on their streams: how far each extends its stream's busy time past the
+  // kernels that started before it there. Under programmatic dependent launch a kernel starts
+  // early and waits for the one before it; its duration counts that wait, its own time does not.
+  // A stream's own times add up to its busy time.
+  Ns own = 0;
   double mean = 0, median = 0;
 };
 

@@ -610,3 +610,31 @@ TEST(Analysis, ResourcesCountApiCalls) {
   EXPECT_NE(text.find("event creates 1, records 2, stream waits 3"), std::string::npos) << text;
   EXPECT_EQ(analysis_to_json(analyze(t))["resources"]["api_calls"]["event_records"], 2);
 }
+
+TEST(Analysis, KernelOwnTimeLeavesOutWaitsUnderPdl) {
+  // Stream 1 of process 1: a [0,10); b starts early under PDL [5,20) and so owns only [10,20);
+  // c lies inside b [12,18) and owns nothing; a again [25,30). Stream 2: a [0,8), all its own.
+  // Process 2's stream 1 is another stream: b [3,9) owns all of it although process 1's a runs.
+  Trace t;
+  TraceBuilder b(t);
+  b.kernel(1, 0, 10, "a");
+  b.kernel(1, 5, 20, "b");
+  b.kernel(1, 12, 18, "c");
+  b.kernel(1, 25, 30, "a");
+  b.kernel(2, 0, 8, "a");
+  TraceBuilder other(t, 2);
+  other.kernel(1, 3, 9, "b");
+  t.finalize();
+  const AnalysisResult r = analyze(t);
+  std::map<std::string, const KernelNameStats*> by;
+  for (const auto& k : r.kernel_stats) by[k.name] = &k;
+  ASSERT_EQ(by.size(), 3u);
+  EXPECT_EQ(by["a"]->total, 10 + 5 + 8);
+  EXPECT_EQ(by["a"]->own, 10 + 5 + 8);
+  EXPECT_EQ(by["b"]->total, 15 + 6);
+  EXPECT_EQ(by["b"]->own, 10 + 6);
+  EXPECT_EQ(by["c"]->total, 6);
+  EXPECT_EQ(by["c"]->own, 0);
+  // A stream's own times add up to its busy time (process 1's stream 1: [0,20) and [25,30)).
+  EXPECT_EQ(by["a"]->own + by["b"]->own + by["c"]->own, 25 + 8 + 6);
+}
