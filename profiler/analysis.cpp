@@ -579,24 +579,18 @@ std::vector<StreamMetrics> stream_metrics(const Trace& t, const LaunchIndex& lau
 }
 
 // Each kernel's own time on its stream (KernelNameStats::own): end - max(start, the latest end of
-// the kernels that started before it on the same stream of the same process), at least 0.
+// the kernels that started before it on the same stream of the same process), at least 0. One
+// pass: a finalized trace holds its kernels in start order.
 std::vector<Ns> own_times(const Trace& t) {
-  std::vector<uint32_t> order(t.kernels.size());
-  for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
-    const Kernel &x = t.kernels[a], &y = t.kernels[b];
-    if (x.pid != y.pid) return x.pid < y.pid;
-    if (x.stream != y.stream) return x.stream < y.stream;
-    return x.start != y.start ? x.start < y.start : a < b;
-  });
+  std::unordered_map<uint64_t, Ns> latest;  // (pid, stream) -> the latest end so far
   std::vector<Ns> own(t.kernels.size(), 0);
-  Ns latest = 0;
-  for (size_t i = 0; i < order.size(); ++i) {
-    const Kernel& k = t.kernels[order[i]];
-    const bool first = i == 0 || t.kernels[order[i - 1]].pid != k.pid || t.kernels[order[i - 1]].stream != k.stream;
-    const Ns end = eff_end(k.start, k.end), from = first ? k.start : std::max(k.start, latest);
-    own[order[i]] = end > from ? end - from : 0;
-    latest = first ? end : std::max(latest, end);
+  for (size_t i = 0; i < t.kernels.size(); ++i) {
+    const Kernel& k = t.kernels[i];
+    const Ns end = eff_end(k.start, k.end);
+    const auto [it, first] = latest.try_emplace(uint64_t(k.pid) << 32 | k.stream, end);
+    const Ns from = first ? k.start : std::max(k.start, it->second);
+    own[i] = end > from ? end - from : 0;
+    it->second = std::max(it->second, end);
   }
   return own;
 }

@@ -122,14 +122,6 @@ for st in $stages; do case $st in
       --modes=${NATIVE_MODES:-eager,graph} --steps=${NATIVE_STEPS:-20} --out="$OUT/bench_native.json"
     run bench_bf16 ${NATIVE_BENCH_SECONDS:-200} $B/bench_decode "${BENCH_FLASH[@]}" --weights=bf16 --batches=1,8 \
       --modes=${NATIVE_MODES:-eager,graph} --steps=${NATIVE_STEPS:-20} --out="$OUT/bench_bf16.json" ;;
-  nativevariants)
-    # bench_decode with native weights (graph replay, batch 1 and 8) once per kernel-variant setting
-    # of NATIVE_VARIANT_SWEEP ("name:key=v,key2=w ..."; empty after the colon = the defaults).
-    for v in ${NATIVE_VARIANT_SWEEP:-"default:"}; do
-      name=${v%%:*}; kv=${v#*:}
-      run "nvar_$name" ${NATIVE_BENCH_SECONDS:-200} $B/bench_decode "${BENCH_FLASH[@]}" --weights=native \
-        --kernel-variants=$kv --batches=1,8 --modes=graph --steps=${NATIVE_STEPS:-20} --out="$OUT/nvar_$name.json"
-    done ;;
   kv8)
     # The decode floor with the KV caches counted in vLLM's FP8 layout (584 B per entry), the
     # caches' values FP8 (held in bf16 here): graph replay, batch 1 and 8, native weights.
@@ -151,12 +143,13 @@ for st in $stages; do case $st in
     done ;;
   variantsweep)
     # bench_decode (batch 1 and 8, eager and graph) once per kernel-variant setting:
-    # VARIANT_SWEEP="name:key=v,key2=w name2:..." (--kernel-variants; empty after the colon = the defaults).
+    # VARIANT_SWEEP="name:key=v,key2=w name2:..." (--kernel-variants; empty after the colon = the defaults);
+    # SWEEP_WEIGHTS=native for the checkpoint's formats. The JSON come back as $OUT/sweep_NAME.json.
     for v in ${VARIANT_SWEEP:-"default:"}; do
       name=${v%%:*}; kv=${v#*:}
-      run "sweep_$name" 150 $B/bench_decode "${BENCH_FLASH[@]}" --kernel-variants=$kv --batches=${SWEEP_BATCHES:-1,8} \
-        --modes=${SWEEP_MODES:-eager,graph} --policy=shared \
-        --steps=${BENCH_STEPS:-20} --out="$W/sweep_$name.json"
+      run "sweep_$name" ${SWEEP_SECONDS_EACH:-150} $B/bench_decode "${BENCH_FLASH[@]}" --kernel-variants=$kv \
+        --weights=${SWEEP_WEIGHTS:-bf16} --batches=${SWEEP_BATCHES:-1,8} --modes=${SWEEP_MODES:-eager,graph} \
+        --policy=shared --steps=${BENCH_STEPS:-20} --out="$OUT/sweep_$name.json"
     done ;;
   policies)
     # bench_decode once per stream policy (batch 1 and 8, eager and graph): what the aux streams

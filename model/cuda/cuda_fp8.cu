@@ -7,8 +7,9 @@
 //   walking K), gemm_fp8_wide_kernel (wide: a block's warps share K and each feeds up to 4 column
 //   tiles); auto (the default) picks warp or wide by the column count (a persistent kernel
 //   streaming each warp's chunks through a cp.async ring, and an L2 prefetch of each block's
-//   weights, measured no faster on the H200 and were removed: results/2026-12-05-h200-stream-kernels). Shapes whose columns are not whole
-//   groups of 8 take the GEMV instead:
+//   weights, measured no faster on the H200 and were removed:
+//   results/2026-12-05-h200-stream-kernels). Shapes whose columns are not whole groups of 8 take
+//   the GEMV instead:
 //   fp8_quantize_kernel writes a_q = e4m3(a / s) * s (exact in bf16) to the stream's scratch and
 //   gemv_fp8_kernel decodes 16 codes per lane per load, each block's scale on its partial sum.
 //   9 rows or more into bf16: cuBLASLt's block-scaled FP8 GEMM

@@ -906,21 +906,24 @@ int fp4_mma_k_slices(int64_t max_tiles, int64_t N, int64_t K, int sms) {
   return ks;
 }
 
+template <bool PAIR, bool LUT>
+void launch_fp4_mma_ks(const char* op, cudaStream_t st, int ks, dim3 grid, const MoeGemvArgs& v) {
+  switch (ks) {
+    case 1: launch_kernel(op, moe_fp4_mma_kernel<PAIR, 1, LUT>, grid, 256, 0, st, v); break;
+    case 2: launch_kernel(op, moe_fp4_mma_kernel<PAIR, 2, LUT>, grid, 256, 0, st, v); break;
+    case 4: launch_kernel(op, moe_fp4_mma_kernel<PAIR, 4, LUT>, grid, 256, 0, st, v); break;
+    default: launch_kernel(op, moe_fp4_mma_kernel<PAIR, 8, LUT>, grid, 256, 0, st, v); break;
+  }
+}
+
 template <bool PAIR>
 void launch_fp4_mma(const char* op, cudaStream_t st, int64_t max_tiles, const MoeGemvArgs& v, int sms, bool lut) {
   const int ks = fp4_mma_k_slices(max_tiles, v.N, v.K, sms);
   const dim3 grid{unsigned(max_tiles), unsigned(cdiv(v.N, 8 * (8 / ks))), 1u};
-  auto go = [&](auto kernel) { launch_kernel(op, kernel, grid, 256, 0, st, v); };
-  switch (ks * 2 + lut) {
-    case 2: go(moe_fp4_mma_kernel<PAIR, 1, false>); break;
-    case 3: go(moe_fp4_mma_kernel<PAIR, 1, true>); break;
-    case 4: go(moe_fp4_mma_kernel<PAIR, 2, false>); break;
-    case 5: go(moe_fp4_mma_kernel<PAIR, 2, true>); break;
-    case 8: go(moe_fp4_mma_kernel<PAIR, 4, false>); break;
-    case 9: go(moe_fp4_mma_kernel<PAIR, 4, true>); break;
-    case 16: go(moe_fp4_mma_kernel<PAIR, 8, false>); break;
-    default: go(moe_fp4_mma_kernel<PAIR, 8, true>); break;
-  }
+  if (lut)
+    launch_fp4_mma_ks<PAIR, true>(op, st, ks, grid, v);
+  else
+    launch_fp4_mma_ks<PAIR, false>(op, st, ks, grid, v);
   CUDA_LAUNCH_CHECK(op, st);
 }
 
