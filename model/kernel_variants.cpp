@@ -11,7 +11,7 @@ namespace sl {
 const char* const kKernelVariantsHelp =
     "CUDA kernel variants, key=value[,key=value...]: attn-decode=on|off, attn-splits=N (0 = auto), "
     "gemv-bf16-max-mb=N, pdl=on|off, cublas-workspace-kb=N, mxfp4-mma=on|off, fp8-decode=auto|warp|wide, "
-    "mxfp4-wide=on|off, mxfp4-lut=on|off (default: the measured best of each)";
+    "mxfp4-wide=on|off, mxfp4-decode=table|shift (default: the measured best of each)";
 
 namespace {
 
@@ -42,6 +42,9 @@ const char* removed(const std::string& key) {
   if (key == "mxfp4-stream")
     return "the streaming MXFP4 expert kernel was removed: correct, but 1.3-1.6x slower on the H200 "
            "(results/2026-12-05-h200-stream-kernels)";
+  if (key == "mxfp4-lut")
+    return "the shared-memory table decode of MXFP4 was removed: correct, but decode steps 18-19 % slower "
+           "on the H200 (results/2026-12-05-h200-mxfp4-lut)";
   if (key == "l2-prefetch")
     return "the L2 prefetch of each block's weights was removed: decode steps 5-11 % slower on the H200 "
            "(results/2026-12-05-h200-stream-kernels)";
@@ -81,14 +84,16 @@ KernelVariants KernelVariants::parse(const std::string& spec) {
       else fail("--kernel-variants: ", key, "=", v, ": expected auto, warp or wide");
     } else if (key == "mxfp4-wide") {
       k.mxfp4_wide = on_off(key, v);
-    } else if (key == "mxfp4-lut") {
-      k.mxfp4_lut = on_off(key, v);
-
+    } else if (key == "mxfp4-decode") {
+      if (v == "table") k.mxfp4_decode = Mxfp4Decode::Table;
+      else if (v == "shift") k.mxfp4_decode = Mxfp4Decode::Shift;
+      else fail("--kernel-variants: ", key, "=", v, ": expected table or shift");
     } else if (const char* why = removed(key)) {
       fail("--kernel-variants: '", key, "' is no longer a variant: ", why);
     } else {
       fail("--kernel-variants: unknown key '", key,
-           "' (attn-decode, attn-splits, gemv-bf16-max-mb, pdl, cublas-workspace-kb, mxfp4-mma, fp8-decode, mxfp4-wide, mxfp4-lut)");
+           "' (attn-decode, attn-splits, gemv-bf16-max-mb, pdl, cublas-workspace-kb, mxfp4-mma, fp8-decode, mxfp4-wide, "
+           "mxfp4-decode)");
     }
   }
   return k;
@@ -96,13 +101,14 @@ KernelVariants KernelVariants::parse(const std::string& spec) {
 
 std::string KernelVariants::str() const {
   static const char* const fp8_decode_names[] = {"auto", "warp", "wide"};
+  static const char* const mxfp4_decode_names[] = {"table", "shift"};
   auto oo = [](bool b) { return b ? "on" : "off"; };
   std::ostringstream s;
   s << "attn-decode=" << oo(attention_decode_kernel) << ",attn-splits=" << attention_splits
     << ",gemv-bf16-max-mb=" << gemv_bf16_max_mb << ",pdl=" << oo(pdl)
     << ",cublas-workspace-kb=" << (cublas_workspace_bytes >> 10) << ",mxfp4-mma=" << oo(mxfp4_mma)
     << ",fp8-decode=" << fp8_decode_names[int(fp8_decode)] << ",mxfp4-wide=" << oo(mxfp4_wide)
-    << ",mxfp4-lut=" << oo(mxfp4_lut);
+    << ",mxfp4-decode=" << mxfp4_decode_names[int(mxfp4_decode)];
   return s.str();
 }
 

@@ -18,6 +18,7 @@
 namespace sl {
 
 enum class Fp8Decode { Auto, Warp, Wide };
+enum class Mxfp4Decode { Table, Shift };
 
 struct KernelVariants {
   // Sparse attention at decode (at most 2 tokens, head dims 64..512): the CUDA-core decode kernel
@@ -45,14 +46,15 @@ struct KernelVariants {
   // tiles per activation chunk (true), or a warp per 8 columns walking K alone (false, the
   // default: the wide kernel measured 3 % faster at 1 token and 9 % slower at 8).
   bool mxfp4_wide = false;
-  // The MXFP4 tensor-core kernel decoding each byte's e2m1 pair by a lookup in a shared-memory
-  // table and a bf16x2 multiply by the group's scale (true), instead of byte-permute arithmetic
-  // (false, the default until the H200 has timed it).
-  bool mxfp4_lut = false;
+  // How the MXFP4 tensor-core kernels turn e2m1 codes into scaled bf16 operands: table = byte
+  // permutes through a per-group table of the scaled magnitudes' bytes (the default, measured);
+  // shift = each pair by a byte permute, shifts and masks as its value times 2^-126, then one
+  // bf16x2 multiply by the scale (about half the integer instructions; not yet timed on a GPU).
+  Mxfp4Decode mxfp4_decode = Mxfp4Decode::Table;
 
   // "key=value,key=value": attn-decode=on|off, attn-splits=N, gemv-bf16-max-mb=N, pdl=on|off,
   // cublas-workspace-kb=N, mxfp4-mma=on|off, fp8-decode=auto|warp|wide, mxfp4-wide=on|off,
-  // mxfp4-lut=on|off.
+  // mxfp4-decode=table|shift.
   // Unknown keys
   // and bad values are errors naming the key and the accepted values (a retired key says why it
   // went). An empty spec is the defaults.

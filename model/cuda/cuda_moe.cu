@@ -35,6 +35,7 @@
 #include <string>
 
 #include "model/cuda/cuda_common.cuh"
+#include "model/cuda/e2m1_bits.h"
 
 namespace sl {
 
@@ -623,49 +624,47 @@ __device__ __forceinline__ void mx_group_mma(float (&c)[4], uint4 w, uint8_t sca
   }
 }
 
-// mxfp4-lut=on: the same products with less integer work per weight (Nsight Compute found the
-// byte-permute decode above keeping the ALU pipe 74 % busy at 30 % of the DRAM bandwidth,
-// results/2026-12-05-h200-stream-kernels). Every byte value's two e2m1 codes as a bf16 pair (the
-// low nibble in the low half), unscaled, in shared memory: 32 copies side by side, so that lane l
-// reads copy l and a warp's 32 lookups hit 32 banks whatever the bytes (32 KB per block). A pair
-// is then a byte extract, one lookup and one bf16x2 multiply by 2^(scale - 127), exact (an e2m1
-// value times a power of two, normal for 2 <= scale: smaller scales are taken as 2 as Bf16Table
-// takes them), so the MMAs see the same operands as with mx_group_mma.
-constexpr int kFp4LutWords = 256 * 32;
-
-// The bf16 bits of an e2m1 code (s e1 e0 m): magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6.
-__device__ __forceinline__ uint32_t e2m1_bf16_bits(uint32_t code) {
-  constexpr uint16_t mag[8] = {0x0000, 0x3F00, 0x3F80, 0x3FC0, 0x4000, 0x4040, 0x4080, 0x40C0};
-  return uint32_t(mag[code & 7]) | ((code & 8) << 12);
+// mxfp4-decode=shift: the same operands with a third of the integer work per weight (Nsight
+// Compute found the byte-permute table decode above keeping the ALU pipe 74 % busy at 30 % of the
+// DRAM bandwidth, results/2026-12-05-h200-stream-kernels). Each pair is one byte permute and one
+// three-input LOP3 (two shifts beside them, which the compiler may put on the FMA pipe;
+// model/cuda/e2m1_bits.h, checked bit for bit on the host), the value times 2^-126, and one bf16x2
+// multiply by 2^(scale - 1) makes it the operand mx_group_mma makes. Scales above 128 (weights
+// above 8) need a second multiply: a warp vote skips it when no lane's group has one. The scale
+// is per lane (its own column and group), so the multiply sits before the MMA, not after it.
+__device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
+  const __nv_bfloat162 r =
+      __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&a), *reinterpret_cast<const __nv_bfloat162*>(&b));
+  return *reinterpret_cast<const uint32_t*>(&r);
 }
 
-// The block's table, written by all its threads (the caller syncs before reading it).
-__device__ __forceinline__ void fill_fp4_lut(uint32_t* lut) {
-  for (int i = threadIdx.x; i < kFp4LutWords; i += blockDim.x) {
-    const uint32_t byte = uint32_t(i) >> 5;
-    lut[i] = e2m1_bf16_bits(byte & 15) | e2m1_bf16_bits(byte >> 4) << 16;
-  }
-}
-
-// mx_group_mma through the table; `lut` is the block's table plus this lane's copy (lut + lane).
-__device__ __forceinline__ void mx_group_mma_lut(float (&c)[4], uint4 w, uint8_t scale, const uint4 (&a)[4],
-                                                 const uint32_t* lut) {
-  const uint32_t s = max(uint32_t(scale), 2u);
-  const uint32_t fb = s << 7 | s << 23;  // 2^(s - 127) in both halves
-  const __nv_bfloat162 f = *reinterpret_cast<const __nv_bfloat162*>(&fb);
+__device__ __forceinline__ void mx_group_mma_shift(float (&c)[4], uint4 w, uint8_t scale, const uint4 (&a)[4]) {
+  const e2m1::Bf16Scale f = e2m1::scale_factors(scale);
+  // Every lane of the warp is here (the callers' loops are uniform per warp).
+  const bool second = __any_sync(0xFFFFFFFFu, f.two);
   const uint32_t words[4] = {w.x, w.y, w.z, w.w};
 #pragma unroll
   for (int q = 0; q < 4; ++q) {
     uint32_t b[4];
+    e2m1::pairs_times_2m126(words[q], b);
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const uint32_t v = lut[__byte_perm(words[q], 0u, 0x4440u + j) * 32];  // byte j's pair
-      const __nv_bfloat162 p = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&v), f);
-      b[j] = *reinterpret_cast<const uint32_t*>(&p);
+    for (int j = 0; j < 4; ++j) b[j] = bf16x2_mul(b[j], f.first);
+    if (second) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) b[j] = bf16x2_mul(b[j], f.second);  // 1 where this lane's scale <= 128
     }
     mma_bf16(c, a[q].x, a[q].y, a[q].y, 0u, b[0], b[1]);
     mma_bf16(c, a[q].z, a[q].w, a[q].w, 0u, b[2], b[3]);
   }
+}
+
+// One MX group through the decode the variant names.
+template <Mxfp4Decode DEC>
+__device__ __forceinline__ void mx_group(float (&c)[4], uint4 w, uint8_t scale, const uint4 (&a)[4]) {
+  if constexpr (DEC == Mxfp4Decode::Shift)
+    mx_group_mma_shift(c, w, scale, a);
+  else
+    mx_group_mma(c, w, scale, a);
 }
 
 // Block blockIdx.x's tile of up to kFp4TileRows rows of one expert (the permute's tile table);
@@ -683,14 +682,11 @@ __device__ __forceinline__ bool fp4_tile(const MoeGemvArgs& g, Fp4Tile& t) {
   return true;
 }
 
-template <bool PAIR, int KS, bool LUT>
+template <bool PAIR, int KS, Mxfp4Decode DEC>
 __global__ __launch_bounds__(256) void moe_fp4_mma_kernel(MoeGemvArgs g) {
   constexpr int NM = PAIR ? 2 : 1;  // weight matrices streamed (w1 and w3, or w2)
   __shared__ float red[8][32][2 * NM];
-  __shared__ uint32_t lut[LUT ? kFp4LutWords : 1];
-  if constexpr (LUT) fill_fp4_lut(lut);  // constant: written while the kernel before finishes
   pdl_enter();
-  if constexpr (LUT) __syncthreads();
   Fp4Tile tile;
   if (!fp4_tile(g, tile)) return;  // uniform per block
   const int e = tile.expert, row0 = tile.row0, rows = tile.rows;
@@ -734,10 +730,7 @@ __global__ __launch_bounds__(256) void moe_fp4_mma_kernel(MoeGemvArgs g) {
         if (k0 + 128 * u >= k_hi) break;
 #pragma unroll
         for (int j = 0; j < NM; ++j) {
-          if constexpr (LUT)
-            mx_group_mma_lut(c[j], wv[j][u], sc[j][u], av[u], lut + lane);
-          else
-            mx_group_mma(c[j], wv[j][u], sc[j][u], av[u]);
+          mx_group<DEC>(c[j], wv[j][u], sc[j][u], av[u]);
         }
       }
     }
@@ -782,7 +775,9 @@ __global__ __launch_bounds__(256) void moe_fp4_mma_kernel(MoeGemvArgs g) {
 // (Measured on the H200 and removed, results/2026-12-05-h200-stream-kernels: a persistent kernel
 // streaming each warp's chunks through a cp.async ring, 1.3-1.6x slower, and an L2 prefetch of
 // each block's expert rows, 1.2x slower. ncu: moe_fp4_mma_kernel is bound by the ALU pipe that
-// decodes e2m1, 74 % busy at 30 % of the DRAM bandwidth, not by memory latency.)
+// decodes e2m1, 74 % busy at 30 % of the DRAM bandwidth, not by memory latency. A decode by lookup
+// in a shared-memory table, one copy per lane, was 1.2x slower end to end: it moved the bound to
+// the L1 / shared-memory path, results/2026-12-05-h200-mxfp4-lut.)
 //
 // The wide variant (mxfp4-wide=on; off by default: 3 % faster than moe_fp4_mma_kernel at 1 token,
 // 9 % slower at 8, results/2026-12-04-h200-fp8-decode): a block takes one tile of rows and NT x 8
@@ -791,7 +786,7 @@ __global__ __launch_bounds__(256) void moe_fp4_mma_kernel(MoeGemvArgs g) {
 // activation chunk feeds NT column tiles of each streamed matrix, and a lane has NT x NM x CH
 // groups of 16 packed bytes in flight before it decodes any. The same decode and MMAs as
 // moe_fp4_mma_kernel; the 8 warps' partial sums meet in shared memory.
-template <bool PAIR, int NT>
+template <bool PAIR, int NT, Mxfp4Decode DEC>
 __global__ __launch_bounds__(256) void moe_fp4_wide_kernel(MoeGemvArgs g) {
   pdl_enter();
   constexpr int NM = PAIR ? 2 : 1;
@@ -842,7 +837,7 @@ __global__ __launch_bounds__(256) void moe_fp4_wide_kernel(MoeGemvArgs g) {
 #pragma unroll
       for (int j = 0; j < NM; ++j)
 #pragma unroll
-        for (int t = 0; t < NT; ++t) mx_group_mma(c[j][t], wv[u][j][t], sc[u][j][t], av[u]);
+        for (int t = 0; t < NT; ++t) mx_group<DEC>(c[j][t], wv[u][j][t], sc[u][j][t], av[u]);
     }
   }
 #pragma unroll
@@ -884,15 +879,24 @@ int fp4_wide_tiles(int64_t max_tiles, int64_t N, int nm, int sms) {
   return 1;
 }
 
+template <bool PAIR, Mxfp4Decode DEC>
+void launch_fp4_wide_dec(const char* op, cudaStream_t st, int nt, dim3 grid, const MoeGemvArgs& v) {
+  switch (nt) {
+    case 4: launch_kernel(op, moe_fp4_wide_kernel<PAIR, PAIR ? 2 : 4, DEC>, grid, 256, 0, st, v); break;
+    case 2: launch_kernel(op, moe_fp4_wide_kernel<PAIR, 2, DEC>, grid, 256, 0, st, v); break;
+    default: launch_kernel(op, moe_fp4_wide_kernel<PAIR, 1, DEC>, grid, 256, 0, st, v); break;
+  }
+}
+
 template <bool PAIR>
-void launch_fp4_wide(const char* op, cudaStream_t st, int64_t max_tiles, const MoeGemvArgs& v, int sms) {
+void launch_fp4_wide(const char* op, cudaStream_t st, int64_t max_tiles, const MoeGemvArgs& v, int sms,
+                     Mxfp4Decode dec) {
   const int nt = fp4_wide_tiles(max_tiles, v.N, PAIR ? 2 : 1, sms);
   const dim3 grid{unsigned(max_tiles), unsigned(cdiv(v.N, 8 * nt)), 1u};
-  switch (nt) {
-    case 4: launch_kernel(op, moe_fp4_wide_kernel<PAIR, PAIR ? 2 : 4>, grid, 256, 0, st, v); break;
-    case 2: launch_kernel(op, moe_fp4_wide_kernel<PAIR, 2>, grid, 256, 0, st, v); break;
-    default: launch_kernel(op, moe_fp4_wide_kernel<PAIR, 1>, grid, 256, 0, st, v); break;
-  }
+  if (dec == Mxfp4Decode::Shift)
+    launch_fp4_wide_dec<PAIR, Mxfp4Decode::Shift>(op, st, nt, grid, v);
+  else
+    launch_fp4_wide_dec<PAIR, Mxfp4Decode::Table>(op, st, nt, grid, v);
   CUDA_LAUNCH_CHECK(op, st);
 }
 
@@ -906,24 +910,25 @@ int fp4_mma_k_slices(int64_t max_tiles, int64_t N, int64_t K, int sms) {
   return ks;
 }
 
-template <bool PAIR, bool LUT>
+template <bool PAIR, Mxfp4Decode DEC>
 void launch_fp4_mma_ks(const char* op, cudaStream_t st, int ks, dim3 grid, const MoeGemvArgs& v) {
   switch (ks) {
-    case 1: launch_kernel(op, moe_fp4_mma_kernel<PAIR, 1, LUT>, grid, 256, 0, st, v); break;
-    case 2: launch_kernel(op, moe_fp4_mma_kernel<PAIR, 2, LUT>, grid, 256, 0, st, v); break;
-    case 4: launch_kernel(op, moe_fp4_mma_kernel<PAIR, 4, LUT>, grid, 256, 0, st, v); break;
-    default: launch_kernel(op, moe_fp4_mma_kernel<PAIR, 8, LUT>, grid, 256, 0, st, v); break;
+    case 1: launch_kernel(op, moe_fp4_mma_kernel<PAIR, 1, DEC>, grid, 256, 0, st, v); break;
+    case 2: launch_kernel(op, moe_fp4_mma_kernel<PAIR, 2, DEC>, grid, 256, 0, st, v); break;
+    case 4: launch_kernel(op, moe_fp4_mma_kernel<PAIR, 4, DEC>, grid, 256, 0, st, v); break;
+    default: launch_kernel(op, moe_fp4_mma_kernel<PAIR, 8, DEC>, grid, 256, 0, st, v); break;
   }
 }
 
 template <bool PAIR>
-void launch_fp4_mma(const char* op, cudaStream_t st, int64_t max_tiles, const MoeGemvArgs& v, int sms, bool lut) {
+void launch_fp4_mma(const char* op, cudaStream_t st, int64_t max_tiles, const MoeGemvArgs& v, int sms,
+                    Mxfp4Decode dec) {
   const int ks = fp4_mma_k_slices(max_tiles, v.N, v.K, sms);
   const dim3 grid{unsigned(max_tiles), unsigned(cdiv(v.N, 8 * (8 / ks))), 1u};
-  if (lut)
-    launch_fp4_mma_ks<PAIR, true>(op, st, ks, grid, v);
+  if (dec == Mxfp4Decode::Shift)
+    launch_fp4_mma_ks<PAIR, Mxfp4Decode::Shift>(op, st, ks, grid, v);
   else
-    launch_fp4_mma_ks<PAIR, false>(op, st, ks, grid, v);
+    launch_fp4_mma_ks<PAIR, Mxfp4Decode::Table>(op, st, ks, grid, v);
   CUDA_LAUNCH_CHECK(op, st);
 }
 
@@ -1198,12 +1203,13 @@ void CudaBackend::moe_experts_mxfp4(Stream s, const Tensor& out, const Tensor& x
   launch_moe_permute(op, st, L, ws, ids, P, k, E, kFp4TileRows, smem_optin());
   const int64_t max_tiles = cdiv(P, kFp4TileRows) + std::min<int64_t>(P, E);
   const ExpertSteps es = expert_steps(L, ws, x, D, E, F, swiglu_limit, m1, m2, m3);
+  const Mxfp4Decode dec = variants().mxfp4_decode;
   if (variants().mxfp4_wide) {
-    launch_fp4_wide<true>(op, st, max_tiles, es.up, sm_count());
-    launch_fp4_wide<false>(op, st, max_tiles, es.down, sm_count());
+    launch_fp4_wide<true>(op, st, max_tiles, es.up, sm_count(), dec);
+    launch_fp4_wide<false>(op, st, max_tiles, es.down, sm_count(), dec);
   } else {
-    launch_fp4_mma<true>(op, st, max_tiles, es.up, sm_count(), variants().mxfp4_lut);
-    launch_fp4_mma<false>(op, st, max_tiles, es.down, sm_count(), variants().mxfp4_lut);
+    launch_fp4_mma<true>(op, st, max_tiles, es.up, sm_count(), dec);
+    launch_fp4_mma<false>(op, st, max_tiles, es.down, sm_count(), dec);
   }
   launch_moe_combine(op, st, L, ws, out, weights, T, k, D);
 }

@@ -8,6 +8,7 @@
 
 using sl::KernelVariants;
 using sl::Fp8Decode;
+using sl::Mxfp4Decode;
 
 namespace {
 std::string error_of(const std::string& spec) {
@@ -32,17 +33,19 @@ TEST(KernelVariants, EmptyIsTheDefaults) {
   EXPECT_TRUE(d.mxfp4_mma);
   EXPECT_EQ(d.fp8_decode, Fp8Decode::Auto);
   EXPECT_FALSE(d.mxfp4_wide);
-  EXPECT_FALSE(d.mxfp4_lut);
+  EXPECT_EQ(d.mxfp4_decode, Mxfp4Decode::Table);
 }
 
 TEST(KernelVariants, EveryKeyParsesAndPrintsBack) {
   const KernelVariants k = KernelVariants::parse(
       "attn-decode=off,attn-splits=8,gemv-bf16-max-mb=0,pdl=off,cublas-workspace-kb=0,mxfp4-mma=off,fp8-decode=wide,mxfp4-wide=on,"
-      "mxfp4-lut=on");
+      "mxfp4-decode=shift");
   EXPECT_FALSE(k.attention_decode_kernel);
   EXPECT_EQ(k.fp8_decode, Fp8Decode::Wide);
   EXPECT_TRUE(k.mxfp4_wide);
-  EXPECT_TRUE(k.mxfp4_lut);
+  EXPECT_EQ(k.mxfp4_decode, Mxfp4Decode::Shift);
+  EXPECT_EQ(KernelVariants::parse("mxfp4-decode=table").mxfp4_decode, Mxfp4Decode::Table);
+  EXPECT_EQ(KernelVariants::parse("mxfp4-decode=shift").changes(), "mxfp4-decode=shift");
   EXPECT_EQ(KernelVariants::parse("fp8-decode=warp").fp8_decode, Fp8Decode::Warp);
   EXPECT_EQ(KernelVariants::parse("fp8-decode=wide").fp8_decode, Fp8Decode::Wide);
   EXPECT_EQ(KernelVariants::parse("fp8-decode=wide").changes(), "fp8-decode=wide");
@@ -76,6 +79,8 @@ TEST(KernelVariants, BadInputNamesTheKeyAndWhatItTakes) {
                         Case{"fp8-decode=stream", "streaming FP8 kernel was removed"},
                         Case{"mxfp4-stream=on", "streaming MXFP4 expert kernel was removed"},
                         Case{"l2-prefetch=on", "2026-12-05-h200-stream-kernels"},
+                        Case{"mxfp4-lut=on", "2026-12-05-h200-mxfp4-lut"},
+                        Case{"mxfp4-decode=lut", "expected table or shift"},
                         Case{"cublas-workspace-kb=-5", "cublas-workspace-kb"}, Case{"speed=max", "unknown key 'speed'"},
                         Case{"pdl", "expected key=value"}}) {
     SCOPED_TRACE(c.spec);
