@@ -11,7 +11,7 @@ namespace sl {
 const char* const kKernelVariantsHelp =
     "CUDA kernel variants, key=value[,key=value...]: attn-decode=on|off, attn-splits=N (0 = auto), "
     "gemv-bf16-max-mb=N, pdl=on|off, cublas-workspace-kb=N, mxfp4-mma=on|off, fp8-decode=auto|warp|wide, "
-    "mxfp4-wide=on|off, mxfp4-decode=table|shift (default: the measured best of each)";
+    "mxfp4-wide=on|off, mxfp4-decode=table|shift, mxfp4-swap=on|off (default: the measured best of each)";
 
 namespace {
 
@@ -88,12 +88,14 @@ KernelVariants KernelVariants::parse(const std::string& spec) {
       if (v == "table") k.mxfp4_decode = Mxfp4Decode::Table;
       else if (v == "shift") k.mxfp4_decode = Mxfp4Decode::Shift;
       else fail("--kernel-variants: ", key, "=", v, ": expected table or shift");
+    } else if (key == "mxfp4-swap") {
+      k.mxfp4_swap = on_off(key, v);
     } else if (const char* why = removed(key)) {
       fail("--kernel-variants: '", key, "' is no longer a variant: ", why);
     } else {
       fail("--kernel-variants: unknown key '", key,
            "' (attn-decode, attn-splits, gemv-bf16-max-mb, pdl, cublas-workspace-kb, mxfp4-mma, fp8-decode, mxfp4-wide, "
-           "mxfp4-decode)");
+           "mxfp4-decode, mxfp4-swap)");
     }
   }
   return k;
@@ -108,7 +110,7 @@ std::string KernelVariants::str() const {
     << ",gemv-bf16-max-mb=" << gemv_bf16_max_mb << ",pdl=" << oo(pdl)
     << ",cublas-workspace-kb=" << (cublas_workspace_bytes >> 10) << ",mxfp4-mma=" << oo(mxfp4_mma)
     << ",fp8-decode=" << fp8_decode_names[int(fp8_decode)] << ",mxfp4-wide=" << oo(mxfp4_wide)
-    << ",mxfp4-decode=" << mxfp4_decode_names[int(mxfp4_decode)];
+    << ",mxfp4-decode=" << mxfp4_decode_names[int(mxfp4_decode)] << ",mxfp4-swap=" << oo(mxfp4_swap);
   return s.str();
 }
 

@@ -51,10 +51,15 @@ struct KernelVariants {
   // shift = each pair by a byte permute, shifts and masks as its value times 2^-126, then one
   // bf16x2 multiply by the scale (about half the integer instructions; not yet timed on a GPU).
   Mxfp4Decode mxfp4_decode = Mxfp4Decode::Table;
+  // The MXFP4 experts with the weights as the MMA's A operand: a warp's MMA is 16 output features
+  // x 8 tokens, every row of it used, the activations fed as they are loaded, the shift decode
+  // (true; not yet timed on a GPU), instead of 8 token rows x 8 features (false). Takes
+  // precedence over mxfp4-wide; mxfp4-decode does not apply to it.
+  bool mxfp4_swap = false;
 
   // "key=value,key=value": attn-decode=on|off, attn-splits=N, gemv-bf16-max-mb=N, pdl=on|off,
   // cublas-workspace-kb=N, mxfp4-mma=on|off, fp8-decode=auto|warp|wide, mxfp4-wide=on|off,
-  // mxfp4-decode=table|shift.
+  // mxfp4-decode=table|shift, mxfp4-swap=on|off.
   // Unknown keys
   // and bad values are errors naming the key and the accepted values (a retired key says why it
   // went). An empty spec is the defaults.

@@ -109,7 +109,7 @@ def readable(name):
     return re.sub(r"\([^()]*\)$", "", name)  # the parameter list
 
 
-def report(name, insns, out):
+def report(name, insns, out, weights_per_mma=0):
     loop = innermost_loop(insns)
     by_op, by_class = mix(loop)
     mmas = by_class["tensor"]
@@ -117,6 +117,10 @@ def report(name, insns, out):
     out.write(f"{readable(name)}\n  main loop: {len(loop)} instructions, {mmas} tensor-core MMAs\n")
     out.write("  per MMA: " + ", ".join(f"{c} {per(by_class[c])}" for c in ["alu", "fma", "tensor", "memory", "other"])
               + f", all {per(len(loop))}\n")
+    if weights_per_mma and mmas:
+        w = mmas * weights_per_mma
+        out.write(f"  per weight ({weights_per_mma} a lane per MMA): " +
+                  ", ".join(f"{c} {by_class[c] / w:.2f}" for c in ["alu", "fma"]) + f", all {len(loop) / w:.2f}\n")
     out.write("  opcodes: " + ", ".join(f"{op} {n}" for op, n in by_op.most_common(14)) + "\n")
     return {"kernel": name, "loop_instructions": len(loop), "mmas": mmas, "classes": dict(by_class),
             "opcodes": dict(by_op)}
@@ -127,9 +131,14 @@ def main():
     ap.add_argument("binary", nargs="?", help="object file, cubin or executable with sm_90 code")
     ap.add_argument("--sass", help="read this cuobjdump -sass text instead of disassembling")
     ap.add_argument("--kernel", default="", help="regular expression on the (mangled) kernel name")
+    ap.add_argument("--weights-per-mma", type=int, default=0, metavar="N",
+                    help="also print the counts per weight, for a kernel whose lanes each decode N weights "
+                         "per MMA (moe_fp4_mma_kernel: 4, moe_fp4_swap_kernel: 8)")
     a = ap.parse_args()
     if not a.binary and not a.sass:
         ap.error("give a binary or --sass FILE")
+    if a.weights_per_mma < 0:
+        ap.error("--weights-per-mma: expected a positive count")
     if a.sass:
         try:
             sass = open(a.sass).read()
@@ -143,7 +152,7 @@ def main():
     if not found:
         sys.exit(f"sass_mix: no kernel matches '{a.kernel}'")
     for name, insns in found:
-        report(name, insns, sys.stdout)
+        report(name, insns, sys.stdout, a.weights_per_mma)
 
 
 if __name__ == "__main__":

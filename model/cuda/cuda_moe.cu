@@ -900,6 +900,137 @@ void launch_fp4_wide(const char* op, cudaStream_t st, int64_t max_tiles, const M
   CUDA_LAUNCH_CHECK(op, st);
 }
 
+// mxfp4-swap=on: the same products with the weights as the MMA's A operand ("swap AB", as
+// mixed-input GEMMs do for few rows). moe_fp4_mma_kernel feeds 8 token rows as A, of which a
+// decode tile fills at most 8 of the MMA's 16, so half of each MMA is wasted and every A
+// fragment {x, y, y, 0} is copied into a register quad first (the SASS shows about 4.8 IMAD moves
+// per MMA beside the decode). Here a warp's MMA is 16 output features x 8 tokens: A = 16 features'
+// decoded weights (every row used), B = the tokens' activations, whose two registers per MMA are
+// an aligned pair of the loaded uint4 as they are. Lane (grp, tig) decodes features grp and
+// grp + 8 of its MX group (the 16 packed bytes [16 tig, 16 tig + 16) of the 128-value chunk) with
+// the shift decode, and holds token grp's 32 activations at the same K positions; MMA 2q + h
+// takes values [8q + 4h, 8q + 4h + 4) of every lane's group. K splits over KS warps as in
+// moe_fp4_mma_kernel; a block is 8 / KS feature tiles of 16.
+constexpr int kFp4SwapFeatures = 16;
+
+template <bool PAIR, int KS>
+__global__ __launch_bounds__(256) void moe_fp4_swap_kernel(MoeGemvArgs g) {
+  constexpr int NM = PAIR ? 2 : 1;  // weight matrices streamed (w1 and w3, or w2)
+  constexpr int CH = PAIR ? 1 : 2;  // 128-value chunks in flight: 64 packed bytes per lane either way
+  __shared__ float red[8][32][4 * NM];
+  pdl_enter();
+  Fp4Tile tile;
+  if (!fp4_tile(g, tile)) return;  // uniform per block
+  const int e = tile.expert, row0 = tile.row0, rows = tile.rows;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int grp = lane >> 2, tig = lane & 3;
+  const int slice = warp % KS;
+  const int n0 = (int(blockIdx.y) * (8 / KS) + warp / KS) * kFp4SwapFeatures;
+  const int Kc = g.K / KS;  // a multiple of 128 (the host checks)
+  const int k_lo = slice * Kc, k_hi = k_lo + Kc;
+  float c[NM][4] = {};
+  if (n0 < g.N) {
+    const bool row_ok = grp < rows;  // this lane's token
+    const int pr = row0 + (row_ok ? grp : 0);
+    const bf16* arow = g.A + (g.a_rows ? int64_t(g.a_rows[pr]) : int64_t(pr)) * g.lda + tig * 32;
+    const uint8_t* wm[NM][2];
+    const uint8_t* sm[NM][2];
+#pragma unroll
+    for (int f = 0; f < 2; ++f) {
+      const int64_t wrow = int64_t(e) * g.N + min(n0 + grp + 8 * f, g.N - 1);  // features grp, grp + 8
+#pragma unroll
+      for (int j = 0; j < NM; ++j) {
+        wm[j][f] = static_cast<const uint8_t*>(j == 0 ? g.W : g.W3) + wrow * (g.K / 2) + tig * 16;
+        sm[j][f] = (j == 0 ? g.Ws : g.W3s) + wrow * (g.K / 32) + tig;
+      }
+    }
+    for (int k0 = k_lo; k0 < k_hi; k0 += 128 * CH) {
+      uint4 wv[CH][NM][2], av[CH][4];
+      uint8_t sc[CH][NM][2];
+#pragma unroll
+      for (int u = 0; u < CH; ++u) {
+        const int k = k0 + 128 * u;
+        const bool in = k < k_hi;
+#pragma unroll
+        for (int j = 0; j < NM; ++j)
+#pragma unroll
+          for (int f = 0; f < 2; ++f) {
+            wv[u][j][f] = in ? *reinterpret_cast<const uint4*>(wm[j][f] + k / 2) : make_uint4(0, 0, 0, 0);
+            sc[u][j][f] = in ? sm[j][f][k / 32] : uint8_t(127);
+          }
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          av[u][i] = in && row_ok ? reinterpret_cast<const uint4*>(arow + k)[i] : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int u = 0; u < CH; ++u) {
+        if (k0 + 128 * u >= k_hi) break;  // uniform per warp
+#pragma unroll
+        for (int j = 0; j < NM; ++j) {
+          const e2m1::Bf16Scale f0 = e2m1::scale_factors(sc[u][j][0]), f1 = e2m1::scale_factors(sc[u][j][1]);
+          const bool second = __any_sync(0xFFFFFFFFu, f0.two || f1.two);  // uniform: all lanes are here
+          const uint32_t w0[4] = {wv[u][j][0].x, wv[u][j][0].y, wv[u][j][0].z, wv[u][j][0].w};
+          const uint32_t w1[4] = {wv[u][j][1].x, wv[u][j][1].y, wv[u][j][1].z, wv[u][j][1].w};
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            uint32_t lo[4], hi[4];  // features grp and grp + 8: pairs of values 8q .. 8q + 7
+            e2m1::pairs_times_2m126(w0[q], lo);
+            e2m1::pairs_times_2m126(w1[q], hi);
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              lo[i] = bf16x2_mul(lo[i], f0.first);
+              hi[i] = bf16x2_mul(hi[i], f1.first);
+            }
+            if (second) {
+#pragma unroll
+              for (int i = 0; i < 4; ++i) {
+                lo[i] = bf16x2_mul(lo[i], f0.second);
+                hi[i] = bf16x2_mul(hi[i], f1.second);
+              }
+            }
+            mma_bf16(c[j], lo[0], hi[0], lo[1], hi[1], av[u][q].x, av[u][q].y);
+            mma_bf16(c[j], lo[2], hi[2], lo[3], hi[3], av[u][q].z, av[u][q].w);
+          }
+        }
+      }
+    }
+  }
+  if constexpr (KS > 1) {
+#pragma unroll
+    for (int j = 0; j < NM; ++j)
+#pragma unroll
+      for (int h = 0; h < 4; ++h) red[warp][lane][4 * j + h] = c[j][h];
+    __syncthreads();
+    if (slice != 0) return;
+#pragma unroll
+    for (int j = 0; j < NM; ++j)
+#pragma unroll
+      for (int h = 0; h < 4; ++h) {
+        float v = 0.f;
+#pragma unroll
+        for (int ss = 0; ss < KS; ++ss) v += red[warp + ss][lane][4 * j + h];
+        c[j][h] = v;
+      }
+  }
+  if (n0 >= g.N) return;
+  // c[j][2f + h]: feature n0 + grp + 8 f, token 2 tig + h.
+#pragma unroll
+  for (int f = 0; f < 2; ++f)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int n = n0 + grp + 8 * f, r = 2 * tig + h;
+      if (n >= g.N || r >= rows) continue;
+      const int64_t o = int64_t(row0 + r) * g.N + n;
+      if constexpr (PAIR) {
+        const float gv = fminf(c[0][2 * f + h], g.limit);
+        const float uv = fminf(fmaxf(c[1][2 * f + h], -g.limit), g.limit);
+        static_cast<bf16*>(g.out)[o] = __float2bfloat16_rn(gv * sigmoidf_(gv) * uv);
+      } else {
+        static_cast<float*>(g.out)[o] = c[0][2 * f + h];
+      }
+    }
+}
+
 // K slices per block: enough warps for the grid to fill the GPU when few tiles run (decode), each
 // slice whole 128-value chunks.
 int fp4_mma_k_slices(int64_t max_tiles, int64_t N, int64_t K, int sms) {
@@ -929,6 +1060,23 @@ void launch_fp4_mma(const char* op, cudaStream_t st, int64_t max_tiles, const Mo
     launch_fp4_mma_ks<PAIR, Mxfp4Decode::Shift>(op, st, ks, grid, v);
   else
     launch_fp4_mma_ks<PAIR, Mxfp4Decode::Table>(op, st, ks, grid, v);
+  CUDA_LAUNCH_CHECK(op, st);
+}
+
+template <bool PAIR>
+void launch_fp4_swap(const char* op, cudaStream_t st, int64_t max_tiles, const MoeGemvArgs& v, int sms) {
+  // K slices as for moe_fp4_mma_kernel, counting the blocks a tile has here (128 / ks features each).
+  int ks = 1;
+  while (ks < 8 && max_tiles * cdiv(v.N, 128 / ks) < 4 * int64_t(sms) && v.K % (128 * 2 * ks) == 0 &&
+         v.K / (2 * ks) >= 128 * 2)
+    ks *= 2;
+  const dim3 grid{unsigned(max_tiles), unsigned(cdiv(v.N, kFp4SwapFeatures * (8 / ks))), 1u};
+  switch (ks) {
+    case 1: launch_kernel(op, moe_fp4_swap_kernel<PAIR, 1>, grid, 256, 0, st, v); break;
+    case 2: launch_kernel(op, moe_fp4_swap_kernel<PAIR, 2>, grid, 256, 0, st, v); break;
+    case 4: launch_kernel(op, moe_fp4_swap_kernel<PAIR, 4>, grid, 256, 0, st, v); break;
+    default: launch_kernel(op, moe_fp4_swap_kernel<PAIR, 8>, grid, 256, 0, st, v); break;
+  }
   CUDA_LAUNCH_CHECK(op, st);
 }
 
@@ -1204,7 +1352,10 @@ void CudaBackend::moe_experts_mxfp4(Stream s, const Tensor& out, const Tensor& x
   const int64_t max_tiles = cdiv(P, kFp4TileRows) + std::min<int64_t>(P, E);
   const ExpertSteps es = expert_steps(L, ws, x, D, E, F, swiglu_limit, m1, m2, m3);
   const Mxfp4Decode dec = variants().mxfp4_decode;
-  if (variants().mxfp4_wide) {
+  if (variants().mxfp4_swap) {
+    launch_fp4_swap<true>(op, st, max_tiles, es.up, sm_count());
+    launch_fp4_swap<false>(op, st, max_tiles, es.down, sm_count());
+  } else if (variants().mxfp4_wide) {
     launch_fp4_wide<true>(op, st, max_tiles, es.up, sm_count(), dec);
     launch_fp4_wide<false>(op, st, max_tiles, es.down, sm_count(), dec);
   } else {

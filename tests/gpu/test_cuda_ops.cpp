@@ -77,7 +77,8 @@ double rel_err(const std::vector<float>& got, const std::vector<float>& ref) {
 const char* const kVariants[] = {
     "",  // the defaults
     "attn-decode=off", "attn-splits=1", "attn-splits=32",
-    "gemv-bf16-max-mb=0", "pdl=off", "cublas-workspace-kb=0", "mxfp4-mma=off", "fp8-decode=warp", "fp8-decode=wide", "mxfp4-wide=on", "mxfp4-decode=shift", "mxfp4-decode=shift,mxfp4-wide=on",
+    "gemv-bf16-max-mb=0", "pdl=off", "cublas-workspace-kb=0", "mxfp4-mma=off", "fp8-decode=warp", "fp8-decode=wide",
+    "mxfp4-wide=on", "mxfp4-decode=shift", "mxfp4-decode=shift,mxfp4-wide=on", "mxfp4-swap=on",
 };
 
 std::string variant_test_name(const ::testing::TestParamInfo<const char*>& info) {
