@@ -56,10 +56,14 @@ struct KernelVariants {
   // (true; not yet timed on a GPU), instead of 8 token rows x 8 features (false). Takes
   // precedence over mxfp4-wide; mxfp4-decode does not apply to it.
   bool mxfp4_swap = false;
+  // The MXFP4 experts past decode sizes (more than 64 token-expert pairs): the grouped GEMM of the
+  // bf16 experts with each 64-column weight tile decoded in shared memory once per 16- or 64-row
+  // tile (gemm; not yet timed on a GPU), or the 8-row tensor-core kernels as at decode (mma).
+  bool mxfp4_prefill_gemm = false;
 
   // "key=value,key=value": attn-decode=on|off, attn-splits=N, gemv-bf16-max-mb=N, pdl=on|off,
   // cublas-workspace-kb=N, mxfp4-mma=on|off, fp8-decode=auto|warp|wide, mxfp4-wide=on|off,
-  // mxfp4-decode=table|shift, mxfp4-swap=on|off.
+  // mxfp4-decode=table|shift, mxfp4-swap=on|off, mxfp4-prefill=mma|gemm.
   // Unknown keys
   // and bad values are errors naming the key and the accepted values (a retired key says why it
   // went). An empty spec is the defaults.

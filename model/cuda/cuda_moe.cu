@@ -242,12 +242,21 @@ __global__ __launch_bounds__(1024) void moe_permute_kernel(const int32_t* ids, i
 
 // ================================================================ grouped GEMM
 
+// a * b as bf16x2 (the MXFP4 decodes' scale multiply).
+__device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
+  const __nv_bfloat162 r =
+      __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&a), *reinterpret_cast<const __nv_bfloat162*>(&b));
+  return *reinterpret_cast<const uint32_t*>(&r);
+}
+
+
 struct MoeGemmArgs {
   void* out;             // [P, N] (bf16 or f32), permuted rows
   const bf16* A;         // rows of K values
   const int* a_rows;     // permuted row -> A row (null: identity)
   int64_t lda;
-  const bf16* W;         // [E, N, K]
+  const void* W;         // [E, N, K] bf16; FP4: packed e2m1 [E, N, K / 2]
+  const uint8_t* Ws;     // FP4: e8m0 scales [E, N, K / 32] of W
   int N, K, E;
   const int* counts;
   const int* offsets;
@@ -255,14 +264,19 @@ struct MoeGemmArgs {
   const int* tile_expert;  // expert of each tile (written by moe_permute_kernel)
   // A second matrix on the same A rows (w3 beside w1), or null: blocks with blockIdx.y >= N / GBN
   // compute W_b into out_b. One launch for both fills the GPU better than two.
-  const bf16* W_b;
+  const void* W_b;
+  const uint8_t* Ws_b;   // FP4: its scales
   void* out_b;
 };
 
 constexpr int GBN = 64, GBK = 64, GSTAGES = 4, GLDS = GBK + 8;
 
-__host__ __device__ constexpr size_t moe_gemm_smem(int BM) {
-  return size_t(GSTAGES) * BM * GLDS * 2 + size_t(GSTAGES) * GBN * GLDS * 2 + size_t(BM) * (GBN + 4) * 4;
+// FP4 (the MXFP4 experts at prefill, variant mxfp4-prefill=gemm): the weight stages hold packed
+// bytes (GBN x GBK / 2), decoded into one bf16 tile just before its MMAs.
+__host__ __device__ constexpr size_t moe_gemm_smem(int BM, bool fp4 = false) {
+  return size_t(GSTAGES) * BM * GLDS * 2 +
+         (fp4 ? size_t(GBN) * GLDS * 2 + size_t(GSTAGES) * GBN * (GBK / 2) : size_t(GSTAGES) * GBN * GLDS * 2) +
+         size_t(BM) * (GBN + 4) * 4;
 }
 
 // 128 threads (4 warps). Tile = BM rows of one expert x 64 columns; K in steps of 64 through a
@@ -270,13 +284,20 @@ __host__ __device__ constexpr size_t moe_gemm_smem(int BM) {
 // owns BM/16 of the (BM/16 x 4) 16x16 accumulator fragments, all in one fragment row (so its A
 // fragment is loaded once per k-step). Epilogue through shared memory, rows past the count
 // dropped.
-template <int BM, class OutT>
+// FP4: W is MXFP4 (packed e2m1, e8m0 scales per 32). A stage then carries the tile's packed bytes
+// (32 per column, a 16-byte cp.async per thread) and, after it lands, the block decodes it into
+// one bf16 tile (thread t: column t / 2, values [32 (t % 2), +32), one MX group, by the shift
+// decode of model/cuda/e2m1_bits.h) before the MMAs read it: each weight is decoded once per
+// BM-row tile instead of once per 8 rows as in moe_fp4_mma_kernel. The thread's scale byte for a
+// stage is loaded when the stage is issued and kept in a 3-deep register queue until its decode.
+template <int BM, class OutT, bool FP4 = false>
 __global__ __launch_bounds__(128) void moe_gemm_kernel(MoeGemmArgs g) {
   pdl_enter();
   extern __shared__ __align__(128) unsigned char gemm_smem[];
   bf16* As = reinterpret_cast<bf16*>(gemm_smem);
-  bf16* Bs = As + size_t(GSTAGES) * BM * GLDS;
-  float* Cs = reinterpret_cast<float*>(Bs + size_t(GSTAGES) * GBN * GLDS);
+  bf16* Bs = As + size_t(GSTAGES) * BM * GLDS;  // FP4: the one decoded tile
+  uint8_t* Bp = reinterpret_cast<uint8_t*>(Bs + size_t(FP4 ? 1 : GSTAGES) * GBN * GLDS);  // FP4: packed stages
+  float* Cs = reinterpret_cast<float*>(Bp + (FP4 ? size_t(GSTAGES) * GBN * (GBK / 2) : 0));
   constexpr int FPW = BM / 16;  // fragments per warp (1..4)
   const int tid = threadIdx.x, warp = tid >> 5;
   const int bx = blockIdx.x;
@@ -290,8 +311,13 @@ __global__ __launch_bounds__(128) void moe_gemm_kernel(MoeGemmArgs g) {
   const int rows = min(BM, g.counts[e] - mt * BM);
   const bool second = g.W_b && int(blockIdx.y) * GBN >= g.N;
   const int n0 = (second ? int(blockIdx.y) * GBN - g.N : int(blockIdx.y) * GBN);
-  const bf16* Wb = (second ? g.W_b : g.W) + (int64_t(e) * g.N + n0) * g.K;
+  const bf16* Wb = static_cast<const bf16*>(second ? g.W_b : g.W) + (int64_t(e) * g.N + n0) * g.K;
   const int KT = g.K / GBK;  // k-tiles
+  // FP4: this thread's column of the tile and half of a k-tile (one MX group), its packed bytes
+  // and scales in global memory.
+  const int fr = tid >> 1, fh = tid & 1;
+  const uint8_t* Wp = static_cast<const uint8_t*>(second ? g.W_b : g.W) + (int64_t(e) * g.N + n0 + fr) * (g.K / 2);
+  const uint8_t* Wsc = FP4 ? (second ? g.Ws_b : g.Ws) + (int64_t(e) * g.N + n0 + fr) * (g.K / 32) + fh : nullptr;
 
   auto load_stage = [&](int s, int kt) {
     const int k0 = kt * GBK;
@@ -307,11 +333,18 @@ __global__ __launch_bounds__(128) void moe_gemm_kernel(MoeGemmArgs g) {
       }
       cp_async16(as + r * GLDS + cc * 8, src, ok ? 16 : 0);
     }
-    for (int c = tid; c < GBN * 8; c += 128) {
-      const int r = c >> 3, cc = c & 7;
-      cp_async16(bs + r * GLDS + cc * 8, Wb + int64_t(r) * g.K + k0 + cc * 8, 16);
+    if constexpr (FP4) {
+      cp_async16(Bp + size_t(s) * GBN * (GBK / 2) + fr * (GBK / 2) + fh * 16, Wp + k0 / 2 + fh * 16, 16);
+    } else {
+      for (int c = tid; c < GBN * 8; c += 128) {
+        const int r = c >> 3, cc = c & 7;
+        cp_async16(bs + r * GLDS + cc * 8, Wb + int64_t(r) * g.K + k0 + cc * 8, 16);
+      }
     }
   };
+  // FP4: the scale bytes of the stages in flight, oldest first (k-tile kt's group fh).
+  uint32_t sq[GSTAGES - 1] = {};
+  auto scale_of = [&](int kt) { return kt < KT ? uint32_t(__ldg(Wsc + kt * (GBK / 32))) : 127u; };
 
   wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[FPW];
 #pragma unroll
@@ -323,13 +356,35 @@ __global__ __launch_bounds__(128) void moe_gemm_kernel(MoeGemmArgs g) {
   for (int s = 0; s < GSTAGES - 1; ++s) {
     if (s < KT) load_stage(s, s);
     cp_async_commit();
+    if constexpr (FP4) sq[s] = scale_of(s);
   }
   for (int kt = 0; kt < KT; ++kt) {
     cp_async_wait<GSTAGES - 2>();
-    __syncthreads();
+    __syncthreads();  // stage kt landed for every thread; FP4: every warp is done with Bs
     const int s = kt % GSTAGES;
     const bf16* as = As + size_t(s) * BM * GLDS;
-    const bf16* bs = Bs + size_t(s) * GBN * GLDS;
+    const bf16* bs = Bs + size_t(FP4 ? 0 : s) * GBN * GLDS;
+    if constexpr (FP4) {
+      const uint4 pk = *reinterpret_cast<const uint4*>(Bp + size_t(s) * GBN * (GBK / 2) + fr * (GBK / 2) + fh * 16);
+      const e2m1::Bf16Scale f = e2m1::scale_factors(sq[0]);
+#pragma unroll
+      for (int i = 0; i < GSTAGES - 2; ++i) sq[i] = sq[i + 1];
+      sq[GSTAGES - 2] = scale_of(kt + GSTAGES - 1);
+      const uint32_t words[4] = {pk.x, pk.y, pk.z, pk.w};
+      uint4* dst = reinterpret_cast<uint4*>(Bs + fr * GLDS + fh * 32);
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        uint32_t p[4];
+        e2m1::pairs_times_2m126(words[q], p);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          p[j] = bf16x2_mul(p[j], f.first);
+          if (f.two) p[j] = bf16x2_mul(p[j], f.second);
+        }
+        dst[q] = make_uint4(p[0], p[1], p[2], p[3]);
+      }
+      __syncthreads();
+    }
 #pragma unroll
     for (int kk = 0; kk < GBK / 16; ++kk) {
       wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> af;
@@ -357,13 +412,13 @@ __global__ __launch_bounds__(128) void moe_gemm_kernel(MoeGemmArgs g) {
   }
 }
 
-template <int BM, class OutT>
+template <int BM, class OutT, bool FP4 = false>
 void launch_moe_gemm(const char* op, cudaStream_t st, const MoeGemmArgs& g, int64_t P, size_t optin) {
   const int64_t max_tiles = cdiv(P, BM) + std::min<int64_t>(P, g.E);
-  const size_t smem = moe_gemm_smem(BM);
-  allow_smem(op, moe_gemm_kernel<BM, OutT>, smem, optin);
+  const size_t smem = moe_gemm_smem(BM, FP4);
+  allow_smem(op, moe_gemm_kernel<BM, OutT, FP4>, smem, optin);
   const dim3 grid{unsigned(max_tiles), unsigned((g.W_b ? 2 : 1) * g.N / GBN), 1u};
-  launch_kernel(op, moe_gemm_kernel<BM, OutT>, grid, 128, smem, st, g);
+  launch_kernel(op, moe_gemm_kernel<BM, OutT, FP4>, grid, 128, smem, st, g);
   CUDA_LAUNCH_CHECK(op, st);
 }
 
@@ -632,12 +687,6 @@ __device__ __forceinline__ void mx_group_mma(float (&c)[4], uint4 w, uint8_t sca
 // multiply by 2^(scale - 1) makes it the operand mx_group_mma makes. Scales above 128 (weights
 // above 8) need a second multiply: a warp vote skips it when no lane's group has one. The scale
 // is per lane (its own column and group), so the multiply sits before the MMA, not after it.
-__device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
-  const __nv_bfloat162 r =
-      __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&a), *reinterpret_cast<const __nv_bfloat162*>(&b));
-  return *reinterpret_cast<const uint32_t*>(&r);
-}
-
 __device__ __forceinline__ void mx_group_mma_shift(float (&c)[4], uint4 w, uint8_t scale, const uint4 (&a)[4]) {
   const e2m1::Bf16Scale f = e2m1::scale_factors(scale);
   // Every lane of the warp is here (the callers' loops are uniform per warp).
@@ -1248,6 +1297,65 @@ size_t CudaBackend::moe_workspace_bytes(int64_t tokens, int k, int D, int F, int
   return MoeLayout(tokens * k, D, F, E).total;
 }
 
+// The grouped-GEMM steps after the permutation (P > kGemvMaxPairs): w1 x and w3 x in one launch,
+// SwiGLU in place, w2 -> y (F32), then the combine into out. FP4: the matrices are MXFP4.
+template <bool FP4>
+void moe_gemm_path(const char* op, cudaStream_t st, const MoeLayout& L, char* ws, int64_t T, int64_t D, int64_t E,
+                   int64_t F, int64_t k, int64_t P, int BM, float swiglu_limit, const Tensor& out, const Tensor& x,
+                   const Tensor& weights, ExpertMatrix w1, ExpertMatrix w2, ExpertMatrix w3, size_t optin) {
+  int* counts = reinterpret_cast<int*>(ws + L.counts);
+  int* offsets = reinterpret_cast<int*>(ws + L.offsets);
+  int* tiles = reinterpret_cast<int*>(ws + L.tiles);
+  int* src_row = reinterpret_cast<int*>(ws + L.src_row);
+  int* inv = reinterpret_cast<int*>(ws + L.inv);
+  bf16* h1 = reinterpret_cast<bf16*>(ws + L.h1);
+  bf16* h3 = reinterpret_cast<bf16*>(ws + L.h3);
+  float* y = reinterpret_cast<float*>(ws + L.y);
+  MoeGemmArgs g{};
+  g.counts = counts;
+  g.offsets = offsets;
+  g.tiles = tiles;
+  g.tile_expert = reinterpret_cast<const int*>(ws + L.tile_expert);
+  g.E = int(E);
+  // w1 x, w3 x over the gathered token rows.
+  g.A = static_cast<const bf16*>(x.data);
+  g.a_rows = src_row;
+  g.lda = D;
+  g.N = int(F);
+  g.K = int(D);
+  // w1 and w3 in one launch (W_b), then SwiGLU with clamp on the permuted rows, in place into h1.
+  g.W = w1.w;
+  g.Ws = w1.scales;
+  g.out = h1;
+  g.W_b = w3.w;
+  g.Ws_b = w3.scales;
+  g.out_b = h3;
+  if (BM == 16)
+    launch_moe_gemm<16, bf16, FP4>(op, st, g, P, optin);
+  else
+    launch_moe_gemm<64, bf16, FP4>(op, st, g, P, optin);
+  launch_swiglu(op, st, h1, kBF16, h1, kBF16, h3, kBF16, P * F, swiglu_limit);
+  // y = w2 h1 (contiguous permuted rows), F32.
+  g.A = h1;
+  g.a_rows = nullptr;
+  g.lda = F;
+  g.N = int(D);
+  g.K = int(F);
+  g.W = w2.w;
+  g.Ws = w2.scales;
+  g.out = y;
+  g.W_b = nullptr;
+  g.Ws_b = nullptr;
+  g.out_b = nullptr;
+  if (BM == 16)
+    launch_moe_gemm<16, float, FP4>(op, st, g, P, optin);
+  else
+    launch_moe_gemm<64, float, FP4>(op, st, g, P, optin);
+  launch_kernel(op, moe_combine_kernel, dim3{unsigned(T), unsigned(cdiv(D, 256)), 1u}, 256, 0, st, out.data,
+                fcode(out.dtype), y, inv, weights.ptr<float>(), int(k), D);
+  CUDA_LAUNCH_CHECK(op, st);
+}
+
 void CudaBackend::moe_experts(Stream s, const Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
                               const Tensor& w1, const Tensor& w2, const Tensor& w3, float swiglu_limit,
                               const Tensor& workspace) {
@@ -1261,14 +1369,6 @@ void CudaBackend::moe_experts(Stream s, const Tensor& out, const Tensor& x, cons
 
   const int64_t P = T * k;
   char* ws = static_cast<char*>(workspace.data);
-  int* counts = reinterpret_cast<int*>(ws + L.counts);
-  int* offsets = reinterpret_cast<int*>(ws + L.offsets);
-  int* tiles = reinterpret_cast<int*>(ws + L.tiles);
-  int* src_row = reinterpret_cast<int*>(ws + L.src_row);
-  int* inv = reinterpret_cast<int*>(ws + L.inv);
-  bf16* h1 = reinterpret_cast<bf16*>(ws + L.h1);
-  bf16* h3 = reinterpret_cast<bf16*>(ws + L.h3);
-  float* y = reinterpret_cast<float*>(ws + L.y);
 
   // Decode runs on the GEMV; otherwise the row tile height is 16 when experts get a few rows
   // each, else 64.
@@ -1283,45 +1383,8 @@ void CudaBackend::moe_experts(Stream s, const Tensor& out, const Tensor& x, cons
     return;
   }
 
-  MoeGemmArgs g{};
-  g.counts = counts;
-  g.offsets = offsets;
-  g.tiles = tiles;
-  g.tile_expert = reinterpret_cast<const int*>(ws + L.tile_expert);
-  g.E = int(E);
-  // w1 x, w3 x over the gathered token rows.
-  g.A = static_cast<const bf16*>(x.data);
-  g.a_rows = src_row;
-  g.lda = D;
-  g.N = int(F);
-  g.K = int(D);
-  // w1 and w3 in one launch (W_b), then SwiGLU with clamp on the permuted rows, in place into h1.
-  g.W = static_cast<const bf16*>(w1.data);
-  g.out = h1;
-  g.W_b = static_cast<const bf16*>(w3.data);
-  g.out_b = h3;
-  if (BM == 16)
-    launch_moe_gemm<16, bf16>(op, st, g, P, smem_optin());
-  else
-    launch_moe_gemm<64, bf16>(op, st, g, P, smem_optin());
-  launch_swiglu(op, st, h1, kBF16, h1, kBF16, h3, kBF16, P * F, swiglu_limit);
-  // y = w2 h1 (contiguous permuted rows), F32.
-  g.A = h1;
-  g.a_rows = nullptr;
-  g.lda = F;
-  g.N = int(D);
-  g.K = int(F);
-  g.W = static_cast<const bf16*>(w2.data);
-  g.out = y;
-  g.W_b = nullptr;
-  g.out_b = nullptr;
-  if (BM == 16)
-    launch_moe_gemm<16, float>(op, st, g, P, smem_optin());
-  else
-    launch_moe_gemm<64, float>(op, st, g, P, smem_optin());
-  launch_kernel(op, moe_combine_kernel, dim3{unsigned(T), unsigned(cdiv(D, 256)), 1u}, 256, 0, st, out.data,
-                fcode(out.dtype), y, inv, weights.ptr<float>(), int(k), D);
-  CUDA_LAUNCH_CHECK(op, st);
+  moe_gemm_path<false>(op, st, L, ws, T, D, E, F, k, P, BM, swiglu_limit, out, x, weights, {w1.data, nullptr},
+                       {w2.data, nullptr}, {w3.data, nullptr}, smem_optin());
 }
 
 // The MXFP4 experts at every token count (prefill included), reading 4.25 bits per weight
@@ -1340,6 +1403,15 @@ void CudaBackend::moe_experts_mxfp4(Stream s, const Tensor& out, const Tensor& x
   char* ws = static_cast<char*>(workspace.data);
   const ExpertMatrix m1{w1.data, w1_scale.ptr<uint8_t>()}, m2{w2.data, w2_scale.ptr<uint8_t>()},
       m3{w3.data, w3_scale.ptr<uint8_t>()};
+  const int64_t P = T * k;
+  // mxfp4-prefill=gemm: past decode sizes, the grouped GEMM with the MXFP4 tiles decoded in shared
+  // memory (a weight decoded once per 16- or 64-row tile), as moe_experts runs bf16.
+  if (variants().mxfp4_prefill_gemm && P > kGemvMaxPairs && D % 64 == 0 && F % 64 == 0) {
+    const int BM = P <= 4 * E ? 16 : 64;
+    launch_moe_permute(op, st, L, ws, ids, P, k, E, BM, smem_optin());
+    moe_gemm_path<true>(op, st, L, ws, T, D, E, F, k, P, BM, swiglu_limit, out, x, weights, m1, m2, m3, smem_optin());
+    return;
+  }
   // The tensor-core path takes K in chunks of 128 (a thread's MX group of each): other sizes, and
   // the variant mxfp4-mma=off, run the GEMV.
   if (!variants().mxfp4_mma || D % 128 != 0 || F % 128 != 0) {
@@ -1347,7 +1419,6 @@ void CudaBackend::moe_experts_mxfp4(Stream s, const Tensor& out, const Tensor& x
     moe_gemv_path<true>(op, st, L, ws, T, D, E, F, k, swiglu_limit, out, x, weights, m1, m2, m3);
     return;
   }
-  const int64_t P = T * k;
   launch_moe_permute(op, st, L, ws, ids, P, k, E, kFp4TileRows, smem_optin());
   const int64_t max_tiles = cdiv(P, kFp4TileRows) + std::min<int64_t>(P, E);
   const ExpertSteps es = expert_steps(L, ws, x, D, E, F, swiglu_limit, m1, m2, m3);

@@ -79,6 +79,7 @@ const char* const kVariants[] = {
     "attn-decode=off", "attn-splits=1", "attn-splits=32",
     "gemv-bf16-max-mb=0", "pdl=off", "cublas-workspace-kb=0", "mxfp4-mma=off", "fp8-decode=warp", "fp8-decode=wide",
     "mxfp4-wide=on", "mxfp4-decode=shift", "mxfp4-decode=shift,mxfp4-wide=on", "mxfp4-swap=on",
+    "mxfp4-prefill=gemm",
 };
 
 std::string variant_test_name(const ::testing::TestParamInfo<const char*>& info) {
@@ -1182,15 +1183,22 @@ TEST_P(CudaOps, MoeExperts) {
 TEST_P(CudaOps, MoeExpertsMxfp4) {
   struct Case {
     int64_t T, E, k, D, F;
+    float big = 0.f;       // > 0: every other 32-value group of a row in [-big, big] (scales above 128)
+    float limit = 10.f;    // the SwiGLU clamp (large: nothing clamped, so every product shows)
   };
   // D and F multiples of 128 run on the tensor cores (decode, and 200 tokens in 8-row tiles);
-  // the others on the GEMV.
+  // the others on the GEMV. The last two mix groups of weights above 16 (e8m0 scales above 128,
+  // which the shift decode multiplies twice) with the usual ones in every row.
   for (const Case& c : {Case{1, 8, 2, 128, 64}, Case{8, 64, 6, 512, 256}, Case{3, 16, 6, 256, 96},
-                        Case{200, 8, 2, 128, 192}, Case{200, 8, 2, 256, 128}, Case{1, 8, 6, 1024, 512}}) {
+                        Case{200, 8, 2, 128, 192}, Case{200, 8, 2, 256, 128}, Case{1, 8, 6, 1024, 512},
+                        Case{2, 8, 2, 256, 128, 40.f, 1e9f}, Case{200, 8, 2, 256, 128, 40.f, 1e9f}}) {
     T2 x = make_rand("x", Kind::Act, {c.T, c.D});
     std::vector<T2> packed, scales;
     for (auto [rows, cols] : {std::pair{c.F, c.D}, std::pair{c.D, c.F}, std::pair{c.F, c.D}}) {  // w1, w2, w3
-      const std::vector<float> w = rand(size_t(c.E * rows * cols), -0.1f, 0.1f);
+      std::vector<float> w = rand(size_t(c.E * rows * cols), -0.1f, 0.1f);
+      if (c.big > 0.f)
+        for (size_t i = 0; i < w.size(); ++i)
+          if ((i / 32) % 2 == 1) w[i] *= c.big / 0.1f;
       const lowp::Mxfp4 q = lowp::quantize_mxfp4(w.data(), c.E * rows, cols);
       T2 p, sc;
       p.kind = sc.kind = Kind::I32;
@@ -1208,10 +1216,11 @@ TEST_P(CudaOps, MoeExpertsMxfp4) {
     const T2 &ids = rt.ids, &wts = rt.wts, &ws = rt.ws;
     T2 out = zeros("out", Kind::Act, {c.T, c.D});
     cpu_->moe_experts_mxfp4(Stream{}, out.c, x.c, ids.c, wts.c, packed[0].c, scales[0].c, packed[1].c, scales[1].c,
-                            packed[2].c, scales[2].c, 10.f, ws.c);
+                            packed[2].c, scales[2].c, c.limit, ws.c);
     gpu_->moe_experts_mxfp4(Stream{}, out.g, x.g, ids.g, wts.g, packed[0].g, scales[0].g, packed[1].g, scales[1].g,
-                            packed[2].g, scales[2].g, 10.f, ws.g);
-    expect_close(out, "moe_experts_mxfp4 T=" + std::to_string(c.T) + " E=" + std::to_string(c.E));
+                            packed[2].g, scales[2].g, c.limit, ws.g);
+    expect_close(out, "moe_experts_mxfp4 T=" + std::to_string(c.T) + " E=" + std::to_string(c.E) +
+                          (c.big > 0.f ? " (scales above 128)" : ""));
   }
 }
 
