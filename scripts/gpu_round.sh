@@ -272,8 +272,15 @@ for st in $stages; do case $st in
     # Prefill time per token count, serial / shared / shared with phase A always parallel
     # (docs/streams.md, prediction 5). bench_prefill is not in gpu_build.sh's default set (the carry
     # limit): build with EXTRA_TARGETS=bench_prefill and leave the test programs behind.
-    run bench_prefill 500 $B/bench_prefill --config=flash-6l --tokens=${PREFILL_TOKENS:-256,1024,2048,4096,8192} \
-      --reps=${PREFILL_REPS:-5} --out="$OUT/prefill.json" ;;
+    # PREFILL_ARGS: more arguments (e.g. --weights=native); PREFILL_SWEEP="name:key=v ..." runs it
+    # once per --kernel-variants setting (empty after the colon = the defaults), JSON to
+    # $OUT/prefill_NAME.json; PREFILL_SECONDS bounds each run.
+    for v in ${PREFILL_SWEEP:-"default:"}; do
+      name=${v%%:*}; kv=${v#*:}
+      run "prefill_$name" ${PREFILL_SECONDS:-500} $B/bench_prefill --config=flash-6l \
+        --tokens=${PREFILL_TOKENS:-256,1024,2048,4096,8192} --reps=${PREFILL_REPS:-5} ${PREFILL_ARGS:-} \
+        --kernel-variants=$kv --out="$OUT/prefill_$name.json"
+    done ;;
   setup)
     # What each stream policy costs at load and in the graph (docs/streams.md, predictions 1, 3, 4):
     # tiny config, 4 MTP layers (compress 4), graph replay; per policy SETUP_REPS processes

@@ -36,6 +36,7 @@ struct Options {
   std::string config = "flash-6l", out, command_line;
   std::string source = "cuda";  // --stream-source
   WeightFormat weights = WeightFormat::Bf16;  // --weights
+  std::string kernel_variants;                // --kernel-variants= (model/kernel_variants.h)
   std::vector<int> tokens{256, 1024, 4096, 8192};
   int reps = 5;
 };
@@ -81,7 +82,9 @@ void run(const Options& o) {
           shape.max_positions = max_t + c.draft_steps + 8;
           shape.max_seq_tokens = max_t;  // every prompt in one chunk
           shape.weights = o.weights;
-          live->be = make_cuda_backend({});
+          CudaBackendOptions bo;
+          bo.variants = KernelVariants::parse(o.kernel_variants);
+          live->be = make_cuda_backend(bo);
           StreamPolicy policy = StreamPolicy::parse(v.policy);
           policy.phase_a_max_tokens = v.phase_a_max_tokens;
           policy.source = parse_stream_source(o.source);
@@ -117,6 +120,7 @@ void run(const Options& o) {
   out["reps"] = o.reps;
   out["stream_source"] = o.source;
   out["weights"] = weight_format_name(o.weights);
+  out["kernel_variants"] = KernelVariants::parse(o.kernel_variants).str();
   for (int T : o.tokens) {
     const double s = bench::median(samples[{"serial", T}]), sh = bench::median(samples[{"shared", T}]),
                  al = bench::median(samples[{"shared-phase-a-always", T}]);
@@ -149,15 +153,18 @@ int main(int argc, char** argv) {
     else if (auto v = flag_value(arg, "--out=")) o.out = v;
     else if (auto v = flag_value(arg, "--stream-source=")) o.source = (sl::parse_stream_source(v), v);
     else if (auto v = flag_value(arg, "--weights=")) o.weights = sl::parse_weight_format(v);
+    else if (auto v = flag_value(arg, "--kernel-variants=")) o.kernel_variants = (sl::KernelVariants::parse(v), v);
     else return false;
     return true;
   };
-  return sl::bench::bench_main(
-      argc, argv, "bench_prefill",
+  static const std::string usage = std::string(
       "bench_prefill [--config=flash-6l] [--tokens=256,1024,4096,8192] [--reps=5] [--stream-source=cuda|torch]\n"
-      "              [--weights=bf16|native] [--out=FILE.json]\n"
+      "              [--weights=bf16|native] [--kernel-variants=SPEC] [--out=FILE.json]\n"
+      "  --kernel-variants: ") + sl::kKernelVariantsHelp + "\n"
       "Prefill time per token count: serial, shared (phase A parallel up to 1024 tokens), shared with\n"
-      "phase A always parallel; see bench_prefill.cpp.\n",
+      "phase A always parallel; see bench_prefill.cpp.\n";
+  return sl::bench::bench_main(
+      argc, argv, "bench_prefill", usage.c_str(),
       parse, [&o] {
         SL_CHECK(!o.tokens.empty() && o.reps >= 1, "--tokens must list sizes and --reps be >= 1");
         for (int t : o.tokens) SL_CHECK(t >= 1 && t <= 65536, "--tokens: ", t, " is outside 1 .. 65536");
