@@ -181,13 +181,15 @@ for st in $stages; do case $st in
     rm -f "$W/gb1.json" ;;
   nativetrace)
     # Where a native decode step's time goes: traced graph replay (--weights native), batch 1 and
-    # 8, kernel time by op and the largest kernels (analyze --by-op, --top).
+    # 8, kernel time by op and the largest kernels (analyze --by-op, --top). NATIVE_VARIANTS:
+    # --kernel-variants for these runs.
     for b in 1 8; do
       run "ntrace_b$b" 120 $B/streamlab "${RUN_FLASH[@]}" --weights native --draft-steps 1 --batch $b --context 2048 \
-        --steps 6 --warmup-steps 2 --graph --trace "$W/nb$b.json"
+        --steps 6 --warmup-steps 2 --graph ${NATIVE_VARIANTS:+--kernel-variants "$NATIVE_VARIANTS"} --trace "$W/nb$b.json"
       run "nbyop_b$b" 30 $B/streamlab analyze "$W/nb$b.json" --by-op
       run "ntop_b$b" 30 $B/streamlab analyze "$W/nb$b.json" --top 45
-      rm -f "$W/nb$b.json"
+      # The trace itself comes back (gzipped, in round.tar.gz) for analyses after the round.
+      gzip -f "$W/nb$b.json"; tar czf "$OUT/round.tar.gz" -C "$W" .
     done ;;
   ncu)
     # Nsight Compute on kernels of bench_kernels runs, NCU_RUNS = "op:batch:variant:skip:count ...":
