@@ -449,6 +449,45 @@ struct MoeGemvArgs {
   float limit;         // SwiGLU clamp (PAIR)
 };
 
+// One output element of an expert step: PAIR, h = swiglu(w1 x, w3 x) with the clamp, as bf16;
+// else the w2 sum as F32.
+template <bool PAIR>
+__device__ __forceinline__ void store_expert_out(const MoeGemvArgs& g, int64_t o, float w1x, float w3x) {
+  if constexpr (PAIR) {
+    const float gv = fminf(w1x, g.limit);
+    const float uv = fminf(fmaxf(w3x, -g.limit), g.limit);
+    static_cast<bf16*>(g.out)[o] = __float2bfloat16_rn(gv * sigmoidf_(gv) * uv);
+  } else {
+    static_cast<float*>(g.out)[o] = w1x;
+  }
+}
+
+// The K slices' partial sums, when KS warps of a block (warps w .. w + KS - 1, w a multiple of
+// KS) share an output tile: each warp's V values per matrix through shared memory, summed in
+// slice order into slice 0's acc. False for the other slices, whose work is done.
+template <int KS, int NM, int V>
+__device__ __forceinline__ bool sum_k_slices(float (&acc)[NM][V], float (&red)[8][32][V * NM]) {
+  if constexpr (KS > 1) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+    for (int j = 0; j < NM; ++j)
+#pragma unroll
+      for (int h = 0; h < V; ++h) red[warp][lane][V * j + h] = acc[j][h];
+    __syncthreads();
+    if (warp % KS != 0) return false;
+#pragma unroll
+    for (int j = 0; j < NM; ++j)
+#pragma unroll
+      for (int h = 0; h < V; ++h) {
+        float v = 0.f;
+#pragma unroll
+        for (int ss = 0; ss < KS; ++ss) v += red[warp + ss][lane][V * j + h];
+        acc[j][h] = v;
+      }
+  }
+  return true;
+}
+
 // MXFP4 decoding without a table or a branch: an e2m1 code s e1 e0 m placed in an fp16 as
 // s << 15 | e1 e0 m << 9 is exactly the e2m1 value times 2^-14, subnormals included (e = 0:
 // m * 2^-15; e > 0: (1 + m / 2) * 2^(e - 15)). So 8 codes of a 32-bit word (the even element in
@@ -731,6 +770,19 @@ __device__ __forceinline__ bool fp4_tile(const MoeGemvArgs& g, Fp4Tile& t) {
   return true;
 }
 
+// A warp's share of a K-sliced MXFP4 block: the first output column of its tile (W columns; a
+// block is 8 / KS tiles, each taken by KS consecutive warps) and its K slice [k_lo, k_hi).
+struct Fp4WarpSlice {
+  int n0, k_lo, k_hi;
+};
+template <int KS, int W>
+__device__ __forceinline__ Fp4WarpSlice fp4_warp_slice(const MoeGemvArgs& g) {
+  const int warp = threadIdx.x >> 5;
+  const int Kc = g.K / KS;  // a multiple of 128 (the host checks)
+  const int k_lo = (warp % KS) * Kc;
+  return {(int(blockIdx.y) * (8 / KS) + warp / KS) * W, k_lo, k_lo + Kc};
+}
+
 template <bool PAIR, int KS, Mxfp4Decode DEC>
 __global__ __launch_bounds__(256) void moe_fp4_mma_kernel(MoeGemvArgs g) {
   constexpr int NM = PAIR ? 2 : 1;  // weight matrices streamed (w1 and w3, or w2)
@@ -739,12 +791,8 @@ __global__ __launch_bounds__(256) void moe_fp4_mma_kernel(MoeGemvArgs g) {
   Fp4Tile tile;
   if (!fp4_tile(g, tile)) return;  // uniform per block
   const int e = tile.expert, row0 = tile.row0, rows = tile.rows;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int grp = lane >> 2, tig = lane & 3;
-  const int slice = warp % KS;
-  const int n0 = (int(blockIdx.y) * (8 / KS) + warp / KS) * 8;
-  const int Kc = g.K / KS;  // a multiple of 128 (the host checks)
-  const int k_lo = slice * Kc, k_hi = k_lo + Kc;
+  const int lane = threadIdx.x & 31, grp = lane >> 2, tig = lane & 3;
+  const auto [n0, k_lo, k_hi] = fp4_warp_slice<KS, 8>(g);
   float c[NM][4] = {};
   if (n0 < g.N) {
     const bool row_ok = grp < rows;
@@ -787,37 +835,13 @@ __global__ __launch_bounds__(256) void moe_fp4_mma_kernel(MoeGemvArgs g) {
   float acc[NM][2];
 #pragma unroll
   for (int j = 0; j < NM; ++j) acc[j][0] = c[j][0], acc[j][1] = c[j][1];
-  if constexpr (KS > 1) {
-#pragma unroll
-    for (int j = 0; j < NM; ++j) {
-      red[warp][lane][2 * j] = acc[j][0];
-      red[warp][lane][2 * j + 1] = acc[j][1];
-    }
-    __syncthreads();
-    if (slice != 0) return;
-#pragma unroll
-    for (int j = 0; j < NM; ++j)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        float v = 0.f;
-#pragma unroll
-        for (int ss = 0; ss < KS; ++ss) v += red[warp + ss][lane][2 * j + h];
-        acc[j][h] = v;
-      }
-  }
+  if (!sum_k_slices<KS>(acc, red)) return;
   if (n0 >= g.N || grp >= rows) return;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int n = n0 + 2 * tig + h;
     if (n >= g.N) continue;
-    const int64_t o = int64_t(row0 + grp) * g.N + n;
-    if constexpr (PAIR) {
-      const float gv = fminf(acc[0][h], g.limit);
-      const float uv = fminf(fmaxf(acc[1][h], -g.limit), g.limit);
-      static_cast<bf16*>(g.out)[o] = __float2bfloat16_rn(gv * sigmoidf_(gv) * uv);
-    } else {
-      static_cast<float*>(g.out)[o] = acc[0][h];
-    }
+    store_expert_out<PAIR>(g, int64_t(row0 + grp) * g.N + n, acc[0][h], acc[NM - 1][h]);
   }
 }
 
@@ -910,14 +934,7 @@ __global__ __launch_bounds__(256) void moe_fp4_wide_kernel(MoeGemvArgs g) {
 #pragma unroll
     for (int w = 0; w < 8; ++w) v[j] += red[w][j][t][ei];
   }
-  const int64_t o = int64_t(row0 + row) * g.N + n;
-  if constexpr (PAIR) {
-    const float gv = fminf(v[0], g.limit);
-    const float uv = fminf(fmaxf(v[1], -g.limit), g.limit);
-    static_cast<bf16*>(g.out)[o] = __float2bfloat16_rn(gv * sigmoidf_(gv) * uv);
-  } else {
-    static_cast<float*>(g.out)[o] = v[0];
-  }
+  store_expert_out<PAIR>(g, int64_t(row0 + row) * g.N + n, v[0], v[NM - 1]);
 }
 
 // Column tiles per warp of the wide kernel: the most (up to 4 / NM) that still gives every SM two
@@ -971,12 +988,8 @@ __global__ __launch_bounds__(256) void moe_fp4_swap_kernel(MoeGemvArgs g) {
   Fp4Tile tile;
   if (!fp4_tile(g, tile)) return;  // uniform per block
   const int e = tile.expert, row0 = tile.row0, rows = tile.rows;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int grp = lane >> 2, tig = lane & 3;
-  const int slice = warp % KS;
-  const int n0 = (int(blockIdx.y) * (8 / KS) + warp / KS) * kFp4SwapFeatures;
-  const int Kc = g.K / KS;  // a multiple of 128 (the host checks)
-  const int k_lo = slice * Kc, k_hi = k_lo + Kc;
+  const int lane = threadIdx.x & 31, grp = lane >> 2, tig = lane & 3;
+  const auto [n0, k_lo, k_hi] = fp4_warp_slice<KS, kFp4SwapFeatures>(g);
   float c[NM][4] = {};
   if (n0 < g.N) {
     const bool row_ok = grp < rows;  // this lane's token
@@ -1044,23 +1057,7 @@ __global__ __launch_bounds__(256) void moe_fp4_swap_kernel(MoeGemvArgs g) {
       }
     }
   }
-  if constexpr (KS > 1) {
-#pragma unroll
-    for (int j = 0; j < NM; ++j)
-#pragma unroll
-      for (int h = 0; h < 4; ++h) red[warp][lane][4 * j + h] = c[j][h];
-    __syncthreads();
-    if (slice != 0) return;
-#pragma unroll
-    for (int j = 0; j < NM; ++j)
-#pragma unroll
-      for (int h = 0; h < 4; ++h) {
-        float v = 0.f;
-#pragma unroll
-        for (int ss = 0; ss < KS; ++ss) v += red[warp + ss][lane][4 * j + h];
-        c[j][h] = v;
-      }
-  }
+  if (!sum_k_slices<KS>(c, red)) return;
   if (n0 >= g.N) return;
   // c[j][2f + h]: feature n0 + grp + 8 f, token 2 tig + h.
 #pragma unroll
@@ -1069,14 +1066,7 @@ __global__ __launch_bounds__(256) void moe_fp4_swap_kernel(MoeGemvArgs g) {
     for (int h = 0; h < 2; ++h) {
       const int n = n0 + grp + 8 * f, r = 2 * tig + h;
       if (n >= g.N || r >= rows) continue;
-      const int64_t o = int64_t(row0 + r) * g.N + n;
-      if constexpr (PAIR) {
-        const float gv = fminf(c[0][2 * f + h], g.limit);
-        const float uv = fminf(fmaxf(c[1][2 * f + h], -g.limit), g.limit);
-        static_cast<bf16*>(g.out)[o] = __float2bfloat16_rn(gv * sigmoidf_(gv) * uv);
-      } else {
-        static_cast<float*>(g.out)[o] = c[0][2 * f + h];
-      }
+      store_expert_out<PAIR>(g, int64_t(row0 + r) * g.N + n, c[0][2 * f + h], c[NM - 1][2 * f + h]);
     }
 }
 
