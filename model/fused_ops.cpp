@@ -24,6 +24,12 @@ void Backend::gemm_pair(Stream s, const Tensor& out1, const Tensor& out2, const 
   gemm(s, out2, a, w2);
 }
 
+void Backend::gemm_fp8_pair(Stream s, const Tensor& out1, const Tensor& out2, const Tensor& a, const Tensor& w1,
+                            const Tensor& w1_scale, const Tensor& w2, const Tensor& w2_scale) {
+  gemm_fp8(s, out1, a, w1, w1_scale, 1);
+  gemm_fp8(s, out2, a, w2, w2_scale, 1);
+}
+
 void Backend::gemm_swiglu(Stream s, const Tensor& act, const Tensor& g, const Tensor& u, const Tensor& x,
                           const Tensor& w1, const Tensor& w3, float limit) {
   gemm(s, g, x, w1);

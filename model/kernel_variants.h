@@ -42,6 +42,9 @@ struct KernelVariants {
   // wide = a block's 8 warps share K and a warp feeds up to 4 column tiles per quantized
   // activation chunk; auto = wide from 4096 columns, else warp (the measured best per shape).
   Fp8Decode fp8_decode = Fp8Decode::Auto;
+  // gemm_fp8_pair at decode (wq_a with wkv, the shared expert's w1 with w3): one launch over both
+  // matrices' columns (true; not yet timed on a GPU), or the two gemm_fp8 launches (false).
+  bool fp8_pair = false;
   // The MXFP4 experts on the tensor cores: a block's 8 warps share K and a warp feeds 1-4 column
   // tiles per activation chunk (true), or a warp per 8 columns walking K alone (false, the
   // default: the wide kernel measured 3 % faster at 1 token and 9 % slower at 8).
@@ -63,7 +66,7 @@ struct KernelVariants {
 
   // "key=value,key=value": attn-decode=on|off, attn-splits=N, gemv-bf16-max-mb=N, pdl=on|off,
   // cublas-workspace-kb=N, mxfp4-mma=on|off, fp8-decode=auto|warp|wide, mxfp4-wide=on|off,
-  // mxfp4-decode=table|shift, mxfp4-swap=on|off, mxfp4-prefill=mma|gemm.
+  // mxfp4-decode=table|shift, mxfp4-swap=on|off, mxfp4-prefill=mma|gemm, fp8-pair=on|off.
   // Unknown keys
   // and bad values are errors naming the key and the accepted values (a retired key says why it
   // went). An empty spec is the defaults.

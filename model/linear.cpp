@@ -19,6 +19,10 @@ void linear_pair(Ops& ops, Stream s, const char* label, const Tensor& out1, cons
     ops.gemm_pair(s, label, out1, out2, a, w1.w, w2.w);
     return;
   }
+  if (w1.native() && w2.native()) {
+    ops.gemm_fp8_pair(s, label, out1, out2, a, w1.w, w1.scale, w2.w, w2.scale);
+    return;
+  }
   linear(ops, s, label, out1, a, w1);
   linear(ops, s, label, out2, a, w2);
 }
@@ -29,8 +33,7 @@ void linear_swiglu(Ops& ops, Stream s, const char* label, const Tensor& act, con
     ops.gemm_swiglu(s, label, act, g, u, x, w1.w, w3.w, limit);
     return;
   }
-  linear(ops, s, label, g, x, w1);
-  linear(ops, s, label, u, x, w3);
+  linear_pair(ops, s, label, g, u, x, w1, w3);
   ops.swiglu(s, label, act, g, u, limit);
 }
 

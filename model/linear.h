@@ -11,8 +11,8 @@ namespace sl {
 
 // out = a . w^T; groups > 1: block-diagonal (wo_a, docs/model.md 5.6).
 void linear(Ops& ops, Stream s, const char* label, const Tensor& out, const Tensor& a, const Linear& w, int groups = 1);
-// Two projections of one input (wq_a and wkv). Plain: one gemm_pair op (a backend may fuse it);
-// FP8: two gemm_fp8 ops.
+// Two projections of one input (wq_a and wkv). Plain: one gemm_pair op; FP8: one gemm_fp8_pair op
+// (a backend may fuse either); one of each: two ops.
 void linear_pair(Ops& ops, Stream s, const char* label, const Tensor& out1, const Tensor& out2, const Tensor& a,
                  const Linear& w1, const Linear& w2);
 // A dense SwiGLU expert's input half: act = swiglu(x . w1^T, x . w3^T); g and u are scratch.

@@ -11,7 +11,8 @@
 //   cuda_moe.cu        route, moe_experts (device-side permutation + grouped tensor-core GEMM),
 //                      moe_experts_mxfp4 (the GEMV on MXFP4 weights), moe_workspace_bytes
 //   cuda_speculative.cu  verify_tokens, accept_drafts, cache_rollback
-//   cuda_fp8.cu        gemm_fp8 (activation quantize + FP8 GEMV; cuBLASLt block-scaled FP8 at prefill)
+//   cuda_fp8.cu        gemm_fp8, gemm_fp8_pair (activation quantize + FP8 GEMV; cuBLASLt block-scaled FP8
+//                      at prefill)
 //
 // Memory model. Everything lives in one arena (see CudaBackend::alloc). Nothing is allocated
 // inside a forward step: the model preallocates every buffer at construction, and the ops only

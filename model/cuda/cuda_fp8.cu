@@ -248,7 +248,30 @@ struct Fp8MmaArgs {
   const uint8_t* w;      // [N, K] e4m3 codes
   const float* w_scale;  // [ceil(N / 128), K / 128]
   int64_t M, N, K, Ng;   // Ng: columns per group (a multiple of 8)
+  // gemm_fp8_pair: columns [N1, N) are a second matrix's (w2, w2_scale, written to out2 with row
+  // stride ldo2), numbered from 0 there; N1 = N for one matrix. N1 is a multiple of the columns a
+  // warp (warp kernel) or a block (wide kernel) takes, so none straddles it.
+  int64_t N1;
+  const uint8_t* w2;
+  const float* w2_scale;
+  void* out2;
+  int64_t ldo2;
 };
+
+// The matrix of the columns starting at n0 (a warp's or a block's): g itself, or, past N1, g
+// redirected to the second matrix with n0 counted from its first column.
+__device__ __forceinline__ void fp8_select_matrix(Fp8MmaArgs& g, int64_t& n0) {
+  if (n0 < g.N1) {
+    g.N = g.N1;
+    return;
+  }
+  n0 -= g.N1;
+  g.N -= g.N1;
+  g.w = g.w2;
+  g.w_scale = g.w2_scale;
+  g.out = g.out2;
+  g.ldo = g.ldo2;
+}
 
 // D += A . B for one m16n8k32 tile of e4m3 operands, fp32 accumulation (sm_89 and later).
 __device__ __forceinline__ void mma_e4m3(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
@@ -341,7 +364,8 @@ __global__ __launch_bounds__(256) void gemm_fp8_mma_kernel(Fp8MmaArgs g) {
   __shared__ float red[8][64];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int grp = lane >> 2, tig = lane & 3;
-  const int64_t n0 = (int64_t(blockIdx.x) * GPB + warp / WPC) * 8;
+  int64_t n0 = (int64_t(blockIdx.x) * GPB + warp / WPC) * 8;
+  fp8_select_matrix(g, n0);
   const int part = warp % WPC;
   const int64_t KB = g.K / kBlk;
   const int64_t kb0 = part * KB / WPC, kb1 = (part + 1) * KB / WPC;
@@ -406,7 +430,8 @@ __global__ __launch_bounds__(256) void gemm_fp8_wide_kernel(Fp8MmaArgs g) {
   __shared__ float red[8][NT][64];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int grp = lane >> 2, tig = lane & 3;
-  const int64_t n0 = int64_t(blockIdx.x) * NT * 8;
+  int64_t n0 = int64_t(blockIdx.x) * NT * 8;
+  fp8_select_matrix(g, n0);
   const int64_t KB = g.K / kBlk;
   const bool row_ok = grp < g.M;
   // The block's columns lie in one activation group and one row of weight blocks (the host picks
@@ -507,7 +532,7 @@ void gemm_fp8_mma(CudaBackend& be, const char* op, Stream s, const Tensor& out, 
   for (int64_t m0 = 0; m0 < M; m0 += 8) {
     Fp8MmaArgs g{static_cast<char*>(out.data) + m0 * N * os, fcode(out.dtype), N,
                  static_cast<const char*>(a.data) + m0 * G * K * as, G * K, w.ptr<uint8_t>(), w_scale.ptr<float>(),
-                 std::min<int64_t>(8, M - m0), N, K, N / G};
+                 std::min<int64_t>(8, M - m0), N, K, N / G, N, nullptr, nullptr, nullptr, 0};
     const bool bf = a.dtype == DType::BF16;
     switch (fp8_decode_kernel(be.variants().fp8_decode, N)) {
       case Fp8Decode::Wide: {
@@ -527,6 +552,38 @@ void gemm_fp8_mma(CudaBackend& be, const char* op, Stream s, const Tensor& out, 
       }
     }
   }
+}
+
+// One decode launch for the columns of both matrices of a pair; the kernel is chosen for the
+// pair's total width. False when the shapes do not allow it (the caller runs two gemm_fp8).
+bool gemm_fp8_pair_mma(CudaBackend& be, const char* op, Stream s, const Tensor& out1, const Tensor& out2,
+                       const Tensor& a, const Tensor& w1, const Tensor& w1_scale, const Tensor& w2,
+                       const Tensor& w2_scale, int64_t M, int64_t N1, int64_t N2, int64_t K) {
+  const int64_t N = N1 + N2;
+  const Fp8Decode kind = fp8_decode_kernel(be.variants().fp8_decode, N);
+  int nt = 1;
+  if (kind == Fp8Decode::Wide) {
+    nt = fp8_wide_tiles(N, N, be.sm_count());
+    while (nt > 1 && N1 % (8 * nt) != 0) nt /= 2;  // no block across the two matrices
+  }
+  if (M < 1 || M > kFp8GemvUpTo || N1 % 8 != 0 || N2 % 8 != 0) return false;
+  cudaStream_t st = be.stream(s, op);
+  Fp8MmaArgs g{out1.data, fcode(out1.dtype), N1, a.data, K, w1.ptr<uint8_t>(), w1_scale.ptr<float>(),
+               M, N, K, N, N1, w2.ptr<uint8_t>(), w2_scale.ptr<float>(), out2.data, N2};
+  const bool bf = a.dtype == DType::BF16;
+  if (kind == Fp8Decode::Wide) {
+    if (bf)
+      launch_fp8_wide<bf16>(op, st, nt, N, g);
+    else
+      launch_fp8_wide<float>(op, st, nt, N, g);
+  } else {
+    const int wpc = fp8_mma_warps_per_group(N, K, be.sm_count());
+    if (bf)
+      launch_fp8_mma<bf16>(op, st, wpc, cdiv(N, 8), g);
+    else
+      launch_fp8_mma<float>(op, st, wpc, cdiv(N, 8), g);
+  }
+  return true;
 }
 
 #define LT_CHECK(op, call)                                                                           \
@@ -682,6 +739,26 @@ void CudaBackend::gemm_fp8(Stream s, const Tensor& out, const Tensor& a, const T
     else
       gemm_fp8_gemv(*this, op, s, out_rest, a_rest, w, w_scale, M - done, G * N, K, G);
   }
+}
+
+// Two projections of one input (wq_a and wkv; the shared expert's w1 and w3) as one decode launch
+// under the variant fp8-pair=on: both matrices' columns in one grid, each warp (warp kernel) or
+// block (wide kernel) on one matrix, the same products as two gemm_fp8 calls. Other shapes, more
+// than 8 rows, and the variant off (the default until a GPU has timed it) run the two gemm_fp8.
+void CudaBackend::gemm_fp8_pair(Stream s, const Tensor& out1, const Tensor& out2, const Tensor& a, const Tensor& w1,
+                                const Tensor& w1_scale, const Tensor& w2, const Tensor& w2_scale) {
+  const char* op = "gemm_fp8_pair";
+  const auto [M, N1, K, G1] = checks::validate_gemm_fp8<OpRules>(out1, a, w1, w1_scale, 1);
+  const auto [M2, N2, K2, G2] = checks::validate_gemm_fp8<OpRules>(out2, a, w2, w2_scale, 1);
+  stream(s, op);
+  if (variants().fp8_pair && M == M2 && K == K2 && out1.dtype == out2.dtype && !overlaps(out1, out2)) {
+    check_aligned(op, "w1", w1.data, 16);
+    check_aligned(op, "w2", w2.data, 16);
+    check_aligned(op, "a", a.data, 16);
+    note_gemm(s, op);
+    if (gemm_fp8_pair_mma(*this, op, s, out1, out2, a, w1, w1_scale, w2, w2_scale, M, N1, N2, K)) return;
+  }
+  Backend::gemm_fp8_pair(s, out1, out2, a, w1, w1_scale, w2, w2_scale);
 }
 
 // ---------------------------------------------------------------- the native formats' quantizers

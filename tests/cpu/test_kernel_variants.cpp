@@ -36,18 +36,20 @@ TEST(KernelVariants, EmptyIsTheDefaults) {
   EXPECT_EQ(d.mxfp4_decode, Mxfp4Decode::Table);
   EXPECT_FALSE(d.mxfp4_swap);
   EXPECT_FALSE(d.mxfp4_prefill_gemm);
+  EXPECT_FALSE(d.fp8_pair);
 }
 
 TEST(KernelVariants, EveryKeyParsesAndPrintsBack) {
   const KernelVariants k = KernelVariants::parse(
       "attn-decode=off,attn-splits=8,gemv-bf16-max-mb=0,pdl=off,cublas-workspace-kb=0,mxfp4-mma=off,fp8-decode=wide,mxfp4-wide=on,"
-      "mxfp4-decode=shift,mxfp4-swap=on,mxfp4-prefill=gemm");
+      "mxfp4-decode=shift,mxfp4-swap=on,mxfp4-prefill=gemm,fp8-pair=on");
   EXPECT_FALSE(k.attention_decode_kernel);
   EXPECT_EQ(k.fp8_decode, Fp8Decode::Wide);
   EXPECT_TRUE(k.mxfp4_wide);
   EXPECT_EQ(k.mxfp4_decode, Mxfp4Decode::Shift);
   EXPECT_TRUE(k.mxfp4_swap);
   EXPECT_TRUE(k.mxfp4_prefill_gemm);
+  EXPECT_TRUE(k.fp8_pair);
   EXPECT_EQ(KernelVariants::parse("mxfp4-prefill=mma"), KernelVariants{});
   EXPECT_EQ(KernelVariants::parse("mxfp4-decode=table").mxfp4_decode, Mxfp4Decode::Table);
   EXPECT_EQ(KernelVariants::parse("mxfp4-decode=shift").changes(), "mxfp4-decode=shift");

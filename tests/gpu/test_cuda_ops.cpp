@@ -79,7 +79,7 @@ const char* const kVariants[] = {
     "attn-decode=off", "attn-splits=1", "attn-splits=32",
     "gemv-bf16-max-mb=0", "pdl=off", "cublas-workspace-kb=0", "mxfp4-mma=off", "fp8-decode=warp", "fp8-decode=wide",
     "mxfp4-wide=on", "mxfp4-decode=shift", "mxfp4-decode=shift,mxfp4-wide=on", "mxfp4-swap=on",
-    "mxfp4-prefill=gemm",
+    "mxfp4-prefill=gemm", "fp8-pair=on", "fp8-pair=on,fp8-decode=wide",
 };
 
 std::string variant_test_name(const ::testing::TestParamInfo<const char*>& info) {
@@ -453,6 +453,42 @@ TEST_P(CudaOps, GemmFp8) {
       EXPECT_EQ(after.cublaslt > before.cublaslt, lt) << "M=" << c.M << " N=" << c.N;
       EXPECT_EQ(after.fallback, before.fallback) << "M=" << c.M << " N=" << c.N << ": cuBLASLt found no algorithm";
     }
+  }
+}
+
+// gemm_fp8_pair (native wq_a with wkv, the shared expert's w1 with w3) against the CPU reference's
+// two gemm_fp8: under fp8-pair=on one decode launch over both matrices' columns (flash's 1024 +
+// 512 and 2048 + 2048, a small pair whose second matrix is not whole 128-row blocks, one whose
+// first is 8 columns); more than 8 rows, and columns not in groups of 8, as two gemm_fp8.
+TEST_P(CudaOps, GemmFp8Pair) {
+  struct Case {
+    int64_t M, N1, N2, K;
+  };
+  auto fp8_weight = [&](const char* name, int64_t N, int64_t K) {
+    std::vector<int32_t> ci = randi(size_t(N * K), 0, 253);
+    std::vector<uint8_t> codes(ci.size());
+    for (size_t i = 0; i < ci.size(); ++i) codes[i] = uint8_t(ci[i] >= 127 ? ci[i] + 1 : ci[i]);  // no 0x7F
+    T2 w;
+    w.kind = Kind::I32;
+    w.c = cpu_->alloc(name, DType::U8, {N, K}, AllocKind::Weight);
+    w.g = gpu_->alloc(name, DType::U8, {N, K}, AllocKind::Weight);
+    cpu_->upload(Stream{}, w.c, codes.data(), codes.size());
+    gpu_->upload(Stream{}, w.g, codes.data(), codes.size());
+    return w;
+  };
+  for (const Case& c : {Case{1, 1024, 512, 4096}, Case{2, 2048, 2048, 4096}, Case{8, 256, 136, 512},
+                        Case{3, 8, 200, 256}, Case{12, 512, 256, 1024}, Case{2, 100, 64, 256}}) {
+    T2 w1 = fp8_weight("w1", c.N1, c.K), w2 = fp8_weight("w2", c.N2, c.K);
+    T2 s1 = make_rand("w1_scale", Kind::F32, {(c.N1 + 127) / 128, c.K / 128}, 0.001f, 0.01f);
+    T2 s2 = make_rand("w2_scale", Kind::F32, {(c.N2 + 127) / 128, c.K / 128}, 0.001f, 0.01f);
+    T2 a = make_rand("a", Kind::Act, {c.M, c.K}, -4.f, 4.f);
+    T2 o1 = zeros("o1", Kind::Act, {c.M, c.N1}), o2 = zeros("o2", Kind::Act, {c.M, c.N2});
+    cpu_->gemm_fp8_pair(Stream{}, o1.c, o2.c, a.c, w1.c, s1.c, w2.c, s2.c);
+    gpu_->gemm_fp8_pair(Stream{}, o1.g, o2.g, a.g, w1.g, s1.g, w2.g, s2.g);
+    const std::string tag = " M=" + std::to_string(c.M) + " N1=" + std::to_string(c.N1) + " N2=" +
+                            std::to_string(c.N2) + " K=" + std::to_string(c.K);
+    expect_close(o1, "gemm_fp8_pair out1" + tag);
+    expect_close(o2, "gemm_fp8_pair out2" + tag);
   }
 }
 
