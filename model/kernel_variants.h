@@ -62,6 +62,7 @@ struct KernelVariants {
   // The MXFP4 experts past decode sizes (more than 64 token-expert pairs): the grouped GEMM of the
   // bf16 experts with each 64-column weight tile decoded in shared memory once per 16- or 64-row
   // tile (gemm; not yet timed on a GPU), or the 8-row tensor-core kernels as at decode (mma).
+  // gemm takes precedence over mxfp4-mma, mxfp4-swap and mxfp4-wide at those sizes.
   bool mxfp4_prefill_gemm = false;
 
   // "key=value,key=value": attn-decode=on|off, attn-splits=N, gemv-bf16-max-mb=N, pdl=on|off,

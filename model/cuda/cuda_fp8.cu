@@ -566,7 +566,7 @@ bool gemm_fp8_pair_mma(CudaBackend& be, const char* op, Stream s, const Tensor& 
     nt = fp8_wide_tiles(N, N, be.sm_count());
     while (nt > 1 && N1 % (8 * nt) != 0) nt /= 2;  // no block across the two matrices
   }
-  if (M < 1 || M > kFp8GemvUpTo || N1 % 8 != 0 || N2 % 8 != 0) return false;
+  if (M < 1 || M > kFp8GemvUpTo || N == 0 || N1 % 8 != 0 || N2 % 8 != 0) return false;
   cudaStream_t st = be.stream(s, op);
   Fp8MmaArgs g{out1.data, fcode(out1.dtype), N1, a.data, K, w1.ptr<uint8_t>(), w1_scale.ptr<float>(),
                M, N, K, N, N1, w2.ptr<uint8_t>(), w2_scale.ptr<float>(), out2.data, N2};
