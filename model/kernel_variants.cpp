@@ -12,7 +12,7 @@ const char* const kKernelVariantsHelp =
     "CUDA kernel variants, key=value[,key=value...]: attn-decode=on|off, attn-splits=N (0 = auto), "
     "gemv-bf16-max-mb=N, pdl=on|off, cublas-workspace-kb=N, mxfp4-mma=on|off, fp8-decode=auto|warp|wide, "
     "mxfp4-wide=on|off, mxfp4-decode=table|shift, mxfp4-swap=on|off, "
-    "mxfp4-prefill=mma|gemm, fp8-pair=on|off (default: the measured best of each)";
+    "mxfp4-prefill=mma|gemm, fp8-pair=on|off, route=block|warp (default: the measured best of each)";
 
 namespace {
 
@@ -91,6 +91,10 @@ KernelVariants KernelVariants::parse(const std::string& spec) {
       else fail("--kernel-variants: ", key, "=", v, ": expected table or shift");
     } else if (key == "mxfp4-swap") {
       k.mxfp4_swap = on_off(key, v);
+    } else if (key == "route") {
+      if (v == "block") k.route_warp = false;
+      else if (v == "warp") k.route_warp = true;
+      else fail("--kernel-variants: ", key, "=", v, ": expected block or warp");
     } else if (key == "fp8-pair") {
       k.fp8_pair = on_off(key, v);
     } else if (key == "mxfp4-prefill") {
@@ -102,7 +106,7 @@ KernelVariants KernelVariants::parse(const std::string& spec) {
     } else {
       fail("--kernel-variants: unknown key '", key,
            "' (attn-decode, attn-splits, gemv-bf16-max-mb, pdl, cublas-workspace-kb, mxfp4-mma, fp8-decode, mxfp4-wide, "
-           "mxfp4-decode, mxfp4-swap, mxfp4-prefill, fp8-pair)");
+           "mxfp4-decode, mxfp4-swap, mxfp4-prefill, fp8-pair, route)");
     }
   }
   return k;
@@ -118,7 +122,8 @@ std::string KernelVariants::str() const {
     << ",cublas-workspace-kb=" << (cublas_workspace_bytes >> 10) << ",mxfp4-mma=" << oo(mxfp4_mma)
     << ",fp8-decode=" << fp8_decode_names[int(fp8_decode)] << ",mxfp4-wide=" << oo(mxfp4_wide)
     << ",mxfp4-decode=" << mxfp4_decode_names[int(mxfp4_decode)] << ",mxfp4-swap=" << oo(mxfp4_swap)
-    << ",mxfp4-prefill=" << (mxfp4_prefill_gemm ? "gemm" : "mma") << ",fp8-pair=" << oo(fp8_pair);
+    << ",mxfp4-prefill=" << (mxfp4_prefill_gemm ? "gemm" : "mma") << ",fp8-pair=" << oo(fp8_pair)
+    << ",route=" << (route_warp ? "warp" : "block");
   return s.str();
 }
 

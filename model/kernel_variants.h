@@ -45,6 +45,9 @@ struct KernelVariants {
   // gemm_fp8_pair at decode (wq_a with wkv, the shared expert's w1 with w3): one launch over both
   // matrices' columns (true; not yet timed on a GPU), or the two gemm_fp8 launches (false).
   bool fp8_pair = false;
+  // The MoE routing's top-k: a warp per token, its k rounds warp-synchronous (true; not yet timed
+  // on a GPU), or a block of 256 threads per token, two block barriers per round (false).
+  bool route_warp = false;
   // The MXFP4 experts on the tensor cores: a block's 8 warps share K and a warp feeds 1-4 column
   // tiles per activation chunk (true), or a warp per 8 columns walking K alone (false, the
   // default: the wide kernel measured 3 % faster at 1 token and 9 % slower at 8).
@@ -67,7 +70,8 @@ struct KernelVariants {
 
   // "key=value,key=value": attn-decode=on|off, attn-splits=N, gemv-bf16-max-mb=N, pdl=on|off,
   // cublas-workspace-kb=N, mxfp4-mma=on|off, fp8-decode=auto|warp|wide, mxfp4-wide=on|off,
-  // mxfp4-decode=table|shift, mxfp4-swap=on|off, mxfp4-prefill=mma|gemm, fp8-pair=on|off.
+  // mxfp4-decode=table|shift, mxfp4-swap=on|off, mxfp4-prefill=mma|gemm, fp8-pair=on|off,
+  // route=block|warp.
   // Unknown keys
   // and bad values are errors naming the key and the accepted values (a retired key says why it
   // went). An empty spec is the defaults.

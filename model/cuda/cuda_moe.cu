@@ -95,6 +95,35 @@ __device__ __forceinline__ bool route_better(float v, int i, float bv, int bi) {
   return v > bv || (v == bv && i < bi);
 }
 
+// The score s = sqrt(softplus(z)) of one logit, and its selection key s + bias.
+__device__ __forceinline__ void route_score(const RouteArgs& a, int64_t t, int e, float* sc, float* ky) {
+  const float z = a.logits[t * a.E + e];
+  const float s = sqrtf(z > 20.f ? z : log1pf(expf(z)));
+  sc[e] = s;
+  ky[e] = s + (a.bias ? a.bias[e] : 0.f);
+}
+
+// One thread: the chosen experts' unbiased scores normalised in slot order and scaled.
+__device__ __forceinline__ void route_finish(const RouteArgs& a, int64_t t, const float* sc, const int* chosen) {
+  float sum = 0.f;
+  for (int i = 0; i < a.k; ++i) {
+    const int id = chosen[i];
+    sum += (id >= 0 && id < a.E) ? sc[id] : 0.f;
+  }
+  if (sum <= 0.f) sum = 1.f;
+  for (int i = 0; i < a.k; ++i) {
+    const int id = chosen[i];
+    a.ids[t * a.k + i] = id;
+    a.weights[t * a.k + i] = (id >= 0 && id < a.E) ? sc[id] / sum * a.scaling : 0.f;
+  }
+}
+
+// A hashed layer's experts of token t, slot i.
+__device__ __forceinline__ int route_hashed(const RouteArgs& a, int64_t t, int i) {
+  const int32_t tok = a.tokens[t];
+  return (tok >= 0 && tok < a.V) ? a.tid2eid[int64_t(tok) * a.k + i] : -1;
+}
+
 __global__ __launch_bounds__(256) void route_kernel(RouteArgs a) {
   pdl_enter();
   extern __shared__ float route_smem[];
@@ -107,16 +136,12 @@ __global__ __launch_bounds__(256) void route_kernel(RouteArgs a) {
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int64_t t = blockIdx.x;
   for (int e = tid; e < a.E; e += 256) {
-    const float z = a.logits[t * a.E + e];
-    const float s = sqrtf(z > 20.f ? z : log1pf(expf(z)));
-    sc[e] = s;
-    ky[e] = s + (a.bias ? a.bias[e] : 0.f);
+    route_score(a, t, e, sc, ky);
     taken[e] = 0;
   }
   __syncthreads();
   if (a.tid2eid) {
-    const int32_t tok = a.tokens[t];
-    if (tid < a.k) chosen[tid] = (tok >= 0 && tok < a.V) ? a.tid2eid[int64_t(tok) * a.k + tid] : -1;
+    if (tid < a.k) chosen[tid] = route_hashed(a, t, tid);
   } else {
     for (int i = 0; i < a.k; ++i) {
       float bv = -INFINITY;
@@ -159,19 +184,58 @@ __global__ __launch_bounds__(256) void route_kernel(RouteArgs a) {
     }
   }
   __syncthreads();
-  if (tid == 0) {
-    float sum = 0.f;
+  if (tid == 0) route_finish(a, t, sc, chosen);
+}
+
+// route=warp: one warp per token, four tokens per block, no block barrier: each of the k rounds is
+// a scan of the lane's keys (e = lane + 32 j; its taken ones in a 64-bit mask) and a butterfly
+// argmax, after which every lane holds the same winner (route_better is a strict total order, so
+// the result is route_kernel's, tie for tie). route_kernel's rounds each cross two block barriers
+// and a serial scan of the 8 warps' candidates by thread 0.
+constexpr int kRouteWarpTokens = 4;
+
+__global__ __launch_bounds__(32 * kRouteWarpTokens) void route_warp_kernel(RouteArgs a) {
+  pdl_enter();
+  extern __shared__ float route_smem[];
+  __shared__ int chosen[kRouteWarpTokens][64];
+  const int lane = threadIdx.x & 31, wib = threadIdx.x >> 5;
+  const int64_t t = int64_t(blockIdx.x) * kRouteWarpTokens + wib;
+  if (t >= a.T) return;  // the whole warp
+  float* sc = route_smem + size_t(wib) * 2 * a.E;
+  float* ky = sc + a.E;
+  for (int e = lane; e < a.E; e += 32) route_score(a, t, e, sc, ky);
+  __syncwarp();
+  if (a.tid2eid) {
+    for (int i = lane; i < a.k; i += 32) chosen[wib][i] = route_hashed(a, t, i);
+  } else {
+    uint64_t taken = 0;  // bit j: expert lane + 32 j (E <= 2048)
     for (int i = 0; i < a.k; ++i) {
-      const int id = chosen[i];
-      sum += (id >= 0 && id < a.E) ? sc[id] : 0.f;
-    }
-    if (sum <= 0.f) sum = 1.f;
-    for (int i = 0; i < a.k; ++i) {
-      const int id = chosen[i];
-      a.ids[t * a.k + i] = id;
-      a.weights[t * a.k + i] = (id >= 0 && id < a.E) ? sc[id] / sum * a.scaling : 0.f;
+      float bv = -INFINITY;
+      int bi = INT_MAX;
+      for (int j = 0, e = lane; e < a.E; ++j, e += 32) {
+        if (taken >> j & 1u) continue;
+        float v = ky[e];
+        if (v != v) v = -INFINITY;
+        if (route_better(v, e, bv, bi)) {
+          bv = v;
+          bi = e;
+        }
+      }
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (route_better(ov, oi, bv, bi)) {
+          bv = ov;
+          bi = oi;
+        }
+      }
+      if (bi != INT_MAX && (bi & 31) == lane) taken |= uint64_t(1) << (bi >> 5);
+      if (lane == 0) chosen[wib][i] = bi == INT_MAX ? -1 : bi;
     }
   }
+  __syncwarp();
+  if (lane == 0) route_finish(a, t, sc, chosen[wib]);
 }
 
 // ================================================================ permutation
@@ -1277,9 +1341,15 @@ void CudaBackend::route(Stream s, const Tensor& ids, const Tensor& weights, cons
               int(E),
               int(k),
               scaling};
-  const size_t smem = size_t(2) * E * 4 + size_t(E);
-  allow_smem(op, route_kernel, smem, smem_optin());
-  launch_kernel(op, route_kernel, unsigned(T), 256, smem, st, a);
+  if (variants().route_warp) {
+    const size_t smem = size_t(kRouteWarpTokens) * 2 * E * 4;
+    allow_smem(op, route_warp_kernel, smem, smem_optin());
+    launch_kernel(op, route_warp_kernel, unsigned(cdiv(T, kRouteWarpTokens)), 32 * kRouteWarpTokens, smem, st, a);
+  } else {
+    const size_t smem = size_t(2) * E * 4 + size_t(E);
+    allow_smem(op, route_kernel, smem, smem_optin());
+    launch_kernel(op, route_kernel, unsigned(T), 256, smem, st, a);
+  }
   CUDA_LAUNCH_CHECK(op, st);
 }
 

@@ -37,12 +37,13 @@ TEST(KernelVariants, EmptyIsTheDefaults) {
   EXPECT_FALSE(d.mxfp4_swap);
   EXPECT_FALSE(d.mxfp4_prefill_gemm);
   EXPECT_FALSE(d.fp8_pair);
+  EXPECT_FALSE(d.route_warp);
 }
 
 TEST(KernelVariants, EveryKeyParsesAndPrintsBack) {
   const KernelVariants k = KernelVariants::parse(
       "attn-decode=off,attn-splits=8,gemv-bf16-max-mb=0,pdl=off,cublas-workspace-kb=0,mxfp4-mma=off,fp8-decode=wide,mxfp4-wide=on,"
-      "mxfp4-decode=shift,mxfp4-swap=on,mxfp4-prefill=gemm,fp8-pair=on");
+      "mxfp4-decode=shift,mxfp4-swap=on,mxfp4-prefill=gemm,fp8-pair=on,route=warp");
   EXPECT_FALSE(k.attention_decode_kernel);
   EXPECT_EQ(k.fp8_decode, Fp8Decode::Wide);
   EXPECT_TRUE(k.mxfp4_wide);
@@ -50,6 +51,7 @@ TEST(KernelVariants, EveryKeyParsesAndPrintsBack) {
   EXPECT_TRUE(k.mxfp4_swap);
   EXPECT_TRUE(k.mxfp4_prefill_gemm);
   EXPECT_TRUE(k.fp8_pair);
+  EXPECT_TRUE(k.route_warp);
   EXPECT_EQ(KernelVariants::parse("mxfp4-prefill=mma"), KernelVariants{});
   EXPECT_EQ(KernelVariants::parse("mxfp4-decode=table").mxfp4_decode, Mxfp4Decode::Table);
   EXPECT_EQ(KernelVariants::parse("mxfp4-decode=shift").changes(), "mxfp4-decode=shift");
@@ -89,6 +91,7 @@ TEST(KernelVariants, BadInputNamesTheKeyAndWhatItTakes) {
                         Case{"mxfp4-lut=on", "2026-12-05-h200-mxfp4-lut"},
                         Case{"mxfp4-decode=lut", "expected table or shift"},
                         Case{"mxfp4-prefill=on", "expected mma or gemm"},
+                        Case{"route=thread", "expected block or warp"},
                         Case{"cublas-workspace-kb=-5", "cublas-workspace-kb"}, Case{"speed=max", "unknown key 'speed'"},
                         Case{"pdl", "expected key=value"}}) {
     SCOPED_TRACE(c.spec);

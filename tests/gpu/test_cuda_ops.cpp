@@ -79,7 +79,7 @@ const char* const kVariants[] = {
     "attn-decode=off", "attn-splits=1", "attn-splits=32",
     "gemv-bf16-max-mb=0", "pdl=off", "cublas-workspace-kb=0", "mxfp4-mma=off", "fp8-decode=warp", "fp8-decode=wide",
     "mxfp4-wide=on", "mxfp4-decode=shift", "mxfp4-decode=shift,mxfp4-wide=on", "mxfp4-swap=on",
-    "mxfp4-prefill=gemm", "fp8-pair=on", "fp8-pair=on,fp8-decode=wide",
+    "mxfp4-prefill=gemm", "fp8-pair=on", "fp8-pair=on,fp8-decode=wide", "route=warp",
 };
 
 std::string variant_test_name(const ::testing::TestParamInfo<const char*>& info) {
@@ -1167,6 +1167,28 @@ TEST_P(CudaOps, SparseAttention) {
 // ================================================================ MoE
 
 TEST_P(CudaOps, RouteScoredAndHashed) {
+  // Scored: flash-like sizes, many exact ties (logits on a coarse grid, no bias: ties go to the
+  // lower expert), and the most experts the kernels take.
+  struct Scored {
+    int64_t T, E, k;
+    bool ties;
+  };
+  for (const Scored& c : {Scored{5, 256, 8, true}, Scored{3, 2048, 6, false}, Scored{9, 96, 64, true}}) {
+    std::vector<float> z = rand(size_t(c.T * c.E), -4.f, 25.f);
+    if (c.ties)
+      for (float& v : z) v = std::round(v / 4.f) * 4.f;
+    T2 logits = make_rand("logits", Kind::F32, {c.T, c.E});
+    cpu_->upload(Stream{}, logits.c, z.data(), z.size() * 4);
+    gpu_->upload(Stream{}, logits.g, z.data(), z.size() * 4);
+    T2 bias = c.ties ? zeros("bias", Kind::F32, {c.E}) : make_rand("bias", Kind::F32, {c.E}, -0.5f, 0.5f);
+    T2 ids = make_i32("ids", {c.T, c.k}, std::vector<int32_t>(size_t(c.T * c.k), 0));
+    T2 wts = zeros("w", Kind::F32, {c.T, c.k});
+    cpu_->route(Stream{}, ids.c, wts.c, logits.c, bias.c, Tensor{}, Tensor{}, 1.5f);
+    gpu_->route(Stream{}, ids.g, wts.g, logits.g, bias.g, Tensor{}, Tensor{}, 1.5f);
+    const std::string tag = " T=" + std::to_string(c.T) + " E=" + std::to_string(c.E) + (c.ties ? " ties" : "");
+    expect_equal_i32(ids, "route ids (scored)" + tag);
+    expect_close(wts, "route weights (scored)" + tag, 1e-5);
+  }
   const int64_t T = 37, E = 64, k = 6, V = 100;
   T2 logits = make_rand("logits", Kind::F32, {T, E}, -4.f, 25.f);  // crosses the softplus threshold
   T2 bias = make_rand("bias", Kind::F32, {E}, -0.5f, 0.5f);
