@@ -95,6 +95,29 @@ __device__ __forceinline__ bool route_better(float v, int i, float bv, int bi) {
   return v > bv || (v == bv && i < bi);
 }
 
+// Candidate e with key v (NaN counts as -inf) against the best so far.
+__device__ __forceinline__ void route_consider(float v, int e, float& bv, int& bi) {
+  if (v != v) v = -INFINITY;
+  if (route_better(v, e, bv, bi)) {
+    bv = v;
+    bi = e;
+  }
+}
+
+// The warp's best (key, expert) in every lane: a butterfly, exact because route_better is a
+// strict total order.
+__device__ __forceinline__ void warp_route_best(float& bv, int& bi) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+    const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+    if (route_better(ov, oi, bv, bi)) {
+      bv = ov;
+      bi = oi;
+    }
+  }
+}
+
 // The score s = sqrt(softplus(z)) of one logit, and its selection key s + bias.
 __device__ __forceinline__ void route_score(const RouteArgs& a, int64_t t, int e, float* sc, float* ky) {
   const float z = a.logits[t * a.E + e];
@@ -146,24 +169,9 @@ __global__ __launch_bounds__(256) void route_kernel(RouteArgs a) {
     for (int i = 0; i < a.k; ++i) {
       float bv = -INFINITY;
       int bi = INT_MAX;
-      for (int e = tid; e < a.E; e += 256) {
-        if (taken[e]) continue;
-        float v = ky[e];
-        if (v != v) v = -INFINITY;
-        if (route_better(v, e, bv, bi)) {
-          bv = v;
-          bi = e;
-        }
-      }
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) {
-        const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-        const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-        if (route_better(ov, oi, bv, bi)) {
-          bv = ov;
-          bi = oi;
-        }
-      }
+      for (int e = tid; e < a.E; e += 256)
+        if (!taken[e]) route_consider(ky[e], e, bv, bi);
+      warp_route_best(bv, bi);
       if (lane == 0) {
         wv[warp] = bv;
         wi[warp] = bi;
@@ -212,24 +220,9 @@ __global__ __launch_bounds__(32 * kRouteWarpTokens) void route_warp_kernel(Route
     for (int i = 0; i < a.k; ++i) {
       float bv = -INFINITY;
       int bi = INT_MAX;
-      for (int j = 0, e = lane; e < a.E; ++j, e += 32) {
-        if (taken >> j & 1u) continue;
-        float v = ky[e];
-        if (v != v) v = -INFINITY;
-        if (route_better(v, e, bv, bi)) {
-          bv = v;
-          bi = e;
-        }
-      }
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) {
-        const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-        const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-        if (route_better(ov, oi, bv, bi)) {
-          bv = ov;
-          bi = oi;
-        }
-      }
+      for (int j = 0, e = lane; e < a.E; ++j, e += 32)
+        if (!(taken >> j & 1u)) route_consider(ky[e], e, bv, bi);
+      warp_route_best(bv, bi);
       if (bi != INT_MAX && (bi & 31) == lane) taken |= uint64_t(1) << (bi >> 5);
       if (lane == 0) chosen[wib][i] = bi == INT_MAX ? -1 : bi;
     }
