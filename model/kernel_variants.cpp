@@ -16,11 +16,14 @@ const char* const kKernelVariantsHelp =
 
 namespace {
 
-bool on_off(const std::string& key, const std::string& v) {
-  if (v == "on") return true;
-  if (v == "off") return false;
-  fail("--kernel-variants: ", key, "=", v, ": expected on or off");
+// Which of a key's two values v is: false for `first`, true for `second`.
+bool either(const std::string& key, const std::string& v, const char* first, const char* second) {
+  if (v == first) return false;
+  if (v == second) return true;
+  fail("--kernel-variants: ", key, "=", v, ": expected ", first, " or ", second);
 }
+
+bool on_off(const std::string& key, const std::string& v) { return !either(key, v, "on", "off"); }
 
 int64_t integer(const std::string& key, const std::string& v, int64_t lo, int64_t hi) {
   int64_t n = 0;
@@ -86,21 +89,15 @@ KernelVariants KernelVariants::parse(const std::string& spec) {
     } else if (key == "mxfp4-wide") {
       k.mxfp4_wide = on_off(key, v);
     } else if (key == "mxfp4-decode") {
-      if (v == "table") k.mxfp4_decode = Mxfp4Decode::Table;
-      else if (v == "shift") k.mxfp4_decode = Mxfp4Decode::Shift;
-      else fail("--kernel-variants: ", key, "=", v, ": expected table or shift");
+      k.mxfp4_decode = either(key, v, "table", "shift") ? Mxfp4Decode::Shift : Mxfp4Decode::Table;
     } else if (key == "mxfp4-swap") {
       k.mxfp4_swap = on_off(key, v);
     } else if (key == "route") {
-      if (v == "block") k.route_warp = false;
-      else if (v == "warp") k.route_warp = true;
-      else fail("--kernel-variants: ", key, "=", v, ": expected block or warp");
+      k.route_warp = either(key, v, "block", "warp");
     } else if (key == "fp8-pair") {
       k.fp8_pair = on_off(key, v);
     } else if (key == "mxfp4-prefill") {
-      if (v == "mma") k.mxfp4_prefill_gemm = false;
-      else if (v == "gemm") k.mxfp4_prefill_gemm = true;
-      else fail("--kernel-variants: ", key, "=", v, ": expected mma or gemm");
+      k.mxfp4_prefill_gemm = either(key, v, "mma", "gemm");
     } else if (const char* why = removed(key)) {
       fail("--kernel-variants: '", key, "' is no longer a variant: ", why);
     } else {

@@ -122,8 +122,6 @@ def report(name, insns, out, weights_per_mma=0):
         out.write(f"  per weight ({weights_per_mma} a lane per MMA): " +
                   ", ".join(f"{c} {by_class[c] / w:.2f}" for c in ["alu", "fma"]) + f", all {len(loop) / w:.2f}\n")
     out.write("  opcodes: " + ", ".join(f"{op} {n}" for op, n in by_op.most_common(14)) + "\n")
-    return {"kernel": name, "loop_instructions": len(loop), "mmas": mmas, "classes": dict(by_class),
-            "opcodes": dict(by_op)}
 
 
 def main():

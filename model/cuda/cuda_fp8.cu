@@ -525,32 +525,35 @@ Fp8Decode fp8_decode_kernel(Fp8Decode v, int64_t N) {
 
 // Rows [0, M) of a on the tensor-core decode path, 8 rows per launch. N and the group width must
 // be multiples of 8 (gemm_fp8 checks before calling).
+// One decode launch of up to 8 rows, the kernel chosen for g's width under the variant (bf: bf16
+// activations, else F32). The wide kernel's column tiles shrink until no block crosses g.N1 (a
+// pair's second matrix; for one matrix N1 = N, a multiple of the tiles already).
+void launch_fp8_decode(CudaBackend& be, const char* op, cudaStream_t st, const Fp8MmaArgs& g, bool bf) {
+  if (fp8_decode_kernel(be.variants().fp8_decode, g.N) == Fp8Decode::Wide) {
+    int nt = fp8_wide_tiles(g.N, g.Ng, be.sm_count());
+    while (nt > 1 && g.N1 % (8 * nt) != 0) nt /= 2;
+    if (bf)
+      launch_fp8_wide<bf16>(op, st, nt, g.N, g);
+    else
+      launch_fp8_wide<float>(op, st, nt, g.N, g);
+  } else {
+    const int wpc = fp8_mma_warps_per_group(g.N, g.K, be.sm_count());
+    if (bf)
+      launch_fp8_mma<bf16>(op, st, wpc, cdiv(g.N, 8), g);
+    else
+      launch_fp8_mma<float>(op, st, wpc, cdiv(g.N, 8), g);
+  }
+}
+
 void gemm_fp8_mma(CudaBackend& be, const char* op, Stream s, const Tensor& out, const Tensor& a, const Tensor& w,
                   const Tensor& w_scale, int64_t M, int64_t N, int64_t K, int64_t G) {
   cudaStream_t st = be.stream(s, op);
   const size_t as = dtype_size(a.dtype), os = dtype_size(out.dtype);
   for (int64_t m0 = 0; m0 < M; m0 += 8) {
-    Fp8MmaArgs g{static_cast<char*>(out.data) + m0 * N * os, fcode(out.dtype), N,
-                 static_cast<const char*>(a.data) + m0 * G * K * as, G * K, w.ptr<uint8_t>(), w_scale.ptr<float>(),
-                 std::min<int64_t>(8, M - m0), N, K, N / G, N, nullptr, nullptr, nullptr, 0};
-    const bool bf = a.dtype == DType::BF16;
-    switch (fp8_decode_kernel(be.variants().fp8_decode, N)) {
-      case Fp8Decode::Wide: {
-        const int nt = fp8_wide_tiles(N, N / G, be.sm_count());
-        if (bf)
-          launch_fp8_wide<bf16>(op, st, nt, N, g);
-        else
-          launch_fp8_wide<float>(op, st, nt, N, g);
-        break;
-      }
-      default: {
-        const int wpc = fp8_mma_warps_per_group(N, K, be.sm_count());
-        if (bf)
-          launch_fp8_mma<bf16>(op, st, wpc, cdiv(N, 8), g);
-        else
-          launch_fp8_mma<float>(op, st, wpc, cdiv(N, 8), g);
-      }
-    }
+    const Fp8MmaArgs g{static_cast<char*>(out.data) + m0 * N * os, fcode(out.dtype), N,
+                       static_cast<const char*>(a.data) + m0 * G * K * as, G * K, w.ptr<uint8_t>(), w_scale.ptr<float>(),
+                       std::min<int64_t>(8, M - m0), N, K, N / G, N, nullptr, nullptr, nullptr, 0};
+    launch_fp8_decode(be, op, st, g, a.dtype == DType::BF16);
   }
 }
 
@@ -560,29 +563,10 @@ bool gemm_fp8_pair_mma(CudaBackend& be, const char* op, Stream s, const Tensor& 
                        const Tensor& a, const Tensor& w1, const Tensor& w1_scale, const Tensor& w2,
                        const Tensor& w2_scale, int64_t M, int64_t N1, int64_t N2, int64_t K) {
   const int64_t N = N1 + N2;
-  const Fp8Decode kind = fp8_decode_kernel(be.variants().fp8_decode, N);
-  int nt = 1;
-  if (kind == Fp8Decode::Wide) {
-    nt = fp8_wide_tiles(N, N, be.sm_count());
-    while (nt > 1 && N1 % (8 * nt) != 0) nt /= 2;  // no block across the two matrices
-  }
   if (M < 1 || M > kFp8GemvUpTo || N == 0 || N1 % 8 != 0 || N2 % 8 != 0) return false;
-  cudaStream_t st = be.stream(s, op);
-  Fp8MmaArgs g{out1.data, fcode(out1.dtype), N1, a.data, K, w1.ptr<uint8_t>(), w1_scale.ptr<float>(),
-               M, N, K, N, N1, w2.ptr<uint8_t>(), w2_scale.ptr<float>(), out2.data, N2};
-  const bool bf = a.dtype == DType::BF16;
-  if (kind == Fp8Decode::Wide) {
-    if (bf)
-      launch_fp8_wide<bf16>(op, st, nt, N, g);
-    else
-      launch_fp8_wide<float>(op, st, nt, N, g);
-  } else {
-    const int wpc = fp8_mma_warps_per_group(N, K, be.sm_count());
-    if (bf)
-      launch_fp8_mma<bf16>(op, st, wpc, cdiv(N, 8), g);
-    else
-      launch_fp8_mma<float>(op, st, wpc, cdiv(N, 8), g);
-  }
+  const Fp8MmaArgs g{out1.data, fcode(out1.dtype), N1, a.data, K, w1.ptr<uint8_t>(), w1_scale.ptr<float>(),
+                     M, N, K, N, N1, w2.ptr<uint8_t>(), w2_scale.ptr<float>(), out2.data, N2};
+  launch_fp8_decode(be, op, be.stream(s, op), g, a.dtype == DType::BF16);
   return true;
 }
 

@@ -152,6 +152,19 @@ class CudaOps : public ::testing::TestWithParam<const char*> {
   T2 make_rand(const std::string& name, Kind k, Shape s, float lo = -1.f, float hi = 1.f) {
     return make(name, k, s, rand(size_t(s.numel()), lo, hi));
   }
+  // Random e4m3 codes [rows, cols] (never 0x7F, e4m3's NaN), the same bytes on both backends.
+  T2 fp8_codes(const std::string& name, int64_t rows, int64_t cols) {
+    std::vector<int32_t> ci = randi(size_t(rows * cols), 0, 253);
+    std::vector<uint8_t> codes(ci.size());
+    for (size_t i = 0; i < ci.size(); ++i) codes[i] = uint8_t(ci[i] >= 127 ? ci[i] + 1 : ci[i]);
+    T2 w;
+    w.kind = Kind::I32;
+    w.c = cpu_->alloc(name, DType::U8, {rows, cols}, AllocKind::Weight);
+    w.g = gpu_->alloc(name, DType::U8, {rows, cols}, AllocKind::Weight);
+    cpu_->upload(Stream{}, w.c, codes.data(), codes.size());
+    gpu_->upload(Stream{}, w.g, codes.data(), codes.size());
+    return w;
+  }
   T2 zeros(const std::string& name, Kind k, Shape s) {
     T2 t;
     t.kind = k;
@@ -428,15 +441,7 @@ TEST_P(CudaOps, GemmFp8) {
   for (const Case& c : cases) {
     const int64_t GN = c.G * c.N;
     const int64_t NB = (GN + 127) / 128, KB = c.K / 128;
-    std::vector<int32_t> ci = randi(size_t(GN * c.K), 0, 253);
-    std::vector<uint8_t> codes(ci.size());
-    for (size_t i = 0; i < ci.size(); ++i) codes[i] = uint8_t(ci[i] >= 127 ? ci[i] + 1 : ci[i]);  // no 0x7F
-    T2 w;
-    w.kind = Kind::I32;
-    w.c = cpu_->alloc("w", DType::U8, {GN, c.K}, AllocKind::Weight);
-    w.g = gpu_->alloc("w", DType::U8, {GN, c.K}, AllocKind::Weight);
-    cpu_->upload(Stream{}, w.c, codes.data(), codes.size());
-    gpu_->upload(Stream{}, w.g, codes.data(), codes.size());
+    T2 w = fp8_codes("w", GN, c.K);
     T2 ws = make_rand("w_scale", Kind::F32, {NB, KB}, 0.001f, 0.01f);
     T2 a = make_rand("a", Kind::Act, {c.M, c.G * c.K}, -4.f, 4.f);
     T2 o = zeros("o", c.out, {c.M, GN});
@@ -464,24 +469,12 @@ TEST_P(CudaOps, GemmFp8Pair) {
   struct Case {
     int64_t M, N1, N2, K;
   };
-  auto fp8_weight = [&](const char* name, int64_t N, int64_t K) {
-    std::vector<int32_t> ci = randi(size_t(N * K), 0, 253);
-    std::vector<uint8_t> codes(ci.size());
-    for (size_t i = 0; i < ci.size(); ++i) codes[i] = uint8_t(ci[i] >= 127 ? ci[i] + 1 : ci[i]);  // no 0x7F
-    T2 w;
-    w.kind = Kind::I32;
-    w.c = cpu_->alloc(name, DType::U8, {N, K}, AllocKind::Weight);
-    w.g = gpu_->alloc(name, DType::U8, {N, K}, AllocKind::Weight);
-    cpu_->upload(Stream{}, w.c, codes.data(), codes.size());
-    gpu_->upload(Stream{}, w.g, codes.data(), codes.size());
-    return w;
-  };
   // 8 + 2200 columns: warp-kernel blocks across both matrices, and a wide-kernel width whose
   // column tiles must shrink to keep a block inside one matrix. 0 + 0: nothing to do.
   for (const Case& c : {Case{1, 1024, 512, 4096}, Case{2, 2048, 2048, 4096}, Case{8, 256, 136, 512},
                         Case{3, 8, 200, 256}, Case{1, 8, 2200, 4096}, Case{12, 512, 256, 1024},
                         Case{2, 100, 64, 256}, Case{1, 0, 0, 256}}) {
-    T2 w1 = fp8_weight("w1", c.N1, c.K), w2 = fp8_weight("w2", c.N2, c.K);
+    T2 w1 = fp8_codes("w1", c.N1, c.K), w2 = fp8_codes("w2", c.N2, c.K);
     T2 s1 = make_rand("w1_scale", Kind::F32, {(c.N1 + 127) / 128, c.K / 128}, 0.001f, 0.01f);
     T2 s2 = make_rand("w2_scale", Kind::F32, {(c.N2 + 127) / 128, c.K / 128}, 0.001f, 0.01f);
     T2 a = make_rand("a", Kind::Act, {c.M, c.K}, -4.f, 4.f);
