@@ -12,7 +12,8 @@ const char* const kKernelVariantsHelp =
     "CUDA kernel variants, key=value[,key=value...]: attn-decode=on|off, attn-splits=N (0 = auto), "
     "gemv-bf16-max-mb=N, pdl=on|off, cublas-workspace-kb=N, mxfp4-mma=on|off, fp8-decode=auto|warp|wide, "
     "mxfp4-wide=on|off, mxfp4-decode=table|shift, mxfp4-swap=on|off, "
-    "mxfp4-prefill=mma|gemm, fp8-pair=on|off, route=block|warp (default: the measured best of each)";
+    "mxfp4-prefill=mma|gemm, fp8-pair=on|off, route=block|warp, attn-combine=kernel|fused (default: the "
+    "measured best of each)";
 
 namespace {
 
@@ -68,8 +69,10 @@ KernelVariants KernelVariants::parse(const std::string& spec) {
     const std::string key = item.substr(0, eq), v = item.substr(eq + 1);
     if (key == "attn-decode") {
       k.attention_decode_kernel = on_off(key, v);
+    } else if (key == "attn-combine") {
+      k.attention_combine_fused = either(key, v, "kernel", "fused");
     } else if (key == "attn-splits") {
-      k.attention_splits = int(integer(key, v, 0, 64));
+      k.attention_splits = int(integer(key, v, 0, 16));  // the merge takes at most 16
     } else if (key == "gemv-bf16-max-mb") {
       k.gemv_bf16_max_mb = int(integer(key, v, 0, 1000000));
     } else if (key == "pdl") {
@@ -103,7 +106,7 @@ KernelVariants KernelVariants::parse(const std::string& spec) {
     } else {
       fail("--kernel-variants: unknown key '", key,
            "' (attn-decode, attn-splits, gemv-bf16-max-mb, pdl, cublas-workspace-kb, mxfp4-mma, fp8-decode, mxfp4-wide, "
-           "mxfp4-decode, mxfp4-swap, mxfp4-prefill, fp8-pair, route)");
+           "mxfp4-decode, mxfp4-swap, mxfp4-prefill, fp8-pair, route, attn-combine)");
     }
   }
   return k;
@@ -120,7 +123,8 @@ std::string KernelVariants::str() const {
     << ",fp8-decode=" << fp8_decode_names[int(fp8_decode)] << ",mxfp4-wide=" << oo(mxfp4_wide)
     << ",mxfp4-decode=" << mxfp4_decode_names[int(mxfp4_decode)] << ",mxfp4-swap=" << oo(mxfp4_swap)
     << ",mxfp4-prefill=" << (mxfp4_prefill_gemm ? "gemm" : "mma") << ",fp8-pair=" << oo(fp8_pair)
-    << ",route=" << (route_warp ? "warp" : "block");
+    << ",route=" << (route_warp ? "warp" : "block")
+    << ",attn-combine=" << (attention_combine_fused ? "fused" : "kernel");
   return s.str();
 }
 

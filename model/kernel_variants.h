@@ -24,9 +24,15 @@ struct KernelVariants {
   // Sparse attention at decode (at most 2 tokens, head dims 64..512): the CUDA-core decode kernel
   // (true) or the tensor-core kernel of prefill (false).
   bool attention_decode_kernel = true;
-  // KV splits of sparse attention: 0 = chosen from the shape (about two blocks per SM); N > 0
-  // forces N, as far as the split partials fit the scratch buffer.
+  // KV splits of sparse attention: 0 = chosen from the shape (about two blocks per SM); N in
+  // 1..16 forces N, as far as the split partials fit the scratch buffer (the merge of the splits
+  // takes at most 16).
   int attention_splits = 0;
+  // How split KV partials are merged: a combine kernel after the attention kernel (false), or
+  // fused: the last split block of each (token, head group) to finish merges them, counted
+  // through the stream's tickets, one launch fewer per layer (true; not yet timed on a GPU).
+  // The same merge in the same order either way: identical outputs.
+  bool attention_combine_fused = false;
   // bf16 GEMMs at decode (M <= 2) with a weight of at most this many MB run on our GEMV instead
   // of cuBLAS (0 = cuBLAS for all).
   int gemv_bf16_max_mb = 20;
@@ -71,7 +77,7 @@ struct KernelVariants {
   // "key=value,key=value": attn-decode=on|off, attn-splits=N, gemv-bf16-max-mb=N, pdl=on|off,
   // cublas-workspace-kb=N, mxfp4-mma=on|off, fp8-decode=auto|warp|wide, mxfp4-wide=on|off,
   // mxfp4-decode=table|shift, mxfp4-swap=on|off, mxfp4-prefill=mma|gemm, fp8-pair=on|off,
-  // route=block|warp.
+  // route=block|warp, attn-combine=kernel|fused.
   // Unknown keys
   // and bad values are errors naming the key and the accepted values (a retired key says why it
   // went). An empty spec is the defaults.

@@ -32,6 +32,9 @@ using namespace nvcuda;
 namespace {
 
 constexpr float kNegInf = -INFINITY;
+// The most KV splits one attention call merges (attn_combine_heads: a split per lane of one warp,
+// 16 partials in flight per output value).
+constexpr int kAttnMaxSplits = 16;
 
 __host__ __device__ __forceinline__ size_t align128(size_t n) { return (n + 127) / 128 * 128; }
 __host__ __device__ __forceinline__ int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -489,6 +492,10 @@ struct AttnArgs {
   const int32_t* pos;
   const int32_t* seq;
   float* part;  // split-KV partials: [T, HP, nsplit] x (Dh values, m, l); null = no split
+  // With partials: null = attn_combine_kernel merges them; else the stream's tickets, one per
+  // (token, head group) = t * gridDim.x + blockIdx.x, and the last split block of each merges
+  // its group's partials itself (attn_last_split, attn_combine_heads).
+  int* tickets;
   int64_t T, B, cap, n_max;
   int H, HP, Dh, ld, ldS, ldP, Ksel, window, mode, ratio, nsplit;
   float scale;
@@ -573,6 +580,75 @@ __device__ __forceinline__ void attn_load_tile(const AttnArgs& a, const AttnSmem
     *reinterpret_cast<uint4*>(sm.Ks + r * a.ld + cc * 8) = v;
   }
   __syncthreads();
+}
+
+// ---------------------------------------------------------------- merging KV splits
+// o for heads [h0, h0 + nh) of token t from their nsplit (<= 16) partials (O_z, m_z, l_z),
+// merged in split order: M = max(sink, m_z), w_z = e^(m_z - M),
+// o = sum_z w_z O_z / (sum_z w_z l_z + e^(sink - M)). Warp r (and r + warps ...) takes head r's
+// weights, then the block's threads share the nh x Dh outputs. smem: 17 nh floats. All threads;
+// a barrier inside. The partials are read through L2 (__ldcg): in the fused combine, other
+// blocks wrote them moments ago, and this block's L1 must not answer for them.
+__device__ void attn_combine_heads(const AttnArgs& a, int64_t t, int h0, int nh, float* smem) {
+  float* wz = smem;              // [nh][16]
+  float* dens = smem + 16 * nh;  // [nh]
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  const int64_t rec = a.Dh + 2;
+  for (int r = warp; r < nh; r += warps) {
+    const int h = h0 + r;
+    if (h >= a.H) continue;  // the whole warp
+    const float* base = a.part + (t * a.HP + h) * a.nsplit * rec;
+    const int z = lane;
+    const float mz = z < a.nsplit ? __ldcg(base + z * rec + a.Dh) : kNegInf;
+    const float lz = z < a.nsplit ? __ldcg(base + z * rec + a.Dh + 1) : 0.f;
+    const float sink = a.sink[h];
+    float M = sink;
+    for (int q = 0; q < a.nsplit; ++q) M = fmaxf(M, __shfl_sync(0xffffffffu, mz, q));
+    const float w = (mz == kNegInf) ? 0.f : expf(mz - M);
+    if (z < a.nsplit) wz[r * 16 + z] = w;
+    float den = M != kNegInf ? expf(sink - M) : 0.f;
+    for (int q = 0; q < a.nsplit; ++q) den += __shfl_sync(0xffffffffu, w, q) * __shfl_sync(0xffffffffu, lz, q);
+    if (z == 0) dens[r] = den;
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < nh * a.Dh; e += blockDim.x) {
+    const int r = e / a.Dh, d = e % a.Dh, h = h0 + r;
+    if (h >= a.H) continue;
+    const float* base = a.part + (t * a.HP + h) * a.nsplit * rec;
+    // All nsplit (<= 16) loads in flight, then the sum in split order.
+    float v[16];
+#pragma unroll
+    for (int z = 0; z < 16; ++z) v[z] = z < a.nsplit ? __ldcg(base + z * rec + d) : 0.f;
+    float acc = 0.f;
+#pragma unroll
+    for (int z = 0; z < 16; ++z)
+      if (z < a.nsplit) acc += wz[r * 16 + z] * v[z];
+    const float den = dens[r];
+    a.o[(t * a.H + h) * a.Dh + d] = __float2bfloat16_rn(den == 0.f ? 0.f : acc / den);
+  }
+}
+
+// The fused combine (a.tickets set): called by every thread of a split block once its partials
+// are written. Its ticket for (token t, head group blockIdx.x) counts the group's finished
+// splits; true in the block that finishes last, which resets the ticket to zero (every other
+// split has counted by then) and may read every split's partials. The fences order each block's
+// partial writes before its count, and the last block's reads after it (the pattern of the CUDA
+// samples' threadFenceReduction).
+__device__ bool attn_last_split(const AttnArgs& a, int64_t t) {
+  __shared__ int last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int* ticket = a.tickets + t * gridDim.x + blockIdx.x;
+    const bool mine = atomicAdd(ticket, 1) == a.nsplit - 1;
+    if (mine) {
+      *ticket = 0;
+      __threadfence();
+    }
+    last = mine;
+  }
+  __syncthreads();
+  return last != 0;
 }
 
 // One block (256 threads, 8 warps) per (16-head group, token, KV split). All heads of the group
@@ -756,6 +832,8 @@ __global__ __launch_bounds__(256, 2) void sparse_attention_kernel(AttnArgs a) {
       float* dst = a.part + ((t * a.HP + h0 + r) * a.nsplit + z) * rec;
       dst[d] = d < a.Dh ? sm.S[r * a.ldS + d] : (d == a.Dh ? sm.rowm[r] : sm.rowl[r]);
     }
+    // S is free once the partials are out: the merge's weights go there.
+    if (a.tickets && attn_last_split(a, t)) attn_combine_heads(a, t, h0, 16, sm.S);
     return;
   }
   for (int e = tid; e < 16 * a.Dh; e += 256) {
@@ -933,51 +1011,28 @@ __global__ __launch_bounds__(256, 2) void sparse_attention_decode_kernel(AttnArg
       a.o[(t * a.H + h) * Dh + d] = __float2bfloat16_rn(dn == 0.f ? 0.f : acc * f / dn);
     }
   }
+  // wo is free once the partials are out: the merge's weights go there.
+  if (a.nsplit > 1 && a.tickets && attn_last_split(a, t)) attn_combine_heads(a, t, h0, DHPB, wo);
 }
 
-// Split-KV combine: one block per (head, token); the nsplit (<= 16) partials (O_z, m_z, l_z) are
-// merged in split order: M = max(sink, m_z), w_z = e^(m_z - M),
-// o = sum_z w_z O_z / (sum_z w_z l_z + e^(sink - M)).
+// Split-KV combine (no tickets): one block per (head, token), attn_combine_heads for its head.
 __global__ void attn_combine_kernel(AttnArgs a) {
   pdl_enter();
-  __shared__ float wz[16];
-  __shared__ float den_s;
-  const int h = blockIdx.x;
-  const int64_t t = blockIdx.y;
-  const int64_t rec = a.Dh + 2;
-  const float* base = a.part + (t * a.HP + h) * a.nsplit * rec;
-  if (threadIdx.x < 32) {
-    const int z = threadIdx.x;
-    const float mz = z < a.nsplit ? base[z * rec + a.Dh] : kNegInf;
-    const float lz = z < a.nsplit ? base[z * rec + a.Dh + 1] : 0.f;
-    const float sink = a.sink[h];
-    float M = sink;
-    for (int q = 0; q < a.nsplit; ++q) M = fmaxf(M, __shfl_sync(0xffffffffu, mz, q));
-    const float w = (mz == kNegInf) ? 0.f : expf(mz - M);
-    if (z < a.nsplit) wz[z] = w;
-    float den = M != kNegInf ? expf(sink - M) : 0.f;
-    for (int q = 0; q < a.nsplit; ++q) den += __shfl_sync(0xffffffffu, w, q) * __shfl_sync(0xffffffffu, lz, q);
-    if (z == 0) den_s = den;
-  }
-  __syncthreads();
-  const float den = den_s;
-  for (int d = threadIdx.x; d < a.Dh; d += blockDim.x) {
-    // All nsplit (<= 16) loads in flight, then the sum in split order.
-    float v[16];
-#pragma unroll
-    for (int z = 0; z < 16; ++z) v[z] = z < a.nsplit ? base[z * rec + d] : 0.f;
-    float acc = 0.f;
-#pragma unroll
-    for (int z = 0; z < 16; ++z)
-      if (z < a.nsplit) acc += wz[z] * v[z];
-    a.o[(t * a.H + h) * a.Dh + d] = __float2bfloat16_rn(den == 0.f ? 0.f : acc / den);
-  }
+  __shared__ float smem[17];
+  attn_combine_heads(a, blockIdx.y, blockIdx.x, 1, smem);
 }
 
 
 }  // namespace
 
 // ================================================================ ops
+
+// The tickets of the fused split combine (variant attn-combine=fused), one per (token, head
+// group), or null: the combine kernel merges the splits (the default, or too many groups).
+int* CudaBackend::combine_tickets(Stream s, const char* op, int64_t count) const {
+  if (!variants().attention_combine_fused) return nullptr;
+  return tickets(s, op, size_t(count));
+}
 
 void CudaBackend::swa_insert(Stream s, const Tensor& cache, const Tensor& tags, const Tensor& k, const Tensor& pos,
                              const Tensor& seq) {
@@ -1154,13 +1209,14 @@ void CudaBackend::sparse_attention(Stream s, const Tensor& o, const Tensor& q, c
       launch_kernel(op, kernel, grid, 256, smem, st, a);
       CUDA_LAUNCH_CHECK(op, st);
     };
+    if (ns > 1) a.tickets = combine_tickets(s, op, dgroups * T);
     switch (Dh) {
       case 64: go(sparse_attention_decode_kernel<2>); break;
       case 128: go(sparse_attention_decode_kernel<4>); break;
       case 256: go(sparse_attention_decode_kernel<8>); break;
       default: go(sparse_attention_decode_kernel<16>); break;
     }
-    if (ns > 1) {
+    if (ns > 1 && !a.tickets) {
       launch_kernel(op, attn_combine_kernel, dim3(unsigned(H), unsigned(T)), 128, 0, st, a);
       CUDA_LAUNCH_CHECK(op, st);
     }
@@ -1177,13 +1233,18 @@ void CudaBackend::sparse_attention(Stream s, const Tensor& o, const Tensor& q, c
     const int64_t fit = int64_t(kScratchBytes / per_split);
     nsplit = int(std::max<int64_t>(1, std::min(want, fit)));
   }
-  // Tuning experiments: variant attn-splits=N forces N splits (as far as they fit the scratch).
+  // Tuning experiments: variant attn-splits=N (N <= kAttnMaxSplits, parse's limit) forces N splits
+  // (as far as they fit the scratch).
   if (const int forced_split = variants().attention_splits; forced_split > 0) {
     const size_t per_split = size_t(T) * a.HP * size_t(Dh + 2) * 4;
     nsplit = int(std::max<int64_t>(1, std::min<int64_t>(forced_split, int64_t(kScratchBytes / per_split))));
   }
+  SL_CHECK(nsplit <= kAttnMaxSplits, op, ": ", nsplit, " KV splits, more than the merge's ", kAttnMaxSplits);
   a.nsplit = nsplit;
-  if (nsplit > 1) a.part = static_cast<float*>(scratch(s, op, size_t(T) * a.HP * nsplit * size_t(Dh + 2) * 4).ptr);
+  if (nsplit > 1) {
+    a.part = static_cast<float*>(scratch(s, op, size_t(T) * a.HP * nsplit * size_t(Dh + 2) * 4).ptr);
+    a.tickets = combine_tickets(s, op, groups * T);
+  }
 
   const size_t smem = attn_smem_bytes(int(Dh));
   const int nfrag = int(Dh / 16), fpw = int(cdiv(nfrag, 8));
@@ -1199,7 +1260,7 @@ void CudaBackend::sparse_attention(Stream s, const Tensor& o, const Tensor& q, c
     launch_kernel(op, sparse_attention_kernel<4>, grid, 256, smem, st, a);
   }
   CUDA_LAUNCH_CHECK(op, st);
-  if (nsplit > 1) {
+  if (nsplit > 1 && !a.tickets) {
     launch_kernel(op, attn_combine_kernel, dim3(unsigned(H), unsigned(T)), 128, 0, st, a);
     CUDA_LAUNCH_CHECK(op, st);
   }

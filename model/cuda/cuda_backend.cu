@@ -333,15 +333,17 @@ void* CudaBackend::alloc_blas_workspace(const std::string& op, cudaStream_t capt
 void CudaBackend::give_scratch(StreamRec& r, const std::string& op) {
   // The op scratch comes from the arena (zeroed, like every allocation).
   const std::string sname = r.name + ".scratch";
-  r.scratch = arena_take(kScratchBytes, sname);
-  CUDA_CHECK(op, cudaMemsetAsync(r.scratch, 0, kScratchBytes, r.stream));
+  // The tickets follow the scratch, in the same allocation, and start at zero with it.
+  const size_t bytes = kScratchBytes + kTickets * sizeof(int);
+  r.scratch = arena_take(bytes, sname);
+  CUDA_CHECK(op, cudaMemsetAsync(r.scratch, 0, bytes, r.stream));
   CUDA_CHECK(op, cudaStreamSynchronize(r.stream));
   BufferRec b;
   b.name = sname;
-  b.bytes = kScratchBytes;
+  b.bytes = bytes;
   b.kind = AllocKind::Workspace;
   buffers_.push_back(std::move(b));
-  bytes_by_kind_[size_t(AllocKind::Workspace)] += kScratchBytes;
+  bytes_by_kind_[size_t(AllocKind::Workspace)] += bytes;
 }
 
 CudaBackend::StreamRec CudaBackend::make_stream_rec(const std::string& name, int priority, bool pool) {
@@ -458,6 +460,12 @@ CudaBackend::Scratch CudaBackend::scratch(Stream s, const char* op, size_t need)
   SL_CHECK(need <= kScratchBytes, op, ": needs ", need, " bytes of per-stream scratch, more than the ", kScratchBytes,
            " reserved per stream (batch too large for this op's temporary)");
   return Scratch{streams_[size_t(s.id)].scratch, kScratchBytes};
+}
+
+int* CudaBackend::tickets(Stream s, const char* op, size_t count) const {
+  stream(s, op);
+  if (count > kTickets) return nullptr;
+  return reinterpret_cast<int*>(static_cast<char*>(streams_[size_t(s.id)].scratch) + kScratchBytes);
 }
 
 Event CudaBackend::create_event(const std::string& name) {

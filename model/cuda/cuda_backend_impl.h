@@ -34,7 +34,9 @@
 //     device temporaries of ops on that stream (partial sums of the split hc reductions, the
 //     "last writer wins" claims of the ring-cache inserts, split-KV partials of the decode
 //     attention, staging of overlapping copies). Ops on one stream run in order, so they can
-//     share it; ops on different streams never do.
+//     share it; ops on different streams never do. Beside it, 4 KiB of tickets: counters that
+//     are zero between kernels (the split attention's fused combine counts its finished splits
+//     there).
 #pragma once
 #include <cublasLt.h>
 #include <cublas_v2.h>
@@ -154,6 +156,13 @@ class CudaBackend final : public Backend {
     size_t bytes = 0;
   };
   Scratch scratch(Stream s, const char* op, size_t need) const;  // throws if `need` does not fit
+  // The stream's tickets: kTickets int32 counters beside its scratch, zero whenever no kernel of
+  // that stream runs. A kernel may count on them (the last of several blocks to finish a piece of
+  // work takes a ticket and sees it is the last) only if it leaves every counter it used at zero
+  // again, so that the next kernel on the stream, or the next replay of a graph, finds them so.
+  // Null when `count` exceeds kTickets (the caller takes a path without them).
+  int* tickets(Stream s, const char* op, size_t count) const;
+  int* combine_tickets(Stream s, const char* op, int64_t count) const;  // cuda_attention.cu
   // cuBLASLt (the FP8 GEMMs): the backend's one handle (created at first use) and the cuBLAS
   // workspace of (handle, s), which cuBLASLt calls on `s` share with the cuBLAS GEMMs there.
   struct LtCall {
@@ -169,6 +178,7 @@ class CudaBackend final : public Backend {
 
   // Per-stream op scratch and cuBLAS workspace sizes (documented in the header comment).
   static constexpr size_t kScratchBytes = size_t(8) << 20;
+  static constexpr size_t kTickets = 1024;
 
  private:
   struct StreamRec {

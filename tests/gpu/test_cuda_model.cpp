@@ -239,6 +239,54 @@ TEST(CudaModel, BitIdenticalAcrossPoliciesAndGraphs) {
     }
 }
 
+// Kernel variants that change how a result is reached but not a single operation on the way to
+// it give bit-identical logits and drafts, eager and under graph replay:
+// - attn-combine=fused merges the split attention in the same order as the combine kernel; its
+//   tickets must be back at zero after every launch, or a later layer, step or replay merges too
+//   early (4 decode steps of 2 attention layers each, replayed 3 times, would show it);
+// - route=warp makes route's choices tie for tie and the same weights.
+TEST(CudaModel, SameResultVariantsBitIdentical) {
+  REQUIRE_GPU();
+  if (cpu_pair()) GTEST_SKIP() << "needs CUDA graphs";
+  ModelConfig c = tiny(2, 4, 2);
+  c.batch = 1;  // decode at one token: the split attention's decode kernel
+  // Enough candidates that the decode kernel splits them (3-4 splits of at least 16: the tiny
+  // config's window of 16 would run unsplit); the tensor-core path splits 16 ways either way.
+  c.sliding_window = 64;
+  c.index_topk = 16;
+  validate(c);
+  const auto p = prompt(c.context_length, c.vocab_size, 1);
+  auto run = [&](const char* variants, bool graph) {
+    CudaBackendOptions o;
+    o.variants = KernelVariants::parse(variants);
+    auto gpu = make_cuda_backend(o);
+    DeepSeekV4 m(*gpu, c, StreamPolicy::parse("per-layer"), shape(c, 4));
+    m.init_random(c.seed);
+    std::vector<std::vector<float>> logits{m.prefill(p, c.context_length).last_logits};
+    std::vector<std::vector<std::vector<int32_t>>> drafts;
+    for (int s = 0; s < 4; ++s) {
+      const StepOutput out = graph ? m.decode_step_graph() : m.decode_step();
+      logits.push_back(out.last_logits);
+      drafts.push_back(out.drafts);
+    }
+    return std::make_pair(logits, drafts);
+  };
+  // (the variants, what they must equal): the tensor-core attention at decode is a different
+  // computation, so its fused combine is held to it.
+  const std::pair<const char*, const char*> pairs[] = {{"attn-combine=fused", ""},
+                                                       {"attn-combine=fused,attn-decode=off", "attn-decode=off"},
+                                                       {"route=warp", ""}};
+  for (const auto& [v, base] : pairs) {
+    const auto ref = run(base, false);
+    for (bool graph : {false, true}) {
+      const auto got = run(v, graph);
+      for (size_t s = 0; s < ref.first.size(); ++s)
+        EXPECT_TRUE(got.first[s] == ref.first[s]) << v << (graph ? " graph" : " eager") << " logits, step " << s;
+      EXPECT_EQ(got.second, ref.second) << v << (graph ? " graph" : " eager");
+    }
+  }
+}
+
 // Stream sources, placements and graph scopes move work between streams and graphs; they never
 // change what is computed: logits and drafts are bit-identical to shared / cuda / vllm-fix / step.
 // Under the torch source with 40 draws (per-layer, 12 MTP layers of compress 4) the CUDA backend

@@ -76,10 +76,11 @@ double rel_err(const std::vector<float>& got, const std::vector<float>& ref) {
 // never takes (the tensor-core attention at decode, cuBLAS for every GEMM, ...).
 const char* const kVariants[] = {
     "",  // the defaults
-    "attn-decode=off", "attn-splits=1", "attn-splits=32",
+    "attn-decode=off", "attn-splits=1", "attn-splits=16",
     "gemv-bf16-max-mb=0", "pdl=off", "cublas-workspace-kb=0", "mxfp4-mma=off", "fp8-decode=warp", "fp8-decode=wide",
     "mxfp4-wide=on", "mxfp4-decode=shift", "mxfp4-decode=shift,mxfp4-wide=on", "mxfp4-swap=on",
-    "mxfp4-prefill=gemm", "fp8-pair=on", "fp8-pair=on,fp8-decode=wide", "route=warp",
+    "mxfp4-prefill=gemm", "fp8-pair=on", "fp8-pair=on,fp8-decode=wide", "route=warp", "attn-combine=fused",
+    "attn-combine=fused,attn-decode=off", "attn-combine=fused,attn-splits=16",
 };
 
 std::string variant_test_name(const ::testing::TestParamInfo<const char*>& info) {

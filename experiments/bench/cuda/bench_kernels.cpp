@@ -314,7 +314,7 @@ std::vector<std::string> default_variants(const std::string& op) {
   // The routed experts have one decode kernel now (the split-K and w2-column variants measured
   // slower: results/2026-12-04-h200-kernel-workbench); PDL and the GEMV limit still apply.
   if (op == "moe_experts") return {"", "pdl=off"};
-  return {"", "attn-splits=1", "attn-splits=32", "attn-decode=off"};
+  return {"", "attn-splits=1", "attn-splits=16", "attn-decode=off", "attn-combine=fused"};
 }
 
 // ---------------------------------------------------------------- measuring
