@@ -48,6 +48,10 @@ struct KernelVariants {
   // wide = a block's 8 warps share K and a warp feeds up to 4 column tiles per quantized
   // activation chunk; auto = wide from 4096 columns, else warp (the measured best per shape).
   Fp8Decode fp8_decode = Fp8Decode::Auto;
+  // Blocks per SM the wide FP8 decode kernel's registers are budgeted for: 1 (its 4-tile form
+  // takes 134 registers: one block, 8 warps per SM) or 2 (capped at 128: 16 warps to hide the
+  // serial quantize-and-multiply chain; not yet timed on a GPU).
+  int fp8_wide_blocks = 1;
   // gemm_fp8_pair at decode (wq_a with wkv, the shared expert's w1 with w3): one launch over both
   // matrices' columns (true; not yet timed on a GPU), or the two gemm_fp8 launches (false).
   bool fp8_pair = false;
@@ -77,7 +81,7 @@ struct KernelVariants {
   // "key=value,key=value": attn-decode=on|off, attn-splits=N, gemv-bf16-max-mb=N, pdl=on|off,
   // cublas-workspace-kb=N, mxfp4-mma=on|off, fp8-decode=auto|warp|wide, mxfp4-wide=on|off,
   // mxfp4-decode=table|shift, mxfp4-swap=on|off, mxfp4-prefill=mma|gemm, fp8-pair=on|off,
-  // route=block|warp, attn-combine=kernel|fused.
+  // route=block|warp, attn-combine=kernel|fused, fp8-wide-blocks=1|2.
   // Unknown keys
   // and bad values are errors naming the key and the accepted values (a retired key says why it
   // went). An empty spec is the defaults.

@@ -423,8 +423,11 @@ __global__ __launch_bounds__(256) void gemm_fp8_mma_kernel(Fp8MmaArgs g) {
 // MMA column tiles, and each lane has NT x CH x 32 weight bytes in flight before it computes
 // (NT x CH = 4: 128 bytes). The same permuted K order and scale rule as gemm_fp8_mma_kernel, so
 // both give the same products; the 8 warps' partial sums meet in shared memory.
-template <int NT, class TA>
-__global__ __launch_bounds__(256) void gemm_fp8_wide_kernel(Fp8MmaArgs g) {
+// MINB: blocks per SM the registers are budgeted for. At 1 the 4-tile kernel takes 134 registers,
+// so an SM holds one block, 8 warps, and Nsight Compute found no warp ready 55 % of the time
+// (results/2026-12-05-h200-stream-kernels); variant fp8-wide-blocks=2 caps it at 128 for two.
+template <int NT, class TA, int MINB>
+__global__ __launch_bounds__(256, MINB) void gemm_fp8_wide_kernel(Fp8MmaArgs g) {
   pdl_enter();
   constexpr int CH = 4 / NT;  // 128-value chunks per warp step
   __shared__ float red[8][NT][64];
@@ -438,9 +441,12 @@ __global__ __launch_bounds__(256) void gemm_fp8_wide_kernel(Fp8MmaArgs g) {
   // NT so that 8 NT divides the group width; 8 NT divides 128).
   const TA* ar = static_cast<const TA*>(g.a) + (row_ok ? grp : 0) * g.lda + (n0 / g.Ng) * g.K + tig * 32;
   const float* wsr = g.w_scale + (n0 / kBlk) * KB;
-  const uint8_t* wr[NT];
+  // Tile t's weight row as a 32-bit offset from tile 0's (fewer registers than NT pointers).
+  const int64_t row0 = min(n0 + grp, g.N - 1);
+  const uint8_t* wr0 = g.w + row0 * g.K + tig * 32;
+  uint32_t woff[NT];
 #pragma unroll
-  for (int t = 0; t < NT; ++t) wr[t] = g.w + min(n0 + 8 * t + grp, g.N - 1) * g.K + tig * 32;
+  for (int t = 0; t < NT; ++t) woff[t] = uint32_t((min(n0 + 8 * t + grp, g.N - 1) - row0) * g.K);
   float acc[NT][2] = {};
   for (int64_t kb = int64_t(warp) * CH; kb < KB; kb += 8 * CH) {
     uint4 wv[CH][NT][2];
@@ -450,7 +456,7 @@ __global__ __launch_bounds__(256) void gemm_fp8_wide_kernel(Fp8MmaArgs g) {
       const bool in = kb + u < KB;
 #pragma unroll
       for (int t = 0; t < NT; ++t) {
-        const uint4* wp = reinterpret_cast<const uint4*>(wr[t] + (kb + u) * kBlk);
+        const uint4* wp = reinterpret_cast<const uint4*>(wr0 + woff[t] + (kb + u) * kBlk);
         wv[u][t][0] = in ? __ldg(wp) : make_uint4(0, 0, 0, 0);
         wv[u][t][1] = in ? __ldg(wp + 1) : make_uint4(0, 0, 0, 0);
       }
@@ -482,15 +488,23 @@ int fp8_wide_tiles(int64_t N, int64_t Ng, int sms) {
   return 1;
 }
 
-template <class TA>
+template <class TA, int MINB>
 void launch_fp8_wide(const char* op, cudaStream_t st, int nt, int64_t N, const Fp8MmaArgs& g) {
   const dim3 grid(unsigned(cdiv(N, 8 * nt)));
   switch (nt) {
-    case 4: launch_kernel(op, gemm_fp8_wide_kernel<4, TA>, grid, 256, 0, st, g); break;
-    case 2: launch_kernel(op, gemm_fp8_wide_kernel<2, TA>, grid, 256, 0, st, g); break;
-    default: launch_kernel(op, gemm_fp8_wide_kernel<1, TA>, grid, 256, 0, st, g); break;
+    case 4: launch_kernel(op, gemm_fp8_wide_kernel<4, TA, MINB>, grid, 256, 0, st, g); break;
+    case 2: launch_kernel(op, gemm_fp8_wide_kernel<2, TA, MINB>, grid, 256, 0, st, g); break;
+    default: launch_kernel(op, gemm_fp8_wide_kernel<1, TA, MINB>, grid, 256, 0, st, g); break;
   }
   CUDA_LAUNCH_CHECK(op, st);
+}
+
+template <class TA>
+void launch_fp8_wide(const char* op, cudaStream_t st, int nt, int64_t N, const Fp8MmaArgs& g, int blocks_per_sm) {
+  if (blocks_per_sm >= 2)
+    launch_fp8_wide<TA, 2>(op, st, nt, N, g);
+  else
+    launch_fp8_wide<TA, 1>(op, st, nt, N, g);
 }
 
 // Warps per 8-column group: more while the grid is under two blocks per SM and each warp keeps at
@@ -532,10 +546,11 @@ void launch_fp8_decode(CudaBackend& be, const char* op, cudaStream_t st, const F
   if (fp8_decode_kernel(be.variants().fp8_decode, g.N) == Fp8Decode::Wide) {
     int nt = fp8_wide_tiles(g.N, g.Ng, be.sm_count());
     while (nt > 1 && g.N1 % (8 * nt) != 0) nt /= 2;
+    const int bps = be.variants().fp8_wide_blocks;
     if (bf)
-      launch_fp8_wide<bf16>(op, st, nt, g.N, g);
+      launch_fp8_wide<bf16>(op, st, nt, g.N, g, bps);
     else
-      launch_fp8_wide<float>(op, st, nt, g.N, g);
+      launch_fp8_wide<float>(op, st, nt, g.N, g, bps);
   } else {
     const int wpc = fp8_mma_warps_per_group(g.N, g.K, be.sm_count());
     if (bf)

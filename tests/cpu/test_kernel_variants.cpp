@@ -38,12 +38,14 @@ TEST(KernelVariants, EmptyIsTheDefaults) {
   EXPECT_FALSE(d.mxfp4_prefill_gemm);
   EXPECT_FALSE(d.fp8_pair);
   EXPECT_FALSE(d.route_warp);
+  EXPECT_FALSE(d.attention_combine_fused);
+  EXPECT_EQ(d.fp8_wide_blocks, 1);
 }
 
 TEST(KernelVariants, EveryKeyParsesAndPrintsBack) {
   const KernelVariants k = KernelVariants::parse(
       "attn-decode=off,attn-splits=8,gemv-bf16-max-mb=0,pdl=off,cublas-workspace-kb=0,mxfp4-mma=off,fp8-decode=wide,mxfp4-wide=on,"
-      "mxfp4-decode=shift,mxfp4-swap=on,mxfp4-prefill=gemm,fp8-pair=on,route=warp");
+      "mxfp4-decode=shift,mxfp4-swap=on,mxfp4-prefill=gemm,fp8-pair=on,route=warp,attn-combine=fused,fp8-wide-blocks=2");
   EXPECT_FALSE(k.attention_decode_kernel);
   EXPECT_EQ(k.fp8_decode, Fp8Decode::Wide);
   EXPECT_TRUE(k.mxfp4_wide);
@@ -52,6 +54,10 @@ TEST(KernelVariants, EveryKeyParsesAndPrintsBack) {
   EXPECT_TRUE(k.mxfp4_prefill_gemm);
   EXPECT_TRUE(k.fp8_pair);
   EXPECT_TRUE(k.route_warp);
+  EXPECT_TRUE(k.attention_combine_fused);
+  EXPECT_EQ(k.fp8_wide_blocks, 2);
+  EXPECT_EQ(KernelVariants::parse("attn-combine=kernel"), KernelVariants{});
+  EXPECT_EQ(KernelVariants::parse("fp8-wide-blocks=1"), KernelVariants{});
   EXPECT_EQ(KernelVariants::parse("mxfp4-prefill=mma"), KernelVariants{});
   EXPECT_EQ(KernelVariants::parse("mxfp4-decode=table").mxfp4_decode, Mxfp4Decode::Table);
   EXPECT_EQ(KernelVariants::parse("mxfp4-decode=shift").changes(), "mxfp4-decode=shift");
@@ -92,6 +98,8 @@ TEST(KernelVariants, BadInputNamesTheKeyAndWhatItTakes) {
                         Case{"mxfp4-lut=on", "2026-12-05-h200-mxfp4-lut"},
                         Case{"mxfp4-decode=lut", "expected table or shift"},
                         Case{"mxfp4-prefill=on", "expected mma or gemm"},
+                        Case{"attn-combine=on", "expected kernel or fused"},
+                        Case{"fp8-wide-blocks=3", "expected 1 or 2"},
                         Case{"route=thread", "expected block or warp"},
                         Case{"cublas-workspace-kb=-5", "cublas-workspace-kb"}, Case{"speed=max", "unknown key 'speed'"},
                         Case{"pdl", "expected key=value"}}) {
