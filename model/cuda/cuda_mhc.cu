@@ -172,6 +172,15 @@ __global__ __launch_bounds__(kHcThreads + kHcSinkhornWarp) void hc_finish_kernel
   // the sums.
   const bool single = a.D / 8 <= int64_t(kHcThreads);
   const bool loader = threadIdx.x < kHcThreads;
+  // The mix GEMM's `halves` partial sums (hi and lo parts, or decode's K splits) of this thread's
+  // logit, loaded before the pass over X so that their latency hides under it (after the block
+  // sum they cost one more round trip per hc_pre).
+  float part[kHcMaxHalves];
+  if (threadIdx.x < MIX) {
+    const float* row = a.mm + int64_t(blockIdx.x) * a.halves * MIX;
+#pragma unroll
+    for (int h = 0; h < kHcMaxHalves; ++h) part[h] = h < a.halves ? row[h * MIX + threadIdx.x] : 0.f;
+  }
   uint4 keep[HC];
   if constexpr (VEC) {
     const uint4* xr = reinterpret_cast<const uint4*>(static_cast<const bf16*>(a.X) + t * HD);
@@ -198,12 +207,8 @@ __global__ __launch_bounds__(kHcThreads + kHcSinkhornWarp) void hc_finish_kernel
   }
   ss = block_sum(ss, red);
   if (threadIdx.x < MIX) {
-    // The GEMM's `halves` partial sums (hi and lo parts, or decode's K splits), in order.
-    // All loads first (a loop of dependent load-adds was ~1 us per hc_pre on the H200).
-    const float* row = a.mm + int64_t(blockIdx.x) * a.halves * MIX;
-    float part[kHcMaxHalves];
-#pragma unroll
-    for (int h = 0; h < kHcMaxHalves; ++h) part[h] = h < a.halves ? row[h * MIX + threadIdx.x] : 0.f;
+    // The partial sums in order (all loaded first: a loop of dependent load-adds was ~1 us per
+    // hc_pre on the H200).
     float v = part[0];
 #pragma unroll
     for (int h = 1; h < kHcMaxHalves; ++h)
