@@ -12,8 +12,8 @@ const char* const kKernelVariantsHelp =
     "CUDA kernel variants, key=value[,key=value...]: attn-decode=on|off, attn-splits=N (0 = auto), "
     "gemv-bf16-max-mb=N, pdl=on|off, cublas-workspace-kb=N, mxfp4-mma=on|off, fp8-decode=auto|warp|wide, "
     "mxfp4-wide=on|off, mxfp4-decode=table|shift, mxfp4-swap=on|off, "
-    "mxfp4-prefill=mma|gemm, fp8-pair=on|off, route=block|warp, attn-combine=kernel|fused, fp8-wide-blocks=1|2 "
-    "(default: the measured best of each)";
+    "mxfp4-prefill=mma|gemm, fp8-pair=on|off, route=block|warp, attn-combine=kernel|fused, fp8-wide-blocks=1|2, "
+    "hc-decode=split|fused (default: the measured best of each)";
 
 namespace {
 
@@ -89,6 +89,8 @@ KernelVariants KernelVariants::parse(const std::string& spec) {
         fail("--kernel-variants: fp8-decode=stream is no longer a variant: the streaming FP8 kernel was removed, "
              "no faster than wide on the H200 (results/2026-12-05-h200-stream-kernels)");
       else fail("--kernel-variants: ", key, "=", v, ": expected auto, warp or wide");
+    } else if (key == "hc-decode") {
+      k.hc_decode_fused = either(key, v, "split", "fused");
     } else if (key == "fp8-wide-blocks") {
       k.fp8_wide_blocks = either(key, v, "1", "2") ? 2 : 1;
     } else if (key == "mxfp4-wide") {
@@ -108,7 +110,7 @@ KernelVariants KernelVariants::parse(const std::string& spec) {
     } else {
       fail("--kernel-variants: unknown key '", key,
            "' (attn-decode, attn-splits, gemv-bf16-max-mb, pdl, cublas-workspace-kb, mxfp4-mma, fp8-decode, mxfp4-wide, "
-           "mxfp4-decode, mxfp4-swap, mxfp4-prefill, fp8-pair, route, attn-combine, fp8-wide-blocks)");
+           "mxfp4-decode, mxfp4-swap, mxfp4-prefill, fp8-pair, route, attn-combine, fp8-wide-blocks, hc-decode)");
     }
   }
   return k;
@@ -127,7 +129,7 @@ std::string KernelVariants::str() const {
     << ",mxfp4-prefill=" << (mxfp4_prefill_gemm ? "gemm" : "mma") << ",fp8-pair=" << oo(fp8_pair)
     << ",route=" << (route_warp ? "warp" : "block")
     << ",attn-combine=" << (attention_combine_fused ? "fused" : "kernel")
-    << ",fp8-wide-blocks=" << fp8_wide_blocks;
+    << ",fp8-wide-blocks=" << fp8_wide_blocks << ",hc-decode=" << (hc_decode_fused ? "fused" : "split");
   return s.str();
 }
 

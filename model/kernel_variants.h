@@ -33,6 +33,10 @@ struct KernelVariants {
   // through the stream's tickets, one launch fewer per layer (true; not yet timed on a GPU).
   // The same merge in the same order either way: identical outputs.
   bool attention_combine_fused = false;
+  // mHC's hc_pre / hc_head at 1-2 tokens: the mix GEMV and the finish as two launches (false), or
+  // one (true; not yet timed on a GPU): 32 blocks per token each dot a range of the token's 4D
+  // values with fn, and the last of them to finish runs the finish.
+  bool hc_decode_fused = false;
   // bf16 GEMMs at decode (M <= 2) with a weight of at most this many MB run on our GEMV instead
   // of cuBLAS (0 = cuBLAS for all).
   int gemv_bf16_max_mb = 20;
@@ -81,7 +85,7 @@ struct KernelVariants {
   // "key=value,key=value": attn-decode=on|off, attn-splits=N, gemv-bf16-max-mb=N, pdl=on|off,
   // cublas-workspace-kb=N, mxfp4-mma=on|off, fp8-decode=auto|warp|wide, mxfp4-wide=on|off,
   // mxfp4-decode=table|shift, mxfp4-swap=on|off, mxfp4-prefill=mma|gemm, fp8-pair=on|off,
-  // route=block|warp, attn-combine=kernel|fused, fp8-wide-blocks=1|2.
+  // route=block|warp, attn-combine=kernel|fused, fp8-wide-blocks=1|2, hc-decode=split|fused.
   // Unknown keys
   // and bad values are errors naming the key and the accepted values (a retired key says why it
   // went). An empty spec is the defaults.

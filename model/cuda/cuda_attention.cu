@@ -629,26 +629,10 @@ __device__ void attn_combine_heads(const AttnArgs& a, int64_t t, int h0, int nh,
 }
 
 // The fused combine (a.tickets set): called by every thread of a split block once its partials
-// are written. Its ticket for (token t, head group blockIdx.x) counts the group's finished
-// splits; true in the block that finishes last, which resets the ticket to zero (every other
-// split has counted by then) and may read every split's partials. The fences order each block's
-// partial writes before its count, and the last block's reads after it (the pattern of the CUDA
-// samples' threadFenceReduction).
+// are written; true in the last of the nsplit blocks of (token t, head group blockIdx.x) to
+// finish, which then merges the group's partials.
 __device__ bool attn_last_split(const AttnArgs& a, int64_t t) {
-  __shared__ int last;
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    int* ticket = a.tickets + t * gridDim.x + blockIdx.x;
-    const bool mine = atomicAdd(ticket, 1) == a.nsplit - 1;
-    if (mine) {
-      *ticket = 0;
-      __threadfence();
-    }
-    last = mine;
-  }
-  __syncthreads();
-  return last != 0;
+  return last_block_to_finish(a.tickets + t * gridDim.x + blockIdx.x, a.nsplit);
 }
 
 // One block (256 threads, 8 warps) per (16-head group, token, KV split). All heads of the group

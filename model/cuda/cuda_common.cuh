@@ -153,6 +153,31 @@ __device__ __forceinline__ float block_sum(float v, float* red) {
 
 __device__ __forceinline__ float sigmoidf_(float z) { return 1.f / (1.f + expf(-z)); }
 
+// ---------------------------------------------------------------- the last block to finish
+// For a piece of work shared by `blocks` blocks, each of which has written its part to global
+// memory: call from every thread of each of them, after its writes. `ticket` (one of the stream's
+// tickets, CudaBackend::tickets: zero when the launch starts) counts the finished blocks; true in
+// the block that finishes last, which resets the ticket to zero (every other block has counted
+// by then, so the next kernel on the stream, or the next replay, finds it so) and may then read
+// every block's part, through L2 (__ldcg: its L1 must not answer for lines other SMs wrote). The
+// fences order each block's writes before its count and the last block's reads after it (the
+// CUDA samples' threadFenceReduction). Contains barriers.
+__device__ __forceinline__ bool last_block_to_finish(int* ticket, int blocks) {
+  __shared__ int last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const bool mine = atomicAdd(ticket, 1) == blocks - 1;
+    if (mine) {
+      *ticket = 0;
+      __threadfence();
+    }
+    last = mine;
+  }
+  __syncthreads();
+  return last != 0;
+}
+
 // The RMSNorm store of 8 bf16 values (elements j*8 .. j*8+7 of a row): bf16(w * (x * r)), with
 // r = 1 / sqrt(mean of squares + eps) and w (dtype dtw) null for no weight. One formula for
 // rmsnorm and the norms fused into other kernels, so that they round alike.

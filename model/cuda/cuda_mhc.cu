@@ -157,6 +157,71 @@ constexpr int kHcDecodeSplits = 8;
 constexpr int kHcMaxHalves = 8;  // partial sums the finish adds: 2 (hi, lo) or the decode splits
 static_assert(kHcDecodeSplits <= kHcMaxHalves, "the finish adds at most kHcMaxHalves partials");
 
+// The rest of a token's finish once tot holds its MIX mix logits and, at tot[MIX], the sum of
+// squares of its 4D values (shared memory, after a barrier): warp 0 computes the stream weights
+// and post, then the first kHcThreads threads collapse the streams (and, for hc_pre_norm,
+// normalise the result) while hc_pre's extra warp runs the Sinkhorn. keep: each thread's X
+// vectors from a first pass when `single` (one 8-value vector per stream and thread), else X is
+// read again. Call from every thread of the block (kHcThreads, plus the Sinkhorn warp for
+// hc_pre); the block ends here.
+template <int MIX, bool HEAD, bool VEC>
+__device__ __forceinline__ void hc_finish_tail(const HcArgs& a, int64_t t, const float* tot, float* wts, float* red,
+                                               const uint4 (&keep)[HC], bool single) {
+  const bool loader = threadIdx.x < kHcThreads;
+  if (threadIdx.x < 32) hc_finish_weights<MIX, HEAD>(a, t, tot, wts);
+  __syncthreads();
+  if (!loader) {
+    if constexpr (!HEAD) hc_finish_sinkhorn<MIX>(a, t, tot);
+    return;
+  }
+  if constexpr (VEC) {
+    // Otherwise the second read of X hits L2 (32 KiB per token at D = 4096).
+    const uint4* xr = reinterpret_cast<const uint4*>(static_cast<const bf16*>(a.X) + t * HC * a.D);
+    uint4* yr = reinterpret_cast<uint4*>(static_cast<bf16*>(a.y) + t * a.D);
+    float nss = 0.f;                      // hc_pre_norm: sum of squares of the rounded y
+    uint4 ykeep = make_uint4(0, 0, 0, 0);  // and this thread's y vector (when single)
+    for (int64_t j = threadIdx.x; j < a.D / 8; j += kHcThreads) {
+      uint4 v[HC];
+#pragma unroll
+      for (int s = 0; s < HC; ++s) v[s] = single ? keep[s] : xr[s * (a.D / 8) + j];
+      float acc[8] = {};
+#pragma unroll
+      for (int s = 0; s < HC; ++s) {
+        const bf16* e = reinterpret_cast<const bf16*>(&v[s]);
+#pragma unroll
+        for (int q = 0; q < 8; ++q) acc[q] += wts[s] * __bfloat162float(e[q]);
+      }
+      uint4 o;
+      bf16* oe = reinterpret_cast<bf16*>(&o);
+#pragma unroll
+      for (int q = 0; q < 8; ++q) oe[q] = __float2bfloat16_rn(acc[q]);
+      yr[j] = o;
+      if (a.nout) {
+        ykeep = o;
+#pragma unroll
+        for (int q = 0; q < 8; ++q) {
+          const float f = __bfloat162float(oe[q]);
+          nss += f * f;
+        }
+      }
+    }
+    if (a.nout) {
+      // The sub-layer's RMSNorm of the rounded y, as rmsnorm computes it (the sum of squares
+      // differs from the separate kernel's only in the order of its fp32 additions). When a
+      // thread wrote more than one vector of y, it reads them back (the block's own writes,
+      // visible after collapse_sum's barrier).
+      nss = collapse_sum(nss, red);
+      const float r = 1.f / sqrtf(nss / float(a.D) + a.norm_eps);
+      uint4* nr = reinterpret_cast<uint4*>(a.nout + t * a.D);
+      for (int64_t j = threadIdx.x; j < a.D / 8; j += kHcThreads) {
+        nr[j] = rmsnorm_scale8(single ? ykeep : yr[j], r, a.norm_w, a.dtnw, j);
+      }
+    }
+  } else {
+    hc_collapse(a, t, wts, kHcThreads);
+  }
+}
+
 template <int MIX, bool HEAD, bool VEC>
 __global__ __launch_bounds__(kHcThreads + kHcSinkhornWarp) void hc_finish_kernel(HcArgs a, int64_t t0) {
   pdl_enter();
@@ -217,58 +282,71 @@ __global__ __launch_bounds__(kHcThreads + kHcSinkhornWarp) void hc_finish_kernel
   }
   if (threadIdx.x == 0) tot[MIX] = ss;
   __syncthreads();
-  if (threadIdx.x < 32) hc_finish_weights<MIX, HEAD>(a, t, tot, wts);
+  hc_finish_tail<MIX, HEAD, VEC>(a, t, tot, wts, red, keep, single);
+}
+
+// hc-decode=fused (at 1-2 tokens, the vector path): the mix GEMV and the finish in one launch.
+// Block (z, t) takes the z-th of kHcFusedSplits equal ranges of token t's 4D values: it stages
+// them in shared memory as floats, sums their squares, and each warp dots them with the rows of fn
+// of its logits (warp w: logits w, w + warps, ...), 16-byte loads of fn, a butterfly per logit.
+// The MIX dots and the sum of squares go to `part` (the stream's scratch); the last of the token's
+// blocks to finish (last_block_to_finish on the token's ticket) adds the splits' values in split
+// order into tot and runs the finish (hc_finish_tail), reading X again from L2. The two-kernel
+// path's GEMV sums K in another order: the logits agree to fp32 rounding, not bit for bit.
+constexpr int kHcFusedSplits = 32;
+constexpr int64_t kHcFusedMaxSlice = 4096;  // floats of X per block (16 KiB of shared memory)
+
+template <int MIX, bool HEAD>
+__global__ __launch_bounds__(kHcThreads + kHcSinkhornWarp) void hc_fused_kernel(HcArgs a, float* part, int* tickets) {
+  pdl_enter();
+  __shared__ float tot[MIX + 1];
+  __shared__ float wts[HC];
+  __shared__ float red[32];
+  __shared__ __align__(16) float xs[kHcFusedMaxSlice];
+  const int z = blockIdx.x, S = gridDim.x;
+  const int64_t t = blockIdx.y;
+  const int64_t HD = HC * a.D, Ks = HD / S, k0 = z * Ks;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  // 1. The range's values (8 per 16-byte load) as floats, and their sum of squares.
+  const uint4* xr = reinterpret_cast<const uint4*>(static_cast<const bf16*>(a.X) + t * HD + k0);
+  float ss = 0.f;
+  for (int64_t j = threadIdx.x; j < Ks / 8; j += blockDim.x) {
+    const uint4 v = xr[j];
+    const bf16* e = reinterpret_cast<const bf16*>(&v);
+#pragma unroll
+    for (int q = 0; q < 8; ++q) {
+      const float f = __bfloat162float(e[q]);
+      xs[8 * j + q] = f;
+      ss += f * f;
+    }
+  }
+  ss = block_sum(ss, red);  // its barriers also publish xs
+  // 2. The range's dot with each logit's row of fn: lane i takes values 4i, 4i + 1, ... of every
+  // 128, so that a warp's loads are contiguous.
+  float* mine = part + (t * S + z) * (MIX + 1);
+  for (int m = warp; m < MIX; m += warps) {
+    const float4* fr = reinterpret_cast<const float4*>(a.fn + int64_t(m) * HD + k0);
+    float acc = 0.f;
+#pragma unroll 4
+    for (int64_t i = lane; i < Ks / 4; i += 32) {
+      const float4 f = fr[i];
+      acc += f.x * xs[4 * i] + f.y * xs[4 * i + 1] + f.z * xs[4 * i + 2] + f.w * xs[4 * i + 3];
+    }
+    acc = warp_sum(acc);
+    if (lane == 0) mine[m] = acc;
+  }
+  if (threadIdx.x == 0) mine[MIX] = ss;
+  // 3. The token's last block adds the splits in order and finishes.
+  if (!last_block_to_finish(tickets + t, S)) return;
+  if (threadIdx.x <= MIX) {
+    const float* col = part + t * S * (MIX + 1) + threadIdx.x;
+    float v = 0.f;
+    for (int q = 0; q < S; ++q) v += __ldcg(col + int64_t(q) * (MIX + 1));
+    tot[threadIdx.x] = v;
+  }
   __syncthreads();
-  if (!loader) {
-    if constexpr (!HEAD) hc_finish_sinkhorn<MIX>(a, t, tot);
-    return;
-  }
-  if constexpr (VEC) {
-    // Otherwise the second read of X hits L2 (32 KiB per token at D = 4096).
-    const uint4* xr = reinterpret_cast<const uint4*>(static_cast<const bf16*>(a.X) + t * HD);
-    uint4* yr = reinterpret_cast<uint4*>(static_cast<bf16*>(a.y) + t * a.D);
-    float nss = 0.f;                      // hc_pre_norm: sum of squares of the rounded y
-    uint4 ykeep = make_uint4(0, 0, 0, 0);  // and this thread's y vector (when single)
-    for (int64_t j = threadIdx.x; j < a.D / 8; j += kHcThreads) {
-      uint4 v[HC];
-#pragma unroll
-      for (int s = 0; s < HC; ++s) v[s] = single ? keep[s] : xr[s * (a.D / 8) + j];
-      float acc[8] = {};
-#pragma unroll
-      for (int s = 0; s < HC; ++s) {
-        const bf16* e = reinterpret_cast<const bf16*>(&v[s]);
-#pragma unroll
-        for (int q = 0; q < 8; ++q) acc[q] += wts[s] * __bfloat162float(e[q]);
-      }
-      uint4 o;
-      bf16* oe = reinterpret_cast<bf16*>(&o);
-#pragma unroll
-      for (int q = 0; q < 8; ++q) oe[q] = __float2bfloat16_rn(acc[q]);
-      yr[j] = o;
-      if (a.nout) {
-        ykeep = o;
-#pragma unroll
-        for (int q = 0; q < 8; ++q) {
-          const float f = __bfloat162float(oe[q]);
-          nss += f * f;
-        }
-      }
-    }
-    if (a.nout) {
-      // The sub-layer's RMSNorm of the rounded y, as rmsnorm computes it (the sum of squares
-      // differs from the separate kernel's only in the order of its fp32 additions). When a
-      // thread wrote more than one vector of y, it reads them back (the block's own writes,
-      // visible after collapse_sum's barrier).
-      nss = collapse_sum(nss, red);
-      const float r = 1.f / sqrtf(nss / float(a.D) + a.norm_eps);
-      uint4* nr = reinterpret_cast<uint4*>(a.nout + t * a.D);
-      for (int64_t j = threadIdx.x; j < a.D / 8; j += kHcThreads) {
-        nr[j] = rmsnorm_scale8(single ? ykeep : yr[j], r, a.norm_w, a.dtnw, j);
-      }
-    }
-  } else {
-    hc_collapse(a, t, wts, kHcThreads);
-  }
+  const uint4 keep[HC] = {};
+  hc_finish_tail<MIX, HEAD, true>(a, t, tot, wts, red, keep, false);
 }
 
 // Whether the finish takes its 16-byte vector path: bf16 X and y, rows of a multiple of 8, aligned.
@@ -292,6 +370,17 @@ void launch_hc(CudaBackend& be, const char* op, Stream s, HcArgs a, DType xdt) {
       launch_kernel(op, hc_finish_kernel<MIX, HEAD, false>, unsigned(rows), threads, 0, st, a, t0);
     CUDA_LAUNCH_CHECK(op, st);
   };
+  if (a.T <= 2 && vec && be.variants().hc_decode_fused && HD % (8 * kHcFusedSplits) == 0 &&
+      HD / kHcFusedSplits <= kHcFusedMaxSlice && reinterpret_cast<uintptr_t>(a.fn) % 16 == 0) {
+    if (int* tickets = be.tickets(s, op, size_t(a.T))) {
+      CudaBackend::Scratch sc = be.scratch(s, op, size_t(a.T) * kHcFusedSplits * (MIX + 1) * 4);
+      const unsigned threads = kHcThreads + (HEAD ? 0 : kHcSinkhornWarp);
+      launch_kernel(op, hc_fused_kernel<MIX, HEAD>, dim3(kHcFusedSplits, unsigned(a.T)), threads, 0, st, a,
+                    static_cast<float*>(sc.ptr), tickets);
+      CUDA_LAUNCH_CHECK(op, st);
+      return;
+    }
+  }
   if (a.T <= 2) {
     // Decode at 1-2 tokens: the mix GEMM straight from the F32 fn (bf16 x F32 -> F32: the
     // backend's decode GEMV, exact fp32 products), no hi/lo split: two launches instead of four

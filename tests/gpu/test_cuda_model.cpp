@@ -79,12 +79,15 @@ RunShape shape(const ModelConfig& c, int steps, bool verify = false) {
 // each backend, bit-identical: CudaOps.QuantizeNativeFormats), so the weights add no difference;
 // the activation quantization before each FP8 GEMM does (`tol`: see its call).
 void compare_with_cpu(int mtp_layers, int mtp_compress, int draft_steps, int batch, bool verify = false,
-                      WeightFormat weights = WeightFormat::Bf16, double tol = 3e-2, bool kv_fp8 = false) {
+                      WeightFormat weights = WeightFormat::Bf16, double tol = 3e-2, bool kv_fp8 = false,
+                      const char* variants = "") {
   ModelConfig c = tiny(mtp_layers, mtp_compress, draft_steps);
   c.batch = batch;
   const int steps = 3;
   auto cpu = make_cpu_backend();
-  auto gpu = cpu_pair() ? make_cpu_backend() : make_cuda_backend({});
+  CudaBackendOptions gopt;
+  gopt.variants = KernelVariants::parse(variants);
+  auto gpu = cpu_pair() ? make_cpu_backend() : make_cuda_backend(gopt);
   CheckOptions opt;
   opt.sync = CheckOptions::Sync::DecisionsToDut;
   opt.record_init = false;
@@ -155,6 +158,17 @@ TEST(CudaModel, TinyFp8KvCacheMatchesCpuReference) {
   REQUIRE_GPU();
   compare_with_cpu(2, 0, 2, 1, false, WeightFormat::Bf16, 0.3, true);
   compare_with_cpu(1, 4, 3, 2, true, WeightFormat::Native, 0.3, true);
+}
+
+// The kernel variants written for the batch-1 step and not yet the defaults, all at once, with
+// the bounds of the defaults: bf16 at one token (the fused mHC and attention merges, the warp
+// routing, the wide FP8 kernel at two blocks per SM has nothing to run), native weights at two
+// sequences with verifying steps (the FP8 pairs, the swapped MXFP4 experts).
+TEST(CudaModel, TinyDecodeVariantsMatchCpuReference) {
+  REQUIRE_GPU();
+  const char* v = "hc-decode=fused,attn-combine=fused,route=warp,fp8-pair=on,fp8-wide-blocks=2,mxfp4-swap=on";
+  compare_with_cpu(2, 4, 2, 1, false, WeightFormat::Bf16, 3e-2, false, v);
+  compare_with_cpu(1, 4, 3, 2, true, WeightFormat::Native, 0.3, false, v);
 }
 
 TEST(CudaModel, TinyVerifyingStepsMatchCpuReference) {
@@ -244,7 +258,9 @@ TEST(CudaModel, BitIdenticalAcrossPoliciesAndGraphs) {
 // - attn-combine=fused merges the split attention in the same order as the combine kernel; its
 //   tickets must be back at zero after every launch, or a later layer, step or replay merges too
 //   early (4 decode steps of 2 attention layers each, replayed 3 times, would show it);
-// - route=warp makes route's choices tie for tie and the same weights.
+// - route=warp makes route's choices tie for tie and the same weights;
+// - hc-decode=fused sums the mix logits in another order than the GEMV, so it is held to itself:
+//   graph replay equals eager (its tickets, too, must be back at zero after every launch).
 TEST(CudaModel, SameResultVariantsBitIdentical) {
   REQUIRE_GPU();
   if (cpu_pair()) GTEST_SKIP() << "needs CUDA graphs";
@@ -275,7 +291,8 @@ TEST(CudaModel, SameResultVariantsBitIdentical) {
   // computation, so its fused combine is held to it.
   const std::pair<const char*, const char*> pairs[] = {{"attn-combine=fused", ""},
                                                        {"attn-combine=fused,attn-decode=off", "attn-decode=off"},
-                                                       {"route=warp", ""}};
+                                                       {"route=warp", ""},
+                                                       {"hc-decode=fused", "hc-decode=fused"}};
   for (const auto& [v, base] : pairs) {
     const auto ref = run(base, false);
     for (bool graph : {false, true}) {
