@@ -207,9 +207,10 @@ for st in $stages; do case $st in
         $B/bench_kernels --config=flash-6l --ops=$op --batches=$bt --reps=2 --variants="$var"
     done ;;
   attnsplit)
-    # The decode attention's split count (attn-splits; 0 = from the shape, up to 16), batch 1, graph.
-    for n in 0 8 32; do
-      run attn_split_$n 90 $B/bench_decode "${BENCH_FLASH[@]}" --kernel-variants=attn-splits=$n --batches=1 --modes=graph \
+    # The tensor-core attention's split count (attn-splits; 0 = from the shape, at most 16), batch 8,
+    # graph (the batch-1 decode kernel chooses its own splits).
+    for n in 0 8 16; do
+      run attn_split_$n 90 $B/bench_decode "${BENCH_FLASH[@]}" --kernel-variants=attn-splits=$n --batches=8 --modes=graph \
         --policy=shared --steps=20 --out="$W/attn_split_$n.json"
     done ;;
   cublasws)

@@ -647,7 +647,9 @@ __device__ bool attn_last_split(const AttnArgs& a, int64_t t) {
 // second mostly from L2). The sink adds exp(sink - m) to the denominator only. With nsplit > 1
 // (decode: few tokens) the candidates are split over blockIdx.z and the unnormalised (O, m, l)
 // go to a.part for attn_combine_kernel.
-template <int FPW>
+// FUSED (a.tickets set): the last split block merges (attn_last_split); a separate instantiation,
+// so that the default kernels keep their registers.
+template <int FPW, bool FUSED>
 __global__ __launch_bounds__(256, 2) void sparse_attention_kernel(AttnArgs a) {
   pdl_enter();
   extern __shared__ __align__(128) unsigned char attn_smem[];
@@ -817,7 +819,8 @@ __global__ __launch_bounds__(256, 2) void sparse_attention_kernel(AttnArgs a) {
       dst[d] = d < a.Dh ? sm.S[r * a.ldS + d] : (d == a.Dh ? sm.rowm[r] : sm.rowl[r]);
     }
     // S is free once the partials are out: the merge's weights go there.
-    if (a.tickets && attn_last_split(a, t)) attn_combine_heads(a, t, h0, 16, sm.S);
+    if constexpr (FUSED)
+      if (attn_last_split(a, t)) attn_combine_heads(a, t, h0, 16, sm.S);
     return;
   }
   for (int e = tid; e < 16 * a.Dh; e += 256) {
@@ -854,7 +857,7 @@ __host__ __device__ inline size_t attn_decode_smem_bytes(int Dh) {
          + size_t(DCH) * sizeof(void*); // cptr
 }
 
-template <int DPL>
+template <int DPL, bool FUSED>
 __global__ __launch_bounds__(256, 2) void sparse_attention_decode_kernel(AttnArgs a) {
   pdl_enter();
   constexpr int Dh = DPL * 32;
@@ -996,7 +999,8 @@ __global__ __launch_bounds__(256, 2) void sparse_attention_decode_kernel(AttnArg
     }
   }
   // wo is free once the partials are out: the merge's weights go there.
-  if (a.nsplit > 1 && a.tickets && attn_last_split(a, t)) attn_combine_heads(a, t, h0, DHPB, wo);
+  if constexpr (FUSED)
+    if (a.nsplit > 1 && attn_last_split(a, t)) attn_combine_heads(a, t, h0, DHPB, wo);
 }
 
 // Split-KV combine (no tickets): one block per (head, token), attn_combine_heads for its head.
@@ -1181,7 +1185,7 @@ void CudaBackend::sparse_attention(Stream s, const Tensor& o, const Tensor& q, c
                                                 : mode == CompressedKeys::All ? n_max : 0);
     // About two blocks per SM, at least 16 candidates per split, partials within the scratch.
     const size_t per_split = size_t(T) * a.HP * size_t(Dh + 2) * 4;
-    int64_t ns = std::min<int64_t>({int64_t(16), int64_t(cdiv(2 * sm_count(), dgroups * T)),
+    int64_t ns = std::min<int64_t>({int64_t(kAttnMaxSplits), int64_t(cdiv(2 * sm_count(), dgroups * T)),
                                     std::max<int64_t>(1, cand_max / 16), int64_t(kScratchBytes / per_split)});
     ns = std::max<int64_t>(1, ns);
     a.nsplit = int(ns);
@@ -1194,12 +1198,19 @@ void CudaBackend::sparse_attention(Stream s, const Tensor& o, const Tensor& q, c
       CUDA_LAUNCH_CHECK(op, st);
     };
     if (ns > 1) a.tickets = combine_tickets(s, op, dgroups * T);
-    switch (Dh) {
-      case 64: go(sparse_attention_decode_kernel<2>); break;
-      case 128: go(sparse_attention_decode_kernel<4>); break;
-      case 256: go(sparse_attention_decode_kernel<8>); break;
-      default: go(sparse_attention_decode_kernel<16>); break;
-    }
+    auto by_width = [&](auto fused) {
+      constexpr bool F = decltype(fused)::value;
+      switch (Dh) {
+        case 64: go(sparse_attention_decode_kernel<2, F>); break;
+        case 128: go(sparse_attention_decode_kernel<4, F>); break;
+        case 256: go(sparse_attention_decode_kernel<8, F>); break;
+        default: go(sparse_attention_decode_kernel<16, F>); break;
+      }
+    };
+    if (a.tickets)
+      by_width(std::true_type{});
+    else
+      by_width(std::false_type{});
     if (ns > 1 && !a.tickets) {
       launch_kernel(op, attn_combine_kernel, dim3(unsigned(H), unsigned(T)), 128, 0, st, a);
       CUDA_LAUNCH_CHECK(op, st);
@@ -1233,17 +1244,24 @@ void CudaBackend::sparse_attention(Stream s, const Tensor& o, const Tensor& q, c
   const size_t smem = attn_smem_bytes(int(Dh));
   const int nfrag = int(Dh / 16), fpw = int(cdiv(nfrag, 8));
   const dim3 grid{unsigned(groups), unsigned(T), unsigned(nsplit)};
-  if (fpw <= 1) {
-    allow_smem(op, sparse_attention_kernel<1>, smem, smem_optin());
-    launch_kernel(op, sparse_attention_kernel<1>, grid, 256, smem, st, a);
-  } else if (fpw <= 2) {
-    allow_smem(op, sparse_attention_kernel<2>, smem, smem_optin());
-    launch_kernel(op, sparse_attention_kernel<2>, grid, 256, smem, st, a);
-  } else {
-    allow_smem(op, sparse_attention_kernel<4>, smem, smem_optin());
-    launch_kernel(op, sparse_attention_kernel<4>, grid, 256, smem, st, a);
-  }
-  CUDA_LAUNCH_CHECK(op, st);
+  auto go = [&](auto kernel) {
+    allow_smem(op, kernel, smem, smem_optin());
+    launch_kernel(op, kernel, grid, 256, smem, st, a);
+    CUDA_LAUNCH_CHECK(op, st);
+  };
+  auto by_fragments = [&](auto fused) {
+    constexpr bool F = decltype(fused)::value;
+    if (fpw <= 1)
+      go(sparse_attention_kernel<1, F>);
+    else if (fpw <= 2)
+      go(sparse_attention_kernel<2, F>);
+    else
+      go(sparse_attention_kernel<4, F>);
+  };
+  if (a.tickets)
+    by_fragments(std::true_type{});
+  else
+    by_fragments(std::false_type{});
   if (nsplit > 1 && !a.tickets) {
     launch_kernel(op, attn_combine_kernel, dim3(unsigned(H), unsigned(T)), 128, 0, st, a);
     CUDA_LAUNCH_CHECK(op, st);

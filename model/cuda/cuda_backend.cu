@@ -459,11 +459,15 @@ CudaBackend::Scratch CudaBackend::scratch(Stream s, const char* op, size_t need)
   stream(s, op);
   SL_CHECK(need <= kScratchBytes, op, ": needs ", need, " bytes of per-stream scratch, more than the ", kScratchBytes,
            " reserved per stream (batch too large for this op's temporary)");
+  SL_CHECK(streams_[size_t(s.id)].scratch, op, ": stream '", streams_[size_t(s.id)].name,
+           "' has no scratch yet (a pool stream not yet drawn)");
   return Scratch{streams_[size_t(s.id)].scratch, kScratchBytes};
 }
 
 int* CudaBackend::tickets(Stream s, const char* op, size_t count) const {
   stream(s, op);
+  SL_CHECK(streams_[size_t(s.id)].scratch, op, ": stream '", streams_[size_t(s.id)].name,
+           "' has no scratch yet (a pool stream not yet drawn)");
   if (count > kTickets) return nullptr;
   return reinterpret_cast<int*>(static_cast<char*>(streams_[size_t(s.id)].scratch) + kScratchBytes);
 }

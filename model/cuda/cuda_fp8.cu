@@ -423,11 +423,12 @@ __global__ __launch_bounds__(256) void gemm_fp8_mma_kernel(Fp8MmaArgs g) {
 // MMA column tiles, and each lane has NT x CH x 32 weight bytes in flight before it computes
 // (NT x CH = 4: 128 bytes). The same permuted K order and scale rule as gemm_fp8_mma_kernel, so
 // both give the same products; the 8 warps' partial sums meet in shared memory.
-// MINB: blocks per SM the registers are budgeted for. At 1 the 4-tile kernel takes 134 registers,
-// so an SM holds one block, 8 warps, and Nsight Compute found no warp ready 55 % of the time
-// (results/2026-12-05-h200-stream-kernels); variant fp8-wide-blocks=2 caps it at 128 for two.
+// MINB: blocks per SM the registers are budgeted for. At 1 (no minimum given to the compiler, as
+// measured) the 4-tile kernel takes 134 registers, so an SM holds one block, 8 warps, and Nsight
+// Compute found no warp ready 55 % of the time (results/2026-12-05-h200-stream-kernels); variant
+// fp8-wide-blocks=2 caps it at 128 for two.
 template <int NT, class TA, int MINB>
-__global__ __launch_bounds__(256, MINB) void gemm_fp8_wide_kernel(Fp8MmaArgs g) {
+__global__ __launch_bounds__(256, MINB > 1 ? MINB : 0) void gemm_fp8_wide_kernel(Fp8MmaArgs g) {
   pdl_enter();
   constexpr int CH = 4 / NT;  // 128-value chunks per warp step
   __shared__ float red[8][NT][64];

@@ -257,7 +257,7 @@ TEST(CudaModel, BitIdenticalAcrossPoliciesAndGraphs) {
 // it give bit-identical logits and drafts, eager and under graph replay:
 // - attn-combine=fused merges the split attention in the same order as the combine kernel; its
 //   tickets must be back at zero after every launch, or a later layer, step or replay merges too
-//   early (4 decode steps of 2 attention layers each, replayed 3 times, would show it);
+//   early (4 decode steps of 6 target and 2 MTP layers, 3 of them graph replays, would show it);
 // - route=warp makes route's choices tie for tie and the same weights;
 // - hc-decode=fused sums the mix logits in another order than the GEMV, so it is held to itself:
 //   graph replay equals eager (its tickets, too, must be back at zero after every launch).
@@ -266,17 +266,19 @@ TEST(CudaModel, SameResultVariantsBitIdentical) {
   if (cpu_pair()) GTEST_SKIP() << "needs CUDA graphs";
   ModelConfig c = tiny(2, 4, 2);
   c.batch = 1;  // decode at one token: the split attention's decode kernel
-  // Enough candidates that the decode kernel splits them (3-4 splits of at least 16: the tiny
-  // config's window of 16 would run unsplit); the tensor-core path splits 16 ways either way.
+  // Enough candidates that the decode kernel splits them (4-5 splits: the tiny config's window of
+  // 16 would run unsplit); the tensor-core path splits 16 ways either way.
   c.sliding_window = 64;
   c.index_topk = 16;
   validate(c);
   const auto p = prompt(c.context_length, c.vocab_size, 1);
-  auto run = [&](const char* variants, bool graph) {
+  auto run = [&](const char* variants, bool graph, WeightFormat weights) {
     CudaBackendOptions o;
     o.variants = KernelVariants::parse(variants);
     auto gpu = make_cuda_backend(o);
-    DeepSeekV4 m(*gpu, c, StreamPolicy::parse("per-layer"), shape(c, 4));
+    RunShape rs = shape(c, 4);
+    rs.weights = weights;
+    DeepSeekV4 m(*gpu, c, StreamPolicy::parse("per-layer"), rs);
     m.init_random(c.seed);
     std::vector<std::vector<float>> logits{m.prefill(p, c.context_length).last_logits};
     std::vector<std::vector<std::vector<int32_t>>> drafts;
@@ -288,15 +290,21 @@ TEST(CudaModel, SameResultVariantsBitIdentical) {
     return std::make_pair(logits, drafts);
   };
   // (the variants, what they must equal): the tensor-core attention at decode is a different
-  // computation, so its fused combine is held to it.
-  const std::pair<const char*, const char*> pairs[] = {{"attn-combine=fused", ""},
-                                                       {"attn-combine=fused,attn-decode=off", "attn-decode=off"},
-                                                       {"route=warp", ""},
-                                                       {"hc-decode=fused", "hc-decode=fused"}};
-  for (const auto& [v, base] : pairs) {
-    const auto ref = run(base, false);
+  // computation, so its fused combine is held to it. fp8-wide-blocks=2 changes only the wide FP8
+  // kernel's register budget (native weights, the wide kernel forced on every FP8 shape).
+  struct Pair {
+    const char *variants, *base;
+    WeightFormat weights;
+  };
+  const Pair pairs[] = {{"attn-combine=fused", "", WeightFormat::Bf16},
+                        {"attn-combine=fused,attn-decode=off", "attn-decode=off", WeightFormat::Bf16},
+                        {"route=warp", "", WeightFormat::Bf16},
+                        {"hc-decode=fused", "hc-decode=fused", WeightFormat::Bf16},
+                        {"fp8-wide-blocks=2,fp8-decode=wide", "fp8-decode=wide", WeightFormat::Native}};
+  for (const auto& [v, base, weights] : pairs) {
+    const auto ref = run(base, false, weights);
     for (bool graph : {false, true}) {
-      const auto got = run(v, graph);
+      const auto got = run(v, graph, weights);
       for (size_t s = 0; s < ref.first.size(); ++s)
         EXPECT_TRUE(got.first[s] == ref.first[s]) << v << (graph ? " graph" : " eager") << " logits, step " << s;
       EXPECT_EQ(got.second, ref.second) << v << (graph ? " graph" : " eager");
