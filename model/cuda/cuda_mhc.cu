@@ -292,13 +292,14 @@ __global__ __launch_bounds__(kHcThreads + kHcSinkhornWarp) void hc_finish_kernel
 // The MIX dots and the sum of squares go to `part` (the stream's scratch); the last of the token's
 // blocks to finish (last_block_to_finish on the token's ticket) adds the splits' values in split
 // order into tot and runs the finish (hc_finish_tail), reading X again from L2. The two-kernel
-// path's GEMV sums K in another order: the logits agree to fp32 rounding, not bit for bit.
+// path sums the logits and the sum of squares in other orders: they agree to fp32 rounding, not
+// bit for bit.
 constexpr int kHcFusedSplits = 32;
 constexpr int64_t kHcFusedMaxSlice = 4096;  // floats of X per block (16 KiB of shared memory)
+constexpr int kHcFusedPre = 4;               // fn loads per lane and logit issued before the X pass
 
 template <int MIX, bool HEAD>
 __global__ __launch_bounds__(kHcThreads + kHcSinkhornWarp) void hc_fused_kernel(HcArgs a, float* part, int* tickets) {
-  pdl_enter();
   __shared__ float tot[MIX + 1];
   __shared__ float wts[HC];
   __shared__ float red[32];
@@ -307,6 +308,22 @@ __global__ __launch_bounds__(kHcThreads + kHcSinkhornWarp) void hc_fused_kernel(
   const int64_t t = blockIdx.y;
   const int64_t HD = HC * a.D, Ks = HD / S, k0 = z * Ks;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  const int64_t n4 = Ks / 4;  // 16-byte loads per row of fn in the range
+  auto fn_row = [&](int m) { return reinterpret_cast<const float4*>(a.fn + int64_t(m) * HD + k0); };
+  // 0. The first kHcFusedPre of this lane's loads of fn for the warp's first two logits, issued
+  // before pdl_enter: fn is a weight, which no kernel of a step writes, so it may be read while
+  // the kernel before is still running (under PDL this block may start before that kernel
+  // ends); its latency hides there and under the X pass. Everything else waits in pdl_enter.
+  float4 pre[2][kHcFusedPre];
+#pragma unroll
+  for (int r = 0; r < 2; ++r)
+#pragma unroll
+    for (int u = 0; u < kHcFusedPre; ++u) {
+      const int m = warp + r * warps;
+      const int64_t i = lane + 32 * u;
+      pre[r][u] = (m < MIX && i < n4) ? fn_row(m)[i] : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+  pdl_enter();
   // 1. The range's values (8 per 16-byte load) as floats, and their sum of squares.
   const uint4* xr = reinterpret_cast<const uint4*>(static_cast<const bf16*>(a.X) + t * HD + k0);
   float ss = 0.f;
@@ -321,20 +338,30 @@ __global__ __launch_bounds__(kHcThreads + kHcSinkhornWarp) void hc_fused_kernel(
     }
   }
   ss = block_sum(ss, red);  // its barriers also publish xs
-  // 2. The range's dot with each logit's row of fn: lane i takes values 4i, 4i + 1, ... of every
-  // 128, so that a warp's loads are contiguous.
+  // 2. The range's dot with each logit's row of fn: lane l takes the 16-byte pieces i = l + 32 u
+  // (values 4i .. 4i + 3), so that a warp's loads are contiguous; the first kHcFusedPre pieces of
+  // the warp's first two logits are in registers already.
   float* mine = part + (t * S + z) * (MIX + 1);
-  for (int m = warp; m < MIX; m += warps) {
-    const float4* fr = reinterpret_cast<const float4*>(a.fn + int64_t(m) * HD + k0);
+  auto dot4 = [&](const float4& f, int64_t i) {
+    return f.x * xs[4 * i] + f.y * xs[4 * i + 1] + f.z * xs[4 * i + 2] + f.w * xs[4 * i + 3];
+  };
+  auto logit = [&](int m, const float4 (*head)[kHcFusedPre]) {
     float acc = 0.f;
-#pragma unroll 4
-    for (int64_t i = lane; i < Ks / 4; i += 32) {
-      const float4 f = fr[i];
-      acc += f.x * xs[4 * i] + f.y * xs[4 * i + 1] + f.z * xs[4 * i + 2] + f.w * xs[4 * i + 3];
+    int64_t i = lane;
+    if (head) {
+#pragma unroll
+      for (int u = 0; u < kHcFusedPre; ++u, i += 32)
+        if (i < n4) acc += dot4((*head)[u], i);
     }
+    const float4* fr = fn_row(m);
+#pragma unroll 4
+    for (; i < n4; i += 32) acc += dot4(fr[i], i);
     acc = warp_sum(acc);
     if (lane == 0) mine[m] = acc;
-  }
+  };
+  if (warp < MIX) logit(warp, &pre[0]);
+  if (warp + warps < MIX) logit(warp + warps, &pre[1]);
+  for (int m = warp + 2 * warps; m < MIX; m += warps) logit(m, nullptr);
   if (threadIdx.x == 0) mine[MIX] = ss;
   // 3. The token's last block adds the splits in order and finishes.
   if (!last_block_to_finish(tickets + t, S)) return;

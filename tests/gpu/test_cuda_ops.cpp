@@ -797,12 +797,14 @@ TEST_P(CudaOps, ArgmaxVocabRows) {
 // ================================================================ mHC
 
 TEST_P(CudaOps, HcPreAndHead) {
-  // T = 3 and 40 take the split path (partials in scratch), T = 300 the fused 4-tokens-per-block
-  // path; D = 1024 splits further.
+  // T > 2: the mix GEMM on the tensor cores (fn split into bf16 halves), then the finish, in row
+  // chunks. T <= 2: the GEMV and the finish, or (hc-decode=fused) one launch, which D = 200 (4D
+  // not a multiple of 256) leaves on the two launches.
   struct Case {
     int64_t T, D;
   };
-  for (const Case& c : {Case{3, 256}, Case{40, 256}, Case{300, 256}, Case{2, 1024}, Case{1, 4096}, Case{8, 4096}}) {
+  for (const Case& c : {Case{3, 256}, Case{40, 256}, Case{300, 256}, Case{2, 1024}, Case{1, 4096}, Case{8, 4096},
+                        Case{1, 200}}) {
     const int64_t hc = 4, mix = 24, T = c.T, D = c.D;
     T2 X = make_rand("X", Kind::Act, {T, hc, D}, -2.f, 2.f);
     T2 fn = make_rand("fn", Kind::F32, {mix, hc * D}, -0.1f, 0.1f);
