@@ -13,7 +13,7 @@ const char* const kKernelVariantsHelp =
     "gemv-bf16-max-mb=N, pdl=on|off, cublas-workspace-kb=N, mxfp4-mma=on|off, fp8-decode=auto|warp|wide, "
     "mxfp4-wide=on|off, mxfp4-decode=table|shift, mxfp4-swap=on|off, "
     "mxfp4-prefill=mma|gemm, fp8-pair=on|off, route=block|warp, attn-combine=kernel|fused, fp8-wide-blocks=1|2, "
-    "hc-decode=split|fused (default: the measured best of each)";
+    "hc-decode=split|fused, fp8-early=on|off (default: the measured best of each)";
 
 namespace {
 
@@ -89,6 +89,8 @@ KernelVariants KernelVariants::parse(const std::string& spec) {
         fail("--kernel-variants: fp8-decode=stream is no longer a variant: the streaming FP8 kernel was removed, "
              "no faster than wide on the H200 (results/2026-12-05-h200-stream-kernels)");
       else fail("--kernel-variants: ", key, "=", v, ": expected auto, warp or wide");
+    } else if (key == "fp8-early") {
+      k.fp8_early = on_off(key, v);
     } else if (key == "hc-decode") {
       k.hc_decode_fused = either(key, v, "split", "fused");
     } else if (key == "fp8-wide-blocks") {
@@ -110,7 +112,7 @@ KernelVariants KernelVariants::parse(const std::string& spec) {
     } else {
       fail("--kernel-variants: unknown key '", key,
            "' (attn-decode, attn-splits, gemv-bf16-max-mb, pdl, cublas-workspace-kb, mxfp4-mma, fp8-decode, mxfp4-wide, "
-           "mxfp4-decode, mxfp4-swap, mxfp4-prefill, fp8-pair, route, attn-combine, fp8-wide-blocks, hc-decode)");
+           "mxfp4-decode, mxfp4-swap, mxfp4-prefill, fp8-pair, route, attn-combine, fp8-wide-blocks, hc-decode, fp8-early)");
     }
   }
   return k;
@@ -129,7 +131,8 @@ std::string KernelVariants::str() const {
     << ",mxfp4-prefill=" << (mxfp4_prefill_gemm ? "gemm" : "mma") << ",fp8-pair=" << oo(fp8_pair)
     << ",route=" << (route_warp ? "warp" : "block")
     << ",attn-combine=" << (attention_combine_fused ? "fused" : "kernel")
-    << ",fp8-wide-blocks=" << fp8_wide_blocks << ",hc-decode=" << (hc_decode_fused ? "fused" : "split");
+    << ",fp8-wide-blocks=" << fp8_wide_blocks << ",hc-decode=" << (hc_decode_fused ? "fused" : "split")
+    << ",fp8-early=" << oo(fp8_early);
   return s.str();
 }
 

@@ -57,6 +57,12 @@ struct KernelVariants {
   // takes 134 registers: one block, 8 warps per SM) or 2 (capped at 128: 16 warps to hide the
   // serial quantize-and-multiply chain; not yet timed on a GPU).
   int fp8_wide_blocks = 1;
+  // The FP8 decode kernels load their first step's weight codes and scales before waiting on the
+  // kernel before them (true; weights are never written during a step, so under PDL they may be
+  // read while that kernel still runs: the first loads' latency hides there; not yet timed on a
+  // GPU), or wait first (false). Unlike the removed l2-prefetch, only what the first step
+  // consumes, into registers.
+  bool fp8_early = false;
   // gemm_fp8_pair at decode (wq_a with wkv, the shared expert's w1 with w3): one launch over both
   // matrices' columns (true; not yet timed on a GPU), or the two gemm_fp8 launches (false).
   bool fp8_pair = false;
@@ -86,7 +92,8 @@ struct KernelVariants {
   // "key=value,key=value": attn-decode=on|off, attn-splits=N, gemv-bf16-max-mb=N, pdl=on|off,
   // cublas-workspace-kb=N, mxfp4-mma=on|off, fp8-decode=auto|warp|wide, mxfp4-wide=on|off,
   // mxfp4-decode=table|shift, mxfp4-swap=on|off, mxfp4-prefill=mma|gemm, fp8-pair=on|off,
-  // route=block|warp, attn-combine=kernel|fused, fp8-wide-blocks=1|2, hc-decode=split|fused.
+  // route=block|warp, attn-combine=kernel|fused, fp8-wide-blocks=1|2, hc-decode=split|fused,
+  // fp8-early=on|off.
   // Unknown keys
   // and bad values are errors naming the key and the accepted values (a retired key says why it
   // went). An empty spec is the defaults.

@@ -356,9 +356,14 @@ __device__ __forceinline__ void sum_warps_and_store(float (&red)[8][NT][64], con
   stf(g.out, g.dto, int64_t(row) * g.ldo + n, v);
 }
 
-template <int WPC, class TA>
+// EARLY (variant fp8-early=on): the first step's weight codes and block scales are loaded before
+// pdl_enter. They are weights, which no kernel of a step writes, so they may be read while the
+// kernel before is still running (under PDL this block can start before that kernel ends): the
+// first loads' latency, most of a decode-sized kernel's ramp, then hides under it. Everything the
+// kernels before write (the activations) is read after pdl_enter.
+template <int WPC, class TA, bool EARLY>
 __global__ __launch_bounds__(256) void gemm_fp8_mma_kernel(Fp8MmaArgs g) {
-  pdl_enter();
+  if constexpr (!EARLY) pdl_enter();
   constexpr int GPB = 8 / WPC;  // groups of 8 columns per block
   constexpr int kChunks = 2;    // 128-value chunks of K in flight per thread
   __shared__ float red[8][64];
@@ -370,33 +375,55 @@ __global__ __launch_bounds__(256) void gemm_fp8_mma_kernel(Fp8MmaArgs g) {
   const int64_t KB = g.K / kBlk;
   const int64_t kb0 = part * KB / WPC, kb1 = (part + 1) * KB / WPC;
   float acc0 = 0.f, acc1 = 0.f;
-  if (n0 < g.N) {  // uniform per warp: the quad shuffles below need every lane
-    const uint8_t* wr = g.w + min(n0 + grp, g.N - 1) * g.K + tig * 32;
-    const bool row_ok = grp < g.M;
-    const TA* ar = static_cast<const TA*>(g.a) + (row_ok ? grp : 0) * g.lda + (n0 / g.Ng) * g.K + tig * 32;
-    const float* wsr = g.w_scale + (n0 / kBlk) * KB;
-    for (int64_t kb = kb0; kb < kb1; kb += kChunks) {
-      uint4 wv[kChunks][2];
-      ActChunk<TA> act[kChunks];
+  const bool cols = n0 < g.N;  // uniform per warp: the quad shuffles below need every lane
+  const uint8_t* wr = g.w + min(n0 + grp, g.N - 1) * g.K + tig * 32;
+  const float* wsr = g.w_scale + (min(n0, g.N - 1) / kBlk) * KB;
+  // One step's weights: kChunks chunks of the lane's 32 codes, and their block scales.
+  struct Weights {
+    uint4 wv[kChunks][2];
+    float ws[kChunks];
+  };
+  auto load_weights = [&](int64_t kb, Weights& w) {
 #pragma unroll
-      for (int u = 0; u < kChunks; ++u) {
-        const bool in = kb + u < kb1;
-        const uint4* wp = reinterpret_cast<const uint4*>(wr + (kb + u) * kBlk);
-        wv[u][0] = in ? wp[0] : make_uint4(0, 0, 0, 0);
-        wv[u][1] = in ? wp[1] : make_uint4(0, 0, 0, 0);
-        act[u].load(ar + (kb + u) * kBlk, in && row_ok);
-      }
+    for (int u = 0; u < kChunks; ++u) {
+      const bool in = cols && kb + u < kb1;
+      const uint4* wp = reinterpret_cast<const uint4*>(wr + (kb + u) * kBlk);
+      w.wv[u][0] = in ? wp[0] : make_uint4(0, 0, 0, 0);
+      w.wv[u][1] = in ? wp[1] : make_uint4(0, 0, 0, 0);
+      w.ws[u] = in ? wsr[kb + u] : 0.f;
+    }
+  };
+  const bool row_ok = grp < g.M;
+  const TA* ar = static_cast<const TA*>(g.a) + (row_ok ? grp : 0) * g.lda + (min(n0, g.N - 1) / g.Ng) * g.K + tig * 32;
+  auto step = [&](int64_t kb, const Weights& w) {
+    ActChunk<TA> act[kChunks];
 #pragma unroll
-      for (int u = 0; u < kChunks; ++u) {
-        if (kb + u >= kb1) break;
-        uint32_t aw[8];
-        const float s = act[u].quantize(aw);
-        float c[4];
-        chunk_mma(c, aw, wv[u][0], wv[u][1]);
-        const float f = wsr[kb + u] * s;
-        acc0 += c[0] * f;
-        acc1 += c[1] * f;
-      }
+    for (int u = 0; u < kChunks; ++u) act[u].load(ar + (kb + u) * kBlk, kb + u < kb1 && row_ok);
+#pragma unroll
+    for (int u = 0; u < kChunks; ++u) {
+      if (kb + u >= kb1) break;
+      uint32_t aw[8];
+      const float s = act[u].quantize(aw);
+      float c[4];
+      chunk_mma(c, aw, w.wv[u][0], w.wv[u][1]);
+      const float f = w.ws[u] * s;
+      acc0 += c[0] * f;
+      acc1 += c[1] * f;
+    }
+  };
+  int64_t kb = kb0;
+  if constexpr (EARLY) {
+    Weights w;
+    load_weights(kb, w);
+    pdl_enter();
+    if (cols && kb < kb1) step(kb, w);
+    kb += kChunks;
+  }
+  if (cols) {
+    for (; kb < kb1; kb += kChunks) {
+      Weights w;
+      load_weights(kb, w);
+      step(kb, w);
     }
   }
   red[warp][grp * 8 + 2 * tig] = acc0;
@@ -427,9 +454,10 @@ __global__ __launch_bounds__(256) void gemm_fp8_mma_kernel(Fp8MmaArgs g) {
 // measured) the 4-tile kernel takes 134 registers, so an SM holds one block, 8 warps, and Nsight
 // Compute found no warp ready 55 % of the time (results/2026-12-05-h200-stream-kernels); variant
 // fp8-wide-blocks=2 caps it at 128 for two.
-template <int NT, class TA, int MINB>
+// EARLY: the first step's weights before pdl_enter, as in gemm_fp8_mma_kernel.
+template <int NT, class TA, int MINB, bool EARLY>
 __global__ __launch_bounds__(256, MINB > 1 ? MINB : 0) void gemm_fp8_wide_kernel(Fp8MmaArgs g) {
-  pdl_enter();
+  if constexpr (!EARLY) pdl_enter();
   constexpr int CH = 4 / NT;  // 128-value chunks per warp step
   __shared__ float red[8][NT][64];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -449,34 +477,55 @@ __global__ __launch_bounds__(256, MINB > 1 ? MINB : 0) void gemm_fp8_wide_kernel
 #pragma unroll
   for (int t = 0; t < NT; ++t) woff[t] = uint32_t((min(n0 + 8 * t + grp, g.N - 1) - row0) * g.K);
   float acc[NT][2] = {};
-  for (int64_t kb = int64_t(warp) * CH; kb < KB; kb += 8 * CH) {
+  // One step's weights: CH chunks of NT tiles' 32 codes per lane, and the chunks' block scales.
+  struct Weights {
     uint4 wv[CH][NT][2];
-    ActChunk<TA> act[CH];
+    float ws[CH];
+  };
+  auto load_weights = [&](int64_t kb, Weights& w) {
 #pragma unroll
     for (int u = 0; u < CH; ++u) {
       const bool in = kb + u < KB;
 #pragma unroll
       for (int t = 0; t < NT; ++t) {
         const uint4* wp = reinterpret_cast<const uint4*>(wr0 + woff[t] + (kb + u) * kBlk);
-        wv[u][t][0] = in ? __ldg(wp) : make_uint4(0, 0, 0, 0);
-        wv[u][t][1] = in ? __ldg(wp + 1) : make_uint4(0, 0, 0, 0);
+        w.wv[u][t][0] = in ? __ldg(wp) : make_uint4(0, 0, 0, 0);
+        w.wv[u][t][1] = in ? __ldg(wp + 1) : make_uint4(0, 0, 0, 0);
       }
-      act[u].load(ar + (kb + u) * kBlk, in && row_ok);
+      w.ws[u] = in ? wsr[kb + u] : 0.f;
     }
+  };
+  auto step = [&](int64_t kb, const Weights& w) {
+    ActChunk<TA> act[CH];
+#pragma unroll
+    for (int u = 0; u < CH; ++u) act[u].load(ar + (kb + u) * kBlk, kb + u < KB && row_ok);
 #pragma unroll
     for (int u = 0; u < CH; ++u) {
       if (kb + u >= KB) break;  // uniform per warp
       uint32_t aw[8];
       const float s = act[u].quantize(aw);
-      const float f = wsr[kb + u] * s;
+      const float f = w.ws[u] * s;
 #pragma unroll
       for (int t = 0; t < NT; ++t) {
         float c[4];
-        chunk_mma(c, aw, wv[u][t][0], wv[u][t][1]);
+        chunk_mma(c, aw, w.wv[u][t][0], w.wv[u][t][1]);
         acc[t][0] += c[0] * f;
         acc[t][1] += c[1] * f;
       }
     }
+  };
+  int64_t kb = int64_t(warp) * CH;
+  if constexpr (EARLY) {
+    Weights w;
+    load_weights(kb, w);
+    pdl_enter();
+    if (kb < KB) step(kb, w);
+    kb += 8 * CH;
+  }
+  for (; kb < KB; kb += 8 * CH) {
+    Weights w;
+    load_weights(kb, w);
+    step(kb, w);
   }
   sum_warps_and_store<NT>(red, acc, n0, g);
 }
@@ -489,23 +538,24 @@ int fp8_wide_tiles(int64_t N, int64_t Ng, int sms) {
   return 1;
 }
 
-template <class TA, int MINB>
+template <class TA, int MINB, bool EARLY>
 void launch_fp8_wide(const char* op, cudaStream_t st, int nt, int64_t N, const Fp8MmaArgs& g) {
   const dim3 grid(unsigned(cdiv(N, 8 * nt)));
   switch (nt) {
-    case 4: launch_kernel(op, gemm_fp8_wide_kernel<4, TA, MINB>, grid, 256, 0, st, g); break;
-    case 2: launch_kernel(op, gemm_fp8_wide_kernel<2, TA, MINB>, grid, 256, 0, st, g); break;
-    default: launch_kernel(op, gemm_fp8_wide_kernel<1, TA, MINB>, grid, 256, 0, st, g); break;
+    case 4: launch_kernel(op, gemm_fp8_wide_kernel<4, TA, MINB, EARLY>, grid, 256, 0, st, g); break;
+    case 2: launch_kernel(op, gemm_fp8_wide_kernel<2, TA, MINB, EARLY>, grid, 256, 0, st, g); break;
+    default: launch_kernel(op, gemm_fp8_wide_kernel<1, TA, MINB, EARLY>, grid, 256, 0, st, g); break;
   }
   CUDA_LAUNCH_CHECK(op, st);
 }
 
 template <class TA>
-void launch_fp8_wide(const char* op, cudaStream_t st, int nt, int64_t N, const Fp8MmaArgs& g, int blocks_per_sm) {
+void launch_fp8_wide(const char* op, cudaStream_t st, int nt, int64_t N, const Fp8MmaArgs& g, int blocks_per_sm,
+                     bool early) {
   if (blocks_per_sm >= 2)
-    launch_fp8_wide<TA, 2>(op, st, nt, N, g);
+    early ? launch_fp8_wide<TA, 2, true>(op, st, nt, N, g) : launch_fp8_wide<TA, 2, false>(op, st, nt, N, g);
   else
-    launch_fp8_wide<TA, 1>(op, st, nt, N, g);
+    early ? launch_fp8_wide<TA, 1, true>(op, st, nt, N, g) : launch_fp8_wide<TA, 1, false>(op, st, nt, N, g);
 }
 
 // Warps per 8-column group: more while the grid is under two blocks per SM and each warp keeps at
@@ -517,16 +567,24 @@ int fp8_mma_warps_per_group(int64_t N, int64_t K, int sms) {
   return wpc;
 }
 
-template <class TA>
+template <class TA, bool EARLY>
 void launch_fp8_mma(const char* op, cudaStream_t st, int wpc, int64_t groups, const Fp8MmaArgs& g) {
   const dim3 grid(unsigned(cdiv(groups, 8 / wpc)));
   switch (wpc) {
-    case 1: launch_kernel(op, gemm_fp8_mma_kernel<1, TA>, grid, 256, 0, st, g); break;
-    case 2: launch_kernel(op, gemm_fp8_mma_kernel<2, TA>, grid, 256, 0, st, g); break;
-    case 4: launch_kernel(op, gemm_fp8_mma_kernel<4, TA>, grid, 256, 0, st, g); break;
-    default: launch_kernel(op, gemm_fp8_mma_kernel<8, TA>, grid, 256, 0, st, g); break;
+    case 1: launch_kernel(op, gemm_fp8_mma_kernel<1, TA, EARLY>, grid, 256, 0, st, g); break;
+    case 2: launch_kernel(op, gemm_fp8_mma_kernel<2, TA, EARLY>, grid, 256, 0, st, g); break;
+    case 4: launch_kernel(op, gemm_fp8_mma_kernel<4, TA, EARLY>, grid, 256, 0, st, g); break;
+    default: launch_kernel(op, gemm_fp8_mma_kernel<8, TA, EARLY>, grid, 256, 0, st, g); break;
   }
   CUDA_LAUNCH_CHECK(op, st);
+}
+
+template <class TA>
+void launch_fp8_mma(const char* op, cudaStream_t st, int wpc, int64_t groups, const Fp8MmaArgs& g, bool early) {
+  if (early)
+    launch_fp8_mma<TA, true>(op, st, wpc, groups, g);
+  else
+    launch_fp8_mma<TA, false>(op, st, wpc, groups, g);
 }
 
 // The decode kernel a call of N columns runs under the variant: auto takes the wide kernel from
@@ -544,20 +602,21 @@ Fp8Decode fp8_decode_kernel(Fp8Decode v, int64_t N) {
 // activations, else F32). The wide kernel's column tiles shrink until no block crosses g.N1 (a
 // pair's second matrix; for one matrix N1 = N, a multiple of the tiles already).
 void launch_fp8_decode(CudaBackend& be, const char* op, cudaStream_t st, const Fp8MmaArgs& g, bool bf) {
+  const bool early = be.variants().fp8_early;
   if (fp8_decode_kernel(be.variants().fp8_decode, g.N) == Fp8Decode::Wide) {
     int nt = fp8_wide_tiles(g.N, g.Ng, be.sm_count());
     while (nt > 1 && g.N1 % (8 * nt) != 0) nt /= 2;
     const int bps = be.variants().fp8_wide_blocks;
     if (bf)
-      launch_fp8_wide<bf16>(op, st, nt, g.N, g, bps);
+      launch_fp8_wide<bf16>(op, st, nt, g.N, g, bps, early);
     else
-      launch_fp8_wide<float>(op, st, nt, g.N, g, bps);
+      launch_fp8_wide<float>(op, st, nt, g.N, g, bps, early);
   } else {
     const int wpc = fp8_mma_warps_per_group(g.N, g.K, be.sm_count());
     if (bf)
-      launch_fp8_mma<bf16>(op, st, wpc, cdiv(g.N, 8), g);
+      launch_fp8_mma<bf16>(op, st, wpc, cdiv(g.N, 8), g, early);
     else
-      launch_fp8_mma<float>(op, st, wpc, cdiv(g.N, 8), g);
+      launch_fp8_mma<float>(op, st, wpc, cdiv(g.N, 8), g, early);
   }
 }
 

@@ -41,13 +41,14 @@ TEST(KernelVariants, EmptyIsTheDefaults) {
   EXPECT_FALSE(d.attention_combine_fused);
   EXPECT_EQ(d.fp8_wide_blocks, 1);
   EXPECT_FALSE(d.hc_decode_fused);
+  EXPECT_FALSE(d.fp8_early);
 }
 
 TEST(KernelVariants, EveryKeyParsesAndPrintsBack) {
   const KernelVariants k = KernelVariants::parse(
       "attn-decode=off,attn-splits=8,gemv-bf16-max-mb=0,pdl=off,cublas-workspace-kb=0,mxfp4-mma=off,fp8-decode=wide,mxfp4-wide=on,"
       "mxfp4-decode=shift,mxfp4-swap=on,mxfp4-prefill=gemm,fp8-pair=on,route=warp,attn-combine=fused,fp8-wide-blocks=2,"
-      "hc-decode=fused");
+      "hc-decode=fused,fp8-early=on");
   EXPECT_FALSE(k.attention_decode_kernel);
   EXPECT_EQ(k.fp8_decode, Fp8Decode::Wide);
   EXPECT_TRUE(k.mxfp4_wide);
@@ -59,6 +60,7 @@ TEST(KernelVariants, EveryKeyParsesAndPrintsBack) {
   EXPECT_TRUE(k.attention_combine_fused);
   EXPECT_EQ(k.fp8_wide_blocks, 2);
   EXPECT_TRUE(k.hc_decode_fused);
+  EXPECT_TRUE(k.fp8_early);
   EXPECT_EQ(KernelVariants::parse("hc-decode=split"), KernelVariants{});
   EXPECT_EQ(KernelVariants::parse("attn-combine=kernel"), KernelVariants{});
   EXPECT_EQ(KernelVariants::parse("fp8-wide-blocks=1"), KernelVariants{});

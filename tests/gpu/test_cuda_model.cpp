@@ -166,7 +166,8 @@ TEST(CudaModel, TinyFp8KvCacheMatchesCpuReference) {
 // sequences with verifying steps (the FP8 pairs, the swapped MXFP4 experts).
 TEST(CudaModel, TinyDecodeVariantsMatchCpuReference) {
   REQUIRE_GPU();
-  const char* v = "hc-decode=fused,attn-combine=fused,route=warp,fp8-pair=on,fp8-wide-blocks=2,mxfp4-swap=on";
+  const char* v =
+      "hc-decode=fused,attn-combine=fused,route=warp,fp8-pair=on,fp8-wide-blocks=2,mxfp4-swap=on,fp8-early=on";
   compare_with_cpu(2, 4, 2, 1, false, WeightFormat::Bf16, 3e-2, false, v);
   compare_with_cpu(1, 4, 3, 2, true, WeightFormat::Native, 0.3, false, v);
 }
@@ -293,7 +294,8 @@ TEST(CudaModel, SameResultVariantsBitIdentical) {
   };
   // (the variants, what they must equal): the tensor-core attention at decode is a different
   // computation, so its fused combine is held to it. fp8-wide-blocks=2 changes only the wide FP8
-  // kernel's register budget (native weights, the wide kernel forced on every FP8 shape).
+  // kernel's register budget, fp8-early only when the FP8 kernels' first weights are loaded
+  // (native weights; the wide kernel forced on every FP8 shape, or the default choice).
   struct Pair {
     const char *variants, *base;
     WeightFormat weights;
@@ -302,7 +304,9 @@ TEST(CudaModel, SameResultVariantsBitIdentical) {
                         {"attn-combine=fused,attn-decode=off", "attn-decode=off", WeightFormat::Bf16},
                         {"route=warp", "", WeightFormat::Bf16},
                         {"hc-decode=fused", "hc-decode=fused", WeightFormat::Bf16},
-                        {"fp8-wide-blocks=2,fp8-decode=wide", "fp8-decode=wide", WeightFormat::Native}};
+                        {"fp8-wide-blocks=2,fp8-decode=wide", "fp8-decode=wide", WeightFormat::Native},
+                        {"fp8-early=on", "", WeightFormat::Native},
+                        {"fp8-early=on,fp8-decode=wide", "fp8-decode=wide", WeightFormat::Native}};
   for (const auto& [v, base, weights] : pairs) {
     const auto ref = run(base, false, weights);
     for (bool graph : {false, true}) {

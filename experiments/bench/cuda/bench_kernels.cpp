@@ -309,7 +309,8 @@ Case attention_case(const ModelConfig& c, int B, int pos, CompressedKeys mode, s
 // Each op's variants: the default first, then every alternative a run can ask for.
 std::vector<std::string> default_variants(const std::string& op) {
   if (op == "gemm") return {"", "gemv-bf16-max-mb=4096", "gemv-bf16-max-mb=0", "gemv-bf16-max-mb=0,cublas-workspace-kb=0"};
-  if (op == "gemm_fp8") return {"", "fp8-decode=warp", "fp8-decode=wide", "fp8-wide-blocks=2", "pdl=off"};
+  if (op == "gemm_fp8")
+    return {"", "fp8-decode=warp", "fp8-decode=wide", "fp8-wide-blocks=2", "fp8-early=on", "pdl=off"};
   if (op == "moe_experts_mxfp4") return {"", "mxfp4-wide=on", "mxfp4-decode=shift", "mxfp4-swap=on", "mxfp4-mma=off"};
   // The routed experts have one decode kernel now (the split-K and w2-column variants measured
   // slower: results/2026-12-04-h200-kernel-workbench); PDL and the GEMV limit still apply.
