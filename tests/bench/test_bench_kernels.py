@@ -30,8 +30,9 @@ def main():
         by = {(x["op"], x["shape"]): x for x in rows}
         # tiny: D=256, q_lora=128, Dh=128, H=4, W=16, index_topk=8, E=8, k=2, F=128, o_groups=2,
         # o_lora=64, indexer 4 heads x 128; 8 GEMM shapes, the same 8 with FP8 weights (every K is a
-        # multiple of 128), 1 MoE on bf16 and 1 on MXFP4 experts, and 3 attention modes per batch.
-        check(len(rows) == 2 * (8 + 8 + 1 + 1 + 3), f"{len(rows)} rows")
+        # multiple of 128), 1 MoE on bf16 and 1 on MXFP4 experts, 3 attention modes and 1 hc_pre per
+        # batch.
+        check(len(rows) == 2 * (8 + 8 + 1 + 1 + 3 + 1), f"{len(rows)} rows")
         # gemm wq_a at M=1: bf16 weight N*K plus a (M*K) and out (M*N).
         x = by.get(("gemm", "wq_a M=1 N=128 K=256"))
         check(x is not None and x["bytes"] == 2 * (128 * 256 + 256 + 128), f"gemm wq_a bytes {x and x['bytes']}")
@@ -55,6 +56,10 @@ def main():
         # all/128: 301 // 128 = 2 entries + 16 window keys, two sequences.
         x = by.get(("sparse_attention", "all/128 B=2 H=4 Dh=128 pos=300"))
         check(x is not None and x["bytes"] == 2 * (2 * 2 * 4 * 128 + 2 * 18 * 128), f"attn all bytes {x and x['bytes']}")
+        # hc_pre at B=2: fn (24 x 4D f32), X (B x 4D bf16), y (B x D bf16), post + comb (B x 20 f32).
+        x = by.get(("hc_pre", "B=2 D=256"))
+        check(x is not None and x["bytes"] == 4 * 24 * 1024 + 2 * 2 * 1024 + 2 * 2 * 256 + 4 * 2 * 20,
+              f"hc_pre bytes {x and x['bytes']}")
         for x in rows:
             check(x["passed"] and x["rel_err"] == 0.0, f"{x['op']} {x['shape']}: CPU vs CPU rel err {x['rel_err']}")
             check(len(x["samples_us"]) == 2 and x["median_us"] > 0, f"{x['op']} {x['shape']}: samples")

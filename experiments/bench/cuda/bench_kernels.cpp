@@ -3,7 +3,8 @@
 //
 // For each op family (the decode GEMMs: our GEMV or cuBLAS, with or without its workspace; the
 // same GEMMs with FP8 block-scaled weights, gemm_fp8; the routed experts, one decode kernel now;
-// sparse attention: the decode kernel or the prefill kernel, KV splits) and each shape, the inputs are built once per backend from the same
+// sparse attention: the decode kernel or the prefill kernel, KV splits; mHC's hc_pre: the GEMV and
+// finish, or one fused launch) and each shape, the inputs are built once per backend from the same
 // seeds (the reference's rounded to bf16 where the device stores bf16), the op runs on the CPU
 // reference and on the device under each variant, and the device's output is compared with the
 // reference's (relative error, bf16 bound 2e-2). Then each variant is timed: the L2 is flushed
@@ -14,7 +15,8 @@
 // op's bytes from HBM, flushed and timed the same way: common/read_floor.h): "x read" is the op's
 // median over the read's, 1.0 the best a kernel of that size can do here.
 //
-//   bench_kernels [--ops=gemm,gemm_fp8,moe_experts,moe_experts_mxfp4,sparse_attention] [--config=flash-6l] [--batches=1,8]
+//   bench_kernels [--ops=gemm,gemm_fp8,moe_experts,moe_experts_mxfp4,sparse_attention,hc_pre] [--config=flash-6l]
+//                 [--batches=1,8]
 //                 [--pos=4095] [--experts=64] [--reps=20] [--variants=SPEC;SPEC...]
 //                 [--dut=cuda|cpu] [--out=FILE.json]
 //
@@ -48,7 +50,7 @@ namespace sl {
 namespace {
 
 struct Options {
-  std::vector<std::string> ops{"gemm", "gemm_fp8", "moe_experts", "moe_experts_mxfp4", "sparse_attention"};
+  std::vector<std::string> ops{"gemm", "gemm_fp8", "moe_experts", "moe_experts_mxfp4", "sparse_attention", "hc_pre"};
   std::string config = "flash-6l", dut = "cuda", out, command_line;
   std::vector<int> batches{1, 8};
   int pos = 4095;     // the decode position of every sequence ((pos+1) % 128 == 0: full blocks)
@@ -306,6 +308,31 @@ Case attention_case(const ModelConfig& c, int B, int pos, CompressedKeys mode, s
   return a;
 }
 
+// mHC's hc_pre at decode (docs/model.md 3.4): B tokens of 4 residual streams of D values, the
+// 24 mix logits against the F32 fn [24, 4D], the Sinkhorn and the collapse. The compared output is
+// the collapsed y; post and comb follow from the same logits.
+Case hc_pre_case(const ModelConfig& c, int B) {
+  const int D = c.hidden_size, mix = 24;
+  Case h;
+  h.op = "hc_pre";
+  h.label = "B=" + std::to_string(B) + " D=" + std::to_string(D);
+  h.inputs = {{"X", Kind::Act, {B, 4, D}},
+              {"fn", Kind::F32, {mix, 4 * D}, 0.02f},
+              {"scale", Kind::F32, {3}, 0.2f, 1.f},
+              {"base", Kind::F32, {mix}, 0.5f},
+              {"y", Kind::Act, {B, D}, 0},
+              {"post", Kind::F32, {B, 4}, 0},
+              {"comb", Kind::F32, {B, 4, 4}, 0}};
+  const int iters = c.hc_sinkhorn_iters;
+  const float hc_eps = float(c.hc_eps), rms_eps = float(c.rms_norm_eps);
+  h.run = [iters, hc_eps, rms_eps](Backend& be, const std::vector<Tensor>& t) {
+    be.hc_pre(Stream{}, t[4], t[5], t[6], t[0], t[1], t[2], t[3], iters, hc_eps, rms_eps);
+  };
+  h.output = 4;
+  h.bytes = 4.0 * mix * 4 * D + 2.0 * B * 4 * D + 2.0 * B * D + 4.0 * B * 20;
+  return h;
+}
+
 // Each op's variants: the default first, then every alternative a run can ask for.
 std::vector<std::string> default_variants(const std::string& op) {
   if (op == "gemm") return {"", "gemv-bf16-max-mb=4096", "gemv-bf16-max-mb=0", "gemv-bf16-max-mb=0,cublas-workspace-kb=0"};
@@ -315,6 +342,7 @@ std::vector<std::string> default_variants(const std::string& op) {
   // The routed experts have one decode kernel now (the split-K and w2-column variants measured
   // slower: results/2026-12-04-h200-kernel-workbench); PDL and the GEMV limit still apply.
   if (op == "moe_experts") return {"", "pdl=off"};
+  if (op == "hc_pre") return {"", "hc-decode=fused"};
   return {"", "attn-splits=1", "attn-splits=16", "attn-decode=off", "attn-combine=fused"};
 }
 
@@ -409,6 +437,8 @@ int run(const Options& o) {
         cases.push_back(moe_case(cfg, B, std::min(o.experts, cfg.n_routed_experts), rng));
       } else if (op == "moe_experts_mxfp4") {
         cases.push_back(moe_mxfp4_case(cfg, B, std::min(o.experts, cfg.n_routed_experts), rng));
+      } else if (op == "hc_pre") {
+        cases.push_back(hc_pre_case(cfg, B));
       } else {
         for (CompressedKeys m : {CompressedKeys::None, CompressedKeys::All, CompressedKeys::Selected})
           cases.push_back(attention_case(cfg, B, o.pos, m, rng));
@@ -502,8 +532,8 @@ int main(int argc, char** argv) {
       o.ops = sl::bench::split(v, ',');
       for (const auto& op : o.ops)
         SL_CHECK(op == "gemm" || op == "gemm_fp8" || op == "moe_experts" || op == "moe_experts_mxfp4" ||
-                     op == "sparse_attention",
-                 "--ops: '", op, "' is not one of gemm, gemm_fp8, moe_experts, moe_experts_mxfp4, sparse_attention");
+                     op == "sparse_attention" || op == "hc_pre",
+                 "--ops: '", op, "' is not one of gemm, gemm_fp8, moe_experts, moe_experts_mxfp4, sparse_attention, hc_pre");
       SL_CHECK(!o.ops.empty(), "--ops is empty");
     } else if (auto v = flag_value(arg, "--config=")) {
       o.config = v;
@@ -531,7 +561,8 @@ int main(int argc, char** argv) {
     return true;
   };
   static const std::string usage = std::string(
-      "bench_kernels [--ops=gemm,gemm_fp8,moe_experts,moe_experts_mxfp4,sparse_attention] [--config=flash-6l]\n"
+      "bench_kernels [--ops=gemm,gemm_fp8,moe_experts,moe_experts_mxfp4,sparse_attention,hc_pre]\n"
+      "              [--config=flash-6l]\n"
       "              [--batches=1,8]\n"
       "              [--pos=4095] [--experts=64] [--reps=20] [--variants=SPEC;SPEC...] [--dut=cuda|cpu]\n"
       "              [--out=FILE.json]\n"
@@ -541,8 +572,8 @@ int main(int argc, char** argv) {
       "fraction of the device-to-device copy bandwidth measured in the same run; \"x read\": the median\n"
       "over the read floor, a kernel that only streams the op's bytes, timed the same way (1.00 = the\n"
       "best a kernel of that size can do on this device).\n"
-      "  --ops        the op families (default all five; gemm_fp8 and moe_experts_mxfp4: the same ops on\n"
-      "               the checkpoint's FP8 / MXFP4 weights)\n"
+      "  --ops        the op families (default all six; gemm_fp8 and moe_experts_mxfp4: the same ops on\n"
+      "               the checkpoint's FP8 / MXFP4 weights; hc_pre: mHC's mix and collapse)\n"
       "  --batches    decode batch sizes (one token per sequence)\n"
       "  --pos        the decode position (sparse attention's window and compressed entries)\n"
       "  --experts    routed experts held (capped at the config's; only those hit are read)\n"
