@@ -482,15 +482,22 @@ __global__ __launch_bounds__(256, MINB > 1 ? MINB : 0) void gemm_fp8_wide_kernel
     uint4 wv[CH][NT][2];
     float ws[CH];
   };
-  auto load_weights = [&](int64_t kb, Weights& w) {
+  // `early`: the step loaded before pdl_enter takes plain (L2-cached) loads: the compiler moved
+  // the read-only-path loads (__ldg) of that step past griddepcontrol.wait, which defeated it.
+  auto load_weights = [&](int64_t kb, Weights& w, auto early) {
 #pragma unroll
     for (int u = 0; u < CH; ++u) {
       const bool in = kb + u < KB;
 #pragma unroll
       for (int t = 0; t < NT; ++t) {
         const uint4* wp = reinterpret_cast<const uint4*>(wr0 + woff[t] + (kb + u) * kBlk);
-        w.wv[u][t][0] = in ? __ldg(wp) : make_uint4(0, 0, 0, 0);
-        w.wv[u][t][1] = in ? __ldg(wp + 1) : make_uint4(0, 0, 0, 0);
+        if constexpr (decltype(early)::value) {
+          w.wv[u][t][0] = in ? __ldcg(wp) : make_uint4(0, 0, 0, 0);
+          w.wv[u][t][1] = in ? __ldcg(wp + 1) : make_uint4(0, 0, 0, 0);
+        } else {
+          w.wv[u][t][0] = in ? __ldg(wp) : make_uint4(0, 0, 0, 0);
+          w.wv[u][t][1] = in ? __ldg(wp + 1) : make_uint4(0, 0, 0, 0);
+        }
       }
       w.ws[u] = in ? wsr[kb + u] : 0.f;
     }
@@ -517,14 +524,14 @@ __global__ __launch_bounds__(256, MINB > 1 ? MINB : 0) void gemm_fp8_wide_kernel
   int64_t kb = int64_t(warp) * CH;
   if constexpr (EARLY) {
     Weights w;
-    load_weights(kb, w);
+    load_weights(kb, w, std::true_type{});
     pdl_enter();
     if (kb < KB) step(kb, w);
     kb += 8 * CH;
   }
   for (; kb < KB; kb += 8 * CH) {
     Weights w;
-    load_weights(kb, w);
+    load_weights(kb, w, std::false_type{});
     step(kb, w);
   }
   sum_warps_and_store<NT>(red, acc, n0, g);
@@ -601,6 +608,9 @@ Fp8Decode fp8_decode_kernel(Fp8Decode v, int64_t N) {
 // One decode launch of up to 8 rows, the kernel chosen for g's width under the variant (bf: bf16
 // activations, else F32). The wide kernel's column tiles shrink until no block crosses g.N1 (a
 // pair's second matrix; for one matrix N1 = N, a multiple of the tiles already).
+// Under fp8-early the kernels read g's weights and scales before waiting on the kernel before
+// them: they must not be written by it (model weights are written only at load, on a
+// synchronised stream; every caller of gemm_fp8 and gemm_fp8_pair passes a Linear's).
 void launch_fp8_decode(CudaBackend& be, const char* op, cudaStream_t st, const Fp8MmaArgs& g, bool bf) {
   const bool early = be.variants().fp8_early;
   if (fp8_decode_kernel(be.variants().fp8_decode, g.N) == Fp8Decode::Wide) {

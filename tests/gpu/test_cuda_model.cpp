@@ -306,7 +306,8 @@ TEST(CudaModel, SameResultVariantsBitIdentical) {
                         {"hc-decode=fused", "hc-decode=fused", WeightFormat::Bf16},
                         {"fp8-wide-blocks=2,fp8-decode=wide", "fp8-decode=wide", WeightFormat::Native},
                         {"fp8-early=on", "", WeightFormat::Native},
-                        {"fp8-early=on,fp8-decode=wide", "fp8-decode=wide", WeightFormat::Native}};
+                        {"fp8-early=on,fp8-decode=wide", "fp8-decode=wide", WeightFormat::Native},
+                        {"fp8-early=on,fp8-pair=on", "fp8-pair=on", WeightFormat::Native}};
   for (const auto& [v, base, weights] : pairs) {
     const auto ref = run(base, false, weights);
     for (bool graph : {false, true}) {

@@ -82,6 +82,7 @@ const char* const kVariants[] = {
     "mxfp4-prefill=gemm", "fp8-pair=on", "fp8-pair=on,fp8-decode=wide", "route=warp", "attn-combine=fused",
     "attn-combine=fused,attn-decode=off", "attn-combine=fused,attn-splits=16", "fp8-wide-blocks=2,fp8-decode=wide",
     "fp8-wide-blocks=2", "hc-decode=fused", "fp8-early=on", "fp8-early=on,fp8-decode=wide",
+    "fp8-early=on,fp8-pair=on", "fp8-early=on,fp8-pair=on,fp8-decode=wide",
 };
 
 std::string variant_test_name(const ::testing::TestParamInfo<const char*>& info) {
