@@ -34,8 +34,9 @@ struct KernelVariants {
   // through the stream's tickets, one launch fewer per layer (true; not yet timed on a GPU).
   // The same merge in the same order either way: identical outputs.
   bool attention_combine_fused = false;
-  // mHC's hc_pre / hc_head at 1-2 tokens: the mix GEMV and the finish as two launches (false), or
-  // one (true; not yet timed on a GPU): 32 blocks per token each dot a range of the token's 4D
+  // mHC's hc_pre / hc_head at decode sizes (up to 16 tokens): the mix GEMV (1-2 tokens) or the
+  // split tensor-core GEMM (3-16) and the finish as separate launches (false), or one launch
+  // (true; not yet timed on a GPU): 32 blocks per token each dot a range of the token's 4D
   // values with fn, and the last of them to finish runs the finish.
   bool hc_decode_fused = false;
   // bf16 GEMMs at decode (M <= 2) with a weight of at most this many MB run on our GEMV instead

@@ -285,7 +285,8 @@ __global__ __launch_bounds__(kHcThreads + kHcSinkhornWarp) void hc_finish_kernel
   hc_finish_tail<MIX, HEAD, VEC>(a, t, tot, wts, red, keep, single);
 }
 
-// hc-decode=fused (at 1-2 tokens, the vector path): the mix GEMV and the finish in one launch.
+// hc-decode=fused (up to kHcFusedMaxTokens tokens, the vector path): the mix GEMV (1-2 tokens) or
+// the split tensor-core GEMM (more), and the finish, in one launch.
 // Block (z, t) takes the z-th of kHcFusedSplits equal ranges of token t's 4D values: it stages
 // them in shared memory as floats, sums their squares, and each warp dots them with the rows of fn
 // of its logits (warp w: logits w, w + warps, ...), 16-byte loads of fn, a butterfly per logit.
@@ -297,6 +298,10 @@ __global__ __launch_bounds__(kHcThreads + kHcSinkhornWarp) void hc_finish_kernel
 constexpr int kHcFusedSplits = 32;
 constexpr int64_t kHcFusedMaxSlice = 4096;  // floats of X per block (16 KiB of shared memory)
 constexpr int kHcFusedPre = 4;               // fn loads per lane and logit issued before the X pass
+// Up to this many tokens (decode, also batch 8 with drafts to verify): each token's blocks read
+// all of fn (1.5 MiB at flash's width, from L2 after the first), which the tensor-core GEMM's
+// path (split fn, GEMM, finish: three launches) beats only at prefill sizes.
+constexpr int64_t kHcFusedMaxTokens = 16;
 
 template <int MIX, bool HEAD>
 __global__ __launch_bounds__(kHcThreads + kHcSinkhornWarp) void hc_fused_kernel(HcArgs a, float* part, int* tickets) {
@@ -397,7 +402,7 @@ void launch_hc(CudaBackend& be, const char* op, Stream s, HcArgs a, DType xdt) {
       launch_kernel(op, hc_finish_kernel<MIX, HEAD, false>, unsigned(rows), threads, 0, st, a, t0);
     CUDA_LAUNCH_CHECK(op, st);
   };
-  if (a.T <= 2 && vec && be.variants().hc_decode_fused && HD % (8 * kHcFusedSplits) == 0 &&
+  if (a.T <= kHcFusedMaxTokens && vec && be.variants().hc_decode_fused && HD % (8 * kHcFusedSplits) == 0 &&
       HD / kHcFusedSplits <= kHcFusedMaxSlice && reinterpret_cast<uintptr_t>(a.fn) % 16 == 0) {
     if (int* tickets = be.tickets(s, op, size_t(a.T))) {
       CudaBackend::Scratch sc = be.scratch(s, op, size_t(a.T) * kHcFusedSplits * (MIX + 1) * 4);

@@ -799,13 +799,13 @@ TEST_P(CudaOps, ArgmaxVocabRows) {
 
 TEST_P(CudaOps, HcPreAndHead) {
   // T > 2: the mix GEMM on the tensor cores (fn split into bf16 halves), then the finish, in row
-  // chunks. T <= 2: the GEMV and the finish, or (hc-decode=fused) one launch, which D = 200 (4D
-  // not a multiple of 256) leaves on the two launches.
+  // chunks. T <= 2: the GEMV and the finish. Under hc-decode=fused, T <= 16 (3, 2, 1, 8, 16 here)
+  // runs one launch, which D = 200 (4D not a multiple of 256) leaves on the other paths.
   struct Case {
     int64_t T, D;
   };
   for (const Case& c : {Case{3, 256}, Case{40, 256}, Case{300, 256}, Case{2, 1024}, Case{1, 4096}, Case{8, 4096},
-                        Case{1, 200}}) {
+                        Case{1, 200}, Case{16, 512}}) {
     const int64_t hc = 4, mix = 24, T = c.T, D = c.D;
     T2 X = make_rand("X", Kind::Act, {T, hc, D}, -2.f, 2.f);
     T2 fn = make_rand("fn", Kind::F32, {mix, hc * D}, -0.1f, 0.1f);
