@@ -491,7 +491,10 @@ void check_expert_ranks(const RunOptions& o) {
            "one process per GPU over NCCL: add --rank-launch processes (or use --gpus ", o.model.expert_ranks, ")");
   SL_CHECK(o.backend != "cuda" || o.model.expert_scheme != "all-to-all", opt, " with --expert-scheme all-to-all runs on the "
            "CPU backend only (the CUDA backend has no all-to-all exchange yet): use --expert-scheme all-gather");
-  SL_CHECK(!o.graph, opt, " cannot run with --graph (the CPU backend has no graphs)");
+  SL_CHECK(!o.graph, opt, " cannot run with --graph: ",
+           o.backend == "cuda" ? "CUDA-graph capture of a model split over GPUs (each rank's NCCL all-reduce inside "
+                                 "its graph) is not supported yet; run the split model eagerly"
+                               : "the CPU backend has no graphs");
   SL_CHECK(!o.tracing() || o.backend == "cuda", opt, " cannot run with --trace / --sqlite on the CPU backend (CUPTI "
            "traces the CUDA backend; with --gpus N each rank traces its own GPU)");
   SL_CHECK(!o.check_against_cpu, opt, " cannot run with --check-against-cpu");

@@ -224,7 +224,8 @@ expect_error() {  # expect_error WHAT PATTERN ARGS...
 expect_error "uneven split" "8 routed experts do not split evenly over 3 ranks" --backend cpu --expert-ranks 3
 expect_error "cuda backend" "add --rank-launch processes (or use --gpus 2)" --backend cuda --expert-ranks 2
 expect_error "save" "cannot run with --save-checkpoint" --backend cpu --expert-ranks 2 --save-checkpoint "$tmp/ck"
-expect_error "graph" "cannot run with --graph" --backend cpu --expert-ranks 2 --graph
+expect_error "graph" "the CPU backend has no graphs" --backend cpu --expert-ranks 2 --graph
+expect_error "gpu graph" "capture of a model split over GPUs" --gpus 2 --graph
 expect_error "zero ranks" "expert-ranks" --backend cpu --expert-ranks 0
 expect_error "a2a batch" "the batch (3) must be a multiple of 2" --backend cpu --expert-ranks 2 --expert-scheme all-to-all --batch 3
 expect_error "a2a native" "runs bf16 weights only" --backend cpu --expert-ranks 2 --expert-scheme all-to-all --batch 2 --weights native
