@@ -151,7 +151,13 @@ for st in $stages; do case $st in
       run "sweep_$name" ${SWEEP_SECONDS_EACH:-150} $B/bench_decode "${BENCH_FLASH[@]}" --kernel-variants=$kv \
         --weights=${SWEEP_WEIGHTS:-bf16} --batches=${SWEEP_BATCHES:-1,8} --modes=${SWEEP_MODES:-eager,graph} \
         --policy=shared --steps=${BENCH_STEPS:-20} --out="$OUT/sweep_$name.json"
-    done ;;
+    done
+    # The settings side by side against the first (the defaults), when it ran.
+    first=${VARIANT_SWEEP:-"default:"}; first=${first%%:*}
+    if [ -f "$OUT/sweep_$first.json" ]; then
+      python3 scripts/variant_table.py "$OUT" --base "$first" 2>&1 | tee "$W/variant_table.log"
+      tar czf "$OUT/round.tar.gz" -C "$W" .
+    fi ;;
   policies)
     # bench_decode once per stream policy (batch 1 and 8, eager and graph): what the aux streams
     # and the shared-expert stream cost or buy at decode. POLICIES="serial shared ..."; a name
