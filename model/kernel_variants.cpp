@@ -9,11 +9,12 @@
 namespace sl {
 
 const char* const kKernelVariantsHelp =
-    "CUDA kernel variants, key=value[,key=value...]: attn-decode=on|off, attn-splits=N (0 = auto), "
+    "CUDA kernel variants, key=value[,key=value...]: attn-decode=on|off, attn-splits=N (0 = auto, at most 16), "
     "gemv-bf16-max-mb=N, pdl=on|off, cublas-workspace-kb=N, mxfp4-mma=on|off, fp8-decode=auto|warp|wide, "
     "mxfp4-wide=on|off, mxfp4-decode=table|shift, mxfp4-swap=on|off, "
     "mxfp4-prefill=mma|gemm, fp8-pair=on|off, route=block|warp, attn-combine=kernel|fused, fp8-wide-blocks=1|2, "
-    "hc-decode=split|fused, fp8-early=on|off (default: the measured best of each)";
+    "hc-decode=split|fused, fp8-early=on|off (default: the measured best of each; variants not yet "
+    "timed on a GPU are off)";
 
 namespace {
 

@@ -24,10 +24,10 @@ struct KernelVariants {
   // Sparse attention at decode (at most 2 tokens, head dims 64..512): the CUDA-core decode kernel
   // (true) or the tensor-core kernel of prefill (false).
   bool attention_decode_kernel = true;
-  // KV splits of the tensor-core sparse attention (prefill, and decode past 2 tokens): 0 = chosen
-  // from the shape (about two blocks per SM); N in 1..16 forces N, as far as the split partials
-  // fit the scratch buffer (the merge of the splits takes at most 16). The decode kernel (1-2
-  // tokens) chooses its own.
+  // KV splits of the tensor-core sparse attention (prefill, decode past 2 tokens, and all decode
+  // under attn-decode=off): 0 = chosen from the shape (about two blocks per SM); N in 1..16 forces
+  // N, as far as the split partials fit the scratch buffer (the merge of the splits takes at most
+  // 16). The decode kernel (1-2 tokens) chooses its own.
   int attention_splits = 0;
   // How split KV partials are merged: a combine kernel after the attention kernel (false), or
   // fused: the last split block of each (token, head group) to finish merges them, counted

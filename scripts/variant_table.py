@@ -5,8 +5,9 @@ batch and mode: each setting's median step, its ratio to the bytes floor, and it
 the base setting (the defaults), with a verdict that the run's own noise bounds.
 
   noise    the larger relative difference between the base and each repeat of it (settings named
-           BASE2, BASE3, ...: gpu_round's VARIANT_SWEEP runs "default:" first and "default2:" last,
-           so that drift over the round shows). Without a repeat the noise is unknown.
+           BASE2, BASE3, ...: name them so in gpu_round's VARIANT_SWEEP, "default:" first and
+           "default2:" last, so that drift over the round shows). Without a repeat the noise is
+           unknown.
   verdict  faster / slower when the change is beyond max(--threshold, 2 x noise); same inside it;
            "noise unknown" when there is no repeat and the change is beyond the threshold.
 

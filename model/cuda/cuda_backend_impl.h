@@ -35,8 +35,8 @@
 //     "last writer wins" claims of the ring-cache inserts, split-KV partials of the decode
 //     attention, staging of overlapping copies). Ops on one stream run in order, so they can
 //     share it; ops on different streams never do. Beside it, 4 KiB of tickets: counters that
-//     are zero between kernels (the split attention's fused combine counts its finished splits
-//     there).
+//     are zero between kernels (the split attention's fused combine and the fused hc_pre /
+//     hc_head count their finished blocks there).
 #pragma once
 #include <cublasLt.h>
 #include <cublas_v2.h>

@@ -359,7 +359,7 @@ __device__ __forceinline__ void sum_warps_and_store(float (&red)[8][NT][64], con
 // EARLY (variant fp8-early=on): the first step's weight codes and block scales are loaded before
 // pdl_enter. They are weights, which no kernel of a step writes, so they may be read while the
 // kernel before is still running (under PDL this block can start before that kernel ends): the
-// first loads' latency, most of a decode-sized kernel's ramp, then hides under it. Everything the
+// first loads' latency, part of a decode-sized kernel's ramp, may then hide under it. Everything the
 // kernels before write (the activations) is read after pdl_enter.
 template <int WPC, class TA, bool EARLY>
 __global__ __launch_bounds__(256) void gemm_fp8_mma_kernel(Fp8MmaArgs g) {
@@ -482,8 +482,9 @@ __global__ __launch_bounds__(256, MINB > 1 ? MINB : 0) void gemm_fp8_wide_kernel
     uint4 wv[CH][NT][2];
     float ws[CH];
   };
-  // `early`: the step loaded before pdl_enter takes plain (L2-cached) loads: the compiler moved
-  // the read-only-path loads (__ldg) of that step past griddepcontrol.wait, which defeated it.
+  // `early`: the step loaded before pdl_enter takes __ldcg loads (ld.global.cg, cached in L2
+  // only): the compiler moved the read-only-path loads (__ldg) of that step past
+  // griddepcontrol.wait, which defeated it.
   auto load_weights = [&](int64_t kb, Weights& w, auto early) {
 #pragma unroll
     for (int u = 0; u < CH; ++u) {

@@ -300,7 +300,8 @@ constexpr int64_t kHcFusedMaxSlice = 4096;  // floats of X per block (16 KiB of 
 constexpr int kHcFusedPre = 4;               // fn loads per lane and logit issued before the X pass
 // Up to this many tokens (decode, also batch 8 with drafts to verify): each token's blocks read
 // all of fn (1.5 MiB at flash's width, from L2 after the first), which the tensor-core GEMM's
-// path (split fn, GEMM, finish: three launches) beats only at prefill sizes.
+// path (split fn, the GEMM, a split-K reduce when cuBLAS adds one, the finish) is expected to
+// beat only at prefill sizes (not timed).
 constexpr int64_t kHcFusedMaxTokens = 16;
 
 template <int MIX, bool HEAD>

@@ -160,10 +160,12 @@ TEST(CudaModel, TinyFp8KvCacheMatchesCpuReference) {
   compare_with_cpu(1, 4, 3, 2, true, WeightFormat::Native, 0.3, true);
 }
 
-// The kernel variants written for the batch-1 step and not yet the defaults, all at once, with
-// the bounds of the defaults: bf16 at one token (the fused mHC and attention merges, the warp
-// routing, the wide FP8 kernel at two blocks per SM has nothing to run), native weights at two
-// sequences with verifying steps (the FP8 pairs, the swapped MXFP4 experts).
+// The kernel variants written for the decode step and not yet the defaults, all at once, with the
+// bounds of the defaults: bf16 at one token (the fused mHC, the warp routing; the fused attention
+// merge in the 48-token prefill, since tiny's decode attention runs unsplit), native weights at
+// two sequences with verifying steps (the FP8 pairs and early loads, the swapped MXFP4 experts,
+// the fused merge). fp8-wide-blocks=2 has nothing to run here (no tiny FP8 GEMM reaches the wide
+// kernel's 4096 columns); SameResultVariantsBitIdentical forces the wide kernel for it.
 TEST(CudaModel, TinyDecodeVariantsMatchCpuReference) {
   REQUIRE_GPU();
   const char* v =

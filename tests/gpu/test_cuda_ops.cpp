@@ -1119,7 +1119,7 @@ TEST_P(CudaOps, SparseAttention) {
       {64, 512, 1, 600, 512, 128, CompressedKeys::Selected, 4},
       {64, 512, 1, 40, 8, 128, CompressedKeys::All, 128},
       {64, 512, 1, 40, 8, 128, CompressedKeys::None, 1},
-      {64, 512, 16, 600, 512, 128, CompressedKeys::Selected, 4},  // batch 16: the tensor-core kernel, 3 splits
+      {64, 512, 16, 600, 512, 128, CompressedKeys::Selected, 4},  // 16 tokens (two sequences): the tensor-core kernel, 3 splits on 132 SMs
   };
   for (const Case& c : cases) {
     const int64_t B = 2, cap = c.window + 8, Dh = c.Dh;

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """scripts/variant_table.py on hand-made bench_decode files, and on the round committed in
-results/2026-12-05-h200-mxfp4-lut (a real consumer of its own output format): the changes, noise
+results/2026-12-05-h200-mxfp4-lut (real bench_decode output): the changes, noise
 and verdicts computed by hand below, and every unusable input refused with its name (exit 2)."""
 import json
 import os

@@ -3,8 +3,9 @@
 //
 // For each op family (the decode GEMMs: our GEMV or cuBLAS, with or without its workspace; the
 // same GEMMs with FP8 block-scaled weights, gemm_fp8; the routed experts, one decode kernel now;
-// sparse attention: the decode kernel or the prefill kernel, KV splits; mHC's hc_pre: the GEMV and
-// finish, or one fused launch) and each shape, the inputs are built once per backend from the same
+// sparse attention: the decode kernel or the prefill kernel, KV splits; mHC's hc_pre: the mix GEMV
+// (1-2 tokens) or tensor-core GEMM, then the finish, or one fused launch) and each shape, the
+// inputs are built once per backend from the same
 // seeds (the reference's rounded to bf16 where the device stores bf16), the op runs on the CPU
 // reference and on the device under each variant, and the device's output is compared with the
 // reference's (relative error, bf16 bound 2e-2). Then each variant is timed: the L2 is flushed
