@@ -11,7 +11,7 @@ namespace sl {
 const char* const kKernelVariantsHelp =
     "CUDA kernel variants, key=value[,key=value...]: attn-decode=on|off, attn-splits=N (0 = auto, at most 16), "
     "gemv-bf16-max-mb=N, pdl=on|off, cublas-workspace-kb=N, mxfp4-mma=on|off, fp8-decode=auto|warp|wide, "
-    "mxfp4-wide=on|off, mxfp4-decode=table|shift, mxfp4-swap=on|off, "
+    "mxfp4-wide=on|off, mxfp4-decode=table|shift, mxfp4-swap=on|off|auto, "
     "mxfp4-prefill=mma|gemm, fp8-pair=on|off, route=block|warp, attn-combine=kernel|fused, fp8-wide-blocks=1|2, "
     "hc-decode=split|fused, fp8-early=on|off (default: the measured best of each; variants not yet "
     "timed on a GPU are off)";
@@ -101,7 +101,10 @@ KernelVariants KernelVariants::parse(const std::string& spec) {
     } else if (key == "mxfp4-decode") {
       k.mxfp4_decode = either(key, v, "table", "shift") ? Mxfp4Decode::Shift : Mxfp4Decode::Table;
     } else if (key == "mxfp4-swap") {
-      k.mxfp4_swap = on_off(key, v);
+      if (v == "on") k.mxfp4_swap = Mxfp4Swap::On;
+      else if (v == "off") k.mxfp4_swap = Mxfp4Swap::Off;
+      else if (v == "auto") k.mxfp4_swap = Mxfp4Swap::Auto;
+      else fail("--kernel-variants: ", key, "=", v, ": expected on, off or auto");
     } else if (key == "route") {
       k.route_warp = either(key, v, "block", "warp");
     } else if (key == "fp8-pair") {
@@ -122,13 +125,14 @@ KernelVariants KernelVariants::parse(const std::string& spec) {
 std::string KernelVariants::str() const {
   static const char* const fp8_decode_names[] = {"auto", "warp", "wide"};
   static const char* const mxfp4_decode_names[] = {"table", "shift"};
+  static const char* const mxfp4_swap_names[] = {"off", "on", "auto"};
   auto oo = [](bool b) { return b ? "on" : "off"; };
   std::ostringstream s;
   s << "attn-decode=" << oo(attention_decode_kernel) << ",attn-splits=" << attention_splits
     << ",gemv-bf16-max-mb=" << gemv_bf16_max_mb << ",pdl=" << oo(pdl)
     << ",cublas-workspace-kb=" << (cublas_workspace_bytes >> 10) << ",mxfp4-mma=" << oo(mxfp4_mma)
     << ",fp8-decode=" << fp8_decode_names[int(fp8_decode)] << ",mxfp4-wide=" << oo(mxfp4_wide)
-    << ",mxfp4-decode=" << mxfp4_decode_names[int(mxfp4_decode)] << ",mxfp4-swap=" << oo(mxfp4_swap)
+    << ",mxfp4-decode=" << mxfp4_decode_names[int(mxfp4_decode)] << ",mxfp4-swap=" << mxfp4_swap_names[int(mxfp4_swap)]
     << ",mxfp4-prefill=" << (mxfp4_prefill_gemm ? "gemm" : "mma") << ",fp8-pair=" << oo(fp8_pair)
     << ",route=" << (route_warp ? "warp" : "block")
     << ",attn-combine=" << (attention_combine_fused ? "fused" : "kernel")

@@ -19,6 +19,7 @@ namespace sl {
 
 enum class Fp8Decode { Auto, Warp, Wide };
 enum class Mxfp4Decode { Table, Shift };
+enum class Mxfp4Swap { Off, On, Auto };
 
 struct KernelVariants {
   // Sparse attention at decode (at most 2 tokens, head dims 64..512): the CUDA-core decode kernel
@@ -32,13 +33,16 @@ struct KernelVariants {
   // How split KV partials are merged: a combine kernel after the attention kernel (false), or
   // fused: the last split block of each (token, head group) to finish merges them, counted
   // through the stream's tickets, one launch fewer per layer (true; not yet timed on a GPU).
-  // The same merge in the same order either way: identical outputs.
+  // The same merge in the same order either way: identical outputs. Measured slower on an H100
+  // (the last block's serial merge: a batch-1 layer's attention 21 -> 31 us; results/2026-12-05-h100-decode-candidates),
+  // so off.
   bool attention_combine_fused = false;
   // mHC's hc_pre / hc_head at decode sizes (up to 16 tokens): the mix GEMV (1-2 tokens) or the
   // split tensor-core GEMM (3-16) and the finish as separate launches (false), or one launch
-  // (true; not yet timed on a GPU): 32 blocks per token each dot a range of the token's 4D
-  // values with fn, and the last of them to finish runs the finish.
-  bool hc_decode_fused = false;
+  // (true, the default: a batch-8 step 1.4 % faster on an H100, batch 1 the same; results/2026-12-05-h100-decode-candidates):
+  // 32 blocks per token each dot a range of the token's 4D values with fn, and the last of them
+  // to finish runs the finish.
+  bool hc_decode_fused = true;
   // bf16 GEMMs at decode (M <= 2) with a weight of at most this many MB run on our GEMV instead
   // of cuBLAS (0 = cuBLAS for all).
   int gemv_bf16_max_mb = 20;
@@ -56,34 +60,41 @@ struct KernelVariants {
   Fp8Decode fp8_decode = Fp8Decode::Auto;
   // Blocks per SM the wide FP8 decode kernel's registers are budgeted for: 1 (its 4-tile form
   // takes 134 registers: one block, 8 warps per SM) or 2 (capped at 128: 16 warps to hide the
-  // serial quantize-and-multiply chain; not yet timed on a GPU).
-  int fp8_wide_blocks = 1;
+  // serial quantize-and-multiply chain; the default: wq_b 27.4 -> 22.2 us, steps 1.5-2.6 %
+  // faster on an H100, results/2026-12-05-h100-decode-candidates).
+  int fp8_wide_blocks = 2;
   // The FP8 decode kernels load their first step's weight codes and scales before waiting on the
   // kernel before them (true; weights are never written during a step, so under PDL they may be
-  // read while that kernel still runs: the first loads' latency hides there; not yet timed on a
-  // GPU), or wait first (false). Unlike the removed l2-prefetch, only what the first step
-  // consumes, into registers.
+  // read while that kernel still runs: the first loads' latency may hide there), or wait first
+  // (false). Unlike the removed l2-prefetch, only what the first step consumes, into registers.
+  // Measured no faster on an H100 (results/2026-12-05-h100-decode-candidates), so off.
   bool fp8_early = false;
   // gemm_fp8_pair at decode (wq_a with wkv, the shared expert's w1 with w3): one launch over both
-  // matrices' columns (true; not yet timed on a GPU), or the two gemm_fp8 launches (false).
-  bool fp8_pair = false;
-  // The MoE routing's top-k: a warp per token, its k rounds warp-synchronous (true; not yet timed
-  // on a GPU), or a block of 256 threads per token, two block barriers per round (false).
+  // matrices' columns (true, the default: steps 1.4-2.5 % faster on an H100, results/2026-12-05-h100-decode-candidates), or
+  // the two gemm_fp8 launches (false).
+  bool fp8_pair = true;
+  // The MoE routing's top-k: a warp per token, its k rounds warp-synchronous (true; measured no
+  // faster on an H100, results/2026-12-05-h100-decode-candidates), or a block of 256 threads per token, two block barriers per
+  // round (false).
   bool route_warp = false;
   // The MXFP4 experts on the tensor cores: a block's 8 warps share K and a warp feeds 1-4 column
   // tiles per activation chunk (true), or a warp per 8 columns walking K alone (false, the
   // default: the wide kernel measured 3 % faster at 1 token and 9 % slower at 8).
   bool mxfp4_wide = false;
   // How the MXFP4 tensor-core kernels turn e2m1 codes into scaled bf16 operands: table = byte
-  // permutes through a per-group table of the scaled magnitudes' bytes (the default, measured);
-  // shift = each pair by a byte permute, shifts and masks as its value times 2^-126, then one
-  // bf16x2 multiply by the scale (about half the integer instructions; not yet timed on a GPU).
-  Mxfp4Decode mxfp4_decode = Mxfp4Decode::Table;
+  // permutes through a per-group table of the scaled magnitudes' bytes; shift = each pair by a
+  // byte permute, shifts and masks as its value times 2^-126, then one bf16x2 multiply by the
+  // scale (about half the integer instructions; the default: the experts at 8 tokens 318.8 ->
+  // 263.6 us, a batch-8 step 6.4 % faster on an H100, results/2026-12-05-h100-decode-candidates).
+  Mxfp4Decode mxfp4_decode = Mxfp4Decode::Shift;
   // The MXFP4 experts with the weights as the MMA's A operand: a warp's MMA is 16 output features
   // x 8 tokens, every row of it used, the activations fed as they are loaded, the shift decode
-  // (true; not yet timed on a GPU), instead of 8 token rows x 8 features (false). Takes
-  // precedence over mxfp4-wide; mxfp4-decode does not apply to it.
-  bool mxfp4_swap = false;
+  // (on), instead of 8 token rows x 8 features (off). auto (the default): on up to 16
+  // token-expert pairs, off above. Measured on an H100 at 3e362f4 (results/2026-12-05-h100-
+  // decode-candidates): the experts at 1 token 63.3 us on, 65.4 us off with the shift decode; at
+  // 8 tokens 307.2 us on, 263.6 us off; whole steps the same way round. Takes precedence over
+  // mxfp4-wide; mxfp4-decode does not apply to it.
+  Mxfp4Swap mxfp4_swap = Mxfp4Swap::Auto;
   // The MXFP4 experts past decode sizes (more than 64 token-expert pairs): the grouped GEMM of the
   // bf16 experts with each 64-column weight tile decoded in shared memory once per 16- or 64-row
   // tile (gemm; not yet timed on a GPU), or the 8-row tensor-core kernels as at decode (mma).

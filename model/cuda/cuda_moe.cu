@@ -1037,6 +1037,9 @@ void launch_fp4_wide(const char* op, cudaStream_t st, int64_t max_tiles, const M
 // takes values [8q + 4h, 8q + 4h + 4) of every lane's group. K splits over KS warps as in
 // moe_fp4_mma_kernel; a block is 8 / KS feature tiles of 16.
 constexpr int kFp4SwapFeatures = 16;
+// mxfp4-swap=auto takes the swapped kernel up to this many token-expert pairs (a decode step of 1-2
+// tokens at k = 6-8).
+constexpr int64_t kSwapAutoMaxPairs = 16;
 
 template <bool PAIR, int KS>
 __global__ __launch_bounds__(256) void moe_fp4_swap_kernel(MoeGemvArgs g) {
@@ -1476,7 +1479,10 @@ void CudaBackend::moe_experts_mxfp4(Stream s, const Tensor& out, const Tensor& x
   const int64_t max_tiles = cdiv(P, kFp4TileRows) + std::min<int64_t>(P, E);
   const ExpertSteps es = expert_steps(L, ws, x, D, E, F, swiglu_limit, m1, m2, m3);
   const Mxfp4Decode dec = variants().mxfp4_decode;
-  if (variants().mxfp4_swap) {
+  // mxfp4-swap=auto: the swapped kernel up to kSwapAutoMaxPairs pairs (measured faster at 1
+  // token, slower at 8: results/2026-12-05-h100-decode-candidates).
+  const Mxfp4Swap sw = variants().mxfp4_swap;
+  if (sw == Mxfp4Swap::On || (sw == Mxfp4Swap::Auto && P <= kSwapAutoMaxPairs)) {
     launch_fp4_swap<true>(op, st, max_tiles, es.up, sm_count());
     launch_fp4_swap<false>(op, st, max_tiles, es.down, sm_count());
   } else if (variants().mxfp4_wide) {

@@ -9,6 +9,7 @@
 using sl::KernelVariants;
 using sl::Fp8Decode;
 using sl::Mxfp4Decode;
+using sl::Mxfp4Swap;
 
 namespace {
 std::string error_of(const std::string& spec) {
@@ -33,40 +34,42 @@ TEST(KernelVariants, EmptyIsTheDefaults) {
   EXPECT_TRUE(d.mxfp4_mma);
   EXPECT_EQ(d.fp8_decode, Fp8Decode::Auto);
   EXPECT_FALSE(d.mxfp4_wide);
-  EXPECT_EQ(d.mxfp4_decode, Mxfp4Decode::Table);
-  EXPECT_FALSE(d.mxfp4_swap);
+  EXPECT_EQ(d.mxfp4_decode, Mxfp4Decode::Shift);
+  EXPECT_EQ(d.mxfp4_swap, Mxfp4Swap::Auto);
   EXPECT_FALSE(d.mxfp4_prefill_gemm);
-  EXPECT_FALSE(d.fp8_pair);
+  EXPECT_TRUE(d.fp8_pair);
   EXPECT_FALSE(d.route_warp);
   EXPECT_FALSE(d.attention_combine_fused);
-  EXPECT_EQ(d.fp8_wide_blocks, 1);
-  EXPECT_FALSE(d.hc_decode_fused);
+  EXPECT_EQ(d.fp8_wide_blocks, 2);
+  EXPECT_TRUE(d.hc_decode_fused);
   EXPECT_FALSE(d.fp8_early);
 }
 
 TEST(KernelVariants, EveryKeyParsesAndPrintsBack) {
   const KernelVariants k = KernelVariants::parse(
       "attn-decode=off,attn-splits=8,gemv-bf16-max-mb=0,pdl=off,cublas-workspace-kb=0,mxfp4-mma=off,fp8-decode=wide,mxfp4-wide=on,"
-      "mxfp4-decode=shift,mxfp4-swap=on,mxfp4-prefill=gemm,fp8-pair=on,route=warp,attn-combine=fused,fp8-wide-blocks=2,"
-      "hc-decode=fused,fp8-early=on");
+      "mxfp4-decode=table,mxfp4-swap=on,mxfp4-prefill=gemm,fp8-pair=off,route=warp,attn-combine=fused,fp8-wide-blocks=1,"
+      "hc-decode=split,fp8-early=on");
   EXPECT_FALSE(k.attention_decode_kernel);
   EXPECT_EQ(k.fp8_decode, Fp8Decode::Wide);
   EXPECT_TRUE(k.mxfp4_wide);
-  EXPECT_EQ(k.mxfp4_decode, Mxfp4Decode::Shift);
-  EXPECT_TRUE(k.mxfp4_swap);
+  EXPECT_EQ(k.mxfp4_decode, Mxfp4Decode::Table);
+  EXPECT_EQ(k.mxfp4_swap, Mxfp4Swap::On);
   EXPECT_TRUE(k.mxfp4_prefill_gemm);
-  EXPECT_TRUE(k.fp8_pair);
+  EXPECT_FALSE(k.fp8_pair);
   EXPECT_TRUE(k.route_warp);
   EXPECT_TRUE(k.attention_combine_fused);
-  EXPECT_EQ(k.fp8_wide_blocks, 2);
-  EXPECT_TRUE(k.hc_decode_fused);
+  EXPECT_EQ(k.fp8_wide_blocks, 1);
+  EXPECT_FALSE(k.hc_decode_fused);
   EXPECT_TRUE(k.fp8_early);
-  EXPECT_EQ(KernelVariants::parse("hc-decode=split"), KernelVariants{});
+  EXPECT_EQ(KernelVariants::parse("hc-decode=fused"), KernelVariants{});
   EXPECT_EQ(KernelVariants::parse("attn-combine=kernel"), KernelVariants{});
-  EXPECT_EQ(KernelVariants::parse("fp8-wide-blocks=1"), KernelVariants{});
+  EXPECT_EQ(KernelVariants::parse("fp8-wide-blocks=2"), KernelVariants{});
   EXPECT_EQ(KernelVariants::parse("mxfp4-prefill=mma"), KernelVariants{});
-  EXPECT_EQ(KernelVariants::parse("mxfp4-decode=table").mxfp4_decode, Mxfp4Decode::Table);
-  EXPECT_EQ(KernelVariants::parse("mxfp4-decode=shift").changes(), "mxfp4-decode=shift");
+  EXPECT_EQ(KernelVariants::parse("mxfp4-swap=auto"), KernelVariants{});
+  EXPECT_EQ(KernelVariants::parse("mxfp4-swap=off").mxfp4_swap, Mxfp4Swap::Off);
+  EXPECT_EQ(KernelVariants::parse("mxfp4-decode=shift"), KernelVariants{});
+  EXPECT_EQ(KernelVariants::parse("mxfp4-decode=table").changes(), "mxfp4-decode=table");
   EXPECT_EQ(KernelVariants::parse("fp8-decode=warp").fp8_decode, Fp8Decode::Warp);
   EXPECT_EQ(KernelVariants::parse("fp8-decode=wide").fp8_decode, Fp8Decode::Wide);
   EXPECT_EQ(KernelVariants::parse("fp8-decode=wide").changes(), "fp8-decode=wide");
@@ -105,6 +108,7 @@ TEST(KernelVariants, BadInputNamesTheKeyAndWhatItTakes) {
                         Case{"mxfp4-decode=lut", "expected table or shift"},
                         Case{"mxfp4-prefill=on", "expected mma or gemm"},
                         Case{"attn-combine=on", "expected kernel or fused"},
+                        Case{"mxfp4-swap=yes", "expected on, off or auto"},
                         Case{"fp8-wide-blocks=3", "expected 1 or 2"},
                         Case{"hc-decode=on", "expected split or fused"},
                         Case{"route=thread", "expected block or warp"},
