@@ -12,9 +12,8 @@ const char* const kKernelVariantsHelp =
     "CUDA kernel variants, key=value[,key=value...]: attn-decode=on|off, attn-splits=N (0 = auto, at most 16), "
     "gemv-bf16-max-mb=N, pdl=on|off, cublas-workspace-kb=N, mxfp4-mma=on|off, fp8-decode=auto|warp|wide, "
     "mxfp4-wide=on|off, mxfp4-decode=table|shift, mxfp4-swap=on|off|auto, "
-    "mxfp4-prefill=mma|gemm, fp8-pair=on|off, route=block|warp, attn-combine=kernel|fused, fp8-wide-blocks=1|2, "
-    "hc-decode=split|fused, fp8-early=on|off (default: the measured best of each; variants not yet "
-    "timed on a GPU are off)";
+    "mxfp4-prefill=mma|gemm, fp8-pair=on|off, fp8-wide-blocks=1|2, hc-decode=split|fused (default: the "
+    "measured best of each; variants not yet timed on a GPU are off)";
 
 namespace {
 
@@ -54,6 +53,15 @@ const char* removed(const std::string& key) {
   if (key == "l2-prefetch")
     return "the L2 prefetch of each block's weights was removed: decode steps 5-11 % slower on the H200 "
            "(results/2026-12-05-h200-stream-kernels)";
+  if (key == "attn-combine")
+    return "the fused split-KV merge was removed: the last block's serial merge made a batch-1 layer's attention "
+           "21 -> 31 us and steps 2.6-6.8 % slower on an H100 (results/2026-12-05-h100-decode-candidates)";
+  if (key == "fp8-early")
+    return "loading the FP8 decode kernels' first weights before the PDL wait was removed: steps no faster on an "
+           "H100 (results/2026-12-05-h100-decode-candidates)";
+  if (key == "route")
+    return "the warp-per-token routing top-k was removed: steps no faster on an H100 "
+           "(results/2026-12-05-h100-decode-candidates)";
   return nullptr;
 }
 
@@ -70,8 +78,6 @@ KernelVariants KernelVariants::parse(const std::string& spec) {
     const std::string key = item.substr(0, eq), v = item.substr(eq + 1);
     if (key == "attn-decode") {
       k.attention_decode_kernel = on_off(key, v);
-    } else if (key == "attn-combine") {
-      k.attention_combine_fused = either(key, v, "kernel", "fused");
     } else if (key == "attn-splits") {
       k.attention_splits = int(integer(key, v, 0, 16));  // the merge takes at most 16
     } else if (key == "gemv-bf16-max-mb") {
@@ -90,8 +96,6 @@ KernelVariants KernelVariants::parse(const std::string& spec) {
         fail("--kernel-variants: fp8-decode=stream is no longer a variant: the streaming FP8 kernel was removed, "
              "no faster than wide on the H200 (results/2026-12-05-h200-stream-kernels)");
       else fail("--kernel-variants: ", key, "=", v, ": expected auto, warp or wide");
-    } else if (key == "fp8-early") {
-      k.fp8_early = on_off(key, v);
     } else if (key == "hc-decode") {
       k.hc_decode_fused = either(key, v, "split", "fused");
     } else if (key == "fp8-wide-blocks") {
@@ -105,8 +109,6 @@ KernelVariants KernelVariants::parse(const std::string& spec) {
       else if (v == "off") k.mxfp4_swap = Mxfp4Swap::Off;
       else if (v == "auto") k.mxfp4_swap = Mxfp4Swap::Auto;
       else fail("--kernel-variants: ", key, "=", v, ": expected on, off or auto");
-    } else if (key == "route") {
-      k.route_warp = either(key, v, "block", "warp");
     } else if (key == "fp8-pair") {
       k.fp8_pair = on_off(key, v);
     } else if (key == "mxfp4-prefill") {
@@ -116,7 +118,7 @@ KernelVariants KernelVariants::parse(const std::string& spec) {
     } else {
       fail("--kernel-variants: unknown key '", key,
            "' (attn-decode, attn-splits, gemv-bf16-max-mb, pdl, cublas-workspace-kb, mxfp4-mma, fp8-decode, mxfp4-wide, "
-           "mxfp4-decode, mxfp4-swap, mxfp4-prefill, fp8-pair, route, attn-combine, fp8-wide-blocks, hc-decode, fp8-early)");
+           "mxfp4-decode, mxfp4-swap, mxfp4-prefill, fp8-pair, fp8-wide-blocks, hc-decode)");
     }
   }
   return k;
@@ -134,10 +136,7 @@ std::string KernelVariants::str() const {
     << ",fp8-decode=" << fp8_decode_names[int(fp8_decode)] << ",mxfp4-wide=" << oo(mxfp4_wide)
     << ",mxfp4-decode=" << mxfp4_decode_names[int(mxfp4_decode)] << ",mxfp4-swap=" << mxfp4_swap_names[int(mxfp4_swap)]
     << ",mxfp4-prefill=" << (mxfp4_prefill_gemm ? "gemm" : "mma") << ",fp8-pair=" << oo(fp8_pair)
-    << ",route=" << (route_warp ? "warp" : "block")
-    << ",attn-combine=" << (attention_combine_fused ? "fused" : "kernel")
-    << ",fp8-wide-blocks=" << fp8_wide_blocks << ",hc-decode=" << (hc_decode_fused ? "fused" : "split")
-    << ",fp8-early=" << oo(fp8_early);
+    << ",fp8-wide-blocks=" << fp8_wide_blocks << ",hc-decode=" << (hc_decode_fused ? "fused" : "split");
   return s.str();
 }
 

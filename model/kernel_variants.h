@@ -8,7 +8,8 @@
 //
 // A variant stays while a measurement justifies it: the kernel workbench (bench_kernels) runs
 // each against the CPU reference and times it; results/2026-12-04-h200-kernel-workbench says
-// why each of these stays and why the MoE decode variants went.
+// why each of these stays and why the MoE decode variants went; removed() in kernel_variants.cpp
+// names every retired key and the measurement that retired it.
 //
 // Plain C++ (no CUDA) so that parsing and printing are checked on any machine.
 #pragma once
@@ -30,13 +31,6 @@ struct KernelVariants {
   // N, as far as the split partials fit the scratch buffer (the merge of the splits takes at most
   // 16). The decode kernel (1-2 tokens) chooses its own.
   int attention_splits = 0;
-  // How split KV partials are merged: a combine kernel after the attention kernel (false), or
-  // fused: the last split block of each (token, head group) to finish merges them, counted
-  // through the stream's tickets, one launch fewer per layer (true; not yet timed on a GPU).
-  // The same merge in the same order either way: identical outputs. Measured slower on an H100
-  // (the last block's serial merge: a batch-1 layer's attention 21 -> 31 us; results/2026-12-05-h100-decode-candidates),
-  // so off.
-  bool attention_combine_fused = false;
   // mHC's hc_pre / hc_head at decode sizes (up to 16 tokens): the mix GEMV (1-2 tokens) or the
   // split tensor-core GEMM (3-16) and the finish as separate launches (false), or one launch
   // (true, the default: a batch-8 step 1.4 % faster on an H100, batch 1 the same; results/2026-12-05-h100-decode-candidates):
@@ -63,20 +57,10 @@ struct KernelVariants {
   // serial quantize-and-multiply chain; the default: wq_b 27.4 -> 22.2 us, steps 1.5-2.6 %
   // faster on an H100, results/2026-12-05-h100-decode-candidates).
   int fp8_wide_blocks = 2;
-  // The FP8 decode kernels load their first step's weight codes and scales before waiting on the
-  // kernel before them (true; weights are never written during a step, so under PDL they may be
-  // read while that kernel still runs: the first loads' latency may hide there), or wait first
-  // (false). Unlike the removed l2-prefetch, only what the first step consumes, into registers.
-  // Measured no faster on an H100 (results/2026-12-05-h100-decode-candidates), so off.
-  bool fp8_early = false;
   // gemm_fp8_pair at decode (wq_a with wkv, the shared expert's w1 with w3): one launch over both
   // matrices' columns (true, the default: steps 1.4-2.5 % faster on an H100, results/2026-12-05-h100-decode-candidates), or
   // the two gemm_fp8 launches (false).
   bool fp8_pair = true;
-  // The MoE routing's top-k: a warp per token, its k rounds warp-synchronous (true; measured no
-  // faster on an H100, results/2026-12-05-h100-decode-candidates), or a block of 256 threads per token, two block barriers per
-  // round (false).
-  bool route_warp = false;
   // The MXFP4 experts on the tensor cores: a block's 8 warps share K and a warp feeds 1-4 column
   // tiles per activation chunk (true), or a warp per 8 columns walking K alone (false, the
   // default: the wide kernel measured 3 % faster at 1 token and 9 % slower at 8).
@@ -103,12 +87,10 @@ struct KernelVariants {
 
   // "key=value,key=value": attn-decode=on|off, attn-splits=N, gemv-bf16-max-mb=N, pdl=on|off,
   // cublas-workspace-kb=N, mxfp4-mma=on|off, fp8-decode=auto|warp|wide, mxfp4-wide=on|off,
-  // mxfp4-decode=table|shift, mxfp4-swap=on|off, mxfp4-prefill=mma|gemm, fp8-pair=on|off,
-  // route=block|warp, attn-combine=kernel|fused, fp8-wide-blocks=1|2, hc-decode=split|fused,
-  // fp8-early=on|off.
-  // Unknown keys
-  // and bad values are errors naming the key and the accepted values (a retired key says why it
-  // went). An empty spec is the defaults.
+  // mxfp4-decode=table|shift, mxfp4-swap=on|off|auto, mxfp4-prefill=mma|gemm, fp8-pair=on|off,
+  // fp8-wide-blocks=1|2, hc-decode=split|fused.
+  // Unknown keys and bad values are errors naming the key and the accepted values (a retired key
+  // says why it went). An empty spec is the defaults.
   static KernelVariants parse(const std::string& spec);
   // Every setting, in parse()'s syntax (parse(str()) gives the same variants).
   std::string str() const;

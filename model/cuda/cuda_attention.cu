@@ -32,7 +32,7 @@ using namespace nvcuda;
 namespace {
 
 constexpr float kNegInf = -INFINITY;
-// The most KV splits one attention call merges (attn_combine_heads: a split per lane of one warp,
+// The most KV splits one attention call merges (attn_combine_kernel: a split per lane of one warp,
 // 16 partials in flight per output value).
 constexpr int kAttnMaxSplits = 16;
 
@@ -491,11 +491,9 @@ struct AttnArgs {
   const float* sink;
   const int32_t* pos;
   const int32_t* seq;
-  float* part;  // split-KV partials: [T, HP, nsplit] x (Dh values, m, l); null = no split
-  // With partials: null = attn_combine_kernel merges them; else the stream's tickets, one per
-  // (token, head group) = t * gridDim.x + blockIdx.x, and the last split block of each merges
-  // its group's partials itself (attn_last_split, attn_combine_heads).
-  int* tickets;
+  // Split-KV partials: [T, HP, nsplit] x (Dh values, m, l), merged by attn_combine_kernel;
+  // null = no split.
+  float* part;
   int64_t T, B, cap, n_max;
   int H, HP, Dh, ld, ldS, ldP, Ksel, window, mode, ratio, nsplit;
   float scale;
@@ -582,59 +580,6 @@ __device__ __forceinline__ void attn_load_tile(const AttnArgs& a, const AttnSmem
   __syncthreads();
 }
 
-// ---------------------------------------------------------------- merging KV splits
-// o for heads [h0, h0 + nh) of token t from their nsplit (<= 16) partials (O_z, m_z, l_z),
-// merged in split order: M = max(sink, m_z), w_z = e^(m_z - M),
-// o = sum_z w_z O_z / (sum_z w_z l_z + e^(sink - M)). Warp r (and r + warps ...) takes head r's
-// weights, then the block's threads share the nh x Dh outputs. smem: 17 nh floats. All threads;
-// a barrier inside. The partials are read through L2 (__ldcg): in the fused combine, other
-// blocks wrote them moments ago, and this block's L1 must not answer for them.
-__device__ void attn_combine_heads(const AttnArgs& a, int64_t t, int h0, int nh, float* smem) {
-  float* wz = smem;              // [nh][16]
-  float* dens = smem + 16 * nh;  // [nh]
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-  const int64_t rec = a.Dh + 2;
-  for (int r = warp; r < nh; r += warps) {
-    const int h = h0 + r;
-    if (h >= a.H) continue;  // the whole warp
-    const float* base = a.part + (t * a.HP + h) * a.nsplit * rec;
-    const int z = lane;
-    const float mz = z < a.nsplit ? __ldcg(base + z * rec + a.Dh) : kNegInf;
-    const float lz = z < a.nsplit ? __ldcg(base + z * rec + a.Dh + 1) : 0.f;
-    const float sink = a.sink[h];
-    float M = sink;
-    for (int q = 0; q < a.nsplit; ++q) M = fmaxf(M, __shfl_sync(0xffffffffu, mz, q));
-    const float w = (mz == kNegInf) ? 0.f : expf(mz - M);
-    if (z < a.nsplit) wz[r * 16 + z] = w;
-    float den = M != kNegInf ? expf(sink - M) : 0.f;
-    for (int q = 0; q < a.nsplit; ++q) den += __shfl_sync(0xffffffffu, w, q) * __shfl_sync(0xffffffffu, lz, q);
-    if (z == 0) dens[r] = den;
-  }
-  __syncthreads();
-  for (int e = threadIdx.x; e < nh * a.Dh; e += blockDim.x) {
-    const int r = e / a.Dh, d = e % a.Dh, h = h0 + r;
-    if (h >= a.H) continue;
-    const float* base = a.part + (t * a.HP + h) * a.nsplit * rec;
-    // All nsplit (<= 16) loads in flight, then the sum in split order.
-    float v[16];
-#pragma unroll
-    for (int z = 0; z < 16; ++z) v[z] = z < a.nsplit ? __ldcg(base + z * rec + d) : 0.f;
-    float acc = 0.f;
-#pragma unroll
-    for (int z = 0; z < 16; ++z)
-      if (z < a.nsplit) acc += wz[r * 16 + z] * v[z];
-    const float den = dens[r];
-    a.o[(t * a.H + h) * a.Dh + d] = __float2bfloat16_rn(den == 0.f ? 0.f : acc / den);
-  }
-}
-
-// The fused combine (a.tickets set): called by every thread of a split block once its partials
-// are written; true in the last of the nsplit blocks of (token t, head group blockIdx.x) to
-// finish, which then merges the group's partials.
-__device__ bool attn_last_split(const AttnArgs& a, int64_t t) {
-  return last_block_to_finish(a.tickets + t * gridDim.x + blockIdx.x, a.nsplit);
-}
-
 // One block (256 threads, 8 warps) per (16-head group, token, KV split). All heads of the group
 // share every key tile: per chunk of up to 512 candidates,
 //   pass 1: S[16 x chunk] = scale * Q K^T on tensor cores (each warp: one 16-key half of the
@@ -647,9 +592,7 @@ __device__ bool attn_last_split(const AttnArgs& a, int64_t t) {
 // second mostly from L2). The sink adds exp(sink - m) to the denominator only. With nsplit > 1
 // (decode: few tokens) the candidates are split over blockIdx.z and the unnormalised (O, m, l)
 // go to a.part for attn_combine_kernel.
-// FUSED (a.tickets set): the last split block merges (attn_last_split); a separate instantiation,
-// so that the default kernels keep their registers.
-template <int FPW, bool FUSED>
+template <int FPW>
 __global__ __launch_bounds__(256, 2) void sparse_attention_kernel(AttnArgs a) {
   pdl_enter();
   extern __shared__ __align__(128) unsigned char attn_smem[];
@@ -818,9 +761,6 @@ __global__ __launch_bounds__(256, 2) void sparse_attention_kernel(AttnArgs a) {
       float* dst = a.part + ((t * a.HP + h0 + r) * a.nsplit + z) * rec;
       dst[d] = d < a.Dh ? sm.S[r * a.ldS + d] : (d == a.Dh ? sm.rowm[r] : sm.rowl[r]);
     }
-    // S is free once the partials are out: the merge's weights go there.
-    if constexpr (FUSED)
-      if (attn_last_split(a, t)) attn_combine_heads(a, t, h0, 16, sm.S);
     return;
   }
   for (int e = tid; e < 16 * a.Dh; e += 256) {
@@ -857,7 +797,7 @@ __host__ __device__ inline size_t attn_decode_smem_bytes(int Dh) {
          + size_t(DCH) * sizeof(void*); // cptr
 }
 
-template <int DPL, bool FUSED>
+template <int DPL>
 __global__ __launch_bounds__(256, 2) void sparse_attention_decode_kernel(AttnArgs a) {
   pdl_enter();
   constexpr int Dh = DPL * 32;
@@ -998,29 +938,53 @@ __global__ __launch_bounds__(256, 2) void sparse_attention_decode_kernel(AttnArg
       a.o[(t * a.H + h) * Dh + d] = __float2bfloat16_rn(dn == 0.f ? 0.f : acc * f / dn);
     }
   }
-  // wo is free once the partials are out: the merge's weights go there.
-  if constexpr (FUSED)
-    if (a.nsplit > 1 && attn_last_split(a, t)) attn_combine_heads(a, t, h0, DHPB, wo);
 }
 
-// Split-KV combine (no tickets): one block per (head, token), attn_combine_heads for its head.
+// Split-KV combine: one block per (head h, token t). The nsplit (<= 16) partials (O_z, m_z, l_z)
+// are merged in split order: M = max(sink, m_z), w_z = e^(m_z - M),
+// o = sum_z w_z O_z / (sum_z w_z l_z + e^(sink - M)). The first warp takes the weights (a split
+// per lane), then the block's threads share the Dh outputs. The partials, each read once, are
+// loaded through L2 (__ldcg).
 __global__ void attn_combine_kernel(AttnArgs a) {
   pdl_enter();
-  __shared__ float smem[17];
-  attn_combine_heads(a, blockIdx.y, blockIdx.x, 1, smem);
+  __shared__ float wz[16];
+  __shared__ float den_s;
+  const int h = blockIdx.x;
+  const int64_t t = blockIdx.y;
+  const int64_t rec = a.Dh + 2;
+  const float* base = a.part + (t * a.HP + h) * a.nsplit * rec;
+  if (threadIdx.x < 32) {
+    const int z = threadIdx.x;
+    const float mz = z < a.nsplit ? __ldcg(base + z * rec + a.Dh) : kNegInf;
+    const float lz = z < a.nsplit ? __ldcg(base + z * rec + a.Dh + 1) : 0.f;
+    const float sink = a.sink[h];
+    float M = sink;
+    for (int q = 0; q < a.nsplit; ++q) M = fmaxf(M, __shfl_sync(0xffffffffu, mz, q));
+    const float w = (mz == kNegInf) ? 0.f : expf(mz - M);
+    if (z < a.nsplit) wz[z] = w;
+    float den = M != kNegInf ? expf(sink - M) : 0.f;
+    for (int q = 0; q < a.nsplit; ++q) den += __shfl_sync(0xffffffffu, w, q) * __shfl_sync(0xffffffffu, lz, q);
+    if (z == 0) den_s = den;
+  }
+  __syncthreads();
+  const float den = den_s;
+  for (int d = threadIdx.x; d < a.Dh; d += blockDim.x) {
+    // All nsplit (<= 16) loads in flight, then the sum in split order.
+    float v[16];
+#pragma unroll
+    for (int z = 0; z < 16; ++z) v[z] = z < a.nsplit ? __ldcg(base + z * rec + d) : 0.f;
+    float acc = 0.f;
+#pragma unroll
+    for (int z = 0; z < 16; ++z)
+      if (z < a.nsplit) acc += wz[z] * v[z];
+    a.o[(t * a.H + h) * a.Dh + d] = __float2bfloat16_rn(den == 0.f ? 0.f : acc / den);
+  }
 }
 
 
 }  // namespace
 
 // ================================================================ ops
-
-// The tickets of the fused split combine (variant attn-combine=fused), one per (token, head
-// group), or null: the combine kernel merges the splits (the default, or too many groups).
-int* CudaBackend::combine_tickets(Stream s, const char* op, int64_t count) const {
-  if (!variants().attention_combine_fused) return nullptr;
-  return tickets(s, op, size_t(count));
-}
 
 void CudaBackend::swa_insert(Stream s, const Tensor& cache, const Tensor& tags, const Tensor& k, const Tensor& pos,
                              const Tensor& seq) {
@@ -1197,21 +1161,13 @@ void CudaBackend::sparse_attention(Stream s, const Tensor& o, const Tensor& q, c
       launch_kernel(op, kernel, grid, 256, smem, st, a);
       CUDA_LAUNCH_CHECK(op, st);
     };
-    if (ns > 1) a.tickets = combine_tickets(s, op, dgroups * T);
-    auto by_width = [&](auto fused) {
-      constexpr bool F = decltype(fused)::value;
-      switch (Dh) {
-        case 64: go(sparse_attention_decode_kernel<2, F>); break;
-        case 128: go(sparse_attention_decode_kernel<4, F>); break;
-        case 256: go(sparse_attention_decode_kernel<8, F>); break;
-        default: go(sparse_attention_decode_kernel<16, F>); break;
-      }
-    };
-    if (a.tickets)
-      by_width(std::true_type{});
-    else
-      by_width(std::false_type{});
-    if (ns > 1 && !a.tickets) {
+    switch (Dh) {
+      case 64: go(sparse_attention_decode_kernel<2>); break;
+      case 128: go(sparse_attention_decode_kernel<4>); break;
+      case 256: go(sparse_attention_decode_kernel<8>); break;
+      default: go(sparse_attention_decode_kernel<16>); break;
+    }
+    if (ns > 1) {
       launch_kernel(op, attn_combine_kernel, dim3(unsigned(H), unsigned(T)), 128, 0, st, a);
       CUDA_LAUNCH_CHECK(op, st);
     }
@@ -1236,10 +1192,7 @@ void CudaBackend::sparse_attention(Stream s, const Tensor& o, const Tensor& q, c
   }
   SL_CHECK(nsplit <= kAttnMaxSplits, op, ": ", nsplit, " KV splits, more than the merge's ", kAttnMaxSplits);
   a.nsplit = nsplit;
-  if (nsplit > 1) {
-    a.part = static_cast<float*>(scratch(s, op, size_t(T) * a.HP * nsplit * size_t(Dh + 2) * 4).ptr);
-    a.tickets = combine_tickets(s, op, groups * T);
-  }
+  if (nsplit > 1) a.part = static_cast<float*>(scratch(s, op, size_t(T) * a.HP * nsplit * size_t(Dh + 2) * 4).ptr);
 
   const size_t smem = attn_smem_bytes(int(Dh));
   const int nfrag = int(Dh / 16), fpw = int(cdiv(nfrag, 8));
@@ -1249,20 +1202,13 @@ void CudaBackend::sparse_attention(Stream s, const Tensor& o, const Tensor& q, c
     launch_kernel(op, kernel, grid, 256, smem, st, a);
     CUDA_LAUNCH_CHECK(op, st);
   };
-  auto by_fragments = [&](auto fused) {
-    constexpr bool F = decltype(fused)::value;
-    if (fpw <= 1)
-      go(sparse_attention_kernel<1, F>);
-    else if (fpw <= 2)
-      go(sparse_attention_kernel<2, F>);
-    else
-      go(sparse_attention_kernel<4, F>);
-  };
-  if (a.tickets)
-    by_fragments(std::true_type{});
+  if (fpw <= 1)
+    go(sparse_attention_kernel<1>);
+  else if (fpw <= 2)
+    go(sparse_attention_kernel<2>);
   else
-    by_fragments(std::false_type{});
-  if (nsplit > 1 && !a.tickets) {
+    go(sparse_attention_kernel<4>);
+  if (nsplit > 1) {
     launch_kernel(op, attn_combine_kernel, dim3(unsigned(H), unsigned(T)), 128, 0, st, a);
     CUDA_LAUNCH_CHECK(op, st);
   }

@@ -35,8 +35,7 @@
 //     "last writer wins" claims of the ring-cache inserts, split-KV partials of the decode
 //     attention, staging of overlapping copies). Ops on one stream run in order, so they can
 //     share it; ops on different streams never do. Beside it, 4 KiB of tickets: counters that
-//     are zero between kernels (the split attention's fused combine and the fused hc_pre /
-//     hc_head count their finished blocks there).
+//     are zero between kernels (the fused hc_pre / hc_head count their finished blocks there).
 #pragma once
 #include <cublasLt.h>
 #include <cublas_v2.h>
@@ -162,7 +161,6 @@ class CudaBackend final : public Backend {
   // again, so that the next kernel on the stream, or the next replay of a graph, finds them so.
   // Null when `count` exceeds kTickets (the caller takes a path without them).
   int* tickets(Stream s, const char* op, size_t count) const;
-  int* combine_tickets(Stream s, const char* op, int64_t count) const;  // cuda_attention.cu
   // cuBLASLt (the FP8 GEMMs): the backend's one handle (created at first use) and the cuBLAS
   // workspace of (handle, s), which cuBLASLt calls on `s` share with the cuBLAS GEMMs there.
   struct LtCall {

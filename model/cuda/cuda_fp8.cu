@@ -356,14 +356,9 @@ __device__ __forceinline__ void sum_warps_and_store(float (&red)[8][NT][64], con
   stf(g.out, g.dto, int64_t(row) * g.ldo + n, v);
 }
 
-// EARLY (variant fp8-early=on): the first step's weight codes and block scales are loaded before
-// pdl_enter. They are weights, which no kernel of a step writes, so they may be read while the
-// kernel before is still running (under PDL this block can start before that kernel ends): the
-// first loads' latency, part of a decode-sized kernel's ramp, may then hide under it. Everything the
-// kernels before write (the activations) is read after pdl_enter.
-template <int WPC, class TA, bool EARLY>
+template <int WPC, class TA>
 __global__ __launch_bounds__(256) void gemm_fp8_mma_kernel(Fp8MmaArgs g) {
-  if constexpr (!EARLY) pdl_enter();
+  pdl_enter();
   constexpr int GPB = 8 / WPC;  // groups of 8 columns per block
   constexpr int kChunks = 2;    // 128-value chunks of K in flight per thread
   __shared__ float red[8][64];
@@ -411,16 +406,8 @@ __global__ __launch_bounds__(256) void gemm_fp8_mma_kernel(Fp8MmaArgs g) {
       acc1 += c[1] * f;
     }
   };
-  int64_t kb = kb0;
-  if constexpr (EARLY) {
-    Weights w;
-    load_weights(kb, w);
-    pdl_enter();
-    if (cols && kb < kb1) step(kb, w);
-    kb += kChunks;
-  }
   if (cols) {
-    for (; kb < kb1; kb += kChunks) {
+    for (int64_t kb = kb0; kb < kb1; kb += kChunks) {
       Weights w;
       load_weights(kb, w);
       step(kb, w);
@@ -454,10 +441,9 @@ __global__ __launch_bounds__(256) void gemm_fp8_mma_kernel(Fp8MmaArgs g) {
 // measured) the 4-tile kernel takes 134 registers, so an SM holds one block, 8 warps, and Nsight
 // Compute found no warp ready 55 % of the time (results/2026-12-05-h200-stream-kernels); variant
 // fp8-wide-blocks=2 caps it at 128 for two.
-// EARLY: the first step's weights before pdl_enter, as in gemm_fp8_mma_kernel.
-template <int NT, class TA, int MINB, bool EARLY>
+template <int NT, class TA, int MINB>
 __global__ __launch_bounds__(256, MINB > 1 ? MINB : 0) void gemm_fp8_wide_kernel(Fp8MmaArgs g) {
-  if constexpr (!EARLY) pdl_enter();
+  pdl_enter();
   constexpr int CH = 4 / NT;  // 128-value chunks per warp step
   __shared__ float red[8][NT][64];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -482,23 +468,15 @@ __global__ __launch_bounds__(256, MINB > 1 ? MINB : 0) void gemm_fp8_wide_kernel
     uint4 wv[CH][NT][2];
     float ws[CH];
   };
-  // `early`: the step loaded before pdl_enter takes __ldcg loads (ld.global.cg, cached in L2
-  // only): the compiler moved the read-only-path loads (__ldg) of that step past
-  // griddepcontrol.wait, which defeated it.
-  auto load_weights = [&](int64_t kb, Weights& w, auto early) {
+  auto load_weights = [&](int64_t kb, Weights& w) {
 #pragma unroll
     for (int u = 0; u < CH; ++u) {
       const bool in = kb + u < KB;
 #pragma unroll
       for (int t = 0; t < NT; ++t) {
         const uint4* wp = reinterpret_cast<const uint4*>(wr0 + woff[t] + (kb + u) * kBlk);
-        if constexpr (decltype(early)::value) {
-          w.wv[u][t][0] = in ? __ldcg(wp) : make_uint4(0, 0, 0, 0);
-          w.wv[u][t][1] = in ? __ldcg(wp + 1) : make_uint4(0, 0, 0, 0);
-        } else {
-          w.wv[u][t][0] = in ? __ldg(wp) : make_uint4(0, 0, 0, 0);
-          w.wv[u][t][1] = in ? __ldg(wp + 1) : make_uint4(0, 0, 0, 0);
-        }
+        w.wv[u][t][0] = in ? __ldg(wp) : make_uint4(0, 0, 0, 0);
+        w.wv[u][t][1] = in ? __ldg(wp + 1) : make_uint4(0, 0, 0, 0);
       }
       w.ws[u] = in ? wsr[kb + u] : 0.f;
     }
@@ -522,17 +500,9 @@ __global__ __launch_bounds__(256, MINB > 1 ? MINB : 0) void gemm_fp8_wide_kernel
       }
     }
   };
-  int64_t kb = int64_t(warp) * CH;
-  if constexpr (EARLY) {
+  for (int64_t kb = int64_t(warp) * CH; kb < KB; kb += 8 * CH) {
     Weights w;
-    load_weights(kb, w, std::true_type{});
-    pdl_enter();
-    if (kb < KB) step(kb, w);
-    kb += 8 * CH;
-  }
-  for (; kb < KB; kb += 8 * CH) {
-    Weights w;
-    load_weights(kb, w, std::false_type{});
+    load_weights(kb, w);
     step(kb, w);
   }
   sum_warps_and_store<NT>(red, acc, n0, g);
@@ -546,24 +516,23 @@ int fp8_wide_tiles(int64_t N, int64_t Ng, int sms) {
   return 1;
 }
 
-template <class TA, int MINB, bool EARLY>
+template <class TA, int MINB>
 void launch_fp8_wide(const char* op, cudaStream_t st, int nt, int64_t N, const Fp8MmaArgs& g) {
   const dim3 grid(unsigned(cdiv(N, 8 * nt)));
   switch (nt) {
-    case 4: launch_kernel(op, gemm_fp8_wide_kernel<4, TA, MINB, EARLY>, grid, 256, 0, st, g); break;
-    case 2: launch_kernel(op, gemm_fp8_wide_kernel<2, TA, MINB, EARLY>, grid, 256, 0, st, g); break;
-    default: launch_kernel(op, gemm_fp8_wide_kernel<1, TA, MINB, EARLY>, grid, 256, 0, st, g); break;
+    case 4: launch_kernel(op, gemm_fp8_wide_kernel<4, TA, MINB>, grid, 256, 0, st, g); break;
+    case 2: launch_kernel(op, gemm_fp8_wide_kernel<2, TA, MINB>, grid, 256, 0, st, g); break;
+    default: launch_kernel(op, gemm_fp8_wide_kernel<1, TA, MINB>, grid, 256, 0, st, g); break;
   }
   CUDA_LAUNCH_CHECK(op, st);
 }
 
 template <class TA>
-void launch_fp8_wide(const char* op, cudaStream_t st, int nt, int64_t N, const Fp8MmaArgs& g, int blocks_per_sm,
-                     bool early) {
+void launch_fp8_wide(const char* op, cudaStream_t st, int nt, int64_t N, const Fp8MmaArgs& g, int blocks_per_sm) {
   if (blocks_per_sm >= 2)
-    early ? launch_fp8_wide<TA, 2, true>(op, st, nt, N, g) : launch_fp8_wide<TA, 2, false>(op, st, nt, N, g);
+    launch_fp8_wide<TA, 2>(op, st, nt, N, g);
   else
-    early ? launch_fp8_wide<TA, 1, true>(op, st, nt, N, g) : launch_fp8_wide<TA, 1, false>(op, st, nt, N, g);
+    launch_fp8_wide<TA, 1>(op, st, nt, N, g);
 }
 
 // Warps per 8-column group: more while the grid is under two blocks per SM and each warp keeps at
@@ -575,24 +544,16 @@ int fp8_mma_warps_per_group(int64_t N, int64_t K, int sms) {
   return wpc;
 }
 
-template <class TA, bool EARLY>
+template <class TA>
 void launch_fp8_mma(const char* op, cudaStream_t st, int wpc, int64_t groups, const Fp8MmaArgs& g) {
   const dim3 grid(unsigned(cdiv(groups, 8 / wpc)));
   switch (wpc) {
-    case 1: launch_kernel(op, gemm_fp8_mma_kernel<1, TA, EARLY>, grid, 256, 0, st, g); break;
-    case 2: launch_kernel(op, gemm_fp8_mma_kernel<2, TA, EARLY>, grid, 256, 0, st, g); break;
-    case 4: launch_kernel(op, gemm_fp8_mma_kernel<4, TA, EARLY>, grid, 256, 0, st, g); break;
-    default: launch_kernel(op, gemm_fp8_mma_kernel<8, TA, EARLY>, grid, 256, 0, st, g); break;
+    case 1: launch_kernel(op, gemm_fp8_mma_kernel<1, TA>, grid, 256, 0, st, g); break;
+    case 2: launch_kernel(op, gemm_fp8_mma_kernel<2, TA>, grid, 256, 0, st, g); break;
+    case 4: launch_kernel(op, gemm_fp8_mma_kernel<4, TA>, grid, 256, 0, st, g); break;
+    default: launch_kernel(op, gemm_fp8_mma_kernel<8, TA>, grid, 256, 0, st, g); break;
   }
   CUDA_LAUNCH_CHECK(op, st);
-}
-
-template <class TA>
-void launch_fp8_mma(const char* op, cudaStream_t st, int wpc, int64_t groups, const Fp8MmaArgs& g, bool early) {
-  if (early)
-    launch_fp8_mma<TA, true>(op, st, wpc, groups, g);
-  else
-    launch_fp8_mma<TA, false>(op, st, wpc, groups, g);
 }
 
 // The decode kernel a call of N columns runs under the variant: auto takes the wide kernel from
@@ -609,25 +570,21 @@ Fp8Decode fp8_decode_kernel(Fp8Decode v, int64_t N) {
 // One decode launch of up to 8 rows, the kernel chosen for g's width under the variant (bf: bf16
 // activations, else F32). The wide kernel's column tiles shrink until no block crosses g.N1 (a
 // pair's second matrix; for one matrix N1 = N, a multiple of the tiles already).
-// Under fp8-early the kernels read g's weights and scales before waiting on the kernel before
-// them: they must not be written by it (model weights are written only at load, on a
-// synchronised stream; every caller of gemm_fp8 and gemm_fp8_pair passes a Linear's).
 void launch_fp8_decode(CudaBackend& be, const char* op, cudaStream_t st, const Fp8MmaArgs& g, bool bf) {
-  const bool early = be.variants().fp8_early;
   if (fp8_decode_kernel(be.variants().fp8_decode, g.N) == Fp8Decode::Wide) {
     int nt = fp8_wide_tiles(g.N, g.Ng, be.sm_count());
     while (nt > 1 && g.N1 % (8 * nt) != 0) nt /= 2;
     const int bps = be.variants().fp8_wide_blocks;
     if (bf)
-      launch_fp8_wide<bf16>(op, st, nt, g.N, g, bps, early);
+      launch_fp8_wide<bf16>(op, st, nt, g.N, g, bps);
     else
-      launch_fp8_wide<float>(op, st, nt, g.N, g, bps, early);
+      launch_fp8_wide<float>(op, st, nt, g.N, g, bps);
   } else {
     const int wpc = fp8_mma_warps_per_group(g.N, g.K, be.sm_count());
     if (bf)
-      launch_fp8_mma<bf16>(op, st, wpc, cdiv(g.N, 8), g, early);
+      launch_fp8_mma<bf16>(op, st, wpc, cdiv(g.N, 8), g);
     else
-      launch_fp8_mma<float>(op, st, wpc, cdiv(g.N, 8), g, early);
+      launch_fp8_mma<float>(op, st, wpc, cdiv(g.N, 8), g);
   }
 }
 

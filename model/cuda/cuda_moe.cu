@@ -195,42 +195,6 @@ __global__ __launch_bounds__(256) void route_kernel(RouteArgs a) {
   if (tid == 0) route_finish(a, t, sc, chosen);
 }
 
-// route=warp: one warp per token, four tokens per block, no block barrier: each of the k rounds is
-// a scan of the lane's keys (e = lane + 32 j; its taken ones in a 64-bit mask) and a butterfly
-// argmax, after which every lane holds the same winner (route_better is a strict total order, so
-// the result is route_kernel's, tie for tie). route_kernel's rounds each cross two block barriers
-// and a serial scan of the 8 warps' candidates by thread 0.
-constexpr int kRouteWarpTokens = 4;
-
-__global__ __launch_bounds__(32 * kRouteWarpTokens) void route_warp_kernel(RouteArgs a) {
-  pdl_enter();
-  extern __shared__ float route_smem[];
-  __shared__ int chosen[kRouteWarpTokens][64];
-  const int lane = threadIdx.x & 31, wib = threadIdx.x >> 5;
-  const int64_t t = int64_t(blockIdx.x) * kRouteWarpTokens + wib;
-  if (t >= a.T) return;  // the whole warp
-  float* sc = route_smem + size_t(wib) * 2 * a.E;
-  float* ky = sc + a.E;
-  for (int e = lane; e < a.E; e += 32) route_score(a, t, e, sc, ky);
-  __syncwarp();
-  if (a.tid2eid) {
-    for (int i = lane; i < a.k; i += 32) chosen[wib][i] = route_hashed(a, t, i);
-  } else {
-    uint64_t taken = 0;  // bit j: expert lane + 32 j (E <= 2048)
-    for (int i = 0; i < a.k; ++i) {
-      float bv = -INFINITY;
-      int bi = INT_MAX;
-      for (int j = 0, e = lane; e < a.E; ++j, e += 32)
-        if (!(taken >> j & 1u)) route_consider(ky[e], e, bv, bi);
-      warp_route_best(bv, bi);
-      if (bi != INT_MAX && (bi & 31) == lane) taken |= uint64_t(1) << (bi >> 5);
-      if (lane == 0) chosen[wib][i] = bi == INT_MAX ? -1 : bi;
-    }
-  }
-  __syncwarp();
-  if (lane == 0) route_finish(a, t, sc, chosen[wib]);
-}
-
 // ================================================================ permutation
 
 // One block of 1024 threads (E <= 1024). Counts (shared-memory integer atomics), two block scans
@@ -1337,15 +1301,9 @@ void CudaBackend::route(Stream s, const Tensor& ids, const Tensor& weights, cons
               int(E),
               int(k),
               scaling};
-  if (variants().route_warp) {
-    const size_t smem = size_t(kRouteWarpTokens) * 2 * E * 4;
-    allow_smem(op, route_warp_kernel, smem, smem_optin());
-    launch_kernel(op, route_warp_kernel, unsigned(cdiv(T, kRouteWarpTokens)), 32 * kRouteWarpTokens, smem, st, a);
-  } else {
-    const size_t smem = size_t(2) * E * 4 + size_t(E);
-    allow_smem(op, route_kernel, smem, smem_optin());
-    launch_kernel(op, route_kernel, unsigned(T), 256, smem, st, a);
-  }
+  const size_t smem = size_t(2) * E * 4 + size_t(E);
+  allow_smem(op, route_kernel, smem, smem_optin());
+  launch_kernel(op, route_kernel, unsigned(T), 256, smem, st, a);
   CUDA_LAUNCH_CHECK(op, st);
 }
 

@@ -38,18 +38,14 @@ TEST(KernelVariants, EmptyIsTheDefaults) {
   EXPECT_EQ(d.mxfp4_swap, Mxfp4Swap::Auto);
   EXPECT_FALSE(d.mxfp4_prefill_gemm);
   EXPECT_TRUE(d.fp8_pair);
-  EXPECT_FALSE(d.route_warp);
-  EXPECT_FALSE(d.attention_combine_fused);
   EXPECT_EQ(d.fp8_wide_blocks, 2);
   EXPECT_TRUE(d.hc_decode_fused);
-  EXPECT_FALSE(d.fp8_early);
 }
 
 TEST(KernelVariants, EveryKeyParsesAndPrintsBack) {
   const KernelVariants k = KernelVariants::parse(
       "attn-decode=off,attn-splits=8,gemv-bf16-max-mb=0,pdl=off,cublas-workspace-kb=0,mxfp4-mma=off,fp8-decode=wide,mxfp4-wide=on,"
-      "mxfp4-decode=table,mxfp4-swap=on,mxfp4-prefill=gemm,fp8-pair=off,route=warp,attn-combine=fused,fp8-wide-blocks=1,"
-      "hc-decode=split,fp8-early=on");
+      "mxfp4-decode=table,mxfp4-swap=on,mxfp4-prefill=gemm,fp8-pair=off,fp8-wide-blocks=1,hc-decode=split");
   EXPECT_FALSE(k.attention_decode_kernel);
   EXPECT_EQ(k.fp8_decode, Fp8Decode::Wide);
   EXPECT_TRUE(k.mxfp4_wide);
@@ -57,13 +53,9 @@ TEST(KernelVariants, EveryKeyParsesAndPrintsBack) {
   EXPECT_EQ(k.mxfp4_swap, Mxfp4Swap::On);
   EXPECT_TRUE(k.mxfp4_prefill_gemm);
   EXPECT_FALSE(k.fp8_pair);
-  EXPECT_TRUE(k.route_warp);
-  EXPECT_TRUE(k.attention_combine_fused);
   EXPECT_EQ(k.fp8_wide_blocks, 1);
   EXPECT_FALSE(k.hc_decode_fused);
-  EXPECT_TRUE(k.fp8_early);
   EXPECT_EQ(KernelVariants::parse("hc-decode=fused"), KernelVariants{});
-  EXPECT_EQ(KernelVariants::parse("attn-combine=kernel"), KernelVariants{});
   EXPECT_EQ(KernelVariants::parse("fp8-wide-blocks=2"), KernelVariants{});
   EXPECT_EQ(KernelVariants::parse("mxfp4-prefill=mma"), KernelVariants{});
   EXPECT_EQ(KernelVariants::parse("mxfp4-swap=auto"), KernelVariants{});
@@ -105,18 +97,31 @@ TEST(KernelVariants, BadInputNamesTheKeyAndWhatItTakes) {
                         Case{"mxfp4-stream=on", "streaming MXFP4 expert kernel was removed"},
                         Case{"l2-prefetch=on", "2026-12-05-h200-stream-kernels"},
                         Case{"mxfp4-lut=on", "2026-12-05-h200-mxfp4-lut"},
+                        // Either value of a retired key is refused, the default's too.
+                        Case{"attn-combine=fused", "'attn-combine' is no longer a variant: the fused split-KV merge"},
+                        Case{"attn-combine=kernel", "2026-12-05-h100-decode-candidates"},
+                        Case{"fp8-early=on", "'fp8-early' is no longer a variant: loading the FP8 decode kernels'"},
+                        Case{"fp8-early=off", "2026-12-05-h100-decode-candidates"},
+                        Case{"route=warp", "'route' is no longer a variant: the warp-per-token routing top-k"},
+                        Case{"route=block", "2026-12-05-h100-decode-candidates"},
                         Case{"mxfp4-decode=lut", "expected table or shift"},
                         Case{"mxfp4-prefill=on", "expected mma or gemm"},
-                        Case{"attn-combine=on", "expected kernel or fused"},
                         Case{"mxfp4-swap=yes", "expected on, off or auto"},
                         Case{"fp8-wide-blocks=3", "expected 1 or 2"},
                         Case{"hc-decode=on", "expected split or fused"},
-                        Case{"route=thread", "expected block or warp"},
                         Case{"cublas-workspace-kb=-5", "cublas-workspace-kb"}, Case{"speed=max", "unknown key 'speed'"},
                         Case{"pdl", "expected key=value"}}) {
     SCOPED_TRACE(c.spec);
     const std::string e = error_of(c.spec);
     EXPECT_NE(e.find("--kernel-variants"), std::string::npos) << e;
     EXPECT_NE(e.find(c.says), std::string::npos) << e;
+  }
+  // Retired keys are offered neither by the unknown-key list nor by --help, nor printed by str().
+  const std::string unknown = error_of("speed=max"), help = sl::kKernelVariantsHelp, all = KernelVariants{}.str();
+  for (const char* gone : {"attn-combine", "fp8-early", "route", "moe-decode", "l2-prefetch"}) {
+    SCOPED_TRACE(gone);
+    EXPECT_EQ(unknown.find(gone), std::string::npos) << unknown;
+    EXPECT_EQ(help.find(gone), std::string::npos) << help;
+    EXPECT_EQ(all.find(gone), std::string::npos) << all;
   }
 }

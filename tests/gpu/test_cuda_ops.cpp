@@ -80,10 +80,7 @@ const char* const kVariants[] = {
     "gemv-bf16-max-mb=0", "pdl=off", "cublas-workspace-kb=0", "mxfp4-mma=off", "fp8-decode=warp", "fp8-decode=wide",
     "mxfp4-decode=table,mxfp4-swap=off", "mxfp4-decode=table,mxfp4-wide=on,mxfp4-swap=off", "mxfp4-swap=off",
     "mxfp4-wide=on,mxfp4-swap=off", "mxfp4-swap=on", "mxfp4-prefill=gemm", "fp8-pair=off",
-    "fp8-pair=on,fp8-decode=wide", "route=warp", "attn-combine=fused", "attn-combine=fused,attn-decode=off",
-    "attn-combine=fused,attn-splits=16", "fp8-wide-blocks=1,fp8-decode=wide", "fp8-wide-blocks=1",
-    "hc-decode=split", "fp8-early=on", "fp8-early=on,fp8-decode=wide", "fp8-early=on,fp8-pair=off",
-    "fp8-early=on,fp8-decode=wide,fp8-pair=off",
+    "fp8-pair=on,fp8-decode=wide", "fp8-wide-blocks=1,fp8-decode=wide", "fp8-wide-blocks=1", "hc-decode=split",
 };
 
 std::string variant_test_name(const ::testing::TestParamInfo<const char*>& info) {

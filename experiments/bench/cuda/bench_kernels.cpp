@@ -338,7 +338,7 @@ Case hc_pre_case(const ModelConfig& c, int B) {
 std::vector<std::string> default_variants(const std::string& op) {
   if (op == "gemm") return {"", "gemv-bf16-max-mb=4096", "gemv-bf16-max-mb=0", "gemv-bf16-max-mb=0,cublas-workspace-kb=0"};
   if (op == "gemm_fp8")
-    return {"", "fp8-decode=warp", "fp8-decode=wide", "fp8-wide-blocks=1", "fp8-early=on", "pdl=off"};
+    return {"", "fp8-decode=warp", "fp8-decode=wide", "fp8-wide-blocks=1", "pdl=off"};
   if (op == "moe_experts_mxfp4")
     return {"", "mxfp4-decode=table,mxfp4-swap=off", "mxfp4-swap=off", "mxfp4-swap=on", "mxfp4-wide=on,mxfp4-swap=off",
             "mxfp4-mma=off"};
@@ -346,7 +346,7 @@ std::vector<std::string> default_variants(const std::string& op) {
   // slower: results/2026-12-04-h200-kernel-workbench); PDL and the GEMV limit still apply.
   if (op == "moe_experts") return {"", "pdl=off"};
   if (op == "hc_pre") return {"", "hc-decode=split"};
-  return {"", "attn-splits=1", "attn-splits=16", "attn-decode=off", "attn-combine=fused"};
+  return {"", "attn-splits=1", "attn-splits=16", "attn-decode=off"};
 }
 
 // ---------------------------------------------------------------- measuring
