@@ -3,15 +3,12 @@
 // main compressor (c128a) with the query path, as vLLM did at the MTP fix (--placement vllm-fix)
 // or does now (vllm-head: the c4a indexer split over aux0 and aux2, the main compressor on aux1,
 // scoring and top-k after the join), and everything joins before the sparse attention.
+#include "model/kv_fp8_entry.h"
 #include "model/model_internal.h"
 #include "model/linear.h"
 #include "model/parallel.h"
 
 namespace sl {
-
-namespace {
-constexpr int64_t kKvFp8Block = 64;  // values per scale in an FP8 KV cache entry (docs/model.md 5.7)
-}  // namespace
 
 void DeepSeekV4::attention(int layer, const AttentionWeights& aw, LayerCache& cache, const Tensor& a,
                            const Tensor& out, const Step& st) {
@@ -24,7 +21,10 @@ void DeepSeekV4::attention(int layer, const AttentionWeights& aw, LayerCache& ca
   const int64_t T = st.T, H = shape_.heads_per_rank(cfg_), G = shape_.groups_per_rank(cfg_), Dh = cfg_.head_dim;
   const int64_t Hi = cfg_.index_n_heads, di = cfg_.index_head_dim;
   // --kv-cache fp8: the nope dims of a cache entry (the rope dims stay bf16, as in vLLM's layout).
+  // Packed caches store FP8 themselves (swa_insert, compressor_pool); emulated ones are rounded
+  // in place by round_fp8_blocks, to the same values.
   const int64_t kv_nope = Dh - cfg_.qk_rope_head_dim;
+  const bool round_caches = shape_.kv_fp8 && !kv_packed_;
   const Buffers& b = *buf_;
 
   const Tensor qr_raw = b.qr_raw.rows(0, T), qr = b.qr.rows(0, T), kv = b.kv.rows(0, T);
@@ -68,8 +68,8 @@ void DeepSeekV4::attention(int layer, const AttentionWeights& aw, LayerCache& ca
     ops_.compressor_pool(s, "compressor.pool", cc.entries, cc.state_u, cc.state_g, cc.state_tags, aw.compressor.norm,
                          table, st.pos, st.seq, cc.ratio, cc.overlap, eps);
     // The entries the pool just wrote (those this step's tokens completed).
-    if (shape_.kv_fp8)
-      ops_.round_fp8_blocks(s, "compressor.entries_fp8", cc.entries, kv_nope, kKvFp8Block, st.pos, st.seq, cc.ratio);
+    if (round_caches)
+      ops_.round_fp8_blocks(s, "compressor.entries_fp8", cc.entries, kv_nope, kvfp8::kBlock, st.pos, st.seq, cc.ratio);
   };
   auto indexer_query = [&](Stream s) {
     linear(ops_, s, "indexer.wq_b", idx_q.view({T, Hi * di}), qr, aw.idx_wq_b);
@@ -84,7 +84,7 @@ void DeepSeekV4::attention(int layer, const AttentionWeights& aw, LayerCache& ca
                          aw.idx_compressor.ape, st.pos, st.seq, ic.ratio);
     ops_.compressor_pool(s, "indexer.compressor.pool", ic.entries, ic.state_u, ic.state_g, ic.state_tags,
                          aw.idx_compressor.norm, table, st.pos, st.seq, ic.ratio, ic.overlap, eps);
-    if (shape_.kv_fp8) ops_.round_fp8_blocks(s, "indexer.entries_fp8", ic.entries, di, di, st.pos, st.seq, ic.ratio);
+    if (round_caches) ops_.round_fp8_blocks(s, "indexer.entries_fp8", ic.entries, di, di, st.pos, st.seq, ic.ratio);
   };
   auto indexer_topk = [&](Stream s) {
     ops_.indexer_topk(s, "indexer_topk", sel, idx_q, idx_w, cache.indexer.entries, st.pos, st.seq, cache.indexer.ratio);
@@ -101,7 +101,7 @@ void DeepSeekV4::attention(int layer, const AttentionWeights& aw, LayerCache& ca
       linear(ops_, s, "wq_b", q.view({T, H * Dh}), qr, aw.wq_b);
       ops_.rmsnorm_rope(s, "q_head_norm+rope_q", q, q, Tensor{}, eps, st.pos, table);
       ops_.rope(s, "rope_k", kv.view({T, 1, Dh}), st.pos, table, false);
-      if (shape_.kv_fp8) ops_.round_fp8_blocks(s, "kv_fp8", kv, kv_nope, kKvFp8Block, Tensor{}, Tensor{}, 1);
+      if (round_caches) ops_.round_fp8_blocks(s, "kv_fp8", kv, kv_nope, kvfp8::kBlock, Tensor{}, Tensor{}, 1);
       ops_.swa_insert(s, "swa_insert", cache.swa, cache.swa_tags, kv, st.pos, st.seq);
     };
     std::array<StreamFn, 3> aux{};
@@ -118,7 +118,7 @@ void DeepSeekV4::attention(int layer, const AttentionWeights& aw, LayerCache& ca
       linear(ops_, s, "wq_b", q.view({T, H * Dh}), qr, aw.wq_b);
       ops_.rmsnorm_rope(s, "q_head_norm+rope_q", q, q, Tensor{}, eps, st.pos, table);
       ops_.rope(s, "rope_k", kv.view({T, 1, Dh}), st.pos, table, false);
-      if (shape_.kv_fp8) ops_.round_fp8_blocks(s, "kv_fp8", kv, kv_nope, kKvFp8Block, Tensor{}, Tensor{}, 1);
+      if (round_caches) ops_.round_fp8_blocks(s, "kv_fp8", kv, kv_nope, kvfp8::kBlock, Tensor{}, Tensor{}, 1);
       ops_.swa_insert(s, "swa_insert", cache.swa, cache.swa_tags, kv, st.pos, st.seq);
       if (type == LayerType::C4A) main_compressor(s);
     };

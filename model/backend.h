@@ -61,6 +61,9 @@ class Backend {
   virtual std::string name() const = 0;  // "cpu", "cuda"
   virtual DType act_dtype() const = 0;
   virtual DType weight_dtype() const = 0;
+  // Whether the cache ops take FP8 KV caches packed as vLLM stores them (U8 entries,
+  // model/kv_fp8_entry.h); a backend that does not gets --kv-cache fp8 emulated in act_dtype().
+  virtual bool packed_kv_caches() const { return false; }
 
   // ---------------------------------------------------------------- memory
   // Returns zero-initialised memory. The name is kept for errors and schedules.

@@ -144,6 +144,8 @@ class CheckBackend final : public Backend {
   }
   DType act_dtype() const override { return dut_.act_dtype(); }
   DType weight_dtype() const override { return dut_.weight_dtype(); }
+  // Packed only when both sides read them (each op runs on both).
+  bool packed_kv_caches() const override { return ref_.packed_kv_caches() && dut_.packed_kv_caches(); }
 
   // ---------------------------------------------------------------- memory
   Tensor alloc(const std::string& name, DType dtype, Shape shape, AllocKind kind) override {

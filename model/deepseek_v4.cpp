@@ -122,9 +122,10 @@ DeepSeekV4::DeepSeekV4(Backend& be, const ModelConfig& cfg, const StreamPolicy& 
   allocate_weights(be_, cfg_, w_, shape_.weights);
 
   // Caches and RoPE tables per layer (equal tables are shared).
+  kv_packed_ = shape_.kv_fp8 && be_.packed_kv_caches();
   for (int l = 0; l < L + N; ++l)
     caches_.push_back(make_layer_cache(be_, main, cfg_, l, shape_.batch, shape_.max_positions, shape_.max_seq_tokens,
-                                       layer_label(cfg_, l)));
+                                       layer_label(cfg_, l), kv_packed_));
   std::vector<std::pair<std::pair<double, bool>, Tensor>> made;
   for (int l = 0; l < L + N; ++l) {
     const double base = rope_base_for_layer(cfg_, l);

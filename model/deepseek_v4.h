@@ -71,10 +71,11 @@ struct RunShape {
     return attention_tp ? c.num_attention_heads / expert_world : c.num_attention_heads;
   }
   int64_t groups_per_rank(const ModelConfig& c) const { return attention_tp ? c.o_groups / expert_world : c.o_groups; }
-  // FP8 KV caches, emulated (--kv-cache fp8; docs/model.md 5.7): the window and compressed caches'
-  // nope dims rounded as an FP8 cache stores them (e4m3, a power-of-two scale per 64), the indexer
-  // keys likewise with one scale per key; held in the activation dtype, so the values are the FP8
-  // cache's but the bytes are not.
+  // FP8 KV caches (--kv-cache fp8; docs/model.md 5.7): the window and compressed caches' nope dims
+  // as an FP8 cache stores them (e4m3, a power-of-two scale per 64; the rope dims bf16), the
+  // indexer keys likewise with one scale per key. Packed in vLLM's bytes where the backend takes
+  // them (Backend::packed_kv_caches, DeepSeekV4::kv_packed), else emulated: the same values held in
+  // the activation dtype.
   bool kv_fp8 = false;
 };
 
@@ -200,6 +201,9 @@ class DeepSeekV4 {
   // The per-layer caches (L target layers, then N MTP layers), for tests and tools that inspect
   // what a step left behind.
   const std::vector<LayerCache>& caches() const { return caches_; }
+  // --kv-cache fp8 with the caches packed as vLLM stores them (U8 entries, model/kv_fp8_entry.h:
+  // the backend takes them), rather than emulated in the activation dtype. The same values.
+  bool kv_packed() const { return kv_packed_; }
   // Fills sched with the streams and events this model created (called by the constructor's
   // owner before recording a step).
   void describe_streams(Schedule& sched) const;
@@ -252,6 +256,7 @@ class DeepSeekV4 {
   std::vector<LayerEvents> events_;         // L + N
   ModelWeights w_;
   std::vector<LayerCache> caches_;          // L + N
+  bool kv_packed_ = false;                  // kv_packed()
   std::vector<Tensor> rope_tables_;         // per layer (shared tensors for equal tables)
   std::unique_ptr<Buffers> buf_;
   std::vector<int> seq_len_;                // positions filled per sequence (position())

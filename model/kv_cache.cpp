@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "model/kv_fp8_entry.h"
+
 namespace sl {
 
 namespace {
@@ -38,8 +40,9 @@ CacheDims dims(const ModelConfig& c, int layer, int max_positions, int max_seq_t
   return d;
 }
 
+// An entry row's dtype and width: width act values, or `packed` bytes (0: not packed).
 CompressorCache make_compressor(Backend& be, Stream s, const std::string& name, int64_t B, const CacheDims& d,
-                                int64_t width) {
+                                int64_t width, int64_t packed) {
   CompressorCache cc;
   const int64_t cd = (d.overlap ? 2 : 1) * width;
   cc.ratio = d.ratio;
@@ -47,7 +50,8 @@ CompressorCache make_compressor(Backend& be, Stream s, const std::string& name, 
   cc.state_u = be.alloc(name + ".state_u", DType::F32, {B, d.state_slots, cd}, AllocKind::Cache);
   cc.state_g = be.alloc(name + ".state_g", DType::F32, {B, d.state_slots, cd}, AllocKind::Cache);
   cc.state_tags = be.alloc(name + ".state_tags", DType::I32, {B, d.state_slots}, AllocKind::Cache);
-  cc.entries = be.alloc(name + ".entries", be.act_dtype(), {B, std::max<int64_t>(d.n_max, 1), width}, AllocKind::Cache);
+  cc.entries = be.alloc(name + ".entries", packed ? DType::U8 : be.act_dtype(),
+                        {B, std::max<int64_t>(d.n_max, 1), packed ? packed : width}, AllocKind::Cache);
   be.fill(s, cc.state_tags, -1.f);
   return cc;
 }
@@ -55,41 +59,44 @@ CompressorCache make_compressor(Backend& be, Stream s, const std::string& name, 
 }  // namespace
 
 LayerCache make_layer_cache(Backend& be, Stream s, const ModelConfig& c, int layer, int batch, int max_positions,
-                            int max_seq_tokens, const std::string& prefix) {
+                            int max_seq_tokens, const std::string& prefix, bool packed_fp8) {
   const CacheDims d = dims(c, layer, max_positions, max_seq_tokens);
+  const int64_t kv_bytes = packed_fp8 ? int64_t(kv_entry_bytes(c, be.act_dtype(), true)) : 0;
+  const int64_t key_bytes = packed_fp8 ? int64_t(indexer_key_bytes(c, be.act_dtype(), true)) : 0;
   LayerCache lc;
   lc.type = c.layer_type(layer);
-  lc.swa = be.alloc(prefix + ".swa", be.act_dtype(), {batch, d.swa_cap, c.head_dim}, AllocKind::Cache);
+  lc.swa = be.alloc(prefix + ".swa", packed_fp8 ? DType::U8 : be.act_dtype(),
+                    {batch, d.swa_cap, packed_fp8 ? kv_bytes : c.head_dim}, AllocKind::Cache);
   lc.swa_tags = be.alloc(prefix + ".swa_tags", DType::I32, {batch, d.swa_cap}, AllocKind::Cache);
   be.fill(s, lc.swa_tags, -1.f);
-  if (lc.type != LayerType::Sliding) lc.comp = make_compressor(be, s, prefix + ".compressor", batch, d, c.head_dim);
-  if (lc.type == LayerType::C4A) lc.indexer = make_compressor(be, s, prefix + ".indexer", batch, d, c.index_head_dim);
+  if (lc.type != LayerType::Sliding)
+    lc.comp = make_compressor(be, s, prefix + ".compressor", batch, d, c.head_dim, kv_bytes);
+  if (lc.type == LayerType::C4A)
+    lc.indexer = make_compressor(be, s, prefix + ".indexer", batch, d, c.index_head_dim, key_bytes);
   return lc;
 }
 
 size_t kv_entry_bytes(const ModelConfig& c, DType act, bool fp8) {
   if (!fp8) return size_t(c.head_dim) * dtype_size(act);
-  const size_t nope = size_t(c.head_dim - c.qk_rope_head_dim), rope = size_t(c.qk_rope_head_dim);
-  const size_t raw = nope + 2 * rope + (nope + 63) / 64;
-  return (raw + 7) / 8 * 8;
+  return size_t(kvfp8::kv_entry_bytes(c.head_dim - c.qk_rope_head_dim, c.qk_rope_head_dim));
 }
 
 size_t indexer_key_bytes(const ModelConfig& c, DType act, bool fp8) {
-  return fp8 ? size_t(c.index_head_dim) + 4 : size_t(c.index_head_dim) * dtype_size(act);
+  return fp8 ? size_t(kvfp8::indexer_key_bytes(c.index_head_dim)) : size_t(c.index_head_dim) * dtype_size(act);
 }
 
 size_t layer_cache_bytes(const ModelConfig& c, int layer, int batch, int max_positions, int max_seq_tokens,
-                         DType act) {
+                         DType act, bool packed_fp8) {
   const CacheDims d = dims(c, layer, max_positions, max_seq_tokens);
-  const size_t a = dtype_size(act);
-  size_t bytes = size_t(batch) * d.swa_cap * (c.head_dim * a + 4);
-  auto comp = [&](int64_t width) {
+  const size_t kv_entry = kv_entry_bytes(c, act, packed_fp8), key = indexer_key_bytes(c, act, packed_fp8);
+  size_t bytes = size_t(batch) * d.swa_cap * (kv_entry + 4);
+  auto comp = [&](int64_t width, size_t entry) {
     const int64_t cd = (d.overlap ? 2 : 1) * width;
-    return size_t(batch) * (d.state_slots * (2 * cd * 4 + 4) + std::max<int64_t>(d.n_max, 1) * width * a);
+    return size_t(batch) * (d.state_slots * (2 * cd * 4 + 4) + std::max<int64_t>(d.n_max, 1) * entry);
   };
   const LayerType t = c.layer_type(layer);
-  if (t != LayerType::Sliding) bytes += comp(c.head_dim);
-  if (t == LayerType::C4A) bytes += comp(c.index_head_dim);
+  if (t != LayerType::Sliding) bytes += comp(c.head_dim, kv_entry);
+  if (t == LayerType::C4A) bytes += comp(c.index_head_dim, key);
   return bytes;
 }
 

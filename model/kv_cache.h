@@ -17,23 +17,25 @@ namespace sl {
 struct CompressorCache {
   Tensor state_u, state_g;  // F32 [B, S, c*d]
   Tensor state_tags;        // I32 [B, S]
-  Tensor entries;           // act [B, n_max, d]
+  Tensor entries;           // act [B, n_max, d], or packed FP8 U8 [B, n_max, entry bytes]
   bool overlap = false;
   int ratio = 0;
 };
 
 struct LayerCache {
   LayerType type = LayerType::Sliding;
-  Tensor swa, swa_tags;      // act [B, cap, Dh], I32 [B, cap]
+  Tensor swa, swa_tags;      // act [B, cap, Dh] (or packed FP8 U8 [B, cap, entry bytes]), I32 [B, cap]
   CompressorCache comp;      // c4a, c128a
   CompressorCache indexer;   // c4a
 };
 
-// Allocates the caches of one layer and marks every tag slot empty (-1).
+// Allocates the caches of one layer and marks every tag slot empty (-1). packed_fp8: the window
+// and compressed caches and the indexer keys as packed FP8 entries (U8 [B, n, entry bytes],
+// model/kv_fp8_entry.h) instead of act values.
 LayerCache make_layer_cache(Backend& be, Stream s, const ModelConfig& c, int layer, int batch, int max_positions,
-                            int max_seq_tokens, const std::string& prefix);
+                            int max_seq_tokens, const std::string& prefix, bool packed_fp8 = false);
 size_t layer_cache_bytes(const ModelConfig& c, int layer, int batch, int max_positions, int max_seq_tokens,
-                         DType act);
+                         DType act, bool packed_fp8 = false);
 
 // Bytes one cache entry takes in a real cache (what a decode step must read per entry):
 // - KV entry (window and compressed caches), `fp8` false: head_dim values in `act`.
@@ -41,8 +43,8 @@ size_t layer_cache_bytes(const ModelConfig& c, int layer, int batch, int max_pos
 //   dims in bf16 and a ue8m0 scale byte per 64 nope values, padded to 8 bytes (flash: 448 + 128 +
 //   7 + 1 = 584).
 // - Indexer key: index_head_dim values in `act`, or in e4m3 with one fp32 scale.
-// streamlab's emulated FP8 caches still hold `act` (RunShape::kv_fp8); these are the bytes of the
-// caches it emulates, for the decode bytes floor.
+// The bytes of the packed caches (DeepSeekV4::kv_packed), and of the caches the emulated ones
+// stand for: the decode bytes floor's.
 size_t kv_entry_bytes(const ModelConfig& c, DType act, bool fp8);
 size_t indexer_key_bytes(const ModelConfig& c, DType act, bool fp8);
 

@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "core/tensor.h"
 #include "model/backend.h"
+#include "model/kv_fp8_entry.h"
 
 namespace sl::checks {
 
@@ -116,13 +117,15 @@ void check_floats(const char* op, const char* arg, const Tensor& t, Floats f) {
 }
 
 // A backend's argument rules, the template argument of every per-op validator: its presence
-// rule, the dtypes it takes for activations and weights (`act`), and for the operands of its
+// rule, whether its cache ops take packed FP8 KV caches (`packed_kv`, model/kv_fp8_entry.h),
+// the dtypes it takes for activations and weights (`act`), and for the operands of its
 // matrix-unit kernels (`mma`: attention q/k/v, indexer q/keys, expert inputs and weights).
-template <Presence P, Floats Act, Floats Mma>
+template <Presence P, Floats Act, Floats Mma, bool PackedKv = false>
 struct Rules {
   static constexpr Presence presence = P;
   static constexpr Floats act = Act;
   static constexpr Floats mma = Mma;
+  static constexpr bool packed_kv = PackedKv;
 };
 
 template <class R>
@@ -132,6 +135,44 @@ void check_act(const char* op, const char* arg, const Tensor& t) {
 template <class R>
 void check_mma(const char* op, const char* arg, const Tensor& t) {
   check_floats<R::presence>(op, arg, t, R::mma);
+}
+
+// Which packed FP8 entry layout a U8 cache holds (model/kv_fp8_entry.h).
+enum class PackedEntry { Kv, IndexerKey };
+
+// A packed FP8 cache: U8 [B, n, bytes] whose entries hold `values` values in layout `kind`, on a
+// backend that reads them. Returns the KV layout's nope width (0 for an indexer key).
+template <class R>
+int64_t check_packed_cache(const char* op, const char* arg, const Tensor& t, int64_t values, PackedEntry kind) {
+  constexpr Presence P = R::presence;
+  check_dtype<P>(op, arg, t, DType::U8);
+  SL_CHECK(R::packed_kv, op, ": ", arg, " is a packed FP8 cache (", describe(t),
+           "); this backend's kernels take FP8 KV caches emulated in the activation dtype (--kv-cache fp8 "
+           "chooses them there)");
+  check_ndim<P>(op, arg, t, 3);
+  if (kind == PackedEntry::IndexerKey) {
+    SL_CHECK(t.dim(2) == kvfp8::indexer_key_bytes(values), op, ": ", arg, " is ", describe(t), ", expected ",
+             kvfp8::indexer_key_bytes(values), "-byte packed FP8 keys of ", values, " values");
+    return 0;
+  }
+  const int64_t nope = kvfp8::kv_entry_nope(values, t.dim(2));
+  SL_CHECK(nope > 0, op, ": ", arg, " is ", describe(t), ": no packed FP8 KV entry of ", values,
+           " values (nope a multiple of 64, rope even) is ", t.dim(2), " bytes");
+  return nope;
+}
+
+// A cache of entries of `values` values: [B, n, values] in `floats` (the backend's act or mma
+// dtypes), or, on a backend that takes them, packed FP8 (U8 [B, n, entry bytes]). Returns the
+// packed KV layout's nope width, 0 for packed indexer keys, -1 for a float cache.
+template <class R>
+int64_t check_cache(const char* op, const char* arg, const Tensor& t, int64_t values, PackedEntry kind, Floats floats) {
+  constexpr Presence P = R::presence;
+  check_present<P>(op, arg, t);
+  if (t.dtype == DType::U8) return check_packed_cache<R>(op, arg, t, values, kind);
+  check_floats<P>(op, arg, t, floats);
+  check_ndim<P>(op, arg, t, 3);
+  check_shape<P>(op, arg, t, {t.dim(0), t.dim(1), values});
+  return -1;
 }
 
 // ---------------------------------------------------------------- per-op validators
@@ -481,7 +522,10 @@ CacheRollbackDims validate_cache_rollback(const Tensor& tags, const Tensor& entr
   SL_CHECK(!overlaps(tags, new_len), op, ": tags may not alias new_len");
   int64_t n_max = 0, d = 0;
   if (!entries.empty()) {
-    check_act<R_>(op, "entries", entries);
+    // Float entries, or packed FP8 ones (U8: rows of bytes, cleared the same way).
+    if (entries.dtype == DType::U8) SL_CHECK(R_::packed_kv, op, ": entries ", describe(entries),
+                                             " is a packed FP8 cache, which this backend does not take");
+    else check_act<R_>(op, "entries", entries);
     check_ndim<P>(op, "entries", entries, 3);
     n_max = entries.dim(1);
     d = entries.dim(2);
@@ -499,7 +543,7 @@ void check_tokens(const char* op, const Tensor& pos, const Tensor& seq, int64_t 
   check_i32<P>(op, "seq", seq, {T});
 }
 
-// swa_insert: cache [B, cap, d], tags [B, cap] (i32), k [T, d].
+// swa_insert: cache [B, cap, d] (or packed FP8 KV entries of d values), tags [B, cap] (i32), k [T, d].
 struct SwaInsertDims {
   int64_t B, cap, d, T;
 };
@@ -509,14 +553,16 @@ SwaInsertDims validate_swa_insert(const Tensor& cache, const Tensor& tags, const
                                   const Tensor& seq) {
   constexpr Presence P = R::presence;
   const char* op = "swa_insert";
-  check_act<R>(op, "cache", cache);
+  const bool packed = cache.dtype == DType::U8;  // a packed FP8 cache: k gives the entries' width
+  if (!packed) check_act<R>(op, "cache", cache);
   check_ndim<P>(op, "cache", cache, 3);
-  const int64_t B = cache.dim(0), cap = cache.dim(1), d = cache.dim(2);
+  const int64_t B = cache.dim(0), cap = cache.dim(1);
   SL_CHECK(cap >= 1, op, ": cache ", describe(cache), " has no slots");
   check_i32<P>(op, "tags", tags, {B, cap});
   check_act<R>(op, "k", k);
   check_ndim<P>(op, "k", k, 2);
-  const int64_t T = k.dim(0);
+  const int64_t T = k.dim(0), d = packed ? k.dim(1) : cache.dim(2);
+  if (packed) check_packed_cache<R>(op, "cache", cache, d, PackedEntry::Kv);
   check_shape<P>(op, "k", k, {T, d});
   check_tokens<P>(op, pos, seq, T);
   return {B, cap, d, T};
@@ -575,10 +621,14 @@ CompressorPoolDims validate_compressor_pool(const Tensor& entries, const Tensor&
   SL_CHECK(S >= c * ratio, op, ": state ring of ", S, " slots (state_u ", describe(state_u), ") cannot hold ",
            c * ratio, " positions (ratio ", ratio, overlap ? ", overlap)" : ")");
   SL_CHECK(c * ratio <= 256, op, ": ratio ", ratio, " with overlap ", overlap, " exceeds 256 candidates");
-  check_act<R_>(op, "entries", entries);
-  check_ndim<P_>(op, "entries", entries, 3);
+  // A packed FP8 cache holds KV entries, or indexer keys when it is exactly their width.
+  const PackedEntry kind = entries.dtype == DType::U8 && entries.ndim() == 3 &&
+                                   entries.dim(2) == kvfp8::indexer_key_bytes(d)
+                               ? PackedEntry::IndexerKey
+                               : PackedEntry::Kv;
+  check_cache<R_>(op, "entries", entries, d, kind, R_::act);
   const int64_t n_max = entries.dim(1);
-  check_shape<P_>(op, "entries", entries, {B, n_max, d});
+  check_shape<P_>(op, "entries", entries, {B, n_max, entries.dim(2)});
   check_act<R_>(op, "norm_w", norm_w);
   check_numel<P_>(op, "norm_w", norm_w, d);
   check_dtype<P_>(op, "table", table, DType::F32);
@@ -593,7 +643,8 @@ CompressorPoolDims validate_compressor_pool(const Tensor& entries, const Tensor&
   return {B, S, cd, c, d, n_max, P, R, T};
 }
 
-// indexer_topk: q [T, Hi, di] and keys [B, n_max, di] (mma operands), w [T, Hi], sel [T, K].
+// indexer_topk: q [T, Hi, di] and keys [B, n_max, di] (mma operands, or packed FP8 keys), w [T, Hi],
+// sel [T, K].
 struct IndexerTopkDims {
   int64_t T, Hi, di, B, n_max, K;
 };
@@ -609,10 +660,8 @@ IndexerTopkDims validate_indexer_topk(const Tensor& sel, const Tensor& q, const 
   SL_CHECK(Hi >= 1 && di >= 1, op, ": q ", describe(q), " has no heads");
   check_act<R>(op, "w", w);
   check_shape<P>(op, "w", w, {T, Hi});
-  check_mma<R>(op, "keys", keys);
-  check_ndim<P>(op, "keys", keys, 3);
+  check_cache<R>(op, "keys", keys, di, PackedEntry::IndexerKey, R::mma);
   const int64_t B = keys.dim(0), n_max = keys.dim(1);
-  check_shape<P>(op, "keys", keys, {B, n_max, di});
   check_dtype<P>(op, "sel", sel, DType::I32);
   check_ndim<P>(op, "sel", sel, 2);
   const int64_t K = sel.dim(1);
@@ -622,7 +671,8 @@ IndexerTopkDims validate_indexer_topk(const Tensor& sel, const Tensor& q, const 
   return {T, Hi, di, B, n_max, K};
 }
 
-// sparse_attention: q, o [T, H, Dh], swa [B, cap, Dh], comp [B, n_max, Dh] (unless mode None),
+// sparse_attention: q, o [T, H, Dh], swa [B, cap, Dh], comp [B, n_max, Dh] (unless mode None; either
+// cache may be packed FP8 KV entries of Dh values),
 // swa_tags [B, cap], sink [H] (f32), sel [T, K] (mode Selected). Whether o may be q itself is
 // the backend's to say (the CPU loop runs in place, the CUDA kernel cannot).
 struct SparseAttentionDims {
@@ -641,21 +691,18 @@ SparseAttentionDims validate_sparse_attention(const Tensor& o, const Tensor& q, 
   const int64_t T = q.dim(0), H = q.dim(1), Dh = q.dim(2);
   check_mma<R>(op, "o", o);
   check_shape<P>(op, "o", o, {T, H, Dh});
-  check_mma<R>(op, "swa", swa);
-  check_ndim<P>(op, "swa", swa, 3);
+  check_cache<R>(op, "swa", swa, Dh, PackedEntry::Kv, R::mma);
   const int64_t B = swa.dim(0), cap = swa.dim(1);
   SL_CHECK(cap >= 1, op, ": swa ", describe(swa), " has no slots");
-  check_shape<P>(op, "swa", swa, {B, cap, Dh});
   check_i32<P>(op, "swa_tags", swa_tags, {B, cap});
   check_f32<P>(op, "sink", sink, {H});
   SL_CHECK(window >= 1, op, ": window = ", window, ", expected >= 1");
   check_tokens<P>(op, pos, seq, T);
   int64_t n_max = 0, K = 0;
   if (mode != CompressedKeys::None) {
-    check_mma<R>(op, "comp", comp);
-    check_ndim<P>(op, "comp", comp, 3);
+    check_cache<R>(op, "comp", comp, Dh, PackedEntry::Kv, R::mma);
     n_max = comp.dim(1);
-    check_shape<P>(op, "comp", comp, {B, n_max, Dh});
+    check_shape<P>(op, "comp", comp, {B, n_max, comp.dim(2)});
   }
   if (mode == CompressedKeys::All) SL_CHECK(ratio >= 1, op, ": ratio = ", ratio, ", expected >= 1");
   if (mode == CompressedKeys::Selected) {

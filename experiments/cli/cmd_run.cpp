@@ -28,6 +28,7 @@
 #include "experiments/cli/phase_ticker.h"
 #include "experiments/cli/stream_report.h"
 #include "model/check_backend.h"
+#include "model/kv_cache.h"
 #include "model/cpu/cpu_backend.h"
 #include "model/deepseek_v4.h"
 #include "model/expert_parallel.h"
@@ -443,6 +444,9 @@ nlohmann::json run_json(const DeepSeekV4& model, const RunBackend& backend, cons
           {"expert_scheme", shape.expert_world > 1 ? nlohmann::json(shape.expert_all_to_all ? "all-to-all" : "all-gather")
                                                    : nlohmann::json(nullptr)},
           {"kv_cache", shape.kv_fp8 ? "fp8" : "bf16"},
+          // Where the FP8 caches' values live: "packed" (vLLM's bytes) or "emulated" (act dtype).
+          {"kv_cache_storage", shape.kv_fp8 ? nlohmann::json(model.kv_packed() ? "packed" : "emulated")
+                                            : nlohmann::json(nullptr)},
           {"verify", shape.verify},
           {"accept", shape.verify ? nlohmann::json(accept_rule_str(accept)) : nlohmann::json(nullptr)},
           {"decode", decode_summary},
@@ -663,9 +667,14 @@ void run_rank0(const RunOptions& o, std::optional<RankGroup>& processes) {
   else
     std::fprintf(info, "weights: %.1f MiB%s in %s (allocating)\n", held_mib, per_rank.c_str(),
                  dtype_name(be.weight_dtype()));
-  if (shape.kv_fp8)
+  if (shape.kv_fp8 && be.packed_kv_caches())
+    std::fprintf(info, "KV caches: fp8, packed as vLLM stores them (%zu-byte entries: e4m3 nope dims with a scale "
+                 "per 64, bf16 rope dims; %zu-byte indexer keys with one scale each; indexer query one scale per head)\n",
+                 kv_entry_bytes(cfg, be.act_dtype(), true), indexer_key_bytes(cfg, be.act_dtype(), true));
+  else if (shape.kv_fp8)
     std::fprintf(info, "KV caches: fp8 values, emulated (e4m3 nope dims with a scale per 64, indexer keys one scale "
-                 "per key, indexer query one per head; held in %s)\n", dtype_name(be.act_dtype()));
+                 "per key, indexer query one per head; held in %s: the %s backend does not take packed caches yet)\n",
+                 dtype_name(be.act_dtype()), be.name().c_str());
   std::fflush(info);
 
   check_memory_fits(be, cfg, shape, "run");

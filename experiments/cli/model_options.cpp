@@ -45,10 +45,10 @@ void add_model_options(CLI::App* cmd, ModelOptions& o) {
       ->check(CLI::IsMember({"bf16", "native"}))
       ->capture_default_str();
   cmd->add_option("--kv-cache", o.kv_cache,
-                  "KV cache format: bf16, or fp8 as vLLM's caches round it (e4m3 nope dims with a power-of-two "
-                  "scale per 64, indexer keys with one per key, and the indexer query with one per head, as vLLM "
-                  "quantizes it), emulated: the values an FP8 cache gives back, held "
-                  "in the activation dtype (the bytes are not an FP8 cache's)")
+                  "KV cache format: bf16, or fp8 as vLLM's caches hold it (e4m3 nope dims with a power-of-two "
+                  "scale per 64 and bf16 rope dims, indexer keys with one scale per key, and the indexer query "
+                  "with one per head, as vLLM quantizes it): packed in vLLM's bytes on the CPU backend; on the "
+                  "CUDA backend emulated, the same values held in bf16 (the bytes are not an FP8 cache's)")
       ->check(CLI::IsMember({"bf16", "fp8"}))
       ->capture_default_str();
   cmd->add_option("--aux-priority", o.aux_priority, "priority of the aux streams: default or highest")
@@ -148,7 +148,8 @@ void check_memory_fits(const Backend& be, const ModelConfig& cfg, const RunShape
   const double w = double(weight_bytes(cfg, be.weight_dtype(), shape.weights, rank_share(cfg, shape)));
   double caches = 0;
   for (int l = 0; l < cfg.n_layers_total(); ++l)
-    caches += double(layer_cache_bytes(cfg, l, shape.batch, shape.max_positions, shape.max_seq_tokens, be.act_dtype()));
+    caches += double(layer_cache_bytes(cfg, l, shape.batch, shape.max_positions, shape.max_seq_tokens, be.act_dtype(),
+                                       shape.kv_fp8 && be.packed_kv_caches()));
   const double gib = double(size_t(1) << 30);
   SL_CHECK(w + caches <= double(avail), who, ": config ", cfg.name, " needs ", w / gib, " GiB of weights and ",
            caches / gib, " GiB of caches on the ", be.name(), " backend, but only ", double(avail) / gib,

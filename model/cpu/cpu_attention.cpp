@@ -9,8 +9,11 @@
 #include <limits>
 #include <numeric>
 
+#include "core/bf16.h"
+#include "core/fp8.h"
 #include "model/attention_candidates.h"
 #include "model/cpu/cpu_backend_impl.h"
+#include "model/kv_fp8_entry.h"
 
 namespace sl {
 
@@ -31,6 +34,54 @@ void check_token_values(const char* op, const Tensor& pos, const Tensor& seq, in
   }
 }
 
+// ---------------------------------------------------------------- packed FP8 cache entries
+// (model/kv_fp8_entry.h: the layout, the block scale and the decoding both backends share)
+
+// One block of values as e4m3 codes; returns the scale's e8m0 code.
+uint8_t pack_fp8_block(uint8_t* codes, const float* x, int64_t n) {
+  float amax = 0.f;
+  for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
+  const uint8_t code = kvfp8::block_scale_code(amax);
+  const float s = kvfp8::scale_from_code(code);
+  for (int64_t i = 0; i < n; ++i) codes[i] = lowp::float_to_e4m3(x[i] / s);  // a power of two: exact
+  return code;
+}
+
+void pack_kv_entry(uint8_t* e, const float* x, int64_t nope, int64_t rope, int64_t bytes) {
+  std::memset(e, 0, size_t(bytes));  // the padding
+  for (int64_t c0 = 0; c0 < nope; c0 += kvfp8::kBlock)
+    e[kvfp8::kv_scale_offset(nope, rope) + c0 / kvfp8::kBlock] = pack_fp8_block(e + c0, x + c0, kvfp8::kBlock);
+  uint8_t* r = e + kvfp8::kv_rope_offset(nope);
+  for (int64_t i = 0; i < rope; ++i) {
+    const uint16_t b = float_to_bf16(x[nope + i]);
+    r[2 * i] = uint8_t(b & 0xff);
+    r[2 * i + 1] = uint8_t(b >> 8);
+  }
+}
+
+void pack_indexer_key(uint8_t* e, const float* x, int64_t di) {
+  const float s = kvfp8::scale_from_code(pack_fp8_block(e, x, di));
+  std::memcpy(e + di, &s, sizeof s);  // little-endian fp32, as kvfp8::indexer_key_scale reads it
+}
+
+// A cache's entry `row` as floats: itself when it is a float cache, else unpacked into out.
+const float* cache_entry(const Tensor& cache, int64_t row, int64_t values, int64_t nope, float* out) {
+  if (cache.dtype != DType::U8) return cache.ptr<float>() + row * values;
+  const uint8_t* e = cache.ptr<uint8_t>() + row * cache.dim(2);
+  if (nope > 0) {
+    for (int64_t i = 0; i < values; ++i) out[i] = kvfp8::kv_value(e, i, nope, values - nope);
+  } else {
+    const float s = kvfp8::indexer_key_scale(e, values);
+    for (int64_t i = 0; i < values; ++i) out[i] = kvfp8::e4m3_value(e[i]) * s;
+  }
+  return out;
+}
+
+// The nope width of a packed KV cache (-1 for a float cache).
+int64_t packed_nope(const Tensor& cache, int64_t values) {
+  return cache.dtype == DType::U8 ? kvfp8::kv_entry_nope(values, cache.dim(2)) : -1;
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------- sliding-window cache
@@ -44,7 +95,12 @@ void CpuBackend::swa_insert(Stream s, const Tensor& cache, const Tensor& tags, c
   for (int64_t t = 0; t < T; ++t) {
     const int32_t p = pos.ptr<int32_t>()[t], b = seq.ptr<int32_t>()[t];
     const int64_t slot = p % cap;
-    std::memcpy(cache.ptr<float>() + (b * cap + slot) * d, k.ptr<float>() + t * d, size_t(d) * sizeof(float));
+    if (cache.dtype == DType::U8) {
+      const int64_t nope = packed_nope(cache, d), bytes = cache.dim(2);
+      pack_kv_entry(cache.ptr<uint8_t>() + (b * cap + slot) * bytes, k.ptr<float>() + t * d, nope, d - nope, bytes);
+    } else {
+      std::memcpy(cache.ptr<float>() + (b * cap + slot) * d, k.ptr<float>() + t * d, size_t(d) * sizeof(float));
+    }
     tags.ptr<int32_t>()[b * cap + slot] = p;
   }
 }
@@ -86,9 +142,13 @@ void CpuBackend::compressor_pool(Stream s, const Tensor& entries, const Tensor& 
       entries, state_u, state_g, state_tags, norm_w, table, pos, seq, ratio, overlap);
   check_token_values(op, pos, seq, T, B);
 
-  scratch_f_.resize(size_t(2 * d));
+  scratch_f_.resize(size_t(3 * d));
   float* mx = scratch_f_.data();  // per-channel running max of the scores
   float* den = mx + d;            // per-channel softmax denominator
+  float* pooled = den + d;        // the entry before a packed cache stores it
+  const bool packed = entries.dtype == DType::U8;
+  const int64_t bytes = entries.dim(2);  // per entry (values on a float cache)
+  const int64_t nope = packed && bytes != kvfp8::indexer_key_bytes(d) ? packed_nope(entries, d) : 0;
   int64_t cand_pos[256];          // candidate positions (oldest first) and their channel offsets
   int64_t cand_off[256];  // c * ratio <= 256: the validator checks it
 
@@ -120,7 +180,7 @@ void CpuBackend::compressor_pool(Stream s, const Tensor& entries, const Tensor& 
     // as it was rather than filled with an arbitrary value.
     if (n == 0) continue;
 
-    float* e = entries.ptr<float>() + (b * n_max + j) * d;
+    float* e = packed ? pooled : entries.ptr<float>() + (b * n_max + j) * d;
     // Per channel, independently: softmax over the candidates' gate scores, weights on their
     // values. Two passes (max, then exp-sums) with candidates outermost so that each pass
     // walks contiguous state rows.
@@ -146,6 +206,10 @@ void CpuBackend::compressor_pool(Stream s, const Tensor& entries, const Tensor& 
     // The entry is normalised, then rotated at its block's START position.
     rmsnorm_row(e, e, norm_w.ptr<float>(), d, rms_eps);
     rope_vec(e, d, table.ptr<float>() + j * ratio * R, R, /*inverse=*/false);
+    if (!packed) continue;
+    uint8_t* dst = entries.ptr<uint8_t>() + (b * n_max + j) * bytes;
+    if (nope > 0) pack_kv_entry(dst, e, nope, d - nope, bytes);
+    else pack_indexer_key(dst, e, d);
   }
 }
 
@@ -165,11 +229,12 @@ void CpuBackend::indexer_topk(Stream s, const Tensor& sel, const Tensor& q, cons
     const int64_t n_c = compressed_entries_seen(p, ratio);
     SL_CHECK(n_c <= n_max, op, ": token ", t, " at pos ", p, " sees ", n_c, " entries, keys ", describe(keys),
              " holds ", n_max);
-    scratch_f_.resize(size_t(n_c));
+    scratch_f_.resize(size_t(n_c + di));
     float* score = scratch_f_.data();
+    float* unpacked = score + n_c;  // a packed key read back
     const float* wt = w.ptr<float>() + t * Hi;
     for (int64_t j = 0; j < n_c; ++j) {
-      const float* kj = keys.ptr<float>() + (b * n_max + j) * di;
+      const float* kj = cache_entry(keys, b * n_max + j, di, 0, unpacked);
       float acc = 0.f;
       for (int64_t h = 0; h < Hi; ++h) {
         const float qk = dot(q.ptr<float>() + (t * Hi + h) * di, kj, di);
@@ -203,27 +268,37 @@ void CpuBackend::sparse_attention(Stream s, const Tensor& o, const Tensor& q, co
   check_token_values(op, pos, seq, T, B);
 
   const float scale = 1.f / std::sqrt(float(Dh));
+  // Packed FP8 caches are read back into scratch rows, one per candidate key (a window and a
+  // selection at most, or every compressed entry: sized per token below).
+  const int64_t swa_nope = packed_nope(swa, Dh), comp_nope = comp.empty() ? -1 : packed_nope(comp, Dh);
+  std::vector<float>& unpacked = scratch_unpacked_;
   for (int64_t t = 0; t < T; ++t) {
     const int32_t p = pos.ptr<int32_t>()[t], b = seq.ptr<int32_t>()[t];
 
     // The candidate keys (each is also its value): the window, then the compressed entries.
     std::vector<const float*>& keys = scratch_keys_;
     keys.clear();
+    const int64_t most = (p - window_first_position(p, window) + 1) +
+                         (mode == CompressedKeys::All ? compressed_entries_seen(p, ratio) : K);
+    if (swa_nope > 0 || comp_nope > 0) unpacked.resize(size_t(most * Dh));
+    auto key = [&](const Tensor& cache, int64_t row, int64_t nope) {
+      keys.push_back(cache_entry(cache, row, Dh, nope, unpacked.data() + keys.size() * Dh));
+    };
     for (int64_t pp = window_first_position(p, window); pp <= p; ++pp) {
       const int64_t slot = pp % cap;
-      if (swa_tags.ptr<int32_t>()[b * cap + slot] == pp) keys.push_back(swa.ptr<float>() + (b * cap + slot) * Dh);
+      if (swa_tags.ptr<int32_t>()[b * cap + slot] == pp) key(swa, b * cap + slot, swa_nope);
     }
     if (mode == CompressedKeys::All) {
       const int64_t n_c = compressed_entries_seen(p, ratio);
       SL_CHECK(n_c <= n_max, op, ": token ", t, " at pos ", p, " sees ", n_c, " entries, comp ", describe(comp),
                " holds ", n_max);
-      for (int64_t j = 0; j < n_c; ++j) keys.push_back(comp.ptr<float>() + (b * n_max + j) * Dh);
+      for (int64_t j = 0; j < n_c; ++j) key(comp, b * n_max + j, comp_nope);
     } else if (mode == CompressedKeys::Selected) {
       for (int64_t i = 0; i < K; ++i) {
         const int32_t j = sel.ptr<int32_t>()[t * K + i];
         if (j < 0) continue;  // -1 pads the selection
         SL_CHECK(j < n_max, op, ": sel[", t, ", ", i, "] = ", j, " outside comp ", describe(comp));
-        keys.push_back(comp.ptr<float>() + (b * n_max + j) * Dh);
+        key(comp, b * n_max + j, comp_nope);
       }
     }
     const size_t n = keys.size();

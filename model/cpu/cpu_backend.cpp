@@ -186,7 +186,10 @@ void CpuBackend::round_fp8_blocks(Stream s, const Tensor& t, int64_t cols, int64
   }
   const bool bf = t.dtype == DType::BF16;
   std::vector<float> v(static_cast<size_t>(block));
-  for (int64_t r : rows)
+  for (int64_t r : rows) {
+    // The rest of the row (the rope dims) as the cache keeps it: bf16 (already so in a bf16 t).
+    if (!bf)
+      for (int64_t c = cols; c < D; ++c) t.ptr<float>()[r * D + c] = round_bf16(t.ptr<float>()[r * D + c]);
     for (int64_t c0 = 0; c0 < cols; c0 += block) {
       const int64_t o = r * D + c0;
       float amax = 0.f;
@@ -203,6 +206,7 @@ void CpuBackend::round_fp8_blocks(Stream s, const Tensor& t, int64_t cols, int64
           t.ptr<float>()[o + i] = q;
       }
     }
+  }
 }
 
 void CpuBackend::shard_routing(Stream s, const Tensor& ids_out, const Tensor& weights_out, const Tensor& ids,

@@ -46,7 +46,7 @@ inline constexpr auto& check_shape = checks::check_shape<kPresence>;
 inline constexpr auto& check_f32 = checks::check_f32<kPresence>;
 inline constexpr auto& check_i32 = checks::check_i32<kPresence>;
 // The per-op validators' rules: f32 everywhere (the reference computes in fp32).
-using OpRules = checks::Rules<kPresence, checks::Floats::F32, checks::Floats::F32>;
+using OpRules = checks::Rules<kPresence, checks::Floats::F32, checks::Floats::F32, /*packed_kv=*/true>;
 
 // ---------------------------------------------------------------- shared loops
 
@@ -131,6 +131,7 @@ class CpuBackend : public Backend {  // not final: tests derive recording backen
   std::string name() const override { return "cpu"; }
   DType act_dtype() const override { return DType::F32; }
   DType weight_dtype() const override { return DType::F32; }
+  bool packed_kv_caches() const override { return true; }
 
   // memory (cpu_backend.cpp)
   Tensor alloc(const std::string& name, DType dtype, Shape shape, AllocKind kind) override;
@@ -183,6 +184,7 @@ class CpuBackend : public Backend {  // not final: tests derive recording backen
   std::vector<float> scratch_f_;
   std::vector<int32_t> scratch_i_;
   std::vector<const float*> scratch_keys_;
+  std::vector<float> scratch_unpacked_;  // packed FP8 cache entries read back as floats
 };
 
 }  // namespace sl

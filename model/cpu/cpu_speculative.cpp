@@ -1,5 +1,7 @@
 // Speculative decoding's bookkeeping (docs/speculative.md): the verifying step's input tokens,
 // greedy / forced acceptance, and the rollback of a cache to the committed length.
+#include <cstring>
+
 #include "model/cpu/cpu_backend_impl.h"
 
 namespace sl {
@@ -70,7 +72,9 @@ void CpuBackend::cache_rollback(Stream s, const Tensor& tags, const Tensor& entr
     // Entry j pools positions up to (j+1)*ratio - 1: it is complete within n tokens iff
     // (j+1)*ratio <= n. The first incomplete one is j = n / ratio.
     const int64_t lo = int64_t(n) / ratio, hi = std::min<int64_t>(n_max, (int64_t(n) + extent) / ratio);
-    for (int64_t j = lo; j < hi; ++j) std::fill_n(entries.ptr<float>() + (b * n_max + j) * d, d, 0.f);
+    // Zero bytes are a zero entry in every layout (packed FP8 too: codes, scales and rope values).
+    const size_t row = size_t(d) * dtype_size(entries.dtype);
+    for (int64_t j = lo; j < hi; ++j) std::memset(entries.ptr<uint8_t>() + size_t(b * n_max + j) * row, 0, row);
   }
 }
 

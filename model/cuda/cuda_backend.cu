@@ -633,6 +633,11 @@ __global__ void round_fp8_blocks_kernel(void* t, int dt, int64_t rows, int64_t D
     if (b < 0 || b >= B || j >= n) return;  // (the CPU reference refuses such a step)
     row = b * n + j;
   }
+  // The rest of the row (the rope dims) as the cache keeps it, bf16: rounded by the row's first
+  // block's warp (already so in a bf16 t).
+  if (dt == kF32 && w % nb == 0)
+    for (int64_t c = cols + lane; c < D; c += 32)
+      stf(t, dt, row * D + c, __bfloat162float(__float2bfloat16(ldf(t, dt, row * D + c))));
   const int64_t o = row * D + (w % nb) * block;
   float v[32];
   float amax = 0.f;

@@ -1099,13 +1099,16 @@ TEST_F(CpuOps, HashRoutingFollowsTid2eid) {
 // 1 / 448), so 0.3 -> 76.8 -> e4m3 80 (the grid near 64..128 steps by 8) -> 0.3125, -0.01 ->
 // -2.56 -> -2.5 (steps of 0.25 near 2) -> -0.009765625, 1 -> 256 -> 1. An all-zero block stays
 // zero (its scale comes from the 1e-4 floor); the columns past `cols` (a cache entry's rope dims)
-// are untouched; rounding again changes nothing; bf16 gives the same values.
+// become bf16, as the cache keeps them: 0.3 (0x3E99999A) -> 0x3E9A = 0.30078125, -0.01 -> 0xBC24 =
+// -0.010009765625, 1e-9 -> 0x3089, 7 stays; rounding again changes nothing; bf16 gives the same
+// values.
 TEST_F(CpuOps, RoundFp8BlocksByHand) {
   std::vector<float> row(16 + 4, 0.f);  // two blocks of 8, then 4 "rope" values
   row[0] = 0.3f, row[1] = -0.01f, row[2] = 1.f;
   row[16] = 0.3f, row[17] = -0.01f, row[18] = 1e-9f, row[19] = 7.f;
   std::vector<float> want = row;
   want[0] = 0.3125f, want[1] = -0.009765625f, want[2] = 1.f;
+  want[16] = 0.30078125f, want[17] = -0.010009765625f, want[18] = sl::bf16_to_float(0x3089);
   Tensor t = f32("t", {2, 20}, [&] {
     std::vector<float> v = row;
     v.insert(v.end(), row.begin(), row.end());
