@@ -14,6 +14,8 @@
 
 #include "core/bf16.h"
 #include "core/error.h"
+#include "model/kv_fp8_entry.h"
+#include "model/op_checks.h"
 #include "model/op_io.h"
 
 namespace sl {
@@ -118,11 +120,90 @@ std::string fmt(const char* f, double v) {
   return b;
 }
 
+// A packed FP8 cache (model/kv_fp8_entry.h) whose outputs are compared by the values its entries
+// decode to rather than byte for byte. Each side quantises its own floats as it writes an entry:
+// compressor_pool pools, normalises and rotates in its own arithmetic (fp32 on the ref, bf16
+// inputs on a CUDA dut), and swa_insert's keys differ as soon as the two sides' floats do (under
+// Sync::DecisionsToDut they run free), so a value may land one e4m3 step away, or a block's amax
+// on the other side of a power of two (its scale a factor 2 apart, the codes to match): different
+// bytes, the same values within the float tolerance.
+struct PackedEntries {
+  int64_t values = 0;  // per entry; 0: not such an output (compared as it is)
+  int64_t nope = 0;    // > 0: KV entries with that many e4m3 values; 0: indexer keys
+  int64_t bytes = 0;   // per entry
+};
+
+// The rules the check backend reads an op's arguments by (the wrapper's tensors: the dut's dtypes,
+// either float; packed caches taken, as the op already ran on both sides).
+using ArgRules =
+    checks::Rules<checks::Presence::DataOrZeroSize, checks::Floats::F32OrBF16, checks::Floats::F32OrBF16, true>;
+
+// The packed cache an op writes: its output's name and layout, as the op's validator decides it
+// (model/op_checks.h: one place for the rule). swa_insert's cache holds KV entries of
+// d = k.dim(1) values; compressor_pool's entries KV entries or indexer keys of d values. Every
+// other op, and every float cache, writes none.
+struct PackedWrite {
+  const char* output = nullptr;
+  PackedEntries layout;
+};
+template <class... A>
+PackedWrite packed_write(const char*, const A&...) {
+  return {};
+}
+// swa_insert's arguments (or another op's with the same types).
+PackedWrite packed_write(const char* op, const Tensor& cache, const Tensor& tags, const Tensor& k, const Tensor& pos,
+                         const Tensor& seq) {
+  if (std::strcmp(op, "swa_insert") != 0 || cache.dtype != DType::U8) return {};
+  const checks::SwaInsertDims d = checks::validate_swa_insert<ArgRules>(cache, tags, k, pos, seq);
+  return {"cache", {d.d, d.nope, cache.dim(2)}};
+}
+// compressor_pool's arguments (or another op's with the same types).
+PackedWrite packed_write(const char* op, const Tensor& entries, const Tensor& state_u, const Tensor& state_g,
+                         const Tensor& state_tags, const Tensor& norm_w, const Tensor& table, const Tensor& pos,
+                         const Tensor& seq, int ratio, bool overlap, float) {
+  if (std::strcmp(op, "compressor_pool") != 0 || entries.dtype != DType::U8) return {};
+  const checks::CompressorPoolDims d = checks::validate_compressor_pool<ArgRules>(
+      entries, state_u, state_g, state_tags, norm_w, table, pos, seq, ratio, overlap);
+  return {"entries", {d.d, d.nope, entries.dim(2)}};
+}
+
+// The entries of a packed view (its bytes, as fetched into doubles) decoded to their values.
+std::vector<double> decode_entries(const double* bytes, int64_t n, const PackedEntries& p) {
+  const int64_t rows = n / p.bytes;
+  std::vector<uint8_t> entry(size_t(p.bytes));
+  std::vector<float> values(size_t(p.values));
+  std::vector<double> out;
+  out.reserve(size_t(rows * p.values));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t i = 0; i < p.bytes; ++i) entry[size_t(i)] = uint8_t(bytes[r * p.bytes + i]);
+    kvfp8::decode_entry(entry.data(), p.values, p.nope, values.data());
+    out.insert(out.end(), values.begin(), values.end());
+  }
+  return out;
+}
+
+// Where decoded value `i` (counted over the view) starts in the packed view: its e4m3 code, or its
+// bf16 rope value, so that a record's index points into the tensor the record names.
+int64_t value_byte(int64_t i, const PackedEntries& p) {
+  const int64_t row = i / p.values, k = i % p.values;
+  const bool rope = p.nope > 0 && k >= p.nope;
+  return row * p.bytes + (rope ? kvfp8::kv_rope_offset(p.nope) + 2 * (k - p.nope) : k);
+}
+
+std::string packed_note(const PackedEntries& p) {
+  const std::string what = p.nope > 0 ? "KV entries of " + std::to_string(p.values) + " values (" +
+                                            std::to_string(p.nope) + " e4m3, " + std::to_string(p.values - p.nope) +
+                                            " bf16)"
+                                      : "indexer keys of " + std::to_string(p.values) + " e4m3 values";
+  return "packed FP8 " + what + " compared by decoded value (index: the value's first byte)";
+}
+
 // One output argument of an op call.
 struct Output {
   const char* name;
   const Tensor* t;
   bool selection = false;  // ids chosen by top-k over scores: may differ on near ties
+  PackedEntries packed;    // values > 0: a packed FP8 cache compared by decoded value
 };
 
 class CheckBackend final : public Backend {
@@ -165,6 +246,7 @@ class CheckBackend final : public Backend {
   }
   void upload(Stream s, const Tensor& dst, const void* host, size_t bytes) override {
     const Tensor r = on_ref(dst, "upload", "dst"), d = on_dut(dst, "upload", "dst");
+    if (dst.buffer >= 0) packed_layouts_.erase(dst.buffer);  // bytes from the host: no known layout
     dut_.upload(dut_stream(s), d, host, bytes);
     if (r.dtype == d.dtype) {
       ref_.upload(ref_stream(s), r, host, bytes);
@@ -245,8 +327,9 @@ class CheckBackend final : public Backend {
   // ---------------------------------------------------------------- ops
   // Every op (model/ops.def): run on the ref, then on the dut, each with its own view of every
   // tensor argument; then its results (model/op_io.h: out, inout, selection) are compared and
-  // resynchronised. Scratch outputs (the MoE workspace, gemm_swiglu's g and u) are each
-  // backend's own business and are not compared.
+  // resynchronised (a packed cache: by the layout packed_write reads from the op's arguments).
+  // Scratch outputs (the MoE workspace, gemm_swiglu's g and u) are each backend's own business
+  // and are not compared.
 #define SL_OP(name, params, args, ...)                                                         \
   void name(Stream s, SL_UNPAREN params) override {                                           \
     /* the lambda's parameter names may not be any op parameter's (x, w...) */                \
@@ -255,7 +338,7 @@ class CheckBackend final : public Backend {
     });                                                                                        \
     OpIo io;                                                                                   \
     describe_##name(io, SL_UNPAREN args);                                                      \
-    check(#name, io);                                                                          \
+    check(#name, io, packed_write(#name, SL_UNPAREN args));                                    \
   }
 #include "model/ops.def"
 #undef SL_OP
@@ -414,6 +497,15 @@ class CheckBackend final : public Backend {
     r.rel_err = bad ? INFINITY : den > 0 ? std::sqrt(num / den) : num > 0 ? INFINITY : 0.0;
   }
 
+  // Packed FP8 entries (n bytes of the view) by the values they decode to, as compare_float
+  // compares floats.
+  static void compare_packed(CheckRecord& r, const double* ref, const double* dut, int64_t n, const PackedEntries& p) {
+    const std::vector<double> a = decode_entries(ref, n, p), b = decode_entries(dut, n, p);
+    compare_float(r, a.data(), b.data(), int64_t(a.size()), p.values, nullptr);
+    if (r.max_abs_index >= 0) r.max_abs_index = value_byte(r.max_abs_index, p);
+    r.note = packed_note(p);
+  }
+
   // Per row: ids the dut chose that the ref did not (multiset difference).
   static void compare_selection(CheckRecord& r, const double* ref, const double* dut, int64_t n, int64_t row,
                                 std::vector<char>* differs) {
@@ -452,12 +544,39 @@ class CheckBackend final : public Backend {
     return out;
   }
 
+  // How output `a` of `op` is compared as a packed cache (values 0: as it is), and what the
+  // buffer's layout is known to be from now on. swa_insert and compressor_pool name the layout of
+  // the packed cache they write (`written`); the buffer keeps it. cache_rollback's entries (an
+  // inout, its untouched rows each side's own) are decoded by the layout their buffer was last
+  // written with; a packed buffer no such op wrote stays exact bytes (cache_rollback does not
+  // tell how many values an entry holds). Any other write (another op's output, an upload)
+  // forgets the layout: the buffer is something else now.
+  PackedEntries packed_layout(const char* op, const OpIo::Arg& a, const PackedWrite& written) {
+    const Tensor& t = *a.tensor;
+    if (t.dtype != DType::U8 || t.buffer < 0) return {};
+    if (written.output && std::strcmp(a.name, written.output) == 0) {
+      packed_layouts_[t.buffer] = written.layout;
+      return written.layout;
+    }
+    const auto it = packed_layouts_.find(t.buffer);
+    if (it == packed_layouts_.end()) return {};
+    const PackedEntries& p = it->second;
+    if (std::strcmp(op, "cache_rollback") == 0 && std::strcmp(a.name, "entries") == 0) {
+      const bool whole_entries = t.ndim() == 3 && t.dim(2) == p.bytes &&
+                                 offset_of(t, buf_of(t, op, a.name), op, a.name) % p.bytes == 0;
+      return whole_entries ? p : PackedEntries{};
+    }
+    packed_layouts_.erase(it);
+    return {};
+  }
+
   // After an op: compare each output on both sides, record, then copy the dut's values into
   // the ref so that the next op starts from identical inputs.
-  void check(const char* op, const OpIo& io) {
+  void check(const char* op, const OpIo& io, const PackedWrite& written) {
     std::vector<Output> outputs;
     for (const OpIo::Arg& a : io)
-      if (OpIo::result(a.role)) outputs.push_back({a.name, a.tensor, a.role == OpRole::Selection});
+      if (OpIo::result(a.role))
+        outputs.push_back({a.name, a.tensor, a.role == OpRole::Selection, packed_layout(op, a, written)});
     // init_uniform makes both sides hold the dut's (e.g. bf16-exact) weights; whether its
     // rounding is recorded is an option.
     const bool record = std::strcmp(op, "init_uniform") != 0 || opt_.record_init;
@@ -489,6 +608,10 @@ class CheckBackend final : public Backend {
         std::vector<char> differs(size_t(n / row + 1), 0);
         compare_selection(r, rv, dv, n, row, &differs);
         if (std::string(op) == "route") route_rows_differ = differs;
+      } else if (o.packed.values > 0) {
+        r.kind = CheckRecord::Kind::Float;
+        compare_packed(r, rv, dv, n, o.packed);
+        r.failed = !(r.rel_err <= opt_.tolerance);
       } else if (is_float(t.dtype)) {
         r.kind = CheckRecord::Kind::Float;
         if (std::string(op) == "route" && !route_rows_differ.empty()) {
@@ -559,7 +682,8 @@ class CheckBackend final : public Backend {
       size_t j = 0;
       for (const Output& o : outputs) {
         const Fetched& f = got[j++];
-        const bool discrete = !is_float(o.t->dtype);
+        // Packed caches compared by value are float results: each side keeps its own.
+        const bool discrete = !is_float(o.t->dtype) && o.packed.values == 0;
         if (!discrete && !(std::string(op) == "route" && ids_differ)) continue;
         bool differ = false;
         for (size_t e = 0; e < f.ref.size() && !differ; ++e) differ = !same(f.ref[e], f.dut[e]);
@@ -607,6 +731,8 @@ class CheckBackend final : public Backend {
   std::vector<std::string> ranges_;
   std::map<std::string, int> top_count_;  // occurrences of each outermost range ("decode" = step number)
   std::vector<CheckRecord> records_;
+  // Packed FP8 caches by buffer id: the layout swa_insert / compressor_pool last wrote (packed_layout).
+  std::map<int, PackedEntries> packed_layouts_;
   int64_t seq_ = 0;
   const char* cur_op_ = "";
 };

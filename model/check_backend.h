@@ -50,17 +50,21 @@ struct CheckOptions {
   //     weights, argmax tokens, tags) are copied from the ref into the dut, so both sides take
   //     the same path through near ties that the two precisions may break differently. The
   //     model's final logits then measure the dut's accumulated numerical error alone.
-  //     (Weights still go dut -> ref at init_uniform: both sides hold identical weights.)
+  //     (Weights still go dut -> ref at init_uniform: both sides hold identical weights.
+  //     Packed FP8 caches compared by decoded value count as float outputs here: not copied.)
   enum class Sync { DutToRef, DecisionsToDut };
   Sync sync = Sync::DutToRef;
 };
 
 // What one output of one op call looked like on both sides.
 struct CheckRecord {
-  // Float: relative error. Int: exact (argmax, tags, tokens, hash-routed ids): every
-  // mismatching element is a failure. Selection: indexer_topk / route ids, which legitimately differ on near ties of
-  // scores computed in other precisions; counted per row as ids the dut chose and the ref did
-  // not; never a failure. OutsideView: the op changed its output buffer outside the view it
+  // Float: relative error (packed FP8 caches too, over the values their bytes decode to, since
+  // each side quantises its own floats: swa_insert's cache, compressor_pool's entries, and
+  // cache_rollback's entries of a buffer one of those two wrote, which tells the layout; index
+  // and shape name the bytes). Int: exact (argmax, tags, tokens, hash-routed ids, a packed
+  // buffer of unknown layout): every mismatching element is a failure. Selection: indexer_topk
+  // / route ids, which legitimately differ on near ties of scores computed in other precisions;
+  // counted per row as ids the dut chose and the ref did not; never a failure. OutsideView: the op changed its output buffer outside the view it
   // was given (on either side): always a failure.
   enum class Kind { Float, Int, Selection, OutsideView };
 

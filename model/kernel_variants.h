@@ -84,11 +84,16 @@ struct KernelVariants {
   // tile (gemm; not yet timed on a GPU), or the 8-row tensor-core kernels as at decode (mma).
   // gemm takes precedence over mxfp4-mma, mxfp4-swap and mxfp4-wide at those sizes.
   bool mxfp4_prefill_gemm = false;
+  // --kv-cache fp8 on the GPU: caches packed as vLLM stores them (true: U8 entries, 584 bytes
+  // per flash KV entry, model/kv_fp8_entry.h; the readers decode while loading) or emulated
+  // (false: bf16 entries rounded to the same FP8 values, 1024 bytes, the form timed before the
+  // packed kernels existed). The same values either way.
+  bool fp8_kv_packed = true;
 
   // "key=value,key=value": attn-decode=on|off, attn-splits=N, gemv-bf16-max-mb=N, pdl=on|off,
   // cublas-workspace-kb=N, mxfp4-mma=on|off, fp8-decode=auto|warp|wide, mxfp4-wide=on|off,
   // mxfp4-decode=table|shift, mxfp4-swap=on|off|auto, mxfp4-prefill=mma|gemm, fp8-pair=on|off,
-  // fp8-wide-blocks=1|2, hc-decode=split|fused.
+  // fp8-wide-blocks=1|2, hc-decode=split|fused, fp8-kv=packed|emulated.
   // Unknown keys and bad values are errors naming the key and the accepted values (a retired key
   // says why it went). An empty spec is the defaults.
   static KernelVariants parse(const std::string& spec);

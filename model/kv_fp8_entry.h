@@ -117,4 +117,17 @@ SL_KV_HD float indexer_key_scale(const uint8_t* key, int64_t di) {
                     uint32_t(key[di + 3]) << 24);
 }
 
+// Every value of one packed entry of `values` values, as floats: a KV entry when nope > 0, an
+// indexer key when nope == 0 (the caller tells which, from the entry width: kv_entry_nope,
+// indexer_key_bytes). The one reading of a whole entry, so that the CPU kernels and the check
+// backend's comparison decode the very same bytes the same way.
+SL_KV_HD void decode_entry(const uint8_t* entry, int64_t values, int64_t nope, float* out) {
+  if (nope > 0) {
+    for (int64_t i = 0; i < values; ++i) out[i] = kv_value(entry, i, nope, values - nope);
+    return;
+  }
+  const float s = indexer_key_scale(entry, values);
+  for (int64_t i = 0; i < values; ++i) out[i] = e4m3_value(entry[i]) * s;
+}
+
 }  // namespace sl::kvfp8

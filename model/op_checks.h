@@ -544,8 +544,9 @@ void check_tokens(const char* op, const Tensor& pos, const Tensor& seq, int64_t 
 }
 
 // swa_insert: cache [B, cap, d] (or packed FP8 KV entries of d values), tags [B, cap] (i32), k [T, d].
+// nope: -1 for a float cache, else the packed FP8 KV entries' nope width (check_packed_cache).
 struct SwaInsertDims {
-  int64_t B, cap, d, T;
+  int64_t B, cap, d, T, nope;
 };
 
 template <class R>
@@ -562,10 +563,10 @@ SwaInsertDims validate_swa_insert(const Tensor& cache, const Tensor& tags, const
   check_act<R>(op, "k", k);
   check_ndim<P>(op, "k", k, 2);
   const int64_t T = k.dim(0), d = packed ? k.dim(1) : cache.dim(2);
-  if (packed) check_packed_cache<R>(op, "cache", cache, d, PackedEntry::Kv);
+  const int64_t nope = packed ? check_packed_cache<R>(op, "cache", cache, d, PackedEntry::Kv) : -1;
   check_shape<P>(op, "k", k, {T, d});
   check_tokens<P>(op, pos, seq, T);
-  return {B, cap, d, T};
+  return {B, cap, d, T, nope};
 }
 
 struct CompressorSaveDims {
@@ -596,9 +597,11 @@ CompressorSaveDims validate_compressor_save(const Tensor& state_u, const Tensor&
 }
 
 // compressor_pool: state_u/state_g [B, S, c*d] (f32; c = 2 with overlap), state_tags [B, S],
-// entries [B, n_max, d], norm_w [d], table [P, R] (f32), pos/seq [T].
+// entries [B, n_max, d] (or packed FP8: U8 [B, n_max, entry bytes]), norm_w [d], table [P, R]
+// (f32), pos/seq [T]. `nope` says what entries holds: -1 floats, 0 packed indexer keys, > 0
+// packed KV entries with that many FP8 values (check_cache), so the backends need not decide again.
 struct CompressorPoolDims {
-  int64_t B, S, cd, c, d, n_max, P, R, T;
+  int64_t B, S, cd, c, d, n_max, P, R, T, nope;
 };
 
 template <class R_>
@@ -626,7 +629,7 @@ CompressorPoolDims validate_compressor_pool(const Tensor& entries, const Tensor&
                                    entries.dim(2) == kvfp8::indexer_key_bytes(d)
                                ? PackedEntry::IndexerKey
                                : PackedEntry::Kv;
-  check_cache<R_>(op, "entries", entries, d, kind, R_::act);
+  const int64_t nope = check_cache<R_>(op, "entries", entries, d, kind, R_::act);
   const int64_t n_max = entries.dim(1);
   check_shape<P_>(op, "entries", entries, {B, n_max, entries.dim(2)});
   check_act<R_>(op, "norm_w", norm_w);
@@ -640,7 +643,7 @@ CompressorPoolDims validate_compressor_pool(const Tensor& entries, const Tensor&
   check_ndim<P_>(op, "pos", pos, 1);
   const int64_t T = pos.dim(0);
   check_tokens<P_>(op, pos, seq, T);
-  return {B, S, cd, c, d, n_max, P, R, T};
+  return {B, S, cd, c, d, n_max, P, R, T, nope};
 }
 
 // indexer_topk: q [T, Hi, di] and keys [B, n_max, di] (mma operands, or packed FP8 keys), w [T, Hi],

@@ -114,11 +114,20 @@ nlohmann::json measured_provenance(const std::vector<compare::Side>& sides) {
   return nlohmann::json::object();
 }
 
+// How the children hold --kv-cache fp8 caches: packed in vLLM's FP8 bytes (the CPU backend; the
+// CUDA backend unless --kernel-variants fp8-kv=emulated) or emulated in bf16; "" without them.
+std::string kv_cache_storage(const std::string& backend, const std::string& kv_cache, const std::string& variants) {
+  if (kv_cache != "fp8") return "";
+  return backend == "cpu" || KernelVariants::parse(variants).fp8_kv_packed ? "packed" : "emulated";
+}
+
 std::string describe_setup(const nlohmann::json& settings) {
   const auto& m = settings.value("model", nlohmann::json::object());
   if (m.empty()) return "";
   char buf[600];
   const bool kv8 = m.value("kv_cache", std::string("bf16")) == "fp8";
+  // Packed in FP8 bytes or emulated in bf16 (files from before packed caches: emulated).
+  const std::string kv8_words = ", fp8 KV cache (" + m.value("kv_cache_storage", std::string("emulated")) + ")";
   // A split model: which system the figures are true of (rank 0 of N, its collectives included).
   const int ranks = m.value("expert_ranks", 1);
   const std::string split = ranks > 1 ? ", experts split over " + std::to_string(ranks) + " ranks" +
@@ -129,7 +138,7 @@ std::string describe_setup(const nlohmann::json& settings) {
                 "%s (%s weights%s%s), batch %d, context %d, %d MTP layers (compress %d), %d draft steps; %d repetitions "
                 "per policy%s, %d timed steps per mode",
                 m.value("config", std::string("?")).c_str(), m.value("weights", std::string("bf16")).c_str(),
-                kv8 ? ", fp8 KV cache (emulated)" : "", split.c_str(), m.value("batch", 0), m.value("context", 0), m.value("mtp_layers", 0), m.value("mtp_compress", 0),
+                kv8 ? kv8_words.c_str() : "", split.c_str(), m.value("batch", 0), m.value("context", 0), m.value("mtp_layers", 0), m.value("mtp_compress", 0),
                 m.value("draft_steps", 0),
                 settings.value("repetitions", 0), settings.value("baseline_twice", false) ? ", baseline twice" : "",
                 settings.value("steps", 0));
@@ -314,6 +323,7 @@ int run_live(const CompareCliOptions& o) {
                             {"draft_steps", *m.draft_steps},
                             {"weights", m.weights},
                             {"kv_cache", m.kv_cache},
+                            {"kv_cache_storage", kv_cache_storage(o.backend, m.kv_cache, o.kernel_variants)},
                             {"expert_ranks", m.expert_ranks},
                             {"attention_tp", m.attention_tp}}},
                           {"model_args", spec.model_args},

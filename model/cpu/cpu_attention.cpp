@@ -35,17 +35,8 @@ void check_token_values(const char* op, const Tensor& pos, const Tensor& seq, in
 }
 
 // ---------------------------------------------------------------- packed FP8 cache entries
-// (model/kv_fp8_entry.h: the layout, the block scale and the decoding both backends share)
-
-// One block of values as e4m3 codes; returns the scale's e8m0 code.
-uint8_t pack_fp8_block(uint8_t* codes, const float* x, int64_t n) {
-  float amax = 0.f;
-  for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
-  const uint8_t code = kvfp8::block_scale_code(amax);
-  const float s = kvfp8::scale_from_code(code);
-  for (int64_t i = 0; i < n; ++i) codes[i] = lowp::float_to_e4m3(x[i] / s);  // a power of two: exact
-  return code;
-}
+// (model/kv_fp8_entry.h: the layout, the block scale and the decoding both backends share;
+// pack_fp8_block, shared with round_fp8_blocks, is at the end of this file)
 
 void pack_kv_entry(uint8_t* e, const float* x, int64_t nope, int64_t rope, int64_t bytes) {
   std::memset(e, 0, size_t(bytes));  // the padding
@@ -67,13 +58,7 @@ void pack_indexer_key(uint8_t* e, const float* x, int64_t di) {
 // A cache's entry `row` as floats: itself when it is a float cache, else unpacked into out.
 const float* cache_entry(const Tensor& cache, int64_t row, int64_t values, int64_t nope, float* out) {
   if (cache.dtype != DType::U8) return cache.ptr<float>() + row * values;
-  const uint8_t* e = cache.ptr<uint8_t>() + row * cache.dim(2);
-  if (nope > 0) {
-    for (int64_t i = 0; i < values; ++i) out[i] = kvfp8::kv_value(e, i, nope, values - nope);
-  } else {
-    const float s = kvfp8::indexer_key_scale(e, values);
-    for (int64_t i = 0; i < values; ++i) out[i] = kvfp8::e4m3_value(e[i]) * s;
-  }
+  kvfp8::decode_entry(cache.ptr<uint8_t>() + row * cache.dim(2), values, nope, out);
   return out;
 }
 
@@ -90,13 +75,13 @@ void CpuBackend::swa_insert(Stream s, const Tensor& cache, const Tensor& tags, c
                             const Tensor& seq) {
   const char* op = "swa_insert";
   check_stream(op, s);
-  const auto [B, cap, d, T] = checks::validate_swa_insert<OpRules>(cache, tags, k, pos, seq);
+  const auto [B, cap, d, T, nope] = checks::validate_swa_insert<OpRules>(cache, tags, k, pos, seq);
   check_token_values(op, pos, seq, T, B);
   for (int64_t t = 0; t < T; ++t) {
     const int32_t p = pos.ptr<int32_t>()[t], b = seq.ptr<int32_t>()[t];
     const int64_t slot = p % cap;
-    if (cache.dtype == DType::U8) {
-      const int64_t nope = packed_nope(cache, d), bytes = cache.dim(2);
+    if (nope > 0) {
+      const int64_t bytes = cache.dim(2);
       pack_kv_entry(cache.ptr<uint8_t>() + (b * cap + slot) * bytes, k.ptr<float>() + t * d, nope, d - nope, bytes);
     } else {
       std::memcpy(cache.ptr<float>() + (b * cap + slot) * d, k.ptr<float>() + t * d, size_t(d) * sizeof(float));
@@ -138,7 +123,7 @@ void CpuBackend::compressor_pool(Stream s, const Tensor& entries, const Tensor& 
                                  const Tensor& pos, const Tensor& seq, int ratio, bool overlap, float rms_eps) {
   const char* op = "compressor_pool";
   check_stream(op, s);
-  const auto [B, S, cd, c, d, n_max, P, R, T] = checks::validate_compressor_pool<OpRules>(
+  const auto [B, S, cd, c, d, n_max, P, R, T, nope] = checks::validate_compressor_pool<OpRules>(
       entries, state_u, state_g, state_tags, norm_w, table, pos, seq, ratio, overlap);
   check_token_values(op, pos, seq, T, B);
 
@@ -146,9 +131,8 @@ void CpuBackend::compressor_pool(Stream s, const Tensor& entries, const Tensor& 
   float* mx = scratch_f_.data();  // per-channel running max of the scores
   float* den = mx + d;            // per-channel softmax denominator
   float* pooled = den + d;        // the entry before a packed cache stores it
-  const bool packed = entries.dtype == DType::U8;
+  const bool packed = nope >= 0;         // KV entries (nope > 0) or indexer keys (0)
   const int64_t bytes = entries.dim(2);  // per entry (values on a float cache)
-  const int64_t nope = packed && bytes != kvfp8::indexer_key_bytes(d) ? packed_nope(entries, d) : 0;
   int64_t cand_pos[256];          // candidate positions (oldest first) and their channel offsets
   int64_t cand_off[256];  // c * ratio <= 256: the validator checks it
 
@@ -332,6 +316,16 @@ void CpuBackend::sparse_attention(Stream s, const Tensor& o, const Tensor& q, co
       }
     }
   }
+}
+
+// One block of values as e4m3 codes; returns the scale's e8m0 code (cpu_backend_impl.h).
+uint8_t cpu::pack_fp8_block(uint8_t* codes, const float* x, int64_t n) {
+  float amax = 0.f;
+  for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
+  const uint8_t code = kvfp8::block_scale_code(amax);
+  const float s = kvfp8::scale_from_code(code);
+  for (int64_t i = 0; i < n; ++i) codes[i] = lowp::float_to_e4m3(x[i] / s);  // a power of two: exact
+  return code;
 }
 
 }  // namespace sl

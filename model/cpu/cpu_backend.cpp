@@ -12,6 +12,7 @@
 #include "core/communicator.h"
 #include "core/fp8.h"
 #include "model/cpu/cpu_backend_impl.h"
+#include "model/kv_fp8_entry.h"
 
 namespace sl {
 
@@ -186,20 +187,19 @@ void CpuBackend::round_fp8_blocks(Stream s, const Tensor& t, int64_t cols, int64
   }
   const bool bf = t.dtype == DType::BF16;
   std::vector<float> v(static_cast<size_t>(block));
+  std::vector<uint8_t> codes(static_cast<size_t>(block));
   for (int64_t r : rows) {
     // The rest of the row (the rope dims) as the cache keeps it: bf16 (already so in a bf16 t).
     if (!bf)
       for (int64_t c = cols; c < D; ++c) t.ptr<float>()[r * D + c] = round_bf16(t.ptr<float>()[r * D + c]);
     for (int64_t c0 = 0; c0 < cols; c0 += block) {
       const int64_t o = r * D + c0;
-      float amax = 0.f;
-      for (int64_t i = 0; i < block; ++i) {
+      for (int64_t i = 0; i < block; ++i)
         v[size_t(i)] = bf ? bf16_to_float(t.ptr<uint16_t>()[o + i]) : t.ptr<float>()[o + i];
-        amax = std::max(amax, std::fabs(v[size_t(i)]));
-      }
-      const float sc = lowp::fp8_group_scale(std::max(amax, 1e-4f));
+      // The block as a packed cache would store it, read back.
+      const float sc = kvfp8::scale_from_code(pack_fp8_block(codes.data(), v.data(), block));
       for (int64_t i = 0; i < block; ++i) {
-        const float q = lowp::e4m3_to_float(lowp::float_to_e4m3(v[size_t(i)] / sc)) * sc;
+        const float q = lowp::e4m3_to_float(codes[size_t(i)]) * sc;
         if (bf)
           t.ptr<uint16_t>()[o + i] = float_to_bf16(q);
         else

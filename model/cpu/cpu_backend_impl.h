@@ -50,6 +50,12 @@ using OpRules = checks::Rules<kPresence, checks::Floats::F32, checks::Floats::F3
 
 // ---------------------------------------------------------------- shared loops
 
+// n values as e4m3 codes under one power-of-two scale, the smallest >= max(amax, 1e-4) / 448
+// (vLLM's FP8 KV caches, model/kv_fp8_entry.h); returns the scale's e8m0 code. The one place
+// the CPU quantizes a cache block: swa_insert and compressor_pool pack with it, round_fp8_blocks
+// (the emulation) rounds with it. In cpu_attention.cpp.
+uint8_t pack_fp8_block(uint8_t* codes, const float* x, int64_t n);
+
 // Four fp32 lanes as a GCC/Clang vector type (SSE on x86-64, NEON on arm64): the GEMM and dot
 // loops are written with it because the compiler does not vectorise a float reduction on
 // its own (that would reorder the additions). Lane arithmetic is plain fp32 multiply and add.

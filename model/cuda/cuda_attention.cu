@@ -23,6 +23,7 @@
 
 #include "model/attention_candidates.h"
 #include "model/cuda/cuda_common.cuh"
+#include "model/cuda/kv_fp8_cache.cuh"
 
 namespace sl {
 
@@ -70,15 +71,23 @@ __device__ __forceinline__ bool slot_winner(int64_t t, int64_t T, const int32_t*
   return !__syncthreads_or(later);
 }
 
-// One block per token: the slot's winner copies its row and sets the tag.
+// One block per token: the slot's winner copies its row and sets the tag. A packed FP8 cache
+// (nope > 0: U8 entries of `bytes` bytes, kv_fp8_cache.cuh) gets the row quantized instead.
 __global__ void swa_write_kernel(void* cache, int dtc, int32_t* tags, const void* k, int dtk, const int32_t* pos,
-                                 const int32_t* seq, const int* winner, int64_t B, int64_t cap, int64_t d, int64_t T) {
+                                 const int32_t* seq, const int* winner, int64_t B, int64_t cap, int64_t d, int64_t T,
+                                 int64_t nope, int64_t bytes) {
   pdl_enter();
   const int64_t t = blockIdx.x;
   const int32_t p = pos[t], b = seq[t];
   if (p < 0 || b < 0 || b >= B) return;
   const int64_t slot = int64_t(b) * cap + p % cap;
   if (!slot_winner(t, T, pos, seq, winner, slot, B, cap)) return;
+  if (nope > 0) {
+    block_pack_kv_entry(static_cast<uint8_t*>(cache) + slot * bytes,
+                        [&](int64_t c) { return ldf(k, dtk, t * d + c); }, nope, d - nope, bytes);
+    if (threadIdx.x == 0) tags[slot] = p;
+    return;
+  }
   // Four loads in flight per thread before the stores.
   for (int64_t c0 = threadIdx.x; c0 < d; c0 += 4 * int64_t(blockDim.x)) {
     float v[4];
@@ -144,6 +153,11 @@ struct PoolArgs {
   int64_t T, B, S, cd, d, n_max, P, R;
   int ratio, overlap;
   float eps;
+  // Packed FP8 entries (U8 rows of `bytes`): nope > 0 KV entries, 0 indexer keys; -1 floats.
+  // round_bf16: pack the entry as a bf16 cache would hold it (the activation dtype), so that a
+  // packed cache holds exactly the values of an emulated one (round_fp8_blocks on bf16 entries).
+  int64_t nope, bytes;
+  int round_bf16;
 };
 
 // One block (256 threads) per token; only tokens completing a block ((pos+1) % ratio == 0) do
@@ -216,8 +230,17 @@ __global__ __launch_bounds__(256) void compressor_pool_kernel(PoolArgs a) {
     es[at + 1] = o * c + e * s;
   }
   __syncthreads();
-  for (int64_t ch = threadIdx.x; ch < a.d; ch += blockDim.x)
-    stf(a.entries, a.dte, (int64_t(b) * a.n_max + j) * a.d + ch, es[ch]);
+  if (a.nope < 0) {
+    for (int64_t ch = threadIdx.x; ch < a.d; ch += blockDim.x)
+      stf(a.entries, a.dte, (int64_t(b) * a.n_max + j) * a.d + ch, es[ch]);
+    return;
+  }
+  uint8_t* e = static_cast<uint8_t*>(a.entries) + (int64_t(b) * a.n_max + j) * a.bytes;
+  const auto value = [&](int64_t ch) { return a.round_bf16 ? __bfloat162float(__float2bfloat16_rn(es[ch])) : es[ch]; };
+  if (a.nope > 0)
+    block_pack_kv_entry(e, value, a.nope, a.d - a.nope, a.bytes);
+  else if (threadIdx.x < 32)
+    warp_pack_indexer_key(e, value, a.d);
 }
 
 // ================================================================ indexer scoring + top-k
@@ -228,6 +251,7 @@ struct IdxArgs {
   const void* w;
   int dtw;
   const bf16* keys;
+  const uint8_t* keys8;  // packed FP8 keys (U8 rows of di + 4 bytes) instead of keys; else null
   const int32_t* pos;
   const int32_t* seq;
   int64_t T, B, n_max;
@@ -282,13 +306,34 @@ __device__ void idx_score(const IdxArgs& a, unsigned char* smem, int64_t t, int3
   const int nfr = (a.HP / 16) * 4;
   const int64_t jend = min64(j_end, n_c);
   for (int64_t j0 = j_begin; j0 < jend; j0 += 64) {
-    #pragma unroll 4
-    for (int e = tid; e < 64 * cpr; e += 256) {
-      const int r = e / cpr, c = e % cpr;
-      const int64_t j = j0 + r;
-      uint4 v = make_uint4(0, 0, 0, 0);
-      if (j < jend) v = __ldg(reinterpret_cast<const uint4*>(a.keys + (int64_t(b) * a.n_max + j) * a.di) + c);
-      *reinterpret_cast<uint4*>(Ks + r * a.ld + c * 8) = v;
+    if (a.keys8) {
+      // Packed FP8 keys, 4 codes per load, staged as bf16 (exact: kv_fp8_cache.cuh).
+      const int wpr = a.di / 4, kb = a.di + int(kvfp8::kScaleBytes);
+      #pragma unroll 4
+      for (int e = tid; e < 64 * wpr; e += 256) {
+        const int r = e / wpr, c = e % wpr;
+        const int64_t j = j0 + r;
+        uint2 v = make_uint2(0, 0);
+        if (j < jend) {
+          const uint8_t* key = a.keys8 + (int64_t(b) * a.n_max + j) * kb;
+          const uint32_t w = __ldg(reinterpret_cast<const uint32_t*>(key) + c);
+          const float sc = __ldg(reinterpret_cast<const float*>(key + a.di));
+          bf16 h[4];
+#pragma unroll
+          for (int q = 0; q < 4; ++q) h[q] = __float2bfloat16_rn(e4m3_float(uint8_t(w >> (8 * q))) * sc);
+          v = *reinterpret_cast<const uint2*>(h);
+        }
+        *reinterpret_cast<uint2*>(Ks + r * a.ld + c * 4) = v;
+      }
+    } else {
+      #pragma unroll 4
+      for (int e = tid; e < 64 * cpr; e += 256) {
+        const int r = e / cpr, c = e % cpr;
+        const int64_t j = j0 + r;
+        uint4 v = make_uint4(0, 0, 0, 0);
+        if (j < jend) v = __ldg(reinterpret_cast<const uint4*>(a.keys + (int64_t(b) * a.n_max + j) * a.di) + c);
+        *reinterpret_cast<uint4*>(Ks + r * a.ld + c * 8) = v;
+      }
     }
     __syncthreads();
     for (int f = warp; f < nfr; f += 8) {
@@ -484,9 +529,13 @@ constexpr int ACH = 512;  // candidates per chunk (scores of a chunk are held in
 struct AttnArgs {
   bf16* o;
   const bf16* q;
-  const bf16* swa;
+  // The caches: bf16 rows of Dh values, or (nope > 0) packed FP8 KV entries of entry_bytes bytes
+  // (kv_fp8_cache.cuh), read back to the same values.
+  const void* swa;
   const int32_t* swa_tags;
-  const bf16* comp;
+  const void* comp;
+  int64_t entry_bytes;
+  int nope;
   const int32_t* sel;
   const float* sink;
   const int32_t* pos;
@@ -508,7 +557,7 @@ struct AttnSmem {
   float* rowm;
   float* rowl;
   float* rowa;
-  const bf16** cptr;  // [ACH] the chunk's candidate rows (null: absent)
+  const void** cptr;  // [ACH] the chunk's candidate rows (null: absent), bf16 or packed entries
 };
 
 __host__ __device__ inline size_t attn_smem_bytes(int Dh) {
@@ -549,16 +598,19 @@ __device__ __forceinline__ void attn_chunk_rows(const AttnArgs& a, const AttnSme
                                                 int64_t p0, int64_t nwin, int64_t c0, int nc, int ncp) {
   #pragma unroll 4
   for (int r = threadIdx.x; r < ncp; r += blockDim.x) {
-    const bf16* ptr = nullptr;
+    const void* ptr = nullptr;
     if (r < nc) {
       const int64_t i = c0 + r;
+      // A row's bytes: Dh bf16 values, or one packed entry.
+      const int64_t row_bytes = a.nope > 0 ? a.entry_bytes : int64_t(a.Dh) * 2;
       if (i < nwin) {
         const int64_t qp = p0 + i, slot = int64_t(b) * a.cap + qp % a.cap;
-        if (a.swa_tags[slot] == qp) ptr = a.swa + slot * a.Dh;
+        if (a.swa_tags[slot] == qp) ptr = static_cast<const unsigned char*>(a.swa) + slot * row_bytes;
       } else {
         const int64_t i2 = i - nwin;
         const int64_t j = a.mode == 1 ? i2 : int64_t(a.sel[t * a.Ksel + i2]);
-        if (j >= 0 && j < a.n_max) ptr = a.comp + (int64_t(b) * a.n_max + j) * a.Dh;
+        if (j >= 0 && j < a.n_max)
+          ptr = static_cast<const unsigned char*>(a.comp) + (int64_t(b) * a.n_max + j) * row_bytes;
       }
     }
     sm.cptr[r] = ptr;
@@ -566,15 +618,25 @@ __device__ __forceinline__ void attn_chunk_rows(const AttnArgs& a, const AttnSme
   __syncthreads();
 }
 
-// Loads the AKT key rows cptr[k0 .. k0 + AKT) into Ks (16-byte loads; absent rows are zeros).
+// Loads the AKT key rows cptr[k0 .. k0 + AKT) into Ks, 8 values per load (absent rows are
+// zeros); packed FP8 entries are decoded to bf16 on the way (exact).
 __device__ __forceinline__ void attn_load_tile(const AttnArgs& a, const AttnSmem& sm, int k0) {
   const int cpr = a.Dh / 8;
   #pragma unroll 4
   for (int e = threadIdx.x; e < AKT * cpr; e += blockDim.x) {
     const int r = e / cpr, cc = e % cpr;
-    const bf16* row = sm.cptr[k0 + r];
+    const void* row = sm.cptr[k0 + r];
     uint4 v = make_uint4(0, 0, 0, 0);
-    if (row) v = __ldg(reinterpret_cast<const uint4*>(row) + cc);
+    if (row && a.nope > 0) {
+      float f[8];
+      load_kv_values<8>(static_cast<const uint8_t*>(row), int64_t(cc) * 8, a.nope, a.Dh - a.nope, f);
+      bf16 h[8];
+#pragma unroll
+      for (int q = 0; q < 8; ++q) h[q] = __float2bfloat16_rn(f[q]);
+      v = *reinterpret_cast<const uint4*>(h);
+    } else if (row) {
+      v = __ldg(reinterpret_cast<const uint4*>(row) + cc);
+    }
     *reinterpret_cast<uint4*>(sm.Ks + r * a.ld + cc * 8) = v;
   }
   __syncthreads();
@@ -612,7 +674,7 @@ __global__ __launch_bounds__(256, 2) void sparse_attention_kernel(AttnArgs a) {
   sm.rowl = sm.rowm + 16;
   sm.rowa = sm.rowl + 16;
   ptr += 128 * 2;
-  sm.cptr = reinterpret_cast<const bf16**>(ptr);
+  sm.cptr = reinterpret_cast<const void**>(ptr);
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int h0 = blockIdx.x * AHG;
@@ -807,7 +869,7 @@ __global__ __launch_bounds__(256, 2) void sparse_attention_decode_kernel(AttnArg
   float* wm = qs + DHPB * Dh;                      // [8][DHPB]
   float* wl = wm + 8 * DHPB;                       // [8][DHPB]
   AttnSmem sm{};
-  sm.cptr = reinterpret_cast<const bf16**>(wl + 8 * DHPB);
+  sm.cptr = reinterpret_cast<const void**>(wl + 8 * DHPB);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int h0 = blockIdx.x * DHPB;
   const int64_t t = blockIdx.y;
@@ -841,9 +903,15 @@ __global__ __launch_bounds__(256, 2) void sparse_attention_decode_kernel(AttnArg
       bool ok[DCB];
 #pragma unroll
       for (int c = 0; c < DCB; ++c) {
-        const bf16* row = (i0 + c < nc) ? sm.cptr[i0 + c] : nullptr;
-        ok[c] = row != nullptr;
-        if constexpr (DPL % 8 == 0) {
+        const void* rowp = (i0 + c < nc) ? sm.cptr[i0 + c] : nullptr;
+        const bf16* row = static_cast<const bf16*>(rowp);
+        ok[c] = rowp != nullptr;
+        if (a.nope > 0) {
+          // A packed FP8 entry: the lane's DPL values lie in one scale block or in the rope part.
+#pragma unroll
+          for (int j = 0; j < DPL; ++j) kv[c][j] = 0.f;
+          if (rowp) load_kv_values<DPL>(static_cast<const uint8_t*>(rowp), int64_t(lane) * DPL, a.nope, Dh - a.nope, kv[c]);
+        } else if constexpr (DPL % 8 == 0) {
 #pragma unroll
           for (int v = 0; v < DPL / 8; ++v) {
             uint4 u = make_uint4(0, 0, 0, 0);
@@ -990,7 +1058,7 @@ void CudaBackend::swa_insert(Stream s, const Tensor& cache, const Tensor& tags, 
                              const Tensor& seq) {
   const char* op = "swa_insert";
   cudaStream_t st = stream(s, op);
-  const auto [B, cap, d, T] = checks::validate_swa_insert<OpRules>(cache, tags, k, pos, seq);
+  const auto [B, cap, d, T, nope] = checks::validate_swa_insert<OpRules>(cache, tags, k, pos, seq);
   if (T == 0) return;
   int* winner = nullptr;
   if (T > kScanMaxTokens) {
@@ -1001,8 +1069,10 @@ void CudaBackend::swa_insert(Stream s, const Tensor& cache, const Tensor& tags, 
                   T, B, cap);
     CUDA_LAUNCH_CHECK(op, st);
   }
-  launch_kernel(op, swa_write_kernel, unsigned(T), 128, 0, st, cache.data, fcode(cache.dtype), tags.ptr<int32_t>(),
-                k.data, fcode(k.dtype), pos.ptr<int32_t>(), seq.ptr<int32_t>(), winner, B, cap, d, T);
+  // nope > 0: a packed FP8 cache (fcode does not apply to its U8 entries).
+  launch_kernel(op, swa_write_kernel, unsigned(T), 128, 0, st, cache.data, nope > 0 ? kF32 : fcode(cache.dtype),
+                tags.ptr<int32_t>(), k.data, fcode(k.dtype), pos.ptr<int32_t>(), seq.ptr<int32_t>(), winner, B, cap, d,
+                T, nope, cache.dim(2));
   CUDA_LAUNCH_CHECK(op, st);
 }
 
@@ -1034,12 +1104,15 @@ void CudaBackend::compressor_pool(Stream s, const Tensor& entries, const Tensor&
                                   const Tensor& pos, const Tensor& seq, int ratio, bool overlap, float rms_eps) {
   const char* op = "compressor_pool";
   cudaStream_t st = stream(s, op);
-  const auto [B, S, cd, c, d, n_max, P, R, T] = checks::validate_compressor_pool<OpRules>(
+  const auto [B, S, cd, c, d, n_max, P, R, T, nope] = checks::validate_compressor_pool<OpRules>(
       entries, state_u, state_g, state_tags, norm_w, table, pos, seq, ratio, overlap);
   if (T == 0) return;
-  PoolArgs a{entries.data, fcode(entries.dtype), state_u.ptr<float>(), state_g.ptr<float>(),
+  // Packed indexer keys: the scale sits after di codes; a 4-byte store wants di % 4 == 0.
+  SL_CHECK(nope != 0 || d % 4 == 0, op, ": packed FP8 indexer keys of ", d, " values: this kernel takes a multiple of 4");
+  PoolArgs a{entries.data, nope >= 0 ? kF32 : fcode(entries.dtype), state_u.ptr<float>(), state_g.ptr<float>(),
              state_tags.ptr<int32_t>(), norm_w.data, fcode(norm_w.dtype), table.ptr<float>(), pos.ptr<int32_t>(),
-             seq.ptr<int32_t>(), T, B, S, cd, d, n_max, P, R, ratio, overlap ? 1 : 0, rms_eps};
+             seq.ptr<int32_t>(), T, B, S, cd, d, n_max, P, R, ratio, overlap ? 1 : 0, rms_eps, nope, entries.dim(2),
+             act_dtype() == DType::BF16 ? 1 : 0};
   const size_t smem = size_t(d) * 4 + 2 * 256 * 4;
   allow_smem(op, compressor_pool_kernel, smem, smem_optin());
   launch_kernel(op, compressor_pool_kernel, unsigned(T), 256, smem, st, a);
@@ -1061,7 +1134,9 @@ void CudaBackend::indexer_topk(Stream s, const Tensor& sel, const Tensor& q, con
   a.q = static_cast<const bf16*>(q.data);
   a.w = w.data;
   a.dtw = fcode(w.dtype);
-  a.keys = static_cast<const bf16*>(keys.data);
+  const bool packed = keys.dtype == DType::U8;  // packed FP8 keys (the validator checked their width)
+  a.keys = packed ? nullptr : static_cast<const bf16*>(keys.data);
+  a.keys8 = packed ? static_cast<const uint8_t*>(keys.data) : nullptr;
   a.pos = pos.ptr<int32_t>();
   a.seq = seq.ptr<int32_t>();
   a.T = T;
@@ -1118,9 +1193,16 @@ void CudaBackend::sparse_attention(Stream s, const Tensor& o, const Tensor& q, c
   AttnArgs a{};
   a.o = static_cast<bf16*>(o.data);
   a.q = static_cast<const bf16*>(q.data);
-  a.swa = static_cast<const bf16*>(swa.data);
+  a.swa = swa.data;
   a.swa_tags = swa_tags.ptr<int32_t>();
-  a.comp = mode == CompressedKeys::None ? nullptr : static_cast<const bf16*>(comp.data);
+  a.comp = mode == CompressedKeys::None ? nullptr : comp.data;
+  // Packed FP8 caches: the kernels read one kind of row, so the window cache and the compressed
+  // one are both packed or both bf16 (the model packs all or none).
+  const bool packed = swa.dtype == DType::U8;
+  SL_CHECK(mode == CompressedKeys::None || (comp.dtype == DType::U8) == packed, op, ": swa ", describe(swa),
+           " and comp ", describe(comp), ": this kernel reads both packed FP8 or both bf16");
+  a.nope = packed ? int(kvfp8::kv_entry_nope(Dh, swa.dim(2))) : 0;
+  a.entry_bytes = packed ? swa.dim(2) : 0;
   a.sel = mode == CompressedKeys::Selected ? sel.ptr<int32_t>() : nullptr;
   a.sink = sink.ptr<float>();
   a.pos = pos.ptr<int32_t>();

@@ -73,7 +73,7 @@ inline constexpr auto& check_i32 = checks::check_i32<kPresence>;
 inline constexpr auto& check_f32 = checks::check_f32<kPresence>;
 // The per-op validators' rules: activations and weights f32 or bf16, the tensor-core
 // operands (attention, indexer, experts) bf16.
-using OpRules = checks::Rules<kPresence, checks::Floats::F32OrBF16, checks::Floats::BF16>;
+using OpRules = checks::Rules<kPresence, checks::Floats::F32OrBF16, checks::Floats::BF16, /*packed_kv=*/true>;
 // CUDA only: the vectorised kernels load 16-byte rows.
 inline void check_aligned(const char* op, const char* arg, const void* p, size_t align) {
   SL_CHECK(reinterpret_cast<uintptr_t>(p) % align == 0, op, ": ", arg, " is not ", align,
@@ -105,6 +105,8 @@ class CudaBackend final : public Backend {
   std::string name() const override { return "cuda"; }
   DType act_dtype() const override { return DType::BF16; }
   DType weight_dtype() const override { return DType::BF16; }
+  // Packed FP8 KV caches unless variant fp8-kv=emulated asks for the bf16 emulation.
+  bool packed_kv_caches() const override { return variants().fp8_kv_packed; }
 
   // memory (cuda_backend.cu)
   Tensor alloc(const std::string& name, DType dtype, Shape shape, AllocKind kind) override;

@@ -49,7 +49,8 @@ __global__ void accept_drafts_kernel(int32_t* accepted, int32_t* bonus, int32_t*
 }
 
 // One block per sequence: its S tags, then the entries of the blocks in (new_len, new_len +
-// extent] (element-wise zero stores; at most extent / ratio + 1 rows of d values).
+// extent] (element-wise zero stores; at most extent / ratio + 1 rows of d values). dt < 0: packed
+// FP8 entries, rows of d bytes, cleared byte by byte (an all-zero entry reads back as zeros).
 __global__ void cache_rollback_kernel(int32_t* tags, void* entries, int dt, const int32_t* new_len, int64_t S,
                                       int64_t n_max, int64_t d, int ratio, int extent) {
   pdl_enter();
@@ -61,7 +62,11 @@ __global__ void cache_rollback_kernel(int32_t* tags, void* entries, int dt, cons
   const int64_t lo = n / ratio, hi = min(n_max, (n + extent) / ratio);
   if (hi <= lo) return;
   const int64_t base = (b * n_max + lo) * d, count = (hi - lo) * d;
-  for (int64_t e = threadIdx.x; e < count; e += blockDim.x) stf(entries, dt, base + e, 0.f);
+  for (int64_t e = threadIdx.x; e < count; e += blockDim.x)
+    if (dt < 0)
+      static_cast<uint8_t*>(entries)[base + e] = 0;
+    else
+      stf(entries, dt, base + e, 0.f);
 }
 
 }  // namespace
@@ -100,7 +105,8 @@ void CudaBackend::cache_rollback(Stream s, const Tensor& tags, const Tensor& ent
   SL_CHECK(B <= 0x7fffffff, op, ": ", B, " sequences exceed the grid");
   const bool with_entries = !entries.empty() && n_max * d > 0;
   launch_kernel(op, cache_rollback_kernel, unsigned(B), 256, 0, st, tags.ptr<int32_t>(),
-                with_entries ? entries.data : nullptr, with_entries ? fcode(entries.dtype) : kF32,
+                with_entries ? entries.data : nullptr,
+                !with_entries ? kF32 : entries.dtype == DType::U8 ? -1 : fcode(entries.dtype),
                 new_len.ptr<int32_t>(), S, n_max, d, with_entries ? ratio : 1, extent);
   CUDA_LAUNCH_CHECK(op, st);
 }

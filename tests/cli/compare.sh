@@ -177,13 +177,16 @@ grep -q "^- per-layer: torch.pool.p0.03 = shared_expert + mtp10.aux1" "$tmp"/tor
   || fail "aliasing not listed in report.md"
 grep -q '"stream_source": "cpu-reference:torch"' "$tmp"/torch/*/runs/per-layer_r1.json || fail "measurement does not record the source"
 
-# 6c. --weights native: the children run the checkpoint's formats and every record says so; without a
-#     GPU the recorded native comparison is the one shown.
+# 6c. --weights native --kv-cache fp8: the children run the checkpoint's formats and every record
+#     says so (the CPU packs the FP8 caches in vLLM's bytes); without a GPU the recorded native
+#     comparison is the one shown.
 mkdir "$tmp/native"
 "$bin" compare --backend cpu --modes eager --config tiny --mtp-layers 1 --draft-steps 1 --context 16 --weights native \
-  --policies per-layer,shared --repetitions 1 --steps 2 --no-trace --out-dir "$tmp/native" \
+  --kv-cache fp8 --policies per-layer,shared --repetitions 1 --steps 2 --no-trace --out-dir "$tmp/native" \
   > "$tmp/native.txt" 2> "$tmp/native.err" || { cat "$tmp/native.err"; fail "native compare failed"; }
-grep -q "^tiny (native weights)" "$tmp/native.txt" || fail "the setup line does not name the weight format: $(sed -n 2p "$tmp/native.txt")"
+grep -q "^tiny (native weights, fp8 KV cache (packed))" "$tmp/native.txt" ||
+  fail "the setup line does not name the weight and KV cache formats: $(sed -n 2p "$tmp/native.txt")"
+grep -q '"kv_cache": "fp8"' "$tmp"/native/*/runs/per-layer_r1.json || fail "measurement does not record the KV cache format"
 grep -q '"weights": "native"' "$tmp"/native/*/runs/per-layer_r1.json || fail "measurement does not record the weights"
 python3 -c "import json,sys; s=json.load(open(sys.argv[1])); assert s['settings']['model']['weights'] == 'native', s['settings']['model']" \
   "$tmp"/native/*/summary.json || fail "summary.json does not record the weights"

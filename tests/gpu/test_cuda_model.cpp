@@ -150,14 +150,16 @@ TEST(CudaModel, TinyNativeWeightsMatchCpuReference) {
   compare_with_cpu(2, 0, 2, 1, false, WeightFormat::Native, 0.3);
   compare_with_cpu(1, 4, 3, 2, true, WeightFormat::Native, 0.3);
 }
-// FP8 KV caches (emulated, --kv-cache fp8): each cached value is rounded to an e4m3 step on both
-// sides, which amplifies the bf16 side's small differences exactly as the native weights'
+// FP8 KV caches (--kv-cache fp8, packed on both sides): each cached value is rounded to an e4m3
+// step on both sides, which amplifies the bf16 side's small differences exactly as the native weights'
 // activation quantization does (see above), so the same bound; op by op on identical inputs the
-// rounding is bit-identical (CudaOps.RoundFp8BlocksAndShardRouting).
+// rounding is bit-identical (CudaOps.RoundFp8BlocksAndShardRouting, CudaOps.SwaInsertPacked).
 TEST(CudaModel, TinyFp8KvCacheMatchesCpuReference) {
   REQUIRE_GPU();
   compare_with_cpu(2, 0, 2, 1, false, WeightFormat::Bf16, 0.3, true);
   compare_with_cpu(1, 4, 3, 2, true, WeightFormat::Native, 0.3, true);
+  // The emulation (bf16 entries on the GPU; the check backend then emulates on both sides).
+  compare_with_cpu(1, 4, 3, 2, true, WeightFormat::Native, 0.3, true, "fp8-kv=emulated");
 }
 
 // The decode-step variants that are not the defaults, with the bounds of the defaults (the
@@ -303,6 +305,47 @@ TEST(CudaModel, SameResultVariantsBitIdentical) {
       for (size_t s = 0; s < ref.first.size(); ++s)
         EXPECT_TRUE(got.first[s] == ref.first[s]) << v << (graph ? " graph" : " eager") << " logits, step " << s;
       EXPECT_EQ(got.second, ref.second) << v << (graph ? " graph" : " eager");
+    }
+  }
+}
+
+// FP8 KV caches packed as vLLM stores them (the default of --kv-cache fp8 on the GPU) hold exactly
+// the values of the emulated ones (fp8-kv=emulated: bf16 entries rounded by round_fp8_blocks),
+// so logits, drafts and acceptances are bit-identical, eager and under graph replay, over
+// verifying steps whose rollbacks clear packed entries (2 sequences, random acceptance, an MTP
+// layer of compress 4 with its indexer: every packed layout and every cache op).
+TEST(CudaModel, PackedFp8KvEqualsEmulated) {
+  REQUIRE_GPU();
+  if (cpu_pair()) GTEST_SKIP() << "needs the CUDA backend's fp8-kv variant";
+  ModelConfig c = tiny(1, 4, 3);
+  c.batch = 2;
+  const int steps = 5;
+  const auto p = prompt(c.context_length, c.vocab_size, 2);
+  auto run = [&](const char* variants, bool graph) {
+    CudaBackendOptions o;
+    o.variants = KernelVariants::parse(variants);
+    auto gpu = make_cuda_backend(o);
+    RunShape rs = shape(c, steps, true);
+    rs.kv_fp8 = true;
+    rs.weights = WeightFormat::Native;
+    DeepSeekV4 m(*gpu, c, StreamPolicy::parse("shared"), rs);
+    EXPECT_EQ(m.kv_packed(), o.variants.fp8_kv_packed) << variants;
+    m.init_random(c.seed);
+    m.set_accept_rule(parse_accept_rule("rate:0.5:4"));
+    std::vector<StepOutput> out{m.prefill(p, c.context_length)};
+    for (int s = 0; s < steps; ++s) out.push_back(graph ? m.decode_step_graph() : m.decode_step());
+    return out;
+  };
+  const std::vector<StepOutput> ref = run("fp8-kv=emulated", false);
+  for (bool graph : {false, true}) {
+    const std::vector<StepOutput> got = run("fp8-kv=packed", graph);
+    ASSERT_EQ(got.size(), ref.size());
+    for (size_t s = 0; s < got.size(); ++s) {
+      const std::string where = std::string(graph ? "graph" : "eager") + " step " + std::to_string(s);
+      EXPECT_TRUE(got[s].last_logits == ref[s].last_logits) << where;
+      EXPECT_EQ(got[s].drafts, ref[s].drafts) << where;
+      EXPECT_EQ(got[s].accepted, ref[s].accepted) << where;
+      EXPECT_EQ(got[s].sampled, ref[s].sampled) << where;
     }
   }
 }

@@ -24,6 +24,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/bf16.h"
@@ -32,6 +33,7 @@
 #include "model/backend.h"
 #include "model/cpu/cpu_backend.h"
 #include "model/cuda/cuda_backend.h"
+#include "model/kv_fp8_entry.h"
 #include "model/tensor_values.h"
 
 namespace sl {
@@ -1097,14 +1099,51 @@ TEST_P(CudaOps, IndexerTopkTies) {
   expect_equal_i32(sel, "indexer_topk with ties at the cut");
 }
 
+// A sparse-attention case: heads, head dim, tokens, compressed entries, indexer picks, window,
+// which compressed keys, compress ratio.
+struct AttnCase {
+  int64_t H, Dh, T, n_max, K;
+  int window;
+  CompressedKeys mode;
+  int ratio;
+};
+
+// The token side of a case over B sequences with a window ring of `cap` slots: random positions
+// and sequences (each token reads the window of its own sequence), and the ring's tags: the last
+// `cap` positions up to each sequence's largest, a few of them broken (absent).
+std::tuple<std::vector<int32_t>, std::vector<int32_t>, std::vector<int32_t>> attention_tokens(std::mt19937& rng,
+                                                                                             const AttnCase& c,
+                                                                                             int64_t B, int64_t cap) {
+  std::uniform_int_distribution<int32_t> dp(0, int32_t(std::min<int64_t>(c.n_max * c.ratio - 1, 900))),
+      ds(0, int32_t(B - 1));
+  std::vector<int32_t> pos(size_t(c.T)), seq(size_t(c.T));
+  for (int32_t& p : pos) p = dp(rng);
+  for (int32_t& b : seq) b = ds(rng);
+  std::vector<int32_t> maxp(size_t(B), 0);
+  for (int64_t t = 0; t < c.T; ++t) maxp[size_t(seq[size_t(t)])] = std::max(maxp[size_t(seq[size_t(t)])], pos[size_t(t)]);
+  std::vector<int32_t> tags(size_t(B * cap), -1);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t p = std::max<int64_t>(0, maxp[size_t(b)] - cap + 1); p <= maxp[size_t(b)]; ++p)
+      tags[size_t(b * cap + p % cap)] = (p % 7 == 3) ? -1 : int32_t(p);
+  return {pos, seq, tags};
+}
+
+// The indexer's picks [T, K]: distinct causal compressed entries per token, in random order,
+// padded with -1.
+std::vector<int32_t> attention_picks(std::mt19937& rng, const AttnCase& c, const std::vector<int32_t>& pos) {
+  std::vector<int32_t> sel(size_t(c.T * c.K), -1);
+  for (int64_t t = 0; t < c.T; ++t) {
+    const int64_t n_c = std::min<int64_t>((pos[size_t(t)] + 1) / c.ratio, c.n_max);
+    std::vector<int32_t> all(static_cast<size_t>(n_c));
+    std::iota(all.begin(), all.end(), 0);
+    std::shuffle(all.begin(), all.end(), rng);
+    for (int64_t i = 0; i < std::min<int64_t>(n_c, c.K); ++i) sel[size_t(t * c.K + i)] = all[size_t(i)];
+  }
+  return sel;
+}
+
 TEST_P(CudaOps, SparseAttention) {
-  struct Case {
-    int64_t H, Dh, T, n_max, K;
-    int window;
-    CompressedKeys mode;
-    int ratio;
-  };
-  const std::vector<Case> cases = {
+  const std::vector<AttnCase> cases = {
       {4, 128, 5, 40, 8, 16, CompressedKeys::None, 1},       // decode-like: split-KV path
       {4, 128, 5, 40, 8, 16, CompressedKeys::All, 4},
       {4, 128, 5, 40, 8, 16, CompressedKeys::Selected, 4},
@@ -1119,32 +1158,15 @@ TEST_P(CudaOps, SparseAttention) {
       {64, 512, 1, 40, 8, 128, CompressedKeys::None, 1},
       {64, 512, 16, 600, 512, 128, CompressedKeys::Selected, 4},  // 16 tokens (two sequences): the tensor-core kernel, 3 splits on 132 SMs
   };
-  for (const Case& c : cases) {
+  for (const AttnCase& c : cases) {
     const int64_t B = 2, cap = c.window + 8, Dh = c.Dh;
-    // Positions: each token reads the window of its own sequence; the window cache holds the
-    // last `cap` positions up to the largest position of each sequence, a few tags broken.
-    std::vector<int32_t> pos = randi(size_t(c.T), 0, int32_t(std::min<int64_t>(c.n_max * c.ratio - 1, 900)));
-    std::vector<int32_t> seq = randi(size_t(c.T), 0, int32_t(B - 1));
-    std::vector<int32_t> maxp(size_t(B), 0);
-    for (int64_t t = 0; t < c.T; ++t) maxp[size_t(seq[size_t(t)])] = std::max(maxp[size_t(seq[size_t(t)])], pos[size_t(t)]);
-    std::vector<int32_t> tags(size_t(B * cap), -1);
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t p = std::max<int64_t>(0, maxp[size_t(b)] - cap + 1); p <= maxp[size_t(b)]; ++p)
-        tags[size_t(b * cap + p % cap)] = (p % 7 == 3) ? -1 : int32_t(p);
+    const auto [pos, seq, tags] = attention_tokens(rng_, c, B, cap);
     T2 tp = make_i32("pos", {c.T}, pos), ts = make_i32("seq", {c.T}, seq);
     T2 q = make_rand("q", Kind::Act, {c.T, c.H, Dh}, -2.f, 2.f);
     T2 swa = make_rand("swa", Kind::Act, {B, cap, Dh});
     T2 swa_tags = make_i32("swa_tags", {B, cap}, tags);
     T2 comp = make_rand("comp", Kind::Act, {B, c.n_max, Dh});
-    std::vector<int32_t> selv(size_t(c.T * c.K), -1);
-    for (int64_t t = 0; t < c.T; ++t) {
-      const int64_t n_c = std::min<int64_t>((pos[size_t(t)] + 1) / c.ratio, c.n_max);
-      std::vector<int32_t> all(static_cast<size_t>(n_c));
-      std::iota(all.begin(), all.end(), 0);
-      std::shuffle(all.begin(), all.end(), rng_);
-      for (int64_t i = 0; i < std::min<int64_t>(n_c, c.K); ++i) selv[size_t(t * c.K + i)] = all[size_t(i)];
-    }
-    T2 sel = make_i32("sel", {c.T, c.K}, selv);
+    T2 sel = make_i32("sel", {c.T, c.K}, attention_picks(rng_, c, pos));
     T2 sink = make_rand("sink", Kind::F32, {c.H}, -1.f, 1.f);
     T2 o = zeros("o", Kind::Act, {c.T, c.H, Dh});
     const Tensor sel_c = c.mode == CompressedKeys::Selected ? sel.c : Tensor{};
@@ -1364,6 +1386,311 @@ TEST_P(CudaOps, RoundFp8BlocksAndShardRouting) {
   gpu_->shard_routing(Stream{}, io.g, wo.g, ids.g, w.g, 4, 8);
   expect_equal_i32(io, "shard_routing ids");
   EXPECT_EQ(gc(wo), gg(wo)) << "shard_routing weights";
+}
+
+// ================================================================ packed FP8 KV caches
+// (model/kv_fp8_entry.h) Each writer against the CPU reference and against the emulation it
+// replaces (round_fp8_blocks on activation-dtype entries: the same values); each reader against
+// the CPU reference on the same bytes and against the same CUDA kernel on bf16 caches holding
+// the entries' decoded values, equal bit for bit: decoding is exact, so packing saves bytes and
+// changes no value.
+
+std::vector<uint8_t> bytes_of(Backend& be, const Tensor& t) {
+  std::vector<uint8_t> v(size_t(t.numel()));
+  be.download(v.data(), t, v.size());
+  return v;
+}
+
+// Entries [rows, bytes] decoded to [rows, values] floats: KV entries (nope > 0) or indexer keys.
+std::vector<float> decode_entries(const std::vector<uint8_t>& raw, int64_t values, int64_t bytes, int64_t nope) {
+  const int64_t rows = int64_t(raw.size()) / bytes;
+  std::vector<float> out(size_t(rows * values));
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint8_t* e = raw.data() + r * bytes;
+    const float s = nope > 0 ? 0.f : kvfp8::indexer_key_scale(e, values);
+    for (int64_t i = 0; i < values; ++i)
+      out[size_t(r * values + i)] = nope > 0 ? kvfp8::kv_value(e, i, nope, values - nope) : kvfp8::e4m3_value(e[i]) * s;
+  }
+  return out;
+}
+
+// Values whose 64-value blocks span magnitudes 2^-12 .. 2^12 (the block scales differ block to
+// block), with an all-zero block now and then.
+std::vector<float> block_varied(std::mt19937& rng, size_t n) {
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  std::uniform_int_distribution<int> ex(-12, 12);
+  std::vector<float> v(n);
+  for (size_t b = 0; b < n; b += 64) {
+    const int e = ex(rng);
+    for (size_t i = b; i < std::min(n, b + 64); ++i) v[i] = e == 0 ? 0.f : std::ldexp(u(rng), e);
+  }
+  return v;
+}
+
+// Random packed entries [rows, bytes] of `values` values: any e4m3 code but NaN, scales 2^-7 ..
+// 2^1, rope values bf16 in [-1, 1], zero padding; indexer keys (nope 0) a power-of-two fp32 scale.
+std::vector<uint8_t> random_entries(std::mt19937& rng, int64_t rows, int64_t values, int64_t bytes, int64_t nope) {
+  std::uniform_int_distribution<int> code(0, 253), sc(120, 128);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  std::vector<uint8_t> raw(size_t(rows * bytes), 0);
+  for (int64_t r = 0; r < rows; ++r) {
+    uint8_t* e = raw.data() + r * bytes;
+    const int64_t fp8 = nope > 0 ? nope : values;
+    for (int64_t i = 0; i < fp8; ++i) {
+      const int c = code(rng);
+      e[i] = uint8_t(c >= 127 ? c + 1 : c);  // skips 0x7F
+      if (e[i] == 0xFF) e[i] = 0xFE;         // and 0xFF (NaN)
+    }
+    if (nope > 0) {
+      for (int64_t i = 0; i < values - nope; ++i) {
+        const uint16_t h = float_to_bf16(u(rng));
+        e[nope + 2 * i] = uint8_t(h & 0xff);
+        e[nope + 2 * i + 1] = uint8_t(h >> 8);
+      }
+      for (int64_t blk = 0; blk < nope / kvfp8::kBlock; ++blk)
+        e[kvfp8::kv_scale_offset(nope, values - nope) + blk] = uint8_t(sc(rng));
+    } else {
+      const float s = kvfp8::scale_from_code(uint8_t(sc(rng) - 4));
+      std::memcpy(e + values, &s, 4);
+    }
+  }
+  return raw;
+}
+
+T2 packed_cache(Backend& cpu, Backend& gpu, const std::string& name, Shape s, const std::vector<uint8_t>& raw) {
+  T2 t;
+  t.kind = Kind::I32;
+  t.c = cpu.alloc(name, DType::U8, s, AllocKind::Cache);
+  t.g = gpu.alloc(name, DType::U8, s, AllocKind::Cache);
+  EXPECT_EQ(size_t(s.numel()), raw.size());
+  cpu.upload(Stream{}, t.c, raw.data(), raw.size());
+  gpu.upload(Stream{}, t.g, raw.data(), raw.size());
+  return t;
+}
+
+TEST_P(CudaOps, SwaInsertPacked) {
+  const int64_t B = 2, cap = 8;
+  for (int64_t d : {int64_t(512), int64_t(192)}) {
+    const int64_t nope = d == 512 ? 448 : 128, bytes = kvfp8::kv_entry_bytes(nope, d - nope);
+    ASSERT_EQ(kvfp8::kv_entry_nope(d, bytes), nope);
+    for (int n : {12, 100}) {  // the scan path and the claim-table path, as SwaInsertLastWriterWins
+      SCOPED_TRACE("d " + std::to_string(d) + ", tokens of sequence 0: " + std::to_string(n));
+      std::vector<int32_t> pos, seq;
+      for (int p = 0; p < n; ++p) pos.push_back(p), seq.push_back(0);
+      pos.push_back(3), seq.push_back(1);
+      pos.push_back(4), seq.push_back(1);
+      const int64_t T = int64_t(pos.size());
+      // Old bytes everywhere (0x5A): the writer must set every byte of an entry, padding included.
+      T2 cache = packed_cache(*cpu_, *gpu_, "swa", {B, cap, bytes}, std::vector<uint8_t>(size_t(B * cap * bytes), 0x5A));
+      T2 tags = make_i32("tags", {B, cap}, std::vector<int32_t>(size_t(B * cap), -1));
+      T2 k = make("k", Kind::Act, {T, d}, block_varied(rng_, size_t(T * d)));
+      T2 tp = make_i32("pos", {T}, pos), ts = make_i32("seq", {T}, seq);
+      cpu_->swa_insert(Stream{}, cache.c, tags.c, k.c, tp.c, ts.c);
+      gpu_->swa_insert(Stream{}, cache.g, tags.g, k.g, tp.g, ts.g);
+      // Identical inputs (bf16-exact): identical bytes.
+      const std::vector<uint8_t> bc = bytes_of(*cpu_, cache.c), bg = bytes_of(*gpu_, cache.g);
+      size_t differ = 0;
+      for (size_t i = 0; i < bc.size(); ++i) differ += bc[i] != bg[i];
+      EXPECT_EQ(differ, 0u) << "packed swa bytes differ (of " << bc.size() << ")";
+      expect_equal_i32(tags, "packed swa tags");
+      // The emulation: k rounded in place, the winners' rows are what the packed slots decode to.
+      gpu_->round_fp8_blocks(Stream{}, k.g, nope, kvfp8::kBlock, Tensor{}, Tensor{}, 1);
+      const std::vector<float> kr = gg(k), dec = decode_entries(bg, d, bytes, nope);
+      size_t bad = 0, slots = 0;
+      for (int64_t t = 0; t < T; ++t) {
+        bool last = true;  // the last token of its slot wins it
+        for (int64_t u = t + 1; u < T; ++u) last &= !(seq[size_t(u)] == seq[size_t(t)] && pos[size_t(u)] % cap == pos[size_t(t)] % cap);
+        if (!last) continue;
+        ++slots;
+        const int64_t slot = seq[size_t(t)] * cap + pos[size_t(t)] % cap;
+        for (int64_t i = 0; i < d; ++i) bad += kr[size_t(t * d + i)] != dec[size_t(slot * d + i)];
+      }
+      EXPECT_GT(slots, 0u);
+      EXPECT_EQ(bad, 0u) << "packed entries do not decode to the emulated (round_fp8_blocks) values";
+    }
+  }
+}
+
+TEST_P(CudaOps, CompressorPoolPacked) {
+  struct Case {
+    int ratio;
+    bool overlap;
+    int64_t d;
+    bool key;  // an indexer key (one scale per entry) instead of a KV entry
+  };
+  for (const Case& c : {Case{4, true, 512, false}, Case{8, false, 192, false}, Case{4, false, 128, true}}) {
+    const int64_t nope = c.key ? 0 : c.d == 512 ? 448 : 128;
+    const int64_t bytes = c.key ? kvfp8::indexer_key_bytes(c.d) : kvfp8::kv_entry_bytes(nope, c.d - nope);
+    const std::string what = std::string(c.key ? "indexer keys" : "KV entries") + " d " + std::to_string(c.d);
+    SCOPED_TRACE(what);
+    const int64_t B = 2, R = 64, cdim = (c.overlap ? 2 : 1) * c.d;
+    const int64_t span = (c.overlap ? 2 : 1) * c.ratio, S = span + 40, n_max = 16, P = 512;
+    std::vector<int32_t> pos, seq;
+    for (int p = 0; p < 40; ++p) pos.push_back(p), seq.push_back(0);
+    for (int p = 20; p < 40; ++p) pos.push_back(p), seq.push_back(1);
+    const int64_t T = int64_t(pos.size());
+    T2 tp = make_i32("pos", {T}, pos), ts = make_i32("seq", {T}, seq);
+    T2 su = zeros("su", Kind::F32, {B, S, cdim}), sg = zeros("sg", Kind::F32, {B, S, cdim});
+    T2 tags = make_i32("tags", {B, S}, std::vector<int32_t>(size_t(B * S), -1));
+    T2 u = make_rand("u", Kind::F32, {T, cdim}, -2.f, 2.f), g = make_rand("g", Kind::F32, {T, cdim}, -3.f, 3.f);
+    T2 ape = make_rand("ape", Kind::F32, {c.ratio, cdim});
+    cpu_->compressor_save(Stream{}, su.c, sg.c, tags.c, u.c, g.c, ape.c, tp.c, ts.c, c.ratio);
+    gpu_->compressor_save(Stream{}, su.g, sg.g, tags.g, u.g, g.g, ape.g, tp.g, ts.g, c.ratio);
+    T2 packed = packed_cache(*cpu_, *gpu_, "entries", {B, n_max, bytes}, std::vector<uint8_t>(size_t(B * n_max * bytes), 0));
+    T2 emu = zeros("emulated", Kind::Act, {B, n_max, c.d});
+    T2 nw = make_rand("norm_w", Kind::Wt, {c.d}, 0.5f, 1.5f);
+    T2 table = make("table", Kind::F32, {P, R}, rope_table(int(P), int(R)));
+    cpu_->compressor_pool(Stream{}, packed.c, su.c, sg.c, tags.c, nw.c, table.c, tp.c, ts.c, c.ratio, c.overlap, 1e-6f);
+    gpu_->compressor_pool(Stream{}, packed.g, su.g, sg.g, tags.g, nw.g, table.g, tp.g, ts.g, c.ratio, c.overlap, 1e-6f);
+    gpu_->compressor_pool(Stream{}, emu.g, su.g, sg.g, tags.g, nw.g, table.g, tp.g, ts.g, c.ratio, c.overlap, 1e-6f);
+    gpu_->round_fp8_blocks(Stream{}, emu.g, c.key ? c.d : nope, c.key ? c.d : kvfp8::kBlock, tp.g, ts.g, c.ratio);
+    const std::vector<float> dg = decode_entries(bytes_of(*gpu_, packed.g), c.d, bytes, nope);
+    const std::vector<float> dc = decode_entries(bytes_of(*cpu_, packed.c), c.d, bytes, nope);
+    // Packed == emulated on the same backend, bit for bit (entries never written stay zeros).
+    const std::vector<float> eg = gg(emu);
+    size_t bad = 0;
+    for (size_t i = 0; i < eg.size(); ++i) bad += std::memcmp(&eg[i], &dg[i], 4) != 0;
+    EXPECT_EQ(bad, 0u) << what << ": packed entries differ from the emulated ones";
+    // Against the CPU: each side quantizes its own pooled entry (fp32 on the CPU, rounded to the
+    // activation dtype on the GPU), so a value near an e4m3 rounding boundary may land one step
+    // (2^-3 of its binade) apart: a few per cent of the values, at most 1/8 relative each.
+    double ref = 0;
+    size_t moved = 0;
+    for (size_t i = 0; i < dc.size(); ++i) {
+      ref += double(dc[i]) * dc[i];
+      moved += dc[i] != dg[i];
+    }
+    EXPECT_GT(ref, 0.0) << what << ": no entry was pooled (a vacuous comparison)";
+    const double e = rel_err(dg, dc);
+    EXPECT_LT(e, 2e-2) << what << ": relative error " << e;
+    EXPECT_LT(double(moved), 0.1 * double(dc.size())) << what << ": " << moved << " values differ";
+    std::printf("  [rel err] %-60s %.3e (%zu of %zu values differ)\n", ("compressor_pool packed " + what).c_str(), e,
+                moved, dc.size());
+  }
+}
+
+TEST_P(CudaOps, IndexerTopkPacked) {
+  struct Case {
+    int64_t Hi, di, n_max, K, T;
+  };
+  for (const Case& c : {Case{64, 128, 700, 512, 6}, Case{8, 64, 200, 16, 300}}) {
+    SCOPED_TRACE("Hi " + std::to_string(c.Hi) + " n_max " + std::to_string(c.n_max));
+    const int64_t B = 2, ratio = 4, bytes = kvfp8::indexer_key_bytes(c.di);
+    std::vector<int32_t> pos = randi(size_t(c.T), 0, int32_t(c.n_max * ratio - 1));
+    pos[1] = int32_t(c.n_max * ratio - 1);
+    std::vector<int32_t> seq = randi(size_t(c.T), 0, int32_t(B - 1));
+    T2 tp = make_i32("pos", {c.T}, pos), ts = make_i32("seq", {c.T}, seq);
+    T2 q = make_rand("q", Kind::Act, {c.T, c.Hi, c.di});
+    T2 w = make_rand("w", Kind::Act, {c.T, c.Hi}, -1.f, 2.f);
+    const std::vector<uint8_t> raw = random_entries(rng_, B * c.n_max, c.di, bytes, 0);
+    T2 keys = packed_cache(*cpu_, *gpu_, "keys", {B, c.n_max, bytes}, raw);
+    const std::vector<float> kv = decode_entries(raw, c.di, bytes, 0);
+    T2 keys_f = make("keys_decoded", Kind::Act, {B, c.n_max, c.di}, kv);  // bf16-exact values
+    T2 sel = make_i32("sel", {c.T, c.K}, std::vector<int32_t>(size_t(c.T * c.K), 7));
+    T2 sel_f = make_i32("sel_f", {c.T, c.K}, std::vector<int32_t>(size_t(c.T * c.K), 7));
+    cpu_->indexer_topk(Stream{}, sel.c, q.c, w.c, keys.c, tp.c, ts.c, int(ratio));
+    gpu_->indexer_topk(Stream{}, sel.g, q.g, w.g, keys.g, tp.g, ts.g, int(ratio));
+    gpu_->indexer_topk(Stream{}, sel_f.g, q.g, w.g, keys_f.g, tp.g, ts.g, int(ratio));
+    EXPECT_EQ(geti(*gpu_, sel.g), geti(*gpu_, sel_f.g)) << "packed keys select otherwise than their decoded values";
+    // Against the CPU: equal up to swaps between (near-)equal scores.
+    const std::vector<int32_t> sc = geti(*cpu_, sel.c), sg = geti(*gpu_, sel.g);
+    const std::vector<float> hq = gc(q), hw = gc(w);
+    size_t mismatches = 0;
+    for (int64_t t = 0; t < c.T; ++t) {
+      const int64_t n_c = std::min<int64_t>((pos[size_t(t)] + 1) / ratio, c.n_max);
+      const std::vector<double> s = indexer_scores_host(hq, hw, kv, t, seq[size_t(t)], c.Hi, c.di, c.n_max, n_c);
+      double smax = 1e-30;
+      for (double v : s) smax = std::max(smax, std::abs(v));
+      for (int64_t i = 0; i < std::min(c.K, n_c); ++i) {
+        const int32_t a = sc[size_t(t * c.K + i)], g = sg[size_t(t * c.K + i)];
+        ASSERT_GE(g, 0);
+        ASSERT_LT(g, n_c);
+        if (a != g && std::abs(s[size_t(a)] - s[size_t(g)]) > 1e-4 * smax) ++mismatches;
+      }
+    }
+    EXPECT_EQ(mismatches, 0u) << "indexer_topk on packed keys differs from the CPU beyond near-ties";
+  }
+}
+
+TEST_P(CudaOps, SparseAttentionPacked) {
+  const std::vector<AttnCase> cases = {
+      {64, 512, 1, 600, 512, 128, CompressedKeys::Selected, 4},  // flash decode: the CUDA-core kernel, 16 values a lane
+      {64, 512, 16, 600, 512, 128, CompressedKeys::Selected, 4}, // the tensor-core kernel
+      {4, 128, 2, 40, 8, 16, CompressedKeys::All, 4},            // decode kernel, 4 values a lane (nope 64)
+      {4, 64, 2, 40, 8, 16, CompressedKeys::All, 4},             // decode kernel, 2 a lane (no rope)
+      {4, 192, 5, 40, 8, 16, CompressedKeys::Selected, 4},       // tensor-core kernel, nope 128 + rope 64
+      {2, 128, 150, 300, 8, 16, CompressedKeys::All, 1},         // many tokens, several chunks
+      {4, 512, 1, 40, 8, 128, CompressedKeys::None, 1},          // window only
+  };
+  for (const AttnCase& c : cases) {
+    const int64_t B = 2, cap = c.window + 8, Dh = c.Dh;
+    int64_t nope = 0;
+    for (int64_t n = kvfp8::kBlock; n <= Dh; n += kvfp8::kBlock)
+      if ((Dh - n) <= 64 && (Dh - n) % 2 == 0) { nope = n; break; }
+    const int64_t bytes = kvfp8::kv_entry_bytes(nope, Dh - nope);
+    ASSERT_EQ(kvfp8::kv_entry_nope(Dh, bytes), nope);
+    const std::string what = "sparse_attention packed H=" + std::to_string(c.H) + " Dh=" + std::to_string(Dh) +
+                             " T=" + std::to_string(c.T) + " mode=" + std::to_string(int(c.mode));
+    SCOPED_TRACE(what);
+    const auto [pos, seq, tags] = attention_tokens(rng_, c, B, cap);
+    T2 tp = make_i32("pos", {c.T}, pos), ts = make_i32("seq", {c.T}, seq);
+    T2 q = make_rand("q", Kind::Act, {c.T, c.H, Dh}, -2.f, 2.f);
+    const std::vector<uint8_t> swa_raw = random_entries(rng_, B * cap, Dh, bytes, nope);
+    const std::vector<uint8_t> comp_raw = random_entries(rng_, B * c.n_max, Dh, bytes, nope);
+    T2 swa = packed_cache(*cpu_, *gpu_, "swa", {B, cap, bytes}, swa_raw);
+    T2 comp = packed_cache(*cpu_, *gpu_, "comp", {B, c.n_max, bytes}, comp_raw);
+    T2 swa_f = make("swa_decoded", Kind::Act, {B, cap, Dh}, decode_entries(swa_raw, Dh, bytes, nope));
+    T2 comp_f = make("comp_decoded", Kind::Act, {B, c.n_max, Dh}, decode_entries(comp_raw, Dh, bytes, nope));
+    T2 swa_tags = make_i32("swa_tags", {B, cap}, tags);
+    T2 sel = make_i32("sel", {c.T, c.K}, attention_picks(rng_, c, pos));
+    T2 sink = make_rand("sink", Kind::F32, {c.H}, -1.f, 1.f);
+    T2 o = zeros("o", Kind::Act, {c.T, c.H, Dh}), o_f = zeros("o_f", Kind::Act, {c.T, c.H, Dh});
+    const bool selected = c.mode == CompressedKeys::Selected, none = c.mode == CompressedKeys::None;
+    cpu_->sparse_attention(Stream{}, o.c, q.c, swa.c, swa_tags.c, none ? Tensor{} : comp.c, selected ? sel.c : Tensor{},
+                           sink.c, tp.c, ts.c, c.window, c.mode, c.ratio);
+    gpu_->sparse_attention(Stream{}, o.g, q.g, swa.g, swa_tags.g, none ? Tensor{} : comp.g, selected ? sel.g : Tensor{},
+                           sink.g, tp.g, ts.g, c.window, c.mode, c.ratio);
+    gpu_->sparse_attention(Stream{}, o_f.g, q.g, swa_f.g, swa_tags.g, none ? Tensor{} : comp_f.g,
+                           selected ? sel.g : Tensor{}, sink.g, tp.g, ts.g, c.window, c.mode, c.ratio);
+    const std::vector<float> og = gg(o), of = gg(o_f);
+    size_t bad = 0;
+    for (size_t i = 0; i < og.size(); ++i) bad += std::memcmp(&og[i], &of[i], 4) != 0;
+    EXPECT_EQ(bad, 0u) << what << ": packed caches give another output than their decoded values";
+    expect_close(o, what);
+  }
+}
+
+TEST_P(CudaOps, CacheRollbackPacked) {
+  // Rows of 200 bytes (a tiny KV entry), ratio 4, extent 5: per sequence the rows of the blocks in
+  // (len, len + 5] are cleared, byte for byte, every other byte kept.
+  const int64_t B = 6, S = 40, n_max = 12, bytes = 200;
+  std::vector<int32_t> tags;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t i = 0; i < S; ++i) tags.push_back(int32_t(i));
+  T2 tg = make_i32("tags", {B, S}, tags);
+  std::vector<uint8_t> raw(size_t(B * n_max * bytes));
+  for (size_t i = 0; i < raw.size(); ++i) raw[i] = uint8_t(1 + i % 251);  // no zero byte
+  T2 entries = packed_cache(*cpu_, *gpu_, "entries", {B, n_max, bytes}, raw);
+  const std::vector<int32_t> lens = {0, 8, 9, 15, 40, 33};
+  T2 len = make_i32("len", {B}, lens);
+  cpu_->cache_rollback(Stream{}, tg.c, entries.c, len.c, 4, 5);
+  gpu_->cache_rollback(Stream{}, tg.g, entries.g, len.g, 4, 5);
+  expect_equal_i32(tg, "cache_rollback tags (packed entries)");
+  const std::vector<uint8_t> bg = bytes_of(*gpu_, entries.g);
+  EXPECT_EQ(bytes_of(*cpu_, entries.c), bg) << "cache_rollback packed entries";
+  size_t wrong = 0, cleared = 0;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t j = 0; j < n_max; ++j) {
+      const int64_t n = lens[size_t(b)];
+      const bool clear = j >= n / 4 && j < std::min<int64_t>(n_max, (n + 5) / 4);
+      cleared += clear;
+      for (int64_t i = 0; i < bytes; ++i) {
+        const size_t at = size_t((b * n_max + j) * bytes + i);
+        wrong += bg[at] != (clear ? 0 : raw[at]);
+      }
+    }
+  EXPECT_GT(cleared, 0u);
+  EXPECT_EQ(wrong, 0u) << "bytes cleared outside the rolled-back rows, or left inside them";
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, CudaOps, ::testing::ValuesIn(kVariants), variant_test_name);

@@ -7,8 +7,8 @@
 // read (its window, its compressed entries, and the indexer keys). Weights count as they are held
 // (--weights=native: FP8 codes plus their block scales, MXFP4 pairs plus their e8m0 scales, the
 // rest in bf16); KV entries as a real cache holds them (--kv-cache=fp8: vLLM's FP8 layout, 584
-// bytes per flash entry, though the caches here hold the emulated values in bf16, so the ratio
-// then includes that gap). The ratio printed is the
+// bytes per flash entry, the caches packed so unless --kernel-variants=fp8-kv=emulated holds
+// the same values in bf16, a gap the ratio then includes). The ratio printed is the
 // median step time over that floor, measured in this run. Each batch is measured eager (the
 // host enqueues every kernel) and, with the same model and caches, through one CUDA graph
 // replayed per step (--modes picks).
@@ -55,7 +55,7 @@ struct Options {
   std::string command_line;
   std::string kernel_variants;  // --kernel-variants= (model/kernel_variants.h)
   WeightFormat weights = WeightFormat::Bf16;  // --weights=
-  bool kv_fp8 = false;  // --kv-cache=fp8: the caches' FP8 values (emulated) and the floor in FP8 bytes
+  bool kv_fp8 = false;  // --kv-cache=fp8: FP8 caches (packed unless fp8-kv=emulated) and the floor in FP8 bytes
 };
 
 // Bytes of the dense (non-routed-expert) weights under a name prefix, as the backend holds
@@ -257,8 +257,12 @@ void run(const Options& o) {
   out["mtp_compress"] = o.mtp_compress >= 0 ? o.mtp_compress : load_config(o.config).mtp_compress_ratio;
   out["draft_steps"] = o.draft_steps;
   out["weights"] = weight_format_name(o.weights);
-  // The floor's KV bytes: a bf16 cache, or vLLM's FP8 layout (the run's caches hold bf16 either way).
-  out["kv_cache"] = o.kv_fp8 ? "fp8 (floor in FP8 bytes; caches emulated in bf16)" : "bf16";
+  // The floor's KV bytes: a bf16 cache, or vLLM's FP8 layout; the run's caches are packed in those
+  // bytes unless the fp8-kv=emulated variant holds them in bf16.
+  out["kv_cache"] = !o.kv_fp8 ? "bf16"
+                    : KernelVariants::parse(o.kernel_variants).fp8_kv_packed
+                        ? "fp8 (packed in FP8 bytes, as the floor counts them)"
+                        : "fp8 (floor in FP8 bytes; caches emulated in bf16)";
   out["modes"] = o.modes;
   std::printf("\n%-6s %-6s %12s %12s %12s %12s %12s %8s\n", "batch", "mode", "median ms", "enqueue ms", "floor GB",
               "floor ms", "experts GB", "ratio");
@@ -345,7 +349,8 @@ int main(int argc, char** argv) {
       "             [--no-shared-expert-stream] [--stream-source=cuda|torch] [--placement=vllm-fix|vllm-head]\n"
       "             [--graph-scope=step|split] [--weights=bf16|native] [--kv-cache=bf16|fp8] [--kernel-variants=SPEC]\n"
       "             [--out=FILE.json]\n"
-      "  --kv-cache=fp8: the caches' FP8 values (emulated: held in bf16) and the floor's KV in FP8 bytes\n"
+      "  --kv-cache=fp8: FP8 KV caches packed in vLLM's bytes (fp8-kv=emulated: the same values held in bf16) and\n"
+      "                  the floor's KV in FP8 bytes\n"
       "  --kernel-variants: ") + sl::kKernelVariantsHelp + "\n"
       "Decode step time (CUDA) against the bytes floor; see the header of bench_decode.cpp.\n";
   return sl::bench::bench_main(
