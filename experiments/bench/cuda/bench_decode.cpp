@@ -258,11 +258,10 @@ void run(const Options& o) {
   out["draft_steps"] = o.draft_steps;
   out["weights"] = weight_format_name(o.weights);
   // The floor's KV bytes: a bf16 cache, or vLLM's FP8 layout; the run's caches are packed in those
-  // bytes unless the fp8-kv=emulated variant holds them in bf16.
-  out["kv_cache"] = !o.kv_fp8 ? "bf16"
-                    : KernelVariants::parse(o.kernel_variants).fp8_kv_packed
-                        ? "fp8 (packed in FP8 bytes, as the floor counts them)"
-                        : "fp8 (floor in FP8 bytes; caches emulated in bf16)";
+  // bytes ("packed", as run --json records it), or with fp8-kv=emulated hold the same values in
+  // bf16 ("emulated": the floor then counts fewer bytes than the caches hold).
+  out["kv_cache"] = o.kv_fp8 ? "fp8" : "bf16";
+  if (o.kv_fp8) out["kv_cache_storage"] = KernelVariants::parse(o.kernel_variants).fp8_kv_packed ? "packed" : "emulated";
   out["modes"] = o.modes;
   std::printf("\n%-6s %-6s %12s %12s %12s %12s %12s %8s\n", "batch", "mode", "median ms", "enqueue ms", "floor GB",
               "floor ms", "experts GB", "ratio");
