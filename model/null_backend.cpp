@@ -13,8 +13,8 @@ class NullBackend final : public Backend {
   std::string name() const override { return "null"; }
   DType act_dtype() const override { return DType::BF16; }
   DType weight_dtype() const override { return DType::BF16; }
-  // FP8 KV caches as the CUDA backend holds them by default (packed unless its fp8-kv variant says
-  // otherwise), so that a schedule lists the ops and cache bytes of a default GPU run.
+  // FP8 KV caches as the CUDA backend holds them by default (its fp8-kv variant's default), so
+  // that a schedule lists the ops and cache bytes of a default GPU run.
   bool packed_kv_caches() const override { return KernelVariants{}.fp8_kv_packed; }
 
   Tensor alloc(const std::string& name, DType dtype, Shape shape, AllocKind kind) override {

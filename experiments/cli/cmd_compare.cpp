@@ -115,7 +115,7 @@ nlohmann::json measured_provenance(const std::vector<compare::Side>& sides) {
 }
 
 // How the children hold --kv-cache fp8 caches: packed in vLLM's FP8 bytes (the CPU backend; the
-// CUDA backend unless --kernel-variants fp8-kv=emulated) or emulated in bf16; "" without them.
+// CUDA backend under --kernel-variants fp8-kv=packed) or emulated in bf16; "" without them.
 std::string kv_cache_storage(const std::string& backend, const std::string& kv_cache, const std::string& variants) {
   if (kv_cache != "fp8") return "";
   return backend == "cpu" || KernelVariants::parse(variants).fp8_kv_packed ? "packed" : "emulated";

@@ -673,7 +673,7 @@ void run_rank0(const RunOptions& o, std::optional<RankGroup>& processes) {
                  kv_entry_bytes(cfg, be.act_dtype(), true), indexer_key_bytes(cfg, be.act_dtype(), true));
   else if (shape.kv_fp8)
     std::fprintf(info, "KV caches: fp8 values, emulated (e4m3 nope dims with a scale per 64, indexer keys one scale "
-                 "per key, indexer query one per head; held in %s: the %s backend's packed caches are off, fp8-kv=emulated)\n",
+                 "per key, indexer query one per head; held in %s: on the %s backend fp8-kv=packed packs them)\n",
                  dtype_name(be.act_dtype()), be.name().c_str());
   std::fflush(info);
 

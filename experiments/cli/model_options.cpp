@@ -47,8 +47,9 @@ void add_model_options(CLI::App* cmd, ModelOptions& o) {
   cmd->add_option("--kv-cache", o.kv_cache,
                   "KV cache format: bf16, or fp8 as vLLM's caches hold it (e4m3 nope dims with a power-of-two "
                   "scale per 64 and bf16 rope dims, indexer keys with one scale per key, and the indexer query "
-                  "with one per head, as vLLM quantizes it), packed in vLLM's bytes (584 per flash entry); on the "
-                  "CUDA backend --kernel-variants fp8-kv=emulated holds the same values in bf16 instead")
+                  "with one per head, as vLLM quantizes it): packed in vLLM's bytes (584 per flash entry) on the CPU "
+                  "backend and on the CUDA backend under --kernel-variants fp8-kv=packed; otherwise the CUDA "
+                  "backend holds the same values in bf16 (emulated)")
       ->check(CLI::IsMember({"bf16", "fp8"}))
       ->capture_default_str();
   cmd->add_option("--aux-priority", o.aux_priority, "priority of the aux streams: default or highest")

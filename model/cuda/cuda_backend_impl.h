@@ -105,7 +105,7 @@ class CudaBackend final : public Backend {
   std::string name() const override { return "cuda"; }
   DType act_dtype() const override { return DType::BF16; }
   DType weight_dtype() const override { return DType::BF16; }
-  // Packed FP8 KV caches unless variant fp8-kv=emulated asks for the bf16 emulation.
+  // Packed FP8 KV caches under variant fp8-kv=packed, else the bf16 emulation (the default).
   bool packed_kv_caches() const override { return variants().fp8_kv_packed; }
 
   // memory (cuda_backend.cu)

@@ -46,9 +46,9 @@ TEST(KernelVariants, EveryKeyParsesAndPrintsBack) {
   const KernelVariants k = KernelVariants::parse(
       "attn-decode=off,attn-splits=8,gemv-bf16-max-mb=0,pdl=off,cublas-workspace-kb=0,mxfp4-mma=off,fp8-decode=wide,mxfp4-wide=on,"
       "mxfp4-decode=table,mxfp4-swap=on,mxfp4-prefill=gemm,fp8-pair=off,fp8-wide-blocks=1,hc-decode=split,"
-      "fp8-kv=emulated");
+      "fp8-kv=packed");
   EXPECT_FALSE(k.attention_decode_kernel);
-  EXPECT_FALSE(k.fp8_kv_packed);
+  EXPECT_TRUE(k.fp8_kv_packed);
   EXPECT_EQ(k.fp8_decode, Fp8Decode::Wide);
   EXPECT_TRUE(k.mxfp4_wide);
   EXPECT_EQ(k.mxfp4_decode, Mxfp4Decode::Table);
@@ -58,7 +58,7 @@ TEST(KernelVariants, EveryKeyParsesAndPrintsBack) {
   EXPECT_EQ(k.fp8_wide_blocks, 1);
   EXPECT_FALSE(k.hc_decode_fused);
   EXPECT_EQ(KernelVariants::parse("hc-decode=fused"), KernelVariants{});
-  EXPECT_EQ(KernelVariants::parse("fp8-kv=packed"), KernelVariants{});
+  EXPECT_EQ(KernelVariants::parse("fp8-kv=emulated"), KernelVariants{});
   EXPECT_EQ(KernelVariants::parse("fp8-wide-blocks=2"), KernelVariants{});
   EXPECT_EQ(KernelVariants::parse("mxfp4-prefill=mma"), KernelVariants{});
   EXPECT_EQ(KernelVariants::parse("mxfp4-swap=auto"), KernelVariants{});

@@ -150,16 +150,16 @@ TEST(CudaModel, TinyNativeWeightsMatchCpuReference) {
   compare_with_cpu(2, 0, 2, 1, false, WeightFormat::Native, 0.3);
   compare_with_cpu(1, 4, 3, 2, true, WeightFormat::Native, 0.3);
 }
-// FP8 KV caches (--kv-cache fp8, packed on both sides): each cached value is rounded to an e4m3
-// step on both sides, which amplifies the bf16 side's small differences exactly as the native weights'
+// FP8 KV caches (--kv-cache fp8; emulated on the GPU by default, the last run packed on both
+// sides): each cached value is rounded to an e4m3 step on both sides, which amplifies the bf16 side's small differences exactly as the native weights'
 // activation quantization does (see above), so the same bound; op by op on identical inputs the
 // rounding is bit-identical (CudaOps.RoundFp8BlocksAndShardRouting, CudaOps.SwaInsertPacked).
 TEST(CudaModel, TinyFp8KvCacheMatchesCpuReference) {
   REQUIRE_GPU();
   compare_with_cpu(2, 0, 2, 1, false, WeightFormat::Bf16, 0.3, true);
   compare_with_cpu(1, 4, 3, 2, true, WeightFormat::Native, 0.3, true);
-  // The emulation (bf16 entries on the GPU; the check backend then emulates on both sides).
-  compare_with_cpu(1, 4, 3, 2, true, WeightFormat::Native, 0.3, true, "fp8-kv=emulated");
+  // Packed on both sides (the check backend packs where both backends do).
+  compare_with_cpu(1, 4, 3, 2, true, WeightFormat::Native, 0.3, true, "fp8-kv=packed");
 }
 
 // The decode-step variants that are not the defaults, with the bounds of the defaults (the
@@ -309,7 +309,7 @@ TEST(CudaModel, SameResultVariantsBitIdentical) {
   }
 }
 
-// FP8 KV caches packed as vLLM stores them (the default of --kv-cache fp8 on the GPU) hold exactly
+// FP8 KV caches packed as vLLM stores them (--kernel-variants fp8-kv=packed on the GPU) hold exactly
 // the values of the emulated ones (fp8-kv=emulated: bf16 entries rounded by round_fp8_blocks),
 // so logits, drafts and acceptances are bit-identical, eager and under graph replay, over
 // verifying steps whose rollbacks clear packed entries (2 sequences, random acceptance, an MTP

@@ -7,8 +7,8 @@
 // read (its window, its compressed entries, and the indexer keys). Weights count as they are held
 // (--weights=native: FP8 codes plus their block scales, MXFP4 pairs plus their e8m0 scales, the
 // rest in bf16); KV entries as a real cache holds them (--kv-cache=fp8: vLLM's FP8 layout, 584
-// bytes per flash entry, the caches packed so unless --kernel-variants=fp8-kv=emulated holds
-// the same values in bf16, a gap the ratio then includes). The ratio printed is the
+// bytes per flash entry; the caches are packed so under --kernel-variants=fp8-kv=packed, else
+// hold the same values in bf16, a gap the ratio then includes). The ratio printed is the
 // median step time over that floor, measured in this run. Each batch is measured eager (the
 // host enqueues every kernel) and, with the same model and caches, through one CUDA graph
 // replayed per step (--modes picks).
@@ -55,7 +55,7 @@ struct Options {
   std::string command_line;
   std::string kernel_variants;  // --kernel-variants= (model/kernel_variants.h)
   WeightFormat weights = WeightFormat::Bf16;  // --weights=
-  bool kv_fp8 = false;  // --kv-cache=fp8: FP8 caches (packed unless fp8-kv=emulated) and the floor in FP8 bytes
+  bool kv_fp8 = false;  // --kv-cache=fp8: FP8 caches (packed under fp8-kv=packed) and the floor in FP8 bytes
 };
 
 // Bytes of the dense (non-routed-expert) weights under a name prefix, as the backend holds
@@ -348,8 +348,8 @@ int main(int argc, char** argv) {
       "             [--no-shared-expert-stream] [--stream-source=cuda|torch] [--placement=vllm-fix|vllm-head]\n"
       "             [--graph-scope=step|split] [--weights=bf16|native] [--kv-cache=bf16|fp8] [--kernel-variants=SPEC]\n"
       "             [--out=FILE.json]\n"
-      "  --kv-cache=fp8: FP8 KV caches packed in vLLM's bytes (fp8-kv=emulated: the same values held in bf16) and\n"
-      "                  the floor's KV in FP8 bytes\n"
+      "  --kv-cache=fp8: FP8 KV caches (emulated: the values held in bf16; packed in vLLM's bytes under\n"
+      "                  --kernel-variants=fp8-kv=packed) and the floor's KV in FP8 bytes\n"
       "  --kernel-variants: ") + sl::kKernelVariantsHelp + "\n"
       "Decode step time (CUDA) against the bytes floor; see the header of bench_decode.cpp.\n";
   return sl::bench::bench_main(
