@@ -51,8 +51,9 @@ for st in $stages; do case $st in
   tests)
     # OPS_FILTER: a gtest filter for the op tests (e.g. the kernels a round changed), OPS_SECONDS their limit.
     run test_cuda_ops ${OPS_SECONDS:-200} $B/test_cuda_ops --gtest_brief=1 ${OPS_FILTER:+--gtest_filter=$OPS_FILTER}
-    # MODEL_SECONDS: the model tests' limit (they build the tiny model about 50 times).
-    run test_cuda_model ${MODEL_SECONDS:-180} $B/test_cuda_model --gtest_brief=1
+    # MODEL_SECONDS: the model tests' limit (they build the tiny model about 50 times); MODEL_FILTER
+    # a gtest filter for them.
+    run test_cuda_model ${MODEL_SECONDS:-180} $B/test_cuda_model --gtest_brief=1 ${MODEL_FILTER:+--gtest_filter=$MODEL_FILTER}
     run test_cuda_check 90 $B/test_cuda_check
     run test_nccl 120 $B/test_nccl ;;
   sanitizer)
