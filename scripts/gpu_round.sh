@@ -165,7 +165,7 @@ for st in $stages; do case $st in
     # storage recorded) and the step times side by side. JSON into the logs archive.
     run kv_run 150 $B/streamlab "${RUN_FLASH[@]}" --weights native --kv-cache fp8 --kernel-variants fp8-kv=packed \
       --batch 8 --context 2048 --steps 4 --json
-    for v in ${KV_SWEEP:-"packed:fp8-kv=packed emulated:fp8-kv=emulated"}; do
+    for v in ${KV_SWEEP:-packed:fp8-kv=packed emulated:fp8-kv=emulated}; do
       name=${v%%:*}; kv=${v#*:}
       run "kv_$name" ${SWEEP_SECONDS_EACH:-150} $B/bench_decode "${BENCH_FLASH[@]}" --kernel-variants=$kv \
         --weights=native --kv-cache=fp8 --batches=${SWEEP_BATCHES:-1,8} --modes=${SWEEP_MODES:-graph} \

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include <benchmark/benchmark.h>
+#include <stdexcept>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -164,7 +165,9 @@ inline const char* flag_value(const char* arg, const char* key) {
 }
 
 // The shared main(): our `--key=value` flags go to `parse` (true = consumed), `--help` prints
-// `usage`, the rest go to Google Benchmark; errors are reported as "NAME: error: ..." (exit 1).
+// `usage`, the rest go to Google Benchmark; an argument neither takes is an error (a stray word
+// from a script must not run a benchmark other than the one asked for); errors are reported as
+// "NAME: error: ..." (exit 1).
 inline int bench_main(int argc, char** argv, const char* name, const char* usage,
                       const std::function<bool(const char*)>& parse, const std::function<int()>& run) {
   std::vector<char*> rest{argv[0]};
@@ -178,6 +181,7 @@ inline int bench_main(int argc, char** argv, const char* name, const char* usage
     }
     int rc = int(rest.size());
     benchmark::Initialize(&rc, rest.data());
+    if (rc > 1) throw std::runtime_error(std::string("unknown argument '") + rest[1] + "' (--help lists the options)");
     return run();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s: error: %s\n", name, e.what());
