@@ -147,8 +147,8 @@ int64_t check_packed_cache(const char* op, const char* arg, const Tensor& t, int
   constexpr Presence P = R::presence;
   check_dtype<P>(op, arg, t, DType::U8);
   SL_CHECK(R::packed_kv, op, ": ", arg, " is a packed FP8 cache (", describe(t),
-           "); this backend's kernels take FP8 KV caches emulated in the activation dtype (--kv-cache fp8 "
-           "chooses them there)");
+           "); this backend's kernels do not read packed caches (it holds --kv-cache fp8 caches emulated in "
+           "its activation dtype)");
   check_ndim<P>(op, arg, t, 3);
   if (kind == PackedEntry::IndexerKey) {
     SL_CHECK(t.dim(2) == kvfp8::indexer_key_bytes(values), op, ": ", arg, " is ", describe(t), ", expected ",

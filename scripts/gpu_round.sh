@@ -161,8 +161,9 @@ for st in $stages; do case $st in
     fi ;;
   kvsweep)
     # --kv-cache=fp8 with native weights, the caches packed in FP8 bytes against emulated in bf16
-    # (KV_SWEEP="name:variants ..."), graph mode by default; a flash-6l run with --json (memory, the
-    # storage recorded) and the step times side by side. JSON into the logs archive.
+    # (KV_SWEEP="name:variants ...", the first the base), graph mode by default; a flash-6l run with
+    # --json (memory, the storage recorded), then scripts/variant_table.py's table of the step
+    # times. JSON into the logs archive.
     run kv_run 150 $B/streamlab "${RUN_FLASH[@]}" --weights native --kv-cache fp8 --kernel-variants fp8-kv=packed \
       --batch 8 --context 2048 --steps 4 --json
     for v in ${KV_SWEEP:-packed:fp8-kv=packed emulated:fp8-kv=emulated}; do
@@ -171,6 +172,9 @@ for st in $stages; do case $st in
         --weights=native --kv-cache=fp8 --batches=${SWEEP_BATCHES:-1,8} --modes=${SWEEP_MODES:-graph} \
         --policy=shared --steps=${BENCH_STEPS:-20} --out="$W/kv_$name.json"
     done
+    first=${KV_SWEEP:-packed:}; first=${first%%:*}
+    [ -f "$W/kv_$first.json" ] && python3 scripts/variant_table.py "$W"/kv_*.json --base "kv_$first" 2>&1 |
+      tee "$W/kv_table.log"
     tar czf "$OUT/round.tar.gz" -C "$W" . ;;
   policies)
     # bench_decode once per stream policy (batch 1 and 8, eager and graph): what the aux streams

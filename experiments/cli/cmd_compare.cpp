@@ -126,8 +126,9 @@ std::string describe_setup(const nlohmann::json& settings) {
   if (m.empty()) return "";
   char buf[600];
   const bool kv8 = m.value("kv_cache", std::string("bf16")) == "fp8";
-  // Packed in FP8 bytes or emulated in bf16 (files from before packed caches: emulated).
-  const std::string kv8_words = ", fp8 KV cache (" + m.value("kv_cache_storage", std::string("emulated")) + ")";
+  // Packed in FP8 bytes or emulated in bf16; files from before it was recorded do not say.
+  const std::string storage = m.value("kv_cache_storage", std::string());
+  const std::string kv8_words = ", fp8 KV cache" + (storage.empty() ? std::string() : " (" + storage + ")");
   // A split model: which system the figures are true of (rank 0 of N, its collectives included).
   const int ranks = m.value("expert_ranks", 1);
   const std::string split = ranks > 1 ? ", experts split over " + std::to_string(ranks) + " ranks" +

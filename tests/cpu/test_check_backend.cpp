@@ -785,6 +785,49 @@ TEST(CheckBackend, PackedPoolOneRoundingStepPasses) {
   expect_one_step_passes(64, /*kv=*/false);
 }
 
+// The bound is one e4m3 step per value, not the float tolerance: a dut whose every e4m3 value of
+// entry 1 is one step up (each side quantizes its own floats; near rounding boundaries many may
+// land so) passes although the relative error is past the tolerance, and one value two steps up
+// (within its binade: codes of mantissa <= 5, normal) fails, named in the note.
+TEST(CheckBackend, PackedPoolIsHeldToOneE4m3Step) {
+  for (bool kv : {true, false}) {
+    SCOPED_TRACE(kv ? "KV entries" : "indexer keys");
+    const int64_t d = kv ? 72 : 64, codes = kv ? 64 : 64;
+    {
+      PackedPool p(d, kv);
+      p.perturb = [&](uint8_t* e) {
+        for (int64_t i = 0; i < codes; ++i) {
+          const int mag = e[p.width + i] & 0x7f;
+          if (mag >= 1 && mag <= 0x7d) e[p.width + i] += 1;
+        }
+      };
+      const CheckRecord r = p.pool({3, 7});
+      const std::vector<double> a = decode_by_hand(p.pristine, d, p.nope, p.width),
+                                b = decode_by_hand(p.dut_bytes(), d, p.nope, p.width);
+      EXPECT_NEAR(r.rel_err, rel_err(a, b), 1e-12 * rel_err(a, b)) << r.describe();
+      EXPECT_GT(r.rel_err, 2e-2) << "every value a step up should be past the default tolerance";
+      EXPECT_FALSE(r.failed) << r.describe();
+    }
+    {
+      PackedPool p(d, kv);
+      int64_t at = -1;
+      p.perturb = [&](uint8_t* e) {
+        for (int64_t i = 0; i < codes && at < 0; ++i) {
+          const uint8_t q = e[p.width + i];
+          if (((q >> 3) & 0xf) >= 1 && (q & 7) <= 5) at = p.width + i;
+        }
+        if (at >= 0) e[at] += 2;
+      };
+      const CheckRecord r = p.pool({3, 7});
+      ASSERT_GE(at, 0) << "entry 1 has no normal code of mantissa <= 5";
+      EXPECT_TRUE(r.failed) << r.describe();
+      EXPECT_NE(r.note.find("1 of " + std::to_string(3 * d) + " values more than one e4m3 step"), std::string::npos)
+          << r.note;
+      EXPECT_EQ(r.max_abs_index, at) << r.describe();
+    }
+  }
+}
+
 // A gross corruption fails: entry 1's scale 32x (KV: its scale byte + 5; indexer key: the fp32
 // scale times 32), i.e. every value of the block 32x, at the relative error computed by hand.
 TEST(CheckBackend, PackedPoolWrongScaleFails) {

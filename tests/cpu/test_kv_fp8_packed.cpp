@@ -157,7 +157,7 @@ TEST(PackedKvOps, RollbackClearsWholePackedEntries) {
   for (int i = 0; i < 8; ++i) EXPECT_EQ(tags.ptr<int32_t>()[i], i < 5 ? i : -1);
 }
 
-// A backend whose rules do not take packed caches (the CUDA backend's, today) refuses one with a
+// A backend whose rules do not take packed caches refuses one with a
 // message that says so, rather than reading bytes as bf16.
 TEST(PackedKvOps, ABackendWithoutThemRefusesPackedCaches) {
   Packed p;

@@ -96,6 +96,10 @@ void compare_with_cpu(int mtp_layers, int mtp_compress, int draft_steps, int bat
   rs.weights = weights;
   rs.kv_fp8 = kv_fp8;
   DeepSeekV4 got(*check, c, StreamPolicy::parse("shared"), rs);
+  // Packed where both sides pack (the CPU always; the GPU under fp8-kv=packed): say which ran.
+  if (kv_fp8) {
+    EXPECT_EQ(got.kv_packed(), cpu_pair() || gopt.variants.fp8_kv_packed) << variants;
+  }
   got.init_random(c.seed);
   if (verify) got.set_accept_rule(parse_accept_rule("rate:0.6:5"));
   const auto p = prompt(c.context_length, c.vocab_size, batch);
