@@ -220,6 +220,26 @@ class CudaOps : public ::testing::TestWithParam<const char*> {
     EXPECT_EQ(geti(*cpu_, t.c), geti(*gpu_, t.g)) << what;
   }
 
+  // The compressor's state ring as the pooling tests start from it, saved on both backends: B = 2
+  // sequences, sequence 0 at positions 0..39 in one step, sequence 1 at 20..39 only (its earlier
+  // blocks absent from the ring: partial or empty pools); a ring of (overlap ? 2 : 1) * ratio + 40
+  // slots of cdim values. Returns pos, seq, state_u, state_g, state_tags.
+  std::tuple<T2, T2, T2, T2, T2> saved_pool_state(int64_t B, int ratio, bool overlap, int64_t cdim) {
+    const int64_t S = (overlap ? 2 : 1) * ratio + 40;
+    std::vector<int32_t> pos, seq;
+    for (int p = 0; p < 40; ++p) pos.push_back(p), seq.push_back(0);
+    for (int p = 20; p < 40; ++p) pos.push_back(p), seq.push_back(1);
+    const int64_t T = int64_t(pos.size());
+    T2 tp = make_i32("pos", {T}, pos), ts = make_i32("seq", {T}, seq);
+    T2 su = zeros("su", Kind::F32, {B, S, cdim}), sg = zeros("sg", Kind::F32, {B, S, cdim});
+    T2 tags = make_i32("tags", {B, S}, std::vector<int32_t>(size_t(B * S), -1));
+    T2 u = make_rand("u", Kind::F32, {T, cdim}, -2.f, 2.f), g = make_rand("g", Kind::F32, {T, cdim}, -3.f, 3.f);
+    T2 ape = make_rand("ape", Kind::F32, {ratio, cdim});
+    cpu_->compressor_save(Stream{}, su.c, sg.c, tags.c, u.c, g.c, ape.c, tp.c, ts.c, ratio);
+    gpu_->compressor_save(Stream{}, su.g, sg.g, tags.g, u.g, g.g, ape.g, tp.g, ts.g, ratio);
+    return {tp, ts, su, sg, tags};
+  }
+
   // A routing for the expert tests: k distinct experts of E per token (random), their weights,
   // and each backend's workspace.
   struct MoeRouting {
@@ -980,26 +1000,8 @@ TEST_P(CudaOps, CompressorPool) {
   };
   for (const Case& c : {Case{4, true, 128}, Case{8, false, 128}, Case{4, true, 512}, Case{16, false, 64}}) {
     const int64_t B = 2, R = 64, cdim = (c.overlap ? 2 : 1) * c.d;
-    const int64_t span = (c.overlap ? 2 : 1) * c.ratio, S = span + 40, n_max = 16, P = 512;
-    // Sequence 0: positions 0..39 in one step; sequence 1: positions 20..39 only (its earlier
-    // blocks are absent from the ring: partial or empty pools).
-    std::vector<int32_t> pos, seq;
-    for (int p = 0; p < 40; ++p) {
-      pos.push_back(p);
-      seq.push_back(0);
-    }
-    for (int p = 20; p < 40; ++p) {
-      pos.push_back(p);
-      seq.push_back(1);
-    }
-    const int64_t T = int64_t(pos.size());
-    T2 tp = make_i32("pos", {T}, pos), ts = make_i32("seq", {T}, seq);
-    T2 su = zeros("su", Kind::F32, {B, S, cdim}), sg = zeros("sg", Kind::F32, {B, S, cdim});
-    T2 tags = make_i32("tags", {B, S}, std::vector<int32_t>(size_t(B * S), -1));
-    T2 u = make_rand("u", Kind::F32, {T, cdim}, -2.f, 2.f), g = make_rand("g", Kind::F32, {T, cdim}, -3.f, 3.f);
-    T2 ape = make_rand("ape", Kind::F32, {c.ratio, cdim});
-    cpu_->compressor_save(Stream{}, su.c, sg.c, tags.c, u.c, g.c, ape.c, tp.c, ts.c, c.ratio);
-    gpu_->compressor_save(Stream{}, su.g, sg.g, tags.g, u.g, g.g, ape.g, tp.g, ts.g, c.ratio);
+    const int64_t n_max = 16, P = 512;
+    const auto [tp, ts, su, sg, tags] = saved_pool_state(B, c.ratio, c.overlap, cdim);
     T2 entries = zeros("entries", Kind::Act, {B, n_max, c.d});
     T2 nw = make_rand("norm_w", Kind::Wt, {c.d}, 0.5f, 1.5f);
     T2 table = make("table", Kind::F32, {P, R}, rope_table(int(P), int(R)));
@@ -1524,18 +1526,8 @@ TEST_P(CudaOps, CompressorPoolPacked) {
     const std::string what = std::string(c.key ? "indexer keys" : "KV entries") + " d " + std::to_string(c.d);
     SCOPED_TRACE(what);
     const int64_t B = 2, R = 64, cdim = (c.overlap ? 2 : 1) * c.d;
-    const int64_t span = (c.overlap ? 2 : 1) * c.ratio, S = span + 40, n_max = 16, P = 512;
-    std::vector<int32_t> pos, seq;
-    for (int p = 0; p < 40; ++p) pos.push_back(p), seq.push_back(0);
-    for (int p = 20; p < 40; ++p) pos.push_back(p), seq.push_back(1);
-    const int64_t T = int64_t(pos.size());
-    T2 tp = make_i32("pos", {T}, pos), ts = make_i32("seq", {T}, seq);
-    T2 su = zeros("su", Kind::F32, {B, S, cdim}), sg = zeros("sg", Kind::F32, {B, S, cdim});
-    T2 tags = make_i32("tags", {B, S}, std::vector<int32_t>(size_t(B * S), -1));
-    T2 u = make_rand("u", Kind::F32, {T, cdim}, -2.f, 2.f), g = make_rand("g", Kind::F32, {T, cdim}, -3.f, 3.f);
-    T2 ape = make_rand("ape", Kind::F32, {c.ratio, cdim});
-    cpu_->compressor_save(Stream{}, su.c, sg.c, tags.c, u.c, g.c, ape.c, tp.c, ts.c, c.ratio);
-    gpu_->compressor_save(Stream{}, su.g, sg.g, tags.g, u.g, g.g, ape.g, tp.g, ts.g, c.ratio);
+    const int64_t n_max = 16, P = 512;
+    const auto [tp, ts, su, sg, tags] = saved_pool_state(B, c.ratio, c.overlap, cdim);
     T2 packed = packed_cache(*cpu_, *gpu_, "entries", {B, n_max, bytes}, std::vector<uint8_t>(size_t(B * n_max * bytes), 0));
     T2 emu = zeros("emulated", Kind::Act, {B, n_max, c.d});
     T2 nw = make_rand("norm_w", Kind::Wt, {c.d}, 0.5f, 1.5f);
