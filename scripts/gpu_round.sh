@@ -32,9 +32,10 @@ fi
 # The flash-shaped runs' common arguments, named once (a change of the set-up is one edit):
 # streamlab run on flash-6l with the shared policy and 1 MTP layer; bench_decode's spelling of
 # the same at context 2048 with 1 draft step (the policy stays per call); the race runs on
-# flash-6l-e32 (2 MTP layers of compress 4, 4 decode steps).
+# flash-6l-e32 (2 MTP layers of compress 4, 4 decode steps). BENCH_CONTEXT: bench_decode's
+# context (default 2048), e.g. to time the FP8 KV caches where their bytes weigh more.
 RUN_FLASH=(run --config flash-6l --backend cuda --policy shared --mtp-layers 1)
-BENCH_FLASH=(--config=flash-6l --context=2048 --mtp-layers=1 --draft-steps=1)
+BENCH_FLASH=(--config=flash-6l --context=${BENCH_CONTEXT:-2048} --mtp-layers=1 --draft-steps=1)
 RUN_RACE=(run --config flash-6l-e32 --backend cuda --policy per-layer --mtp-layers 2 --mtp-compress 4 --draft-steps 2
           --context 2048 --steps 4)
 stages=${STAGES:-"env tests tiny flash sanitizer trace bench overhead"}
