@@ -12,7 +12,7 @@ const char* const kKernelVariantsHelp =
     "CUDA kernel variants, key=value[,key=value...]: attn-decode=on|off, attn-splits=N (0 = auto, at most 16), "
     "gemv-bf16-max-mb=N, pdl=on|off, cublas-workspace-kb=N, mxfp4-mma=on|off, fp8-decode=auto|warp|wide, "
     "mxfp4-wide=on|off, mxfp4-decode=table|shift, mxfp4-swap=on|off|auto, "
-    "mxfp4-prefill=mma|gemm, fp8-pair=on|off, fp8-wide-blocks=1|2, hc-decode=split|fused, "
+    "mxfp4-prefill=mma|gemm|auto, fp8-pair=on|off, fp8-wide-blocks=1|2, hc-decode=split|fused, "
     "fp8-kv=packed|emulated (default: the "
     "measured best of each; variants not yet timed on a GPU are off)";
 
@@ -113,7 +113,10 @@ KernelVariants KernelVariants::parse(const std::string& spec) {
     } else if (key == "fp8-pair") {
       k.fp8_pair = on_off(key, v);
     } else if (key == "mxfp4-prefill") {
-      k.mxfp4_prefill_gemm = either(key, v, "mma", "gemm");
+      if (v == "mma") k.mxfp4_prefill = Mxfp4Prefill::Mma;
+      else if (v == "gemm") k.mxfp4_prefill = Mxfp4Prefill::Gemm;
+      else if (v == "auto") k.mxfp4_prefill = Mxfp4Prefill::Auto;
+      else fail("--kernel-variants: ", key, "=", v, ": expected mma, gemm or auto");
     } else if (key == "fp8-kv") {
       k.fp8_kv_packed = !either(key, v, "packed", "emulated");
     } else if (const char* why = removed(key)) {
@@ -131,6 +134,7 @@ std::string KernelVariants::str() const {
   static const char* const fp8_decode_names[] = {"auto", "warp", "wide"};
   static const char* const mxfp4_decode_names[] = {"table", "shift"};
   static const char* const mxfp4_swap_names[] = {"off", "on", "auto"};
+  static const char* const mxfp4_prefill_names[] = {"mma", "gemm", "auto"};
   auto oo = [](bool b) { return b ? "on" : "off"; };
   std::ostringstream s;
   s << "attn-decode=" << oo(attention_decode_kernel) << ",attn-splits=" << attention_splits
@@ -138,7 +142,7 @@ std::string KernelVariants::str() const {
     << ",cublas-workspace-kb=" << (cublas_workspace_bytes >> 10) << ",mxfp4-mma=" << oo(mxfp4_mma)
     << ",fp8-decode=" << fp8_decode_names[int(fp8_decode)] << ",mxfp4-wide=" << oo(mxfp4_wide)
     << ",mxfp4-decode=" << mxfp4_decode_names[int(mxfp4_decode)] << ",mxfp4-swap=" << mxfp4_swap_names[int(mxfp4_swap)]
-    << ",mxfp4-prefill=" << (mxfp4_prefill_gemm ? "gemm" : "mma") << ",fp8-pair=" << oo(fp8_pair)
+    << ",mxfp4-prefill=" << mxfp4_prefill_names[int(mxfp4_prefill)] << ",fp8-pair=" << oo(fp8_pair)
     << ",fp8-wide-blocks=" << fp8_wide_blocks << ",hc-decode=" << (hc_decode_fused ? "fused" : "split")
     << ",fp8-kv=" << (fp8_kv_packed ? "packed" : "emulated");
   return s.str();

@@ -21,6 +21,7 @@ namespace sl {
 enum class Fp8Decode { Auto, Warp, Wide };
 enum class Mxfp4Decode { Table, Shift };
 enum class Mxfp4Swap { Off, On, Auto };
+enum class Mxfp4Prefill { Mma, Gemm, Auto };
 
 struct KernelVariants {
   // Sparse attention at decode (at most 2 tokens, head dims 64..512): the CUDA-core decode kernel
@@ -81,9 +82,22 @@ struct KernelVariants {
   Mxfp4Swap mxfp4_swap = Mxfp4Swap::Auto;
   // The MXFP4 experts past decode sizes (more than 64 token-expert pairs): the grouped GEMM of the
   // bf16 experts with each 64-column weight tile decoded in shared memory once per 16- or 64-row
-  // tile (gemm; not yet timed on a GPU), or the 8-row tensor-core kernels as at decode (mma).
-  // gemm takes precedence over mxfp4-mma, mxfp4-swap and mxfp4-wide at those sizes.
-  bool mxfp4_prefill_gemm = false;
+  // tile (gemm), or the 8-row tensor-core kernels as at decode (mma), which decode every weight
+  // once per 8 rows. auto (the default): gemm from kMxfp4GemmAutoRowsPerExpert token-expert pairs
+  // per expert on average, mma below. Measured: flash-6l prefill of 4096 tokens 27 % faster with
+  // gemm on an H200, 2048 tokens 22 % faster on an H100, 1024 tokens 2 % slower on both, 256
+  // tokens 2.2x slower (results/2026-12-05-h200-defaults-packed-kv, results/2026-12-05-h100-
+  // prefill-crossover). gemm takes precedence over mxfp4-mma, mxfp4-swap and mxfp4-wide where it
+  // runs.
+  Mxfp4Prefill mxfp4_prefill = Mxfp4Prefill::Auto;
+  // Where mxfp4-prefill=auto switches to the GEMM: the token-expert pairs of the call per expert
+  // (flash: 64 experts, 6 per token, so 128 per expert is a prompt chunk of 1366 tokens).
+  static constexpr int kMxfp4GemmAutoRowsPerExpert = 128;
+  // Whether the MXFP4 experts of a call with P token-expert pairs over E experts take the GEMM.
+  bool mxfp4_prefill_takes_gemm(long long P, long long E) const {
+    if (mxfp4_prefill == Mxfp4Prefill::Auto) return P >= kMxfp4GemmAutoRowsPerExpert * E;
+    return mxfp4_prefill == Mxfp4Prefill::Gemm;
+  }
   // --kv-cache fp8 on the GPU: caches packed as vLLM stores them (true: U8 entries, 584 bytes
   // per flash KV entry, model/kv_fp8_entry.h; the readers decode while loading) or emulated
   // (false: bf16 entries rounded to the same FP8 values, 1024 bytes). The same values either way.
@@ -94,7 +108,7 @@ struct KernelVariants {
 
   // "key=value,key=value": attn-decode=on|off, attn-splits=N, gemv-bf16-max-mb=N, pdl=on|off,
   // cublas-workspace-kb=N, mxfp4-mma=on|off, fp8-decode=auto|warp|wide, mxfp4-wide=on|off,
-  // mxfp4-decode=table|shift, mxfp4-swap=on|off|auto, mxfp4-prefill=mma|gemm, fp8-pair=on|off,
+  // mxfp4-decode=table|shift, mxfp4-swap=on|off|auto, mxfp4-prefill=mma|gemm|auto, fp8-pair=on|off,
   // fp8-wide-blocks=1|2, hc-decode=split|fused, fp8-kv=packed|emulated.
   // Unknown keys and bad values are errors naming the key and the accepted values (a retired key
   // says why it went). An empty spec is the defaults.

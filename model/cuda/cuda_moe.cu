@@ -1418,9 +1418,10 @@ void CudaBackend::moe_experts_mxfp4(Stream s, const Tensor& out, const Tensor& x
   const ExpertMatrix m1{w1.data, w1_scale.ptr<uint8_t>()}, m2{w2.data, w2_scale.ptr<uint8_t>()},
       m3{w3.data, w3_scale.ptr<uint8_t>()};
   const int64_t P = T * k;
-  // mxfp4-prefill=gemm: past decode sizes, the grouped GEMM with the MXFP4 tiles decoded in shared
-  // memory (a weight decoded once per 16- or 64-row tile), as moe_experts runs bf16.
-  if (variants().mxfp4_prefill_gemm && P > kGemvMaxPairs && D % 64 == 0 && F % 64 == 0) {
+  // mxfp4-prefill=gemm (auto: from kMxfp4GemmAutoRowsPerExpert pairs per expert): past decode
+  // sizes, the grouped GEMM with the MXFP4 tiles decoded in shared memory (a weight decoded once
+  // per 16- or 64-row tile), as moe_experts runs bf16.
+  if (variants().mxfp4_prefill_takes_gemm(P, E) && P > kGemvMaxPairs && D % 64 == 0 && F % 64 == 0) {
     const int BM = P <= 4 * E ? 16 : 64;
     launch_moe_permute(op, st, L, ws, ids, P, k, E, BM, smem_optin());
     moe_gemm_path<true>(op, st, L, ws, T, D, E, F, k, P, BM, swiglu_limit, out, x, weights, m1, m2, m3, smem_optin());

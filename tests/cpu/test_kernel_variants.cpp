@@ -10,6 +10,7 @@ using sl::KernelVariants;
 using sl::Fp8Decode;
 using sl::Mxfp4Decode;
 using sl::Mxfp4Swap;
+using sl::Mxfp4Prefill;
 
 namespace {
 std::string error_of(const std::string& spec) {
@@ -36,7 +37,7 @@ TEST(KernelVariants, EmptyIsTheDefaults) {
   EXPECT_FALSE(d.mxfp4_wide);
   EXPECT_EQ(d.mxfp4_decode, Mxfp4Decode::Shift);
   EXPECT_EQ(d.mxfp4_swap, Mxfp4Swap::Auto);
-  EXPECT_FALSE(d.mxfp4_prefill_gemm);
+  EXPECT_EQ(d.mxfp4_prefill, Mxfp4Prefill::Auto);
   EXPECT_TRUE(d.fp8_pair);
   EXPECT_EQ(d.fp8_wide_blocks, 2);
   EXPECT_TRUE(d.hc_decode_fused);
@@ -53,14 +54,16 @@ TEST(KernelVariants, EveryKeyParsesAndPrintsBack) {
   EXPECT_TRUE(k.mxfp4_wide);
   EXPECT_EQ(k.mxfp4_decode, Mxfp4Decode::Table);
   EXPECT_EQ(k.mxfp4_swap, Mxfp4Swap::On);
-  EXPECT_TRUE(k.mxfp4_prefill_gemm);
+  EXPECT_EQ(k.mxfp4_prefill, Mxfp4Prefill::Gemm);
   EXPECT_FALSE(k.fp8_pair);
   EXPECT_EQ(k.fp8_wide_blocks, 1);
   EXPECT_FALSE(k.hc_decode_fused);
   EXPECT_EQ(KernelVariants::parse("hc-decode=fused"), KernelVariants{});
   EXPECT_EQ(KernelVariants::parse("fp8-kv=emulated"), KernelVariants{});
   EXPECT_EQ(KernelVariants::parse("fp8-wide-blocks=2"), KernelVariants{});
-  EXPECT_EQ(KernelVariants::parse("mxfp4-prefill=mma"), KernelVariants{});
+  EXPECT_EQ(KernelVariants::parse("mxfp4-prefill=auto"), KernelVariants{});
+  EXPECT_EQ(KernelVariants::parse("mxfp4-prefill=mma").mxfp4_prefill, Mxfp4Prefill::Mma);
+  EXPECT_EQ(KernelVariants::parse("mxfp4-prefill=mma").changes(), "mxfp4-prefill=mma");
   EXPECT_EQ(KernelVariants::parse("mxfp4-swap=auto"), KernelVariants{});
   EXPECT_EQ(KernelVariants::parse("mxfp4-swap=off").mxfp4_swap, Mxfp4Swap::Off);
   EXPECT_EQ(KernelVariants::parse("mxfp4-decode=shift"), KernelVariants{});
@@ -79,6 +82,23 @@ TEST(KernelVariants, EveryKeyParsesAndPrintsBack) {
   EXPECT_EQ(KernelVariants::parse("attn-splits=4,attn-splits=16").attention_splits, 16);
   EXPECT_EQ(KernelVariants::parse("pdl=off").changes(), "pdl=off");
   EXPECT_EQ(KernelVariants::parse("cublas-workspace-kb=64").cublas_workspace_bytes, 65536u);
+}
+
+// mxfp4-prefill=auto takes the GEMM from 128 token-expert pairs per expert on average: flash's 64
+// experts at 6 per token switch at 8192 pairs (a chunk of 1366 tokens); mma and gemm never switch.
+TEST(KernelVariants, Mxfp4PrefillAutoSwitchesAtItsPairsPerExpert) {
+  const KernelVariants dflt, mma = KernelVariants::parse("mxfp4-prefill=mma"),
+                             gemm = KernelVariants::parse("mxfp4-prefill=gemm");
+  EXPECT_FALSE(dflt.mxfp4_prefill_takes_gemm(6 * 1365, 64));  // 8190 pairs
+  EXPECT_TRUE(dflt.mxfp4_prefill_takes_gemm(6 * 1366, 64));   // 8196 pairs
+  EXPECT_FALSE(dflt.mxfp4_prefill_takes_gemm(8191, 64));
+  EXPECT_TRUE(dflt.mxfp4_prefill_takes_gemm(8192, 64));
+  EXPECT_TRUE(dflt.mxfp4_prefill_takes_gemm(1024, 8));  // tiny's 8 experts: from 1024 pairs
+  EXPECT_FALSE(dflt.mxfp4_prefill_takes_gemm(1023, 8));
+  for (long long P : {65LL, 8192LL, 1LL << 20}) {
+    EXPECT_FALSE(mma.mxfp4_prefill_takes_gemm(P, 64)) << P;
+    EXPECT_TRUE(gemm.mxfp4_prefill_takes_gemm(P, 64)) << P;
+  }
 }
 
 TEST(KernelVariants, BadInputNamesTheKeyAndWhatItTakes) {
@@ -108,7 +128,7 @@ TEST(KernelVariants, BadInputNamesTheKeyAndWhatItTakes) {
                         Case{"route=warp", "'route' is no longer a variant: the warp-per-token routing top-k"},
                         Case{"route=block", "2026-12-05-h100-decode-candidates"},
                         Case{"mxfp4-decode=lut", "expected table or shift"},
-                        Case{"mxfp4-prefill=on", "expected mma or gemm"},
+                        Case{"mxfp4-prefill=on", "expected mma, gemm or auto"},
                         Case{"mxfp4-swap=yes", "expected on, off or auto"},
                         Case{"fp8-wide-blocks=3", "expected 1 or 2"},
                         Case{"hc-decode=on", "expected split or fused"},

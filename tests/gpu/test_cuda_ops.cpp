@@ -81,7 +81,7 @@ const char* const kVariants[] = {
     "attn-decode=off", "attn-splits=1", "attn-splits=16",
     "gemv-bf16-max-mb=0", "pdl=off", "cublas-workspace-kb=0", "mxfp4-mma=off", "fp8-decode=warp", "fp8-decode=wide",
     "mxfp4-decode=table,mxfp4-swap=off", "mxfp4-decode=table,mxfp4-wide=on,mxfp4-swap=off", "mxfp4-swap=off",
-    "mxfp4-wide=on,mxfp4-swap=off", "mxfp4-swap=on", "mxfp4-prefill=gemm", "fp8-pair=off",
+    "mxfp4-wide=on,mxfp4-swap=off", "mxfp4-swap=on", "mxfp4-prefill=gemm", "mxfp4-prefill=mma", "fp8-pair=off",
     "fp8-pair=on,fp8-decode=wide", "fp8-wide-blocks=1,fp8-decode=wide", "fp8-wide-blocks=1", "hc-decode=split",
 };
 
@@ -1271,11 +1271,13 @@ TEST_P(CudaOps, MoeExpertsMxfp4) {
   // D and F multiples of 128 run on the tensor cores (decode, and 200 tokens in 8-row tiles);
   // the others on the GEMV. Two cases mix groups of weights above 16 (e8m0 scales above 128,
   // which the shift decode multiplies twice) with the usual ones in every row; 40 tokens over 64
-  // experts take mxfp4-prefill=gemm's 16-row tiles.
+  // experts take mxfp4-prefill=gemm's 16-row tiles; 600 tokens over 8 experts (150 pairs per
+  // expert) take the GEMM's 64-row tiles under the defaults (mxfp4-prefill=auto), the 8-row
+  // tensor-core kernels under mxfp4-prefill=mma.
   for (const Case& c : {Case{1, 8, 2, 128, 64}, Case{8, 64, 6, 512, 256}, Case{3, 16, 6, 256, 96},
                         Case{200, 8, 2, 128, 192}, Case{200, 8, 2, 256, 128}, Case{1, 8, 6, 1024, 512},
                         Case{2, 8, 2, 256, 128, 40.f, 1e9f}, Case{200, 8, 2, 256, 128, 40.f, 1e9f},
-                        Case{40, 64, 2, 256, 128}}) {
+                        Case{40, 64, 2, 256, 128}, Case{600, 8, 2, 256, 128}}) {
     T2 x = make_rand("x", Kind::Act, {c.T, c.D});
     std::vector<T2> packed, scales;
     for (auto [rows, cols] : {std::pair{c.F, c.D}, std::pair{c.D, c.F}, std::pair{c.F, c.D}}) {  // w1, w2, w3
