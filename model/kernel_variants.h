@@ -84,15 +84,16 @@ struct KernelVariants {
   // bf16 experts with each 64-column weight tile decoded in shared memory once per 16- or 64-row
   // tile (gemm), or the 8-row tensor-core kernels as at decode (mma), which decode every weight
   // once per 8 rows. auto (the default): gemm from kMxfp4GemmAutoRowsPerExpert token-expert pairs
-  // per expert on average, mma below. Measured: flash-6l prefill of 4096 tokens 27 % faster with
-  // gemm on an H200, 2048 tokens 22 % faster on an H100, 1024 tokens 2 % slower on both, 256
-  // tokens 2.2x slower (results/2026-12-05-h200-defaults-packed-kv, results/2026-12-05-h100-
-  // prefill-crossover). gemm takes precedence over mxfp4-mma, mxfp4-swap and mxfp4-wide where it
-  // runs.
+  // per expert on average, mma below. Measured on flash-6l prefills (256 experts, 6 per token):
+  // with gemm 4096 tokens 27 % faster on an H200 and the same on an H100, 2048 tokens 22 % and
+  // 1536 tokens 12 % faster on an H100, 1024 tokens 2 % slower on both, 256 tokens 2.2x slower
+  // (results/2026-12-05-h200-defaults-packed-kv, results/2026-12-05-h100-tests-prefill-kv16k).
+  // gemm takes precedence over mxfp4-mma, mxfp4-swap and mxfp4-wide where it runs.
   Mxfp4Prefill mxfp4_prefill = Mxfp4Prefill::Auto;
   // Where mxfp4-prefill=auto switches to the GEMM: the token-expert pairs of the call per expert
-  // (flash: 64 experts, 6 per token, so 128 per expert is a prompt chunk of 1366 tokens).
-  static constexpr int kMxfp4GemmAutoRowsPerExpert = 128;
+  // (flash: 256 experts, 6 per token, so 32 per expert is a prompt chunk of 1366 tokens; the
+  // measured crossover lies between 24 and 36).
+  static constexpr int kMxfp4GemmAutoRowsPerExpert = 32;
   // Whether the MXFP4 experts of a call with P token-expert pairs over E experts take the GEMM.
   bool mxfp4_prefill_takes_gemm(long long P, long long E) const {
     if (mxfp4_prefill == Mxfp4Prefill::Auto) return P >= kMxfp4GemmAutoRowsPerExpert * E;

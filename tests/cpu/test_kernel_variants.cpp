@@ -84,17 +84,17 @@ TEST(KernelVariants, EveryKeyParsesAndPrintsBack) {
   EXPECT_EQ(KernelVariants::parse("cublas-workspace-kb=64").cublas_workspace_bytes, 65536u);
 }
 
-// mxfp4-prefill=auto takes the GEMM from 128 token-expert pairs per expert on average: flash's 64
+// mxfp4-prefill=auto takes the GEMM from 32 token-expert pairs per expert on average: flash's 256
 // experts at 6 per token switch at 8192 pairs (a chunk of 1366 tokens); mma and gemm never switch.
 TEST(KernelVariants, Mxfp4PrefillAutoSwitchesAtItsPairsPerExpert) {
   const KernelVariants dflt, mma = KernelVariants::parse("mxfp4-prefill=mma"),
                              gemm = KernelVariants::parse("mxfp4-prefill=gemm");
-  EXPECT_FALSE(dflt.mxfp4_prefill_takes_gemm(6 * 1365, 64));  // 8190 pairs
-  EXPECT_TRUE(dflt.mxfp4_prefill_takes_gemm(6 * 1366, 64));   // 8196 pairs
-  EXPECT_FALSE(dflt.mxfp4_prefill_takes_gemm(8191, 64));
-  EXPECT_TRUE(dflt.mxfp4_prefill_takes_gemm(8192, 64));
-  EXPECT_TRUE(dflt.mxfp4_prefill_takes_gemm(1024, 8));  // tiny's 8 experts: from 1024 pairs
-  EXPECT_FALSE(dflt.mxfp4_prefill_takes_gemm(1023, 8));
+  EXPECT_FALSE(dflt.mxfp4_prefill_takes_gemm(6 * 1365, 256));  // 8190 pairs
+  EXPECT_TRUE(dflt.mxfp4_prefill_takes_gemm(6 * 1366, 256));   // 8196 pairs
+  EXPECT_FALSE(dflt.mxfp4_prefill_takes_gemm(8191, 256));
+  EXPECT_TRUE(dflt.mxfp4_prefill_takes_gemm(8192, 256));
+  EXPECT_TRUE(dflt.mxfp4_prefill_takes_gemm(256, 8));  // 8 experts: from 256 pairs
+  EXPECT_FALSE(dflt.mxfp4_prefill_takes_gemm(255, 8));
   for (long long P : {65LL, 8192LL, 1LL << 20}) {
     EXPECT_FALSE(mma.mxfp4_prefill_takes_gemm(P, 64)) << P;
     EXPECT_TRUE(gemm.mxfp4_prefill_takes_gemm(P, 64)) << P;
