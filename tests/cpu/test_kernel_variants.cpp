@@ -41,15 +41,18 @@ TEST(KernelVariants, EmptyIsTheDefaults) {
   EXPECT_TRUE(d.fp8_pair);
   EXPECT_EQ(d.fp8_wide_blocks, 2);
   EXPECT_TRUE(d.hc_decode_fused);
+  EXPECT_FALSE(d.weight_prefetch);
 }
 
 TEST(KernelVariants, EveryKeyParsesAndPrintsBack) {
   const KernelVariants k = KernelVariants::parse(
       "attn-decode=off,attn-splits=8,gemv-bf16-max-mb=0,pdl=off,cublas-workspace-kb=0,mxfp4-mma=off,fp8-decode=wide,mxfp4-wide=on,"
       "mxfp4-decode=table,mxfp4-swap=on,mxfp4-prefill=gemm,fp8-pair=off,fp8-wide-blocks=1,hc-decode=split,"
-      "fp8-kv=packed");
+      "fp8-kv=packed,weight-prefetch=on");
   EXPECT_FALSE(k.attention_decode_kernel);
   EXPECT_TRUE(k.fp8_kv_packed);
+  EXPECT_TRUE(k.weight_prefetch);
+  EXPECT_EQ(KernelVariants::parse("weight-prefetch=off"), KernelVariants{});
   EXPECT_EQ(k.fp8_decode, Fp8Decode::Wide);
   EXPECT_TRUE(k.mxfp4_wide);
   EXPECT_EQ(k.mxfp4_decode, Mxfp4Decode::Table);
