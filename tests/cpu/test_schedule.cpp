@@ -274,9 +274,9 @@ TEST(ModelSchedule, WeightPrefetchHintsPrecedeTheirGemms) {
     const auto h = r.sched.hazards();
     EXPECT_TRUE(h.empty()) << (h.empty() ? "" : h[0]);
   }
-  for (const auto& e : Recorded("shared", 1, 4).sched.entries()) EXPECT_NE(e.name.rfind("prefetch.", 0), 0u) << e.name;
-  for (const auto& e : Recorded("shared", 1, 0, 1, 65, true).sched.entries())
-    EXPECT_NE(e.name.rfind("prefetch.", 0), 0u) << e.name << " at 65 tokens";
+  const Recorded plain("shared", 1, 4), big("shared", 1, 0, 1, 65, true);
+  for (const auto& e : plain.sched.entries()) EXPECT_NE(e.name.rfind("prefetch.", 0), 0u) << e.name;
+  for (const auto& e : big.sched.entries()) EXPECT_NE(e.name.rfind("prefetch.", 0), 0u) << e.name << " at 65 tokens";
 }
 
 TEST(ModelSchedule, LargeBatchTurnsPhaseAAndSharedExpertStreamOff) {
