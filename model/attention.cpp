@@ -99,8 +99,6 @@ void DeepSeekV4::attention(int layer, const AttentionWeights& aw, LayerCache& ca
     const auto& iev = events_[size_t(layer)].indexer;
     StreamFn main_fn = [&](Stream s) {
       linear(ops_, s, "wq_b", q.view({T, H * Dh}), qr, aw.wq_b);
-      // The output projections' weights, into the cache while RoPE, the join and the attention run.
-      prefetch_linears(ops_, s, "prefetch.wo_a+wo_b", T, aw.wo_a, aw.wo_b);
       ops_.rmsnorm_rope(s, "q_head_norm+rope_q", q, q, Tensor{}, eps, st.pos, table);
       ops_.rope(s, "rope_k", kv.view({T, 1, Dh}), st.pos, table, false);
       if (round_caches) ops_.round_fp8_blocks(s, "kv_fp8", kv, kv_nope, kvfp8::kBlock, Tensor{}, Tensor{}, 1);
@@ -118,8 +116,6 @@ void DeepSeekV4::attention(int layer, const AttentionWeights& aw, LayerCache& ca
     Ops::Scope scope(ops_, "phase_b");
     StreamFn main_fn = [&](Stream s) {
       linear(ops_, s, "wq_b", q.view({T, H * Dh}), qr, aw.wq_b);
-      // The output projections' weights, into the cache while RoPE, the join and the attention run.
-      prefetch_linears(ops_, s, "prefetch.wo_a+wo_b", T, aw.wo_a, aw.wo_b);
       ops_.rmsnorm_rope(s, "q_head_norm+rope_q", q, q, Tensor{}, eps, st.pos, table);
       ops_.rope(s, "rope_k", kv.view({T, 1, Dh}), st.pos, table, false);
       if (round_caches) ops_.round_fp8_blocks(s, "kv_fp8", kv, kv_nope, kvfp8::kBlock, Tensor{}, Tensor{}, 1);

@@ -64,9 +64,6 @@ class Backend {
   // Whether the cache ops take FP8 KV caches packed as vLLM stores them (U8 entries,
   // model/kv_fp8_entry.h); a backend that does not gets --kv-cache fp8 emulated in act_dtype().
   virtual bool packed_kv_caches() const { return false; }
-  // Whether the model should issue prefetch_weights hints (model/ops.def) ahead of the big
-  // projections; a backend for which they would do nothing says no, so its schedule has none.
-  virtual bool prefetches_weights() const { return false; }
 
   // ---------------------------------------------------------------- memory
   // Returns zero-initialised memory. The name is kept for errors and schedules.

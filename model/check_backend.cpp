@@ -227,8 +227,6 @@ class CheckBackend final : public Backend {
   DType weight_dtype() const override { return dut_.weight_dtype(); }
   // Packed only when both sides read them (each op runs on both).
   bool packed_kv_caches() const override { return ref_.packed_kv_caches() && dut_.packed_kv_caches(); }
-  // A hint with no result: the device under test decides (the reference ignores it).
-  bool prefetches_weights() const override { return dut_.prefetches_weights(); }
 
   // ---------------------------------------------------------------- memory
   Tensor alloc(const std::string& name, DType dtype, Shape shape, AllocKind kind) override {

@@ -2,7 +2,6 @@
 #include <algorithm>
 
 #include "model/model_internal.h"
-#include "model/linear.h"
 
 namespace sl {
 
@@ -117,15 +116,10 @@ void DeepSeekV4::decoder_layer(int layer, const BlockWeights& bw, LayerCache& ca
   const Tensor a = buf_->a.rows(0, T);
   {
     Ops::Scope s(ops_, "attn");
-    // The input projections' weights, into the cache while the mHC and the norm run.
-    prefetch_linears(ops_, main, "prefetch.wq_a+wkv+wq_b", T, bw.attn.wq_a, bw.attn.wkv, bw.attn.wq_b);
     // hc_pre and attn_norm in one op (a backend may fuse them).
     ops_.hc_pre_norm(main, "hc_pre.attn", a, y, post, comb, X, bw.hc_attn_fn, bw.hc_attn_scale, bw.hc_attn_base, it,
                      hc_eps, eps, bw.attn_norm, eps);
     attention(layer, bw.attn, cache, a, buf_->f.rows(0, T), st);
-    // The router's and the shared expert's weights, while the mHC between the sub-layers runs.
-    prefetch_linears(ops_, main, "prefetch.gate+shared_experts", T, Linear{bw.ffn.gate, {}}, bw.ffn.sh_w1, bw.ffn.sh_w3,
-                     bw.ffn.sh_w2);
     ops_.hc_post(main, "hc_post.attn", Xtmp, buf_->f.rows(0, T), X, post, comb);
   }
   {

@@ -21,7 +21,6 @@ class ForwardingBackend : public Backend {
   DType act_dtype() const override { return inner_->act_dtype(); }
   DType weight_dtype() const override { return inner_->weight_dtype(); }
   bool packed_kv_caches() const override { return inner_->packed_kv_caches(); }
-  bool prefetches_weights() const override { return inner_->prefetches_weights(); }
 
   Tensor alloc(const std::string& n, DType dt, Shape shape, AllocKind k) override { return inner_->alloc(n, dt, shape, k); }
   std::string buffer_name(int b) const override { return inner_->buffer_name(b); }

@@ -13,7 +13,7 @@ const char* const kKernelVariantsHelp =
     "gemv-bf16-max-mb=N, pdl=on|off, cublas-workspace-kb=N, mxfp4-mma=on|off, fp8-decode=auto|warp|wide, "
     "mxfp4-wide=on|off, mxfp4-decode=table|shift, mxfp4-swap=on|off|auto, "
     "mxfp4-prefill=mma|gemm|auto, fp8-pair=on|off, fp8-wide-blocks=1|2, hc-decode=split|fused, "
-    "fp8-kv=packed|emulated, weight-prefetch=on|off (default: the "
+    "fp8-kv=packed|emulated (default: the "
     "measured best of each; variants not yet timed on a GPU are off)";
 
 namespace {
@@ -60,6 +60,9 @@ const char* removed(const std::string& key) {
   if (key == "fp8-early")
     return "loading the FP8 decode kernels' first weights before the PDL wait was removed: steps no faster on an "
            "H100 (results/2026-12-05-h100-decode-candidates)";
+  if (key == "weight-prefetch")
+    return "the model's L2 prefetch hints ahead of each layer's projections were removed: decode steps 3-5 % "
+           "slower on an H100 (results/2026-12-05-h100-weight-prefetch)";
   if (key == "route")
     return "the warp-per-token routing top-k was removed: steps no faster on an H100 "
            "(results/2026-12-05-h100-decode-candidates)";
@@ -117,8 +120,6 @@ KernelVariants KernelVariants::parse(const std::string& spec) {
       else if (v == "gemm") k.mxfp4_prefill = Mxfp4Prefill::Gemm;
       else if (v == "auto") k.mxfp4_prefill = Mxfp4Prefill::Auto;
       else fail("--kernel-variants: ", key, "=", v, ": expected mma, gemm or auto");
-    } else if (key == "weight-prefetch") {
-      k.weight_prefetch = on_off(key, v);
     } else if (key == "fp8-kv") {
       k.fp8_kv_packed = !either(key, v, "packed", "emulated");
     } else if (const char* why = removed(key)) {
@@ -126,7 +127,7 @@ KernelVariants KernelVariants::parse(const std::string& spec) {
     } else {
       fail("--kernel-variants: unknown key '", key,
            "' (attn-decode, attn-splits, gemv-bf16-max-mb, pdl, cublas-workspace-kb, mxfp4-mma, fp8-decode, mxfp4-wide, "
-           "mxfp4-decode, mxfp4-swap, mxfp4-prefill, fp8-pair, fp8-wide-blocks, hc-decode, fp8-kv, weight-prefetch)");
+           "mxfp4-decode, mxfp4-swap, mxfp4-prefill, fp8-pair, fp8-wide-blocks, hc-decode, fp8-kv)");
     }
   }
   return k;
@@ -146,7 +147,7 @@ std::string KernelVariants::str() const {
     << ",mxfp4-decode=" << mxfp4_decode_names[int(mxfp4_decode)] << ",mxfp4-swap=" << mxfp4_swap_names[int(mxfp4_swap)]
     << ",mxfp4-prefill=" << mxfp4_prefill_names[int(mxfp4_prefill)] << ",fp8-pair=" << oo(fp8_pair)
     << ",fp8-wide-blocks=" << fp8_wide_blocks << ",hc-decode=" << (hc_decode_fused ? "fused" : "split")
-    << ",fp8-kv=" << (fp8_kv_packed ? "packed" : "emulated") << ",weight-prefetch=" << oo(weight_prefetch);
+    << ",fp8-kv=" << (fp8_kv_packed ? "packed" : "emulated");
   return s.str();
 }
 

@@ -106,17 +106,11 @@ struct KernelVariants {
   // (flash-6l native graph steps +0.6-1.0 % at batch 1, +2.3 % at batch 8: the decoding costs more
   // than the KV bytes it saves there; results/2026-12-05-h200-defaults-packed-kv).
   bool fp8_kv_packed = false;
-  // The model's prefetch_weights hints (model/ops.def) ahead of the big projections of a layer:
-  // wq_a, wkv and wq_b before the layer's mHC, wo_a and wo_b after wq_b, the shared expert after
-  // wo_b, each prefetched into the L2 while the memory-light ops between run (on), or no hints
-  // (off, the default until timed). Not the removed l2-prefetch, which had each GEMM block
-  // prefetch its own rows inside the GEMM.
-  bool weight_prefetch = false;
 
   // "key=value,key=value": attn-decode=on|off, attn-splits=N, gemv-bf16-max-mb=N, pdl=on|off,
   // cublas-workspace-kb=N, mxfp4-mma=on|off, fp8-decode=auto|warp|wide, mxfp4-wide=on|off,
   // mxfp4-decode=table|shift, mxfp4-swap=on|off|auto, mxfp4-prefill=mma|gemm|auto, fp8-pair=on|off,
-  // fp8-wide-blocks=1|2, hc-decode=split|fused, fp8-kv=packed|emulated, weight-prefetch=on|off.
+  // fp8-wide-blocks=1|2, hc-decode=split|fused, fp8-kv=packed|emulated.
   // Unknown keys and bad values are errors naming the key and the accepted values (a retired key
   // says why it went). An empty spec is the defaults.
   static KernelVariants parse(const std::string& spec);

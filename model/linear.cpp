@@ -13,12 +13,6 @@ void linear(Ops& ops, Stream s, const char* label, const Tensor& out, const Tens
     ops.gemm(s, label, out, a, w.w);
 }
 
-void prefetch_linears(Ops& ops, Stream s, const char* label, int64_t T, const Linear& w0, const Linear& w1,
-                      const Linear& w2, const Linear& w3) {
-  if (T <= kPrefetchMaxTokens && ops.backend().prefetches_weights())
-    ops.prefetch_weights(s, label, w0.w, w1.w, w2.w, w3.w);
-}
-
 void linear_pair(Ops& ops, Stream s, const char* label, const Tensor& out1, const Tensor& out2, const Tensor& a,
                  const Linear& w1, const Linear& w2) {
   if (!w1.native() && !w2.native()) {

@@ -18,13 +18,6 @@ void linear_pair(Ops& ops, Stream s, const char* label, const Tensor& out1, cons
 // A dense SwiGLU expert's input half: act = swiglu(x . w1^T, x . w3^T); g and u are scratch.
 void linear_swiglu(Ops& ops, Stream s, const char* label, const Tensor& act, const Tensor& g, const Tensor& u,
                    const Tensor& x, const Linear& w1, const Linear& w3, float limit);
-// A prefetch_weights hint for up to four projections' weights (their codes: block scales are
-// small) at decode sizes (T <= kPrefetchMaxTokens: larger GEMMs are bound by their arithmetic,
-// not by their weight bytes), on a backend that prefetches (Backend::prefetches_weights);
-// nothing otherwise.
-constexpr int64_t kPrefetchMaxTokens = 64;
-void prefetch_linears(Ops& ops, Stream s, const char* label, int64_t T, const Linear& w0, const Linear& w1 = {},
-                      const Linear& w2 = {}, const Linear& w3 = {});
 // The routed experts (moe_experts, or moe_experts_mxfp4 on MXFP4 weights).
 void routed_experts(Ops& ops, Stream s, const char* label, const Tensor& out, const Tensor& x, const Tensor& ids,
                     const Tensor& weights, const Linear& w1, const Linear& w2, const Linear& w3, float limit,

@@ -16,7 +16,6 @@ class NullBackend final : public Backend {
   // FP8 KV caches as the CUDA backend holds them by default (its fp8-kv variant's default), so
   // that a schedule lists the ops and cache bytes of a default GPU run.
   bool packed_kv_caches() const override { return KernelVariants{}.fp8_kv_packed; }
-  bool prefetches_weights() const override { return KernelVariants{}.weight_prefetch; }
 
   Tensor alloc(const std::string& name, DType dtype, Shape shape, AllocKind kind) override {
     Tensor t;

@@ -249,11 +249,6 @@ void CpuBackend::copy(Stream s, const Tensor& dst, const Tensor& src) {
   std::memmove(dst.data, src.data, src.bytes());  // views of one buffer may overlap
 }
 
-// A hint for a cache the CPU backend does not manage: nothing to do.
-void CpuBackend::prefetch_weights(Stream s, const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
-  check_stream("prefetch_weights", s);
-}
-
 // ---------------------------------------------------------------- embedding, sampling
 
 void CpuBackend::embed(Stream s, const Tensor& out, const Tensor& ids, const Tensor& table, const Tensor& pos,

@@ -754,48 +754,6 @@ void CudaBackend::fill(Stream s, const Tensor& t, float value) {
   CUDA_LAUNCH_CHECK(op, st);
 }
 
-// weight-prefetch=on: each thread asks the L2 for 128-byte lines of the weights, a grid apart, and
-// exits; the loads that follow find them there, or in flight. The lines are fetched while the
-// ops between this one and the weights' GEMM run (decode: norms, RoPE, attention, mHC, which
-// leave HBM mostly idle), instead of inside the GEMM. Normal eviction priority: a weight is read
-// once per step, and the next prefetch must be able to replace it.
-namespace {
-struct PrefetchArgs {
-  const char* p[4];
-  int64_t lines[4];  // 128-byte lines of each weight (its last one may be partial)
-};
-constexpr int kPrefetchThreads = 256;
-
-__global__ __launch_bounds__(kPrefetchThreads) void prefetch_l2_kernel(PrefetchArgs a) {
-  pdl_enter();  // keeps the stream's order: the kernels after this one wait on it
-  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
-  const int64_t first = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  for (int j = 0; j < 4; ++j)
-    for (int64_t i = first; i < a.lines[j]; i += stride)
-      asm volatile("prefetch.global.L2 [%0];" ::"l"(a.p[j] + i * 128));
-}
-}  // namespace
-
-void CudaBackend::prefetch_weights(Stream s, const Tensor& w0, const Tensor& w1, const Tensor& w2,
-                                   const Tensor& w3) {
-  const char* op = "prefetch_weights";
-  cudaStream_t st = stream(s, op);
-  if (!variants().weight_prefetch) return;
-  PrefetchArgs a{};
-  int64_t most = 0;
-  const Tensor* ws[4] = {&w0, &w1, &w2, &w3};
-  for (int j = 0; j < 4; ++j) {
-    if (ws[j]->data == nullptr) continue;  // an absent weight
-    a.p[j] = static_cast<const char*>(ws[j]->data);
-    a.lines[j] = cdiv(int64_t(ws[j]->bytes()), 128);
-    most = std::max(most, a.lines[j]);
-  }
-  if (most == 0) return;
-  const int64_t blocks = std::min<int64_t>(int64_t(4) * sm_count(), cdiv(most, kPrefetchThreads));
-  launch_kernel(op, prefetch_l2_kernel, unsigned(blocks), kPrefetchThreads, 0, st, a);
-  CUDA_LAUNCH_CHECK(op, st);
-}
-
 void CudaBackend::copy(Stream s, const Tensor& dst, const Tensor& src) {
   const char* op = "copy";
   cudaStream_t st = stream(s, op);

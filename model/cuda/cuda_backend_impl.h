@@ -107,7 +107,6 @@ class CudaBackend final : public Backend {
   DType weight_dtype() const override { return DType::BF16; }
   // Packed FP8 KV caches under variant fp8-kv=packed, else the bf16 emulation (the default).
   bool packed_kv_caches() const override { return variants().fp8_kv_packed; }
-  bool prefetches_weights() const override { return variants().weight_prefetch; }
 
   // memory (cuda_backend.cu)
   Tensor alloc(const std::string& name, DType dtype, Shape shape, AllocKind kind) override;

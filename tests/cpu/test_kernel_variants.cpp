@@ -41,18 +41,15 @@ TEST(KernelVariants, EmptyIsTheDefaults) {
   EXPECT_TRUE(d.fp8_pair);
   EXPECT_EQ(d.fp8_wide_blocks, 2);
   EXPECT_TRUE(d.hc_decode_fused);
-  EXPECT_FALSE(d.weight_prefetch);
 }
 
 TEST(KernelVariants, EveryKeyParsesAndPrintsBack) {
   const KernelVariants k = KernelVariants::parse(
       "attn-decode=off,attn-splits=8,gemv-bf16-max-mb=0,pdl=off,cublas-workspace-kb=0,mxfp4-mma=off,fp8-decode=wide,mxfp4-wide=on,"
       "mxfp4-decode=table,mxfp4-swap=on,mxfp4-prefill=gemm,fp8-pair=off,fp8-wide-blocks=1,hc-decode=split,"
-      "fp8-kv=packed,weight-prefetch=on");
+      "fp8-kv=packed");
   EXPECT_FALSE(k.attention_decode_kernel);
   EXPECT_TRUE(k.fp8_kv_packed);
-  EXPECT_TRUE(k.weight_prefetch);
-  EXPECT_EQ(KernelVariants::parse("weight-prefetch=off"), KernelVariants{});
   EXPECT_EQ(k.fp8_decode, Fp8Decode::Wide);
   EXPECT_TRUE(k.mxfp4_wide);
   EXPECT_EQ(k.mxfp4_decode, Mxfp4Decode::Table);
@@ -130,6 +127,8 @@ TEST(KernelVariants, BadInputNamesTheKeyAndWhatItTakes) {
                         Case{"fp8-early=off", "2026-12-05-h100-decode-candidates"},
                         Case{"route=warp", "'route' is no longer a variant: the warp-per-token routing top-k"},
                         Case{"route=block", "2026-12-05-h100-decode-candidates"},
+                        Case{"weight-prefetch=on", "'weight-prefetch' is no longer a variant: the model's L2 prefetch"},
+                        Case{"weight-prefetch=off", "2026-12-05-h100-weight-prefetch"},
                         Case{"mxfp4-decode=lut", "expected table or shift"},
                         Case{"mxfp4-prefill=on", "expected mma, gemm or auto"},
                         Case{"mxfp4-swap=yes", "expected on, off or auto"},
@@ -144,7 +143,7 @@ TEST(KernelVariants, BadInputNamesTheKeyAndWhatItTakes) {
   }
   // Retired keys are offered neither by the unknown-key list nor by --help, nor printed by str().
   const std::string unknown = error_of("speed=max"), help = sl::kKernelVariantsHelp, all = KernelVariants{}.str();
-  for (const char* gone : {"attn-combine", "fp8-early", "route", "moe-decode", "l2-prefetch"}) {
+  for (const char* gone : {"attn-combine", "fp8-early", "route", "moe-decode", "l2-prefetch", "weight-prefetch"}) {
     SCOPED_TRACE(gone);
     EXPECT_EQ(unknown.find(gone), std::string::npos) << unknown;
     EXPECT_EQ(help.find(gone), std::string::npos) << help;

@@ -8,7 +8,6 @@
 
 #include "core/schedule.h"
 #include "model/deepseek_v4.h"
-#include "model/forwarding_backend.h"
 #include "model/null_backend.h"
 
 namespace sl {
@@ -91,21 +90,11 @@ TEST(ScheduleChecker, TransitiveThroughThirdStream) {
 
 // ---------------------------------------------------------------- the model's schedules
 
-// The null backend, asking for the model's weight prefetch hints (as the CUDA backend does under
-// --kernel-variants weight-prefetch=on).
-class PrefetchingBackend : public ForwardingBackend {
- public:
-  PrefetchingBackend() : ForwardingBackend(make_null_backend()) {}
-  bool prefetches_weights() const override { return true; }
-};
-
 struct Recorded {
-  std::unique_ptr<Backend> be;
+  std::unique_ptr<Backend> be = make_null_backend();
   std::unique_ptr<DeepSeekV4> model;
   Schedule sched;
-  Recorded(const std::string& policy, int mtp_layers, int mtp_compress, int draft_steps = 3, int batch = 1,
-           bool prefetch = false) {
-    be = prefetch ? std::unique_ptr<Backend>(new PrefetchingBackend) : make_null_backend();
+  Recorded(const std::string& policy, int mtp_layers, int mtp_compress, int draft_steps = 3, int batch = 1) {
     ModelConfig c = load_config("tiny");
     c.num_nextn_predict_layers = mtp_layers;
     c.mtp_compress_ratio = mtp_compress;
@@ -239,44 +228,6 @@ TEST(ModelSchedule, SerialHasNoEventsOrAuxWork) {
     EXPECT_EQ(e.stream, 0);
     EXPECT_EQ(e.kind, ScheduleEntry::Op);
   }
-}
-
-// Weight prefetch hints: three per decoder layer at decode (tiny: 6 target layers and 1 MTP layer
-// run for each of 3 draft steps, so 9 layers a step), each on the main stream and each read by a
-// GEMM of the same layer later on; none from a backend that does not prefetch, none at T > 64
-// tokens; and they add no hazard.
-TEST(ModelSchedule, WeightPrefetchHintsPrecedeTheirGemms) {
-  for (const char* pol : {"serial", "shared", "per-layer"}) {
-    SCOPED_TRACE(pol);
-    Recorded r(pol, 1, 4, 3, 1, true);
-    const auto& E = r.sched.entries();
-    std::map<std::string, int> hints;  // label -> count
-    for (size_t i = 0; i < E.size(); ++i) {
-      if (E[i].kind != ScheduleEntry::Op || E[i].name.rfind("prefetch.", 0) != 0) continue;
-      ++hints[E[i].name];
-      EXPECT_EQ(E[i].stream, 0) << E[i].name << " in " << E[i].scope;
-      const std::string layer = E[i].scope.substr(0, E[i].scope.rfind('/'));  // .../L3.c4a
-      for (int w : E[i].reads) {
-        bool read_later = false;
-        for (size_t j = i + 1; j < E.size() && !read_later; ++j)
-          read_later = E[j].kind == ScheduleEntry::Op && E[j].name.rfind("prefetch.", 0) != 0 &&
-                       E[j].scope.rfind(layer, 0) == 0 &&
-                       std::find(E[j].reads.begin(), E[j].reads.end(), w) != E[j].reads.end();
-        EXPECT_TRUE(read_later) << E[i].name << " in " << E[i].scope << ": buffer " << r.sched.buffer_name(w)
-                                << " is read by no later op of its layer";
-      }
-    }
-    const int layers = 6 + 3;
-    EXPECT_EQ(hints["prefetch.wq_a+wkv+wq_b"], layers);
-    EXPECT_EQ(hints["prefetch.wo_a+wo_b"], layers);
-    EXPECT_EQ(hints["prefetch.gate+shared_experts"], layers);
-    EXPECT_EQ(hints.size(), 3u);
-    const auto h = r.sched.hazards();
-    EXPECT_TRUE(h.empty()) << (h.empty() ? "" : h[0]);
-  }
-  const Recorded plain("shared", 1, 4), big("shared", 1, 0, 1, 65, true);
-  for (const auto& e : plain.sched.entries()) EXPECT_NE(e.name.rfind("prefetch.", 0), 0u) << e.name;
-  for (const auto& e : big.sched.entries()) EXPECT_NE(e.name.rfind("prefetch.", 0), 0u) << e.name << " at 65 tokens";
 }
 
 TEST(ModelSchedule, LargeBatchTurnsPhaseAAndSharedExpertStreamOff) {

@@ -1690,41 +1690,5 @@ TEST_P(CudaOps, CacheRollbackPacked) {
 
 INSTANTIATE_TEST_SUITE_P(Variants, CudaOps, ::testing::ValuesIn(kVariants), variant_test_name);
 
-// prefetch_weights under weight-prefetch=on (a hint with no result): the weights keep their bytes
-// (odd sizes and an absent weight included), the stream's order holds (a copy enqueued after the
-// hint reads what an upload before it wrote), and the backend says it prefetches; with the
-// variant off it says not.
-TEST(CudaPrefetch, WeightsKeepTheirBytesAndTheStreamItsOrder) {
-  std::string why;
-  if (cpu_pair_mode() || !cuda_available(&why)) GTEST_SKIP() << "needs the CUDA backend: " << why;
-  CudaBackendOptions opt;
-  opt.variants = KernelVariants::parse("weight-prefetch=on");
-  auto be = make_cuda_backend(opt);
-  EXPECT_TRUE(be->prefetches_weights());
-  EXPECT_FALSE(make_cuda_backend(CudaBackendOptions{})->prefetches_weights());
-  std::mt19937 rng(7);
-  std::vector<Tensor> w;
-  std::vector<std::vector<uint8_t>> host;
-  for (int64_t n : {int64_t(3) << 20, int64_t(1001), int64_t(4)}) {
-    w.push_back(be->alloc("w", DType::U8, {n}, AllocKind::Weight));
-    host.emplace_back(size_t(n));
-    for (auto& b : host.back()) b = uint8_t(rng());
-  }
-  const Stream s{};
-  for (size_t i = 0; i < w.size(); ++i) be->upload(s, w[i], host[i].data(), host[i].size());
-  be->prefetch_weights(s, w[0], w[1], Tensor{}, w[2]);
-  const Tensor copy = be->alloc("copy", DType::U8, {w[0].numel()}, AllocKind::Activation);
-  be->copy(s, copy, w[0]);
-  be->synchronize();
-  for (size_t i = 0; i < w.size(); ++i) {
-    std::vector<uint8_t> got(host[i].size());
-    be->download(got.data(), w[i], got.size());
-    EXPECT_TRUE(got == host[i]) << "weight " << i;
-  }
-  std::vector<uint8_t> got(host[0].size());
-  be->download(got.data(), copy, got.size());
-  EXPECT_TRUE(got == host[0]);
-}
-
 }  // namespace
 }  // namespace sl
