@@ -323,11 +323,11 @@ int main(int argc, char** argv) {
     else if (auto v = flag_value(arg, "--kernel-variants=")) o.kernel_variants = (sl::KernelVariants::parse(v), v);
     else if (auto v = flag_value(arg, "--out=")) o.out = v;
     else if (auto v = flag_value(arg, "--batches=")) o.batches = sl::bench::parse_ints(v);
-    else if (auto v = flag_value(arg, "--context=")) o.context = std::stoi(v);
-    else if (auto v = flag_value(arg, "--mtp-layers=")) o.mtp_layers = std::stoi(v);
-    else if (auto v = flag_value(arg, "--mtp-compress=")) o.mtp_compress = std::stoi(v);
-    else if (auto v = flag_value(arg, "--draft-steps=")) o.draft_steps = std::stoi(v);
-    else if (auto v = flag_value(arg, "--steps=")) o.steps = std::stoi(v);
+    else if (auto v = flag_value(arg, "--context=")) o.context = sl::bench::parse_int("--context=", v, 1, 1 << 20);
+    else if (auto v = flag_value(arg, "--mtp-layers=")) o.mtp_layers = sl::bench::parse_int("--mtp-layers=", v, 0, 64);
+    else if (auto v = flag_value(arg, "--mtp-compress=")) o.mtp_compress = sl::bench::parse_int("--mtp-compress=", v, 0, 1 << 20);
+    else if (auto v = flag_value(arg, "--draft-steps=")) o.draft_steps = sl::bench::parse_int("--draft-steps=", v, 0, 64);
+    else if (auto v = flag_value(arg, "--steps=")) o.steps = sl::bench::parse_int("--steps=", v, 1, 100000);
     else if (auto v = flag_value(arg, "--modes=")) o.modes = sl::parse_modes(v);
     else if (std::strcmp(arg, "--no-shared-expert-stream") == 0) o.shared_expert_stream = false;
     else if (auto v = flag_value(arg, "--stream-source=")) o.source = (sl::parse_stream_source(v), v);

@@ -348,8 +348,7 @@ int main(int argc, char** argv) {
         o.shapes.push_back({d[0], d[1], d[2]});
       }
     } else if (auto v = flag_value(arg, "--reps=")) {
-      o.reps = std::stoi(v);
-      SL_CHECK(o.reps >= 1 && o.reps <= 10000, "--reps must be in 1..10000");
+      o.reps = sl::bench::parse_int("--reps=", v, 1, 10000);
     } else if (auto v = flag_value(arg, "--out=")) {
       o.out = v;
     } else {

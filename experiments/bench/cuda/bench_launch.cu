@@ -213,8 +213,8 @@ int main(int argc, char** argv) {
   o.command_line = sl::bench::command_line(argc, argv);
   auto parse = [&o](const char* arg) {
     using sl::bench::flag_value;
-    if (auto v = flag_value(arg, "--iters=")) o.iters = std::stoi(v);
-    else if (auto v = flag_value(arg, "--reps=")) o.reps = std::stoi(v);
+    if (auto v = flag_value(arg, "--iters=")) o.iters = sl::bench::parse_int("--iters=", v, 1, 10000000);
+    else if (auto v = flag_value(arg, "--reps=")) o.reps = sl::bench::parse_int("--reps=", v, 1, 10000);
     else if (auto v = flag_value(arg, "--out=")) o.out = v;
     else return false;
     return true;

@@ -149,7 +149,7 @@ int main(int argc, char** argv) {
     using sl::bench::flag_value;
     if (auto v = flag_value(arg, "--config=")) o.config = v;
     else if (auto v = flag_value(arg, "--tokens=")) o.tokens = sl::bench::parse_ints(v);
-    else if (auto v = flag_value(arg, "--reps=")) o.reps = std::stoi(v);
+    else if (auto v = flag_value(arg, "--reps=")) o.reps = sl::bench::parse_int("--reps=", v, 1, 10000);
     else if (auto v = flag_value(arg, "--out=")) o.out = v;
     else if (auto v = flag_value(arg, "--stream-source=")) o.source = (sl::parse_stream_source(v), v);
     else if (auto v = flag_value(arg, "--weights=")) o.weights = sl::parse_weight_format(v);

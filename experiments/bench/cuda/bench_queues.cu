@@ -237,9 +237,9 @@ int main(int argc, char** argv) {
   o.command_line = sl::bench::command_line(argc, argv);
   auto parse = [&o](const char* arg) {
     using sl::bench::flag_value;
-    if (auto v = flag_value(arg, "--streams=")) o.streams = std::stoi(v);
-    else if (auto v = flag_value(arg, "--spin-us=")) o.spin_us = std::stoi(v);
-    else if (auto v = flag_value(arg, "--reps=")) o.reps = std::stoi(v);
+    if (auto v = flag_value(arg, "--streams=")) o.streams = sl::bench::parse_int("--streams=", v, 1, 1024);
+    else if (auto v = flag_value(arg, "--spin-us=")) o.spin_us = sl::bench::parse_int("--spin-us=", v, 0, 1000000);
+    else if (auto v = flag_value(arg, "--reps=")) o.reps = sl::bench::parse_int("--reps=", v, 1, 10000);
     else if (auto v = flag_value(arg, "--out=")) o.out = v;
     else return false;
     return true;

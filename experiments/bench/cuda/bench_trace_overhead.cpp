@@ -179,9 +179,9 @@ int main(int argc, char** argv) {
     else if (auto v = flag_value(arg, "--stream-source=")) o.source = (sl::parse_stream_source(v), v);
     else if (auto v = flag_value(arg, "--weights=")) o.weights = sl::parse_weight_format(v);
     else if (auto v = flag_value(arg, "--out=")) o.out = v;
-    else if (auto v = flag_value(arg, "--batch=")) o.batch = std::stoi(v);
-    else if (auto v = flag_value(arg, "--context=")) o.context = std::stoi(v);
-    else if (auto v = flag_value(arg, "--steps=")) o.steps = std::stoi(v);
+    else if (auto v = flag_value(arg, "--batch=")) o.batch = sl::bench::parse_int("--batch=", v, 1, 4096);
+    else if (auto v = flag_value(arg, "--context=")) o.context = sl::bench::parse_int("--context=", v, 1, 1 << 20);
+    else if (auto v = flag_value(arg, "--steps=")) o.steps = sl::bench::parse_int("--steps=", v, 1, 100000);
     else if (!std::strcmp(arg, "--graph")) o.graph = true;
     else if (!std::strcmp(arg, "--no-latency-timestamps")) o.session.latency_timestamps = false;
     else if (!std::strcmp(arg, "--no-runtime")) o.session.runtime_api = false;

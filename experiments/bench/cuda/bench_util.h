@@ -104,6 +104,20 @@ inline std::vector<std::string> split(const std::string& s, char sep = ',') {
   return v;
 }
 
+// One integer flag value in [lo, hi]; anything else (a word, a fraction, a number out of range)
+// is an error naming the flag, the value and the range.
+inline int parse_int(const char* flag, const std::string& v, long long lo, long long hi) {
+  long long n = 0;
+  size_t used = 0;
+  try {
+    n = std::stoll(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  SL_CHECK(!v.empty() && used == v.size() && n >= lo && n <= hi, flag, v, ": expected an integer in ", lo, " .. ", hi);
+  return int(n);
+}
+
 // The comma-separated integers of a flag value ("1,8" -> {1, 8}).
 inline std::vector<int> parse_ints(const std::string& s) {
   std::vector<int> v;
