@@ -19,7 +19,7 @@
 namespace sl {
 
 enum class Fp8Decode { Auto, Warp, Wide };
-enum class Mxfp4Decode { Table, Shift };
+enum class Mxfp4Decode { Table, Shift, ShiftQuad };
 enum class Mxfp4Swap { Off, On, Auto };
 enum class Mxfp4Prefill { Mma, Gemm, Auto };
 
@@ -70,7 +70,13 @@ struct KernelVariants {
   // permutes through a per-group table of the scaled magnitudes' bytes; shift = each pair by a
   // byte permute, shifts and masks as its value times 2^-126, then one bf16x2 multiply by the
   // scale (about half the integer instructions; the default: the experts at 8 tokens 318.8 ->
-  // 263.6 us, a batch-8 step 6.4 % faster on an H100, results/2026-12-05-h100-decode-candidates).
+  // 263.6 us, a batch-8 step 6.4 % faster on an H100, results/2026-12-05-h100-decode-candidates);
+  // shift-quad = the shift decode with each MMA taking the loaded activation vector as its A
+  // operand as it is (rows 8-15 used for the vector's other half, two accumulators), which drops
+  // the register copies that build {x, y, y, 0} (in the SASS of the 8-row kernels: 21.0 -> 17.2
+  // instructions per MMA for w1 + w3, 22.6 -> 18.4 for w2, at 93-96 and 71-74 registers: the same
+  // two blocks per SM). Not yet run on a GPU, so not the default.
+  // Applies to the 8-row and wide kernels (not to mxfp4-swap's).
   Mxfp4Decode mxfp4_decode = Mxfp4Decode::Shift;
   // The MXFP4 experts with the weights as the MMA's A operand: a warp's MMA is 16 output features
   // x 8 tokens, every row of it used, the activations fed as they are loaded, the shift decode
@@ -109,7 +115,7 @@ struct KernelVariants {
 
   // "key=value,key=value": attn-decode=on|off, attn-splits=N, gemv-bf16-max-mb=N, pdl=on|off,
   // cublas-workspace-kb=N, mxfp4-mma=on|off, fp8-decode=auto|warp|wide, mxfp4-wide=on|off,
-  // mxfp4-decode=table|shift, mxfp4-swap=on|off|auto, mxfp4-prefill=mma|gemm|auto, fp8-pair=on|off,
+  // mxfp4-decode=table|shift|shift-quad, mxfp4-swap=on|off|auto, mxfp4-prefill=mma|gemm|auto, fp8-pair=on|off,
   // fp8-wide-blocks=1|2, hc-decode=split|fused, fp8-kv=packed|emulated.
   // Unknown keys and bad values are errors naming the key and the accepted values (a retired key
   // says why it went). An empty spec is the defaults.

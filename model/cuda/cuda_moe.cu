@@ -769,10 +769,47 @@ __device__ __forceinline__ void mx_group_mma_shift(float (&c)[4], uint4 w, uint8
   }
 }
 
+// mxfp4-decode=shift-quad: the shift decode, and each MMA takes a loaded activation vector
+// (x, y, z, w: value pairs [0, 2), [2, 4), [4, 6), [6, 8) of 8) as its A quad as it is, with no
+// register copies (the SASS of mx_group_mma_shift shows about 4.8 IMAD moves per MMA building
+// {x, y, y, 0}). A's rows 0-7 then carry x and z, rows 8-15 (otherwise unused) y and w, for the
+// same token grp. One MMA multiplies that quad with the weight pairs at x's and z's positions
+// into c[0..3] (rows 0-7 correct), a second with those at y's and w's into c[4..7] (rows 8-15
+// correct); each MMA's other half multiplies mismatched positions and is never read. The
+// token's output is c[h] + c[6 + h] (mx_group_out). The same products as the shift decode,
+// summed in two accumulators instead of one.
+__device__ __forceinline__ void mx_group_mma_shift_quad(float (&c)[8], uint4 w, uint8_t scale, const uint4 (&a)[4]) {
+  const e2m1::Bf16Scale f = e2m1::scale_factors(scale);
+  const bool second = __any_sync(0xFFFFFFFFu, f.two);  // every lane of the warp is here
+  const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+  float(&lo)[4] = *reinterpret_cast<float(*)[4]>(&c[0]);
+  float(&hi)[4] = *reinterpret_cast<float(*)[4]>(&c[4]);
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    uint32_t b[4];
+    scaled_pairs(words[q], f, second, b);
+    mma_bf16(lo, a[q].x, a[q].y, a[q].z, a[q].w, b[0], b[2]);
+    mma_bf16(hi, a[q].x, a[q].y, a[q].z, a[q].w, b[1], b[3]);
+  }
+}
+
+// Accumulators per MMA tile of the decode (shift-quad keeps two) and the lane's output h of them.
+template <Mxfp4Decode DEC>
+constexpr int kMxAcc = DEC == Mxfp4Decode::ShiftQuad ? 8 : 4;
+template <Mxfp4Decode DEC>
+__device__ __forceinline__ float mx_group_out(const float (&c)[kMxAcc<DEC>], int h) {
+  if constexpr (DEC == Mxfp4Decode::ShiftQuad)
+    return c[h] + c[6 + h];
+  else
+    return c[h];
+}
+
 // One MX group through the decode the variant names.
 template <Mxfp4Decode DEC>
-__device__ __forceinline__ void mx_group(float (&c)[4], uint4 w, uint8_t scale, const uint4 (&a)[4]) {
-  if constexpr (DEC == Mxfp4Decode::Shift)
+__device__ __forceinline__ void mx_group(float (&c)[kMxAcc<DEC>], uint4 w, uint8_t scale, const uint4 (&a)[4]) {
+  if constexpr (DEC == Mxfp4Decode::ShiftQuad)
+    mx_group_mma_shift_quad(c, w, scale, a);
+  else if constexpr (DEC == Mxfp4Decode::Shift)
     mx_group_mma_shift(c, w, scale, a);
   else
     mx_group_mma(c, w, scale, a);
@@ -816,7 +853,7 @@ __global__ __launch_bounds__(256) void moe_fp4_mma_kernel(MoeGemvArgs g) {
   const int e = tile.expert, row0 = tile.row0, rows = tile.rows;
   const int lane = threadIdx.x & 31, grp = lane >> 2, tig = lane & 3;
   const auto [n0, k_lo, k_hi] = fp4_warp_slice<KS, 8>(g);
-  float c[NM][4] = {};
+  float c[NM][kMxAcc<DEC>] = {};
   if (n0 < g.N) {
     const bool row_ok = grp < rows;
     const int pr = row0 + (row_ok ? grp : 0);
@@ -857,7 +894,7 @@ __global__ __launch_bounds__(256) void moe_fp4_mma_kernel(MoeGemvArgs g) {
   }
   float acc[NM][2];
 #pragma unroll
-  for (int j = 0; j < NM; ++j) acc[j][0] = c[j][0], acc[j][1] = c[j][1];
+  for (int j = 0; j < NM; ++j) acc[j][0] = mx_group_out<DEC>(c[j], 0), acc[j][1] = mx_group_out<DEC>(c[j], 1);
   if (!sum_k_slices<KS>(acc, red)) return;
   if (n0 >= g.N || grp >= rows) return;
 #pragma unroll
@@ -908,7 +945,7 @@ __global__ __launch_bounds__(256) void moe_fp4_wide_kernel(MoeGemvArgs g) {
       sm[j][t] = (j == 0 ? g.Ws : g.W3s) + wrow * (g.K / 32) + tig;
     }
   }
-  float c[NM][NT][4] = {};
+  float c[NM][NT][kMxAcc<DEC>] = {};
   for (int k0 = warp * CH * 128; k0 < g.K; k0 += 8 * CH * 128) {
     uint4 wv[CH][NM][NT], av[CH][4];
     uint8_t sc[CH][NM][NT];
@@ -940,8 +977,8 @@ __global__ __launch_bounds__(256) void moe_fp4_wide_kernel(MoeGemvArgs g) {
   for (int j = 0; j < NM; ++j)
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
-      red[warp][j][t][grp * 8 + 2 * tig] = c[j][t][0];
-      red[warp][j][t][grp * 8 + 2 * tig + 1] = c[j][t][1];
+      red[warp][j][t][grp * 8 + 2 * tig] = mx_group_out<DEC>(c[j][t], 0);
+      red[warp][j][t][grp * 8 + 2 * tig + 1] = mx_group_out<DEC>(c[j][t], 1);
     }
   __syncthreads();
   // Thread i < 64 NT finishes one (tile, row, column): the 8 warps' sums of each matrix.
@@ -982,7 +1019,9 @@ void launch_fp4_wide(const char* op, cudaStream_t st, int64_t max_tiles, const M
                      Mxfp4Decode dec) {
   const int nt = fp4_wide_tiles(max_tiles, v.N, PAIR ? 2 : 1, sms);
   const dim3 grid{unsigned(max_tiles), unsigned(cdiv(v.N, 8 * nt)), 1u};
-  if (dec == Mxfp4Decode::Shift)
+  if (dec == Mxfp4Decode::ShiftQuad)
+    launch_fp4_wide_dec<PAIR, Mxfp4Decode::ShiftQuad>(op, st, nt, grid, v);
+  else if (dec == Mxfp4Decode::Shift)
     launch_fp4_wide_dec<PAIR, Mxfp4Decode::Shift>(op, st, nt, grid, v);
   else
     launch_fp4_wide_dec<PAIR, Mxfp4Decode::Table>(op, st, nt, grid, v);
@@ -1123,7 +1162,9 @@ void launch_fp4_mma(const char* op, cudaStream_t st, int64_t max_tiles, const Mo
                     Mxfp4Decode dec) {
   const int ks = fp4_mma_k_slices(max_tiles, v.N, v.K, sms, 8);
   const dim3 grid{unsigned(max_tiles), unsigned(cdiv(v.N, 8 * (8 / ks))), 1u};
-  if (dec == Mxfp4Decode::Shift)
+  if (dec == Mxfp4Decode::ShiftQuad)
+    launch_fp4_mma_ks<PAIR, Mxfp4Decode::ShiftQuad>(op, st, ks, grid, v);
+  else if (dec == Mxfp4Decode::Shift)
     launch_fp4_mma_ks<PAIR, Mxfp4Decode::Shift>(op, st, ks, grid, v);
   else
     launch_fp4_mma_ks<PAIR, Mxfp4Decode::Table>(op, st, ks, grid, v);

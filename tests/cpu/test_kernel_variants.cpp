@@ -68,6 +68,8 @@ TEST(KernelVariants, EveryKeyParsesAndPrintsBack) {
   EXPECT_EQ(KernelVariants::parse("mxfp4-swap=off").mxfp4_swap, Mxfp4Swap::Off);
   EXPECT_EQ(KernelVariants::parse("mxfp4-decode=shift"), KernelVariants{});
   EXPECT_EQ(KernelVariants::parse("mxfp4-decode=table").changes(), "mxfp4-decode=table");
+  EXPECT_EQ(KernelVariants::parse("mxfp4-decode=shift-quad").mxfp4_decode, Mxfp4Decode::ShiftQuad);
+  EXPECT_EQ(KernelVariants::parse("mxfp4-decode=shift-quad").changes(), "mxfp4-decode=shift-quad");
   EXPECT_EQ(KernelVariants::parse("fp8-decode=warp").fp8_decode, Fp8Decode::Warp);
   EXPECT_EQ(KernelVariants::parse("fp8-decode=wide").fp8_decode, Fp8Decode::Wide);
   EXPECT_EQ(KernelVariants::parse("fp8-decode=wide").changes(), "fp8-decode=wide");
@@ -129,7 +131,7 @@ TEST(KernelVariants, BadInputNamesTheKeyAndWhatItTakes) {
                         Case{"route=block", "2026-12-05-h100-decode-candidates"},
                         Case{"weight-prefetch=on", "'weight-prefetch' is no longer a variant: the model's L2 prefetch"},
                         Case{"weight-prefetch=off", "2026-12-05-h100-weight-prefetch"},
-                        Case{"mxfp4-decode=lut", "expected table or shift"},
+                        Case{"mxfp4-decode=lut", "expected table, shift or shift-quad"},
                         Case{"mxfp4-prefill=on", "expected mma, gemm or auto"},
                         Case{"mxfp4-swap=yes", "expected on, off or auto"},
                         Case{"fp8-wide-blocks=3", "expected 1 or 2"},
