@@ -73,9 +73,10 @@ struct KernelVariants {
   // 263.6 us, a batch-8 step 6.4 % faster on an H100, results/2026-12-05-h100-decode-candidates);
   // shift-quad = the shift decode with each MMA taking the loaded activation vector as its A
   // operand as it is (rows 8-15 used for the vector's other half, two accumulators), which drops
-  // the register copies that build {x, y, y, 0} (in the SASS of the 8-row kernels: 21.0 -> 17.2
-  // instructions per MMA for w1 + w3, 22.6 -> 18.4 for w2, at 93-96 and 71-74 registers: the same
-  // two blocks per SM). Not yet run on a GPU, so not the default.
+  // the register copies that build {x, y, y, 0}, its pairs decoded with one multiply in place of
+  // two shifts (in the SASS of the 8-row kernels: 21.0 -> 16.2 instructions per MMA for w1 + w3,
+  // 22.6 -> 17.4 for w2, at 94 and 73-74 registers: the same two blocks per SM). Not yet run on a
+  // GPU, so not the default.
   // Applies to the 8-row and wide kernels (not to mxfp4-swap's).
   Mxfp4Decode mxfp4_decode = Mxfp4Decode::Shift;
   // The MXFP4 experts with the weights as the MMA's A operand: a warp's MMA is 16 output features

@@ -273,8 +273,12 @@ __device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
 // A word of 8 e2m1 codes (model/cuda/e2m1_bits.h) as 4 bf16 pairs times their group's scale: the
 // 2^-126 decode, the first factor, and where `second` (scales above 128; f.second is 1 for the
 // others) the second.
+template <bool MUL = false>
 __device__ __forceinline__ void scaled_pairs(uint32_t w, const e2m1::Bf16Scale& f, bool second, uint32_t (&p)[4]) {
-  e2m1::pairs_times_2m126(w, p);
+  if constexpr (MUL)
+    e2m1::pairs_times_2m126_mul(w, p);
+  else
+    e2m1::pairs_times_2m126(w, p);
 #pragma unroll
   for (int j = 0; j < 4; ++j) p[j] = bf16x2_mul(p[j], f.first);
   if (second) {
@@ -777,7 +781,8 @@ __device__ __forceinline__ void mx_group_mma_shift(float (&c)[4], uint4 w, uint8
 // into c[0..3] (rows 0-7 correct), a second with those at y's and w's into c[4..7] (rows 8-15
 // correct); each MMA's other half multiplies mismatched positions and is never read. The
 // token's output is c[h] + c[6 + h] (mx_group_out). The same products as the shift decode,
-// summed in two accumulators instead of one.
+// summed in two accumulators instead of one; the pairs come from pairs_times_2m126_mul (one
+// multiply where the shift decode shifts twice).
 __device__ __forceinline__ void mx_group_mma_shift_quad(float (&c)[8], uint4 w, uint8_t scale, const uint4 (&a)[4]) {
   const e2m1::Bf16Scale f = e2m1::scale_factors(scale);
   const bool second = __any_sync(0xFFFFFFFFu, f.two);  // every lane of the warp is here
@@ -787,7 +792,7 @@ __device__ __forceinline__ void mx_group_mma_shift_quad(float (&c)[8], uint4 w, 
 #pragma unroll
   for (int q = 0; q < 4; ++q) {
     uint32_t b[4];
-    scaled_pairs(words[q], f, second, b);
+    scaled_pairs<true>(words[q], f, second, b);
     mma_bf16(lo, a[q].x, a[q].y, a[q].z, a[q].w, b[0], b[2]);
     mma_bf16(hi, a[q].x, a[q].y, a[q].z, a[q].w, b[1], b[3]);
   }

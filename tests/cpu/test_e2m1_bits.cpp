@@ -69,6 +69,29 @@ TEST(E2m1Bits, EveryCodeDecodesToItsValueTimes2ToMinus126) {
     }
 }
 
+// The multiply form gives the shift form's pairs bit for bit: every byte at every position with
+// a neighbour around it, and a million random words.
+TEST(E2m1Bits, MultiplyFormEqualsShiftForm) {
+  auto same = [](uint32_t w) {
+    uint32_t a[4], b[4];
+    sl::e2m1::pairs_times_2m126(w, a);
+    sl::e2m1::pairs_times_2m126_mul(w, b);
+    for (int i = 0; i < 4; ++i)
+      if (a[i] != b[i]) return false;
+    return true;
+  };
+  for (uint32_t byte = 0; byte < 256; ++byte)
+    for (int pos = 0; pos < 4; ++pos)
+      for (uint32_t around : {0x00u, 0xA5u, 0xFFu}) {
+        const uint32_t w = byte << (8 * pos) | (around << (8 * ((pos + 1) & 3))) | (around << (8 * ((pos + 3) & 3)));
+        EXPECT_TRUE(same(w)) << std::hex << w;
+      }
+  std::mt19937 rng(11);
+  int differ = 0;
+  for (int i = 0; i < 1000000; ++i) differ += !same(rng());
+  EXPECT_EQ(differ, 0);
+}
+
 // After the scale factors, every element of random words equals the reference dequantization
 // for every scale 0..254 (scales below 2 taken as 2, as the table decode takes them).
 TEST(E2m1Bits, ScaledPairsEqualTheTableTimesTheScale) {
