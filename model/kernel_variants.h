@@ -76,8 +76,9 @@ struct KernelVariants {
   // the register copies that build {x, y, y, 0}, its pairs decoded with one multiply in place of
   // two shifts (in the SASS of the 8-row kernels: 21.0 -> 16.2 instructions per MMA for w1 + w3,
   // 22.6 -> 17.4 for w2, at 94 and 73-74 registers: the same two blocks per SM). Not yet run on a
-  // GPU, so not the default.
-  // Applies to the 8-row and wide kernels (not to mxfp4-swap's).
+  // GPU, so not the default. The swapped kernel (mxfp4-swap) takes only the multiply: its
+  // activations are its B operand as loaded already. table applies to the 8-row and wide kernels
+  // only (the swapped kernel decodes by shifts under it).
   Mxfp4Decode mxfp4_decode = Mxfp4Decode::Shift;
   // The MXFP4 experts with the weights as the MMA's A operand: a warp's MMA is 16 output features
   // x 8 tokens, every row of it used, the activations fed as they are loaded, the shift decode
@@ -85,7 +86,7 @@ struct KernelVariants {
   // token-expert pairs, off above. Measured on an H100 at 3e362f4 (results/2026-12-05-h100-
   // decode-candidates): the experts at 1 token 63.3 us on, 65.4 us off with the shift decode; at
   // 8 tokens 307.2 us on, 263.6 us off; whole steps the same way round. Takes precedence over
-  // mxfp4-wide; mxfp4-decode does not apply to it.
+  // mxfp4-wide; of mxfp4-decode it takes only shift-quad's multiply (its decode is shift's).
   Mxfp4Swap mxfp4_swap = Mxfp4Swap::Auto;
   // The MXFP4 experts past decode sizes (more than 64 token-expert pairs): the grouped GEMM of the
   // bf16 experts with each 64-column weight tile decoded in shared memory once per 16- or 64-row

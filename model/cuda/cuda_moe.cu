@@ -1049,7 +1049,9 @@ constexpr int kFp4SwapFeatures = 16;
 // tokens at k = 6-8).
 constexpr int64_t kSwapAutoMaxPairs = 16;
 
-template <bool PAIR, int KS>
+// MUL (mxfp4-decode=shift-quad): the pairs by pairs_times_2m126_mul, one multiply in place of two
+// shifts.
+template <bool PAIR, int KS, bool MUL>
 __global__ __launch_bounds__(256) void moe_fp4_swap_kernel(MoeGemvArgs g) {
   constexpr int NM = PAIR ? 2 : 1;  // weight matrices streamed (w1 and w3, or w2)
   constexpr int CH = PAIR ? 1 : 2;  // 128-value chunks in flight: 64 packed bytes per lane either way
@@ -1108,8 +1110,13 @@ __global__ __launch_bounds__(256) void moe_fp4_swap_kernel(MoeGemvArgs g) {
             // Features grp and grp + 8: pairs of values 8q .. 8q + 7. (Not two scaled_pairs calls:
             // one branch for both second multiplies compiles to 0.15 fewer instructions per weight.)
             uint32_t lo[4], hi[4];
-            e2m1::pairs_times_2m126(w0[q], lo);
-            e2m1::pairs_times_2m126(w1[q], hi);
+            if constexpr (MUL) {
+              e2m1::pairs_times_2m126_mul(w0[q], lo);
+              e2m1::pairs_times_2m126_mul(w1[q], hi);
+            } else {
+              e2m1::pairs_times_2m126(w0[q], lo);
+              e2m1::pairs_times_2m126(w1[q], hi);
+            }
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
               lo[i] = bf16x2_mul(lo[i], f0.first);
@@ -1176,16 +1183,25 @@ void launch_fp4_mma(const char* op, cudaStream_t st, int64_t max_tiles, const Mo
   CUDA_LAUNCH_CHECK(op, st);
 }
 
+template <bool PAIR, bool MUL>
+void launch_fp4_swap_ks(const char* op, cudaStream_t st, int ks, dim3 grid, const MoeGemvArgs& v) {
+  switch (ks) {
+    case 1: launch_kernel(op, moe_fp4_swap_kernel<PAIR, 1, MUL>, grid, 256, 0, st, v); break;
+    case 2: launch_kernel(op, moe_fp4_swap_kernel<PAIR, 2, MUL>, grid, 256, 0, st, v); break;
+    case 4: launch_kernel(op, moe_fp4_swap_kernel<PAIR, 4, MUL>, grid, 256, 0, st, v); break;
+    default: launch_kernel(op, moe_fp4_swap_kernel<PAIR, 8, MUL>, grid, 256, 0, st, v); break;
+  }
+}
+
 template <bool PAIR>
-void launch_fp4_swap(const char* op, cudaStream_t st, int64_t max_tiles, const MoeGemvArgs& v, int sms) {
+void launch_fp4_swap(const char* op, cudaStream_t st, int64_t max_tiles, const MoeGemvArgs& v, int sms,
+                     Mxfp4Decode dec) {
   const int ks = fp4_mma_k_slices(max_tiles, v.N, v.K, sms, kFp4SwapFeatures);
   const dim3 grid{unsigned(max_tiles), unsigned(cdiv(v.N, kFp4SwapFeatures * (8 / ks))), 1u};
-  switch (ks) {
-    case 1: launch_kernel(op, moe_fp4_swap_kernel<PAIR, 1>, grid, 256, 0, st, v); break;
-    case 2: launch_kernel(op, moe_fp4_swap_kernel<PAIR, 2>, grid, 256, 0, st, v); break;
-    case 4: launch_kernel(op, moe_fp4_swap_kernel<PAIR, 4>, grid, 256, 0, st, v); break;
-    default: launch_kernel(op, moe_fp4_swap_kernel<PAIR, 8>, grid, 256, 0, st, v); break;
-  }
+  if (dec == Mxfp4Decode::ShiftQuad)
+    launch_fp4_swap_ks<PAIR, true>(op, st, ks, grid, v);
+  else
+    launch_fp4_swap_ks<PAIR, false>(op, st, ks, grid, v);
   CUDA_LAUNCH_CHECK(op, st);
 }
 
@@ -1488,8 +1504,8 @@ void CudaBackend::moe_experts_mxfp4(Stream s, const Tensor& out, const Tensor& x
   // token, slower at 8: results/2026-12-05-h100-decode-candidates).
   const Mxfp4Swap sw = variants().mxfp4_swap;
   if (sw == Mxfp4Swap::On || (sw == Mxfp4Swap::Auto && P <= kSwapAutoMaxPairs)) {
-    launch_fp4_swap<true>(op, st, max_tiles, es.up, sm_count());
-    launch_fp4_swap<false>(op, st, max_tiles, es.down, sm_count());
+    launch_fp4_swap<true>(op, st, max_tiles, es.up, sm_count(), dec);
+    launch_fp4_swap<false>(op, st, max_tiles, es.down, sm_count(), dec);
   } else if (variants().mxfp4_wide) {
     launch_fp4_wide<true>(op, st, max_tiles, es.up, sm_count(), dec);
     launch_fp4_wide<false>(op, st, max_tiles, es.down, sm_count(), dec);
