@@ -33,6 +33,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <type_traits>
 
 #include "model/cuda/cuda_common.cuh"
 #include "model/cuda/e2m1_bits.h"
@@ -1159,14 +1160,21 @@ int fp4_mma_k_slices(int64_t max_tiles, int64_t N, int64_t K, int sms, int tile_
   return ks;
 }
 
+// f(std::integral_constant<int, KS>{}) for the K-slice count ks (1, 2, 4, else 8) that
+// fp4_mma_k_slices chose: the kernels take it as a template argument.
+template <class F>
+void with_k_slices(int ks, F&& f) {
+  switch (ks) {
+    case 1: f(std::integral_constant<int, 1>{}); break;
+    case 2: f(std::integral_constant<int, 2>{}); break;
+    case 4: f(std::integral_constant<int, 4>{}); break;
+    default: f(std::integral_constant<int, 8>{}); break;
+  }
+}
+
 template <bool PAIR, Mxfp4Decode DEC>
 void launch_fp4_mma_ks(const char* op, cudaStream_t st, int ks, dim3 grid, const MoeGemvArgs& v) {
-  switch (ks) {
-    case 1: launch_kernel(op, moe_fp4_mma_kernel<PAIR, 1, DEC>, grid, 256, 0, st, v); break;
-    case 2: launch_kernel(op, moe_fp4_mma_kernel<PAIR, 2, DEC>, grid, 256, 0, st, v); break;
-    case 4: launch_kernel(op, moe_fp4_mma_kernel<PAIR, 4, DEC>, grid, 256, 0, st, v); break;
-    default: launch_kernel(op, moe_fp4_mma_kernel<PAIR, 8, DEC>, grid, 256, 0, st, v); break;
-  }
+  with_k_slices(ks, [&](auto KS) { launch_kernel(op, moe_fp4_mma_kernel<PAIR, KS, DEC>, grid, 256, 0, st, v); });
 }
 
 template <bool PAIR>
@@ -1185,12 +1193,7 @@ void launch_fp4_mma(const char* op, cudaStream_t st, int64_t max_tiles, const Mo
 
 template <bool PAIR, bool MUL>
 void launch_fp4_swap_ks(const char* op, cudaStream_t st, int ks, dim3 grid, const MoeGemvArgs& v) {
-  switch (ks) {
-    case 1: launch_kernel(op, moe_fp4_swap_kernel<PAIR, 1, MUL>, grid, 256, 0, st, v); break;
-    case 2: launch_kernel(op, moe_fp4_swap_kernel<PAIR, 2, MUL>, grid, 256, 0, st, v); break;
-    case 4: launch_kernel(op, moe_fp4_swap_kernel<PAIR, 4, MUL>, grid, 256, 0, st, v); break;
-    default: launch_kernel(op, moe_fp4_swap_kernel<PAIR, 8, MUL>, grid, 256, 0, st, v); break;
-  }
+  with_k_slices(ks, [&](auto KS) { launch_kernel(op, moe_fp4_swap_kernel<PAIR, KS, MUL>, grid, 256, 0, st, v); });
 }
 
 template <bool PAIR>

@@ -4,15 +4,7 @@
 # refused too. Usage: bench_args.sh BENCH_DECODE BENCH_PREFILL
 set -euo pipefail
 decode=$(realpath "$1"); prefill=$(realpath "$2")
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
-expect_error() {
-  local want=$1; shift; local rc=0
-  timeout 20 "$@" > "$tmp/out" 2>&1 || rc=$?
-  [ "$rc" != 0 ] || fail "expected an error from: $*"
-  [ "$rc" != 124 ] || fail "'$*' ran past 20 s instead of refusing"
-  grep -qF -- "$want" "$tmp/out" || fail "error for '$*' should mention '$want': $(cat "$tmp/out")"
-}
+. "$(dirname "${BASH_SOURCE[0]}")/../tools/refusals.sh"  # $tmp, fail, expect_error
 expect_error "--context=abc: expected an integer in 1 .. 1048576" "$decode" --context=abc
 expect_error "--context=2.5: expected an integer in 1 .. 1048576" "$decode" --context=2.5
 expect_error "--context=-5: expected an integer in 1 .. 1048576" "$decode" --context=-5

@@ -4,15 +4,8 @@
 # its header says. Each is an error naming the file and the tensor, before the model runs.
 set -euo pipefail
 bin=$(realpath "$1")
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
-expect_error() {
-  local want=$1; shift; local rc=0
-  timeout 60 "$@" > "$tmp/out" 2>&1 || rc=$?
-  [ "$rc" != 0 ] || fail "expected an error from: $*"
-  [ "$rc" -lt 124 ] || fail "'$*' crashed or hung (status $rc)"
-  grep -q -- "$want" "$tmp/out" || fail "error for '$*' should mention '$want': $(cat "$tmp/out")"
-}
+EXPECT_ERROR_TIMEOUT=60
+. "$(dirname "${BASH_SOURCE[0]}")/../tools/refusals.sh"  # $tmp, fail, expect_error
 "$bin" run --config tiny --backend cpu --steps 1 --save-checkpoint "$tmp/good" --save-dtype f32 > /dev/null 2>&1
 "$bin" run --config tiny --backend cpu --steps 1 --checkpoint "$tmp/good" > /dev/null 2>&1 || fail "the good checkpoint does not load"
 

@@ -6,16 +6,7 @@
 set -euo pipefail
 bin=$(realpath "$1")
 root=$(cd "$(dirname "$0")/../.." && pwd)
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
-# expect_error WANT CMD...: exits non-zero within 20 s (not a crash: status < 128) and says WANT.
-expect_error() {
-  local want=$1; shift; local rc=0
-  timeout 20 "$@" > "$tmp/out" 2>&1 || rc=$?
-  [ "$rc" != 0 ] || fail "expected an error from: $*"
-  [ "$rc" -lt 124 ] || fail "'$*' crashed or hung (status $rc): $(tail -2 "$tmp/out")"
-  grep -q -- "$want" "$tmp/out" || fail "error for '$*' should mention '$want': $(cat "$tmp/out")"
-}
+. "$(dirname "${BASH_SOURCE[0]}")/../tools/refusals.sh"  # $tmp, fail, expect_error
 export STREAMLAB_FIFO_WAIT_S=2
 
 # 1. Deep nesting: refused by depth, in every command that reads traces.

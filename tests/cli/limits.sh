@@ -5,15 +5,7 @@
 # anything is allocated. Each must fail fast (20 s) with a clear error, not run until killed.
 set -euo pipefail
 bin=$(realpath "$1")
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
-expect_error() {
-  local want=$1; shift; local rc=0
-  timeout 20 "$@" > "$tmp/out" 2>&1 || rc=$?
-  [ "$rc" != 0 ] || fail "expected an error from: $*"
-  [ "$rc" != 124 ] || fail "'$*' ran past 20 s instead of refusing"
-  grep -q -- "$want" "$tmp/out" || fail "error for '$*' should mention '$want': $(cat "$tmp/out")"
-}
+. "$(dirname "${BASH_SOURCE[0]}")/../tools/refusals.sh"  # $tmp, fail, expect_error
 expect_error "num_nextn_predict_layers (2000000000) must be <= 4096" "$bin" schedule --mtp-layers 2000000000
 expect_error "batch (100000000) must be <= 65536" "$bin" run --backend cpu --batch 100000000 --steps 1
 expect_error "draft_steps (100000) must be <= 4096" "$bin" schedule --draft-steps 100000

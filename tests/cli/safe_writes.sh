@@ -6,15 +6,8 @@
 set -euo pipefail
 bin=$(realpath "$1")
 root=$(cd "$(dirname "$0")/../.." && pwd)
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
-expect_error() {
-  local want=$1; shift; local rc=0
-  timeout 60 "$@" > "$tmp/out" 2>&1 || rc=$?
-  [ "$rc" != 0 ] || fail "expected an error from: $*"
-  [ "$rc" -lt 124 ] || fail "'$*' crashed or hung (status $rc)"
-  grep -q -- "$want" "$tmp/out" || fail "error for '$*' should mention '$want': $(cat "$tmp/out")"
-}
+EXPECT_ERROR_TIMEOUT=60
+. "$(dirname "${BASH_SOURCE[0]}")/../tools/refusals.sh"  # $tmp, fail, expect_error
 no_temp_left() { ! ls -A "$1" | grep -q '\.tmp\.' || fail "a temporary file was left in $1: $(ls -A "$1")"; }
 trace=$(ls "$root"/results/compare/*/traces/shared.graph.json.gz | head -n 1)
 

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -104,17 +105,22 @@ inline std::vector<std::string> split(const std::string& s, char sep = ',') {
   return v;
 }
 
+// Whether all of s is one decimal integer that fits a long long (then in n).
+inline bool whole_integer(const std::string& s, long long& n) {
+  size_t used = 0;
+  try {
+    n = std::stoll(s, &used);
+  } catch (const std::exception&) {
+    return false;
+  }
+  return !s.empty() && used == s.size();
+}
+
 // One integer flag value in [lo, hi]; anything else (a word, a fraction, a number out of range)
 // is an error naming the flag, the value and the range.
 inline int parse_int(const char* flag, const std::string& v, long long lo, long long hi) {
   long long n = 0;
-  size_t used = 0;
-  try {
-    n = std::stoll(v, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  SL_CHECK(!v.empty() && used == v.size() && n >= lo && n <= hi, flag, v, ": expected an integer in ", lo, " .. ", hi);
+  SL_CHECK(whole_integer(v, n) && n >= lo && n <= hi, flag, v, ": expected an integer in ", lo, " .. ", hi);
   return int(n);
 }
 
@@ -122,15 +128,10 @@ inline int parse_int(const char* flag, const std::string& v, long long lo, long 
 inline std::vector<int> parse_ints(const std::string& s) {
   std::vector<int> v;
   for (const std::string& item : split(s)) {
-    size_t used = 0;
-    int n = 0;
-    try {
-      n = std::stoi(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    SL_CHECK(!item.empty() && used == item.size(), "expected comma-separated integers, not '", s, "'");
-    v.push_back(n);
+    long long n = 0;
+    SL_CHECK(whole_integer(item, n) && n >= INT_MIN && n <= INT_MAX, "expected comma-separated integers, not '", s,
+             "'");
+    v.push_back(int(n));
   }
   return v;
 }
