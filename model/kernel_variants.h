@@ -69,17 +69,18 @@ struct KernelVariants {
   // How the MXFP4 tensor-core kernels turn e2m1 codes into scaled bf16 operands: table = byte
   // permutes through a per-group table of the scaled magnitudes' bytes; shift = each pair by a
   // byte permute, shifts and masks as its value times 2^-126, then one bf16x2 multiply by the
-  // scale (about half the integer instructions; the default: the experts at 8 tokens 318.8 ->
+  // scale (about half the integer instructions; against table: the experts at 8 tokens 318.8 ->
   // 263.6 us, a batch-8 step 6.4 % faster on an H100, results/2026-12-05-h100-decode-candidates);
-  // shift-quad = the shift decode with each MMA taking the loaded activation vector as its A
+  // shift-quad (the default) = the shift decode with each MMA taking the loaded activation vector as its A
   // operand as it is (rows 8-15 used for the vector's other half, two accumulators), which drops
   // the register copies that build {x, y, y, 0}, its pairs decoded with one multiply in place of
   // two shifts (in the SASS of the 8-row kernels: 21.0 -> 16.2 instructions per MMA for w1 + w3,
-  // 22.6 -> 17.4 for w2, at 94 and 73-74 registers: the same two blocks per SM). Not yet run on a
-  // GPU, so not the default. The swapped kernel (mxfp4-swap) takes only the multiply: its
-  // activations are its B operand as loaded already. table applies to the 8-row and wide kernels
-  // only (the swapped kernel decodes by shifts under it).
-  Mxfp4Decode mxfp4_decode = Mxfp4Decode::Shift;
+  // 22.6 -> 17.4 for w2, at 94 and 73-74 registers: the same two blocks per SM). The default:
+  // a native batch-8 step 6.1 % faster than shift on an H100, batch 1 the same
+  // (results/2026-12-05-h100-shift-quad). The swapped kernel (mxfp4-swap) takes only the
+  // multiply: its activations are its B operand as loaded already. table applies to the 8-row
+  // and wide kernels only (the swapped kernel decodes by shifts under it).
+  Mxfp4Decode mxfp4_decode = Mxfp4Decode::ShiftQuad;
   // The MXFP4 experts with the weights as the MMA's A operand: a warp's MMA is 16 output features
   // x 8 tokens, every row of it used, the activations fed as they are loaded, the shift decode
   // (on), instead of 8 token rows x 8 features (off). auto (the default): on up to 16

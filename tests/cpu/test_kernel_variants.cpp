@@ -35,7 +35,7 @@ TEST(KernelVariants, EmptyIsTheDefaults) {
   EXPECT_TRUE(d.mxfp4_mma);
   EXPECT_EQ(d.fp8_decode, Fp8Decode::Auto);
   EXPECT_FALSE(d.mxfp4_wide);
-  EXPECT_EQ(d.mxfp4_decode, Mxfp4Decode::Shift);
+  EXPECT_EQ(d.mxfp4_decode, Mxfp4Decode::ShiftQuad);
   EXPECT_EQ(d.mxfp4_swap, Mxfp4Swap::Auto);
   EXPECT_EQ(d.mxfp4_prefill, Mxfp4Prefill::Auto);
   EXPECT_TRUE(d.fp8_pair);
@@ -66,10 +66,10 @@ TEST(KernelVariants, EveryKeyParsesAndPrintsBack) {
   EXPECT_EQ(KernelVariants::parse("mxfp4-prefill=mma").changes(), "mxfp4-prefill=mma");
   EXPECT_EQ(KernelVariants::parse("mxfp4-swap=auto"), KernelVariants{});
   EXPECT_EQ(KernelVariants::parse("mxfp4-swap=off").mxfp4_swap, Mxfp4Swap::Off);
-  EXPECT_EQ(KernelVariants::parse("mxfp4-decode=shift"), KernelVariants{});
+  EXPECT_EQ(KernelVariants::parse("mxfp4-decode=shift-quad"), KernelVariants{});
   EXPECT_EQ(KernelVariants::parse("mxfp4-decode=table").changes(), "mxfp4-decode=table");
-  EXPECT_EQ(KernelVariants::parse("mxfp4-decode=shift-quad").mxfp4_decode, Mxfp4Decode::ShiftQuad);
-  EXPECT_EQ(KernelVariants::parse("mxfp4-decode=shift-quad").changes(), "mxfp4-decode=shift-quad");
+  EXPECT_EQ(KernelVariants::parse("mxfp4-decode=shift").mxfp4_decode, Mxfp4Decode::Shift);
+  EXPECT_EQ(KernelVariants::parse("mxfp4-decode=shift").changes(), "mxfp4-decode=shift");
   EXPECT_EQ(KernelVariants::parse("fp8-decode=warp").fp8_decode, Fp8Decode::Warp);
   EXPECT_EQ(KernelVariants::parse("fp8-decode=wide").fp8_decode, Fp8Decode::Wide);
   EXPECT_EQ(KernelVariants::parse("fp8-decode=wide").changes(), "fp8-decode=wide");

@@ -167,14 +167,15 @@ TEST(CudaModel, TinyFp8KvCacheMatchesCpuReference) {
 }
 
 // The decode-step variants that are not the defaults, with the bounds of the defaults (the
-// defaults themselves, the fused mHC, the FP8 pairs and the shift decode among them, run in every
-// other test here): native weights at two sequences with verifying steps, the swapped MXFP4
-// experts at every size, and the 8-row kernels with the shift-quad decode at every size. (The fused attention merge, the warp routing and the early FP8 loads
+// defaults themselves, the fused mHC, the FP8 pairs and the shift-quad decode among them, run in
+// every other test here): native weights at two sequences with verifying steps, the swapped MXFP4
+// experts at every size, and the 8-row kernels with the shift decode (the default before
+// shift-quad) at every size. (The fused attention merge, the warp routing and the early FP8 loads
 // also ran here until they were removed, measured no faster: results/2026-12-05-h100-decode-candidates.)
 TEST(CudaModel, TinyDecodeVariantsMatchCpuReference) {
   REQUIRE_GPU();
   compare_with_cpu(1, 4, 3, 2, true, WeightFormat::Native, 0.3, false, "mxfp4-swap=on");
-  compare_with_cpu(1, 4, 3, 2, true, WeightFormat::Native, 0.3, false, "mxfp4-swap=off,mxfp4-decode=shift-quad");
+  compare_with_cpu(1, 4, 3, 2, true, WeightFormat::Native, 0.3, false, "mxfp4-swap=off,mxfp4-decode=shift");
 }
 
 TEST(CudaModel, TinyVerifyingStepsMatchCpuReference) {
