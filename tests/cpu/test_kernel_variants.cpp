@@ -39,6 +39,7 @@ TEST(KernelVariants, EmptyIsTheDefaults) {
   EXPECT_EQ(d.mxfp4_swap, Mxfp4Swap::Auto);
   EXPECT_EQ(d.mxfp4_prefill, Mxfp4Prefill::Auto);
   EXPECT_TRUE(d.fp8_pair);
+  EXPECT_FALSE(d.fp8_act_codes);
   EXPECT_EQ(d.fp8_wide_blocks, 2);
   EXPECT_TRUE(d.hc_decode_fused);
 }
@@ -70,6 +71,10 @@ TEST(KernelVariants, EveryKeyParsesAndPrintsBack) {
   EXPECT_EQ(KernelVariants::parse("mxfp4-decode=table").changes(), "mxfp4-decode=table");
   EXPECT_EQ(KernelVariants::parse("mxfp4-decode=shift").mxfp4_decode, Mxfp4Decode::Shift);
   EXPECT_EQ(KernelVariants::parse("mxfp4-decode=shift").changes(), "mxfp4-decode=shift");
+  EXPECT_EQ(KernelVariants::parse("fp8-act=inline"), KernelVariants{});
+  EXPECT_TRUE(KernelVariants::parse("fp8-act=codes").fp8_act_codes);
+  EXPECT_EQ(KernelVariants::parse("fp8-act=codes").changes(), "fp8-act=codes");
+  EXPECT_EQ(KernelVariants::parse(KernelVariants::parse("fp8-act=codes").str()), KernelVariants::parse("fp8-act=codes"));
   EXPECT_EQ(KernelVariants::parse("fp8-decode=warp").fp8_decode, Fp8Decode::Warp);
   EXPECT_EQ(KernelVariants::parse("fp8-decode=wide").fp8_decode, Fp8Decode::Wide);
   EXPECT_EQ(KernelVariants::parse("fp8-decode=wide").changes(), "fp8-decode=wide");
@@ -136,6 +141,7 @@ TEST(KernelVariants, BadInputNamesTheKeyAndWhatItTakes) {
                         Case{"mxfp4-swap=yes", "expected on, off or auto"},
                         Case{"fp8-wide-blocks=3", "expected 1 or 2"},
                         Case{"hc-decode=on", "expected split or fused"},
+                        Case{"fp8-act=quantized", "expected inline or codes"},
                         Case{"cublas-workspace-kb=-5", "cublas-workspace-kb"}, Case{"speed=max", "unknown key 'speed'"},
                         Case{"pdl", "expected key=value"}}) {
     SCOPED_TRACE(c.spec);
