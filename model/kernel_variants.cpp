@@ -12,7 +12,7 @@ const char* const kKernelVariantsHelp =
     "CUDA kernel variants, key=value[,key=value...]: attn-decode=on|off, attn-splits=N (0 = auto, at most 16), "
     "gemv-bf16-max-mb=N, pdl=on|off, cublas-workspace-kb=N, mxfp4-mma=on|off, fp8-decode=auto|warp|wide, "
     "mxfp4-wide=on|off, mxfp4-decode=table|shift|shift-quad, mxfp4-swap=on|off|auto, "
-    "mxfp4-prefill=mma|gemm|auto, fp8-pair=on|off, fp8-act=inline|codes, fp8-wide-blocks=1|2, hc-decode=split|fused, "
+    "mxfp4-prefill=mma|gemm|auto, fp8-pair=on|off, fp8-wide-blocks=1|2, hc-decode=split|fused, "
     "fp8-kv=packed|emulated (default: the "
     "measured best of each; variants not yet timed on a GPU are off)";
 
@@ -63,6 +63,10 @@ const char* removed(const std::string& key) {
   if (key == "weight-prefetch")
     return "the model's L2 prefetch hints ahead of each layer's projections were removed: decode steps 3-5 % "
            "slower on an H100 (results/2026-12-05-h100-weight-prefetch)";
+  if (key == "fp8-act")
+    return "quantizing the FP8 GEMMs' activations once per call (fp8-act=codes) was removed: bit-identical, and the "
+           "quantize kernel cost what the decode kernels saved (steps the same, each GEMM 0.2-1.5 us slower on an "
+           "H100; results/2026-12-05-h100-fp8-act-codes)";
   if (key == "route")
     return "the warp-per-token routing top-k was removed: steps no faster on an H100 "
            "(results/2026-12-05-h100-decode-candidates)";
@@ -118,8 +122,6 @@ KernelVariants KernelVariants::parse(const std::string& spec) {
       else fail("--kernel-variants: ", key, "=", v, ": expected on, off or auto");
     } else if (key == "fp8-pair") {
       k.fp8_pair = on_off(key, v);
-    } else if (key == "fp8-act") {
-      k.fp8_act_codes = either(key, v, "inline", "codes");
     } else if (key == "mxfp4-prefill") {
       if (v == "mma") k.mxfp4_prefill = Mxfp4Prefill::Mma;
       else if (v == "gemm") k.mxfp4_prefill = Mxfp4Prefill::Gemm;
@@ -132,7 +134,7 @@ KernelVariants KernelVariants::parse(const std::string& spec) {
     } else {
       fail("--kernel-variants: unknown key '", key,
            "' (attn-decode, attn-splits, gemv-bf16-max-mb, pdl, cublas-workspace-kb, mxfp4-mma, fp8-decode, mxfp4-wide, "
-           "mxfp4-decode, mxfp4-swap, mxfp4-prefill, fp8-pair, fp8-act, fp8-wide-blocks, hc-decode, fp8-kv)");
+           "mxfp4-decode, mxfp4-swap, mxfp4-prefill, fp8-pair, fp8-wide-blocks, hc-decode, fp8-kv)");
     }
   }
   return k;
@@ -151,7 +153,6 @@ std::string KernelVariants::str() const {
     << ",fp8-decode=" << fp8_decode_names[int(fp8_decode)] << ",mxfp4-wide=" << oo(mxfp4_wide)
     << ",mxfp4-decode=" << mxfp4_decode_names[int(mxfp4_decode)] << ",mxfp4-swap=" << mxfp4_swap_names[int(mxfp4_swap)]
     << ",mxfp4-prefill=" << mxfp4_prefill_names[int(mxfp4_prefill)] << ",fp8-pair=" << oo(fp8_pair)
-    << ",fp8-act=" << (fp8_act_codes ? "codes" : "inline")
     << ",fp8-wide-blocks=" << fp8_wide_blocks << ",hc-decode=" << (hc_decode_fused ? "fused" : "split")
     << ",fp8-kv=" << (fp8_kv_packed ? "packed" : "emulated");
   return s.str();

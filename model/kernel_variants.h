@@ -62,13 +62,6 @@ struct KernelVariants {
   // matrices' columns (true, the default: steps 1.4-2.5 % faster on an H100, results/2026-12-05-h100-decode-candidates), or
   // the two gemm_fp8 launches (false).
   bool fp8_pair = true;
-  // How the FP8 decode kernels get the activation's e4m3 codes: each warp quantizes the bf16 rows
-  // it reads (inline, the default: in gemm_fp8_mma_kernel<8, bf16>'s SASS about 17 of 47
-  // instructions per MMA, on the serial chain from the activation load to the MMAs), or one
-  // small kernel quantizes them once per call into the stream's scratch and the decode kernels
-  // load codes and scales (codes: the same codes and products, bit-identical; one more launch per
-  // FP8 GEMM). Not yet timed on a GPU, so not the default.
-  bool fp8_act_codes = false;
   // The MXFP4 experts on the tensor cores: a block's 8 warps share K and a warp feeds 1-4 column
   // tiles per activation chunk (true), or a warp per 8 columns walking K alone (false, the
   // default: the wide kernel measured 3 % faster at 1 token and 9 % slower at 8).
@@ -126,7 +119,7 @@ struct KernelVariants {
   // "key=value,key=value": attn-decode=on|off, attn-splits=N, gemv-bf16-max-mb=N, pdl=on|off,
   // cublas-workspace-kb=N, mxfp4-mma=on|off, fp8-decode=auto|warp|wide, mxfp4-wide=on|off,
   // mxfp4-decode=table|shift|shift-quad, mxfp4-swap=on|off|auto, mxfp4-prefill=mma|gemm|auto, fp8-pair=on|off,
-  // fp8-act=inline|codes, fp8-wide-blocks=1|2, hc-decode=split|fused, fp8-kv=packed|emulated.
+  // fp8-wide-blocks=1|2, hc-decode=split|fused, fp8-kv=packed|emulated.
   // Unknown keys and bad values are errors naming the key and the accepted values (a retired key
   // says why it went). An empty spec is the defaults.
   static KernelVariants parse(const std::string& spec);

@@ -256,13 +256,7 @@ struct Fp8MmaArgs {
   const float* w2_scale;
   void* out2;
   int64_t ldo2;
-  // fp8-act=codes: a holds the activation's e4m3 codes (u8, the same [M, lda] layout) and a_scale
-  // their group scales [lda / 128, kCodeRows]; null: a is bf16 or F32, quantized by each warp.
-  const float* a_scale;
 };
-
-// Rows of the activation scales' layout under fp8-act=codes (a decode launch's rows, at most 8).
-constexpr int kCodeRows = 8;
 
 // The matrix of the columns starting at n0 (a warp's or a block's): g itself, or, past N1, g
 // redirected to the second matrix with n0 counted from its first column.
@@ -300,8 +294,7 @@ template <class TA>
 struct ActChunk {
   static constexpr int kWords = 32 * int(sizeof(TA)) / 16;
   uint4 raw[kWords];
-  // p: the lane's 32 activations; sp (the codes' scale) is not used here.
-  __device__ __forceinline__ void load(const TA* p, bool in, const float* /*sp*/) {
+  __device__ __forceinline__ void load(const TA* p, bool in) {
 #pragma unroll
     for (int i = 0; i < kWords; ++i)
       raw[i] = in ? reinterpret_cast<const uint4*>(p)[i] : make_uint4(0, 0, 0, 0);
@@ -326,33 +319,6 @@ struct ActChunk {
     return s;
   }
 };
-
-// fp8-act=codes: the chunk quantized beforehand by fp8_quantize_kernel<true> (the same rule, so
-// the same codes and scale as quantize() above would make): the lane's 32 codes (two 16-byte
-// loads) and the group's scale, handed to the MMAs as they are. A row past M loads zeros with
-// scale 1, as quantize() gives for a row of zeros.
-template <>
-struct ActChunk<uint8_t> {
-  uint4 raw[2];
-  float s;
-  __device__ __forceinline__ void load(const uint8_t* p, bool in, const float* sp) {
-    raw[0] = in ? reinterpret_cast<const uint4*>(p)[0] : make_uint4(0, 0, 0, 0);
-    raw[1] = in ? reinterpret_cast<const uint4*>(p)[1] : make_uint4(0, 0, 0, 0);
-    s = in ? *sp : 1.f;
-  }
-  __device__ __forceinline__ float quantize(uint32_t (&aw)[8]) const {
-    const uint32_t w[8] = {raw[0].x, raw[0].y, raw[0].z, raw[0].w, raw[1].x, raw[1].y, raw[1].z, raw[1].w};
-#pragma unroll
-    for (int i = 0; i < 8; ++i) aw[i] = w[i];
-    return s;
-  }
-};
-
-// The scales of a lane's activation row under fp8-act=codes, at its columns' group (chunk kb's
-// scale is [kb * kCodeRows]); null when the kernel quantizes for itself.
-__device__ __forceinline__ const float* code_scales(const Fp8MmaArgs& g, int64_t n0, int row) {
-  return g.a_scale ? g.a_scale + (n0 / g.Ng) * (g.K / kBlk) * kCodeRows + row : nullptr;
-}
 
 // One 128-value chunk of one 8-column tile: the lane's 32 weight codes (w0, w1: bytes [0, 16) and
 // [16, 32) of its column's chunk slice) against the 32 activation codes of its row in the same
@@ -424,12 +390,10 @@ __global__ __launch_bounds__(256) void gemm_fp8_mma_kernel(Fp8MmaArgs g) {
   };
   const bool row_ok = grp < g.M;
   const TA* ar = static_cast<const TA*>(g.a) + (row_ok ? grp : 0) * g.lda + (min(n0, g.N - 1) / g.Ng) * g.K + tig * 32;
-  const float* asr = code_scales(g, min(n0, g.N - 1), row_ok ? grp : 0);
   auto step = [&](int64_t kb, const Weights& w) {
     ActChunk<TA> act[kChunks];
 #pragma unroll
-    for (int u = 0; u < kChunks; ++u)
-      act[u].load(ar + (kb + u) * kBlk, kb + u < kb1 && row_ok, asr ? asr + (kb + u) * kCodeRows : nullptr);
+    for (int u = 0; u < kChunks; ++u) act[u].load(ar + (kb + u) * kBlk, kb + u < kb1 && row_ok);
 #pragma unroll
     for (int u = 0; u < kChunks; ++u) {
       if (kb + u >= kb1) break;
@@ -491,7 +455,6 @@ __global__ __launch_bounds__(256, MINB > 1 ? MINB : 0) void gemm_fp8_wide_kernel
   // The block's columns lie in one activation group and one row of weight blocks (the host picks
   // NT so that 8 NT divides the group width; 8 NT divides 128).
   const TA* ar = static_cast<const TA*>(g.a) + (row_ok ? grp : 0) * g.lda + (n0 / g.Ng) * g.K + tig * 32;
-  const float* asr = code_scales(g, n0, row_ok ? grp : 0);
   const float* wsr = g.w_scale + (n0 / kBlk) * KB;
   // Tile t's weight row as a 32-bit offset from tile 0's (fewer registers than NT pointers).
   const int64_t row0 = min(n0 + grp, g.N - 1);
@@ -521,8 +484,7 @@ __global__ __launch_bounds__(256, MINB > 1 ? MINB : 0) void gemm_fp8_wide_kernel
   auto step = [&](int64_t kb, const Weights& w) {
     ActChunk<TA> act[CH];
 #pragma unroll
-    for (int u = 0; u < CH; ++u)
-      act[u].load(ar + (kb + u) * kBlk, kb + u < KB && row_ok, asr ? asr + (kb + u) * kCodeRows : nullptr);
+    for (int u = 0; u < CH; ++u) act[u].load(ar + (kb + u) * kBlk, kb + u < KB && row_ok);
 #pragma unroll
     for (int u = 0; u < CH; ++u) {
       if (kb + u >= KB) break;  // uniform per warp
@@ -603,55 +565,38 @@ Fp8Decode fp8_decode_kernel(Fp8Decode v, int64_t N) {
   return N >= 4096 ? Fp8Decode::Wide : Fp8Decode::Warp;
 }
 
-// One decode kernel of up to 8 rows, chosen for g's width under the variant, for activations of
-// type TA (bf16, F32, or uint8_t: fp8-act=codes). The wide kernel's column tiles shrink until no
-// block crosses g.N1 (a pair's second matrix; for one matrix N1 = N, a multiple of the tiles
-// already).
-template <class TA>
-void launch_fp8_decode_kernel(CudaBackend& be, const char* op, cudaStream_t st, const Fp8MmaArgs& g) {
+// Rows [0, M) of a on the tensor-core decode path, 8 rows per launch. N and the group width must
+// be multiples of 8 (gemm_fp8 checks before calling).
+// One decode launch of up to 8 rows, the kernel chosen for g's width under the variant (bf: bf16
+// activations, else F32). The wide kernel's column tiles shrink until no block crosses g.N1 (a
+// pair's second matrix; for one matrix N1 = N, a multiple of the tiles already).
+void launch_fp8_decode(CudaBackend& be, const char* op, cudaStream_t st, const Fp8MmaArgs& g, bool bf) {
   if (fp8_decode_kernel(be.variants().fp8_decode, g.N) == Fp8Decode::Wide) {
     int nt = fp8_wide_tiles(g.N, g.Ng, be.sm_count());
     while (nt > 1 && g.N1 % (8 * nt) != 0) nt /= 2;
-    launch_fp8_wide<TA>(op, st, nt, g.N, g, be.variants().fp8_wide_blocks);
+    const int bps = be.variants().fp8_wide_blocks;
+    if (bf)
+      launch_fp8_wide<bf16>(op, st, nt, g.N, g, bps);
+    else
+      launch_fp8_wide<float>(op, st, nt, g.N, g, bps);
   } else {
-    launch_fp8_mma<TA>(op, st, fp8_mma_warps_per_group(g.N, g.K, be.sm_count()), cdiv(g.N, 8), g);
+    const int wpc = fp8_mma_warps_per_group(g.N, g.K, be.sm_count());
+    if (bf)
+      launch_fp8_mma<bf16>(op, st, wpc, cdiv(g.N, 8), g);
+    else
+      launch_fp8_mma<float>(op, st, wpc, cdiv(g.N, 8), g);
   }
 }
 
-// One decode launch of up to 8 rows of g.a (bf16 or F32, as adt says). Under fp8-act=codes the
-// rows are quantized first, once, by fp8_quantize_kernel<true> into the stream's scratch (codes
-// [rows, lda], scales [lda / 128, kCodeRows]), and the kernel loads codes instead of quantizing in
-// every warp that reads them; the same codes and scales either way, so the same products.
-void launch_fp8_decode(CudaBackend& be, const char* op, Stream s, Fp8MmaArgs g, DType adt) {
-  cudaStream_t st = be.stream(s, op);
-  if (be.variants().fp8_act_codes) {
-    const int64_t KB = g.lda / kBlk;
-    const CudaBackend::Scratch sc = be.scratch(s, op, size_t(kCodeRows) * size_t(g.lda) + size_t(KB) * kCodeRows * 4);
-    uint8_t* codes = static_cast<uint8_t*>(sc.ptr);
-    float* scales = reinterpret_cast<float*>(codes + size_t(kCodeRows) * size_t(g.lda));
-    launch_kernel(op, fp8_quantize_kernel<true>, dim3(unsigned(cdiv(g.M * KB * 32, 256))), 256, 0, st,
-                  static_cast<void*>(codes), scales, int64_t(kCodeRows), g.a, fcode(adt), g.lda, g.M, g.lda);
-    CUDA_LAUNCH_CHECK(op, st);
-    g.a = codes;
-    g.a_scale = scales;
-    launch_fp8_decode_kernel<uint8_t>(be, op, st, g);
-  } else if (adt == DType::BF16) {
-    launch_fp8_decode_kernel<bf16>(be, op, st, g);
-  } else {
-    launch_fp8_decode_kernel<float>(be, op, st, g);
-  }
-}
-
-// Rows [0, M) of a on the tensor-core decode path, 8 rows per launch. N and the group width must
-// be multiples of 8 (gemm_fp8 checks before calling).
 void gemm_fp8_mma(CudaBackend& be, const char* op, Stream s, const Tensor& out, const Tensor& a, const Tensor& w,
                   const Tensor& w_scale, int64_t M, int64_t N, int64_t K, int64_t G) {
+  cudaStream_t st = be.stream(s, op);
   const size_t as = dtype_size(a.dtype), os = dtype_size(out.dtype);
-  for (int64_t m0 = 0; m0 < M; m0 += kCodeRows) {
+  for (int64_t m0 = 0; m0 < M; m0 += 8) {
     const Fp8MmaArgs g{static_cast<char*>(out.data) + m0 * N * os, fcode(out.dtype), N,
                        static_cast<const char*>(a.data) + m0 * G * K * as, G * K, w.ptr<uint8_t>(), w_scale.ptr<float>(),
-                       std::min<int64_t>(kCodeRows, M - m0), N, K, N / G, N, nullptr, nullptr, nullptr, 0, nullptr};
-    launch_fp8_decode(be, op, s, g, a.dtype);
+                       std::min<int64_t>(8, M - m0), N, K, N / G, N, nullptr, nullptr, nullptr, 0};
+    launch_fp8_decode(be, op, st, g, a.dtype == DType::BF16);
   }
 }
 
@@ -663,8 +608,8 @@ bool gemm_fp8_pair_mma(CudaBackend& be, const char* op, Stream s, const Tensor& 
   const int64_t N = N1 + N2;
   if (M < 1 || M > kFp8GemvUpTo || N == 0 || N1 % 8 != 0 || N2 % 8 != 0) return false;
   const Fp8MmaArgs g{out1.data, fcode(out1.dtype), N1, a.data, K, w1.ptr<uint8_t>(), w1_scale.ptr<float>(),
-                     M, N, K, N, N1, w2.ptr<uint8_t>(), w2_scale.ptr<float>(), out2.data, N2, nullptr};
-  launch_fp8_decode(be, op, s, g, a.dtype);
+                     M, N, K, N, N1, w2.ptr<uint8_t>(), w2_scale.ptr<float>(), out2.data, N2};
+  launch_fp8_decode(be, op, be.stream(s, op), g, a.dtype == DType::BF16);
   return true;
 }
 

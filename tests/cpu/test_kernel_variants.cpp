@@ -39,7 +39,6 @@ TEST(KernelVariants, EmptyIsTheDefaults) {
   EXPECT_EQ(d.mxfp4_swap, Mxfp4Swap::Auto);
   EXPECT_EQ(d.mxfp4_prefill, Mxfp4Prefill::Auto);
   EXPECT_TRUE(d.fp8_pair);
-  EXPECT_FALSE(d.fp8_act_codes);
   EXPECT_EQ(d.fp8_wide_blocks, 2);
   EXPECT_TRUE(d.hc_decode_fused);
 }
@@ -71,10 +70,6 @@ TEST(KernelVariants, EveryKeyParsesAndPrintsBack) {
   EXPECT_EQ(KernelVariants::parse("mxfp4-decode=table").changes(), "mxfp4-decode=table");
   EXPECT_EQ(KernelVariants::parse("mxfp4-decode=shift").mxfp4_decode, Mxfp4Decode::Shift);
   EXPECT_EQ(KernelVariants::parse("mxfp4-decode=shift").changes(), "mxfp4-decode=shift");
-  EXPECT_EQ(KernelVariants::parse("fp8-act=inline"), KernelVariants{});
-  EXPECT_TRUE(KernelVariants::parse("fp8-act=codes").fp8_act_codes);
-  EXPECT_EQ(KernelVariants::parse("fp8-act=codes").changes(), "fp8-act=codes");
-  EXPECT_EQ(KernelVariants::parse(KernelVariants::parse("fp8-act=codes").str()), KernelVariants::parse("fp8-act=codes"));
   EXPECT_EQ(KernelVariants::parse("fp8-decode=warp").fp8_decode, Fp8Decode::Warp);
   EXPECT_EQ(KernelVariants::parse("fp8-decode=wide").fp8_decode, Fp8Decode::Wide);
   EXPECT_EQ(KernelVariants::parse("fp8-decode=wide").changes(), "fp8-decode=wide");
@@ -136,12 +131,13 @@ TEST(KernelVariants, BadInputNamesTheKeyAndWhatItTakes) {
                         Case{"route=block", "2026-12-05-h100-decode-candidates"},
                         Case{"weight-prefetch=on", "'weight-prefetch' is no longer a variant: the model's L2 prefetch"},
                         Case{"weight-prefetch=off", "2026-12-05-h100-weight-prefetch"},
+                        Case{"fp8-act=codes", "'fp8-act' is no longer a variant: quantizing the FP8 GEMMs'"},
+                        Case{"fp8-act=inline", "2026-12-05-h100-fp8-act-codes"},
                         Case{"mxfp4-decode=lut", "expected table, shift or shift-quad"},
                         Case{"mxfp4-prefill=on", "expected mma, gemm or auto"},
                         Case{"mxfp4-swap=yes", "expected on, off or auto"},
                         Case{"fp8-wide-blocks=3", "expected 1 or 2"},
                         Case{"hc-decode=on", "expected split or fused"},
-                        Case{"fp8-act=quantized", "expected inline or codes"},
                         Case{"cublas-workspace-kb=-5", "cublas-workspace-kb"}, Case{"speed=max", "unknown key 'speed'"},
                         Case{"pdl", "expected key=value"}}) {
     SCOPED_TRACE(c.spec);
@@ -151,7 +147,8 @@ TEST(KernelVariants, BadInputNamesTheKeyAndWhatItTakes) {
   }
   // Retired keys are offered neither by the unknown-key list nor by --help, nor printed by str().
   const std::string unknown = error_of("speed=max"), help = sl::kKernelVariantsHelp, all = KernelVariants{}.str();
-  for (const char* gone : {"attn-combine", "fp8-early", "route", "moe-decode", "l2-prefetch", "weight-prefetch"}) {
+  for (const char* gone :
+       {"attn-combine", "fp8-early", "route", "moe-decode", "l2-prefetch", "weight-prefetch", "fp8-act"}) {
     SCOPED_TRACE(gone);
     EXPECT_EQ(unknown.find(gone), std::string::npos) << unknown;
     EXPECT_EQ(help.find(gone), std::string::npos) << help;

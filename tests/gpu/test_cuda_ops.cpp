@@ -84,7 +84,6 @@ const char* const kVariants[] = {
     "mxfp4-wide=on,mxfp4-swap=off", "mxfp4-decode=shift,mxfp4-swap=off",
     "mxfp4-decode=shift,mxfp4-wide=on,mxfp4-swap=off", "mxfp4-swap=on", "mxfp4-decode=shift,mxfp4-swap=on", "mxfp4-prefill=gemm", "mxfp4-prefill=mma", "fp8-pair=off",
     "fp8-pair=on,fp8-decode=wide", "fp8-wide-blocks=1,fp8-decode=wide", "fp8-wide-blocks=1", "hc-decode=split",
-    "fp8-act=codes", "fp8-act=codes,fp8-decode=warp", "fp8-act=codes,fp8-decode=wide,fp8-pair=off",
 };
 
 std::string variant_test_name(const ::testing::TestParamInfo<const char*>& info) {

@@ -338,7 +338,7 @@ Case hc_pre_case(const ModelConfig& c, int B) {
 std::vector<std::string> default_variants(const std::string& op) {
   if (op == "gemm") return {"", "gemv-bf16-max-mb=4096", "gemv-bf16-max-mb=0", "gemv-bf16-max-mb=0,cublas-workspace-kb=0"};
   if (op == "gemm_fp8")
-    return {"", "fp8-decode=warp", "fp8-decode=wide", "fp8-wide-blocks=1", "pdl=off", "fp8-act=codes"};
+    return {"", "fp8-decode=warp", "fp8-decode=wide", "fp8-wide-blocks=1", "pdl=off"};
   if (op == "moe_experts_mxfp4")
     return {"", "mxfp4-decode=shift", "mxfp4-decode=table,mxfp4-swap=off", "mxfp4-swap=off", "mxfp4-swap=on",
             "mxfp4-wide=on,mxfp4-swap=off", "mxfp4-mma=off"};
