@@ -1057,7 +1057,10 @@ constexpr int64_t kSwapAutoMaxPairs = 16;
 template <bool PAIR, int KS, bool MUL, bool PIPE>
 __global__ __launch_bounds__(256) void moe_fp4_swap_kernel(MoeGemvArgs g) {
   constexpr int NM = PAIR ? 2 : 1;  // weight matrices streamed (w1 and w3, or w2)
-  constexpr int CH = PAIR ? 1 : 2;  // 128-value chunks in flight: 64 packed bytes per lane either way
+  // 128-value chunks per step: 64 packed bytes per lane either way. Pipelined, w2 takes one chunk
+  // per step as well: the next step's chunk is in flight beside it (two chunks' registers at
+  // once would cost w2 its second block per SM: 144 registers).
+  constexpr int CH = PAIR || PIPE ? 1 : 2;
   __shared__ float red[8][32][4 * NM];
   pdl_enter();
   Fp4Tile tile;
