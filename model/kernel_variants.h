@@ -89,12 +89,6 @@ struct KernelVariants {
   // 8 tokens 307.2 us on, 263.6 us off; whole steps the same way round. Takes precedence over
   // mxfp4-wide; of mxfp4-decode it takes only shift-quad's multiply (its decode is shift's).
   Mxfp4Swap mxfp4_swap = Mxfp4Swap::Auto;
-  // The swapped kernel with its loads a step ahead: each warp issues its next chunk's weights,
-  // scales and activations before decoding the current one (on), instead of loading and then
-  // decoding (off). At 1 token a warp walks only 4 chunks of K, each a full memory round trip
-  // before its decode, and on an H200 the experts ran at 2.17x a plain read of their bytes
-  // (results/2026-12-05-h200-shift-quad). Not yet timed on a GPU, so off.
-  bool mxfp4_swap_pipeline = false;
   // The MXFP4 experts past decode sizes (more than 64 token-expert pairs): the grouped GEMM of the
   // bf16 experts with each 64-column weight tile decoded in shared memory once per 16- or 64-row
   // tile (gemm), or the 8-row tensor-core kernels as at decode (mma), which decode every weight
@@ -124,8 +118,7 @@ struct KernelVariants {
 
   // "key=value,key=value": attn-decode=on|off, attn-splits=N, gemv-bf16-max-mb=N, pdl=on|off,
   // cublas-workspace-kb=N, mxfp4-mma=on|off, fp8-decode=auto|warp|wide, mxfp4-wide=on|off,
-  // mxfp4-decode=table|shift|shift-quad, mxfp4-swap=on|off|auto, mxfp4-swap-pipeline=on|off,
-  // mxfp4-prefill=mma|gemm|auto, fp8-pair=on|off,
+  // mxfp4-decode=table|shift|shift-quad, mxfp4-swap=on|off|auto, mxfp4-prefill=mma|gemm|auto, fp8-pair=on|off,
   // fp8-wide-blocks=1|2, hc-decode=split|fused, fp8-kv=packed|emulated.
   // Unknown keys and bad values are errors naming the key and the accepted values (a retired key
   // says why it went). An empty spec is the defaults.

@@ -1051,16 +1051,11 @@ constexpr int kFp4SwapFeatures = 16;
 constexpr int64_t kSwapAutoMaxPairs = 16;
 
 // MUL (mxfp4-decode=shift-quad): the pairs by pairs_times_2m126_mul, one multiply in place of two
-// shifts. PIPE (mxfp4-swap-pipeline=on): each warp loads its next chunks before it decodes the
-// current ones, so their latency overlaps the decode (a warp walks only 4 chunks at 1 token, one
-// load-then-decode round trip each otherwise), for 16 more weight and activation registers.
-template <bool PAIR, int KS, bool MUL, bool PIPE>
+// shifts.
+template <bool PAIR, int KS, bool MUL>
 __global__ __launch_bounds__(256) void moe_fp4_swap_kernel(MoeGemvArgs g) {
   constexpr int NM = PAIR ? 2 : 1;  // weight matrices streamed (w1 and w3, or w2)
-  // 128-value chunks per step: 64 packed bytes per lane either way. Pipelined, w2 takes one chunk
-  // per step as well: the next step's chunk is in flight beside it (two chunks' registers at
-  // once would cost w2 its second block per SM: 144 registers).
-  constexpr int CH = PAIR || PIPE ? 1 : 2;
+  constexpr int CH = PAIR ? 1 : 2;  // 128-value chunks in flight: 64 packed bytes per lane either way
   __shared__ float red[8][32][4 * NM];
   pdl_enter();
   Fp4Tile tile;
@@ -1084,13 +1079,9 @@ __global__ __launch_bounds__(256) void moe_fp4_swap_kernel(MoeGemvArgs g) {
         sm[j][f] = (j == 0 ? g.Ws : g.W3s) + wrow * (g.K / 32) + tig;
       }
     }
-    // One step's operands: CH chunks of the lane's packed weights (both features, each matrix),
-    // their scales and the token's activations; zeros (scale 1) past k_hi, without loading.
-    struct Step {
+    for (int k0 = k_lo; k0 < k_hi; k0 += 128 * CH) {
       uint4 wv[CH][NM][2], av[CH][4];
       uint8_t sc[CH][NM][2];
-    };
-    auto load = [&](int k0, Step& st) {
 #pragma unroll
       for (int u = 0; u < CH; ++u) {
         const int k = k0 + 128 * u;
@@ -1099,18 +1090,13 @@ __global__ __launch_bounds__(256) void moe_fp4_swap_kernel(MoeGemvArgs g) {
         for (int j = 0; j < NM; ++j)
 #pragma unroll
           for (int f = 0; f < 2; ++f) {
-            st.wv[u][j][f] = in ? *reinterpret_cast<const uint4*>(wm[j][f] + k / 2) : make_uint4(0, 0, 0, 0);
-            st.sc[u][j][f] = in ? sm[j][f][k / 32] : uint8_t(127);
+            wv[u][j][f] = in ? *reinterpret_cast<const uint4*>(wm[j][f] + k / 2) : make_uint4(0, 0, 0, 0);
+            sc[u][j][f] = in ? sm[j][f][k / 32] : uint8_t(127);
           }
 #pragma unroll
         for (int i = 0; i < 4; ++i)
-          st.av[u][i] = in && row_ok ? reinterpret_cast<const uint4*>(arow + k)[i] : make_uint4(0, 0, 0, 0);
+          av[u][i] = in && row_ok ? reinterpret_cast<const uint4*>(arow + k)[i] : make_uint4(0, 0, 0, 0);
       }
-    };
-    auto decode_and_multiply = [&](int k0, const Step& st) {
-      const auto& wv = st.wv;
-      const auto& av = st.av;
-      const auto& sc = st.sc;
 #pragma unroll
       for (int u = 0; u < CH; ++u) {
         if (k0 + 128 * u >= k_hi) break;  // uniform per warp
@@ -1148,22 +1134,6 @@ __global__ __launch_bounds__(256) void moe_fp4_swap_kernel(MoeGemvArgs g) {
             mma_bf16(c[j], lo[2], hi[2], lo[3], hi[3], av[u][q].z, av[u][q].w);
           }
         }
-      }
-    };
-    if constexpr (PIPE) {
-      Step cur;
-      load(k_lo, cur);
-      for (int k0 = k_lo; k0 < k_hi; k0 += 128 * CH) {
-        Step next;
-        load(k0 + 128 * CH, next);  // zeros, nothing read, past the slice
-        decode_and_multiply(k0, cur);
-        cur = next;
-      }
-    } else {
-      for (int k0 = k_lo; k0 < k_hi; k0 += 128 * CH) {
-        Step st;
-        load(k0, st);
-        decode_and_multiply(k0, st);
       }
     }
   }
@@ -1221,28 +1191,20 @@ void launch_fp4_mma(const char* op, cudaStream_t st, int64_t max_tiles, const Mo
   CUDA_LAUNCH_CHECK(op, st);
 }
 
-template <bool PAIR, bool MUL, bool PIPE>
-void launch_fp4_swap_ks(const char* op, cudaStream_t st, int ks, dim3 grid, const MoeGemvArgs& v) {
-  with_k_slices(ks, [&](auto KS) { launch_kernel(op, moe_fp4_swap_kernel<PAIR, KS, MUL, PIPE>, grid, 256, 0, st, v); });
-}
-
 template <bool PAIR, bool MUL>
-void launch_fp4_swap_ks(const char* op, cudaStream_t st, int ks, dim3 grid, const MoeGemvArgs& v, bool pipeline) {
-  if (pipeline)
-    launch_fp4_swap_ks<PAIR, MUL, true>(op, st, ks, grid, v);
-  else
-    launch_fp4_swap_ks<PAIR, MUL, false>(op, st, ks, grid, v);
+void launch_fp4_swap_ks(const char* op, cudaStream_t st, int ks, dim3 grid, const MoeGemvArgs& v) {
+  with_k_slices(ks, [&](auto KS) { launch_kernel(op, moe_fp4_swap_kernel<PAIR, KS, MUL>, grid, 256, 0, st, v); });
 }
 
 template <bool PAIR>
 void launch_fp4_swap(const char* op, cudaStream_t st, int64_t max_tiles, const MoeGemvArgs& v, int sms,
-                     Mxfp4Decode dec, bool pipeline) {
+                     Mxfp4Decode dec) {
   const int ks = fp4_mma_k_slices(max_tiles, v.N, v.K, sms, kFp4SwapFeatures);
   const dim3 grid{unsigned(max_tiles), unsigned(cdiv(v.N, kFp4SwapFeatures * (8 / ks))), 1u};
   if (dec == Mxfp4Decode::ShiftQuad)
-    launch_fp4_swap_ks<PAIR, true>(op, st, ks, grid, v, pipeline);
+    launch_fp4_swap_ks<PAIR, true>(op, st, ks, grid, v);
   else
-    launch_fp4_swap_ks<PAIR, false>(op, st, ks, grid, v, pipeline);
+    launch_fp4_swap_ks<PAIR, false>(op, st, ks, grid, v);
   CUDA_LAUNCH_CHECK(op, st);
 }
 
@@ -1545,8 +1507,8 @@ void CudaBackend::moe_experts_mxfp4(Stream s, const Tensor& out, const Tensor& x
   // token, slower at 8: results/2026-12-05-h100-decode-candidates).
   const Mxfp4Swap sw = variants().mxfp4_swap;
   if (sw == Mxfp4Swap::On || (sw == Mxfp4Swap::Auto && P <= kSwapAutoMaxPairs)) {
-    launch_fp4_swap<true>(op, st, max_tiles, es.up, sm_count(), dec, variants().mxfp4_swap_pipeline);
-    launch_fp4_swap<false>(op, st, max_tiles, es.down, sm_count(), dec, variants().mxfp4_swap_pipeline);
+    launch_fp4_swap<true>(op, st, max_tiles, es.up, sm_count(), dec);
+    launch_fp4_swap<false>(op, st, max_tiles, es.down, sm_count(), dec);
   } else if (variants().mxfp4_wide) {
     launch_fp4_wide<true>(op, st, max_tiles, es.up, sm_count(), dec);
     launch_fp4_wide<false>(op, st, max_tiles, es.down, sm_count(), dec);

@@ -37,7 +37,6 @@ TEST(KernelVariants, EmptyIsTheDefaults) {
   EXPECT_FALSE(d.mxfp4_wide);
   EXPECT_EQ(d.mxfp4_decode, Mxfp4Decode::ShiftQuad);
   EXPECT_EQ(d.mxfp4_swap, Mxfp4Swap::Auto);
-  EXPECT_FALSE(d.mxfp4_swap_pipeline);
   EXPECT_EQ(d.mxfp4_prefill, Mxfp4Prefill::Auto);
   EXPECT_TRUE(d.fp8_pair);
   EXPECT_EQ(d.fp8_wide_blocks, 2);
@@ -67,9 +66,6 @@ TEST(KernelVariants, EveryKeyParsesAndPrintsBack) {
   EXPECT_EQ(KernelVariants::parse("mxfp4-prefill=mma").changes(), "mxfp4-prefill=mma");
   EXPECT_EQ(KernelVariants::parse("mxfp4-swap=auto"), KernelVariants{});
   EXPECT_EQ(KernelVariants::parse("mxfp4-swap=off").mxfp4_swap, Mxfp4Swap::Off);
-  EXPECT_EQ(KernelVariants::parse("mxfp4-swap-pipeline=off"), KernelVariants{});
-  EXPECT_TRUE(KernelVariants::parse("mxfp4-swap-pipeline=on").mxfp4_swap_pipeline);
-  EXPECT_EQ(KernelVariants::parse("mxfp4-swap-pipeline=on").changes(), "mxfp4-swap-pipeline=on");
   EXPECT_EQ(KernelVariants::parse("mxfp4-decode=shift-quad"), KernelVariants{});
   EXPECT_EQ(KernelVariants::parse("mxfp4-decode=table").changes(), "mxfp4-decode=table");
   EXPECT_EQ(KernelVariants::parse("mxfp4-decode=shift").mxfp4_decode, Mxfp4Decode::Shift);
@@ -137,10 +133,10 @@ TEST(KernelVariants, BadInputNamesTheKeyAndWhatItTakes) {
                         Case{"weight-prefetch=off", "2026-12-05-h100-weight-prefetch"},
                         Case{"fp8-act=codes", "'fp8-act' is no longer a variant: quantizing the FP8 GEMMs'"},
                         Case{"fp8-act=inline", "2026-12-05-h100-fp8-act-codes"},
+                        Case{"mxfp4-swap-pipeline=on", "2026-12-05-h100-swap-pipeline"},
                         Case{"mxfp4-decode=lut", "expected table, shift or shift-quad"},
                         Case{"mxfp4-prefill=on", "expected mma, gemm or auto"},
                         Case{"mxfp4-swap=yes", "expected on, off or auto"},
-                        Case{"mxfp4-swap-pipeline=2", "expected on or off"},
                         Case{"fp8-wide-blocks=3", "expected 1 or 2"},
                         Case{"hc-decode=on", "expected split or fused"},
                         Case{"cublas-workspace-kb=-5", "cublas-workspace-kb"}, Case{"speed=max", "unknown key 'speed'"},
@@ -153,7 +149,8 @@ TEST(KernelVariants, BadInputNamesTheKeyAndWhatItTakes) {
   // Retired keys are offered neither by the unknown-key list nor by --help, nor printed by str().
   const std::string unknown = error_of("speed=max"), help = sl::kKernelVariantsHelp, all = KernelVariants{}.str();
   for (const char* gone :
-       {"attn-combine", "fp8-early", "route", "moe-decode", "l2-prefetch", "weight-prefetch", "fp8-act"}) {
+       {"attn-combine", "fp8-early", "route", "moe-decode", "l2-prefetch", "weight-prefetch", "fp8-act",
+        "mxfp4-swap-pipeline"}) {
     SCOPED_TRACE(gone);
     EXPECT_EQ(unknown.find(gone), std::string::npos) << unknown;
     EXPECT_EQ(help.find(gone), std::string::npos) << help;

@@ -175,7 +175,6 @@ TEST(CudaModel, TinyFp8KvCacheMatchesCpuReference) {
 TEST(CudaModel, TinyDecodeVariantsMatchCpuReference) {
   REQUIRE_GPU();
   compare_with_cpu(1, 4, 3, 2, true, WeightFormat::Native, 0.3, false, "mxfp4-swap=on");
-  compare_with_cpu(1, 4, 3, 2, true, WeightFormat::Native, 0.3, false, "mxfp4-swap=on,mxfp4-swap-pipeline=on");
   compare_with_cpu(1, 4, 3, 2, true, WeightFormat::Native, 0.3, false, "mxfp4-swap=off,mxfp4-decode=shift");
 }
 
@@ -268,8 +267,7 @@ TEST(CudaModel, BitIdenticalAcrossPoliciesAndGraphs) {
 //   layer, step or replay finishes too early: 4 decode steps of 6 target and 2 MTP layers, 3 of
 //   them graph replays, would show it; its eager run against eager only shows that runs repeat).
 //   Its values are held to the CPU reference by every CPU-reference test here (the default);
-// - fp8-wide-blocks=2 changes only the wide FP8 kernel's register budget;
-// - mxfp4-swap-pipeline=on changes only when the swapped MXFP4 kernel loads its operands.
+// - fp8-wide-blocks=2 changes only the wide FP8 kernel's register budget.
 TEST(CudaModel, SameResultVariantsBitIdentical) {
   REQUIRE_GPU();
   if (cpu_pair()) GTEST_SKIP() << "needs CUDA graphs";
@@ -305,8 +303,7 @@ TEST(CudaModel, SameResultVariantsBitIdentical) {
     WeightFormat weights;
   };
   const Pair pairs[] = {{"hc-decode=fused", "hc-decode=fused", WeightFormat::Bf16},
-                        {"fp8-wide-blocks=2,fp8-decode=wide", "fp8-wide-blocks=1,fp8-decode=wide", WeightFormat::Native},
-                        {"mxfp4-swap=on,mxfp4-swap-pipeline=on", "mxfp4-swap=on", WeightFormat::Native}};
+                        {"fp8-wide-blocks=2,fp8-decode=wide", "fp8-wide-blocks=1,fp8-decode=wide", WeightFormat::Native}};
   for (const auto& [v, base, weights] : pairs) {
     const auto ref = run(base, false, weights);
     for (bool graph : {false, true}) {
