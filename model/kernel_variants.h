@@ -89,6 +89,12 @@ struct KernelVariants {
   // 8 tokens 307.2 us on, 263.6 us off; whole steps the same way round. Takes precedence over
   // mxfp4-wide; of mxfp4-decode it takes only shift-quad's multiply (its decode is shift's).
   Mxfp4Swap mxfp4_swap = Mxfp4Swap::Auto;
+  // Blocks per SM the 8-row MXFP4 kernel's registers are budgeted for (shift-quad only): 2 (the
+  // default: unbudgeted, w1 + w3 at 94 registers, which is 2 blocks of 8 warps) or 3 (at most 80
+  // registers). Nsight Compute on an H100 at 8 tokens: 23 % occupancy for w1 + w3, a third of
+  // its cycles stalled on loads, issue slots 54 % busy (results/2026-12-05-h100-ncu-experts).
+  // Not yet timed on a GPU, so 2.
+  int mxfp4_mma_blocks = 2;
   // The MXFP4 experts past decode sizes (more than 64 token-expert pairs): the grouped GEMM of the
   // bf16 experts with each 64-column weight tile decoded in shared memory once per 16- or 64-row
   // tile (gemm), or the 8-row tensor-core kernels as at decode (mma), which decode every weight
@@ -118,7 +124,8 @@ struct KernelVariants {
 
   // "key=value,key=value": attn-decode=on|off, attn-splits=N, gemv-bf16-max-mb=N, pdl=on|off,
   // cublas-workspace-kb=N, mxfp4-mma=on|off, fp8-decode=auto|warp|wide, mxfp4-wide=on|off,
-  // mxfp4-decode=table|shift|shift-quad, mxfp4-swap=on|off|auto, mxfp4-prefill=mma|gemm|auto, fp8-pair=on|off,
+  // mxfp4-decode=table|shift|shift-quad, mxfp4-swap=on|off|auto, mxfp4-mma-blocks=2|3,
+  // mxfp4-prefill=mma|gemm|auto, fp8-pair=on|off,
   // fp8-wide-blocks=1|2, hc-decode=split|fused, fp8-kv=packed|emulated.
   // Unknown keys and bad values are errors naming the key and the accepted values (a retired key
   // says why it went). An empty spec is the defaults.

@@ -849,8 +849,10 @@ __device__ __forceinline__ Fp4WarpSlice fp4_warp_slice(const MoeGemvArgs& g) {
   return {(int(blockIdx.y) * (8 / KS) + warp / KS) * W, k_lo, k_lo + Kc};
 }
 
-template <bool PAIR, int KS, Mxfp4Decode DEC>
-__global__ __launch_bounds__(256) void moe_fp4_mma_kernel(MoeGemvArgs g) {
+// MINB (mxfp4-mma-blocks=3, shift-quad only): registers budgeted for 3 blocks per SM (at most 80;
+// w1 + w3 takes 94 unbudgeted, which leaves an SM 2 blocks, 16 warps).
+template <bool PAIR, int KS, Mxfp4Decode DEC, int MINB = 0>
+__global__ __launch_bounds__(256, MINB) void moe_fp4_mma_kernel(MoeGemvArgs g) {
   constexpr int NM = PAIR ? 2 : 1;  // weight matrices streamed (w1 and w3, or w2)
   __shared__ float red[8][32][2 * NM];
   pdl_enter();
@@ -1172,17 +1174,19 @@ void with_k_slices(int ks, F&& f) {
   }
 }
 
-template <bool PAIR, Mxfp4Decode DEC>
+template <bool PAIR, Mxfp4Decode DEC, int MINB = 0>
 void launch_fp4_mma_ks(const char* op, cudaStream_t st, int ks, dim3 grid, const MoeGemvArgs& v) {
-  with_k_slices(ks, [&](auto KS) { launch_kernel(op, moe_fp4_mma_kernel<PAIR, KS, DEC>, grid, 256, 0, st, v); });
+  with_k_slices(ks, [&](auto KS) { launch_kernel(op, moe_fp4_mma_kernel<PAIR, KS, DEC, MINB>, grid, 256, 0, st, v); });
 }
 
 template <bool PAIR>
 void launch_fp4_mma(const char* op, cudaStream_t st, int64_t max_tiles, const MoeGemvArgs& v, int sms,
-                    Mxfp4Decode dec) {
+                    Mxfp4Decode dec, int blocks_per_sm) {
   const int ks = fp4_mma_k_slices(max_tiles, v.N, v.K, sms, 8);
   const dim3 grid{unsigned(max_tiles), unsigned(cdiv(v.N, 8 * (8 / ks))), 1u};
-  if (dec == Mxfp4Decode::ShiftQuad)
+  if (dec == Mxfp4Decode::ShiftQuad && blocks_per_sm >= 3)
+    launch_fp4_mma_ks<PAIR, Mxfp4Decode::ShiftQuad, 3>(op, st, ks, grid, v);
+  else if (dec == Mxfp4Decode::ShiftQuad)
     launch_fp4_mma_ks<PAIR, Mxfp4Decode::ShiftQuad>(op, st, ks, grid, v);
   else if (dec == Mxfp4Decode::Shift)
     launch_fp4_mma_ks<PAIR, Mxfp4Decode::Shift>(op, st, ks, grid, v);
@@ -1513,8 +1517,8 @@ void CudaBackend::moe_experts_mxfp4(Stream s, const Tensor& out, const Tensor& x
     launch_fp4_wide<true>(op, st, max_tiles, es.up, sm_count(), dec);
     launch_fp4_wide<false>(op, st, max_tiles, es.down, sm_count(), dec);
   } else {
-    launch_fp4_mma<true>(op, st, max_tiles, es.up, sm_count(), dec);
-    launch_fp4_mma<false>(op, st, max_tiles, es.down, sm_count(), dec);
+    launch_fp4_mma<true>(op, st, max_tiles, es.up, sm_count(), dec, variants().mxfp4_mma_blocks);
+    launch_fp4_mma<false>(op, st, max_tiles, es.down, sm_count(), dec, variants().mxfp4_mma_blocks);
   }
   launch_moe_combine(op, st, L, ws, out, weights, T, k, D);
 }

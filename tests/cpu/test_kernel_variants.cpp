@@ -37,6 +37,7 @@ TEST(KernelVariants, EmptyIsTheDefaults) {
   EXPECT_FALSE(d.mxfp4_wide);
   EXPECT_EQ(d.mxfp4_decode, Mxfp4Decode::ShiftQuad);
   EXPECT_EQ(d.mxfp4_swap, Mxfp4Swap::Auto);
+  EXPECT_EQ(d.mxfp4_mma_blocks, 2);
   EXPECT_EQ(d.mxfp4_prefill, Mxfp4Prefill::Auto);
   EXPECT_TRUE(d.fp8_pair);
   EXPECT_EQ(d.fp8_wide_blocks, 2);
@@ -66,6 +67,9 @@ TEST(KernelVariants, EveryKeyParsesAndPrintsBack) {
   EXPECT_EQ(KernelVariants::parse("mxfp4-prefill=mma").changes(), "mxfp4-prefill=mma");
   EXPECT_EQ(KernelVariants::parse("mxfp4-swap=auto"), KernelVariants{});
   EXPECT_EQ(KernelVariants::parse("mxfp4-swap=off").mxfp4_swap, Mxfp4Swap::Off);
+  EXPECT_EQ(KernelVariants::parse("mxfp4-mma-blocks=2"), KernelVariants{});
+  EXPECT_EQ(KernelVariants::parse("mxfp4-mma-blocks=3").mxfp4_mma_blocks, 3);
+  EXPECT_EQ(KernelVariants::parse("mxfp4-mma-blocks=3").changes(), "mxfp4-mma-blocks=3");
   EXPECT_EQ(KernelVariants::parse("mxfp4-decode=shift-quad"), KernelVariants{});
   EXPECT_EQ(KernelVariants::parse("mxfp4-decode=table").changes(), "mxfp4-decode=table");
   EXPECT_EQ(KernelVariants::parse("mxfp4-decode=shift").mxfp4_decode, Mxfp4Decode::Shift);
@@ -137,6 +141,7 @@ TEST(KernelVariants, BadInputNamesTheKeyAndWhatItTakes) {
                         Case{"mxfp4-decode=lut", "expected table, shift or shift-quad"},
                         Case{"mxfp4-prefill=on", "expected mma, gemm or auto"},
                         Case{"mxfp4-swap=yes", "expected on, off or auto"},
+                        Case{"mxfp4-mma-blocks=4", "expected 2 or 3"},
                         Case{"fp8-wide-blocks=3", "expected 1 or 2"},
                         Case{"hc-decode=on", "expected split or fused"},
                         Case{"cublas-workspace-kb=-5", "cublas-workspace-kb"}, Case{"speed=max", "unknown key 'speed'"},
