@@ -77,9 +77,10 @@ struct KernelVariants {
   // two shifts (in the SASS of the 8-row kernels: 21.0 -> 16.2 instructions per MMA for w1 + w3,
   // 22.6 -> 17.4 for w2, at 94 and 73-74 registers: the same two blocks per SM). The default:
   // a native batch-8 step 6.1 % faster than shift on an H100 and 7.9 % on an H200, batch 1 the
-  // same (results/2026-12-05-h100-shift-quad, results/2026-12-05-h200-shift-quad). The swapped kernel (mxfp4-swap) takes only the
-  // multiply: its activations are its B operand as loaded already. table applies to the 8-row
-  // and wide kernels only (the swapped kernel decodes by shifts under it).
+  // same (results/2026-12-05-h100-shift-quad, results/2026-12-05-h200-shift-quad). The swapped
+  // kernel (mxfp4-swap) takes only the multiply: its activations are its B operand as loaded
+  // already. table applies to the 8-row and wide kernels only (the swapped kernel decodes by
+  // shifts under it).
   Mxfp4Decode mxfp4_decode = Mxfp4Decode::ShiftQuad;
   // The MXFP4 experts with the weights as the MMA's A operand: a warp's MMA is 16 output features
   // x 8 tokens, every row of it used, the activations fed as they are loaded, the shift decode
