@@ -10,6 +10,10 @@ the base setting (the defaults), with a verdict that the run's own noise bounds.
            unknown.
   verdict  faster / slower when the change is beyond max(--threshold, 2 x noise); same inside it;
            "noise unknown" when there is no repeat and the change is beyond the threshold.
+  x floor  each setting's median over the base's bytes floor, so that the column compares the
+           settings' times. A setting whose own floor differs from the base's by more than 0.5 %
+           (the floor counts the experts a step's routing hits, and a setting that rounds
+           differently can route differently) has it printed after its variants.
 
 A file that is not bench_decode's output, a setting measured at another commit, weight format or
 shape than the base, or a median that is not a positive number is refused with its name (exit 2):
@@ -132,10 +136,12 @@ def main():
             else:
                 verdict = "faster" if ch < 0 else "slower"
             var = changes(r["variants"], base["variants"])
-            print(f"  {name:<12} {med:>10.3f} {med / floor:>8.2f} {100 * ch:>+7.2f}%  {verdict:<14} {var}")
+            own_floor = r["rows"][key][1]
+            note = f"  (own floor {own_floor:.3f} ms)" if abs(own_floor / floor - 1) > 0.005 else ""
+            print(f"  {name:<12} {med:>10.3f} {med / floor:>8.2f} {100 * ch:>+7.2f}%  {verdict:<14} {var}{note}")
             table.append({"batch": key[0], "mode": key[1], "setting": name, "median_ms": med, "floor_ms": floor,
-                          "ratio_to_floor": med / floor, "change": ch, "noise": noise, "bar": bar,
-                          "verdict": verdict, "variants": var})
+                          "own_floor_ms": own_floor, "ratio_to_floor": med / floor, "change": ch, "noise": noise,
+                          "bar": bar, "verdict": verdict, "variants": var})
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"commit": base["commit"], "base": a.base, "rows": table}, f, indent=1)

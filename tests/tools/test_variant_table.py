@@ -18,12 +18,12 @@ def check(cond, what):
         failures.append(what)
 
 
-def sweep(d, name, b1, b8, variants="pdl=on,route=block", commit="c0ffee", weights="native"):
+def sweep(d, name, b1, b8, variants="pdl=on,route=block", commit="c0ffee", weights="native", floor8=1.7):
     j = {"config": "flash-6l", "context": 2048, "weights": weights, "kv_cache": "bf16", "mtp_layers": 1,
          "draft_steps": 1, "policy": "shared", "stream_source": "cuda", "kernel_variants": variants,
          "provenance": {"commit": commit},
          "batches": [{"batch": 1, "mode": "graph", "median_ms": b1, "floor_ms": 0.9},
-                     {"batch": 8, "mode": "graph", "median_ms": b8, "floor_ms": 1.7}]}
+                     {"batch": 8, "mode": "graph", "median_ms": b8, "floor_ms": floor8}]}
     p = os.path.join(d, f"sweep_{name}.json")
     with open(p, "w") as f:
         json.dump(j, f)
@@ -55,6 +55,19 @@ with tempfile.TemporaryDirectory() as d:
     check(rows[(1, "slow")]["variants"] == "pdl=off", f"slow's variants {rows[(1, 'slow')]['variants']}")
     check(abs(w1["noise"] - 0.002) < 1e-9 and abs(w8["noise"] - 0.001) < 1e-9, f"noise {w1['noise']} {w8['noise']}")
     check(rows[(1, "default2")]["verdict"] == "repeat", "the repeat is labelled")
+    # Every row's ratio is over the base's floor; a setting whose routing hit other experts (its
+    # own floor 1.75 against the base's 1.7 ms, +2.9 %) has its floor printed beside it, and one
+    # within 0.5 % has not.
+    sweep(d, "routed", 2.0, 3.9, variants="pdl=on,route=warp", floor8=1.75)
+    sweep(d, "close", 2.0, 3.9, variants="pdl=on,route=warp", floor8=1.705)
+    r = run(d, "--json", out)
+    rows = {(x["batch"], x["setting"]): x for x in json.load(open(out))["rows"]}
+    rt = rows.get((8, "routed"))
+    check(rt and abs(rt["ratio_to_floor"] - 3.9 / 1.7) < 1e-9 and rt["own_floor_ms"] == 1.75, f"routed {rt}")
+    check("own floor 1.750 ms" in r.stdout, f"the routed setting's own floor is not shown:\n{r.stdout}")
+    check(r.stdout.count("own floor") == 1, f"only the routed setting's floor differs by more than 0.5 %:\n{r.stdout}")
+    os.remove(os.path.join(d, "sweep_routed.json"))
+    os.remove(os.path.join(d, "sweep_close.json"))
     # A noisy repeat widens the bar: a repeat 3 % off makes it 2 x 3 % = 6 %, so warp's -5 % at
     # batch 1 is the same.
     sweep(d, "default2", 2.06, 3.996)
