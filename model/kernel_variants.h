@@ -71,12 +71,12 @@ struct KernelVariants {
   // byte permute, shifts and masks as its value times 2^-126, then one bf16x2 multiply by the
   // scale (about half the integer instructions; against table: the experts at 8 tokens 318.8 ->
   // 263.6 us, a batch-8 step 6.4 % faster on an H100, results/2026-12-05-h100-decode-candidates);
-  // shift-quad (the default) = the shift decode with each MMA taking the loaded activation vector as its A
-  // operand as it is (rows 8-15 used for the vector's other half, two accumulators), which drops
-  // the register copies that build {x, y, y, 0}, its pairs decoded with one multiply in place of
-  // two shifts (in the SASS of the 8-row kernels: 21.0 -> 16.2 instructions per MMA for w1 + w3,
-  // 22.6 -> 17.4 for w2, at 94 and 73-74 registers: the same two blocks per SM). The default:
-  // a native batch-8 step 6.1 % faster than shift on an H100 and 7.9 % on an H200, batch 1 the
+  // shift-quad (the default) = the shift decode with each MMA taking the loaded activation vector
+  // as its A operand as it is (rows 8-15 used for the vector's other half, two accumulators),
+  // which drops the register copies that build {x, y, y, 0}, its pairs decoded with one multiply
+  // in place of two shifts (in the SASS of the 8-row kernels: 21.0 -> 16.2 instructions per MMA
+  // for w1 + w3, 22.6 -> 17.4 for w2, at 94 and 73-74 registers: the same two blocks per SM).
+  // Measured: a native batch-8 step 6.1 % faster than shift on an H100 and 7.9 % on an H200, batch 1 the
   // same (results/2026-12-05-h100-shift-quad, results/2026-12-05-h200-shift-quad). The swapped
   // kernel (mxfp4-swap) takes only the multiply: its activations are its B operand as loaded
   // already. table applies to the 8-row and wide kernels only (the swapped kernel decodes by

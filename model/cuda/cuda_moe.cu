@@ -271,15 +271,21 @@ __device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
   return *reinterpret_cast<const uint32_t*>(&r);
 }
 
-// A word of 8 e2m1 codes (model/cuda/e2m1_bits.h) as 4 bf16 pairs times their group's scale: the
-// 2^-126 decode, the first factor, and where `second` (scales above 128; f.second is 1 for the
-// others) the second.
-template <bool MUL = false>
-__device__ __forceinline__ void scaled_pairs(uint32_t w, const e2m1::Bf16Scale& f, bool second, uint32_t (&p)[4]) {
+// A word of 8 e2m1 codes (model/cuda/e2m1_bits.h) as 4 bf16 pairs times 2^-126: by shifts, or
+// with MUL (mxfp4-decode=shift-quad) by one multiply in place of two shifts (the same bits).
+template <bool MUL>
+__device__ __forceinline__ void pairs_2m126(uint32_t w, uint32_t (&p)[4]) {
   if constexpr (MUL)
     e2m1::pairs_times_2m126_mul(w, p);
   else
     e2m1::pairs_times_2m126(w, p);
+}
+
+// The same pairs times their group's scale: the 2^-126 decode, the first factor, and where
+// `second` (scales above 128; f.second is 1 for the others) the second.
+template <bool MUL = false>
+__device__ __forceinline__ void scaled_pairs(uint32_t w, const e2m1::Bf16Scale& f, bool second, uint32_t (&p)[4]) {
+  pairs_2m126<MUL>(w, p);
 #pragma unroll
   for (int j = 0; j < 4; ++j) p[j] = bf16x2_mul(p[j], f.first);
   if (second) {
@@ -1052,8 +1058,7 @@ constexpr int kFp4SwapFeatures = 16;
 // tokens at k = 6-8).
 constexpr int64_t kSwapAutoMaxPairs = 16;
 
-// MUL (mxfp4-decode=shift-quad): the pairs by pairs_times_2m126_mul, one multiply in place of two
-// shifts.
+// MUL (mxfp4-decode=shift-quad): the pairs by one multiply (pairs_2m126).
 template <bool PAIR, int KS, bool MUL>
 __global__ __launch_bounds__(256) void moe_fp4_swap_kernel(MoeGemvArgs g) {
   constexpr int NM = PAIR ? 2 : 1;  // weight matrices streamed (w1 and w3, or w2)
@@ -1113,13 +1118,8 @@ __global__ __launch_bounds__(256) void moe_fp4_swap_kernel(MoeGemvArgs g) {
             // Features grp and grp + 8: pairs of values 8q .. 8q + 7. (Not two scaled_pairs calls:
             // one branch for both second multiplies compiles to 0.15 fewer instructions per weight.)
             uint32_t lo[4], hi[4];
-            if constexpr (MUL) {
-              e2m1::pairs_times_2m126_mul(w0[q], lo);
-              e2m1::pairs_times_2m126_mul(w1[q], hi);
-            } else {
-              e2m1::pairs_times_2m126(w0[q], lo);
-              e2m1::pairs_times_2m126(w1[q], hi);
-            }
+            pairs_2m126<MUL>(w0[q], lo);
+            pairs_2m126<MUL>(w1[q], hi);
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
               lo[i] = bf16x2_mul(lo[i], f0.first);

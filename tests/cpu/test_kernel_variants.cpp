@@ -47,9 +47,10 @@ TEST(KernelVariants, EmptyIsTheDefaults) {
 TEST(KernelVariants, EveryKeyParsesAndPrintsBack) {
   const KernelVariants k = KernelVariants::parse(
       "attn-decode=off,attn-splits=8,gemv-bf16-max-mb=0,pdl=off,cublas-workspace-kb=0,mxfp4-mma=off,fp8-decode=wide,mxfp4-wide=on,"
-      "mxfp4-decode=table,mxfp4-swap=on,mxfp4-prefill=gemm,fp8-pair=off,fp8-wide-blocks=1,hc-decode=split,"
-      "fp8-kv=packed");
+      "mxfp4-decode=table,mxfp4-swap=on,mxfp4-mma-blocks=3,mxfp4-prefill=gemm,fp8-pair=off,fp8-wide-blocks=1,"
+      "hc-decode=split,fp8-kv=packed");
   EXPECT_FALSE(k.attention_decode_kernel);
+  EXPECT_EQ(k.mxfp4_mma_blocks, 3);
   EXPECT_TRUE(k.fp8_kv_packed);
   EXPECT_EQ(k.fp8_decode, Fp8Decode::Wide);
   EXPECT_TRUE(k.mxfp4_wide);
