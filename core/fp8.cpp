@@ -57,6 +57,16 @@ float fp8_group_scale(float amax) {
   return amax > 0 && std::isfinite(amax) ? e8m0_to_float(e8m0_ceil(amax / kE4m3Max)) : 1.f;
 }
 
+void round_fp8_groups(float* row, int64_t cols) {
+  constexpr int64_t B = 128;
+  for (int64_t g = 0; g + B <= cols; g += B) {
+    float amax = 0;
+    for (int64_t i = 0; i < B; ++i) amax = std::max(amax, std::fabs(row[g + i]));
+    const float sc = fp8_group_scale(amax);
+    for (int64_t i = 0; i < B; ++i) row[g + i] = e4m3_to_float(float_to_e4m3(row[g + i] / sc)) * sc;
+  }
+}
+
 namespace {
 constexpr float kE2m1Values[8] = {0.f, 0.5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f};
 }

@@ -34,6 +34,10 @@ bool e8m0_exact(float x, uint8_t* code);
 // The scale of one 1 x 128 activation group before an FP8 GEMM, as vLLM picks it for DeepSeek
 // (ue8m0 scales): the smallest power of two >= amax / 448; 1 when amax is 0 or not finite.
 float fp8_group_scale(float amax);
+// A row of activations rounded in place, 1 x 128 group by group, as an FP8 GEMM sees them: each
+// value becomes e4m3(x / s) * s with s = fp8_group_scale(the group's amax), exact in fp32 (and in
+// bf16). cols must be a multiple of 128.
+void round_fp8_groups(float* row, int64_t cols);
 
 // ---------------------------------------------------------------- FP4 e2m1
 // 1 sign (bit 3), 2 exponent (bias 1), 1 mantissa bit: magnitudes {0, 0.5, 1, 1.5, 2, 3, 4, 6}.

@@ -39,12 +39,12 @@ void linear_swiglu(Ops& ops, Stream s, const char* label, const Tensor& act, con
 
 void routed_experts(Ops& ops, Stream s, const char* label, const Tensor& out, const Tensor& x, const Tensor& ids,
                     const Tensor& weights, const Linear& w1, const Linear& w2, const Linear& w3, float limit,
-                    const Tensor& workspace) {
+                    bool fp8_act, const Tensor& workspace) {
   SL_CHECK(w1.native() == w2.native() && w1.native() == w3.native(), label,
            ": the expert matrices are not all in one format");
   if (w1.native())
     ops.moe_experts_mxfp4(s, label, out, x, ids, weights, w1.w, w1.scale, w2.w, w2.scale, w3.w, w3.scale, limit,
-                          workspace);
+                          fp8_act, workspace);
   else
     ops.moe_experts(s, label, out, x, ids, weights, w1.w, w2.w, w3.w, limit, workspace);
 }

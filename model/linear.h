@@ -18,9 +18,10 @@ void linear_pair(Ops& ops, Stream s, const char* label, const Tensor& out1, cons
 // A dense SwiGLU expert's input half: act = swiglu(x . w1^T, x . w3^T); g and u are scratch.
 void linear_swiglu(Ops& ops, Stream s, const char* label, const Tensor& act, const Tensor& g, const Tensor& u,
                    const Tensor& x, const Linear& w1, const Linear& w3, float limit);
-// The routed experts (moe_experts, or moe_experts_mxfp4 on MXFP4 weights).
+// The routed experts (moe_experts, or moe_experts_mxfp4 on MXFP4 weights, fed FP8 activations
+// when fp8_act: WeightFormat::NativeW4A8).
 void routed_experts(Ops& ops, Stream s, const char* label, const Tensor& out, const Tensor& x, const Tensor& ids,
                     const Tensor& weights, const Linear& w1, const Linear& w2, const Linear& w3, float limit,
-                    const Tensor& workspace);
+                    bool fp8_act, const Tensor& workspace);
 
 }  // namespace sl

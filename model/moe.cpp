@@ -12,6 +12,7 @@ void DeepSeekV4::moe(int layer, const MoeWeights& mw, const Tensor& x, const Ten
   const int64_t T = st.T;
   const Buffers& b = *buf_;
   const float limit = float(cfg_.swiglu_limit);
+  const bool fp8_act = w_.format == WeightFormat::NativeW4A8;  // W4A8: DeepSeek's reference numerics
   // With routing recorded, each execution (target layer, or draft step) keeps its own ids.
   const int slot = st.draft_step < 0 ? layer : cfg_.num_hidden_layers + st.draft_step;
   const Tensor ids = shape_.record_routing
@@ -44,12 +45,12 @@ void DeepSeekV4::moe(int layer, const MoeWeights& mw, const Tensor& x, const Ten
     const Tensor sid = b.shard_ids.rows(0, T), sw = b.shard_w.rows(0, T);
     // The sum runs on the comm stream, beside the shared expert (main or its own stream).
     ops_.shard_routing(main, "shard_routing", sid, sw, ids, rw, w_.experts_first, w_.experts_count);
-    routed_experts(ops_, main, "routed_experts", routed, x, sid, sw, mw.w1, mw.w2, mw.w3, limit, b.moe_ws);
+    routed_experts(ops_, main, "routed_experts", routed, x, sid, sw, mw.w1, mw.w2, mw.w3, limit, fp8_act, b.moe_ws);
     ops_.record(ev.comm_fork, main);
     ops_.wait(comm_stream_, ev.comm_fork);
     ops_.all_reduce_sum(comm_stream_, "routed_experts.all_reduce", routed);
   } else {
-    routed_experts(ops_, main, "routed_experts", routed, x, ids, rw, mw.w1, mw.w2, mw.w3, limit, b.moe_ws);
+    routed_experts(ops_, main, "routed_experts", routed, x, ids, rw, mw.w1, mw.w2, mw.w3, limit, fp8_act, b.moe_ws);
   }
 
   // w1, w3 and the SwiGLU in one op (a backend may fuse them).

@@ -859,11 +859,13 @@ MoeExpertsDims validate_moe_experts(const Tensor& out, const Tensor& x, const Te
 }
 
 // moe_experts_mxfp4: as moe_experts, with each expert matrix [rows, cols] as packed e2m1 codes
-// U8 [E, rows, cols / 2] and e8m0 scales U8 [E, rows, cols / 32]; D and F multiples of 32.
+// U8 [E, rows, cols / 2] and e8m0 scales U8 [E, rows, cols / 32]; D and F multiples of 32 (of 128
+// with fp8_act: whole activation groups).
 template <class R>
 MoeExpertsDims validate_moe_experts_mxfp4(const Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
                                           const Tensor& w1, const Tensor& w1_scale, const Tensor& w2,
-                                          const Tensor& w2_scale, const Tensor& w3, const Tensor& w3_scale) {
+                                          const Tensor& w2_scale, const Tensor& w3, const Tensor& w3_scale,
+                                          bool fp8_act) {
   constexpr Presence P = R::presence;
   const char* op = "moe_experts_mxfp4";
   const auto [T, D] = check_moe_tokens<R>(op, out, x);
@@ -871,6 +873,8 @@ MoeExpertsDims validate_moe_experts_mxfp4(const Tensor& out, const Tensor& x, co
   check_ndim<P>(op, "w1", w1, 3);
   const int64_t E = w1.dim(0), F = w1.dim(1);
   SL_CHECK(D % 32 == 0 && F % 32 == 0, op, ": D = ", D, " and F = ", F, " must be multiples of 32 (one scale per 32 values)");
+  SL_CHECK(!fp8_act || (D % kFp8Block == 0 && F % kFp8Block == 0), op, ": D = ", D, " and F = ", F,
+           " must be multiples of ", kFp8Block, " with FP8 activations (one scale per ", kFp8Block, " values)");
   auto check_matrix = [&](const char* name, const Tensor& w, const char* sname, const Tensor& sc, int64_t rows,
                           int64_t cols) {
     check_dtype<P>(op, name, w, DType::U8);

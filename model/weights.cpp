@@ -178,7 +178,7 @@ std::string stacked_name(const std::string& n) {
 
 // Whether a spec is held in a native format (quantized codes + scales) under format f.
 bool held_native(const WeightSpec& s, WeightFormat f) {
-  return f == WeightFormat::Native && s.native != WeightSpec::Native::None;
+  return is_native(f) && s.native != WeightSpec::Native::None;
 }
 
 // How a spec's matrix [rows, cols] is held: its values (the weight dtype, or FP8 codes [rows,
@@ -323,12 +323,15 @@ std::vector<WeightSpec> weight_specs(const ModelConfig& c, ModelWeights& w) {
   return out;
 }
 
-const char* weight_format_name(WeightFormat f) { return f == WeightFormat::Native ? "native" : "bf16"; }
+const char* weight_format_name(WeightFormat f) {
+  return f == WeightFormat::Native ? "native" : f == WeightFormat::NativeW4A8 ? "native-w4a8" : "bf16";
+}
 
 WeightFormat parse_weight_format(const std::string& text) {
   if (text == "bf16") return WeightFormat::Bf16;
   if (text == "native") return WeightFormat::Native;
-  fail("unknown weight format '", text, "' (expected bf16 or native)");
+  if (text == "native-w4a8") return WeightFormat::NativeW4A8;
+  fail("unknown weight format '", text, "' (expected bf16, native or native-w4a8)");
 }
 
 size_t held_bytes(const WeightSpec& s, DType wdt, WeightFormat fmt) {

@@ -22,9 +22,15 @@
 
 namespace sl {
 
-enum class WeightFormat { Bf16, Native };
-const char* weight_format_name(WeightFormat f);  // "bf16", "native"
+// Native: the checkpoint's formats (FP8 projections, MXFP4 routed experts), the routed experts fed
+// bf16 activations (W4A16, as vLLM and SGLang run them on Hopper). NativeW4A8: the same weights,
+// the routed experts' inputs (x, and the SwiGLU output before w2) rounded to FP8 per 1 x 128 group
+// first, as DeepSeek's reference inference does (its fp4_gemm takes FP8 activations).
+enum class WeightFormat { Bf16, Native, NativeW4A8 };
+const char* weight_format_name(WeightFormat f);  // "bf16", "native", "native-w4a8"
 WeightFormat parse_weight_format(const std::string& text);  // throws, naming the choices
+// Whether f holds the checkpoint's formats (Native or NativeW4A8: the same bytes).
+inline bool is_native(WeightFormat f) { return f != WeightFormat::Bf16; }
 
 // A weight matrix as the model multiplies by it: plain (w in the weight dtype, scale empty), FP8
 // (w U8 e4m3 codes [out, in], scale F32 [ceil(out/128), ceil(in/128)]) or, for stacked experts,

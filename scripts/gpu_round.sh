@@ -162,6 +162,15 @@ for st in $stages; do case $st in
       python3 scripts/variant_table.py "$OUT" --base "$first" 2>&1 | tee "$W/variant_table.log"
       tar czf "$OUT/round.tar.gz" -C "$W" .
     fi ;;
+  weightsweep)
+    # bench_decode once per weight format, WEIGHT_SWEEP="name:format ..." (default: native, the
+    # W4A8 experts, native again for the noise), SWEEP_MODES (default graph); $OUT/weights_NAME.json.
+    for v in ${WEIGHT_SWEEP:-"a16:native a8:native-w4a8 a16again:native"}; do
+      name=${v%%:*}; fmt=${v#*:}
+      run "weights_$name" ${SWEEP_SECONDS_EACH:-150} $B/bench_decode "${BENCH_FLASH[@]}" --weights=$fmt \
+        --batches=${SWEEP_BATCHES:-1,8} --modes=${SWEEP_MODES:-graph} --policy=shared --steps=${BENCH_STEPS:-20} \
+        --out="$OUT/weights_$name.json"
+    done ;;
   kvsweep)
     # --kv-cache=fp8 with native weights, the caches packed in FP8 bytes against emulated in bf16
     # (KV_SWEEP="name:variants ...", the first the base), graph mode by default; a flash-6l run with
@@ -210,9 +219,9 @@ for st in $stages; do case $st in
   nativetrace)
     # Where a native decode step's time goes: traced graph replay (--weights native), batch 1 and
     # 8, kernel time by op and the largest kernels (analyze --by-op, --top). NATIVE_VARIANTS:
-    # --kernel-variants for these runs.
+    # --kernel-variants for these runs; NATIVE_WEIGHTS: their format (default native).
     for b in 1 8; do
-      run "ntrace_b$b" 120 $B/streamlab "${RUN_FLASH[@]}" --weights native --draft-steps 1 --batch $b --context 2048 \
+      run "ntrace_b$b" 120 $B/streamlab "${RUN_FLASH[@]}" --weights ${NATIVE_WEIGHTS:-native} --draft-steps 1 --batch $b --context 2048 \
         --steps 6 --warmup-steps 2 --graph ${NATIVE_VARIANTS:+--kernel-variants "$NATIVE_VARIANTS"} --trace "$W/nb$b.json"
       run "nbyop_b$b" 30 $B/streamlab analyze "$W/nb$b.json" --by-op
       run "ntop_b$b" 30 $B/streamlab analyze "$W/nb$b.json" --top 45

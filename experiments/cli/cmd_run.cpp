@@ -661,9 +661,10 @@ void run_rank0(const RunOptions& o, std::optional<RankGroup>& processes) {
   // Each rank of a split model holds its share: said per rank.
   const double held_mib = mib(weight_bytes(cfg, be.weight_dtype(), shape.weights, rank_share(cfg, shape)));
   const std::string per_rank = shape.expert_world > 1 ? " per rank" : "";
-  if (shape.weights == WeightFormat::Native)
-    std::fprintf(info, "weights: %.1f MiB%s native (FP8 projections and shared expert, MXFP4 routed experts, the rest "
-                 "%s) (allocating)\n", held_mib, per_rank.c_str(), dtype_name(be.weight_dtype()));
+  if (is_native(shape.weights))
+    std::fprintf(info, "weights: %.1f MiB%s %s (FP8 projections and shared expert, MXFP4 routed experts%s, the rest "
+                 "%s) (allocating)\n", held_mib, per_rank.c_str(), weight_format_name(shape.weights),
+                 shape.weights == WeightFormat::NativeW4A8 ? " fed FP8 activations" : "", dtype_name(be.weight_dtype()));
   else
     std::fprintf(info, "weights: %.1f MiB%s in %s (allocating)\n", held_mib, per_rank.c_str(),
                  dtype_name(be.weight_dtype()));

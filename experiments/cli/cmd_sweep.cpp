@@ -462,9 +462,9 @@ void add_sweep_command(CLI::App& app) {
       ->excludes(ranks_opt);
   cmd->add_option("--kernel-variants", o->kernel_variants, kKernelVariantsHelp)->check(kernel_variants_error);
   cmd->add_option("--weights", o->weights,
-                  "every cell's weight format: bf16, or native (FP8 projections and shared expert, MXFP4 routed "
-                  "experts, as the real checkpoint)")
-      ->check(CLI::IsMember({"bf16", "native"}))
+                  "every cell's weight format: bf16, native (FP8 projections and shared expert, MXFP4 routed "
+                  "experts, as the real checkpoint) or native-w4a8 (the same, the routed experts fed FP8 activations)")
+      ->check(CLI::IsMember({"bf16", "native", "native-w4a8"}))
       ->capture_default_str();
   cmd->add_option("--out-dir", o->out_dir, "where the sweep folder goes")
       ->capture_default_str()

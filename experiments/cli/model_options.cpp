@@ -39,10 +39,12 @@ void add_model_options(CLI::App* cmd, ModelOptions& o) {
       ->check(CLI::IsMember({"step", "split", "piecewise"}))
       ->capture_default_str();
   cmd->add_option("--weights", o.weights,
-                  "weight format: bf16 (every matrix in bf16, fp32 on the CPU reference) or native (as the real "
+                  "weight format: bf16 (every matrix in bf16, fp32 on the CPU reference), native (as the real "
                   "checkpoint holds them: FP8 e4m3 with 128x128 block scales for the main-stream projections and the "
-                  "shared expert, MXFP4 routed experts; compressor, indexer and router GEMMs stay bf16)")
-      ->check(CLI::IsMember({"bf16", "native"}))
+                  "shared expert, MXFP4 routed experts fed bf16 activations as vLLM and SGLang run them on Hopper; "
+                  "compressor, indexer and router GEMMs stay bf16) or native-w4a8 (the same weights, the routed "
+                  "experts' inputs rounded to FP8 per 128 values first, as DeepSeek's reference inference does)")
+      ->check(CLI::IsMember({"bf16", "native", "native-w4a8"}))
       ->capture_default_str();
   cmd->add_option("--kv-cache", o.kv_cache,
                   "KV cache format: bf16, or fp8 as vLLM's caches hold it (e4m3 nope dims with a power-of-two "

@@ -21,7 +21,7 @@ struct ModelOptions {
   std::string stream_source = "cuda";
   std::string placement = "vllm-fix";
   std::string graph_scope = "step";  // how graph mode captures a decode step (DeepSeekV4::set_graph_scope)
-  std::string weights = "bf16";      // --weights: bf16 | native (model/weights.h WeightFormat)
+  std::string weights = "bf16";      // --weights: bf16 | native | native-w4a8 (model/weights.h WeightFormat)
   std::string kv_cache = "bf16";     // --kv-cache: bf16 | fp8 (RunShape::kv_fp8; packed where the backend takes it)
   bool no_shared_expert_stream = false;
   std::optional<int> mtp_layers, mtp_compress, batch, context, draft_steps, prefill_chunk;

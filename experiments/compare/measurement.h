@@ -58,7 +58,7 @@ struct Measurement {
   // The model and shape.
   std::string config;
   int layers = 0, mtp_layers = 0, mtp_compress = 0, batch = 0, context = 0, draft_steps = 0;
-  std::string weights = "bf16";  // --weights: bf16 | native (files before it existed: bf16)
+  std::string weights = "bf16";  // --weights: bf16 | native | native-w4a8 (files before it existed: bf16)
   std::string kv_cache = "bf16";  // --kv-cache: bf16 | fp8 (files before it existed: bf16)
   // Expert parallelism: the ranks the model was split over (rank 0 measured) and whether the
   // attention's heads were split too (files before it existed: 1, false).

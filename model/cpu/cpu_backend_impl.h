@@ -165,10 +165,11 @@ class CpuBackend : public Backend {  // not final: tests derive recording backen
   size_t moe_workspace_bytes(int64_t tokens, int k, int D, int F, int E) const override;
 
  private:
-  // moe_experts and moe_experts_mxfp4 after validation (cpu_moe.cpp).
+  // moe_experts and moe_experts_mxfp4 after validation (cpu_moe.cpp); fp8_act rounds each
+  // matrix's input rows to FP8 groups first (moe_experts_mxfp4's W4A8).
   void run_experts(const char* op, const Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
-                   int64_t T, int64_t D, int64_t E, int64_t F, int64_t k, float swiglu_limit, const Tensor& workspace,
-                   const std::function<const float*(int64_t e, int which)>& expert);
+                   int64_t T, int64_t D, int64_t E, int64_t F, int64_t k, float swiglu_limit, bool fp8_act,
+                   const Tensor& workspace, const std::function<const float*(int64_t e, int which)>& expert);
   void check_stream(const char* op, Stream s) const;
   void check_event(const char* op, Event e) const;
 

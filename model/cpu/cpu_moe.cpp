@@ -95,7 +95,7 @@ size_t CpuBackend::moe_workspace_bytes(int64_t tokens, int k, int D, int F, int 
 // MXFP4 ones dequantized.
 void CpuBackend::run_experts(const char* op, const Tensor& out, const Tensor& x, const Tensor& ids,
                              const Tensor& weights, int64_t T, int64_t D, int64_t E, int64_t F, int64_t k,
-                             float swiglu_limit, const Tensor& workspace,
+                             float swiglu_limit, bool fp8_act, const Tensor& workspace,
                              const std::function<const float*(int64_t e, int which)>& expert) {
   const MoeWorkspace ws(T * k, D, F, E);
   check_dtype(op, "workspace", workspace, DType::U8);
@@ -126,6 +126,7 @@ void CpuBackend::run_experts(const char* op, const Tensor& out, const Tensor& x,
     const int32_t row = scratch_i_[size_t(id[pr])]++;
     pair_row[pr] = row;
     std::memcpy(xs + int64_t(row) * D, x.ptr<float>() + (pr / k) * D, size_t(D) * sizeof(float));
+    if (fp8_act) lowp::round_fp8_groups(xs + int64_t(row) * D, D);
   }
 
   // 2. Per expert, over its block of rows: gate and up projections, SwiGLU-with-clamp, down
@@ -136,6 +137,8 @@ void CpuBackend::run_experts(const char* op, const Tensor& out, const Tensor& x,
     matmul_nt(gate + r0 * F, F, xs + r0 * D, D, expert(e, 1), D, rows, F, D);
     matmul_nt(up + r0 * F, F, xs + r0 * D, D, expert(e, 3), D, rows, F, D);
     for (int64_t i = r0 * F; i < (r0 + rows) * F; ++i) gate[i] = swiglu_clamped(gate[i], up[i], swiglu_limit);
+    if (fp8_act)
+      for (int64_t r = r0; r < r0 + rows; ++r) lowp::round_fp8_groups(gate + r * F, F);
     matmul_nt(ys + r0 * D, D, gate + r0 * F, F, expert(e, 2), F, rows, D, F);
   }
 
@@ -158,7 +161,7 @@ void CpuBackend::moe_experts(Stream s, const Tensor& out, const Tensor& x, const
   const char* op = "moe_experts";
   check_stream(op, s);
   const auto [T, D, E, F, k] = checks::validate_moe_experts<OpRules>(out, x, ids, weights, w1, w2, w3);
-  run_experts(op, out, x, ids, weights, T, D, E, F, k, swiglu_limit, workspace, [&](int64_t e, int which) {
+  run_experts(op, out, x, ids, weights, T, D, E, F, k, swiglu_limit, false, workspace, [&](int64_t e, int which) {
     return which == 2 ? w2.ptr<float>() + e * D * F : (which == 1 ? w1 : w3).ptr<float>() + e * F * D;
   });
 }
@@ -196,14 +199,14 @@ void CpuBackend::moe_experts_all_to_all(Stream s, const Tensor& out, const Tenso
 void CpuBackend::moe_experts_mxfp4(Stream s, const Tensor& out, const Tensor& x, const Tensor& ids,
                                    const Tensor& weights, const Tensor& w1, const Tensor& w1_scale, const Tensor& w2,
                                    const Tensor& w2_scale, const Tensor& w3, const Tensor& w3_scale,
-                                   float swiglu_limit, const Tensor& workspace) {
+                                   float swiglu_limit, bool fp8_act, const Tensor& workspace) {
   const char* op = "moe_experts_mxfp4";
   check_stream(op, s);
-  const auto [T, D, E, F, k] =
-      checks::validate_moe_experts_mxfp4<OpRules>(out, x, ids, weights, w1, w1_scale, w2, w2_scale, w3, w3_scale);
+  const auto [T, D, E, F, k] = checks::validate_moe_experts_mxfp4<OpRules>(out, x, ids, weights, w1, w1_scale, w2,
+                                                                           w2_scale, w3, w3_scale, fp8_act);
   // One expert matrix at a time, dequantized into host scratch (the experts run one after another).
   std::vector<float> deq(size_t(F * D));
-  run_experts(op, out, x, ids, weights, T, D, E, F, k, swiglu_limit, workspace, [&](int64_t e, int which) {
+  run_experts(op, out, x, ids, weights, T, D, E, F, k, swiglu_limit, fp8_act, workspace, [&](int64_t e, int which) {
     const Tensor& w = which == 1 ? w1 : which == 2 ? w2 : w3;
     const Tensor& sc = which == 1 ? w1_scale : which == 2 ? w2_scale : w3_scale;
     const int64_t rows = which == 2 ? D : F, cols = which == 2 ? F : D;

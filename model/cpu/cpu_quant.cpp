@@ -26,15 +26,8 @@ void CpuBackend::gemm_fp8(Stream s, const Tensor& out, const Tensor& a, const Te
   const float* ws = w_scale.ptr<float>();
   for (int64_t n = 0; n < GN; ++n)
     for (int64_t k = 0; k < K; ++k) wd[n * K + k] = lowp::e4m3_to_float(codes[n * K + k]) * ws[(n / B) * KB + k / B];
-  const float* ap = a.ptr<float>();
-  for (int64_t m = 0; m < M; ++m)
-    for (int64_t g = 0; g < GK / B; ++g) {
-      const float* x = ap + m * GK + g * B;
-      float amax = 0;
-      for (int64_t i = 0; i < B; ++i) amax = std::max(amax, std::fabs(x[i]));
-      const float sc = lowp::fp8_group_scale(amax);
-      for (int64_t i = 0; i < B; ++i) aq[m * GK + g * B + i] = lowp::e4m3_to_float(lowp::float_to_e4m3(x[i] / sc)) * sc;
-    }
+  std::copy(a.ptr<float>(), a.ptr<float>() + M * GK, aq);
+  for (int64_t m = 0; m < M; ++m) lowp::round_fp8_groups(aq + m * GK, GK);
   for (int64_t g = 0; g < G; ++g) matmul_nt(out.ptr<float>() + g * N, GN, aq + g * K, GK, wd + g * N * K, K, M, N, K);
 }
 

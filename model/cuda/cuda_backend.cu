@@ -648,11 +648,8 @@ __global__ void round_fp8_blocks_kernel(void* t, int dt, int64_t rows, int64_t D
     amax = fmaxf(amax, fabsf(v[i]));
   }
   amax = warp_max(amax);
-  amax = fmaxf(amax, 1e-4f);
-  // The smallest power of two >= amax / 448 (core/fp8.h fp8_group_scale, the same operations).
-  int e = 0;
-  const float f = frexpf(amax / 448.f, &e);
-  const float sc = isfinite(amax) ? ldexpf(1.f, max(-127, min(127, f == 0.5f ? e - 1 : e))) : 1.f;
+  // The smallest power of two >= max(amax, 1e-4) / 448 (never an all-zero group here).
+  const float sc = fp8_group_scale(fmaxf(amax, 1e-4f));
 #pragma unroll
   for (int i = 0; i < 32; ++i) {
     const int c = lane + 32 * i;

@@ -153,6 +153,16 @@ __device__ __forceinline__ float block_sum(float v, float* red) {
 
 __device__ __forceinline__ float sigmoidf_(float z) { return 1.f / (1.f + expf(-z)); }
 
+// An FP8 activation group's scale: the smallest power of two >= amax / 448, 1 for an all-zero or
+// non-finite amax (core/fp8.h fp8_group_scale, the same float operations).
+__device__ __forceinline__ float fp8_group_scale(float amax) {
+  if (!(amax > 0.f) || !isfinite(amax)) return 1.f;
+  int e = 0;
+  const float f = frexpf(amax / 448.f, &e);
+  const int exp = max(-127, min(127, f == 0.5f ? e - 1 : e));
+  return ldexpf(1.f, exp);
+}
+
 // ---------------------------------------------------------------- the last block to finish
 // For a piece of work shared by `blocks` blocks, each of which has written its part to global
 // memory: call from every thread of each of them, after its writes. `ticket` (one of the stream's

@@ -54,16 +54,6 @@ constexpr int kFp8GemvUpTo = 8;
 // Weight loads in flight per lane: four 16-byte loads (64 codes) before any is used.
 constexpr int kFp8GemvLoads = 4;
 
-// The activation group's scale: the smallest power of two >= amax / 448, 1 for an all-zero group
-// (core/fp8.h fp8_group_scale, the same float operations).
-__device__ __forceinline__ float fp8_group_scale(float amax) {
-  if (!(amax > 0.f) || !isfinite(amax)) return 1.f;
-  int e = 0;
-  const float f = frexpf(amax / 448.f, &e);
-  const int exp = max(-127, min(127, f == 0.5f ? e - 1 : e));
-  return ldexpf(1.f, exp);
-}
-
 __device__ __forceinline__ uint8_t e4m3_code(float x) {
   return uint8_t(__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3));
 }

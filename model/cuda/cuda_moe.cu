@@ -25,6 +25,7 @@
 // Every output element is a fixed-order fp32 sum that does not depend on which other rows share
 // its tile: results do not depend on scheduling.
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <mma.h>
 
 #include <algorithm>
@@ -1212,6 +1213,212 @@ void launch_fp4_swap(const char* op, cudaStream_t st, int64_t max_tiles, const M
   CUDA_LAUNCH_CHECK(op, st);
 }
 
+// ---------------------------------------------------------------- W4A8: FP8 activations
+// moe_experts_mxfp4 with fp8_act (WeightFormat::NativeW4A8, DeepSeek's reference numerics): the
+// rows each expert matrix multiplies are rounded to FP8 per 128-value group, so the products can
+// run on the FP8 tensor cores (mma m16n8k32 e4m3), 512 weights per MMA instead of bf16's 128 or
+// 256, and an e2m1 code becomes an e4m3 one with a few word-wide logic operations, where a bf16
+// operand costs a byte permute per pair of weights (e2m1_bits.h).
+//
+// A block takes one tile of up to 8 token rows of one expert, as moe_fp4_swap_kernel does, and
+// first rounds them into shared memory: each 128-value group's codes e4m3(a / s) and its scale s
+// (gemm_fp8's rule, the CPU reference's lowp::round_fp8_groups). Its warps then stream weight rows
+// as the MMA's A operand (16 output features) against the staged tokens as B. Every MMA covers
+// one 32-value MX group of its features, so its fp32 result is scaled by the features' group
+// scales as it is summed, and each 128-value chunk's sum by the tokens' activation scales.
+//
+// The e4m3 operand of an e2m1 code s e1 e0 m is s << 7 | e1 e0 m << 2: exponent field e, first
+// mantissa bit m, i.e. the code's value times 2^-6 (e = 0 lands on the e4m3 subnormals 0 and
+// 2^-7). The 2^6 goes into the group's scale. A lane's word of 8 codes (4 bytes, the even element
+// in each byte's low nibble) gives the even elements' 4 bytes and the odd elements' 4 bytes in 6
+// instructions (w4a8_operands); the MMA takes them as its k slots [4 tig, 4 tig + 4) and
+// [16 + 4 tig, 16 + 4 tig + 4), and the staged activations are stored in the same order (per 8
+// values: the even ones, then the odd ones), so one 8-byte load gives both B registers.
+constexpr int kW4a8Features = 16;   // output features per warp (the MMA's 16 rows)
+constexpr int kW4a8RowPad = 32;     // bytes after each staged row: 8 rows land on all 32 banks
+
+// D = A . B, one m16n8k32 tile of e4m3 operands in fp32 (C zero: each MX group's products are
+// scaled before they join a sum).
+__device__ __forceinline__ void mma_e4m3(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%10,%10,%10,%10};\n"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(0.f));
+}
+
+// The staged tile: codes [8][K + kW4a8RowPad] bytes, then the activation scales [K / 128][8] F32,
+// then the K slices' partial sums (sum_k_slices).
+struct W4a8Smem {
+  int ldc;
+  size_t codes, scales, red, total;
+  __host__ __device__ W4a8Smem(int K, int NM) : ldc(K + kW4a8RowPad) {
+    codes = 0;
+    scales = size_t(8) * ldc;
+    red = scales + size_t(K / 128) * 8 * sizeof(float);
+    total = red + size_t(8) * 32 * 4 * NM * sizeof(float);
+  }
+};
+
+// Rows [row0, row0 + rows) of A (through a_rows) rounded into the staged tile: a half-warp per
+// 128-value group, 8 values per lane. The loop bound is the same for the whole block, so every
+// lane reaches the shuffles.
+__device__ __forceinline__ void w4a8_stage_rows(const MoeGemvArgs& g, int row0, int rows, uint8_t* codes, float* scales,
+                                                int ldc) {
+  const int KG = g.K / 128, total = rows * KG;
+  const int hw = threadIdx.x >> 4, l16 = threadIdx.x & 15;
+  for (int base = 0; base < total; base += 16) {
+    const int gi = base + hw;
+    const bool on = gi < total;
+    const int r = on ? gi / KG : 0, kg = on ? gi % KG : 0;
+    float v[8] = {};
+    if (on) {
+      const int pr = row0 + r;
+      load8(g.A + (g.a_rows ? int64_t(g.a_rows[pr]) : int64_t(pr)) * g.lda + kg * 128 + l16 * 8, v);
+    }
+    float amax = 0.f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(v[i]));
+#pragma unroll
+    for (int o = 8; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float sc = fp8_group_scale(amax), inv = 1.f / sc;  // x * inv == x / sc (a power of two)
+    if (on) {
+      uint32_t c[8];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) c[i] = __nv_cvt_float_to_fp8(v[i] * inv, __NV_SATFINITE, __NV_E4M3);
+      const uint32_t even = c[0] | c[2] << 8 | c[4] << 16 | c[6] << 24, odd = c[1] | c[3] << 8 | c[5] << 16 | c[7] << 24;
+      *reinterpret_cast<uint2*>(codes + r * ldc + kg * 128 + l16 * 8) = make_uint2(even, odd);
+      if (l16 == 0) scales[kg * 8 + r] = sc;
+    }
+  }
+  __syncthreads();
+}
+
+// A word of 8 e2m1 codes (checkpoint order) as e4m3 operands times 2^-6: the even elements'
+// bytes and the odd elements'. Even codes sit in bits 0-3 of each byte: magnitude << 2 to bits
+// 2-4, sign << 4 to bit 7; odd codes in bits 4-7: magnitude >> 2 to bits 2-4, sign already at bit
+// 7. Each LOP3 takes bits 2-4 of its first input and the rest of its second, which holds only the
+// sign bits (bit 3 of each byte falls inside 2-4 and is dropped).
+__device__ __forceinline__ void w4a8_operands(uint32_t w, uint32_t& even, uint32_t& odd) {
+  const uint32_t sign = w & 0x88888888u;
+  even = ((w << 2) & 0x1C1C1C1Cu) | ((sign << 4) & ~0x1C1C1C1Cu);
+  odd = ((w >> 2) & 0x1C1C1C1Cu) | (sign & ~0x1C1C1C1Cu);
+}
+
+// The fp32 factor of MX group q (byte q of a row's 4 scales of one chunk) for the 2^-6 operands:
+// 2^(scale - 127 + 6), as float bits (scale + 6) << 23 (scales above 248, weights above 2^121,
+// do not occur in a checkpoint and are not supported).
+__device__ __forceinline__ float w4a8_group_factor(uint32_t scales4, int q) {
+  return __uint_as_float(((scales4 >> (8 * q)) & 0xFFu) + 6u << 23);
+}
+
+template <bool PAIR, int KS>
+__global__ __launch_bounds__(256) void moe_w4a8_kernel(MoeGemvArgs g) {
+  constexpr int NM = PAIR ? 2 : 1;  // weight matrices streamed (w1 and w3, or w2)
+  constexpr int CH = PAIR ? 1 : 2;  // 128-value chunks in flight per lane
+  extern __shared__ __align__(16) uint8_t w4a8_smem[];
+  pdl_enter();
+  Fp4Tile tile;
+  if (!fp4_tile(g, tile)) return;  // uniform per block
+  const W4a8Smem lay(g.K, NM);
+  uint8_t* codes = w4a8_smem + lay.codes;
+  float* xs = reinterpret_cast<float*>(w4a8_smem + lay.scales);
+  auto& red = *reinterpret_cast<float(*)[8][32][4 * NM]>(w4a8_smem + lay.red);
+  w4a8_stage_rows(g, tile.row0, tile.rows, codes, xs, lay.ldc);
+  const int e = tile.expert, row0 = tile.row0, rows = tile.rows;
+  const int lane = threadIdx.x & 31, grp = lane >> 2, tig = lane & 3;
+  const auto [n0, k_lo, k_hi] = fp4_warp_slice<KS, kW4a8Features>(g);
+  float c[NM][4] = {};
+  if (n0 < g.N) {
+    const bool row_ok = grp < rows;  // this lane's token (B's column grp)
+    const uint8_t* brow = codes + grp * lay.ldc + 8 * tig;
+    const uint32_t* wm[NM][2];
+    const uint32_t* sm[NM][2];
+#pragma unroll
+    for (int f = 0; f < 2; ++f) {
+      const int64_t wrow = int64_t(e) * g.N + min(n0 + grp + 8 * f, g.N - 1);  // features grp, grp + 8
+#pragma unroll
+      for (int j = 0; j < NM; ++j) {
+        wm[j][f] = reinterpret_cast<const uint32_t*>(static_cast<const uint8_t*>(j == 0 ? g.W : g.W3) +
+                                                     wrow * (g.K / 2)) + tig;
+        sm[j][f] = reinterpret_cast<const uint32_t*>((j == 0 ? g.Ws : g.W3s) + wrow * (g.K / 32));
+      }
+    }
+    for (int k0 = k_lo; k0 < k_hi; k0 += 128 * CH) {
+      // Group q of a chunk is MMA q: the lane's word of it is word 4 q + tig of the row's 64 bytes.
+      uint32_t wv[CH][NM][2][4], sv[CH][NM][2];
+#pragma unroll
+      for (int u = 0; u < CH; ++u) {
+        const int k = k0 + 128 * u;
+        const bool in = k < k_hi;
+#pragma unroll
+        for (int j = 0; j < NM; ++j)
+#pragma unroll
+          for (int f = 0; f < 2; ++f) {
+#pragma unroll
+            for (int q = 0; q < 4; ++q) wv[u][j][f][q] = in ? wm[j][f][k / 8 + 4 * q] : 0u;
+            sv[u][j][f] = in ? sm[j][f][k / 128] : 0u;
+          }
+      }
+#pragma unroll
+      for (int u = 0; u < CH; ++u) {
+        const int k = k0 + 128 * u;
+        if (k >= k_hi) break;  // uniform per warp
+        uint2 b[4];
+#pragma unroll
+        for (int q = 0; q < 4; ++q)
+          b[q] = row_ok ? *reinterpret_cast<const uint2*>(brow + k + 32 * q) : make_uint2(0u, 0u);
+        const float2 sx = *reinterpret_cast<const float2*>(xs + (k / 128) * 8 + 2 * tig);  // tokens 2 tig, 2 tig + 1
+#pragma unroll
+        for (int j = 0; j < NM; ++j) {
+          float part[4] = {};
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            uint32_t a0, a1, a2, a3;  // rows grp (a0, a2) and grp + 8 (a1, a3)
+            w4a8_operands(wv[u][j][0][q], a0, a2);
+            w4a8_operands(wv[u][j][1][q], a1, a3);
+            float d[4];
+            mma_e4m3(d, a0, a1, a2, a3, b[q].x, b[q].y);
+            const float f0 = w4a8_group_factor(sv[u][j][0], q), f1 = w4a8_group_factor(sv[u][j][1], q);
+            part[0] += d[0] * f0;
+            part[1] += d[1] * f0;
+            part[2] += d[2] * f1;
+            part[3] += d[3] * f1;
+          }
+          c[j][0] += part[0] * sx.x;
+          c[j][1] += part[1] * sx.y;
+          c[j][2] += part[2] * sx.x;
+          c[j][3] += part[3] * sx.y;
+        }
+      }
+    }
+  }
+  if (!sum_k_slices<KS>(c, red)) return;
+  if (n0 >= g.N) return;
+  // c[j][2f + h]: feature n0 + grp + 8 f, token 2 tig + h.
+#pragma unroll
+  for (int f = 0; f < 2; ++f)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int n = n0 + grp + 8 * f, r = 2 * tig + h;
+      if (n >= g.N || r >= rows) continue;
+      store_expert_out<PAIR>(g, int64_t(row0 + r) * g.N + n, c[0][2 * f + h], c[NM - 1][2 * f + h]);
+    }
+}
+
+template <bool PAIR>
+void launch_w4a8(const char* op, cudaStream_t st, int64_t max_tiles, const MoeGemvArgs& v, int sms, size_t optin) {
+  const int ks = fp4_mma_k_slices(max_tiles, v.N, v.K, sms, kW4a8Features);
+  const dim3 grid{unsigned(max_tiles), unsigned(cdiv(v.N, kW4a8Features * (8 / ks))), 1u};
+  const size_t smem = W4a8Smem(v.K, PAIR ? 2 : 1).total;
+  with_k_slices(ks, [&](auto KS) {
+    allow_smem(op, moe_w4a8_kernel<PAIR, KS>, smem, optin);
+    launch_kernel(op, moe_w4a8_kernel<PAIR, KS>, grid, 256, smem, st, v);
+  });
+  CUDA_LAUNCH_CHECK(op, st);
+}
+
 // out[t, d] = sum_{i < k} weights[t, i] * y[inv[t*k + i], d] (fp32, slot order). Grid
 // (T, D / 256): the block first stages the token's k rows and weights in shared memory, then one
 // thread per d.
@@ -1476,17 +1683,31 @@ void CudaBackend::moe_experts(Stream s, const Tensor& out, const Tensor& x, cons
 void CudaBackend::moe_experts_mxfp4(Stream s, const Tensor& out, const Tensor& x, const Tensor& ids,
                                     const Tensor& weights, const Tensor& w1, const Tensor& w1_scale, const Tensor& w2,
                                     const Tensor& w2_scale, const Tensor& w3, const Tensor& w3_scale,
-                                    float swiglu_limit, const Tensor& workspace) {
+                                    float swiglu_limit, bool fp8_act, const Tensor& workspace) {
   const char* op = "moe_experts_mxfp4";
   cudaStream_t st = stream(s, op);
-  const auto [T, D, E, F, k] =
-      checks::validate_moe_experts_mxfp4<OpRules>(out, x, ids, weights, w1, w1_scale, w2, w2_scale, w3, w3_scale);
+  const auto [T, D, E, F, k] = checks::validate_moe_experts_mxfp4<OpRules>(out, x, ids, weights, w1, w1_scale, w2,
+                                                                           w2_scale, w3, w3_scale, fp8_act);
   const MoeLayout L = check_moe_call(op, T, D, E, F, k, x, {{"w1", &w1}, {"w2", &w2}, {"w3", &w3}}, workspace);
   if (T == 0) return;
   char* ws = static_cast<char*>(workspace.data);
   const ExpertMatrix m1{w1.data, w1_scale.ptr<uint8_t>()}, m2{w2.data, w2_scale.ptr<uint8_t>()},
       m3{w3.data, w3_scale.ptr<uint8_t>()};
   const int64_t P = T * k;
+  // W4A8: the FP8 tensor-core kernel at every size (its tiles of 8 rows read each expert's weights
+  // once per tile, so prefill is not what it is tuned for). It reads a row's 4 scales of a chunk
+  // as one word.
+  if (fp8_act) {
+    for (const auto& [name, t] : {std::pair{"w1_scale", &w1_scale}, {"w2_scale", &w2_scale}, {"w3_scale", &w3_scale}})
+      check_aligned(op, name, t->data, 4);
+    launch_moe_permute(op, st, L, ws, ids, P, k, E, kFp4TileRows, smem_optin());
+    const int64_t max_tiles = cdiv(P, kFp4TileRows) + std::min<int64_t>(P, E);
+    const ExpertSteps es = expert_steps(L, ws, x, D, E, F, swiglu_limit, m1, m2, m3);
+    launch_w4a8<true>(op, st, max_tiles, es.up, sm_count(), smem_optin());
+    launch_w4a8<false>(op, st, max_tiles, es.down, sm_count(), smem_optin());
+    launch_moe_combine(op, st, L, ws, out, weights, T, k, D);
+    return;
+  }
   // mxfp4-prefill=gemm (auto: from kMxfp4GemmAutoRowsPerExpert pairs per expert): past decode
   // sizes, the grouped GEMM with the MXFP4 tiles decoded in shared memory (a weight decoded once
   // per 16- or 64-row tile), as moe_experts runs bf16.

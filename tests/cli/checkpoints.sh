@@ -78,6 +78,10 @@ grep -q '"weights": "bf16"' "$tmp/deq.json" || fail "run --json does not record 
 "$bin" run --backend cpu --weights native --steps 1 --checkpoint "$tmp/native" --json > "$tmp/nat.json" 2> /dev/null ||
   fail "the native checkpoint does not run with --json"
 grep -q '"weights": "native"' "$tmp/nat.json" || fail "run --json does not record --weights native"
+# The same checkpoint runs its experts on FP8 activations (W4A8), and the record says so.
+"$bin" run --backend cpu --weights native-w4a8 --steps 1 --checkpoint "$tmp/native" --json > "$tmp/a8.json" \
+  2> /dev/null || fail "the native checkpoint does not run with --weights native-w4a8"
+grep -q '"weights": "native-w4a8"' "$tmp/a8.json" || fail "run --json does not record --weights native-w4a8"
 # mutate copies $tmp/good: from here on that is the native checkpoint.
 rm -rf "$tmp/good" && cp -r "$tmp/native" "$tmp/good"
 # An MXFP4 scale tensor as F32 with a value that is not a power of two.

@@ -531,7 +531,7 @@ TEST(CheckBackend, ChecksTheNativeWeightOps) {
   const Tensor work = check->alloc("ws", DType::U8, {int64_t(check->moe_workspace_bytes(T, int(k), int(D), int(F), int(E)))},
                                    AllocKind::Workspace);
   const Tensor mo = check->alloc("mo", DType::F32, {T, D}, AllocKind::Activation);
-  check->moe_experts_mxfp4(Stream{}, mo, x, ids, wts, w1, w1s, w2, w2s, w3, w3s, 10.f, work);
+  check->moe_experts_mxfp4(Stream{}, mo, x, ids, wts, w1, w1s, w2, w2s, w3, w3s, 10.f, false, work);
 
   std::vector<const CheckRecord*> fp8, moe;
   for (const CheckRecord& r : check_records(*check)) {

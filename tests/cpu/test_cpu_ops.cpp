@@ -1215,15 +1215,100 @@ TEST_F(CpuOps, MoeExpertsMxfp4IsMoeExpertsOnTheDequantizedWeights) {
   }
   Tensor ws = be->alloc("ws", DType::U8, {int64_t(be->moe_workspace_bytes(T, k, D, F, E))}, AllocKind::Workspace);
   Tensor got = zeros("got", DType::F32, {T, D}), want = zeros("want", DType::F32, {T, D});
-  be->moe_experts_mxfp4(s, got, tx, tid, tw, packed[0], scales[0], packed[1], scales[1], packed[2], scales[2], 10.f, ws);
+  be->moe_experts_mxfp4(s, got, tx, tid, tw, packed[0], scales[0], packed[1], scales[1], packed[2], scales[2], 10.f,
+                        false, ws);
   be->moe_experts(s, want, tx, tid, tw, deq[0], deq[1], deq[2], 10.f, ws);
   EXPECT_EQ(get(got), get(want));
   // A scale tensor of the wrong shape is refused, naming it.
   try {
-    be->moe_experts_mxfp4(s, got, tx, tid, tw, packed[0], scales[1], packed[1], scales[1], packed[2], scales[2], 10.f, ws);
+    be->moe_experts_mxfp4(s, got, tx, tid, tw, packed[0], scales[1], packed[1], scales[1], packed[2], scales[2], 10.f,
+                          false, ws);
     ADD_FAILURE() << "w1_scale of w2's shape was accepted";
   } catch (const sl::Error& e) {
     EXPECT_NE(std::string(e.what()).find("moe_experts_mxfp4: w1_scale"), std::string::npos) << e.what();
+  }
+}
+
+// W4A8 (fp8_act): per token and slot, x rounded to FP8 per 128-value group, the dequantized
+// experts in double, the SwiGLU output rounded the same way before w2. The rounding here goes
+// through lowp::quantize_fp8_blocks (codes and e8m0 scales) and back, not round_fp8_groups. A
+// rounding of h may fall on the other side of a tie in double (one code apart), hence a
+// tolerance; dropping either rounding moves the result by far more (checked below).
+TEST_F(CpuOps, MoeExpertsMxfp4Fp8ActRoundsBothInputs) {
+  const int T = 4, k = 2, E = 3, D = 256, F = 128;
+  const float limit = 10.f;
+  std::vector<float> x = uniform(size_t(T) * D, -2.f, 2.f), wts = uniform(size_t(T) * k, 0.1f, 1.f);
+  const std::vector<int32_t> ids = {1, 0, 2, 1, 1, 2, 0, 2};
+  Tensor tx = f32("x", {T, D}, x), tid = i32("ids", {T, k}, ids), tw = f32("wts", {T, k}, wts);
+  std::vector<Tensor> packed, scales;
+  std::vector<std::vector<float>> deq;
+  for (auto [rows, cols] : {std::pair{F, D}, std::pair{D, F}, std::pair{F, D}}) {  // w1, w2, w3
+    const std::vector<float> w = uniform(size_t(E) * rows * cols, -0.3f, 0.3f);
+    const sl::lowp::Mxfp4 q = sl::lowp::quantize_mxfp4(w.data(), int64_t(E) * rows, cols);
+    std::vector<float> back(w.size());
+    sl::lowp::dequantize_mxfp4(q, back.data());
+    Tensor p = be->alloc("w", DType::U8, {E, rows, cols / 2}, AllocKind::Weight);
+    Tensor sc = be->alloc("w_scale", DType::U8, {E, rows, cols / 32}, AllocKind::Weight);
+    be->upload(s, p, q.packed.data(), q.packed.size());
+    be->upload(s, sc, q.scales.data(), q.scales.size());
+    packed.push_back(p), scales.push_back(sc), deq.push_back(back);
+  }
+  auto round_row = [](std::vector<double>& v) {  // per 128 values, through e4m3 codes and e8m0 scales
+    const std::vector<float> f(v.begin(), v.end());
+    const sl::lowp::Fp8Blocks q = sl::lowp::quantize_fp8_blocks(f.data(), 1, int64_t(f.size()), 1, 128);
+    std::vector<float> back(f.size());
+    sl::lowp::dequantize_fp8_blocks(q, back.data());
+    v.assign(back.begin(), back.end());
+  };
+  std::vector<double> want(size_t(T) * D, 0.0), plain(size_t(T) * D, 0.0);  // plain: no rounding
+  for (int t = 0; t < T; ++t)
+    for (int i = 0; i < k; ++i)
+      for (const bool rounded : {true, false}) {
+        const int e = ids[size_t(t) * k + i];
+        std::vector<double> xr(x.begin() + t * D, x.begin() + (t + 1) * D), h(F);
+        if (rounded) round_row(xr);
+        for (int f = 0; f < F; ++f) {
+          double g = 0, u = 0;
+          for (int d = 0; d < D; ++d) {
+            g += double(deq[0][(size_t(e) * F + f) * D + d]) * xr[size_t(d)];
+            u += double(deq[2][(size_t(e) * F + f) * D + d]) * xr[size_t(d)];
+          }
+          g = std::min(g, double(limit));
+          u = std::min(std::max(u, -double(limit)), double(limit));
+          h[size_t(f)] = g / (1 + std::exp(-g)) * u;
+        }
+        if (rounded) round_row(h);
+        for (int d = 0; d < D; ++d) {
+          double y = 0;
+          for (int f = 0; f < F; ++f) y += double(deq[1][(size_t(e) * D + d) * F + f]) * h[size_t(f)];
+          (rounded ? want : plain)[size_t(t) * D + d] += double(wts[size_t(t) * k + i]) * y;
+        }
+      }
+  Tensor ws = be->alloc("ws", DType::U8, {int64_t(be->moe_workspace_bytes(T, k, D, F, E))}, AllocKind::Workspace);
+  Tensor got = zeros("got", DType::F32, {T, D});
+  be->moe_experts_mxfp4(s, got, tx, tid, tw, packed[0], scales[0], packed[1], scales[1], packed[2], scales[2], limit,
+                        true, ws);
+  const std::vector<float> g = get(got);
+  double amax = 0, err = 0, moved = 0;
+  for (size_t j = 0; j < want.size(); ++j) {
+    amax = std::max(amax, std::fabs(want[j]));
+    err = std::max(err, std::fabs(double(g[j]) - want[j]));
+    moved = std::max(moved, std::fabs(plain[j] - want[j]));
+  }
+  EXPECT_LT(err, 2e-3 * amax) << "W4A8 against the rounded double reference";
+  EXPECT_GT(moved, 20 * err) << "the FP8 rounding must matter far more than the tolerance";
+  // fp8_act needs whole 128-value groups: F = 96 is refused, naming the op.
+  const int F2 = 96;
+  Tensor p1 = be->alloc("w1", DType::U8, {E, F2, D / 2}, AllocKind::Weight), s1 = be->alloc(
+      "w1_scale", DType::U8, {E, F2, D / 32}, AllocKind::Weight);
+  Tensor p2 = be->alloc("w2", DType::U8, {E, D, F2 / 2}, AllocKind::Weight), s2 = be->alloc(
+      "w2_scale", DType::U8, {E, D, F2 / 32}, AllocKind::Weight);
+  Tensor ws2 = be->alloc("ws2", DType::U8, {int64_t(be->moe_workspace_bytes(T, k, D, F2, E))}, AllocKind::Workspace);
+  try {
+    be->moe_experts_mxfp4(s, got, tx, tid, tw, p1, s1, p2, s2, p1, s1, limit, true, ws2);
+    ADD_FAILURE() << "F = 96 with fp8_act was accepted";
+  } catch (const sl::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("multiples of 128 with FP8 activations"), std::string::npos) << e.what();
   }
 }
 

@@ -836,5 +836,10 @@ TEST(Weights, NativeFormatRefusesUnfitDims) {
   EXPECT_NE(e.find("multiple of 128"), std::string::npos) << e;
   EXPECT_EQ(be->memory().weights_bytes, 0u);
   EXPECT_EQ(parse_weight_format("native"), WeightFormat::Native);
-  EXPECT_NE(error_of([] { parse_weight_format("fp8"); }).find("bf16 or native"), std::string::npos);
+  EXPECT_EQ(parse_weight_format("native-w4a8"), WeightFormat::NativeW4A8);
+  EXPECT_STREQ(weight_format_name(WeightFormat::NativeW4A8), "native-w4a8");
+  EXPECT_NE(error_of([] { parse_weight_format("fp8"); }).find("bf16, native or native-w4a8"), std::string::npos);
+  // The W4A8 format holds the native format's bytes (only the experts' activations differ).
+  EXPECT_EQ(weight_bytes(load_config("tiny"), DType::BF16, WeightFormat::NativeW4A8),
+            weight_bytes(load_config("tiny"), DType::BF16, WeightFormat::Native));
 }

@@ -81,6 +81,11 @@ TEST(CudaCheck, NativeWeightsBatch2) {
   REQUIRE_GPU();
   check_tiny(1, 4, 3, 2, WeightFormat::Native);
 }
+// The W4A8 experts (--weights native-w4a8), op by op on the GPU's inputs.
+TEST(CudaCheck, NativeW4A8Batch2) {
+  REQUIRE_GPU();
+  check_tiny(1, 4, 3, 2, WeightFormat::NativeW4A8);
+}
 TEST(CudaCheck, Mtp128Batch3) {
   REQUIRE_GPU();
   check_tiny(2, 128, 2, 3);

@@ -154,6 +154,14 @@ TEST(CudaModel, TinyNativeWeightsMatchCpuReference) {
   compare_with_cpu(2, 0, 2, 1, false, WeightFormat::Native, 0.3);
   compare_with_cpu(1, 4, 3, 2, true, WeightFormat::Native, 0.3);
 }
+// The W4A8 experts (--weights native-w4a8): the routed experts' inputs are rounded to FP8 as well,
+// one more quantization of the kind the bound above allows for (each op on identical inputs:
+// CudaOps' moe_experts_mxfp4 fp8_act cases, 1e-2).
+TEST(CudaModel, TinyNativeW4A8MatchesCpuReference) {
+  REQUIRE_GPU();
+  compare_with_cpu(2, 0, 2, 1, false, WeightFormat::NativeW4A8, 0.3);
+  compare_with_cpu(1, 4, 3, 2, true, WeightFormat::NativeW4A8, 0.3);
+}
 // FP8 KV caches (--kv-cache fp8; emulated on the GPU by default, the last run packed on both
 // sides): each cached value is rounded to an e4m3 step on both sides, which amplifies the bf16 side's small differences exactly as the native weights'
 // activation quantization does (see above), so the same bound; op by op on identical inputs the

@@ -1302,13 +1302,18 @@ TEST_P(CudaOps, MoeExpertsMxfp4) {
     }
     const MoeRouting rt = moe_routing(c.T, c.E, c.k, c.D, c.F);
     const T2 &ids = rt.ids, &wts = rt.wts, &ws = rt.ws;
-    T2 out = zeros("out", Kind::Act, {c.T, c.D});
-    cpu_->moe_experts_mxfp4(Stream{}, out.c, x.c, ids.c, wts.c, packed[0].c, scales[0].c, packed[1].c, scales[1].c,
-                            packed[2].c, scales[2].c, c.limit, ws.c);
-    gpu_->moe_experts_mxfp4(Stream{}, out.g, x.g, ids.g, wts.g, packed[0].g, scales[0].g, packed[1].g, scales[1].g,
-                            packed[2].g, scales[2].g, c.limit, ws.g);
-    expect_close(out, "moe_experts_mxfp4 T=" + std::to_string(c.T) + " E=" + std::to_string(c.E) +
-                          (c.big > 0.f ? " (scales above 128)" : ""));
+    // fp8_act (W4A8) where D and F are whole 128-value groups: the same rounding of x on both
+    // sides (the same bf16 inputs); h is rounded from bf16 on the device, from fp32 on the CPU.
+    for (const bool fp8_act : {false, true}) {
+      if (fp8_act && (c.D % 128 != 0 || c.F % 128 != 0)) continue;
+      T2 out = zeros("out", Kind::Act, {c.T, c.D});
+      cpu_->moe_experts_mxfp4(Stream{}, out.c, x.c, ids.c, wts.c, packed[0].c, scales[0].c, packed[1].c, scales[1].c,
+                              packed[2].c, scales[2].c, c.limit, fp8_act, ws.c);
+      gpu_->moe_experts_mxfp4(Stream{}, out.g, x.g, ids.g, wts.g, packed[0].g, scales[0].g, packed[1].g, scales[1].g,
+                              packed[2].g, scales[2].g, c.limit, fp8_act, ws.g);
+      expect_close(out, "moe_experts_mxfp4 T=" + std::to_string(c.T) + " E=" + std::to_string(c.E) +
+                            (c.big > 0.f ? " (scales above 128)" : "") + (fp8_act ? " fp8_act" : ""));
+    }
   }
 }
 

@@ -15,7 +15,7 @@
 //
 //   bench_decode [--config=flash-6l] [--batches=1,8] [--policy=shared] [--context=4096]
 //                [--mtp-layers=1] [--draft-steps=1] [--steps=20] [--modes=eager,graph]
-//                [--no-shared-expert-stream] [--weights=bf16|native] [--kernel-variants=SPEC] [--out=FILE.json]
+//                [--no-shared-expert-stream] [--weights=bf16|native|native-w4a8] [--kernel-variants=SPEC] [--out=FILE.json]
 //                [google-benchmark flags]
 #include <benchmark/benchmark.h>
 #include <cuda_runtime.h>
@@ -346,7 +346,7 @@ int main(int argc, char** argv) {
       "bench_decode [--config=flash-6l] [--batches=1,8] [--policy=shared] [--context=4096]\n"
       "             [--mtp-layers=1] [--mtp-compress=0|4|128] [--draft-steps=1] [--steps=20] [--modes=eager,graph]\n"
       "             [--no-shared-expert-stream] [--stream-source=cuda|torch] [--placement=vllm-fix|vllm-head]\n"
-      "             [--graph-scope=step|split] [--weights=bf16|native] [--kv-cache=bf16|fp8] [--kernel-variants=SPEC]\n"
+      "             [--graph-scope=step|split] [--weights=bf16|native|native-w4a8] [--kv-cache=bf16|fp8] [--kernel-variants=SPEC]\n"
       "             [--out=FILE.json]\n"
       "  --kv-cache=fp8: FP8 KV caches (emulated: the values held in bf16; packed in vLLM's bytes under\n"
       "                  --kernel-variants=fp8-kv=packed) and the floor's KV in FP8 bytes\n"

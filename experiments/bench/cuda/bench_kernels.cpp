@@ -16,7 +16,8 @@
 // op's bytes from HBM, flushed and timed the same way: common/read_floor.h): "x read" is the op's
 // median over the read's, 1.0 the best a kernel of that size can do here.
 //
-//   bench_kernels [--ops=gemm,gemm_fp8,moe_experts,moe_experts_mxfp4,sparse_attention,hc_pre] [--config=flash-6l]
+//   bench_kernels [--ops=gemm,gemm_fp8,moe_experts,moe_experts_mxfp4,moe_experts_w4a8,sparse_attention,hc_pre]
+//                 [--config=flash-6l]
 //                 [--batches=1,8]
 //                 [--pos=4095] [--experts=64] [--reps=20] [--variants=SPEC;SPEC...]
 //                 [--dut=cuda|cpu] [--out=FILE.json]
@@ -51,7 +52,8 @@ namespace sl {
 namespace {
 
 struct Options {
-  std::vector<std::string> ops{"gemm", "gemm_fp8", "moe_experts", "moe_experts_mxfp4", "sparse_attention", "hc_pre"};
+  std::vector<std::string> ops{"gemm",           "gemm_fp8",         "moe_experts", "moe_experts_mxfp4",
+                               "moe_experts_w4a8", "sparse_attention", "hc_pre"};
   std::string config = "flash-6l", dut = "cuda", out, command_line;
   std::vector<int> batches{1, 8};
   int pos = 4095;     // the decode position of every sequence ((pos+1) % 128 == 0: full blocks)
@@ -232,11 +234,12 @@ Case moe_case(const ModelConfig& c, int T, int E, std::mt19937& rng) {
 }
 
 // The same routed experts with MXFP4 weights (the checkpoint's format): random e2m1 bytes and
-// e8m0 scales around 2^-7 (weights of about the bf16 case's size).
-Case moe_mxfp4_case(const ModelConfig& c, int T, int E, std::mt19937& rng) {
+// e8m0 scales around 2^-7 (weights of about the bf16 case's size). fp8_act: fed FP8 activations
+// (W4A8, --weights native-w4a8), op name moe_experts_w4a8.
+Case moe_mxfp4_case(const ModelConfig& c, int T, int E, std::mt19937& rng, bool fp8_act = false) {
   Case m = moe_case(c, T, E, rng);
   const int k = c.num_experts_per_tok, D = c.hidden_size, F = c.moe_intermediate_size;
-  m.op = "moe_experts_mxfp4";
+  m.op = fp8_act ? "moe_experts_w4a8" : "moe_experts_mxfp4";
   const std::vector<int32_t> ids = m.inputs[1].ints;
   std::uniform_int_distribution<int> byte(0, 255), sc(124, 126);
   auto bytes = [&](size_t n, bool scale) {
@@ -257,8 +260,9 @@ Case moe_mxfp4_case(const ModelConfig& c, int T, int E, std::mt19937& rng) {
               {"out", Kind::Act, {T, D}, 0},
               {"workspace", Kind::Workspace, {}}};
   const float limit = float(c.swiglu_limit);
-  m.run = [limit](Backend& be, const std::vector<Tensor>& t) {
-    be.moe_experts_mxfp4(Stream{}, t[9], t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8], limit, t[10]);
+  m.run = [limit, fp8_act](Backend& be, const std::vector<Tensor>& t) {
+    be.moe_experts_mxfp4(Stream{}, t[9], t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8], limit, fp8_act,
+                         t[10]);
   };
   m.output = 9;
   const std::set<int32_t> hit(ids.begin(), ids.end());
@@ -345,6 +349,7 @@ std::vector<std::string> default_variants(const std::string& op) {
   // The routed experts have one decode kernel now (the split-K and w2-column variants measured
   // slower: results/2026-12-04-h200-kernel-workbench); PDL and the GEMV limit still apply.
   if (op == "moe_experts") return {"", "pdl=off"};
+  if (op == "moe_experts_w4a8") return {"", "pdl=off"};  // one kernel, whatever the mxfp4-* variants say
   if (op == "hc_pre") return {"", "hc-decode=split"};
   return {"", "attn-splits=1", "attn-splits=16", "attn-decode=off"};
 }
@@ -438,8 +443,8 @@ int run(const Options& o) {
         for (Case& c : gemm_fp8_cases(cfg, B, rng)) cases.push_back(std::move(c));
       } else if (op == "moe_experts") {
         cases.push_back(moe_case(cfg, B, std::min(o.experts, cfg.n_routed_experts), rng));
-      } else if (op == "moe_experts_mxfp4") {
-        cases.push_back(moe_mxfp4_case(cfg, B, std::min(o.experts, cfg.n_routed_experts), rng));
+      } else if (op == "moe_experts_mxfp4" || op == "moe_experts_w4a8") {
+        cases.push_back(moe_mxfp4_case(cfg, B, std::min(o.experts, cfg.n_routed_experts), rng, op == "moe_experts_w4a8"));
       } else if (op == "hc_pre") {
         cases.push_back(hc_pre_case(cfg, B));
       } else {
@@ -535,8 +540,10 @@ int main(int argc, char** argv) {
       o.ops = sl::bench::split(v, ',');
       for (const auto& op : o.ops)
         SL_CHECK(op == "gemm" || op == "gemm_fp8" || op == "moe_experts" || op == "moe_experts_mxfp4" ||
-                     op == "sparse_attention" || op == "hc_pre",
-                 "--ops: '", op, "' is not one of gemm, gemm_fp8, moe_experts, moe_experts_mxfp4, sparse_attention, hc_pre");
+                     op == "moe_experts_w4a8" || op == "sparse_attention" || op == "hc_pre",
+                 "--ops: '", op,
+                 "' is not one of gemm, gemm_fp8, moe_experts, moe_experts_mxfp4, moe_experts_w4a8, sparse_attention, "
+                 "hc_pre");
       SL_CHECK(!o.ops.empty(), "--ops is empty");
     } else if (auto v = flag_value(arg, "--config=")) {
       o.config = v;
@@ -564,7 +571,7 @@ int main(int argc, char** argv) {
     return true;
   };
   static const std::string usage = std::string(
-      "bench_kernels [--ops=gemm,gemm_fp8,moe_experts,moe_experts_mxfp4,sparse_attention,hc_pre]\n"
+      "bench_kernels [--ops=gemm,gemm_fp8,moe_experts,moe_experts_mxfp4,moe_experts_w4a8,sparse_attention,hc_pre]\n"
       "              [--config=flash-6l]\n"
       "              [--batches=1,8]\n"
       "              [--pos=4095] [--experts=64] [--reps=20] [--variants=SPEC;SPEC...] [--dut=cuda|cpu]\n"
@@ -575,8 +582,9 @@ int main(int argc, char** argv) {
       "fraction of the device-to-device copy bandwidth measured in the same run; \"x read\": the median\n"
       "over the read floor, a kernel that only streams the op's bytes, timed the same way (1.00 = the\n"
       "best a kernel of that size can do on this device).\n"
-      "  --ops        the op families (default all six; gemm_fp8 and moe_experts_mxfp4: the same ops on\n"
-      "               the checkpoint's FP8 / MXFP4 weights; hc_pre: mHC's mix and collapse)\n"
+      "  --ops        the op families (default all seven; gemm_fp8 and moe_experts_mxfp4: the same ops on\n"
+      "               the checkpoint's FP8 / MXFP4 weights; moe_experts_w4a8: the MXFP4 experts fed FP8\n"
+      "               activations, as --weights native-w4a8 runs them; hc_pre: mHC's mix and collapse)\n"
       "  --batches    decode batch sizes (one token per sequence)\n"
       "  --pos        the decode position (sparse attention's window and compressed entries)\n"
       "  --experts    routed experts held (capped at the config's; only those hit are read)\n"

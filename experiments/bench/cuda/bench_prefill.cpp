@@ -159,7 +159,7 @@ int main(int argc, char** argv) {
   };
   static const std::string usage = std::string(
       "bench_prefill [--config=flash-6l] [--tokens=256,1024,4096,8192] [--reps=5] [--stream-source=cuda|torch]\n"
-      "              [--weights=bf16|native] [--kernel-variants=SPEC] [--out=FILE.json]\n"
+      "              [--weights=bf16|native|native-w4a8] [--kernel-variants=SPEC] [--out=FILE.json]\n"
       "  --kernel-variants: ") + sl::kKernelVariantsHelp + "\n"
       "Prefill time per token count: serial, shared (phase A parallel up to 1024 tokens), shared with\n"
       "phase A always parallel; see bench_prefill.cpp.\n";

@@ -195,7 +195,7 @@ int main(int argc, char** argv) {
   return sl::bench::bench_main(
       argc, argv, "bench_trace_overhead",
       "bench_trace_overhead [--config=flash-2l] [--batch=8] [--context=1024] [--policy=shared]\n"
-      "                     [--stream-source=cuda|torch] [--weights=bf16|native]\n"
+      "                     [--stream-source=cuda|torch] [--weights=bf16|native|native-w4a8]\n"
       "                     [--steps=20] [--graph] [--no-latency-timestamps] [--no-runtime]\n"
       "                     [--no-cuda-events] [--no-memory] [--no-nvtx] [--no-op-ranges]\n"
       "                     [--out=FILE.json]\n"
