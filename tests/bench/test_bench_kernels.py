@@ -30,9 +30,9 @@ def main():
         by = {(x["op"], x["shape"]): x for x in rows}
         # tiny: D=256, q_lora=128, Dh=128, H=4, W=16, index_topk=8, E=8, k=2, F=128, o_groups=2,
         # o_lora=64, indexer 4 heads x 128; 8 GEMM shapes, the same 8 with FP8 weights (every K is a
-        # multiple of 128), 1 MoE on bf16 and 1 on MXFP4 experts, 3 attention modes and 1 hc_pre per
-        # batch.
-        check(len(rows) == 2 * (8 + 8 + 1 + 1 + 3 + 1), f"{len(rows)} rows")
+        # multiple of 128), 1 MoE on bf16, 1 on MXFP4 experts and 1 on MXFP4 experts fed FP8
+        # activations, 3 attention modes and 1 hc_pre per batch.
+        check(len(rows) == 2 * (8 + 8 + 1 + 1 + 1 + 3 + 1), f"{len(rows)} rows")
         # gemm wq_a at M=1: bf16 weight N*K plus a (M*K) and out (M*N).
         x = by.get(("gemm", "wq_a M=1 N=128 K=256"))
         check(x is not None and x["bytes"] == 2 * (128 * 256 + 256 + 128), f"gemm wq_a bytes {x and x['bytes']}")
@@ -49,6 +49,10 @@ def main():
         x = by.get(("moe_experts_mxfp4", "T=1 k=2 D=256 F=128 E=8"))
         check(x is not None and x["bytes"] == 2 * 3 * 128 * 256 * (0.5 + 1 / 32) + 2 * 2 * 256 + 8 * 2,
               f"moe mxfp4 bytes {x and x['bytes']}")
+        # W4A8 reads the same bytes.
+        x = by.get(("moe_experts_w4a8", "T=1 k=2 D=256 F=128 E=8"))
+        check(x is not None and x["bytes"] == 2 * 3 * 128 * 256 * (0.5 + 1 / 32) + 2 * 2 * 256 + 8 * 2,
+              f"moe w4a8 bytes {x and x['bytes']}")
         # Attention top-k/4 at pos 300: n_c = 301 // 4 = 75 entries, K = min(8, 75) = 8 chosen,
         # window min(16, 301) = 16 keys: q and o (H x Dh bf16 each), 24 keys of Dh, 8 ids.
         x = by.get(("sparse_attention", "top-k/4 B=1 H=4 Dh=128 pos=300"))
