@@ -21,7 +21,9 @@
 // moe_experts_mxfp4 (the checkpoint's MXFP4 experts) runs steps 1 and 4 at every size, with step
 // 3 on the tensor cores (moe_fp4_mma_kernel: 8-row tiles, e2m1 decoded to bf16 in registers, each
 // 32-value group's MMAs scaled as they are summed), or (variant mxfp4-mma=off) the GEMV of step 3
-// decoding e2m1 through fp16.
+// decoding e2m1 through fp16. With fp8_act (W4A8), and under mxfp4-decode=e4m3, step 3 is the
+// staged kernel (moe_fp4_staged_kernel): the tile's rows staged in shared memory, e2m1 turned into
+// e4m3 operands.
 // Every output element is a fixed-order fp32 sum that does not depend on which other rows share
 // its tile: results do not depend on scheduling.
 #include <cuda_fp16.h>
@@ -1223,7 +1225,7 @@ void launch_fp4_swap(const char* op, cudaStream_t st, int64_t max_tiles, const M
 //     per instruction, and runs two f16 MMAs: the SASS shows it).
 //   - A16 (mxfp4-decode=e4m3, the W4A16 numerics of the other decodes): the rows are staged as f16
 //     times a power of two per 128 values (2^(15 - ceil(log2 amax)), exact for every bf16 value
-//     down to 2^-29 of its group's largest), the e4m3 operands become f16 by the hardware's
+//     down to 2^-28 of its group's largest), the e4m3 operands become f16 by the hardware's
 //     cvt.f16x2.e4m3x2 (exact), and the products run on f16 MMAs (m16n8k16): the same products
 //     as the bf16 decodes, in fp32.
 // A block takes one tile of up to 8 token rows of one expert, as moe_fp4_swap_kernel does, and
@@ -1288,7 +1290,7 @@ struct StagedSmem {
 };
 
 // A16's staging scale of a group: the power of two s with amax / s in [2^14, 2^15) (1 for an
-// all-zero or non-finite amax), so that every bf16 value of the group down to amax 2^-29 is an
+// all-zero or non-finite amax), so that every bf16 value of the group down to amax 2^-28 is an
 // exact normal f16 after the division.
 __device__ __forceinline__ float f16_group_scale(float amax) {
   if (!(amax > 0.f) || !isfinite(amax)) return 1.f;
