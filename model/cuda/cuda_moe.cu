@@ -1218,37 +1218,27 @@ void launch_fp4_swap(const char* op, cudaStream_t st, int64_t max_tiles, const M
 // ---------------------------------------------------------------- staged activations, e4m3 operands
 // moe_fp4_staged_kernel: the MXFP4 experts with e2m1 codes turned into e4m3 operands by word-wide
 // logic (6 instructions per 8 weights, e2m1_bits.h e4m3_operands: each value times 2^-6, exactly),
-// where a bf16 operand costs a byte permute per pair of weights. Two forms:
-//   - A8 (moe_experts_mxfp4 with fp8_act, WeightFormat::NativeW4A8, DeepSeek's reference numerics):
-//     the rows are rounded to FP8 per 128 values and the products are e4m3 x e4m3 (mma m16n8k32;
-//     sm_90 has no FP8 mma.sync of its own, so the compiler converts both operands to f16, 2 values
-//     per instruction, and runs two f16 MMAs: the SASS shows it).
-//   - A16 (mxfp4-decode=e4m3, the W4A16 numerics of the other decodes): the rows are staged as f16
-//     times a power of two per 128 values (2^(15 - ceil(log2 amax)), exact for every bf16 value
-//     down to 2^-28 of its group's largest), the e4m3 operands become f16 by the hardware's
-//     cvt.f16x2.e4m3x2 (exact), and the products run on f16 MMAs (m16n8k16): the same products
-//     as the bf16 decodes, in fp32.
+// then into f16 pairs by the hardware's cvt.f16x2.e4m3x2 (exact), where a bf16 operand costs a
+// byte permute per pair of weights; the products run on f16 MMAs (m16n8k16) in fp32. The tile's
+// token rows are staged in shared memory as f16 times a power of two per 128 values, in one of
+// two roundings:
+//   - FP8 (moe_experts_mxfp4 with fp8_act, WeightFormat::NativeW4A8, DeepSeek's reference
+//     numerics): each group rounded to e4m3 with gemm_fp8's scale, the codes' values held as f16
+//     (exact), so the MMAs multiply exactly what an FP8 x FP8 product multiplies. (sm_90's
+//     mma.sync has no FP8 form of its own: asked for one, the compiler converts both operands to
+//     f16 in every MMA.)
+//   - else (mxfp4-decode=e4m3, the W4A16 numerics of the other decodes): each group times
+//     2^(15 - ceil(log2 amax)), exact for every bf16 value down to 2^-28 of its group's largest.
 // A block takes one tile of up to 8 token rows of one expert, as moe_fp4_swap_kernel does, and
-// first stages them in shared memory: per 128-value group its codes and its scale (a half-warp
-// per group). Its warps then stream weight rows as the MMA's A operand (16 output features)
-// against the staged tokens as B. The MMAs of one 32-value MX group cover exactly that group of
-// their 16 features, so their fp32 result is scaled by the features' group scales (times 2^6) as
-// it is summed, and each 128-value chunk's sum by the tokens' staging scales. A lane reads the
-// word of each group that its MMA k slots need (four 4-byte loads per 128 values of a row, 16
-// bytes apart), and the staged activations are stored in the operands' order (per 8 values: the
-// even ones, then the odd ones), so one shared load gives all of a lane's B registers for a group.
+// first stages them (a half-warp per 128-value group). Its warps then stream weight rows as the
+// MMA's A operand (16 output features) against the staged tokens as B. The two MMAs of one
+// 32-value MX group cover exactly that group of their 16 features, so their fp32 result is
+// scaled by the features' group scales (times 2^6) as it is summed, and each 128-value chunk's
+// sum by the tokens' staging scales. A lane reads the word of each group that its MMA k slots
+// need (four 4-byte loads per 128 values of a row, 16 bytes apart), and the staged activations
+// are stored in the operands' order (per 8 values: the even ones, then the odd ones), so one
+// 16-byte shared load gives all of a lane's B registers for a group.
 constexpr int kStagedFeatures = 16;  // output features per warp (the MMA's 16 rows)
-
-// D = A . B, one m16n8k32 tile of e4m3 operands in fp32 (C zero: each MX group's products are
-// scaled before they join a sum).
-__device__ __forceinline__ void mma_e4m3(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                         uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%10,%10,%10,%10};\n"
-      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(0.f));
-}
 
 // D (+)= A . B, one m16n8k16 tile of f16 operands in fp32: FIRST starts from zero, else adds to D.
 template <bool FIRST>
@@ -1268,30 +1258,31 @@ __device__ __forceinline__ void mma_f16(float (&d)[4], uint32_t a0, uint32_t a1,
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-// Two e4m3 codes (the low 16 bits) as an f16 pair, the low code in the low half (exact).
-__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t codes) {
-  uint32_t r;
-  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(r) : "h"(uint16_t(codes)));
-  return r;
+// Four e4m3 codes as two f16 pairs (exact): lo from codes 0 and 1, hi from codes 2 and 3, the
+// lower code in the lower half. (Split by mov.b32 in the PTX, so that the instruction reads each
+// half where it lies: no shift for the high one.)
+__device__ __forceinline__ void e4m3x4_to_f16x2x2(uint32_t codes, uint32_t& lo, uint32_t& hi) {
+  asm("{\n .reg .b16 l, h;\n mov.b32 {l, h}, %2;\n cvt.rn.f16x2.e4m3x2 %0, l;\n cvt.rn.f16x2.e4m3x2 %1, h;\n}"
+      : "=r"(lo), "=r"(hi)
+      : "r"(codes));
 }
 
-// The staged tile: the rows [8][ldc] bytes (A16: f16, else e4m3 codes; the pad puts 8 rows on
-// every bank for the lanes' loads), then the staging scales [K / 128][8] F32, then the K slices'
-// partial sums (sum_k_slices).
-template <bool A16>
+// The staged tile: the rows [8][2 K + 64] bytes of f16 (the pad puts 8 rows on every bank for the
+// lanes' 16-byte loads), then the staging scales [K / 128][8] F32, then the K slices' partial
+// sums (sum_k_slices).
 struct StagedSmem {
   int ldc;
   size_t scales, red, total;
-  __host__ __device__ StagedSmem(int K, int NM) : ldc(A16 ? 2 * K + 64 : K + 32) {
+  __host__ __device__ StagedSmem(int K, int NM) : ldc(2 * K + 64) {
     scales = size_t(8) * ldc;
     red = scales + size_t(K / 128) * 8 * sizeof(float);
     total = red + size_t(8) * 32 * 4 * NM * sizeof(float);
   }
 };
 
-// A16's staging scale of a group: the power of two s with amax / s in [2^14, 2^15) (1 for an
-// all-zero or non-finite amax), so that every bf16 value of the group down to amax 2^-28 is an
-// exact normal f16 after the division.
+// The unrounded staging's scale of a group: the power of two s with amax / s in [2^14, 2^15) (1
+// for an all-zero or non-finite amax), so that every bf16 value of the group down to amax 2^-28
+// is an exact normal f16 after the division.
 __device__ __forceinline__ float f16_group_scale(float amax) {
   if (!(amax > 0.f) || !isfinite(amax)) return 1.f;
   int e = 0;
@@ -1301,7 +1292,7 @@ __device__ __forceinline__ float f16_group_scale(float amax) {
 
 // Rows [row0, row0 + rows) of A (through a_rows) staged: a half-warp per 128-value group, 8 values
 // per lane. The loop bound is the same for the whole block, so every lane reaches the shuffles.
-template <bool A16>
+template <bool FP8>
 __device__ __forceinline__ void stage_rows(const MoeGemvArgs& g, int row0, int rows, uint8_t* codes, float* scales,
                                            int ldc) {
   const int KG = g.K / 128, total = rows * KG;
@@ -1320,68 +1311,61 @@ __device__ __forceinline__ void stage_rows(const MoeGemvArgs& g, int row0, int r
     for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(v[i]));
 #pragma unroll
     for (int o = 8; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    const float sc = A16 ? f16_group_scale(amax) : fp8_group_scale(amax), inv = 1.f / sc;  // exact: powers of two
+    const float sc = FP8 ? fp8_group_scale(amax) : f16_group_scale(amax), inv = 1.f / sc;  // exact: powers of two
     if (!on) continue;
-    if constexpr (A16) {
-      auto pair = [&](int i, int j) {  // v[i] in the low half
-        const __half2 h = __floats2half2_rn(v[i] * inv, v[j] * inv);
-        return *reinterpret_cast<const uint32_t*>(&h);
-      };
-      *reinterpret_cast<uint4*>(codes + r * ldc + 2 * (kg * 128 + l16 * 8)) =
-          make_uint4(pair(0, 2), pair(4, 6), pair(1, 3), pair(5, 7));
-    } else {
-      uint32_t c[8];
+    uint16_t h[8];
 #pragma unroll
-      for (int i = 0; i < 8; ++i) c[i] = __nv_cvt_float_to_fp8(v[i] * inv, __NV_SATFINITE, __NV_E4M3);
-      const uint32_t even = c[0] | c[2] << 8 | c[4] << 16 | c[6] << 24, odd = c[1] | c[3] << 8 | c[5] << 16 | c[7] << 24;
-      *reinterpret_cast<uint2*>(codes + r * ldc + kg * 128 + l16 * 8) = make_uint2(even, odd);
+    for (int i = 0; i < 8; ++i) {
+      if constexpr (FP8)  // the e4m3 code's value, as gemm_fp8 rounds (RNE, saturating), held as f16
+        h[i] = __nv_cvt_fp8_to_halfraw(__nv_cvt_float_to_fp8(v[i] * inv, __NV_SATFINITE, __NV_E4M3), __NV_E4M3).x;
+      else
+        h[i] = __half_as_ushort(__float2half_rn(v[i] * inv));
     }
+    auto pair = [&](int i, int j) { return uint32_t(h[i]) | uint32_t(h[j]) << 16; };  // h[i] in the low half
+    *reinterpret_cast<uint4*>(codes + r * ldc + 2 * (kg * 128 + l16 * 8)) =
+        make_uint4(pair(0, 2), pair(4, 6), pair(1, 3), pair(5, 7));
     if (l16 == 0) scales[kg * 8 + r] = sc;
   }
   __syncthreads();
 }
 
 // One MX group's products for rows grp (word wr0) and grp + 8 (wr1) against the lane's staged
-// activations of the group (A8: b.x, b.y; A16: b.x .. b.w), unscaled, into d.
-template <bool A16>
+// activations of the group (b), unscaled, into d. k slots [2 tig, 2 tig + 2) and [8 + 2 tig,
+// 8 + 2 tig + 2) of the first MMA take the even elements (0, 2) and (4, 6), of the second the odd
+// ones; b holds the activations alike.
 __device__ __forceinline__ void staged_group(float (&d)[4], uint32_t wr0, uint32_t wr1, const uint4& b) {
   uint32_t e0, o0, e1, o1;  // even and odd elements' e4m3 operands of each row
   e2m1::e4m3_operands(wr0, e0, o0);
   e2m1::e4m3_operands(wr1, e1, o1);
-  if constexpr (A16) {
-    // k slots [2 tig, 2 tig + 2) and [8 + 2 tig, 8 + 2 tig + 2) of the first MMA take the even
-    // elements (0, 2) and (4, 6), of the second the odd ones; b holds the activations alike.
-    mma_f16<true>(d, e4m3x2_to_f16x2(e0), e4m3x2_to_f16x2(e1), e4m3x2_to_f16x2(e0 >> 16), e4m3x2_to_f16x2(e1 >> 16),
-                  b.x, b.y);
-    mma_f16<false>(d, e4m3x2_to_f16x2(o0), e4m3x2_to_f16x2(o1), e4m3x2_to_f16x2(o0 >> 16), e4m3x2_to_f16x2(o1 >> 16),
-                   b.z, b.w);
-  } else {
-    // k slots [4 tig, 4 tig + 4) take the even elements, [16 + 4 tig, 16 + 4 tig + 4) the odd.
-    mma_e4m3(d, e0, e1, o0, o1, b.x, b.y);
-  }
+  uint32_t e0l, e0h, e1l, e1h, o0l, o0h, o1l, o1h;
+  e4m3x4_to_f16x2x2(e0, e0l, e0h);
+  e4m3x4_to_f16x2x2(e1, e1l, e1h);
+  e4m3x4_to_f16x2x2(o0, o0l, o0h);
+  e4m3x4_to_f16x2x2(o1, o1l, o1h);
+  mma_f16<true>(d, e0l, e1l, e0h, e1h, b.x, b.y);
+  mma_f16<false>(d, o0l, o1l, o0h, o1h, b.z, b.w);
 }
 
-template <bool PAIR, int KS, bool A16>
+template <bool PAIR, int KS, bool FP8>
 __global__ __launch_bounds__(256) void moe_fp4_staged_kernel(MoeGemvArgs g) {
   constexpr int NM = PAIR ? 2 : 1;  // weight matrices streamed (w1 and w3, or w2)
   constexpr int CH = PAIR ? 1 : 2;  // 128-value chunks in flight per lane
-  constexpr int EB = A16 ? 2 : 1;   // bytes per staged value
   extern __shared__ __align__(16) uint8_t staged_smem[];
   pdl_enter();
   Fp4Tile tile;
   if (!fp4_tile(g, tile)) return;  // uniform per block
-  const StagedSmem<A16> lay(g.K, NM);
+  const StagedSmem lay(g.K, NM);
   uint8_t* codes = staged_smem;
   float* xs = reinterpret_cast<float*>(staged_smem + lay.scales);
   auto& red = *reinterpret_cast<float(*)[8][32][4 * NM]>(staged_smem + lay.red);
-  stage_rows<A16>(g, tile.row0, tile.rows, codes, xs, lay.ldc);
+  stage_rows<FP8>(g, tile.row0, tile.rows, codes, xs, lay.ldc);
   const int e = tile.expert, row0 = tile.row0, rows = tile.rows;
   const int lane = threadIdx.x & 31, grp = lane >> 2, tig = lane & 3;
   const auto [n0, k_lo, k_hi] = fp4_warp_slice<KS, kStagedFeatures>(g);
   float c[NM][4] = {};
   if (n0 < g.N) {
     const bool row_ok = grp < rows;  // this lane's token (B's column grp)
-    const uint8_t* brow = codes + grp * lay.ldc + EB * 8 * tig;
+    const uint8_t* brow = codes + grp * lay.ldc + 16 * tig;
     const uint32_t* wm[NM][2];
     const uint32_t* sm[NM][2];
 #pragma unroll
@@ -1416,15 +1400,8 @@ __global__ __launch_bounds__(256) void moe_fp4_staged_kernel(MoeGemvArgs g) {
         if (k >= k_hi) break;  // uniform per warp
         uint4 b[4];
 #pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          const uint8_t* at = brow + EB * (k + 32 * q);
-          if constexpr (A16) {
-            b[q] = row_ok ? *reinterpret_cast<const uint4*>(at) : make_uint4(0u, 0u, 0u, 0u);
-          } else {
-            const uint2 v = row_ok ? *reinterpret_cast<const uint2*>(at) : make_uint2(0u, 0u);
-            b[q] = make_uint4(v.x, v.y, 0u, 0u);
-          }
-        }
+        for (int q = 0; q < 4; ++q)
+          b[q] = row_ok ? *reinterpret_cast<const uint4*>(brow + 2 * (k + 32 * q)) : make_uint4(0u, 0u, 0u, 0u);
         const float2 sx = *reinterpret_cast<const float2*>(xs + (k / 128) * 8 + 2 * tig);  // tokens 2 tig, 2 tig + 1
 #pragma unroll
         for (int j = 0; j < NM; ++j) {
@@ -1432,7 +1409,7 @@ __global__ __launch_bounds__(256) void moe_fp4_staged_kernel(MoeGemvArgs g) {
 #pragma unroll
           for (int q = 0; q < 4; ++q) {
             float d[4];
-            staged_group<A16>(d, wv[u][j][0][q], wv[u][j][1][q], b[q]);
+            staged_group(d, wv[u][j][0][q], wv[u][j][1][q], b[q]);
             const float f0 = e2m1::group_factor_2p6(sv[u][j][0], q), f1 = e2m1::group_factor_2p6(sv[u][j][1], q);
             part[0] += d[0] * f0;
             part[1] += d[1] * f0;
@@ -1460,15 +1437,15 @@ __global__ __launch_bounds__(256) void moe_fp4_staged_kernel(MoeGemvArgs g) {
     }
 }
 
-template <bool PAIR, bool A16>
+template <bool PAIR, bool FP8>
 void launch_fp4_staged(const char* op, cudaStream_t st, int64_t max_tiles, const MoeGemvArgs& v, int sms,
                        size_t optin) {
   const int ks = fp4_mma_k_slices(max_tiles, v.N, v.K, sms, kStagedFeatures);
   const dim3 grid{unsigned(max_tiles), unsigned(cdiv(v.N, kStagedFeatures * (8 / ks))), 1u};
-  const size_t smem = StagedSmem<A16>(v.K, PAIR ? 2 : 1).total;
+  const size_t smem = StagedSmem(v.K, PAIR ? 2 : 1).total;
   with_k_slices(ks, [&](auto KS) {
-    allow_smem(op, moe_fp4_staged_kernel<PAIR, KS, A16>, smem, optin);
-    launch_kernel(op, moe_fp4_staged_kernel<PAIR, KS, A16>, grid, 256, smem, st, v);
+    allow_smem(op, moe_fp4_staged_kernel<PAIR, KS, FP8>, smem, optin);
+    launch_kernel(op, moe_fp4_staged_kernel<PAIR, KS, FP8>, grid, 256, smem, st, v);
   });
   CUDA_LAUNCH_CHECK(op, st);
 }
@@ -1753,15 +1730,15 @@ void CudaBackend::moe_experts_mxfp4(Stream s, const Tensor& out, const Tensor& x
     for (const auto& [name, t] : {std::pair{"w1_scale", &w1_scale}, {"w2_scale", &w2_scale}, {"w3_scale", &w3_scale}})
       check_aligned(op, name, t->data, 4);
   };
-  // W4A8: the staged kernel with e4m3 activations at every size (its tiles of 8 rows read each
+  // W4A8: the staged kernel with FP8-rounded activations at every size (its tiles of 8 rows read each
   // expert's weights once per tile, so prefill is not what it is tuned for).
   if (fp8_act) {
     check_scales_aligned();
     launch_moe_permute(op, st, L, ws, ids, P, k, E, kFp4TileRows, smem_optin());
     const int64_t max_tiles = cdiv(P, kFp4TileRows) + std::min<int64_t>(P, E);
     const ExpertSteps es = expert_steps(L, ws, x, D, E, F, swiglu_limit, m1, m2, m3);
-    launch_fp4_staged<true, false>(op, st, max_tiles, es.up, sm_count(), smem_optin());
-    launch_fp4_staged<false, false>(op, st, max_tiles, es.down, sm_count(), smem_optin());
+    launch_fp4_staged<true, true>(op, st, max_tiles, es.up, sm_count(), smem_optin());
+    launch_fp4_staged<false, true>(op, st, max_tiles, es.down, sm_count(), smem_optin());
     launch_moe_combine(op, st, L, ws, out, weights, T, k, D);
     return;
   }
@@ -1787,8 +1764,8 @@ void CudaBackend::moe_experts_mxfp4(Stream s, const Tensor& out, const Tensor& x
   const Mxfp4Decode dec = variants().mxfp4_decode;
   if (dec == Mxfp4Decode::E4m3) {  // the staged kernel with f16 activations (takes precedence over mxfp4-swap, -wide)
     check_scales_aligned();
-    launch_fp4_staged<true, true>(op, st, max_tiles, es.up, sm_count(), smem_optin());
-    launch_fp4_staged<false, true>(op, st, max_tiles, es.down, sm_count(), smem_optin());
+    launch_fp4_staged<true, false>(op, st, max_tiles, es.up, sm_count(), smem_optin());
+    launch_fp4_staged<false, false>(op, st, max_tiles, es.down, sm_count(), smem_optin());
     launch_moe_combine(op, st, L, ws, out, weights, T, k, D);
     return;
   }
