@@ -1061,6 +1061,25 @@ constexpr int kFp4SwapFeatures = 16;
 // tokens at k = 6-8).
 constexpr int64_t kSwapAutoMaxPairs = 16;
 
+// The end of a swapped kernel (16 features x 8 tokens per warp MMA): the K slices' partial sums
+// met (sum_k_slices), then c[j][2f + h], feature n0 + grp + 8 f and token 2 tig + h of the tile,
+// stored where both are in range.
+template <bool PAIR, int KS, int NM>
+__device__ __forceinline__ void store_swapped_tile(const MoeGemvArgs& g, float (&c)[NM][4],
+                                                   float (&red)[8][32][4 * NM], int n0, int row0, int rows) {
+  if (!sum_k_slices<KS>(c, red)) return;
+  if (n0 >= g.N) return;
+  const int lane = threadIdx.x & 31, grp = lane >> 2, tig = lane & 3;
+#pragma unroll
+  for (int f = 0; f < 2; ++f)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int n = n0 + grp + 8 * f, r = 2 * tig + h;
+      if (n >= g.N || r >= rows) continue;
+      store_expert_out<PAIR>(g, int64_t(row0 + r) * g.N + n, c[0][2 * f + h], c[NM - 1][2 * f + h]);
+    }
+}
+
 // MUL (mxfp4-decode=shift-quad): the pairs by one multiply (pairs_2m126).
 template <bool PAIR, int KS, bool MUL>
 __global__ __launch_bounds__(256) void moe_fp4_swap_kernel(MoeGemvArgs g) {
@@ -1142,17 +1161,7 @@ __global__ __launch_bounds__(256) void moe_fp4_swap_kernel(MoeGemvArgs g) {
       }
     }
   }
-  if (!sum_k_slices<KS>(c, red)) return;
-  if (n0 >= g.N) return;
-  // c[j][2f + h]: feature n0 + grp + 8 f, token 2 tig + h.
-#pragma unroll
-  for (int f = 0; f < 2; ++f)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int n = n0 + grp + 8 * f, r = 2 * tig + h;
-      if (n >= g.N || r >= rows) continue;
-      store_expert_out<PAIR>(g, int64_t(row0 + r) * g.N + n, c[0][2 * f + h], c[NM - 1][2 * f + h]);
-    }
+  store_swapped_tile<PAIR, KS>(g, c, red, n0, row0, rows);
 }
 
 // K slices per block of 8 warps whose output tiles are `tile_cols` wide: enough warps for the grid
@@ -1424,17 +1433,7 @@ __global__ __launch_bounds__(256) void moe_fp4_staged_kernel(MoeGemvArgs g) {
       }
     }
   }
-  if (!sum_k_slices<KS>(c, red)) return;
-  if (n0 >= g.N) return;
-  // c[j][2f + h]: feature n0 + grp + 8 f, token 2 tig + h.
-#pragma unroll
-  for (int f = 0; f < 2; ++f)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int n = n0 + grp + 8 * f, r = 2 * tig + h;
-      if (n >= g.N || r >= rows) continue;
-      store_expert_out<PAIR>(g, int64_t(row0 + r) * g.N + n, c[0][2 * f + h], c[NM - 1][2 * f + h]);
-    }
+  store_swapped_tile<PAIR, KS>(g, c, red, n0, row0, rows);
 }
 
 template <bool PAIR, bool FP8>

@@ -1194,6 +1194,30 @@ TEST_F(CpuOps, RouteZeroScoresDivideByOne) {
   EXPECT_EQ(geti(ids), (std::vector<int32_t>{0, 1}));
 }
 
+// Random MXFP4 experts w1 [E, F, D], w2 [E, D, F], w3 [E, F, D] (values in +-0.3, quantized by
+// core/fp8.h): their packed codes and scales on the backend, and the dequantized values.
+struct Mxfp4Experts {
+  std::vector<Tensor> packed, scales;
+  std::vector<std::vector<float>> deq;
+};
+Mxfp4Experts mxfp4_experts(sl::Backend& be, sl::Stream s, std::mt19937& rng, int E, int D, int F) {
+  Mxfp4Experts m;
+  std::uniform_real_distribution<float> dist(-0.3f, 0.3f);
+  for (auto [rows, cols] : {std::pair{F, D}, std::pair{D, F}, std::pair{F, D}}) {  // w1, w2, w3
+    std::vector<float> w(size_t(E) * rows * cols);
+    for (float& x : w) x = dist(rng);
+    const sl::lowp::Mxfp4 q = sl::lowp::quantize_mxfp4(w.data(), int64_t(E) * rows, cols);
+    std::vector<float> back(w.size());
+    sl::lowp::dequantize_mxfp4(q, back.data());
+    Tensor p = be.alloc("w", DType::U8, {E, rows, cols / 2}, AllocKind::Weight);
+    Tensor sc = be.alloc("w_scale", DType::U8, {E, rows, cols / 32}, AllocKind::Weight);
+    be.upload(s, p, q.packed.data(), q.packed.size());
+    be.upload(s, sc, q.scales.data(), q.scales.size());
+    m.packed.push_back(p), m.scales.push_back(sc), m.deq.push_back(std::move(back));
+  }
+  return m;
+}
+
 // The MXFP4 experts compute exactly what moe_experts computes on the dequantized weights
 // (core/fp8.h, whose packing and scales are checked by hand in test_fp8.cpp).
 TEST_F(CpuOps, MoeExpertsMxfp4IsMoeExpertsOnTheDequantizedWeights) {
@@ -1201,18 +1225,10 @@ TEST_F(CpuOps, MoeExpertsMxfp4IsMoeExpertsOnTheDequantizedWeights) {
   std::vector<float> x = uniform(size_t(T) * D, -2.f, 2.f), wts = uniform(size_t(T) * k, 0.1f, 1.f);
   std::vector<int32_t> ids = {1, 0, 2, 1, 1, 2, 0, 1, 1, 2};
   Tensor tx = f32("x", {T, D}, x), tid = i32("ids", {T, k}, ids), tw = f32("wts", {T, k}, wts);
-  std::vector<Tensor> packed, scales, deq;
-  for (auto [rows, cols] : {std::pair{F, D}, std::pair{D, F}, std::pair{F, D}}) {  // w1, w2, w3
-    const std::vector<float> w = uniform(size_t(E) * rows * cols, -0.3f, 0.3f);
-    const sl::lowp::Mxfp4 q = sl::lowp::quantize_mxfp4(w.data(), int64_t(E) * rows, cols);
-    std::vector<float> back(w.size());
-    sl::lowp::dequantize_mxfp4(q, back.data());
-    Tensor p = be->alloc("w", DType::U8, {E, rows, cols / 2}, AllocKind::Weight);
-    Tensor sc = be->alloc("w_scale", DType::U8, {E, rows, cols / 32}, AllocKind::Weight);
-    be->upload(s, p, q.packed.data(), q.packed.size());
-    be->upload(s, sc, q.scales.data(), q.scales.size());
-    packed.push_back(p), scales.push_back(sc), deq.push_back(f32("w_deq", {E, rows, cols}, back));
-  }
+  const Mxfp4Experts m = mxfp4_experts(*be, s, rng, E, D, F);
+  const std::vector<Tensor>&packed = m.packed, &scales = m.scales;
+  const std::vector<Tensor> deq = {f32("w1_deq", {E, F, D}, m.deq[0]), f32("w2_deq", {E, D, F}, m.deq[1]),
+                                   f32("w3_deq", {E, F, D}, m.deq[2])};
   Tensor ws = be->alloc("ws", DType::U8, {int64_t(be->moe_workspace_bytes(T, k, D, F, E))}, AllocKind::Workspace);
   Tensor got = zeros("got", DType::F32, {T, D}), want = zeros("want", DType::F32, {T, D});
   be->moe_experts_mxfp4(s, got, tx, tid, tw, packed[0], scales[0], packed[1], scales[1], packed[2], scales[2], 10.f,
@@ -1240,19 +1256,9 @@ TEST_F(CpuOps, MoeExpertsMxfp4Fp8ActRoundsBothInputs) {
   std::vector<float> x = uniform(size_t(T) * D, -2.f, 2.f), wts = uniform(size_t(T) * k, 0.1f, 1.f);
   const std::vector<int32_t> ids = {1, 0, 2, 1, 1, 2, 0, 2};
   Tensor tx = f32("x", {T, D}, x), tid = i32("ids", {T, k}, ids), tw = f32("wts", {T, k}, wts);
-  std::vector<Tensor> packed, scales;
-  std::vector<std::vector<float>> deq;
-  for (auto [rows, cols] : {std::pair{F, D}, std::pair{D, F}, std::pair{F, D}}) {  // w1, w2, w3
-    const std::vector<float> w = uniform(size_t(E) * rows * cols, -0.3f, 0.3f);
-    const sl::lowp::Mxfp4 q = sl::lowp::quantize_mxfp4(w.data(), int64_t(E) * rows, cols);
-    std::vector<float> back(w.size());
-    sl::lowp::dequantize_mxfp4(q, back.data());
-    Tensor p = be->alloc("w", DType::U8, {E, rows, cols / 2}, AllocKind::Weight);
-    Tensor sc = be->alloc("w_scale", DType::U8, {E, rows, cols / 32}, AllocKind::Weight);
-    be->upload(s, p, q.packed.data(), q.packed.size());
-    be->upload(s, sc, q.scales.data(), q.scales.size());
-    packed.push_back(p), scales.push_back(sc), deq.push_back(back);
-  }
+  const Mxfp4Experts m = mxfp4_experts(*be, s, rng, E, D, F);
+  const std::vector<Tensor>&packed = m.packed, &scales = m.scales;
+  const std::vector<std::vector<float>>& deq = m.deq;
   auto round_row = [](std::vector<double>& v) {  // per 128 values, through e4m3 codes and e8m0 scales
     const std::vector<float> f(v.begin(), v.end());
     const sl::lowp::Fp8Blocks q = sl::lowp::quantize_fp8_blocks(f.data(), 1, int64_t(f.size()), 1, 128);
