@@ -364,14 +364,14 @@ void allocate_weights(Backend& be, const ModelConfig& c, ModelWeights& w, Weight
              " does not fall on FP8's 128-wide blocks");
   }
   // Check the whole model before allocating any of it.
+  // W4A8 rounds the experts' inputs in groups of 128 as well.
   for (const auto& s : specs) {
     if (!held_native(s, fmt)) continue;
-    const int64_t need = s.native == WeightSpec::Native::Fp8 ? 128 : 32;
-    SL_CHECK(s.shape[1] % need == 0, "config ", c.name, ": --weights native: ", s.name, " ", s.shape.str(), " has ",
-             s.shape[1], " input columns, not a multiple of ", need, " (",
-             s.native == WeightSpec::Native::Fp8 ? "FP8 activations are quantized in groups of 128"
-                                                 : "MXFP4 has one scale per 32 values",
-             ")");
+    const bool fp8_in = s.native == WeightSpec::Native::Fp8 || fmt == WeightFormat::NativeW4A8;
+    const int64_t need = fp8_in ? 128 : 32;
+    SL_CHECK(s.shape[1] % need == 0, "config ", c.name, ": --weights ", weight_format_name(fmt), ": ", s.name, " ",
+             s.shape.str(), " has ", s.shape[1], " input columns, not a multiple of ", need, " (",
+             fp8_in ? "FP8 activations are quantized in groups of 128" : "MXFP4 has one scale per 32 values", ")");
   }
   w.format = fmt;
   std::set<const Tensor*> done;

@@ -842,4 +842,18 @@ TEST(Weights, NativeFormatRefusesUnfitDims) {
   // The W4A8 format holds the native format's bytes (only the experts' activations differ).
   EXPECT_EQ(weight_bytes(load_config("tiny"), DType::BF16, WeightFormat::NativeW4A8),
             weight_bytes(load_config("tiny"), DType::BF16, WeightFormat::Native));
+  // Routed experts 64 wide (a multiple of 32, not of 128; two shared experts make the FP8 shared
+  // MLP 128 wide) fit native, not W4A8: w2's input is rounded to FP8 in groups of 128 there.
+  ModelConfig c96 = load_config("tiny");
+  c96.moe_intermediate_size = 64;
+  c96.n_shared_experts = 2;
+  ModelWeights w96;
+  EXPECT_EQ(error_of([&] { allocate_weights(*be, c96, w96, WeightFormat::Native); }), "<no error>");
+  auto be2 = make_cpu_backend();
+  ModelWeights w96b;
+  const std::string e96 = error_of([&] { allocate_weights(*be2, c96, w96b, WeightFormat::NativeW4A8); });
+  EXPECT_NE(e96.find("--weights native-w4a8"), std::string::npos) << e96;
+  EXPECT_NE(e96.find("w2"), std::string::npos) << e96;
+  EXPECT_NE(e96.find("multiple of 128"), std::string::npos) << e96;
+  EXPECT_EQ(be2->memory().weights_bytes, 0u);
 }
