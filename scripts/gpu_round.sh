@@ -164,13 +164,20 @@ for st in $stages; do case $st in
     fi ;;
   weightsweep)
     # bench_decode once per weight format, WEIGHT_SWEEP="name:format ..." (default: native, the
-    # W4A8 experts, native again for the noise), SWEEP_MODES (default graph); $OUT/weights_NAME.json.
-    for v in ${WEIGHT_SWEEP:-"a16:native a8:native-w4a8 a16again:native"}; do
+    # W4A8 experts, native again for the noise), SWEEP_MODES (default graph); $OUT/weights_NAME.json,
+    # then their table against the first (scripts/variant_table.py --vary weights).
+    for v in ${WEIGHT_SWEEP:-"native:native w4a8:native-w4a8 native2:native"}; do
       name=${v%%:*}; fmt=${v#*:}
       run "weights_$name" ${SWEEP_SECONDS_EACH:-150} $B/bench_decode "${BENCH_FLASH[@]}" --weights=$fmt \
         --batches=${SWEEP_BATCHES:-1,8} --modes=${SWEEP_MODES:-graph} --policy=shared --steps=${BENCH_STEPS:-20} \
         --out="$OUT/weights_$name.json"
-    done ;;
+    done
+    first=${WEIGHT_SWEEP:-"native:"}; first=${first%%:*}
+    if [ -f "$OUT/weights_$first.json" ]; then
+      python3 scripts/variant_table.py "$OUT" --prefix weights_ --vary weights --base "$first" 2>&1 \
+        | tee "$W/weights_table.log"
+      tar czf "$OUT/round.tar.gz" -C "$W" .
+    fi ;;
   kvsweep)
     # --kv-cache=fp8 with native weights, the caches packed in FP8 bytes against emulated in bf16
     # (KV_SWEEP="name:variants ...", the first the base), graph mode by default; a flash-6l run with

@@ -19,7 +19,13 @@ A file that is not bench_decode's output, a setting measured at another commit, 
 shape than the base, or a median that is not a positive number is refused with its name (exit 2):
 a table that mixes runs would claim what no run measured.
 
+--vary weights compares weight formats instead (gpu_round.sh's stage `weightsweep` writes
+weights_NAME.json, one per --weights; --prefix weights_ finds them in a folder): the settings may
+then differ in their weight format, which the table shows beside their variants, and in nothing
+else. Each row's ratio is over its own bytes floor then: the formats read different bytes.
+
   scripts/variant_table.py DIR_OR_FILES... [--base default] [--threshold 0.01] [--json OUT.json]
+                           [--prefix sweep_] [--vary weights]
 """
 import argparse
 import glob
@@ -61,9 +67,9 @@ def load(path):
             "same": {k: j.get(k) for k in SAME}}
 
 
-def setting_name(path):
+def setting_name(path, prefix):
     stem = os.path.splitext(os.path.basename(path))[0]
-    return stem[len("sweep_"):] if stem.startswith("sweep_") else stem
+    return stem[len(prefix):] if stem.startswith(prefix) else stem
 
 
 def changes(variants, base):
@@ -79,22 +85,25 @@ def main():
     ap.add_argument("--base", default="default", help="the setting the others are compared with")
     ap.add_argument("--threshold", type=float, default=0.01, help="smallest relative change called a change")
     ap.add_argument("--json", help="also write the table here")
+    ap.add_argument("--prefix", default="sweep_", help="the files' name before the setting (in a folder: PREFIX*.json)")
+    ap.add_argument("--vary", choices=["weights"], help="let the settings differ in this (and show it)")
     a = ap.parse_args()
     if not (a.threshold >= 0 and math.isfinite(a.threshold)):
         fail(f"--threshold {a.threshold} must be a non-negative number")
+    same = tuple(k for k in SAME if k != a.vary)
 
     paths = []
     for p in a.inputs:
         if os.path.isdir(p):
-            found = sorted(glob.glob(os.path.join(p, "sweep_*.json")))
+            found = sorted(glob.glob(os.path.join(p, glob.escape(a.prefix) + "*.json")))
             if not found:
-                fail(f"{p}: no sweep_*.json in this folder")
+                fail(f"{p}: no {a.prefix}*.json in this folder")
             paths += found
         else:
             paths.append(p)
     runs = {}
     for p in paths:
-        name = setting_name(p)
+        name = setting_name(p, a.prefix)
         if name in runs:
             fail(f"{p}: a second file for setting '{name}'")
         runs[name] = load(p)
@@ -104,13 +113,14 @@ def main():
     for name, r in runs.items():
         if r["commit"] != base["commit"]:
             fail(f"setting '{name}' ran at commit {r['commit'] or '?'}, the base at {base['commit'] or '?'}")
-        for k in SAME:
+        for k in same:
             if r["same"][k] != base["same"][k]:
                 fail(f"setting '{name}' has {k} = {r['same'][k]!r}, the base {base['same'][k]!r}")
     repeats = sorted(n for n in runs if re.fullmatch(re.escape(a.base) + r"[0-9]+", n))
 
     table = []
-    print(f"commit {base['commit'][:12] or '?'}, {base['same']['config']}, weights {base['same']['weights']}, "
+    weights = "weights varying" if a.vary == "weights" else f"weights {base['same']['weights']}"
+    print(f"commit {base['commit'][:12] or '?'}, {base['same']['config']}, {weights}, "
           f"base '{a.base}'" + (f", repeated as {', '.join(repeats)}" if repeats else ", not repeated (noise unknown)"))
     for key in sorted(base["rows"]):
         bmed, floor = base["rows"][key]
@@ -136,11 +146,15 @@ def main():
             else:
                 verdict = "faster" if ch < 0 else "slower"
             var = changes(r["variants"], base["variants"])
+            if a.vary == "weights":
+                var = f"weights={r['same']['weights']}" + ("" if var == "(the base's)" else "," + var)
             own_floor = r["rows"][key][1]
-            note = f"  (own floor {own_floor:.3f} ms)" if abs(own_floor / floor - 1) > 0.005 else ""
-            print(f"  {name:<12} {med:>10.3f} {med / floor:>8.2f} {100 * ch:>+7.2f}%  {verdict:<14} {var}{note}")
+            # Varying the weights, each format over its own floor (they read different bytes).
+            over = own_floor if a.vary == "weights" else floor
+            note = (f"  (own floor {own_floor:.3f} ms)" if abs(own_floor / floor - 1) > 0.005 else "")
+            print(f"  {name:<12} {med:>10.3f} {med / over:>8.2f} {100 * ch:>+7.2f}%  {verdict:<14} {var}{note}")
             table.append({"batch": key[0], "mode": key[1], "setting": name, "median_ms": med, "floor_ms": floor,
-                          "own_floor_ms": own_floor, "ratio_to_floor": med / floor, "change": ch, "noise": noise,
+                          "own_floor_ms": own_floor, "ratio_to_floor": med / over, "change": ch, "noise": noise,
                           "bar": bar, "verdict": verdict, "variants": var})
     if a.json:
         with open(a.json, "w") as f:

@@ -18,13 +18,14 @@ def check(cond, what):
         failures.append(what)
 
 
-def sweep(d, name, b1, b8, variants="pdl=on,route=block", commit="c0ffee", weights="native", floor8=1.7):
+def sweep(d, name, b1, b8, variants="pdl=on,route=block", commit="c0ffee", weights="native", floor8=1.7,
+          prefix="sweep_"):
     j = {"config": "flash-6l", "context": 2048, "weights": weights, "kv_cache": "bf16", "mtp_layers": 1,
          "draft_steps": 1, "policy": "shared", "stream_source": "cuda", "kernel_variants": variants,
          "provenance": {"commit": commit},
          "batches": [{"batch": 1, "mode": "graph", "median_ms": b1, "floor_ms": 0.9},
                      {"batch": 8, "mode": "graph", "median_ms": b8, "floor_ms": floor8}]}
-    p = os.path.join(d, f"sweep_{name}.json")
+    p = os.path.join(d, f"{prefix}{name}.json")
     with open(p, "w") as f:
         json.dump(j, f)
     return p
@@ -80,6 +81,29 @@ with tempfile.TemporaryDirectory() as d:
     r = run(d, "--json", out)
     rows = {(x["batch"], x["setting"]): x for x in json.load(open(out))["rows"]}
     check(rows[(1, "warp")]["verdict"] == "noise unknown" and "noise unknown" in r.stdout, f"no repeat {r.stdout}")
+
+    # --vary weights (gpu_round's weightsweep: weights_NAME.json): the formats may differ, each row
+    # is over its own floor, the format is shown; anything else that differs is still refused.
+    wd = os.path.join(d, "weights")
+    os.mkdir(wd)
+    sweep(wd, "native", 2.0, 4.0, prefix="weights_")
+    sweep(wd, "native2", 2.01, 4.004, prefix="weights_")
+    sweep(wd, "w4a8", 1.8, 3.0, weights="native-w4a8", floor8=1.75, prefix="weights_")
+    r = run(wd, "--prefix", "weights_", "--vary", "weights", "--base", "native", "--json", out)
+    check(r.returncode == 0, f"--vary weights: exit {r.returncode}: {r.stderr}")
+    rows = {(x["batch"], x["setting"]): x for x in json.load(open(out))["rows"]}
+    a8 = rows.get((8, "w4a8"))
+    check(a8 and abs(a8["change"] + 0.25) < 1e-9 and a8["verdict"] == "faster", f"w4a8 b8 {a8}")
+    check(a8 and abs(a8["ratio_to_floor"] - 3.0 / 1.75) < 1e-9, f"w4a8 over its own floor {a8}")
+    check(a8 and a8["variants"] == "weights=native-w4a8", f"w4a8's label {a8 and a8['variants']}")
+    check("weights varying" in r.stdout, f"the header says the weights vary:\n{r.stdout}")
+    r = run(wd, "--prefix", "weights_", "--base", "native")
+    check(r.returncode == 2 and "weights = 'native-w4a8'" in r.stderr, f"without --vary: {r.returncode} {r.stderr}")
+    sweep(wd, "ctx", 2.0, 4.0, commit="other", prefix="weights_")
+    r = run(wd, "--prefix", "weights_", "--vary", "weights", "--base", "native")
+    check(r.returncode == 2 and "ran at commit other" in r.stderr, f"--vary weights, another commit: {r.stderr}")
+    r = run(wd, "--vary", "kernels")
+    check(r.returncode == 2 and "invalid choice" in r.stderr, f"--vary kernels: {r.returncode} {r.stderr}")
 
     # Unusable inputs: exit 2, naming what is wrong.
     bad = os.path.join(d, "bad")
