@@ -85,7 +85,7 @@ struct KernelVariants {
   // times 2^-6) by 6 word-wide instructions per 8 weights, then f16 by the hardware's
   // conversion, 2 per instruction; the tile's token rows are staged in shared memory as f16 times
   // a power of two per 128 values, and the MMAs are f16, each MX group's result scaled after its
-  // two MMAs (the same products as the bf16 decodes; 10.4-11.7 instead of 15.4-17.4 instructions
+  // two MMAs (the same products as the bf16 decodes; 10.2-12.1 instead of 15.4-17.4 instructions
   // per 128 weights in the main loops compiled, scripts/sass_mix.py). Not yet run on a GPU.
   Mxfp4Decode mxfp4_decode = Mxfp4Decode::ShiftQuad;
   // The MXFP4 experts with the weights as the MMA's A operand: a warp's MMA is 16 output features
