@@ -222,6 +222,13 @@ __device__ __forceinline__ void cp_async_wait() {
 void launch_swiglu(const char* op, cudaStream_t st, void* out, int dto, const void* g, int dtg, const void* u,
                    int dtu, int64_t n, float limit);
 
+// dst[m, :] = rows of a (dta kF32 or kBF16, row stride lda) rounded as gemm_fp8 rounds its
+// activations: per 128-column group e4m3(x / s) * s, s the smallest power of two >= amax / 448;
+// bf16 [M, K] (exact). dst may be a itself (lda = K): each value is read before it is written, by
+// the same thread (cuda_fp8.cu; also used by moe_experts_mxfp4's W4A8 prefill).
+void round_fp8_rows(const char* op, cudaStream_t st, bf16* dst, const void* a, int dta, int64_t lda, int64_t M,
+                    int64_t K);
+
 // out[t, s, n] = sum_{k in split s} x[t, k] * w[n, k] for K split in `splits` equal ranges (K %
 // (8 * splits) == 0; x bf16 or F32, w F32, out F32 [T, splits, N]): the decode GEMV batched over
 // the K ranges (cuda_dense.cu), for small-N weights that would otherwise occupy a few SMs.

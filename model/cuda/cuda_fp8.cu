@@ -200,11 +200,7 @@ void gemm_fp8_gemv(CudaBackend& be, const char* op, Stream s, const Tensor& out,
   const size_t as = dtype_size(a.dtype), os = dtype_size(out.dtype);
   for (int64_t m0 = 0; m0 < M; m0 += kFp8GemvMaxRows) {
     const int64_t rows = std::min<int64_t>(kFp8GemvMaxRows, M - m0);
-    launch_kernel(op, fp8_quantize_kernel<false>, dim3(unsigned(cdiv(rows * (GK / kBlk) * 32, 256))), 256, 0, st,
-                  static_cast<void*>(aq), static_cast<float*>(nullptr), int64_t(0),
-                  static_cast<const void*>(static_cast<const char*>(a.data) + m0 * GK * as), fcode(a.dtype), GK, rows,
-                  GK);
-    CUDA_LAUNCH_CHECK(op, st);
+    round_fp8_rows(op, st, aq, static_cast<const char*>(a.data) + m0 * GK * as, fcode(a.dtype), GK, rows, GK);
     Fp8GemvArgs g{static_cast<char*>(out.data) + m0 * N * os, aq, w.ptr<uint8_t>(), w_scale.ptr<float>(), rows, N, K,
                   N, GK, N / G, fcode(out.dtype)};
     switch (wpc) {
@@ -871,5 +867,13 @@ void CudaBackend::quantize_mxfp4(Stream s, const Tensor& packed, const Tensor& s
 }
 
 Fp8PathCounts cuda_fp8_path_counts() { return {g_cublaslt_chunks.load(), g_fallbacks.load()}; }
+
+void cuda::round_fp8_rows(const char* op, cudaStream_t st, bf16* dst, const void* a, int dta, int64_t lda, int64_t M,
+                          int64_t K) {
+  if (M == 0) return;
+  launch_kernel(op, fp8_quantize_kernel<false>, dim3(unsigned(cdiv(M * (K / kBlk) * 32, 256))), 256, 0, st,
+                static_cast<void*>(dst), static_cast<float*>(nullptr), int64_t(0), a, dta, lda, M, K);
+  CUDA_LAUNCH_CHECK(op, st);
+}
 
 }  // namespace sl

@@ -23,7 +23,7 @@
 // 32-value group's MMAs scaled as they are summed), or (variant mxfp4-mma=off) the GEMV of step 3
 // decoding e2m1 through fp16. With fp8_act (W4A8), and under mxfp4-decode=e4m3, step 3 is the
 // staged kernel (moe_fp4_staged_kernel): the tile's rows staged in shared memory, e2m1 turned into
-// e4m3 operands.
+// e4m3 operands; a W4A8 prefill runs step 2 on rows rounded to FP8 first.
 // Every output element is a fixed-order fp32 sum that does not depend on which other rows share
 // its tile: results do not depend on scheduling.
 #include <cuda_fp16.h>
@@ -1629,7 +1629,10 @@ size_t CudaBackend::moe_workspace_bytes(int64_t tokens, int k, int D, int F, int
 
 // The grouped-GEMM steps after the permutation (P > kGemvMaxPairs): w1 x and w3 x in one launch,
 // SwiGLU in place, w2 -> y (F32), then the combine into out. FP4: the matrices are MXFP4.
-template <bool FP4>
+// FP8_ACT (W4A8): x rounded to FP8 groups first, into y's space (free until w2 writes it: T rows
+// of D bf16 take at most half of P rows of D F32), and h after the SwiGLU, in place; the values are
+// exact in bf16, so the GEMMs multiply what an FP8 product multiplies.
+template <bool FP4, bool FP8_ACT = false>
 void moe_gemm_path(const char* op, cudaStream_t st, const MoeLayout& L, char* ws, int64_t T, int64_t D, int64_t E,
                    int64_t F, int64_t k, int64_t P, int BM, float swiglu_limit, const Tensor& out, const Tensor& x,
                    const Tensor& weights, ExpertMatrix w1, ExpertMatrix w2, ExpertMatrix w3, size_t optin) {
@@ -1649,6 +1652,10 @@ void moe_gemm_path(const char* op, cudaStream_t st, const MoeLayout& L, char* ws
   g.E = int(E);
   // w1 x, w3 x over the gathered token rows.
   g.A = static_cast<const bf16*>(x.data);
+  if constexpr (FP8_ACT) {
+    round_fp8_rows(op, st, reinterpret_cast<bf16*>(y), x.data, fcode(x.dtype), D, T, D);
+    g.A = reinterpret_cast<const bf16*>(y);
+  }
   g.a_rows = src_row;
   g.lda = D;
   g.N = int(F);
@@ -1665,6 +1672,7 @@ void moe_gemm_path(const char* op, cudaStream_t st, const MoeLayout& L, char* ws
   else
     launch_moe_gemm<64, bf16, FP4>(op, st, g, P, optin);
   launch_swiglu(op, st, h1, kBF16, h1, kBF16, h3, kBF16, P * F, swiglu_limit);
+  if constexpr (FP8_ACT) round_fp8_rows(op, st, h1, h1, kBF16, F, P, F);
   // y = w2 h1 (contiguous permuted rows), F32.
   g.A = h1;
   g.a_rows = nullptr;
@@ -1739,8 +1747,15 @@ void CudaBackend::moe_experts_mxfp4(Stream s, const Tensor& out, const Tensor& x
     for (const auto& [name, t] : {std::pair{"w1_scale", &w1_scale}, {"w2_scale", &w2_scale}, {"w3_scale", &w3_scale}})
       check_aligned(op, name, t->data, 4);
   };
-  // W4A8: the staged kernel with FP8-rounded activations at every size (its tiles of 8 rows read each
-  // expert's weights once per tile, so prefill is not what it is tuned for).
+  // W4A8: past decode sizes (as mxfp4-prefill picks for W4A16) the grouped GEMM on rounded rows,
+  // else the staged kernel with FP8-rounded activations.
+  if (fp8_act && variants().mxfp4_prefill_takes_gemm(P, E) && P > kGemvMaxPairs && D % 64 == 0 && F % 64 == 0) {
+    const int BM = P <= 4 * E ? 16 : 64;
+    launch_moe_permute(op, st, L, ws, ids, P, k, E, BM, smem_optin());
+    moe_gemm_path<true, true>(op, st, L, ws, T, D, E, F, k, P, BM, swiglu_limit, out, x, weights, m1, m2, m3,
+                              smem_optin());
+    return;
+  }
   if (fp8_act) {
     check_scales_aligned();
     launch_moe_permute(op, st, L, ws, ids, P, k, E, kFp4TileRows, smem_optin());
