@@ -40,6 +40,7 @@
 
 #include "model/cuda/cuda_common.cuh"
 #include "model/cuda/e2m1_bits.h"
+#include "model/cuda/staged_layout.h"
 
 namespace sl {
 
@@ -1267,15 +1268,6 @@ __device__ __forceinline__ void mma_f16(float (&d)[4], uint32_t a0, uint32_t a1,
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-// Four e4m3 codes as two f16 pairs (exact): lo from codes 0 and 1, hi from codes 2 and 3, the
-// lower code in the lower half. (Split by mov.b32 in the PTX, so that the instruction reads each
-// half where it lies: no shift for the high one.)
-__device__ __forceinline__ void e4m3x4_to_f16x2x2(uint32_t codes, uint32_t& lo, uint32_t& hi) {
-  asm("{\n .reg .b16 l, h;\n mov.b32 {l, h}, %2;\n cvt.rn.f16x2.e4m3x2 %0, l;\n cvt.rn.f16x2.e4m3x2 %1, h;\n}"
-      : "=r"(lo), "=r"(hi)
-      : "r"(codes));
-}
-
 // The staged tile: the rows [8][2 K + 64] bytes of f16 (the pad puts 8 rows on every bank for the
 // lanes' 16-byte loads), then the staging scales [K / 128][8] F32. The K slices' partial sums
 // (sum_k_slices) reuse the start once every warp is past the main loop: the block then takes 67
@@ -1332,29 +1324,23 @@ __device__ __forceinline__ void stage_rows(const MoeGemvArgs& g, int row0, int r
       else
         h[i] = __half_as_ushort(__float2half_rn(v[i] * inv));
     }
-    auto pair = [&](int i, int j) { return uint32_t(h[i]) | uint32_t(h[j]) << 16; };  // h[i] in the low half
-    *reinterpret_cast<uint4*>(codes + r * ldc + 2 * (kg * 128 + l16 * 8)) =
-        make_uint4(pair(0, 2), pair(4, 6), pair(1, 3), pair(5, 7));
+    uint32_t packed[4];
+    staged::pack_act(h, packed);
+    *reinterpret_cast<uint4*>(codes + r * ldc + staged::staged_byte(kg * 128 + l16 * 8)) =
+        make_uint4(packed[0], packed[1], packed[2], packed[3]);
     if (l16 == 0) scales[kg * 8 + r] = sc;
   }
   __syncthreads();
 }
 
 // One MX group's products for rows grp (word wr0) and grp + 8 (wr1) against the lane's staged
-// activations of the group (b), unscaled, into d. k slots [2 tig, 2 tig + 2) and [8 + 2 tig,
-// 8 + 2 tig + 2) of the first MMA take the even elements (0, 2) and (4, 6), of the second the odd
-// ones; b holds the activations alike.
+// activations of the group (b: staged_layout.h pack_act's registers), unscaled, into d: the even
+// values' MMA, then the odd values'.
 __device__ __forceinline__ void staged_group(float (&d)[4], uint32_t wr0, uint32_t wr1, const uint4& b) {
-  uint32_t e0, o0, e1, o1;  // even and odd elements' e4m3 operands of each row
-  e2m1::e4m3_operands(wr0, e0, o0);
-  e2m1::e4m3_operands(wr1, e1, o1);
-  uint32_t e0l, e0h, e1l, e1h, o0l, o0h, o1l, o1h;
-  e4m3x4_to_f16x2x2(e0, e0l, e0h);
-  e4m3x4_to_f16x2x2(e1, e1l, e1h);
-  e4m3x4_to_f16x2x2(o0, o0l, o0h);
-  e4m3x4_to_f16x2x2(o1, o1l, o1h);
-  mma_f16<true>(d, e0l, e1l, e0h, e1h, b.x, b.y);
-  mma_f16<false>(d, o0l, o1l, o0h, o1h, b.z, b.w);
+  uint32_t a[2][4];
+  staged::group_a_regs(wr0, wr1, a);
+  mma_f16<true>(d, a[0][0], a[0][1], a[0][2], a[0][3], b.x, b.y);
+  mma_f16<false>(d, a[1][0], a[1][1], a[1][2], a[1][3], b.z, b.w);
 }
 
 template <bool PAIR, int KS, bool FP8>
@@ -1381,7 +1367,7 @@ __global__ __launch_bounds__(256, 3) void moe_fp4_staged_kernel(MoeGemvArgs g) {
 #pragma unroll
     for (int j = 0; j < NM; ++j) {
       wm[j][f] = reinterpret_cast<const uint32_t*>(static_cast<const uint8_t*>(j == 0 ? g.W : g.W3) +
-                                                   wrow * (g.K / 2)) + tig;
+                                                   wrow * (g.K / 2)) + staged::weight_word(0, 0, tig);
       sm[j][f] = reinterpret_cast<const uint32_t*>((j == 0 ? g.Ws : g.W3s) + wrow * (g.K / 32));
     }
   }
@@ -1397,7 +1383,7 @@ __global__ __launch_bounds__(256, 3) void moe_fp4_staged_kernel(MoeGemvArgs g) {
 #pragma unroll
         for (int f = 0; f < 2; ++f) {
 #pragma unroll
-          for (int q = 0; q < 4; ++q) wv[u][j][f][q] = in ? wm[j][f][k / 8 + 4 * q] : 0u;
+          for (int q = 0; q < 4; ++q) wv[u][j][f][q] = in ? wm[j][f][staged::weight_word(k, q, 0)] : 0u;
           sv[u][j][f] = e2m1::scales_plus6(in ? sm[j][f][k / 128] : 0u);
         }
     }
@@ -1409,7 +1395,7 @@ __global__ __launch_bounds__(256, 3) void moe_fp4_staged_kernel(MoeGemvArgs g) {
   float c[NM][4] = {};
   if (active) {
     const bool row_ok = grp < rows;  // this lane's token (B's column grp)
-    const uint8_t* brow = codes + grp * lay.ldc + 16 * tig;
+    const uint8_t* brow = codes + grp * lay.ldc + staged::staged_byte(staged::read_position(0, 0, tig));
     for (int k0 = k_lo; k0 < k_hi; k0 += 128 * CH) {
       if (k0 != k_lo) load_chunks(k0);
 #pragma unroll
@@ -1419,7 +1405,8 @@ __global__ __launch_bounds__(256, 3) void moe_fp4_staged_kernel(MoeGemvArgs g) {
         uint4 b[4];
 #pragma unroll
         for (int q = 0; q < 4; ++q)
-          b[q] = row_ok ? *reinterpret_cast<const uint4*>(brow + 2 * (k + 32 * q)) : make_uint4(0u, 0u, 0u, 0u);
+          b[q] = row_ok ? *reinterpret_cast<const uint4*>(brow + staged::staged_byte(staged::read_position(k, q, 0)))
+                        : make_uint4(0u, 0u, 0u, 0u);
         const float2 sx = *reinterpret_cast<const float2*>(xs + (k / 128) * 8 + 2 * tig);  // tokens 2 tig, 2 tig + 1
 #pragma unroll
         for (int j = 0; j < NM; ++j) {
