@@ -700,14 +700,17 @@ __global__ __launch_bounds__(256) void moe_gemv_kernel(MoeGemvArgs g) {
 constexpr int kFp4TileRows = 8;
 constexpr int kFp4Chunks = 2;  // 128-value chunks of K in flight per thread
 
+// One m16n8k16 MMA of TY ("bf16" or "f16") operands in fp32: D += A . B (C = D), or with C zero
+// D = A . B (the zero passed as operand %10). The PTX text of both, once.
+#define SL_MMA_16816(TY, C) \
+  "mma.sync.aligned.m16n8k16.row.col.f32." TY "." TY ".f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, " C ";\n"
+
 // D += A . B, one m16n8k16 tile of bf16 operands, fp32 accumulation.
 __device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                          uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  asm volatile(SL_MMA_16816("bf16", "{%0,%1,%2,%3}")
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
 // The bf16 of each e2m1 magnitude {0, 0.5, 1, 1.5, 2, 3, 4, 6} times the group's scale 2^(s - 127),
@@ -1255,17 +1258,13 @@ template <bool FIRST>
 __device__ __forceinline__ void mma_f16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                         uint32_t b0, uint32_t b1) {
   if constexpr (FIRST)
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%10,%10,%10,%10};\n"
-        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(0.f));
+    asm volatile(SL_MMA_16816("f16", "{%10,%10,%10,%10}")
+                 : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(0.f));
   else
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+    asm volatile(SL_MMA_16816("f16", "{%0,%1,%2,%3}")
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
 // The staged tile: the rows [8][2 K + 64] bytes of f16 (the pad puts 8 rows on every bank for the
@@ -1491,6 +1490,7 @@ struct ExpertMatrix {
 struct ExpertSteps {
   MoeGemvArgs up, down;
 };
+
 ExpertSteps expert_steps(const MoeLayout& L, char* ws, const Tensor& x, int64_t D, int64_t E, int64_t F,
                          float swiglu_limit, ExpertMatrix w1, ExpertMatrix w2, ExpertMatrix w3) {
   MoeGemvArgs v{};
@@ -1520,6 +1520,14 @@ ExpertSteps expert_steps(const MoeLayout& L, char* ws, const Tensor& x, int64_t 
   st.down.N = int(D);
   st.down.K = int(F);
   return st;
+}
+
+// Both expert steps (ExpertSteps: w1 and w3 with the SwiGLU, then w2) on the staged kernel.
+template <bool FP8>
+void launch_fp4_staged_steps(const char* op, cudaStream_t st, int64_t max_tiles, const ExpertSteps& es, int sms,
+                             size_t optin) {
+  launch_fp4_staged<true, FP8>(op, st, max_tiles, es.up, sms, optin);
+  launch_fp4_staged<false, FP8>(op, st, max_tiles, es.down, sms, optin);
 }
 
 // out = the weighted combine of the k expert rows of each token (moe_combine_kernel).
@@ -1729,42 +1737,24 @@ void CudaBackend::moe_experts_mxfp4(Stream s, const Tensor& out, const Tensor& x
   const ExpertMatrix m1{w1.data, w1_scale.ptr<uint8_t>()}, m2{w2.data, w2_scale.ptr<uint8_t>()},
       m3{w3.data, w3_scale.ptr<uint8_t>()};
   const int64_t P = T * k;
-  // The staged kernels read a row's 4 scales of a 128-value chunk as one word.
-  auto check_scales_aligned = [&] {
-    for (const auto& [name, t] : {std::pair{"w1_scale", &w1_scale}, {"w2_scale", &w2_scale}, {"w3_scale", &w3_scale}})
-      check_aligned(op, name, t->data, 4);
-  };
-  // W4A8: past decode sizes (as mxfp4-prefill picks for W4A16) the grouped GEMM on rounded rows,
-  // else the staged kernel with FP8-rounded activations.
-  if (fp8_act && variants().mxfp4_prefill_takes_gemm(P, E) && P > kGemvMaxPairs && D % 64 == 0 && F % 64 == 0) {
-    const int BM = P <= 4 * E ? 16 : 64;
-    launch_moe_permute(op, st, L, ws, ids, P, k, E, BM, smem_optin());
-    moe_gemm_path<true, true>(op, st, L, ws, T, D, E, F, k, P, BM, swiglu_limit, out, x, weights, m1, m2, m3,
-                              smem_optin());
-    return;
-  }
-  if (fp8_act) {
-    check_scales_aligned();
-    launch_moe_permute(op, st, L, ws, ids, P, k, E, kFp4TileRows, smem_optin());
-    const int64_t max_tiles = cdiv(P, kFp4TileRows) + std::min<int64_t>(P, E);
-    const ExpertSteps es = expert_steps(L, ws, x, D, E, F, swiglu_limit, m1, m2, m3);
-    launch_fp4_staged<true, true>(op, st, max_tiles, es.up, sm_count(), smem_optin());
-    launch_fp4_staged<false, true>(op, st, max_tiles, es.down, sm_count(), smem_optin());
-    launch_moe_combine(op, st, L, ws, out, weights, T, k, D);
-    return;
-  }
   // mxfp4-prefill=gemm (auto: from kMxfp4GemmAutoRowsPerExpert pairs per expert): past decode
   // sizes, the grouped GEMM with the MXFP4 tiles decoded in shared memory (a weight decoded once
-  // per 16- or 64-row tile), as moe_experts runs bf16.
+  // per 16- or 64-row tile), as moe_experts runs bf16; W4A8 on rows rounded to FP8 first.
   if (variants().mxfp4_prefill_takes_gemm(P, E) && P > kGemvMaxPairs && D % 64 == 0 && F % 64 == 0) {
     const int BM = P <= 4 * E ? 16 : 64;
     launch_moe_permute(op, st, L, ws, ids, P, k, E, BM, smem_optin());
-    moe_gemm_path<true>(op, st, L, ws, T, D, E, F, k, P, BM, swiglu_limit, out, x, weights, m1, m2, m3, smem_optin());
+    if (fp8_act)
+      moe_gemm_path<true, true>(op, st, L, ws, T, D, E, F, k, P, BM, swiglu_limit, out, x, weights, m1, m2, m3,
+                                smem_optin());
+    else
+      moe_gemm_path<true>(op, st, L, ws, T, D, E, F, k, P, BM, swiglu_limit, out, x, weights, m1, m2, m3,
+                          smem_optin());
     return;
   }
   // The tensor-core path takes K in chunks of 128 (a thread's MX group of each): other sizes, and
-  // the variant mxfp4-mma=off, run the GEMV.
-  if (!variants().mxfp4_mma || D % 128 != 0 || F % 128 != 0) {
+  // the variant mxfp4-mma=off, run the GEMV (W4A8's D and F are multiples of 128, and it has no
+  // GEMV).
+  if (!fp8_act && (!variants().mxfp4_mma || D % 128 != 0 || F % 128 != 0)) {
     launch_moe_permute(op, st, L, ws, ids, P, k, E, kGemvRows, smem_optin());
     moe_gemv_path<true>(op, st, L, ws, T, D, E, F, k, swiglu_limit, out, x, weights, m1, m2, m3);
     return;
@@ -1773,10 +1763,16 @@ void CudaBackend::moe_experts_mxfp4(Stream s, const Tensor& out, const Tensor& x
   const int64_t max_tiles = cdiv(P, kFp4TileRows) + std::min<int64_t>(P, E);
   const ExpertSteps es = expert_steps(L, ws, x, D, E, F, swiglu_limit, m1, m2, m3);
   const Mxfp4Decode dec = variants().mxfp4_decode;
-  if (dec == Mxfp4Decode::E4m3) {  // the staged kernel with f16 activations (takes precedence over mxfp4-swap, -wide)
-    check_scales_aligned();
-    launch_fp4_staged<true, false>(op, st, max_tiles, es.up, sm_count(), smem_optin());
-    launch_fp4_staged<false, false>(op, st, max_tiles, es.down, sm_count(), smem_optin());
+  // The staged kernel: W4A8's (activations rounded to FP8 as they are staged), and under
+  // mxfp4-decode=e4m3 (taking precedence over mxfp4-swap and mxfp4-wide). It reads a row's 4
+  // scales of a 128-value chunk as one word.
+  if (fp8_act || dec == Mxfp4Decode::E4m3) {
+    for (const auto& [name, t] : {std::pair{"w1_scale", &w1_scale}, {"w2_scale", &w2_scale}, {"w3_scale", &w3_scale}})
+      check_aligned(op, name, t->data, 4);
+    if (fp8_act)
+      launch_fp4_staged_steps<true>(op, st, max_tiles, es, sm_count(), smem_optin());
+    else
+      launch_fp4_staged_steps<false>(op, st, max_tiles, es, sm_count(), smem_optin());
     launch_moe_combine(op, st, L, ws, out, weights, T, k, D);
     return;
   }
