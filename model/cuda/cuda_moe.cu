@@ -494,10 +494,15 @@ struct MoeGemvArgs {
 };
 
 // One output element of an expert step: PAIR, h = swiglu(w1 x, w3 x) with the clamp, as bf16;
-// else the w2 sum as F32.
-template <bool PAIR>
+// else the w2 sum as F32. BF16_IN: w1 x and w3 x rounded to bf16 first, as the grouped GEMM path
+// stores them (W4A8 quantizes this h to FP8, and the CPU reference rounds the same way).
+template <bool PAIR, bool BF16_IN = false>
 __device__ __forceinline__ void store_expert_out(const MoeGemvArgs& g, int64_t o, float w1x, float w3x) {
   if constexpr (PAIR) {
+    if constexpr (BF16_IN) {
+      w1x = __bfloat162float(__float2bfloat16_rn(w1x));
+      w3x = __bfloat162float(__float2bfloat16_rn(w3x));
+    }
     const float gv = fminf(w1x, g.limit);
     const float uv = fminf(fmaxf(w3x, -g.limit), g.limit);
     static_cast<bf16*>(g.out)[o] = __float2bfloat16_rn(gv * sigmoidf_(gv) * uv);
@@ -1068,7 +1073,7 @@ constexpr int64_t kSwapAutoMaxPairs = 16;
 // The end of a swapped kernel (16 features x 8 tokens per warp MMA): the K slices' partial sums
 // met (sum_k_slices), then c[j][2f + h], feature n0 + grp + 8 f and token 2 tig + h of the tile,
 // stored where both are in range.
-template <bool PAIR, int KS, int NM>
+template <bool PAIR, int KS, int NM, bool BF16_IN = false>
 __device__ __forceinline__ void store_swapped_tile(const MoeGemvArgs& g, float (&c)[NM][4],
                                                    float (&red)[8][32][4 * NM], int n0, int row0, int rows) {
   if (!sum_k_slices<KS>(c, red)) return;
@@ -1080,7 +1085,7 @@ __device__ __forceinline__ void store_swapped_tile(const MoeGemvArgs& g, float (
     for (int h = 0; h < 2; ++h) {
       const int n = n0 + grp + 8 * f, r = 2 * tig + h;
       if (n >= g.N || r >= rows) continue;
-      store_expert_out<PAIR>(g, int64_t(row0 + r) * g.N + n, c[0][2 * f + h], c[NM - 1][2 * f + h]);
+      store_expert_out<PAIR, BF16_IN>(g, int64_t(row0 + r) * g.N + n, c[0][2 * f + h], c[NM - 1][2 * f + h]);
     }
 }
 
@@ -1429,7 +1434,7 @@ __global__ __launch_bounds__(256, 3) void moe_fp4_staged_kernel(MoeGemvArgs g) {
     }
   }
   if constexpr (KS > 1) __syncthreads();  // no warp reads the staged rows any more: red may take their place
-  store_swapped_tile<PAIR, KS>(g, c, red, n0, row0, rows);
+  store_swapped_tile<PAIR, KS, NM, FP8>(g, c, red, n0, row0, rows);
 }
 
 template <bool PAIR, bool FP8>

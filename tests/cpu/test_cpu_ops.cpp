@@ -1246,7 +1246,8 @@ TEST_F(CpuOps, MoeExpertsMxfp4IsMoeExpertsOnTheDequantizedWeights) {
 }
 
 // W4A8 (fp8_act): per token and slot, x rounded to FP8 per 128-value group, the dequantized
-// experts in double, the SwiGLU output rounded the same way before w2. The rounding here goes
+// experts in double, the SwiGLU output rounded the same way before w2 (from bf16: w1 x, w3 x and
+// h rounded to bf16 first, as in DeepSeek's reference inference). The rounding here goes
 // through lowp::quantize_fp8_blocks (codes and e8m0 scales) and back, not round_fp8_groups. A
 // rounding of h may fall on the other side of a tie in double (one code apart), hence a
 // tolerance; dropping either rounding moves the result by far more (checked below).
@@ -1279,9 +1280,11 @@ TEST_F(CpuOps, MoeExpertsMxfp4Fp8ActRoundsBothInputs) {
             g += double(deq[0][(size_t(e) * F + f) * D + d]) * xr[size_t(d)];
             u += double(deq[2][(size_t(e) * F + f) * D + d]) * xr[size_t(d)];
           }
+          if (rounded) g = sl::round_bf16(float(g)), u = sl::round_bf16(float(u));
           g = std::min(g, double(limit));
           u = std::min(std::max(u, -double(limit)), double(limit));
           h[size_t(f)] = g / (1 + std::exp(-g)) * u;
+          if (rounded) h[size_t(f)] = sl::round_bf16(float(h[size_t(f)]));
         }
         if (rounded) round_row(h);
         for (int d = 0; d < D; ++d) {
