@@ -11,7 +11,7 @@ namespace sl {
 const char* const kKernelVariantsHelp =
     "CUDA kernel variants, key=value[,key=value...]: attn-decode=on|off, attn-splits=N (0 = auto, at most 16), "
     "gemv-bf16-max-mb=N, pdl=on|off, cublas-workspace-kb=N, mxfp4-mma=on|off, fp8-decode=auto|warp|wide, "
-    "mxfp4-wide=on|off, mxfp4-decode=table|shift|shift-quad|e4m3, mxfp4-swap=on|off|auto, mxfp4-mma-blocks=2|3, "
+    "mxfp4-wide=on|off, mxfp4-decode=table|shift|shift-quad, mxfp4-swap=on|off|auto, mxfp4-mma-blocks=2|3, "
     "mxfp4-prefill=mma|gemm|auto, fp8-pair=on|off, fp8-wide-blocks=1|2, hc-decode=split|fused, "
     "fp8-kv=packed|emulated (default: the "
     "measured best of each; variants not yet timed on a GPU are off)";
@@ -118,8 +118,7 @@ KernelVariants KernelVariants::parse(const std::string& spec) {
       if (v == "table") k.mxfp4_decode = Mxfp4Decode::Table;
       else if (v == "shift") k.mxfp4_decode = Mxfp4Decode::Shift;
       else if (v == "shift-quad") k.mxfp4_decode = Mxfp4Decode::ShiftQuad;
-      else if (v == "e4m3") k.mxfp4_decode = Mxfp4Decode::E4m3;
-      else fail("--kernel-variants: ", key, "=", v, ": expected table, shift, shift-quad or e4m3");
+      else fail("--kernel-variants: ", key, "=", v, ": expected table, shift or shift-quad");
     } else if (key == "mxfp4-swap") {
       if (v == "on") k.mxfp4_swap = Mxfp4Swap::On;
       else if (v == "off") k.mxfp4_swap = Mxfp4Swap::Off;
@@ -149,7 +148,7 @@ KernelVariants KernelVariants::parse(const std::string& spec) {
 
 std::string KernelVariants::str() const {
   static const char* const fp8_decode_names[] = {"auto", "warp", "wide"};
-  static const char* const mxfp4_decode_names[] = {"table", "shift", "shift-quad", "e4m3"};
+  static const char* const mxfp4_decode_names[] = {"table", "shift", "shift-quad"};
   static const char* const mxfp4_swap_names[] = {"off", "on", "auto"};
   static const char* const mxfp4_prefill_names[] = {"mma", "gemm", "auto"};
   auto oo = [](bool b) { return b ? "on" : "off"; };

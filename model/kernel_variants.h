@@ -19,7 +19,7 @@
 namespace sl {
 
 enum class Fp8Decode { Auto, Warp, Wide };
-enum class Mxfp4Decode { Table, Shift, ShiftQuad, E4m3 };
+enum class Mxfp4Decode { Table, Shift, ShiftQuad };
 enum class Mxfp4Swap { Off, On, Auto };
 enum class Mxfp4Prefill { Mma, Gemm, Auto };
 
@@ -80,13 +80,9 @@ struct KernelVariants {
   // same (results/2026-12-05-h100-shift-quad, results/2026-12-05-h200-shift-quad). The swapped
   // kernel (mxfp4-swap) takes only the multiply: its activations are its B operand as loaded
   // already. table applies to the 8-row and wide kernels only (the swapped kernel decodes by
-  // shifts under it). e4m3 = the staged kernel at every size up to the prefill GEMM (taking
-  // precedence over mxfp4-swap and mxfp4-wide): each e2m1 code becomes an e4m3 one (the value
-  // times 2^-6) by 6 word-wide instructions per 8 weights, then f16 by the hardware's
-  // conversion, 2 per instruction; the tile's token rows are staged in shared memory as f16 times
-  // a power of two per 128 values, and the MMAs are f16, each MX group's result scaled after its
-  // two MMAs (the same products as the bf16 decodes; 10.2-12.1 instead of 15.4-17.4 instructions
-  // per 128 weights in the main loops compiled, scripts/sass_mix.py). Not yet run on a GPU.
+  // shifts under it). (A staged kernel, e2m1 turned into e4m3 operands and then f16 by the
+  // hardware, activations staged in shared memory, issued a third fewer instructions per weight
+  // compiled and was 35 % slower at 8 tokens on an H100: removed, results/2026-12-06-h100-staged-w4a8.)
   Mxfp4Decode mxfp4_decode = Mxfp4Decode::ShiftQuad;
   // The MXFP4 experts with the weights as the MMA's A operand: a warp's MMA is 16 output features
   // x 8 tokens, every row of it used, the activations fed as they are loaded, the shift decode
@@ -131,7 +127,7 @@ struct KernelVariants {
 
   // "key=value,key=value": attn-decode=on|off, attn-splits=N, gemv-bf16-max-mb=N, pdl=on|off,
   // cublas-workspace-kb=N, mxfp4-mma=on|off, fp8-decode=auto|warp|wide, mxfp4-wide=on|off,
-  // mxfp4-decode=table|shift|shift-quad|e4m3, mxfp4-swap=on|off|auto, mxfp4-mma-blocks=2|3,
+  // mxfp4-decode=table|shift|shift-quad, mxfp4-swap=on|off|auto, mxfp4-mma-blocks=2|3,
   // mxfp4-prefill=mma|gemm|auto, fp8-pair=on|off,
   // fp8-wide-blocks=1|2, hc-decode=split|fused, fp8-kv=packed|emulated.
   // Unknown keys and bad values are errors naming the key and the accepted values (a retired key

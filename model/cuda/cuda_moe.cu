@@ -21,9 +21,10 @@
 // moe_experts_mxfp4 (the checkpoint's MXFP4 experts) runs steps 1 and 4 at every size, with step
 // 3 on the tensor cores (moe_fp4_mma_kernel: 8-row tiles, e2m1 decoded to bf16 in registers, each
 // 32-value group's MMAs scaled as they are summed), or (variant mxfp4-mma=off) the GEMV of step 3
-// decoding e2m1 through fp16. With fp8_act (W4A8), and under mxfp4-decode=e4m3, step 3 is the
-// staged kernel (moe_fp4_staged_kernel): the tile's rows staged in shared memory, e2m1 turned into
-// e4m3 operands; a W4A8 prefill runs step 2 on rows rounded to FP8 first.
+// decoding e2m1 through fp16. With fp8_act (W4A8) the same kernels multiply activations rounded
+// to FP8 first (x before step 2 or 3, h after the SwiGLU; exact in bf16), what an FP8 product
+// multiplies: sm_90's mma.sync has no FP8 form with e2m1 weights, so an FP8 MMA would convert them
+// to f16 anyway.
 // Every output element is a fixed-order fp32 sum that does not depend on which other rows share
 // its tile: results do not depend on scheduling.
 #include <cuda_fp16.h>
@@ -40,7 +41,6 @@
 
 #include "model/cuda/cuda_common.cuh"
 #include "model/cuda/e2m1_bits.h"
-#include "model/cuda/staged_layout.h"
 
 namespace sl {
 
@@ -491,15 +491,17 @@ struct MoeGemvArgs {
   const int* tiles;
   const int* tile_expert;
   float limit;         // SwiGLU clamp (PAIR)
+  int bf16_in;         // PAIR: w1 x and w3 x rounded to bf16 before the SwiGLU (W4A8)
 };
 
 // One output element of an expert step: PAIR, h = swiglu(w1 x, w3 x) with the clamp, as bf16;
-// else the w2 sum as F32. BF16_IN: w1 x and w3 x rounded to bf16 first, as the grouped GEMM path
-// stores them (W4A8 quantizes this h to FP8, and the CPU reference rounds the same way).
-template <bool PAIR, bool BF16_IN = false>
+// else the w2 sum as F32. g.bf16_in (W4A8): w1 x and w3 x rounded to bf16 first, as the grouped
+// GEMM path stores them and the CPU reference rounds them: h is then rounded to FP8, where a
+// difference of one bf16 step may land on the other side of an e4m3 rounding boundary.
+template <bool PAIR>
 __device__ __forceinline__ void store_expert_out(const MoeGemvArgs& g, int64_t o, float w1x, float w3x) {
   if constexpr (PAIR) {
-    if constexpr (BF16_IN) {
+    if (g.bf16_in) {
       w1x = __bfloat162float(__float2bfloat16_rn(w1x));
       w3x = __bfloat162float(__float2bfloat16_rn(w3x));
     }
@@ -705,17 +707,13 @@ __global__ __launch_bounds__(256) void moe_gemv_kernel(MoeGemvArgs g) {
 constexpr int kFp4TileRows = 8;
 constexpr int kFp4Chunks = 2;  // 128-value chunks of K in flight per thread
 
-// One m16n8k16 MMA of TY ("bf16" or "f16") operands in fp32: D += A . B (C = D), or with C zero
-// D = A . B (the zero passed as operand %10). The PTX text of both, once.
-#define SL_MMA_16816(TY, C) \
-  "mma.sync.aligned.m16n8k16.row.col.f32." TY "." TY ".f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, " C ";\n"
-
 // D += A . B, one m16n8k16 tile of bf16 operands, fp32 accumulation.
 __device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                          uint32_t b0, uint32_t b1) {
-  asm volatile(SL_MMA_16816("bf16", "{%0,%1,%2,%3}")
-               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
 // The bf16 of each e2m1 magnitude {0, 0.5, 1, 1.5, 2, 3, 4, 6} times the group's scale 2^(s - 127),
@@ -1073,7 +1071,7 @@ constexpr int64_t kSwapAutoMaxPairs = 16;
 // The end of a swapped kernel (16 features x 8 tokens per warp MMA): the K slices' partial sums
 // met (sum_k_slices), then c[j][2f + h], feature n0 + grp + 8 f and token 2 tig + h of the tile,
 // stored where both are in range.
-template <bool PAIR, int KS, int NM, bool BF16_IN = false>
+template <bool PAIR, int KS, int NM>
 __device__ __forceinline__ void store_swapped_tile(const MoeGemvArgs& g, float (&c)[NM][4],
                                                    float (&red)[8][32][4 * NM], int n0, int row0, int rows) {
   if (!sum_k_slices<KS>(c, red)) return;
@@ -1085,7 +1083,7 @@ __device__ __forceinline__ void store_swapped_tile(const MoeGemvArgs& g, float (
     for (int h = 0; h < 2; ++h) {
       const int n = n0 + grp + 8 * f, r = 2 * tig + h;
       if (n >= g.N || r >= rows) continue;
-      store_expert_out<PAIR, BF16_IN>(g, int64_t(row0 + r) * g.N + n, c[0][2 * f + h], c[NM - 1][2 * f + h]);
+      store_expert_out<PAIR>(g, int64_t(row0 + r) * g.N + n, c[0][2 * f + h], c[NM - 1][2 * f + h]);
     }
 }
 
@@ -1233,223 +1231,6 @@ void launch_fp4_swap(const char* op, cudaStream_t st, int64_t max_tiles, const M
   CUDA_LAUNCH_CHECK(op, st);
 }
 
-// ---------------------------------------------------------------- staged activations, e4m3 operands
-// moe_fp4_staged_kernel: the MXFP4 experts with e2m1 codes turned into e4m3 operands by word-wide
-// logic (6 instructions per 8 weights, e2m1_bits.h e4m3_operands: each value times 2^-6, exactly),
-// then into f16 pairs by the hardware's cvt.f16x2.e4m3x2 (exact), where a bf16 operand costs a
-// byte permute per pair of weights; the products run on f16 MMAs (m16n8k16) in fp32. The tile's
-// token rows are staged in shared memory as f16 times a power of two per 128 values, in one of
-// two roundings:
-//   - FP8 (moe_experts_mxfp4 with fp8_act, WeightFormat::NativeW4A8, DeepSeek's reference
-//     numerics): each group rounded to e4m3 with gemm_fp8's scale, the codes' values held as f16
-//     (exact), so the MMAs multiply exactly what an FP8 x FP8 product multiplies. (sm_90's
-//     mma.sync has no FP8 form of its own: asked for one, the compiler converts both operands to
-//     f16 in every MMA.)
-//   - else (mxfp4-decode=e4m3, the W4A16 numerics of the other decodes): each group times
-//     2^(15 - ceil(log2 amax)), exact for every bf16 value down to 2^-28 of its group's largest.
-// A block takes one tile of up to 8 token rows of one expert, as moe_fp4_swap_kernel does, and
-// first stages them (a half-warp per 128-value group). Its warps then stream weight rows as the
-// MMA's A operand (16 output features) against the staged tokens as B. The two MMAs of one
-// 32-value MX group cover exactly that group of their 16 features, so their fp32 result is
-// scaled by the features' group scales (times 2^6) as it is summed, and each 128-value chunk's
-// sum by the tokens' staging scales. A lane reads the word of each group that its MMA k slots
-// need (four 4-byte loads per 128 values of a row, 16 bytes apart), and the staged activations
-// are stored in the operands' order (per 8 values: the even ones, then the odd ones), so one
-// 16-byte shared load gives all of a lane's B registers for a group.
-constexpr int kStagedFeatures = 16;  // output features per warp (the MMA's 16 rows)
-
-// D (+)= A . B, one m16n8k16 tile of f16 operands in fp32: FIRST starts from zero, else adds to D.
-template <bool FIRST>
-__device__ __forceinline__ void mma_f16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                        uint32_t b0, uint32_t b1) {
-  if constexpr (FIRST)
-    asm volatile(SL_MMA_16816("f16", "{%10,%10,%10,%10}")
-                 : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(0.f));
-  else
-    asm volatile(SL_MMA_16816("f16", "{%0,%1,%2,%3}")
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-// The staged tile: the rows [8][2 K + 64] bytes of f16 (the pad puts 8 rows on every bank for the
-// lanes' 16-byte loads), then the staging scales [K / 128][8] F32. The K slices' partial sums
-// (sum_k_slices) reuse the start once every warp is past the main loop: the block then takes 67
-// instead of 75 KB at K = 4096, and 3 blocks fit an SM.
-struct StagedSmem {
-  int ldc;
-  size_t scales, total;
-  __host__ __device__ StagedSmem(int K, int NM) : ldc(2 * K + 64) {
-    scales = size_t(8) * ldc;
-    const size_t red = size_t(8) * 32 * 4 * NM * sizeof(float);
-    total = scales + size_t(K / 128) * 8 * sizeof(float);
-    total = total > red ? total : red;
-  }
-};
-
-// The unrounded staging's scale of a group: the power of two s with amax / s in [2^14, 2^15) (1
-// for an all-zero or non-finite amax), so that every bf16 value of the group down to amax 2^-28
-// is an exact normal f16 after the division.
-__device__ __forceinline__ float f16_group_scale(float amax) {
-  if (!(amax > 0.f) || !isfinite(amax)) return 1.f;
-  int e = 0;
-  frexpf(amax, &e);  // amax < 2^e
-  return ldexpf(1.f, max(-126, min(127, e - 15)));
-}
-
-// Rows [row0, row0 + rows) of A (through a_rows) staged: a half-warp per 128-value group, 8 values
-// per lane. The loop bound is the same for the whole block, so every lane reaches the shuffles.
-template <bool FP8>
-__device__ __forceinline__ void stage_rows(const MoeGemvArgs& g, int row0, int rows, uint8_t* codes, float* scales,
-                                           int ldc) {
-  const int KG = g.K / 128, total = rows * KG;
-  const int hw = threadIdx.x >> 4, l16 = threadIdx.x & 15;
-  for (int base = 0; base < total; base += 16) {
-    const int gi = base + hw;
-    const bool on = gi < total;
-    const int r = on ? gi / KG : 0, kg = on ? gi % KG : 0;
-    float v[8] = {};
-    if (on) {
-      const int pr = row0 + r;
-      load8(g.A + (g.a_rows ? int64_t(g.a_rows[pr]) : int64_t(pr)) * g.lda + kg * 128 + l16 * 8, v);
-    }
-    float amax = 0.f;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(v[i]));
-#pragma unroll
-    for (int o = 8; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    const float sc = FP8 ? fp8_group_scale(amax) : f16_group_scale(amax), inv = 1.f / sc;  // exact: powers of two
-    if (!on) continue;
-    uint16_t h[8];
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      if constexpr (FP8)  // the e4m3 code's value, as gemm_fp8 rounds (RNE, saturating), held as f16
-        h[i] = __nv_cvt_fp8_to_halfraw(__nv_cvt_float_to_fp8(v[i] * inv, __NV_SATFINITE, __NV_E4M3), __NV_E4M3).x;
-      else
-        h[i] = __half_as_ushort(__float2half_rn(v[i] * inv));
-    }
-    uint32_t packed[4];
-    staged::pack_act(h, packed);
-    *reinterpret_cast<uint4*>(codes + r * ldc + staged::staged_byte(kg * 128 + l16 * 8)) =
-        make_uint4(packed[0], packed[1], packed[2], packed[3]);
-    if (l16 == 0) scales[kg * 8 + r] = sc;
-  }
-  __syncthreads();
-}
-
-// One MX group's products for rows grp (word wr0) and grp + 8 (wr1) against the lane's staged
-// activations of the group (b: staged_layout.h pack_act's registers), unscaled, into d: the even
-// values' MMA, then the odd values'.
-__device__ __forceinline__ void staged_group(float (&d)[4], uint32_t wr0, uint32_t wr1, const uint4& b) {
-  uint32_t a[2][4];
-  staged::group_a_regs(wr0, wr1, a);
-  mma_f16<true>(d, a[0][0], a[0][1], a[0][2], a[0][3], b.x, b.y);
-  mma_f16<false>(d, a[1][0], a[1][1], a[1][2], a[1][3], b.z, b.w);
-}
-
-template <bool PAIR, int KS, bool FP8>
-__global__ __launch_bounds__(256, 3) void moe_fp4_staged_kernel(MoeGemvArgs g) {
-  constexpr int NM = PAIR ? 2 : 1;  // weight matrices streamed (w1 and w3, or w2)
-  constexpr int CH = PAIR ? 1 : 2;  // 128-value chunks in flight per lane
-  extern __shared__ __align__(16) uint8_t staged_smem[];
-  pdl_enter();
-  Fp4Tile tile;
-  if (!fp4_tile(g, tile)) return;  // uniform per block
-  const StagedSmem lay(g.K, NM);
-  uint8_t* codes = staged_smem;
-  float* xs = reinterpret_cast<float*>(staged_smem + lay.scales);
-  auto& red = *reinterpret_cast<float(*)[8][32][4 * NM]>(staged_smem);  // after the main loop
-  const int e = tile.expert, row0 = tile.row0, rows = tile.rows;
-  const int lane = threadIdx.x & 31, grp = lane >> 2, tig = lane & 3;
-  const auto [n0, k_lo, k_hi] = fp4_warp_slice<KS, kStagedFeatures>(g);
-  const bool active = n0 < g.N;  // uniform per warp
-  const uint32_t* wm[NM][2];
-  const uint32_t* sm[NM][2];
-#pragma unroll
-  for (int f = 0; f < 2; ++f) {
-    const int64_t wrow = int64_t(e) * g.N + min(n0 + grp + 8 * f, g.N - 1);  // features grp, grp + 8
-#pragma unroll
-    for (int j = 0; j < NM; ++j) {
-      wm[j][f] = reinterpret_cast<const uint32_t*>(static_cast<const uint8_t*>(j == 0 ? g.W : g.W3) +
-                                                   wrow * (g.K / 2)) + staged::weight_word(0, 0, tig);
-      sm[j][f] = reinterpret_cast<const uint32_t*>((j == 0 ? g.Ws : g.W3s) + wrow * (g.K / 32));
-    }
-  }
-  // CH chunks from k0 on: group q of a chunk is the lane's word 4 q + tig of the row's 64 bytes.
-  uint32_t wv[CH][NM][2][4], sv[CH][NM][2];
-  auto load_chunks = [&](int k0) {
-#pragma unroll
-    for (int u = 0; u < CH; ++u) {
-      const int k = k0 + 128 * u;
-      const bool in = k < k_hi;
-#pragma unroll
-      for (int j = 0; j < NM; ++j)
-#pragma unroll
-        for (int f = 0; f < 2; ++f) {
-#pragma unroll
-          for (int q = 0; q < 4; ++q) wv[u][j][f][q] = in ? wm[j][f][staged::weight_word(k, q, 0)] : 0u;
-          sv[u][j][f] = e2m1::scales_plus6(in ? sm[j][f][k / 128] : 0u);
-        }
-    }
-  };
-  // The first chunks' weights are asked for before the rows are staged (no kernel of a step writes
-  // weights), so that their latency hides behind the staging's.
-  if (active) load_chunks(k_lo);
-  stage_rows<FP8>(g, row0, rows, codes, xs, lay.ldc);
-  float c[NM][4] = {};
-  if (active) {
-    const bool row_ok = grp < rows;  // this lane's token (B's column grp)
-    const uint8_t* brow = codes + grp * lay.ldc + staged::staged_byte(staged::read_position(0, 0, tig));
-    for (int k0 = k_lo; k0 < k_hi; k0 += 128 * CH) {
-      if (k0 != k_lo) load_chunks(k0);
-#pragma unroll
-      for (int u = 0; u < CH; ++u) {
-        const int k = k0 + 128 * u;
-        if (k >= k_hi) break;  // uniform per warp
-        uint4 b[4];
-#pragma unroll
-        for (int q = 0; q < 4; ++q)
-          b[q] = row_ok ? *reinterpret_cast<const uint4*>(brow + staged::staged_byte(staged::read_position(k, q, 0)))
-                        : make_uint4(0u, 0u, 0u, 0u);
-        const float2 sx = *reinterpret_cast<const float2*>(xs + (k / 128) * 8 + 2 * tig);  // tokens 2 tig, 2 tig + 1
-#pragma unroll
-        for (int j = 0; j < NM; ++j) {
-          float part[4] = {};
-#pragma unroll
-          for (int q = 0; q < 4; ++q) {
-            float d[4];
-            staged_group(d, wv[u][j][0][q], wv[u][j][1][q], b[q]);
-            const float f0 = e2m1::group_factor_2p6(sv[u][j][0], q), f1 = e2m1::group_factor_2p6(sv[u][j][1], q);
-            part[0] += d[0] * f0;
-            part[1] += d[1] * f0;
-            part[2] += d[2] * f1;
-            part[3] += d[3] * f1;
-          }
-          c[j][0] += part[0] * sx.x;
-          c[j][1] += part[1] * sx.y;
-          c[j][2] += part[2] * sx.x;
-          c[j][3] += part[3] * sx.y;
-        }
-      }
-    }
-  }
-  if constexpr (KS > 1) __syncthreads();  // no warp reads the staged rows any more: red may take their place
-  store_swapped_tile<PAIR, KS, NM, FP8>(g, c, red, n0, row0, rows);
-}
-
-template <bool PAIR, bool FP8>
-void launch_fp4_staged(const char* op, cudaStream_t st, int64_t max_tiles, const MoeGemvArgs& v, int sms,
-                       size_t optin) {
-  const int ks = fp4_mma_k_slices(max_tiles, v.N, v.K, sms, kStagedFeatures);
-  const dim3 grid{unsigned(max_tiles), unsigned(cdiv(v.N, kStagedFeatures * (8 / ks))), 1u};
-  const size_t smem = StagedSmem(v.K, PAIR ? 2 : 1).total;
-  with_k_slices(ks, [&](auto KS) {
-    allow_smem(op, moe_fp4_staged_kernel<PAIR, KS, FP8>, smem, optin);
-    launch_kernel(op, moe_fp4_staged_kernel<PAIR, KS, FP8>, grid, 256, smem, st, v);
-  });
-  CUDA_LAUNCH_CHECK(op, st);
-}
-
 // out[t, d] = sum_{i < k} weights[t, i] * y[inv[t*k + i], d] (fp32, slot order). Grid
 // (T, D / 256): the block first stages the token's k rows and weights in shared memory, then one
 // thread per d.
@@ -1525,14 +1306,6 @@ ExpertSteps expert_steps(const MoeLayout& L, char* ws, const Tensor& x, int64_t 
   st.down.N = int(D);
   st.down.K = int(F);
   return st;
-}
-
-// Both expert steps (ExpertSteps: w1 and w3 with the SwiGLU, then w2) on the staged kernel.
-template <bool FP8>
-void launch_fp4_staged_steps(const char* op, cudaStream_t st, int64_t max_tiles, const ExpertSteps& es, int sms,
-                             size_t optin) {
-  launch_fp4_staged<true, FP8>(op, st, max_tiles, es.up, sms, optin);
-  launch_fp4_staged<false, FP8>(op, st, max_tiles, es.down, sms, optin);
 }
 
 // out = the weighted combine of the k expert rows of each token (moe_combine_kernel).
@@ -1766,34 +1539,36 @@ void CudaBackend::moe_experts_mxfp4(Stream s, const Tensor& out, const Tensor& x
   }
   launch_moe_permute(op, st, L, ws, ids, P, k, E, kFp4TileRows, smem_optin());
   const int64_t max_tiles = cdiv(P, kFp4TileRows) + std::min<int64_t>(P, E);
-  const ExpertSteps es = expert_steps(L, ws, x, D, E, F, swiglu_limit, m1, m2, m3);
-  const Mxfp4Decode dec = variants().mxfp4_decode;
-  // The staged kernel: W4A8's (activations rounded to FP8 as they are staged), and under
-  // mxfp4-decode=e4m3 (taking precedence over mxfp4-swap and mxfp4-wide). It reads a row's 4
-  // scales of a 128-value chunk as one word.
-  if (fp8_act || dec == Mxfp4Decode::E4m3) {
-    for (const auto& [name, t] : {std::pair{"w1_scale", &w1_scale}, {"w2_scale", &w2_scale}, {"w3_scale", &w3_scale}})
-      check_aligned(op, name, t->data, 4);
-    if (fp8_act)
-      launch_fp4_staged_steps<true>(op, st, max_tiles, es, sm_count(), smem_optin());
-    else
-      launch_fp4_staged_steps<false>(op, st, max_tiles, es, sm_count(), smem_optin());
-    launch_moe_combine(op, st, L, ws, out, weights, T, k, D);
-    return;
+  ExpertSteps es = expert_steps(L, ws, x, D, E, F, swiglu_limit, m1, m2, m3);
+  // W4A8: x rounded to FP8 groups into y's space (free until w2 writes it: T rows of D bf16 take
+  // at most half of P rows of D F32), w1 x and w3 x to bf16 before the SwiGLU, and h to FP8 groups
+  // in place before w2, as in moe_gemm_path.
+  if (fp8_act) {
+    bf16* xq = reinterpret_cast<bf16*>(ws + L.y);
+    round_fp8_rows(op, st, xq, x.data, fcode(x.dtype), D, T, D);
+    es.up.A = xq;
+    es.up.bf16_in = 1;
   }
+  const Mxfp4Decode dec = variants().mxfp4_decode;
   // mxfp4-swap=auto: the swapped kernel up to kSwapAutoMaxPairs pairs (measured faster at 1
   // token, slower at 8: results/2026-12-05-h100-decode-candidates).
   const Mxfp4Swap sw = variants().mxfp4_swap;
-  if (sw == Mxfp4Swap::On || (sw == Mxfp4Swap::Auto && P <= kSwapAutoMaxPairs)) {
-    launch_fp4_swap<true>(op, st, max_tiles, es.up, sm_count(), dec);
-    launch_fp4_swap<false>(op, st, max_tiles, es.down, sm_count(), dec);
-  } else if (variants().mxfp4_wide) {
-    launch_fp4_wide<true>(op, st, max_tiles, es.up, sm_count(), dec);
-    launch_fp4_wide<false>(op, st, max_tiles, es.down, sm_count(), dec);
-  } else {
-    launch_fp4_mma<true>(op, st, max_tiles, es.up, sm_count(), dec, variants().mxfp4_mma_blocks);
-    launch_fp4_mma<false>(op, st, max_tiles, es.down, sm_count(), dec, variants().mxfp4_mma_blocks);
+  const bool swap = sw == Mxfp4Swap::On || (sw == Mxfp4Swap::Auto && P <= kSwapAutoMaxPairs);
+  auto step = [&](auto pair, const MoeGemvArgs& v) {
+    constexpr bool PAIR = decltype(pair)::value;
+    if (swap)
+      launch_fp4_swap<PAIR>(op, st, max_tiles, v, sm_count(), dec);
+    else if (variants().mxfp4_wide)
+      launch_fp4_wide<PAIR>(op, st, max_tiles, v, sm_count(), dec);
+    else
+      launch_fp4_mma<PAIR>(op, st, max_tiles, v, sm_count(), dec, variants().mxfp4_mma_blocks);
+  };
+  step(std::true_type{}, es.up);
+  if (fp8_act) {
+    bf16* h1 = reinterpret_cast<bf16*>(ws + L.h1);
+    round_fp8_rows(op, st, h1, h1, kBF16, F, P, F);
   }
+  step(std::false_type{}, es.down);
   launch_moe_combine(op, st, L, ws, out, weights, T, k, D);
 }
 

@@ -89,37 +89,4 @@ SL_E2M1_HD Bf16Scale scale_factors(uint32_t scale) {
   return {f1 * 0x00800080u, f2 * 0x00800080u, s > 128u};
 }
 
-// 8 e2m1 codes in checkpoint order (4 packed bytes) as e4m3 codes of each value times 2^-6, for
-// the FP8 tensor cores or for the hardware's e4m3 -> f16 conversion (moe_fp4_staged_kernel): the
-// even elements' four bytes (element 2i in byte i) and the odd elements'. An e2m1 code s e1 e0 m
-// placed as s << 7 | e1 e0 m << 2 has exponent field e and first mantissa bit m: (1 + m / 2)
-// 2^(e - 7) for e > 0, and m 2^-7 for e = 0 (an e4m3 subnormal), i.e. the value times 2^-6.
-// Even codes sit in bits 0-3 of each byte (magnitude << 2 to bits 2-4, sign << 4 to bit 7), odd
-// codes in bits 4-7 (magnitude >> 2 to bits 2-4, the sign already at bit 7). Each of the two
-// three-input LOP3s takes bits 2-4 of a shifted word and bit 7 of the sign bits (bit 3 of each
-// byte is also a sign bit, and falls inside 2-4 where the other input wins): six instructions
-// per 8 weights.
-SL_E2M1_HD void e4m3_operands(uint32_t w, uint32_t& even, uint32_t& odd) {
-  const uint32_t sign = w & 0x88888888u;
-  even = ((w << 2) & 0x1C1C1C1Cu) | ((sign << 4) & ~0x1C1C1C1Cu);
-  odd = ((w >> 2) & 0x1C1C1C1Cu) | (sign & ~0x1C1C1C1Cu);
-}
-
-// The fp32 factor that takes e4m3_operands' values (times 2^-6) to the weights of MX group q,
-// 2^(scale - 127 + 6), from a row's 4 scale bytes of one 128-value chunk (group q in byte q) with
-// 6 added to each byte once per chunk (scales_plus6): byte q moved into the float's exponent
-// field by one shift and one mask. Scales above 249 (weights above 2^122) would carry into the
-// next byte; they do not occur in a checkpoint and are not supported.
-SL_E2M1_HD uint32_t scales_plus6(uint32_t scales4) { return scales4 + 0x06060606u; }
-SL_E2M1_HD float group_factor_2p6(uint32_t scales6, int q) {
-  const uint32_t bits = (q == 3 ? scales6 >> 1 : scales6 << (23 - 8 * q)) & 0x7F800000u;
-#ifdef __CUDA_ARCH__
-  return __uint_as_float(bits);
-#else
-  float f;
-  __builtin_memcpy(&f, &bits, sizeof f);
-  return f;
-#endif
-}
-
 }  // namespace sl::e2m1

@@ -75,9 +75,6 @@ TEST(KernelVariants, EveryKeyParsesAndPrintsBack) {
   EXPECT_EQ(KernelVariants::parse("mxfp4-decode=table").changes(), "mxfp4-decode=table");
   EXPECT_EQ(KernelVariants::parse("mxfp4-decode=shift").mxfp4_decode, Mxfp4Decode::Shift);
   EXPECT_EQ(KernelVariants::parse("mxfp4-decode=shift").changes(), "mxfp4-decode=shift");
-  EXPECT_EQ(KernelVariants::parse("mxfp4-decode=e4m3").mxfp4_decode, Mxfp4Decode::E4m3);
-  EXPECT_EQ(KernelVariants::parse("mxfp4-decode=e4m3").changes(), "mxfp4-decode=e4m3");
-  EXPECT_EQ(KernelVariants::parse(KernelVariants::parse("mxfp4-decode=e4m3").str()).mxfp4_decode, Mxfp4Decode::E4m3);
   EXPECT_EQ(KernelVariants::parse("fp8-decode=warp").fp8_decode, Fp8Decode::Warp);
   EXPECT_EQ(KernelVariants::parse("fp8-decode=wide").fp8_decode, Fp8Decode::Wide);
   EXPECT_EQ(KernelVariants::parse("fp8-decode=wide").changes(), "fp8-decode=wide");
@@ -142,7 +139,7 @@ TEST(KernelVariants, BadInputNamesTheKeyAndWhatItTakes) {
                         Case{"fp8-act=codes", "'fp8-act' is no longer a variant: quantizing the FP8 GEMMs'"},
                         Case{"fp8-act=inline", "2026-12-05-h100-fp8-act-codes"},
                         Case{"mxfp4-swap-pipeline=on", "2026-12-05-h100-swap-pipeline"},
-                        Case{"mxfp4-decode=lut", "expected table, shift, shift-quad or e4m3"},
+                        Case{"mxfp4-decode=lut", "expected table, shift or shift-quad"},
                         Case{"mxfp4-prefill=on", "expected mma, gemm or auto"},
                         Case{"mxfp4-swap=yes", "expected on, off or auto"},
                         Case{"mxfp4-mma-blocks=4", "expected 2 or 3"},
