@@ -33,4 +33,14 @@ if [ -n "${PACK:-}" ]; then
   mkdir -p .gpu-pack && rm -f .gpu-pack/bins.txz
   tar cf - -C .gpu . | xz -9e -T"$(nproc)" > .gpu-pack/bins.txz
   ls -la .gpu-pack
+  # What a device call sends: the tracked and untracked-not-ignored files plus the carried pack,
+  # at most 64 MiB. Say so here, before a call is refused for it.
+  tree=$( { git ls-files -z; git ls-files -z --others --exclude-standard; } | du -cb --files0-from=- 2>/dev/null | tail -n 1 | cut -f1)
+  pack=$(stat -c %s .gpu-pack/bins.txz)
+  limit=$((64 * 1024 * 1024))
+  echo "device call: tree $((tree / 1048576)) MiB + pack $((pack / 1048576)) MiB of $((limit / 1048576)) MiB"
+  if [ $((tree + pack)) -gt "$limit" ]; then
+    echo "gpu_build: the tree and the pack are over the device tool's 64 MiB: gzip large results or leave them out" >&2
+    exit 1
+  fi
 fi
