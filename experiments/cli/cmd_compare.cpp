@@ -360,12 +360,15 @@ int run_live(const CompareCliOptions& o) {
 
 int run_recorded(const CompareCliOptions& o, const std::string& why_no_gpu) {
   std::string folder = o.recorded;
+  bool same_settings = true;
   if (folder.empty()) {
     for (const std::string& root : {std::string(STREAMLAB_SOURCE_DIR) + "/results/compare", std::string("results/compare")}) {
       // Preferably a run of the very settings asked for (by default: compare's defaults).
       ModelOptions m = o.model;
       apply_compare_defaults(m);
-      folder = compare::find_recorded_run(root, o.policies, model_args(m, o.kernel_variants));
+      const compare::RecordedRun rec = compare::find_recorded_run(root, o.policies, model_args(m, o.kernel_variants));
+      folder = rec.folder;
+      same_settings = rec.same_settings;
       if (!folder.empty()) break;
     }
     SL_CHECK(!folder.empty(), "compare: no GPU here (", why_no_gpu,
@@ -375,10 +378,16 @@ int run_recorded(const CompareCliOptions& o, const std::string& why_no_gpu) {
   const compare::RunFolder f = compare::read_run_folder(folder);
   Report r = folder_report(f, compare::load_sides(f), o);
   const std::string date = r.provenance.value("date", std::string("an unknown date"));
+  // A recorded run of other settings than those asked for (another config, weight format,
+  // policies...) is still shown, but never as if it answered the question: the line says so, and
+  // the setup line below it names what was measured.
   r.source_line = (o.recorded.empty() ? "No GPU here (" + why_no_gpu + "): showing the comparison recorded on "
                                       : "Showing the comparison recorded on ") +
                   gpu_words(r.provenance) + " at commit " + short_commit(r.provenance) +
-                  " on " + date + " (" + folder + "); run streamlab compare on a GPU to measure yours.";
+                  " on " + date + " (" + folder + ")" +
+                  (same_settings ? "" : "; no recorded run has the settings asked for, so this is the newest one, "
+                                        "measured with the settings on the next line") +
+                  "; run streamlab compare on a GPU to measure yours.";
   return finish(r, o);
 }
 

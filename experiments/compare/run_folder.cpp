@@ -113,10 +113,10 @@ std::vector<Side> load_sides(const RunFolder& f) {
   return sides;
 }
 
-std::string find_recorded_run(const std::string& root, const std::vector<std::string>& policies,
+RecordedRun find_recorded_run(const std::string& root, const std::vector<std::string>& policies,
                               const std::vector<std::string>& model_args) {
   std::error_code ec;
-  if (!fs::is_directory(root, ec)) return "";
+  if (!fs::is_directory(root, ec)) return {};
   std::string best, best_date, match, match_date;
   for (const auto& e : fs::directory_iterator(root, ec)) {
     if (!e.is_directory() || e.path().filename().string().rfind('.', 0) == 0) continue;
@@ -146,7 +146,8 @@ std::string find_recorded_run(const std::string& root, const std::vector<std::st
       match_date = date;
     }
   }
-  return match.empty() ? best : match;
+  if (!match.empty()) return {match, true};
+  return {best, false};
 }
 
 std::string run_folder_name(const std::string& date_utc, const std::string& gpu, const std::string& commit) {

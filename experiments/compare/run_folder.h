@@ -32,10 +32,15 @@ RunFolder read_run_folder(const std::string& path);
 // One side per label (measurements read from the folder); traced runs attached to their side.
 std::vector<Side> load_sides(const RunFolder& f);
 
-// The newest folder under `root` holding a live compare measured on a GPU ("" when none). With
-// `policies` and `model_args` given, the newest of those measured with exactly these settings
-// comes first (what the same command would have measured), then the newest of any.
-std::string find_recorded_run(const std::string& root, const std::vector<std::string>& policies = {},
+// The newest folder under `root` holding a live compare measured on a GPU (folder "" when none).
+// With `policies` and `model_args` given, the newest of those measured with exactly these settings
+// comes first (what the same command would have measured; same_settings true), then the newest of
+// any (same_settings false: the caller must say that its settings differ from those asked for).
+struct RecordedRun {
+  std::string folder;
+  bool same_settings = false;
+};
+RecordedRun find_recorded_run(const std::string& root, const std::vector<std::string>& policies = {},
                               const std::vector<std::string>& model_args = {});
 
 // "<date>_<gpu>_<commit>", file-name safe ("2026-12-04_NVIDIA-H200_1a2b3c4").

@@ -163,6 +163,13 @@ else
     || fail "first line of the no-GPU main job: $(head -1 "$tmp/main.txt")"
   grep -q "shared vs per-layer, graph replay, whole step: " "$tmp/main.txt" || fail "no graph replay verdict in the main job"
   grep -q "roles whose time changed most" "$tmp/main.txt" || fail "no role-matched table in the main job"
+  # compare's defaults were recorded: the line does not hedge. Settings never recorded (tiny): the
+  # newest recorded run is shown, and the first line says that its settings differ.
+  head -1 "$tmp/main.txt" | grep -q "no recorded run has the settings" && fail "the defaults' recorded run taken for another's"
+  "$bin" compare --config tiny > "$tmp/other.txt" 2>&1 || fail "compare --config tiny without a GPU failed"
+  head -1 "$tmp/other.txt" | grep -q "no recorded run has the settings asked for" ||
+    fail "a recorded run of other settings shown without saying so: $(head -1 "$tmp/other.txt")"
+  sed -n 2p "$tmp/other.txt" | grep -q "^flash-6l" || fail "the setup line does not name what was measured"
 fi
 
 # 6b. The torch stream source past PyTorch's pool of 32 (12 MTP layers: 40 draws): the report says
