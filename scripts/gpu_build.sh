@@ -48,8 +48,8 @@ if [ -n "${PACK:-}" ]; then
   # at most 64 MiB. Say so here, before a call is refused for it. The tool counts more than the
   # files' bytes: a tree of 59.5 MB in 3009 files with a 6.4 MB pack was refused, 56.6 MB in about
   # 2990 files with the same pack was not, so each file is counted here with 1 KiB more.
-  files=$( { git ls-files; git ls-files --others --exclude-standard; } | wc -l)
-  tree=$( { git ls-files -z; git ls-files -z --others --exclude-standard; } | du -cb --files0-from=- 2>/dev/null | tail -n 1 | cut -f1)
+  read -r files tree < <( { git ls-files -z; git ls-files -z --others --exclude-standard; } |
+                          du -b --files0-from=- 2>/dev/null | awk '{n++; b += $1} END {print n, b}')
   tree=$((tree + 1024 * files))
   pack=$(stat -c %s .gpu-pack/bins.txz)
   limit=$((64 * 1024 * 1024))

@@ -1400,11 +1400,25 @@ size_t CudaBackend::moe_workspace_bytes(int64_t tokens, int k, int D, int F, int
   return MoeLayout(tokens * k, D, F, E).total;
 }
 
+// W4A8's two roundings, shared by the grouped-GEMM and the tensor-core paths; the values are
+// exact in bf16, so bf16 products multiply what an FP8 product multiplies.
+// x rounded to FP8 groups into y's space (free until w2 writes it: T rows of D bf16 take at most
+// half of P rows of D F32); returns the rounded rows.
+static const bf16* round_fp8_experts_input(const char* op, cudaStream_t st, const MoeLayout& L, char* ws, const Tensor& x,
+                                           int64_t T, int64_t D) {
+  bf16* xq = reinterpret_cast<bf16*>(ws + L.y);
+  round_fp8_rows(op, st, xq, x.data, fcode(x.dtype), D, T, D);
+  return xq;
+}
+// h (the SwiGLU output, P rows of F in h1) rounded to FP8 groups in place, before w2.
+static void round_fp8_experts_hidden(const char* op, cudaStream_t st, const MoeLayout& L, char* ws, int64_t P, int64_t F) {
+  bf16* h1 = reinterpret_cast<bf16*>(ws + L.h1);
+  round_fp8_rows(op, st, h1, h1, kBF16, F, P, F);
+}
+
 // The grouped-GEMM steps after the permutation (P > kGemvMaxPairs): w1 x and w3 x in one launch,
 // SwiGLU in place, w2 -> y (F32), then the combine into out. FP4: the matrices are MXFP4.
-// FP8_ACT (W4A8): x rounded to FP8 groups first, into y's space (free until w2 writes it: T rows
-// of D bf16 take at most half of P rows of D F32), and h after the SwiGLU, in place; the values are
-// exact in bf16, so the GEMMs multiply what an FP8 product multiplies.
+// FP8_ACT (W4A8): x and h rounded to FP8 groups first (round_fp8_experts_*).
 template <bool FP4, bool FP8_ACT = false>
 void moe_gemm_path(const char* op, cudaStream_t st, const MoeLayout& L, char* ws, int64_t T, int64_t D, int64_t E,
                    int64_t F, int64_t k, int64_t P, int BM, float swiglu_limit, const Tensor& out, const Tensor& x,
@@ -1424,11 +1438,7 @@ void moe_gemm_path(const char* op, cudaStream_t st, const MoeLayout& L, char* ws
   g.tile_expert = reinterpret_cast<const int*>(ws + L.tile_expert);
   g.E = int(E);
   // w1 x, w3 x over the gathered token rows.
-  g.A = static_cast<const bf16*>(x.data);
-  if constexpr (FP8_ACT) {
-    round_fp8_rows(op, st, reinterpret_cast<bf16*>(y), x.data, fcode(x.dtype), D, T, D);
-    g.A = reinterpret_cast<const bf16*>(y);
-  }
+  g.A = FP8_ACT ? round_fp8_experts_input(op, st, L, ws, x, T, D) : static_cast<const bf16*>(x.data);
   g.a_rows = src_row;
   g.lda = D;
   g.N = int(F);
@@ -1445,7 +1455,7 @@ void moe_gemm_path(const char* op, cudaStream_t st, const MoeLayout& L, char* ws
   else
     launch_moe_gemm<64, bf16, FP4>(op, st, g, P, optin);
   launch_swiglu(op, st, h1, kBF16, h1, kBF16, h3, kBF16, P * F, swiglu_limit);
-  if constexpr (FP8_ACT) round_fp8_rows(op, st, h1, h1, kBF16, F, P, F);
+  if constexpr (FP8_ACT) round_fp8_experts_hidden(op, st, L, ws, P, F);
   // y = w2 h1 (contiguous permuted rows), F32.
   g.A = h1;
   g.a_rows = nullptr;
@@ -1540,13 +1550,10 @@ void CudaBackend::moe_experts_mxfp4(Stream s, const Tensor& out, const Tensor& x
   launch_moe_permute(op, st, L, ws, ids, P, k, E, kFp4TileRows, smem_optin());
   const int64_t max_tiles = cdiv(P, kFp4TileRows) + std::min<int64_t>(P, E);
   ExpertSteps es = expert_steps(L, ws, x, D, E, F, swiglu_limit, m1, m2, m3);
-  // W4A8: x rounded to FP8 groups into y's space (free until w2 writes it: T rows of D bf16 take
-  // at most half of P rows of D F32), w1 x and w3 x to bf16 before the SwiGLU, and h to FP8 groups
-  // in place before w2, as in moe_gemm_path.
+  // W4A8: x rounded to FP8 groups, w1 x and w3 x to bf16 before the SwiGLU (as the grouped GEMM
+  // stores them), h rounded to FP8 groups before w2.
   if (fp8_act) {
-    bf16* xq = reinterpret_cast<bf16*>(ws + L.y);
-    round_fp8_rows(op, st, xq, x.data, fcode(x.dtype), D, T, D);
-    es.up.A = xq;
+    es.up.A = round_fp8_experts_input(op, st, L, ws, x, T, D);
     es.up.bf16_in = 1;
   }
   const Mxfp4Decode dec = variants().mxfp4_decode;
@@ -1564,10 +1571,7 @@ void CudaBackend::moe_experts_mxfp4(Stream s, const Tensor& out, const Tensor& x
       launch_fp4_mma<PAIR>(op, st, max_tiles, v, sm_count(), dec, variants().mxfp4_mma_blocks);
   };
   step(std::true_type{}, es.up);
-  if (fp8_act) {
-    bf16* h1 = reinterpret_cast<bf16*>(ws + L.h1);
-    round_fp8_rows(op, st, h1, h1, kBF16, F, P, F);
-  }
+  if (fp8_act) round_fp8_experts_hidden(op, st, L, ws, P, F);
   step(std::false_type{}, es.down);
   launch_moe_combine(op, st, L, ws, out, weights, T, k, D);
 }
