@@ -12,7 +12,7 @@ const char* const kKernelVariantsHelp =
     "CUDA kernel variants, key=value[,key=value...]: attn-decode=on|off, attn-splits=N (0 = auto, at most 16), "
     "gemv-bf16-max-mb=N, pdl=on|off, cublas-workspace-kb=N, mxfp4-mma=on|off, fp8-decode=auto|warp|wide, "
     "mxfp4-wide=on|off, mxfp4-decode=table|shift|shift-quad, mxfp4-swap=on|off|auto, mxfp4-mma-blocks=2|3, "
-    "mxfp4-prefill=mma|gemm|auto, fp8-pair=on|off, fp8-wide-blocks=1|2, hc-decode=split|fused, "
+    "mxfp4-prefill=mma|gemm|auto, mxfp4-w4a8=mma|wgmma, fp8-pair=on|off, fp8-wide-blocks=1|2, hc-decode=split|fused, "
     "fp8-kv=packed|emulated (default: the "
     "measured best of each; variants not yet timed on a GPU are off)";
 
@@ -133,6 +133,8 @@ KernelVariants KernelVariants::parse(const std::string& spec) {
       else if (v == "gemm") k.mxfp4_prefill = Mxfp4Prefill::Gemm;
       else if (v == "auto") k.mxfp4_prefill = Mxfp4Prefill::Auto;
       else fail("--kernel-variants: ", key, "=", v, ": expected mma, gemm or auto");
+    } else if (key == "mxfp4-w4a8") {
+      k.mxfp4_w4a8 = either(key, v, "mma", "wgmma") ? Mxfp4W4a8::Wgmma : Mxfp4W4a8::Mma;
     } else if (key == "fp8-kv") {
       k.fp8_kv_packed = !either(key, v, "packed", "emulated");
     } else if (const char* why = removed(key)) {
@@ -140,7 +142,7 @@ KernelVariants KernelVariants::parse(const std::string& spec) {
     } else {
       fail("--kernel-variants: unknown key '", key,
            "' (attn-decode, attn-splits, gemv-bf16-max-mb, pdl, cublas-workspace-kb, mxfp4-mma, fp8-decode, mxfp4-wide, "
-           "mxfp4-decode, mxfp4-swap, mxfp4-mma-blocks, mxfp4-prefill, fp8-pair, fp8-wide-blocks, hc-decode, fp8-kv)");
+           "mxfp4-decode, mxfp4-swap, mxfp4-mma-blocks, mxfp4-prefill, mxfp4-w4a8, fp8-pair, fp8-wide-blocks, hc-decode, fp8-kv)");
     }
   }
   return k;
@@ -159,7 +161,8 @@ std::string KernelVariants::str() const {
     << ",fp8-decode=" << fp8_decode_names[int(fp8_decode)] << ",mxfp4-wide=" << oo(mxfp4_wide)
     << ",mxfp4-decode=" << mxfp4_decode_names[int(mxfp4_decode)] << ",mxfp4-swap=" << mxfp4_swap_names[int(mxfp4_swap)]
     << ",mxfp4-mma-blocks=" << mxfp4_mma_blocks
-    << ",mxfp4-prefill=" << mxfp4_prefill_names[int(mxfp4_prefill)] << ",fp8-pair=" << oo(fp8_pair)
+    << ",mxfp4-prefill=" << mxfp4_prefill_names[int(mxfp4_prefill)]
+    << ",mxfp4-w4a8=" << (mxfp4_w4a8 == Mxfp4W4a8::Wgmma ? "wgmma" : "mma") << ",fp8-pair=" << oo(fp8_pair)
     << ",fp8-wide-blocks=" << fp8_wide_blocks << ",hc-decode=" << (hc_decode_fused ? "fused" : "split")
     << ",fp8-kv=" << (fp8_kv_packed ? "packed" : "emulated");
   return s.str();

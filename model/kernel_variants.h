@@ -22,6 +22,7 @@ enum class Fp8Decode { Auto, Warp, Wide };
 enum class Mxfp4Decode { Table, Shift, ShiftQuad };
 enum class Mxfp4Swap { Off, On, Auto };
 enum class Mxfp4Prefill { Mma, Gemm, Auto };
+enum class Mxfp4W4a8 { Mma, Wgmma };
 
 struct KernelVariants {
   // Sparse attention at decode (at most 2 tokens, head dims 64..512): the CUDA-core decode kernel
@@ -117,6 +118,13 @@ struct KernelVariants {
     if (mxfp4_prefill == Mxfp4Prefill::Auto) return P >= kMxfp4GemmAutoRowsPerExpert * E;
     return mxfp4_prefill == Mxfp4Prefill::Gemm;
   }
+  // The MXFP4 experts with FP8 activations (W4A8, --weights native-w4a8) at the sizes the 8-row
+  // and swapped kernels take (everything but mxfp4-prefill's GEMM): wgmma (the default) = Hopper's
+  // FP8 warpgroup MMA, e2m1 turned into e4m3 operands in registers (7 integer instructions per 8
+  // weights), each MX group's scale applied to its product, the activations quantized in the
+  // kernel (model/cuda/cuda_moe.cu, moe_fp4_wgmma_kernel; needs a build for sm_90a, else mma);
+  // mma = the bf16 mma.sync kernels on activations rounded to FP8 values first, as W4A16 runs.
+  Mxfp4W4a8 mxfp4_w4a8 = Mxfp4W4a8::Wgmma;
   // --kv-cache fp8 on the GPU: caches packed as vLLM stores them (true: U8 entries, 584 bytes
   // per flash KV entry, model/kv_fp8_entry.h; the readers decode while loading) or emulated
   // (false: bf16 entries rounded to the same FP8 values, 1024 bytes). The same values either way.
@@ -128,7 +136,7 @@ struct KernelVariants {
   // "key=value,key=value": attn-decode=on|off, attn-splits=N, gemv-bf16-max-mb=N, pdl=on|off,
   // cublas-workspace-kb=N, mxfp4-mma=on|off, fp8-decode=auto|warp|wide, mxfp4-wide=on|off,
   // mxfp4-decode=table|shift|shift-quad, mxfp4-swap=on|off|auto, mxfp4-mma-blocks=2|3,
-  // mxfp4-prefill=mma|gemm|auto, fp8-pair=on|off,
+  // mxfp4-prefill=mma|gemm|auto, mxfp4-w4a8=mma|wgmma, fp8-pair=on|off,
   // fp8-wide-blocks=1|2, hc-decode=split|fused, fp8-kv=packed|emulated.
   // Unknown keys and bad values are errors naming the key and the accepted values (a retired key
   // says why it went). An empty spec is the defaults.

@@ -1231,6 +1231,323 @@ void launch_fp4_swap(const char* op, cudaStream_t st, int64_t max_tiles, const M
   CUDA_LAUNCH_CHECK(op, st);
 }
 
+// ================================================================ W4A8 on the FP8 tensor cores
+// mxfp4-w4a8=wgmma (the default for W4A8, --weights native-w4a8): the MXFP4 experts times FP8
+// activations on Hopper's warpgroup MMA (wgmma, sm_90a), the one MMA of sm_90 that multiplies
+// FP8 at its own rate (mma.sync converts FP8 operands to f16: the removed staged kernel).
+// - The weights are the MMA's A operand, decoded in registers. An e2m1 code s e1 e0 m placed in
+//   a byte as s << 7 | e1 e0 m << 2 is an e4m3 worth the e2m1 value times 2^-6 (e = 0 included:
+//   m * 2^-7), 7 integer instructions per 8 weights (e2m1_bits.h, e4m3_even / e4m3_odd) against about 19 for
+//   bf16 pairs and their scale multiply in the mma.sync kernels.
+// - One wgmma m64n8k32 takes 64 output features x 8 tokens x 32 K: exactly one MX group of each
+//   feature row. So the group's scale multiplies the product after the MMA (a fresh accumulator
+//   per group, then acc += 2^(scale - 127) D) instead of every weight before it.
+// - The activations are B: the tile's <= 8 tokens, quantized per 1 x 128 block exactly as
+//   round_fp8_rows rounds them (the same scale and codes, so the same values the other W4A8 paths
+//   multiply), staged once per block in shared memory in wgmma's K-major core-matrix layout; a
+//   block's scale multiplies its 4 groups' sum.
+// - A warpgroup (128 threads) takes 64 features; KS warpgroups of a block split K and meet in
+//   shared memory in a fixed order, so results do not depend on scheduling.
+// Within a group the MMA's K order is a permutation of the weights' (both operands alike): lane
+// (grp, tig) holds bytes [4 tig, 4 tig + 4) of its row's 16-byte group, whose even elements
+// 8 tig + 2j become the MMA's K position 4 tig + j and the odd ones 16 + 4 tig + j (wgmma's
+// register layout for A: K positions [4 tig, 4 tig + 4) in a0 / a1, [16 + 4 tig, ...) in a2 / a3,
+// rows grp and grp + 8 of the warp's 16).
+constexpr int kWgFeatures = 64;  // wgmma M: output features per warpgroup
+constexpr int kWgTokens = 8;     // wgmma N: the 8-token tiles of the permutation (kFp4TileRows)
+static_assert(kWgTokens == kFp4TileRows, "a wgmma's N columns are one permutation tile's rows");
+
+// 2^(s - 127) for byte Q of a word of 4 e8m0 scales: the byte moved into a float's exponent
+// field (two integer instructions). s = 0 (2^-127, a float subnormal) gives 0: such a group's
+// weights are at most 6 * 2^-127, below fp32's normal range.
+template <int Q>
+__device__ __forceinline__ float e8m0_byte_value(uint32_t s) {
+  if constexpr (Q < 3)
+    return __uint_as_float((s << (23 - 8 * Q)) & 0x7F800000u);
+  else
+    return __uint_as_float((s >> 1) & 0x7F800000u);
+}
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define SL_HAVE_WGMMA 1
+#endif
+
+// The wgmma shared-memory descriptor of a K-major B tile without swizzle: core matrices of 8
+// token rows x 16 bytes (128 contiguous bytes), consecutive along K (leading byte offset 128; the
+// stride byte offset is for further 8-row groups, which N = 8 does not have).
+__device__ __forceinline__ uint64_t wgmma_desc_b(const void* smem) {
+  const uint32_t a = uint32_t(__cvta_generic_to_shared(smem));
+  return uint64_t((a & 0x3FFFF) >> 4) | uint64_t(128 >> 4) << 16 | uint64_t(256 >> 4) << 32;
+}
+
+// D = A . B (the accumulator's previous value is not read): m64n8k32, e4m3 x e4m3, fp32.
+__device__ __forceinline__ void wgmma_fp8_m64n8k32(float (&d)[4], const uint32_t (&a)[4], uint64_t desc_b) {
+#ifdef SL_HAVE_WGMMA
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0,%1,%2,%3}, {%4,%5,%6,%7}, %8, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(0));
+#else
+  __trap();  // built without sm_90a: the host never launches this kernel then (STREAMLAB_SM90A)
+#endif
+}
+__device__ __forceinline__ void wgmma_fence() {
+#ifdef SL_HAVE_WGMMA
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wgmma_commit_and_wait() {
+#ifdef SL_HAVE_WGMMA
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+#endif
+}
+// Keeps the compiler from moving a register's uses across a wgmma's asynchronous window (its
+// operands must stay put and its results are only there after the wait).
+__device__ __forceinline__ void wgmma_pin(float& r) { asm volatile("" : "+f"(r)::"memory"); }
+__device__ __forceinline__ void wgmma_pin(uint32_t& r) { asm volatile("" : "+r"(r)::"memory"); }
+
+// The block's shared memory: the token scales [K / 128][8] (times 2^6, the decode's factor), then
+// the codes, B [K / 16 core matrices][8 tokens][16 bytes]; after the main loop the codes' space
+// holds the K slices' partial sums.
+__host__ __device__ constexpr size_t fp4_wgmma_scales_bytes(int K) {
+  return (size_t(K / 128) * kWgTokens * 4 + 127) / 128 * 128;
+}
+__host__ __device__ constexpr size_t fp4_wgmma_smem(int K, int KS, int NM) {
+  const size_t codes = size_t(K) * kWgTokens, red = KS > 1 ? size_t(KS) * 128 * NM * 4 * 4 : 0;
+  return fp4_wgmma_scales_bytes(K) + (codes > red ? codes : red);
+}
+
+template <bool PAIR, int KS>
+__global__ __launch_bounds__(128 * KS) void moe_fp4_wgmma_kernel(MoeGemvArgs g) {
+  constexpr int NM = PAIR ? 2 : 1;  // weight matrices streamed (w1 and w3, or w2)
+  extern __shared__ __align__(128) unsigned char wg_smem[];
+  __shared__ int64_t arow[kWgTokens];
+  pdl_enter();
+  Fp4Tile tile;
+  if (!fp4_tile(g, tile)) return;  // uniform per block
+  const int e = tile.expert, row0 = tile.row0, rows = tile.rows;
+  const int K = g.K;
+  float* tok_scale = reinterpret_cast<float*>(wg_smem);
+  unsigned char* codes = wg_smem + fp4_wgmma_scales_bytes(K);
+  const int tid = threadIdx.x, lane = tid & 31, grp = lane >> 2, tig = lane & 3;
+  const int wg = tid >> 7, w4 = (tid >> 5) & 3;  // warpgroup (K slice) and warp within it
+  const int k_lo = wg * (K / KS), k_hi = k_lo + K / KS;
+
+  // This lane's two weight rows (features n0 + grp, n0 + grp + 8 of the tile) in each matrix.
+  const int n0 = int(blockIdx.y) * kWgFeatures + w4 * 16 + grp;
+  const unsigned char* wrow[NM][2];
+  const unsigned char* srow[NM][2];
+#pragma unroll
+  for (int j = 0; j < NM; ++j)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int64_t row = int64_t(e) * g.N + min(n0 + 8 * r, g.N - 1);
+      wrow[j][r] = static_cast<const unsigned char*>(j == 0 ? g.W : g.W3) + row * (K / 2) + tig * 4;
+      srow[j][r] = (j == 0 ? g.Ws : g.W3s) + row * (K / 32);
+    }
+  // A 128-value chunk of K: per matrix and row, word tig of each of its 4 groups, and the 4
+  // groups' scales (one word).
+  struct Chunk {
+    uint32_t w[NM][2][4], s[NM][2];
+  };
+  auto load_chunk = [&](int k, Chunk& c) {
+#pragma unroll
+    for (int j = 0; j < NM; ++j)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+#pragma unroll
+        for (int q = 0; q < 4; ++q) c.w[j][r][q] = __ldg(reinterpret_cast<const uint32_t*>(wrow[j][r] + k / 2 + 16 * q));
+        c.s[j][r] = __ldg(reinterpret_cast<const uint32_t*>(srow[j][r] + k / 32));
+      }
+  };
+  // The first chunk's weights in flight while the activations are staged.
+  Chunk cur;
+  load_chunk(k_lo, cur);
+
+  // 1. The tile's tokens as e4m3 codes and block scales. 16 lanes take one (token, 128-block), 8
+  // values each: the block's amax by a butterfly over the 16, then the lane's even elements to K
+  // positions [4 tig', 4 tig' + 4) of its group's first core matrix, the odd ones to the second
+  // (tig' = lane & 3, the group (lane & 15) / 4).
+  if (tid < kWgTokens) arow[tid] = tid < rows ? (g.a_rows ? int64_t(g.a_rows[row0 + tid]) : int64_t(row0 + tid)) : -1;
+  __syncthreads();
+  {
+    const int vecs = kWgTokens * (K / 8);  // 16-byte vectors of the tile's activations
+    constexpr int kBatch = 8;              // loads in flight per thread
+    for (int v0 = tid; v0 < vecs; v0 += kBatch * 128 * KS) {
+      uint4 x[kBatch];
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        const int v = v0 + b * 128 * KS;
+        const int n = v / (K / 8), kv = v % (K / 8);
+        x[b] = make_uint4(0, 0, 0, 0);
+        if (v < vecs && arow[n] >= 0) x[b] = *reinterpret_cast<const uint4*>(g.A + arow[n] * g.lda + kv * 8);
+      }
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        // Past the end (uniform per warp: vecs = K is a multiple of 128) the zeros are quantized
+        // and not stored, so that every lane reaches the shuffles.
+        const int v = v0 + b * 128 * KS;
+        const bool live = v - lane < vecs;
+        const bf16* h = reinterpret_cast<const bf16*>(&x[b]);
+        float f[8], amax = 0.f;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          f[i] = __bfloat162float(h[i]);
+          amax = fmaxf(amax, fabsf(f[i]));
+        }
+#pragma unroll
+        for (int o = 8; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, o));
+        const float s = fp8_group_scale(amax), rs = 1.f / s;  // x * rs == x / s exactly
+        const int n = v / (K / 8), kv = v % (K / 8), blk = kv / 16, q = (kv & 15) >> 2, t4 = kv & 3;
+        uint32_t even = 0, odd = 0;
+#pragma unroll
+        for (int i = 0; i < 8; i += 2) {
+          even |= uint32_t(__nv_cvt_float_to_fp8(f[i] * rs, __NV_SATFINITE, __NV_E4M3)) << (4 * i);
+          odd |= uint32_t(__nv_cvt_float_to_fp8(f[i + 1] * rs, __NV_SATFINITE, __NV_E4M3)) << (4 * i);
+        }
+        if (!live) continue;
+        unsigned char* cm = codes + size_t(blk * 8 + q * 2) * 128 + n * 16 + t4 * 4;
+        *reinterpret_cast<uint32_t*>(cm) = even;
+        *reinterpret_cast<uint32_t*>(cm + 128) = odd;
+        if ((lane & 15) == 0) tok_scale[blk * kWgTokens + n] = s * 64.f;
+      }
+    }
+  }
+#ifdef SL_HAVE_WGMMA
+  // The codes were written through the generic proxy; wgmma reads them through the async one.
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+  __syncthreads();
+
+  // 2. The warpgroup's K slice, a 128-value chunk (4 groups, 4 MMAs per matrix) at a time, the
+  // next chunk's loads in flight while this one is decoded and multiplied.
+  float acc[NM][4] = {};
+  const uint64_t desc0 = wgmma_desc_b(codes);
+  for (int k = k_lo; k < k_hi; k += 128) {
+    Chunk nxt;
+    load_chunk(min(k + 128, k_hi - 128), nxt);  // the last chunk loads itself again (cache hits)
+    uint32_t a[NM][4][4];
+#pragma unroll
+    for (int j = 0; j < NM; ++j)
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        a[j][q][0] = e2m1::e4m3_even(cur.w[j][0][q]);
+        a[j][q][1] = e2m1::e4m3_even(cur.w[j][1][q]);
+        a[j][q][2] = e2m1::e4m3_odd(cur.w[j][0][q]);
+        a[j][q][3] = e2m1::e4m3_odd(cur.w[j][1][q]);
+      }
+    float d[NM][4][4];
+#pragma unroll
+    for (int j = 0; j < NM; ++j)
+#pragma unroll
+      for (int q = 0; q < 4; ++q)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          d[j][q][i] = 0.f;
+          wgmma_pin(d[j][q][i]);
+          wgmma_pin(a[j][q][i]);
+        }
+    wgmma_fence();
+    // Group q's two core matrices start (k + 32 q) / 16 * 128 bytes in: 16 q + k bytes / 16 in
+    // the descriptor's 16-byte units.
+#pragma unroll
+    for (int j = 0; j < NM; ++j)
+#pragma unroll
+      for (int q = 0; q < 4; ++q) wgmma_fp8_m64n8k32(d[j][q], a[j][q], desc0 + uint64_t(k / 16 * 8 + 16 * q));
+    wgmma_commit_and_wait();
+#pragma unroll
+    for (int j = 0; j < NM; ++j)
+#pragma unroll
+      for (int q = 0; q < 4; ++q)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          wgmma_pin(d[j][q][i]);
+          wgmma_pin(a[j][q][i]);
+        }
+    // D[i]: feature row grp (i < 2) or grp + 8, token 2 tig + (i & 1).
+    const float t0 = tok_scale[(k / 128) * kWgTokens + 2 * tig], t1 = tok_scale[(k / 128) * kWgTokens + 2 * tig + 1];
+#pragma unroll
+    for (int j = 0; j < NM; ++j) {
+      float c[4] = {};
+      auto group = [&](auto Q) {
+        constexpr int q = decltype(Q)::value;
+        const float r0 = e8m0_byte_value<q>(cur.s[j][0]), r1 = e8m0_byte_value<q>(cur.s[j][1]);
+        c[0] += r0 * d[j][q][0];
+        c[1] += r0 * d[j][q][1];
+        c[2] += r1 * d[j][q][2];
+        c[3] += r1 * d[j][q][3];
+      };
+      group(std::integral_constant<int, 0>{});
+      group(std::integral_constant<int, 1>{});
+      group(std::integral_constant<int, 2>{});
+      group(std::integral_constant<int, 3>{});
+      acc[j][0] += t0 * c[0];
+      acc[j][1] += t1 * c[1];
+      acc[j][2] += t0 * c[2];
+      acc[j][3] += t1 * c[3];
+    }
+    cur = nxt;
+  }
+
+  // 3. The K slices' sums in slice order (warpgroup 0 finishes), then the outputs.
+  if constexpr (KS > 1) {
+    __syncthreads();  // every warpgroup is past its MMAs: the codes' space is free
+    float* red = reinterpret_cast<float*>(codes);  // [KS][128][NM * 4]
+#pragma unroll
+    for (int j = 0; j < NM; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) red[(wg * 128 + (tid & 127)) * NM * 4 + j * 4 + i] = acc[j][i];
+    __syncthreads();
+    if (wg != 0) return;
+#pragma unroll
+    for (int j = 0; j < NM; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        float v = 0.f;
+#pragma unroll
+        for (int s = 0; s < KS; ++s) v += red[(s * 128 + tid) * NM * 4 + j * 4 + i];
+        acc[j][i] = v;
+      }
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int n = n0 + 8 * (i >> 1), r = 2 * tig + (i & 1);
+    if (n >= g.N || r >= rows) continue;
+    store_expert_out<PAIR>(g, int64_t(row0 + r) * g.N + n, acc[0][i], acc[NM - 1][i]);
+  }
+}
+
+// K slices per block (1 or 2): two warpgroups per block where one each would leave fewer than
+// two per SM at the tile count the call reserves (a decode step of 1-2 tokens), each slice a whole
+// number of 128-value chunks. (Four would cap the registers at 128 a thread, below what w1 + w3
+// holds.)
+int fp4_wgmma_k_slices(int64_t max_tiles, int64_t N, int64_t K, int sms) {
+  int ks = 1;
+  while (ks < 2 && max_tiles * cdiv(N, kWgFeatures) * ks < 2 * int64_t(sms) && K % (128 * 2 * ks) == 0) ks *= 2;
+  return ks;
+}
+
+template <bool PAIR>
+void launch_fp4_wgmma(const char* op, cudaStream_t st, int64_t max_tiles, const MoeGemvArgs& v, int sms,
+                      size_t optin) {
+  const int ks = fp4_wgmma_k_slices(max_tiles, v.N, v.K, sms);
+  const dim3 grid{unsigned(max_tiles), unsigned(cdiv(v.N, kWgFeatures)), 1u};
+  auto go = [&](auto KS) {
+    constexpr int S = decltype(KS)::value;
+    auto* kernel = moe_fp4_wgmma_kernel<PAIR, S>;
+    const size_t smem = fp4_wgmma_smem(v.K, S, PAIR ? 2 : 1);
+    allow_smem(op, kernel, smem, optin);
+    launch_kernel(op, kernel, grid, 128 * S, smem, st, v);
+  };
+  if (ks == 1)
+    go(std::integral_constant<int, 1>{});
+  else
+    go(std::integral_constant<int, 2>{});
+  CUDA_LAUNCH_CHECK(op, st);
+}
+
 // out[t, d] = sum_{i < k} weights[t, i] * y[inv[t*k + i], d] (fp32, slot order). Grid
 // (T, D / 256): the block first stages the token's k rows and weights in shared memory, then one
 // thread per d.
@@ -1269,6 +1586,20 @@ struct ExpertMatrix {
   const void* w;
   const uint8_t* scales;
 };
+
+// Whether the wgmma kernel takes these expert matrices: built for sm_90a, and its 4-byte loads of
+// the packed codes and scales aligned (D and F are multiples of 128 under W4A8, so every row is).
+bool fp4_wgmma_ok(const ExpertMatrix& m1, const ExpertMatrix& m2, const ExpertMatrix& m3) {
+#ifdef STREAMLAB_SM90A
+  uintptr_t bits = 0;
+  for (const ExpertMatrix* m : {&m1, &m2, &m3})
+    bits |= reinterpret_cast<uintptr_t>(m->w) | reinterpret_cast<uintptr_t>(m->scales);
+  return bits % 4 == 0;
+#else
+  return false;
+#endif
+}
+
 
 // The two GEMM steps of the routed experts as kernel arguments, read from the permutation in the
 // workspace: up, h1 = swiglu(w1 x, w3 x) over the gathered token rows (N = F, K = D), and down,
@@ -1537,6 +1868,19 @@ void CudaBackend::moe_experts_mxfp4(Stream s, const Tensor& out, const Tensor& x
     else
       moe_gemm_path<true>(op, st, L, ws, T, D, E, F, k, P, BM, swiglu_limit, out, x, weights, m1, m2, m3,
                           smem_optin());
+    return;
+  }
+  // W4A8 on the FP8 tensor cores (mxfp4-w4a8=wgmma, the default, in builds for sm_90a): the
+  // kernels quantize x and h as they stage them (the values round_fp8_rows gives), so neither
+  // rounding launch runs; w1 x and w3 x rounded to bf16 before the SwiGLU as on the other paths.
+  if (fp8_act && variants().mxfp4_w4a8 == Mxfp4W4a8::Wgmma && fp4_wgmma_ok(m1, m2, m3)) {
+    launch_moe_permute(op, st, L, ws, ids, P, k, E, kFp4TileRows, smem_optin());
+    const int64_t max_tiles = cdiv(P, kFp4TileRows) + std::min<int64_t>(P, E);
+    ExpertSteps es = expert_steps(L, ws, x, D, E, F, swiglu_limit, m1, m2, m3);
+    es.up.bf16_in = 1;
+    launch_fp4_wgmma<true>(op, st, max_tiles, es.up, sm_count(), smem_optin());
+    launch_fp4_wgmma<false>(op, st, max_tiles, es.down, sm_count(), smem_optin());
+    launch_moe_combine(op, st, L, ws, out, weights, T, k, D);
     return;
   }
   // The tensor-core path takes K in chunks of 128 (a thread's MX group of each): other sizes, and
