@@ -1308,15 +1308,29 @@ __device__ __forceinline__ void wgmma_commit_and_wait() {
 __device__ __forceinline__ void wgmma_pin(float& r) { asm volatile("" : "+f"(r)::"memory"); }
 __device__ __forceinline__ void wgmma_pin(uint32_t& r) { asm volatile("" : "+r"(r)::"memory"); }
 
-// The block's shared memory: the token scales [K / 128][8] (times 2^6, the decode's factor), then
-// the codes, B [K / 16 core matrices][8 tokens][16 bytes]; after the main loop the codes' space
-// holds the K slices' partial sums.
+// Each warp streams its 16 rows' weights through a ring of kWgStages chunks in shared memory
+// (cp.async, 16 bytes a lane: a warp's copy is 8 rows x 64 contiguous bytes per instruction, where
+// loading each lane's operand words straight from global memory took 4-byte loads, each touching
+// 8 rows for 16 bytes, and kept only one chunk in flight). A stage: per matrix 16 rows of the
+// chunk's 64 packed bytes, each row padded to 80 bytes so that the lanes' 4-byte reads of their
+// words (row grp, word 4 q + tig) hit 32 different banks, then the 16 rows' 4 group scales.
+constexpr int kWgStages = 3;
+constexpr int kWgRowBytes = 80;
+__host__ __device__ constexpr int fp4_wgmma_stage_bytes(int NM) { return NM * (16 * kWgRowBytes + 16 * 4); }
+
+// The block's shared memory: the token scales [K / 128][8] (times 2^6, the decode's factor), the
+// codes, B [K / 16 core matrices][8 tokens][16 bytes] (after the main loop: the K slices' partial
+// sums), then the warps' weight rings.
 __host__ __device__ constexpr size_t fp4_wgmma_scales_bytes(int K) {
   return (size_t(K / 128) * kWgTokens * 4 + 127) / 128 * 128;
 }
-__host__ __device__ constexpr size_t fp4_wgmma_smem(int K, int KS, int NM) {
+__host__ __device__ constexpr size_t fp4_wgmma_codes_bytes(int K, int KS, int NM) {
   const size_t codes = size_t(K) * kWgTokens, red = KS > 1 ? size_t(KS) * 128 * NM * 4 * 4 : 0;
-  return fp4_wgmma_scales_bytes(K) + (codes > red ? codes : red);
+  return codes > red ? codes : red;
+}
+__host__ __device__ constexpr size_t fp4_wgmma_smem(int K, int KS, int NM) {
+  return fp4_wgmma_scales_bytes(K) + fp4_wgmma_codes_bytes(K, KS, NM) +
+         size_t(4 * KS) * kWgStages * fp4_wgmma_stage_bytes(NM);
 }
 
 template <bool PAIR, int KS>
@@ -1335,7 +1349,9 @@ __global__ __launch_bounds__(128 * KS) void moe_fp4_wgmma_kernel(MoeGemvArgs g) 
   const int wg = tid >> 7, w4 = (tid >> 5) & 3;  // warpgroup (K slice) and warp within it
   const int k_lo = wg * (K / KS), k_hi = k_lo + K / KS;
 
-  // This lane's two weight rows (features n0 + grp, n0 + grp + 8 of the tile) in each matrix.
+  // This lane's two weight rows (features n0 + grp, n0 + grp + 8 of the tile) in each matrix: it
+  // copies their chunks' 16 bytes [16 tig, 16 tig + 16) and (lanes tig < 2) the scales of row
+  // grp + 8 tig, and reads back word tig of each group of both.
   const int n0 = int(blockIdx.y) * kWgFeatures + w4 * 16 + grp;
   const unsigned char* wrow[NM][2];
   const unsigned char* srow[NM][2];
@@ -1344,27 +1360,36 @@ __global__ __launch_bounds__(128 * KS) void moe_fp4_wgmma_kernel(MoeGemvArgs g) 
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int64_t row = int64_t(e) * g.N + min(n0 + 8 * r, g.N - 1);
-      wrow[j][r] = static_cast<const unsigned char*>(j == 0 ? g.W : g.W3) + row * (K / 2) + tig * 4;
+      wrow[j][r] = static_cast<const unsigned char*>(j == 0 ? g.W : g.W3) + row * (K / 2) + tig * 16;
       srow[j][r] = (j == 0 ? g.Ws : g.W3s) + row * (K / 32);
     }
-  // A 128-value chunk of K: per matrix and row, word tig of each of its 4 groups, and the 4
-  // groups' scales (one word).
-  struct Chunk {
-    uint32_t w[NM][2][4], s[NM][2];
-  };
-  auto load_chunk = [&](int k, Chunk& c) {
+  constexpr int SB = fp4_wgmma_stage_bytes(NM);
+  unsigned char* ring = wg_smem + fp4_wgmma_scales_bytes(K) + fp4_wgmma_codes_bytes(K, KS, NM) +
+                        size_t(tid >> 5) * kWgStages * SB;
+  auto stage_of = [&](int st) { return ring + st * SB; };
+  auto issue_chunk = [&](int k, int st) {
+    unsigned char* b = stage_of(st);
 #pragma unroll
     for (int j = 0; j < NM; ++j)
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-#pragma unroll
-        for (int q = 0; q < 4; ++q) c.w[j][r][q] = __ldg(reinterpret_cast<const uint32_t*>(wrow[j][r] + k / 2 + 16 * q));
-        c.s[j][r] = __ldg(reinterpret_cast<const uint32_t*>(srow[j][r] + k / 32));
+        cp_async16(b + j * 16 * kWgRowBytes + (grp + 8 * r) * kWgRowBytes + tig * 16, wrow[j][r] + k / 2, 16);
+        if (tig == r) {
+          const unsigned d = unsigned(__cvta_generic_to_shared(b + NM * 16 * kWgRowBytes + j * 64 + (grp + 8 * r) * 4));
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(d), "l"(srow[j][r] + k / 32));
+        }
       }
+    cp_async_commit();
   };
-  // The first chunk's weights in flight while the activations are staged.
-  Chunk cur;
-  load_chunk(k_lo, cur);
+  // The first chunks in flight while the activations are staged (an empty group past the slice
+  // keeps the group count the waits assume).
+#pragma unroll
+  for (int c = 0; c < kWgStages - 1; ++c) {
+    if (k_lo + 128 * c < k_hi)
+      issue_chunk(k_lo + 128 * c, c);
+    else
+      cp_async_commit();
+  }
 
   // 1. The tile's tokens as e4m3 codes and block scales. 16 lanes take one (token, 128-block), 8
   // values each: the block's amax by a butterfly over the 16, then the lane's even elements to K
@@ -1425,9 +1450,31 @@ __global__ __launch_bounds__(128 * KS) void moe_fp4_wgmma_kernel(MoeGemvArgs g) 
   // next chunk's loads in flight while this one is decoded and multiplied.
   float acc[NM][4] = {};
   const uint64_t desc0 = wgmma_desc_b(codes);
+  int st = 0;  // the stage of chunk k
   for (int k = k_lo; k < k_hi; k += 128) {
-    Chunk nxt;
-    load_chunk(min(k + 128, k_hi - 128), nxt);  // the last chunk loads itself again (cache hits)
+    // Chunk k + 128 (kWgStages - 1) into the stage chunk k - 128 used (every lane is past reading
+    // it: the __syncwarp at the end of the last iteration), then wait for chunk k.
+    const int kn = k + 128 * (kWgStages - 1), sn = st == 0 ? kWgStages - 1 : st - 1;
+    if (kn < k_hi)
+      issue_chunk(kn, sn);
+    else
+      cp_async_commit();
+    cp_async_wait<kWgStages - 1>();
+    __syncwarp();
+    const unsigned char* b = stage_of(st);
+    struct {
+      uint32_t w[NM][2][4], s[NM][2];
+    } cur;
+#pragma unroll
+    for (int j = 0; j < NM; ++j)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+#pragma unroll
+        for (int q = 0; q < 4; ++q)
+          cur.w[j][r][q] =
+              *reinterpret_cast<const uint32_t*>(b + j * 16 * kWgRowBytes + (grp + 8 * r) * kWgRowBytes + q * 16 + tig * 4);
+        cur.s[j][r] = *reinterpret_cast<const uint32_t*>(b + NM * 16 * kWgRowBytes + j * 64 + (grp + 8 * r) * 4);
+      }
     uint32_t a[NM][4][4];
 #pragma unroll
     for (int j = 0; j < NM; ++j)
@@ -1488,7 +1535,8 @@ __global__ __launch_bounds__(128 * KS) void moe_fp4_wgmma_kernel(MoeGemvArgs g) 
       acc[j][2] += t0 * c[2];
       acc[j][3] += t1 * c[3];
     }
-    cur = nxt;
+    __syncwarp();  // the stage is read: the next iteration refills it
+    st = st == kWgStages - 1 ? 0 : st + 1;
   }
 
   // 3. The K slices' sums in slice order (warpgroup 0 finishes), then the outputs.
