@@ -1308,15 +1308,19 @@ __device__ __forceinline__ void wgmma_commit_and_wait() {
 __device__ __forceinline__ void wgmma_pin(float& r) { asm volatile("" : "+f"(r)::"memory"); }
 __device__ __forceinline__ void wgmma_pin(uint32_t& r) { asm volatile("" : "+r"(r)::"memory"); }
 
-// Each warp streams its 16 rows' weights through a ring of kWgStages chunks in shared memory
-// (cp.async, 16 bytes a lane: a warp's copy is 8 rows x 64 contiguous bytes per instruction, where
-// loading each lane's operand words straight from global memory took 4-byte loads, each touching
-// 8 rows for 16 bytes, and kept only one chunk in flight). A stage: per matrix 16 rows of the
-// chunk's 64 packed bytes, each row padded to 80 bytes so that the lanes' 4-byte reads of their
-// words (row grp, word 4 q + tig) hit 32 different banks, then the 16 rows' 4 group scales.
-constexpr int kWgStages = 3;
-constexpr int kWgRowBytes = 80;
-__host__ __device__ constexpr int fp4_wgmma_stage_bytes(int NM) { return NM * (16 * kWgRowBytes + 16 * 4); }
+// Each warp streams its 16 rows' weights through a ring of chunks in shared memory (cp.async, 16
+// bytes a lane: a warp's copy is 8 rows x 64 contiguous bytes per instruction; loading each lane's
+// operand words straight from global memory took 4-byte loads, each touching 8 rows for 16 bytes,
+// with one chunk in flight, and measured 1.4x slower than the mma.sync kernels at 8 tokens). A
+// stage: per matrix 16 rows of the chunk's 64 packed bytes, then the 16 rows' 4 group scales.
+// Row r's 16-byte pieces are stored XOR-swizzled (piece t at t ^ ((r >> 1) & 3)), so that the
+// lanes' 4-byte reads of their words (row grp, word 4 q + tig) hit 32 different banks.
+// kWgStages: chunks in the ring (stages - 1 in flight ahead of the one multiplied), as many as
+// keep three blocks of w1 + w3 (33 KiB of activations each at D = 4096) within an SM.
+template <int NM>
+constexpr int kWgStages = NM == 2 ? 4 : 6;
+__host__ __device__ constexpr int fp4_wgmma_stage_bytes(int NM) { return NM * (16 * 64 + 16 * 4); }
+__device__ __forceinline__ int fp4_wgmma_piece(int row, int t) { return row * 64 + ((t ^ (row >> 1)) & 3) * 16; }
 
 // The block's shared memory: the token scales [K / 128][8] (times 2^6, the decode's factor), the
 // codes, B [K / 16 core matrices][8 tokens][16 bytes] (after the main loop: the K slices' partial
@@ -1330,7 +1334,7 @@ __host__ __device__ constexpr size_t fp4_wgmma_codes_bytes(int K, int KS, int NM
 }
 __host__ __device__ constexpr size_t fp4_wgmma_smem(int K, int KS, int NM) {
   return fp4_wgmma_scales_bytes(K) + fp4_wgmma_codes_bytes(K, KS, NM) +
-         size_t(4 * KS) * kWgStages * fp4_wgmma_stage_bytes(NM);
+         size_t(4 * KS) * (NM == 2 ? kWgStages<2> : kWgStages<1>) * fp4_wgmma_stage_bytes(NM);
 }
 
 template <bool PAIR, int KS>
@@ -1363,9 +1367,9 @@ __global__ __launch_bounds__(128 * KS) void moe_fp4_wgmma_kernel(MoeGemvArgs g) 
       wrow[j][r] = static_cast<const unsigned char*>(j == 0 ? g.W : g.W3) + row * (K / 2) + tig * 16;
       srow[j][r] = (j == 0 ? g.Ws : g.W3s) + row * (K / 32);
     }
-  constexpr int SB = fp4_wgmma_stage_bytes(NM);
+  constexpr int SB = fp4_wgmma_stage_bytes(NM), S = kWgStages<NM>;
   unsigned char* ring = wg_smem + fp4_wgmma_scales_bytes(K) + fp4_wgmma_codes_bytes(K, KS, NM) +
-                        size_t(tid >> 5) * kWgStages * SB;
+                        size_t(tid >> 5) * S * SB;
   auto stage_of = [&](int st) { return ring + st * SB; };
   auto issue_chunk = [&](int k, int st) {
     unsigned char* b = stage_of(st);
@@ -1373,9 +1377,9 @@ __global__ __launch_bounds__(128 * KS) void moe_fp4_wgmma_kernel(MoeGemvArgs g) 
     for (int j = 0; j < NM; ++j)
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        cp_async16(b + j * 16 * kWgRowBytes + (grp + 8 * r) * kWgRowBytes + tig * 16, wrow[j][r] + k / 2, 16);
+        cp_async16(b + j * 16 * 64 + fp4_wgmma_piece(grp + 8 * r, tig), wrow[j][r] + k / 2, 16);
         if (tig == r) {
-          const unsigned d = unsigned(__cvta_generic_to_shared(b + NM * 16 * kWgRowBytes + j * 64 + (grp + 8 * r) * 4));
+          const unsigned d = unsigned(__cvta_generic_to_shared(b + NM * 16 * 64 + j * 64 + (grp + 8 * r) * 4));
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(d), "l"(srow[j][r] + k / 32));
         }
       }
@@ -1384,7 +1388,7 @@ __global__ __launch_bounds__(128 * KS) void moe_fp4_wgmma_kernel(MoeGemvArgs g) 
   // The first chunks in flight while the activations are staged (an empty group past the slice
   // keeps the group count the waits assume).
 #pragma unroll
-  for (int c = 0; c < kWgStages - 1; ++c) {
+  for (int c = 0; c < S - 1; ++c) {
     if (k_lo + 128 * c < k_hi)
       issue_chunk(k_lo + 128 * c, c);
     else
@@ -1411,10 +1415,18 @@ __global__ __launch_bounds__(128 * KS) void moe_fp4_wgmma_kernel(MoeGemvArgs g) 
       }
 #pragma unroll
       for (int b = 0; b < kBatch; ++b) {
-        // Past the end (uniform per warp: vecs = K is a multiple of 128) the zeros are quantized
-        // and not stored, so that every lane reaches the shuffles.
+        // A warp's 32 vectors lie in one token row (K / 8 is a multiple of 32): past the end, and
+        // for the tile's missing tokens (zero codes, scale 1), the whole warp skips the shuffles.
         const int v = v0 + b * 128 * KS;
-        const bool live = v - lane < vecs;
+        if (v - lane >= vecs) break;
+        const int n = v / (K / 8), kv = v % (K / 8), blk = kv / 16, q = (kv & 15) >> 2, t4 = kv & 3;
+        unsigned char* cm = codes + size_t(blk * 8 + q * 2) * 128 + n * 16 + t4 * 4;
+        if (arow[n] < 0) {
+          *reinterpret_cast<uint32_t*>(cm) = 0u;
+          *reinterpret_cast<uint32_t*>(cm + 128) = 0u;
+          if ((lane & 15) == 0) tok_scale[blk * kWgTokens + n] = 64.f;
+          continue;
+        }
         const bf16* h = reinterpret_cast<const bf16*>(&x[b]);
         float f[8], amax = 0.f;
 #pragma unroll
@@ -1425,15 +1437,12 @@ __global__ __launch_bounds__(128 * KS) void moe_fp4_wgmma_kernel(MoeGemvArgs g) 
 #pragma unroll
         for (int o = 8; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, o));
         const float s = fp8_group_scale(amax), rs = 1.f / s;  // x * rs == x / s exactly
-        const int n = v / (K / 8), kv = v % (K / 8), blk = kv / 16, q = (kv & 15) >> 2, t4 = kv & 3;
         uint32_t even = 0, odd = 0;
 #pragma unroll
         for (int i = 0; i < 8; i += 2) {
           even |= uint32_t(__nv_cvt_float_to_fp8(f[i] * rs, __NV_SATFINITE, __NV_E4M3)) << (4 * i);
           odd |= uint32_t(__nv_cvt_float_to_fp8(f[i + 1] * rs, __NV_SATFINITE, __NV_E4M3)) << (4 * i);
         }
-        if (!live) continue;
-        unsigned char* cm = codes + size_t(blk * 8 + q * 2) * 128 + n * 16 + t4 * 4;
         *reinterpret_cast<uint32_t*>(cm) = even;
         *reinterpret_cast<uint32_t*>(cm + 128) = odd;
         if ((lane & 15) == 0) tok_scale[blk * kWgTokens + n] = s * 64.f;
@@ -1452,14 +1461,14 @@ __global__ __launch_bounds__(128 * KS) void moe_fp4_wgmma_kernel(MoeGemvArgs g) 
   const uint64_t desc0 = wgmma_desc_b(codes);
   int st = 0;  // the stage of chunk k
   for (int k = k_lo; k < k_hi; k += 128) {
-    // Chunk k + 128 (kWgStages - 1) into the stage chunk k - 128 used (every lane is past reading
-    // it: the __syncwarp at the end of the last iteration), then wait for chunk k.
-    const int kn = k + 128 * (kWgStages - 1), sn = st == 0 ? kWgStages - 1 : st - 1;
+    // Chunk k + 128 (S - 1) into the stage chunk k - 128 used (every lane is past reading it: the
+    // __syncwarp at the end of the last iteration), then wait for chunk k.
+    const int kn = k + 128 * (S - 1), sn = st == 0 ? S - 1 : st - 1;
     if (kn < k_hi)
       issue_chunk(kn, sn);
     else
       cp_async_commit();
-    cp_async_wait<kWgStages - 1>();
+    cp_async_wait<S - 1>();
     __syncwarp();
     const unsigned char* b = stage_of(st);
     struct {
@@ -1471,9 +1480,8 @@ __global__ __launch_bounds__(128 * KS) void moe_fp4_wgmma_kernel(MoeGemvArgs g) 
       for (int r = 0; r < 2; ++r) {
 #pragma unroll
         for (int q = 0; q < 4; ++q)
-          cur.w[j][r][q] =
-              *reinterpret_cast<const uint32_t*>(b + j * 16 * kWgRowBytes + (grp + 8 * r) * kWgRowBytes + q * 16 + tig * 4);
-        cur.s[j][r] = *reinterpret_cast<const uint32_t*>(b + NM * 16 * kWgRowBytes + j * 64 + (grp + 8 * r) * 4);
+          cur.w[j][r][q] = *reinterpret_cast<const uint32_t*>(b + j * 16 * 64 + fp4_wgmma_piece(grp + 8 * r, q) + tig * 4);
+        cur.s[j][r] = *reinterpret_cast<const uint32_t*>(b + NM * 16 * 64 + j * 64 + (grp + 8 * r) * 4);
       }
     uint32_t a[NM][4][4];
 #pragma unroll
@@ -1536,7 +1544,7 @@ __global__ __launch_bounds__(128 * KS) void moe_fp4_wgmma_kernel(MoeGemvArgs g) 
       acc[j][3] += t1 * c[3];
     }
     __syncwarp();  // the stage is read: the next iteration refills it
-    st = st == kWgStages - 1 ? 0 : st + 1;
+    st = st == S - 1 ? 0 : st + 1;
   }
 
   // 3. The K slices' sums in slice order (warpgroup 0 finishes), then the outputs.
