@@ -119,12 +119,16 @@ struct KernelVariants {
     return mxfp4_prefill == Mxfp4Prefill::Gemm;
   }
   // The MXFP4 experts with FP8 activations (W4A8, --weights native-w4a8) at the sizes the 8-row
-  // and swapped kernels take (everything but mxfp4-prefill's GEMM): wgmma (the default) = Hopper's
+  // and swapped kernels take (everything but mxfp4-prefill's GEMM): mma (the default) = the bf16
+  // mma.sync kernels on activations rounded to FP8 values first, as W4A16 runs; wgmma = Hopper's
   // FP8 warpgroup MMA, e2m1 turned into e4m3 operands in registers (7 integer instructions per 8
   // weights), each MX group's scale applied to its product, the activations quantized in the
-  // kernel (model/cuda/cuda_moe.cu, moe_fp4_wgmma_kernel; needs a build for sm_90a, else mma);
-  // mma = the bf16 mma.sync kernels on activations rounded to FP8 values first, as W4A16 runs.
-  Mxfp4W4a8 mxfp4_w4a8 = Mxfp4W4a8::Wgmma;
+  // kernel (model/cuda/cuda_moe.cu, moe_fp4_wgmma_kernel; needs a build for sm_90a, else mma).
+  // Its first form, operand words loaded straight from global memory, was correct and slower on
+  // an H100: the experts 82.0 against 66.6 us at 1 token and 336.0 against 235.8 us at 8
+  // (results/2026-12-06-h100-w4a8-wgmma); the weights now stream through a cp.async ring, not
+  // yet timed, so mma stays the default.
+  Mxfp4W4a8 mxfp4_w4a8 = Mxfp4W4a8::Mma;
   // --kv-cache fp8 on the GPU: caches packed as vLLM stores them (true: U8 entries, 584 bytes
   // per flash KV entry, model/kv_fp8_entry.h; the readers decode while loading) or emulated
   // (false: bf16 entries rounded to the same FP8 values, 1024 bytes). The same values either way.

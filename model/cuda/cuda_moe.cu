@@ -1232,7 +1232,7 @@ void launch_fp4_swap(const char* op, cudaStream_t st, int64_t max_tiles, const M
 }
 
 // ================================================================ W4A8 on the FP8 tensor cores
-// mxfp4-w4a8=wgmma (the default for W4A8, --weights native-w4a8): the MXFP4 experts times FP8
+// mxfp4-w4a8=wgmma (W4A8, --weights native-w4a8; the default is mma): the MXFP4 experts times FP8
 // activations on Hopper's warpgroup MMA (wgmma, sm_90a), the one MMA of sm_90 that multiplies
 // FP8 at its own rate (mma.sync converts FP8 operands to f16: the removed staged kernel).
 // - The weights are the MMA's A operand, decoded in registers. An e2m1 code s e1 e0 m placed in
@@ -1926,7 +1926,7 @@ void CudaBackend::moe_experts_mxfp4(Stream s, const Tensor& out, const Tensor& x
                           smem_optin());
     return;
   }
-  // W4A8 on the FP8 tensor cores (mxfp4-w4a8=wgmma, the default, in builds for sm_90a): the
+  // W4A8 on the FP8 tensor cores (mxfp4-w4a8=wgmma, in builds for sm_90a): the
   // kernels quantize x and h as they stage them (the values round_fp8_rows gives), so neither
   // rounding launch runs; w1 x and w3 x rounded to bf16 before the SwiGLU as on the other paths.
   if (fp8_act && variants().mxfp4_w4a8 == Mxfp4W4a8::Wgmma && fp4_wgmma_ok(m1, m2, m3)) {

@@ -40,7 +40,7 @@ TEST(KernelVariants, EmptyIsTheDefaults) {
   EXPECT_EQ(d.mxfp4_swap, Mxfp4Swap::Auto);
   EXPECT_EQ(d.mxfp4_mma_blocks, 2);
   EXPECT_EQ(d.mxfp4_prefill, Mxfp4Prefill::Auto);
-  EXPECT_EQ(d.mxfp4_w4a8, Mxfp4W4a8::Wgmma);
+  EXPECT_EQ(d.mxfp4_w4a8, Mxfp4W4a8::Mma);
   EXPECT_TRUE(d.fp8_pair);
   EXPECT_EQ(d.fp8_wide_blocks, 2);
   EXPECT_TRUE(d.hc_decode_fused);
@@ -49,7 +49,7 @@ TEST(KernelVariants, EmptyIsTheDefaults) {
 TEST(KernelVariants, EveryKeyParsesAndPrintsBack) {
   const KernelVariants k = KernelVariants::parse(
       "attn-decode=off,attn-splits=8,gemv-bf16-max-mb=0,pdl=off,cublas-workspace-kb=0,mxfp4-mma=off,fp8-decode=wide,mxfp4-wide=on,"
-      "mxfp4-decode=table,mxfp4-swap=on,mxfp4-mma-blocks=3,mxfp4-prefill=gemm,mxfp4-w4a8=mma,fp8-pair=off,fp8-wide-blocks=1,"
+      "mxfp4-decode=table,mxfp4-swap=on,mxfp4-mma-blocks=3,mxfp4-prefill=gemm,mxfp4-w4a8=wgmma,fp8-pair=off,fp8-wide-blocks=1,"
       "hc-decode=split,fp8-kv=packed");
   EXPECT_FALSE(k.attention_decode_kernel);
   EXPECT_EQ(k.mxfp4_mma_blocks, 3);
@@ -59,7 +59,7 @@ TEST(KernelVariants, EveryKeyParsesAndPrintsBack) {
   EXPECT_EQ(k.mxfp4_decode, Mxfp4Decode::Table);
   EXPECT_EQ(k.mxfp4_swap, Mxfp4Swap::On);
   EXPECT_EQ(k.mxfp4_prefill, Mxfp4Prefill::Gemm);
-  EXPECT_EQ(k.mxfp4_w4a8, Mxfp4W4a8::Mma);
+  EXPECT_EQ(k.mxfp4_w4a8, Mxfp4W4a8::Wgmma);
   EXPECT_FALSE(k.fp8_pair);
   EXPECT_EQ(k.fp8_wide_blocks, 1);
   EXPECT_FALSE(k.hc_decode_fused);
@@ -67,8 +67,8 @@ TEST(KernelVariants, EveryKeyParsesAndPrintsBack) {
   EXPECT_EQ(KernelVariants::parse("fp8-kv=emulated"), KernelVariants{});
   EXPECT_EQ(KernelVariants::parse("fp8-wide-blocks=2"), KernelVariants{});
   EXPECT_EQ(KernelVariants::parse("mxfp4-prefill=auto"), KernelVariants{});
-  EXPECT_EQ(KernelVariants::parse("mxfp4-w4a8=wgmma"), KernelVariants{});
-  EXPECT_EQ(KernelVariants::parse("mxfp4-w4a8=mma").changes(), "mxfp4-w4a8=mma");
+  EXPECT_EQ(KernelVariants::parse("mxfp4-w4a8=mma"), KernelVariants{});
+  EXPECT_EQ(KernelVariants::parse("mxfp4-w4a8=wgmma").changes(), "mxfp4-w4a8=wgmma");
   EXPECT_EQ(KernelVariants::parse("mxfp4-prefill=mma").mxfp4_prefill, Mxfp4Prefill::Mma);
   EXPECT_EQ(KernelVariants::parse("mxfp4-prefill=mma").changes(), "mxfp4-prefill=mma");
   EXPECT_EQ(KernelVariants::parse("mxfp4-swap=auto"), KernelVariants{});

@@ -349,9 +349,9 @@ std::vector<std::string> default_variants(const std::string& op) {
   // The routed experts have one decode kernel now (the split-K and w2-column variants measured
   // slower: results/2026-12-04-h200-kernel-workbench); PDL and the GEMV limit still apply.
   if (op == "moe_experts") return {"", "pdl=off"};
-  // W4A8: the FP8 warpgroup-MMA kernel (the default), or moe_experts_mxfp4's kernels on
-  // activations rounded to FP8 first.
-  if (op == "moe_experts_w4a8") return {"", "mxfp4-w4a8=mma", "mxfp4-w4a8=mma,mxfp4-swap=off"};
+  // W4A8: moe_experts_mxfp4's kernels on activations rounded to FP8 first (the default), or the
+  // FP8 warpgroup-MMA kernel.
+  if (op == "moe_experts_w4a8") return {"", "mxfp4-swap=off", "mxfp4-w4a8=wgmma"};
   if (op == "hc_pre") return {"", "hc-decode=split"};
   return {"", "attn-splits=1", "attn-splits=16", "attn-decode=off"};
 }
