@@ -41,6 +41,7 @@
 
 #include "model/cuda/cuda_common.cuh"
 #include "model/cuda/e2m1_bits.h"
+#include "model/cuda/wgmma_fp8_layout.h"
 
 namespace sl {
 
@@ -1248,11 +1249,8 @@ void launch_fp4_swap(const char* op, cudaStream_t st, int64_t max_tiles, const M
 //   block's scale multiplies its 4 groups' sum.
 // - A warpgroup (128 threads) takes 64 features; KS warpgroups of a block split K and meet in
 //   shared memory in a fixed order, so results do not depend on scheduling.
-// Within a group the MMA's K order is a permutation of the weights' (both operands alike): lane
-// (grp, tig) holds bytes [4 tig, 4 tig + 4) of its row's 16-byte group, whose even elements
-// 8 tig + 2j become the MMA's K position 4 tig + j and the odd ones 16 + 4 tig + j (wgmma's
-// register layout for A: K positions [4 tig, 4 tig + 4) in a0 / a1, [16 + 4 tig, ...) in a2 / a3,
-// rows grp and grp + 8 of the warp's 16).
+// Where each value goes (the K order within a group, the codes' layout, the ring's swizzle):
+// model/cuda/wgmma_fp8_layout.h, checked on the host against wgmma's operand layouts.
 constexpr int kWgFeatures = 64;  // wgmma M: output features per warpgroup
 constexpr int kWgTokens = 8;     // wgmma N: the 8-token tiles of the permutation (kFp4TileRows)
 static_assert(kWgTokens == kFp4TileRows, "a wgmma's N columns are one permutation tile's rows");
@@ -1320,7 +1318,6 @@ __device__ __forceinline__ void wgmma_pin(uint32_t& r) { asm volatile("" : "+r"(
 template <int NM>
 constexpr int kWgStages = NM == 2 ? 4 : 6;
 __host__ __device__ constexpr int fp4_wgmma_stage_bytes(int NM) { return NM * (16 * 64 + 16 * 4); }
-__device__ __forceinline__ int fp4_wgmma_piece(int row, int t) { return row * 64 + ((t ^ (row >> 1)) & 3) * 16; }
 
 // The block's shared memory: the token scales [K / 128][8] (times 2^6, the decode's factor), the
 // codes, B [K / 16 core matrices][8 tokens][16 bytes] (after the main loop: the K slices' partial
@@ -1377,7 +1374,7 @@ __global__ __launch_bounds__(128 * KS) void moe_fp4_wgmma_kernel(MoeGemvArgs g) 
     for (int j = 0; j < NM; ++j)
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        cp_async16(b + j * 16 * 64 + fp4_wgmma_piece(grp + 8 * r, tig), wrow[j][r] + k / 2, 16);
+        cp_async16(b + j * 16 * 64 + wgmma_fp8::ring_piece(grp + 8 * r, tig), wrow[j][r] + k / 2, 16);
         if (tig == r) {
           const unsigned d = unsigned(__cvta_generic_to_shared(b + NM * 16 * 64 + j * 64 + (grp + 8 * r) * 4));
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(d), "l"(srow[j][r] + k / 32));
@@ -1420,10 +1417,13 @@ __global__ __launch_bounds__(128 * KS) void moe_fp4_wgmma_kernel(MoeGemvArgs g) 
         const int v = v0 + b * 128 * KS;
         if (v - lane >= vecs) break;
         const int n = v / (K / 8), kv = v % (K / 8), blk = kv / 16, q = (kv & 15) >> 2, t4 = kv & 3;
-        unsigned char* cm = codes + size_t(blk * 8 + q * 2) * 128 + n * 16 + t4 * 4;
+        // The lane's elements e = 8 t4 + i of group 4 blk + q: the even ones land on 4 consecutive
+        // bytes from b_offset(.., 8 t4, n), the odd ones on 4 from b_offset(.., 8 t4 + 1, n).
+        unsigned char* cm = codes + wgmma_fp8::b_offset(4 * blk + q, 8 * t4, n);
+        unsigned char* cm_odd = codes + wgmma_fp8::b_offset(4 * blk + q, 8 * t4 + 1, n);
         if (arow[n] < 0) {
           *reinterpret_cast<uint32_t*>(cm) = 0u;
-          *reinterpret_cast<uint32_t*>(cm + 128) = 0u;
+          *reinterpret_cast<uint32_t*>(cm_odd) = 0u;
           if ((lane & 15) == 0) tok_scale[blk * kWgTokens + n] = 64.f;
           continue;
         }
@@ -1444,7 +1444,7 @@ __global__ __launch_bounds__(128 * KS) void moe_fp4_wgmma_kernel(MoeGemvArgs g) 
           odd |= uint32_t(__nv_cvt_float_to_fp8(f[i + 1] * rs, __NV_SATFINITE, __NV_E4M3)) << (4 * i);
         }
         *reinterpret_cast<uint32_t*>(cm) = even;
-        *reinterpret_cast<uint32_t*>(cm + 128) = odd;
+        *reinterpret_cast<uint32_t*>(cm_odd) = odd;
         if ((lane & 15) == 0) tok_scale[blk * kWgTokens + n] = s * 64.f;
       }
     }
@@ -1480,7 +1480,7 @@ __global__ __launch_bounds__(128 * KS) void moe_fp4_wgmma_kernel(MoeGemvArgs g) 
       for (int r = 0; r < 2; ++r) {
 #pragma unroll
         for (int q = 0; q < 4; ++q)
-          cur.w[j][r][q] = *reinterpret_cast<const uint32_t*>(b + j * 16 * 64 + fp4_wgmma_piece(grp + 8 * r, q) + tig * 4);
+          cur.w[j][r][q] = *reinterpret_cast<const uint32_t*>(b + j * 16 * 64 + wgmma_fp8::ring_piece(grp + 8 * r, q) + tig * 4);
         cur.s[j][r] = *reinterpret_cast<const uint32_t*>(b + NM * 16 * 64 + j * 64 + (grp + 8 * r) * 4);
       }
     uint32_t a[NM][4][4];
@@ -1488,10 +1488,11 @@ __global__ __launch_bounds__(128 * KS) void moe_fp4_wgmma_kernel(MoeGemvArgs g) 
     for (int j = 0; j < NM; ++j)
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
-        a[j][q][0] = e2m1::e4m3_even(cur.w[j][0][q]);
-        a[j][q][1] = e2m1::e4m3_even(cur.w[j][1][q]);
-        a[j][q][2] = e2m1::e4m3_odd(cur.w[j][0][q]);
-        a[j][q][3] = e2m1::e4m3_odd(cur.w[j][1][q]);
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const uint32_t w = cur.w[j][wgmma_fp8::a_register_row(r)][q];
+          a[j][q][r] = wgmma_fp8::a_register_odd(r) ? e2m1::e4m3_odd(w) : e2m1::e4m3_even(w);
+        }
       }
     float d[NM][4][4];
 #pragma unroll
