@@ -320,7 +320,7 @@ __device__ void idx_score(const IdxArgs& a, unsigned char* smem, int64_t t, int3
           const float sc = __ldg(reinterpret_cast<const float*>(key + a.di));
           bf16 h[4];
 #pragma unroll
-          for (int q = 0; q < 4; ++q) h[q] = __float2bfloat16_rn(e4m3_float(uint8_t(w >> (8 * q))) * sc);
+          for (int q = 0; q < 4; ++q) h[q] = __float2bfloat16_rn(e4m3_value(uint8_t(w >> (8 * q))) * sc);
           v = *reinterpret_cast<const uint2*>(h);
         }
         *reinterpret_cast<uint2*>(Ks + r * a.ld + c * 4) = v;

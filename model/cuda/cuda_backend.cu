@@ -654,8 +654,7 @@ __global__ void round_fp8_blocks_kernel(void* t, int dt, int64_t rows, int64_t D
   for (int i = 0; i < 32; ++i) {
     const int c = lane + 32 * i;
     if (c >= block) break;
-    const __nv_fp8_storage_t q = __nv_cvt_float_to_fp8(v[i] / sc, __NV_SATFINITE, __NV_E4M3);
-    stf(t, dt, o + c, __half2float(__half(__nv_cvt_fp8_to_halfraw(q, __NV_E4M3))) * sc);
+    stf(t, dt, o + c, e4m3_value(e4m3_code(v[i] / sc)) * sc);
   }
 }
 

@@ -7,6 +7,8 @@
 // kernel's result depends only on its inputs and launch shape, never on scheduling.
 #pragma once
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -152,6 +154,15 @@ __device__ __forceinline__ float block_sum(float v, float* red) {
 }
 
 __device__ __forceinline__ float sigmoidf_(float z) { return 1.f / (1.f + expf(-z)); }
+
+// x as an e4m3 code (round to nearest even, saturating to +-448), and a code's value: the one
+// conversion every FP8 quantizer of this backend uses, so they all make the same codes.
+__device__ __forceinline__ uint8_t e4m3_code(float x) {
+  return uint8_t(__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3));
+}
+__device__ __forceinline__ float e4m3_value(uint8_t c) {
+  return __half2float(__half(__nv_cvt_fp8_to_halfraw(__nv_fp8_storage_t(c), __NV_E4M3)));
+}
 
 // An FP8 activation group's scale: the smallest power of two >= amax / 448, 1 for an all-zero or
 // non-finite amax (core/fp8.h fp8_group_scale, the same float operations).

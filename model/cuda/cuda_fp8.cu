@@ -54,13 +54,6 @@ constexpr int kFp8GemvUpTo = 8;
 // Weight loads in flight per lane: four 16-byte loads (64 codes) before any is used.
 constexpr int kFp8GemvLoads = 4;
 
-__device__ __forceinline__ uint8_t e4m3_code(float x) {
-  return uint8_t(__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3));
-}
-__device__ __forceinline__ float e4m3_value(uint8_t c) {
-  return __half2float(__half(__nv_cvt_fp8_to_halfraw(__nv_fp8_storage_t(c), __NV_E4M3)));
-}
-
 // One warp per (row, 128-column group): 4 values per lane, the group's amax by a butterfly.
 // CODES: e4m3 codes [M, K] and scales [K / 128, ld_scale] (cuBLASLt's activation layout); else
 // the quantized values a_q as bf16 [M, K].

@@ -1255,15 +1255,11 @@ constexpr int kWgFeatures = 64;  // wgmma M: output features per warpgroup
 constexpr int kWgTokens = 8;     // wgmma N: the 8-token tiles of the permutation (kFp4TileRows)
 static_assert(kWgTokens == kFp4TileRows, "a wgmma's N columns are one permutation tile's rows");
 
-// 2^(s - 127) for byte Q of a word of 4 e8m0 scales: the byte moved into a float's exponent
-// field (two integer instructions). s = 0 (2^-127, a float subnormal) gives 0: such a group's
-// weights are at most 6 * 2^-127, below fp32's normal range.
-template <int Q>
-__device__ __forceinline__ float e8m0_byte_value(uint32_t s) {
-  if constexpr (Q < 3)
-    return __uint_as_float((s << (23 - 8 * Q)) & 0x7F800000u);
-  else
-    return __uint_as_float((s >> 1) & 0x7F800000u);
+// 2^(s - 127) for byte q of a word of 4 e8m0 scales: the byte moved into a float's exponent
+// field (two integer instructions where q is a constant). s = 0 (2^-127, a float subnormal)
+// gives 0: such a group's weights are at most 6 * 2^-127, below fp32's normal range.
+__device__ __forceinline__ float e8m0_byte_value(uint32_t s, int q) {
+  return __uint_as_float((q < 3 ? s << (23 - 8 * q) : s >> 1) & 0x7F800000u);
 }
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -1313,10 +1309,9 @@ __device__ __forceinline__ void wgmma_pin(uint32_t& r) { asm volatile("" : "+r"(
 // stage: per matrix 16 rows of the chunk's 64 packed bytes, then the 16 rows' 4 group scales.
 // Row r's 16-byte pieces are stored XOR-swizzled (piece t at t ^ ((r >> 1) & 3)), so that the
 // lanes' 4-byte reads of their words (row grp, word 4 q + tig) hit 32 different banks.
-// kWgStages: chunks in the ring (stages - 1 in flight ahead of the one multiplied), as many as
+// fp4_wgmma_stages: chunks in the ring (stages - 1 in flight ahead of the one multiplied), as many as
 // keep three blocks of w1 + w3 (33 KiB of activations each at D = 4096) within an SM.
-template <int NM>
-constexpr int kWgStages = NM == 2 ? 4 : 6;
+__host__ __device__ constexpr int fp4_wgmma_stages(int NM) { return NM == 2 ? 4 : 6; }
 __host__ __device__ constexpr int fp4_wgmma_stage_bytes(int NM) { return NM * (16 * 64 + 16 * 4); }
 
 // The block's shared memory: the token scales [K / 128][8] (times 2^6, the decode's factor), the
@@ -1331,7 +1326,7 @@ __host__ __device__ constexpr size_t fp4_wgmma_codes_bytes(int K, int KS, int NM
 }
 __host__ __device__ constexpr size_t fp4_wgmma_smem(int K, int KS, int NM) {
   return fp4_wgmma_scales_bytes(K) + fp4_wgmma_codes_bytes(K, KS, NM) +
-         size_t(4 * KS) * (NM == 2 ? kWgStages<2> : kWgStages<1>) * fp4_wgmma_stage_bytes(NM);
+         size_t(4 * KS) * fp4_wgmma_stages(NM) * fp4_wgmma_stage_bytes(NM);
 }
 
 template <bool PAIR, int KS>
@@ -1364,7 +1359,7 @@ __global__ __launch_bounds__(128 * KS) void moe_fp4_wgmma_kernel(MoeGemvArgs g) 
       wrow[j][r] = static_cast<const unsigned char*>(j == 0 ? g.W : g.W3) + row * (K / 2) + tig * 16;
       srow[j][r] = (j == 0 ? g.Ws : g.W3s) + row * (K / 32);
     }
-  constexpr int SB = fp4_wgmma_stage_bytes(NM), S = kWgStages<NM>;
+  constexpr int SB = fp4_wgmma_stage_bytes(NM), S = fp4_wgmma_stages(NM);
   unsigned char* ring = wg_smem + fp4_wgmma_scales_bytes(K) + fp4_wgmma_codes_bytes(K, KS, NM) +
                         size_t(tid >> 5) * S * SB;
   auto stage_of = [&](int st) { return ring + st * SB; };
@@ -1440,8 +1435,8 @@ __global__ __launch_bounds__(128 * KS) void moe_fp4_wgmma_kernel(MoeGemvArgs g) 
         uint32_t even = 0, odd = 0;
 #pragma unroll
         for (int i = 0; i < 8; i += 2) {
-          even |= uint32_t(__nv_cvt_float_to_fp8(f[i] * rs, __NV_SATFINITE, __NV_E4M3)) << (4 * i);
-          odd |= uint32_t(__nv_cvt_float_to_fp8(f[i + 1] * rs, __NV_SATFINITE, __NV_E4M3)) << (4 * i);
+          even |= uint32_t(e4m3_code(f[i] * rs)) << (4 * i);
+          odd |= uint32_t(e4m3_code(f[i + 1] * rs)) << (4 * i);
         }
         *reinterpret_cast<uint32_t*>(cm) = even;
         *reinterpret_cast<uint32_t*>(cm_odd) = odd;
@@ -1527,18 +1522,14 @@ __global__ __launch_bounds__(128 * KS) void moe_fp4_wgmma_kernel(MoeGemvArgs g) 
 #pragma unroll
     for (int j = 0; j < NM; ++j) {
       float c[4] = {};
-      auto group = [&](auto Q) {
-        constexpr int q = decltype(Q)::value;
-        const float r0 = e8m0_byte_value<q>(cur.s[j][0]), r1 = e8m0_byte_value<q>(cur.s[j][1]);
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const float r0 = e8m0_byte_value(cur.s[j][0], q), r1 = e8m0_byte_value(cur.s[j][1], q);
         c[0] += r0 * d[j][q][0];
         c[1] += r0 * d[j][q][1];
         c[2] += r1 * d[j][q][2];
         c[3] += r1 * d[j][q][3];
-      };
-      group(std::integral_constant<int, 0>{});
-      group(std::integral_constant<int, 1>{});
-      group(std::integral_constant<int, 2>{});
-      group(std::integral_constant<int, 3>{});
+      }
       acc[j][0] += t0 * c[0];
       acc[j][1] += t1 * c[1];
       acc[j][2] += t0 * c[2];
@@ -1581,9 +1572,7 @@ __global__ __launch_bounds__(128 * KS) void moe_fp4_wgmma_kernel(MoeGemvArgs g) 
 // number of 128-value chunks. (Four would cap the registers at 128 a thread, below what w1 + w3
 // holds.)
 int fp4_wgmma_k_slices(int64_t max_tiles, int64_t N, int64_t K, int sms) {
-  int ks = 1;
-  while (ks < 2 && max_tiles * cdiv(N, kWgFeatures) * ks < 2 * int64_t(sms) && K % (128 * 2 * ks) == 0) ks *= 2;
-  return ks;
+  return max_tiles * cdiv(N, kWgFeatures) < 2 * int64_t(sms) && K % 256 == 0 ? 2 : 1;
 }
 
 template <bool PAIR>
@@ -1656,7 +1645,6 @@ bool fp4_wgmma_ok(const ExpertMatrix& m1, const ExpertMatrix& m2, const ExpertMa
   return false;
 #endif
 }
-
 
 // The two GEMM steps of the routed experts as kernel arguments, read from the permutation in the
 // workspace: up, h1 = swiglu(w1 x, w3 x) over the gathered token rows (N = F, K = D), and down,
@@ -1927,19 +1915,6 @@ void CudaBackend::moe_experts_mxfp4(Stream s, const Tensor& out, const Tensor& x
                           smem_optin());
     return;
   }
-  // W4A8 on the FP8 tensor cores (mxfp4-w4a8=wgmma, in builds for sm_90a): the
-  // kernels quantize x and h as they stage them (the values round_fp8_rows gives), so neither
-  // rounding launch runs; w1 x and w3 x rounded to bf16 before the SwiGLU as on the other paths.
-  if (fp8_act && variants().mxfp4_w4a8 == Mxfp4W4a8::Wgmma && fp4_wgmma_ok(m1, m2, m3)) {
-    launch_moe_permute(op, st, L, ws, ids, P, k, E, kFp4TileRows, smem_optin());
-    const int64_t max_tiles = cdiv(P, kFp4TileRows) + std::min<int64_t>(P, E);
-    ExpertSteps es = expert_steps(L, ws, x, D, E, F, swiglu_limit, m1, m2, m3);
-    es.up.bf16_in = 1;
-    launch_fp4_wgmma<true>(op, st, max_tiles, es.up, sm_count(), smem_optin());
-    launch_fp4_wgmma<false>(op, st, max_tiles, es.down, sm_count(), smem_optin());
-    launch_moe_combine(op, st, L, ws, out, weights, T, k, D);
-    return;
-  }
   // The tensor-core path takes K in chunks of 128 (a thread's MX group of each): other sizes, and
   // the variant mxfp4-mma=off, run the GEMV (W4A8's D and F are multiples of 128, and it has no
   // GEMV).
@@ -1951,8 +1926,18 @@ void CudaBackend::moe_experts_mxfp4(Stream s, const Tensor& out, const Tensor& x
   launch_moe_permute(op, st, L, ws, ids, P, k, E, kFp4TileRows, smem_optin());
   const int64_t max_tiles = cdiv(P, kFp4TileRows) + std::min<int64_t>(P, E);
   ExpertSteps es = expert_steps(L, ws, x, D, E, F, swiglu_limit, m1, m2, m3);
-  // W4A8: x rounded to FP8 groups, w1 x and w3 x to bf16 before the SwiGLU (as the grouped GEMM
-  // stores them), h rounded to FP8 groups before w2.
+  // W4A8 on the FP8 tensor cores (mxfp4-w4a8=wgmma, in builds for sm_90a): the kernels quantize
+  // x and h as they stage them (the values round_fp8_rows gives), so neither rounding launch
+  // runs; w1 x and w3 x rounded to bf16 before the SwiGLU as on the other paths.
+  if (fp8_act && variants().mxfp4_w4a8 == Mxfp4W4a8::Wgmma && fp4_wgmma_ok(m1, m2, m3)) {
+    es.up.bf16_in = 1;
+    launch_fp4_wgmma<true>(op, st, max_tiles, es.up, sm_count(), smem_optin());
+    launch_fp4_wgmma<false>(op, st, max_tiles, es.down, sm_count(), smem_optin());
+    launch_moe_combine(op, st, L, ws, out, weights, T, k, D);
+    return;
+  }
+  // W4A8 on the mma.sync kernels: x rounded to FP8 groups, w1 x and w3 x to bf16 before the
+  // SwiGLU (as the grouped GEMM stores them), h rounded to FP8 groups before w2.
   if (fp8_act) {
     es.up.A = round_fp8_experts_input(op, st, L, ws, x, T, D);
     es.up.bf16_in = 1;

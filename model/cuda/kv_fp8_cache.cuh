@@ -20,13 +20,6 @@
 
 namespace sl::cuda {
 
-__device__ __forceinline__ uint8_t e4m3_code(float x) {
-  return uint8_t(__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3));
-}
-__device__ __forceinline__ float e4m3_float(uint8_t q) {
-  return __half2float(__half(__nv_cvt_fp8_to_halfraw(__nv_fp8_storage_t(q), __NV_E4M3)));
-}
-
 // ---------------------------------------------------------------- packing (one block)
 // The whole thread block packs one entry of `values` values, value(i) giving value i (the same
 // from every thread that asks). Warps take 64-value scale blocks in turn (two values per lane,
@@ -72,13 +65,13 @@ __device__ __forceinline__ void load_fp8_values(const uint8_t* p, float s, float
     for (int v = 0; v < N / 8; ++v) {
       const uint2 u = __ldg(reinterpret_cast<const uint2*>(p) + v);
 #pragma unroll
-      for (int j = 0; j < 4; ++j) out[8 * v + j] = e4m3_float(uint8_t(u.x >> (8 * j))) * s;
+      for (int j = 0; j < 4; ++j) out[8 * v + j] = e4m3_value(uint8_t(u.x >> (8 * j))) * s;
 #pragma unroll
-      for (int j = 0; j < 4; ++j) out[8 * v + 4 + j] = e4m3_float(uint8_t(u.y >> (8 * j))) * s;
+      for (int j = 0; j < 4; ++j) out[8 * v + 4 + j] = e4m3_value(uint8_t(u.y >> (8 * j))) * s;
     }
   } else {
 #pragma unroll
-    for (int j = 0; j < N; ++j) out[j] = e4m3_float(__ldg(p + j)) * s;
+    for (int j = 0; j < N; ++j) out[j] = e4m3_value(__ldg(p + j)) * s;
   }
 }
 
