@@ -12,7 +12,7 @@ const char* const kKernelVariantsHelp =
     "CUDA kernel variants, key=value[,key=value...]: attn-decode=on|off, attn-splits=N (0 = auto, at most 16), "
     "gemv-bf16-max-mb=N, pdl=on|off, cublas-workspace-kb=N, mxfp4-mma=on|off, fp8-decode=auto|warp|wide, "
     "mxfp4-wide=on|off, mxfp4-decode=table|shift|shift-quad, mxfp4-swap=on|off|auto, mxfp4-mma-blocks=2|3, "
-    "mxfp4-prefill=mma|gemm|auto, mxfp4-w4a8=mma|wgmma, fp8-pair=on|off, fp8-wide-blocks=1|2, hc-decode=split|fused, "
+    "mxfp4-prefill=mma|gemm|auto, mxfp4-w4a8=mma|wgmma|wgmma-pipe, fp8-pair=on|off, fp8-wide-blocks=1|2, hc-decode=split|fused, "
     "fp8-kv=packed|emulated (default: the "
     "measured best of each; variants not yet timed on a GPU are off)";
 
@@ -134,7 +134,10 @@ KernelVariants KernelVariants::parse(const std::string& spec) {
       else if (v == "auto") k.mxfp4_prefill = Mxfp4Prefill::Auto;
       else fail("--kernel-variants: ", key, "=", v, ": expected mma, gemm or auto");
     } else if (key == "mxfp4-w4a8") {
-      k.mxfp4_w4a8 = either(key, v, "mma", "wgmma") ? Mxfp4W4a8::Wgmma : Mxfp4W4a8::Mma;
+      if (v == "mma") k.mxfp4_w4a8 = Mxfp4W4a8::Mma;
+      else if (v == "wgmma") k.mxfp4_w4a8 = Mxfp4W4a8::Wgmma;
+      else if (v == "wgmma-pipe") k.mxfp4_w4a8 = Mxfp4W4a8::WgmmaPipe;
+      else fail("--kernel-variants: ", key, "=", v, ": expected mma, wgmma or wgmma-pipe");
     } else if (key == "fp8-kv") {
       k.fp8_kv_packed = !either(key, v, "packed", "emulated");
     } else if (const char* why = removed(key)) {
@@ -153,6 +156,7 @@ std::string KernelVariants::str() const {
   static const char* const mxfp4_decode_names[] = {"table", "shift", "shift-quad"};
   static const char* const mxfp4_swap_names[] = {"off", "on", "auto"};
   static const char* const mxfp4_prefill_names[] = {"mma", "gemm", "auto"};
+  static const char* const mxfp4_w4a8_names[] = {"mma", "wgmma", "wgmma-pipe"};
   auto oo = [](bool b) { return b ? "on" : "off"; };
   std::ostringstream s;
   s << "attn-decode=" << oo(attention_decode_kernel) << ",attn-splits=" << attention_splits
@@ -162,7 +166,7 @@ std::string KernelVariants::str() const {
     << ",mxfp4-decode=" << mxfp4_decode_names[int(mxfp4_decode)] << ",mxfp4-swap=" << mxfp4_swap_names[int(mxfp4_swap)]
     << ",mxfp4-mma-blocks=" << mxfp4_mma_blocks
     << ",mxfp4-prefill=" << mxfp4_prefill_names[int(mxfp4_prefill)]
-    << ",mxfp4-w4a8=" << (mxfp4_w4a8 == Mxfp4W4a8::Wgmma ? "wgmma" : "mma") << ",fp8-pair=" << oo(fp8_pair)
+    << ",mxfp4-w4a8=" << mxfp4_w4a8_names[int(mxfp4_w4a8)] << ",fp8-pair=" << oo(fp8_pair)
     << ",fp8-wide-blocks=" << fp8_wide_blocks << ",hc-decode=" << (hc_decode_fused ? "fused" : "split")
     << ",fp8-kv=" << (fp8_kv_packed ? "packed" : "emulated");
   return s.str();

@@ -22,7 +22,7 @@ enum class Fp8Decode { Auto, Warp, Wide };
 enum class Mxfp4Decode { Table, Shift, ShiftQuad };
 enum class Mxfp4Swap { Off, On, Auto };
 enum class Mxfp4Prefill { Mma, Gemm, Auto };
-enum class Mxfp4W4a8 { Mma, Wgmma };
+enum class Mxfp4W4a8 { Mma, Wgmma, WgmmaPipe };
 
 struct KernelVariants {
   // Sparse attention at decode (at most 2 tokens, head dims 64..512): the CUDA-core decode kernel
@@ -127,7 +127,8 @@ struct KernelVariants {
   // Its first form, operand words loaded straight from global memory, was correct and slower on
   // an H100: the experts 82.0 against 66.6 us at 1 token and 336.0 against 235.8 us at 8
   // (results/2026-12-06-h100-w4a8-wgmma); the weights now stream through a cp.async ring, not
-  // yet timed, so mma stays the default.
+  // yet timed, so mma stays the default. wgmma-pipe: the same kernel decoding the next chunk
+  // while a chunk's MMAs run.
   Mxfp4W4a8 mxfp4_w4a8 = Mxfp4W4a8::Mma;
   // --kv-cache fp8 on the GPU: caches packed as vLLM stores them (true: U8 entries, 584 bytes
   // per flash KV entry, model/kv_fp8_entry.h; the readers decode while loading) or emulated
@@ -140,7 +141,7 @@ struct KernelVariants {
   // "key=value,key=value": attn-decode=on|off, attn-splits=N, gemv-bf16-max-mb=N, pdl=on|off,
   // cublas-workspace-kb=N, mxfp4-mma=on|off, fp8-decode=auto|warp|wide, mxfp4-wide=on|off,
   // mxfp4-decode=table|shift|shift-quad, mxfp4-swap=on|off|auto, mxfp4-mma-blocks=2|3,
-  // mxfp4-prefill=mma|gemm|auto, mxfp4-w4a8=mma|wgmma, fp8-pair=on|off,
+  // mxfp4-prefill=mma|gemm|auto, mxfp4-w4a8=mma|wgmma|wgmma-pipe, fp8-pair=on|off,
   // fp8-wide-blocks=1|2, hc-decode=split|fused, fp8-kv=packed|emulated.
   // Unknown keys and bad values are errors naming the key and the accepted values (a retired key
   // says why it went). An empty spec is the defaults.

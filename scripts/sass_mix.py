@@ -31,7 +31,7 @@ CLASSES = {
     "alu": {"LOP3", "PRMT", "SHF", "ISETP", "SEL", "IADD3", "LEA", "VIMNMX", "IMNMX", "FMNMX", "FSEL", "PLOP3",
             "MOV", "FSETP", "LOP", "IABS", "POPC", "FLO", "BMSK", "SGXT", "VIADD"},
     "fma": {"IMAD", "FFMA", "FADD", "FMUL", "HFMA2", "HMUL2", "HADD2", "IDP", "I2F", "F2I", "F2F"},
-    "tensor": {"HMMA", "IMMA", "HGMMA"},
+    "tensor": {"HMMA", "IMMA", "HGMMA", "QGMMA"},  # QGMMA: wgmma on FP8
     "memory": {"LDG", "LDS", "LDC", "STG", "STS", "LD", "ST", "LDSM", "LDGSTS", "ATOMG", "RED", "ULDC"},
 }
 
@@ -75,9 +75,10 @@ def kernels(sass):
 
 
 def innermost_loop(insns):
-    """The instructions of the backward branch's range that holds the most HMMAs (the main loop),
-    or all of them when no loop holds one."""
-    best, best_mmas = insns, -1
+    """The instructions of the backward branch's range with the most MMAs per instruction (the
+    main loop; a branch back from a divergent fallback can span the whole kernel and hold more
+    MMAs, but far fewer per instruction), or all of them when no loop holds one."""
+    best, best_density = insns, 0.0
     for addr, op, _, operands in insns:
         if op != "BRA":
             continue
@@ -86,9 +87,9 @@ def innermost_loop(insns):
             continue
         body = [i for i in insns if int(t[1], 16) <= i[0] <= addr]
         mmas = sum(1 for i in body if i[1] in CLASSES["tensor"])
-        if mmas > best_mmas or (mmas == best_mmas and len(body) < len(best)):
-            best, best_mmas = body, mmas
-    return best if best_mmas > 0 else insns
+        if mmas and mmas / len(body) > best_density:
+            best, best_density = body, mmas / len(body)
+    return best
 
 
 def mix(insns):

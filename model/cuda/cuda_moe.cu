@@ -1291,10 +1291,15 @@ __device__ __forceinline__ void wgmma_fence() {
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #endif
 }
-__device__ __forceinline__ void wgmma_commit_and_wait() {
+__device__ __forceinline__ void wgmma_commit() {
 #ifdef SL_HAVE_WGMMA
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+#endif
+}
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+#ifdef SL_HAVE_WGMMA
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 #endif
 }
 // Keeps the compiler from moving a register's uses across a wgmma's asynchronous window (its
@@ -1329,7 +1334,7 @@ __host__ __device__ constexpr size_t fp4_wgmma_smem(int K, int KS, int NM) {
          size_t(4 * KS) * fp4_wgmma_stages(NM) * fp4_wgmma_stage_bytes(NM);
 }
 
-template <bool PAIR, int KS>
+template <bool PAIR, int KS, bool PIPE>
 __global__ __launch_bounds__(128 * KS) void moe_fp4_wgmma_kernel(MoeGemvArgs g) {
   constexpr int NM = PAIR ? 2 : 1;  // weight matrices streamed (w1 and w3, or w2)
   extern __shared__ __align__(128) unsigned char wg_smem[];
@@ -1342,7 +1347,9 @@ __global__ __launch_bounds__(128 * KS) void moe_fp4_wgmma_kernel(MoeGemvArgs g) 
   float* tok_scale = reinterpret_cast<float*>(wg_smem);
   unsigned char* codes = wg_smem + fp4_wgmma_scales_bytes(K);
   const int tid = threadIdx.x, lane = tid & 31, grp = lane >> 2, tig = lane & 3;
-  const int wg = tid >> 7, w4 = (tid >> 5) & 3;  // warpgroup (K slice) and warp within it
+  // The warpgroup (K slice), uniform to the compiler (a shuffle from lane 0; with one slice, 0),
+  // so the chunk loop is not divergent code, where ptxas would serialize the MMAs; the warp.
+  const int wg = KS == 1 ? 0 : __shfl_sync(0xFFFFFFFFu, tid >> 7, 0), w4 = (tid >> 5) & 3;
   const int k_lo = wg * (K / KS), k_hi = k_lo + K / KS;
 
   // This lane's two weight rows (features n0 + grp, n0 + grp + 8 of the tile) in each matrix: it
@@ -1363,29 +1370,29 @@ __global__ __launch_bounds__(128 * KS) void moe_fp4_wgmma_kernel(MoeGemvArgs g) 
   unsigned char* ring = wg_smem + fp4_wgmma_scales_bytes(K) + fp4_wgmma_codes_bytes(K, KS, NM) +
                         size_t(tid >> 5) * S * SB;
   auto stage_of = [&](int st) { return ring + st * SB; };
+  // Chunk k into stage st, without branches (the wgmma kernels' MMAs must not sit in divergent
+  // code, or ptxas serializes them): past the slice it fills the stage with zeros and reads
+  // nothing, and lanes tig < 2 copy the scales of row grp + 8 tig, the others nothing.
   auto issue_chunk = [&](int k, int st) {
     unsigned char* b = stage_of(st);
+    const bool in = k < k_hi;
+    const int kk = in ? k : k_lo;
 #pragma unroll
-    for (int j = 0; j < NM; ++j)
+    for (int j = 0; j < NM; ++j) {
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        cp_async16(b + j * 16 * 64 + wgmma_fp8::ring_piece(grp + 8 * r, tig), wrow[j][r] + k / 2, 16);
-        if (tig == r) {
-          const unsigned d = unsigned(__cvta_generic_to_shared(b + NM * 16 * 64 + j * 64 + (grp + 8 * r) * 4));
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(d), "l"(srow[j][r] + k / 32));
-        }
-      }
+      for (int r = 0; r < 2; ++r)
+        cp_async16(b + j * 16 * 64 + wgmma_fp8::ring_piece(grp + 8 * r, tig), wrow[j][r] + kk / 2, in ? 16 : 0);
+      const unsigned d = unsigned(__cvta_generic_to_shared(b + NM * 16 * 64 + j * 64 + (grp + 8 * (tig & 1)) * 4));
+      const unsigned char* src = (tig & 1 ? srow[j][1] : srow[j][0]) + kk / 32;
+      asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %2, 0;\n@p cp.async.ca.shared.global [%0], [%1], 4, %3;\n}\n" ::"r"(d),
+                   "l"(src), "r"(int(tig < 2)), "r"(in ? 4 : 0));
+    }
     cp_async_commit();
   };
   // The first chunks in flight while the activations are staged (an empty group past the slice
   // keeps the group count the waits assume).
 #pragma unroll
-  for (int c = 0; c < S - 1; ++c) {
-    if (k_lo + 128 * c < k_hi)
-      issue_chunk(k_lo + 128 * c, c);
-    else
-      cp_async_commit();
-  }
+  for (int c = 0; c < S - 1; ++c) issue_chunk(k_lo + 128 * c, c);
 
   // 1. The tile's tokens as e4m3 codes and block scales. 16 lanes take one (token, 128-block), 8
   // values each: the block's amax by a butterfly over the 16, then the lane's even elements to K
@@ -1451,92 +1458,124 @@ __global__ __launch_bounds__(128 * KS) void moe_fp4_wgmma_kernel(MoeGemvArgs g) 
   __syncthreads();
 
   // 2. The warpgroup's K slice, a 128-value chunk (4 groups, 4 MMAs per matrix) at a time, the
-  // next chunk's loads in flight while this one is decoded and multiplied.
+  // next chunks' loads in flight in the ring. A chunk: its words read from the ring and decoded
+  // into A registers (the stage is then free), its MMAs, then the group and token scales on their
+  // products. PIPE (mxfp4-w4a8=wgmma-pipe) decodes chunk k + 128 while chunk k's MMAs run, at the
+  // cost of a second set of A registers; without it a warpgroup waits out each chunk's MMAs.
   float acc[NM][4] = {};
   const uint64_t desc0 = wgmma_desc_b(codes);
-  int st = 0;  // the stage of chunk k
-  for (int k = k_lo; k < k_hi; k += 128) {
-    // Chunk k + 128 (S - 1) into the stage chunk k - 128 used (every lane is past reading it: the
-    // __syncwarp at the end of the last iteration), then wait for chunk k.
-    const int kn = k + 128 * (S - 1), sn = st == 0 ? S - 1 : st - 1;
-    if (kn < k_hi)
-      issue_chunk(kn, sn);
-    else
-      cp_async_commit();
+  int st = 0;  // the ring stage of the next chunk to decode
+  struct Chunk {
+    uint32_t a[NM][4][4];  // A registers: matrix j, group q, register r
+    uint32_t s[NM][2];     // the 4 group scales of rows grp and grp + 8
+  };
+  // Chunk k into registers: chunk k + 128 (S - 1) into the stage chunk k - 128 used (every lane
+  // is past reading it: the __syncwarp after its read), then wait for chunk k and read it.
+  auto decode_chunk = [&](int k, Chunk& c) {
+    issue_chunk(k + 128 * (S - 1), st == 0 ? S - 1 : st - 1);
     cp_async_wait<S - 1>();
     __syncwarp();
     const unsigned char* b = stage_of(st);
-    struct {
-      uint32_t w[NM][2][4], s[NM][2];
-    } cur;
+    uint32_t w[NM][2][4];
 #pragma unroll
     for (int j = 0; j < NM; ++j)
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
 #pragma unroll
         for (int q = 0; q < 4; ++q)
-          cur.w[j][r][q] = *reinterpret_cast<const uint32_t*>(b + j * 16 * 64 + wgmma_fp8::ring_piece(grp + 8 * r, q) + tig * 4);
-        cur.s[j][r] = *reinterpret_cast<const uint32_t*>(b + NM * 16 * 64 + j * 64 + (grp + 8 * r) * 4);
+          w[j][r][q] = *reinterpret_cast<const uint32_t*>(b + j * 16 * 64 + wgmma_fp8::ring_piece(grp + 8 * r, q) + tig * 4);
+        c.s[j][r] = *reinterpret_cast<const uint32_t*>(b + NM * 16 * 64 + j * 64 + (grp + 8 * r) * 4);
       }
-    uint32_t a[NM][4][4];
+    __syncwarp();  // the stage is read: a later chunk refills it
+    st = st == S - 1 ? 0 : st + 1;
 #pragma unroll
     for (int j = 0; j < NM; ++j)
 #pragma unroll
-      for (int q = 0; q < 4; ++q) {
+      for (int q = 0; q < 4; ++q)
 #pragma unroll
         for (int r = 0; r < 4; ++r) {
-          const uint32_t w = cur.w[j][wgmma_fp8::a_register_row(r)][q];
-          a[j][q][r] = wgmma_fp8::a_register_odd(r) ? e2m1::e4m3_odd(w) : e2m1::e4m3_even(w);
+          const uint32_t x = w[j][wgmma_fp8::a_register_row(r)][q];
+          c.a[j][q][r] = wgmma_fp8::a_register_odd(r) ? e2m1::e4m3_odd(x) : e2m1::e4m3_even(x);
         }
-      }
-    float d[NM][4][4];
+  };
+  // Pins: the compiler keeps a chunk's A registers and the products where the asynchronous MMAs
+  // read and write them, from the fence to the wait.
+  float d[NM][4][4];
+  auto pin = [&](Chunk& c) {
 #pragma unroll
     for (int j = 0; j < NM; ++j)
 #pragma unroll
       for (int q = 0; q < 4; ++q)
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          d[j][q][i] = 0.f;
           wgmma_pin(d[j][q][i]);
-          wgmma_pin(a[j][q][i]);
+          wgmma_pin(c.a[j][q][i]);
         }
+  };
+  // Chunk k's MMAs, committed as one group. Group q's two core matrices start (k + 32 q) / 16 *
+  // 128 bytes in: 16 q + k bytes / 16 in the descriptor's 16-byte units.
+  auto issue_mmas = [&](int k, Chunk& c) {
+#pragma unroll
+    for (int j = 0; j < NM; ++j)
+#pragma unroll
+      for (int q = 0; q < 4; ++q)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) d[j][q][i] = 0.f;
+    pin(c);
     wgmma_fence();
-    // Group q's two core matrices start (k + 32 q) / 16 * 128 bytes in: 16 q + k bytes / 16 in
-    // the descriptor's 16-byte units.
 #pragma unroll
     for (int j = 0; j < NM; ++j)
 #pragma unroll
-      for (int q = 0; q < 4; ++q) wgmma_fp8_m64n8k32(d[j][q], a[j][q], desc0 + uint64_t(k / 16 * 8 + 16 * q));
-    wgmma_commit_and_wait();
-#pragma unroll
-    for (int j = 0; j < NM; ++j)
-#pragma unroll
-      for (int q = 0; q < 4; ++q)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          wgmma_pin(d[j][q][i]);
-          wgmma_pin(a[j][q][i]);
-        }
-    // D[i]: feature row grp (i < 2) or grp + 8, token 2 tig + (i & 1).
+      for (int q = 0; q < 4; ++q) wgmma_fp8_m64n8k32(d[j][q], c.a[j][q], desc0 + uint64_t(k / 16 * 8 + 16 * q));
+    wgmma_commit();
+  };
+  // Chunk k's products, once its MMAs are done: D[i] is feature row grp (i < 2) or grp + 8,
+  // token 2 tig + (i & 1).
+  auto accumulate = [&](int k, const Chunk& c) {
     const float t0 = tok_scale[(k / 128) * kWgTokens + 2 * tig], t1 = tok_scale[(k / 128) * kWgTokens + 2 * tig + 1];
 #pragma unroll
     for (int j = 0; j < NM; ++j) {
-      float c[4] = {};
+      float p[4] = {};
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
-        const float r0 = e8m0_byte_value(cur.s[j][0], q), r1 = e8m0_byte_value(cur.s[j][1], q);
-        c[0] += r0 * d[j][q][0];
-        c[1] += r0 * d[j][q][1];
-        c[2] += r1 * d[j][q][2];
-        c[3] += r1 * d[j][q][3];
+        const float r0 = e8m0_byte_value(c.s[j][0], q), r1 = e8m0_byte_value(c.s[j][1], q);
+        p[0] += r0 * d[j][q][0];
+        p[1] += r0 * d[j][q][1];
+        p[2] += r1 * d[j][q][2];
+        p[3] += r1 * d[j][q][3];
       }
-      acc[j][0] += t0 * c[0];
-      acc[j][1] += t1 * c[1];
-      acc[j][2] += t0 * c[2];
-      acc[j][3] += t1 * c[3];
+      acc[j][0] += t0 * p[0];
+      acc[j][1] += t1 * p[1];
+      acc[j][2] += t0 * p[2];
+      acc[j][3] += t1 * p[3];
     }
-    __syncwarp();  // the stage is read: the next iteration refills it
-    st = st == S - 1 ? 0 : st + 1;
+  };
+  if constexpr (!PIPE) {
+    for (int k = k_lo; k < k_hi; k += 128) {
+      Chunk c;
+      decode_chunk(k, c);
+      issue_mmas(k, c);
+      wgmma_wait<0>();
+      pin(c);
+      accumulate(k, c);
+    }
+  } else {
+    // No branch between a chunk's MMAs and their wait (ptxas serializes wgmma in divergent code):
+    // the last chunk's successor is a dummy, decoded from the zero-filled stages past the slice and
+    // multiplied (on the slice's first codes) but never accumulated.
+    Chunk cur, nxt;
+    decode_chunk(k_lo, cur);
+    issue_mmas(k_lo, cur);
+    for (int k = k_lo; k < k_hi; k += 128) {
+      decode_chunk(k + 128, nxt);
+      wgmma_wait<0>();
+      pin(cur);
+      accumulate(k, cur);
+      cur = nxt;
+      issue_mmas(k + 128 < k_hi ? k + 128 : k_lo, cur);
+    }
+    wgmma_wait<0>();
+    pin(cur);
   }
 
   // 3. The K slices' sums in slice order (warpgroup 0 finishes), then the outputs.
@@ -1575,14 +1614,14 @@ int fp4_wgmma_k_slices(int64_t max_tiles, int64_t N, int64_t K, int sms) {
   return max_tiles * cdiv(N, kWgFeatures) < 2 * int64_t(sms) && K % 256 == 0 ? 2 : 1;
 }
 
-template <bool PAIR>
+template <bool PAIR, bool PIPE>
 void launch_fp4_wgmma(const char* op, cudaStream_t st, int64_t max_tiles, const MoeGemvArgs& v, int sms,
                       size_t optin) {
   const int ks = fp4_wgmma_k_slices(max_tiles, v.N, v.K, sms);
   const dim3 grid{unsigned(max_tiles), unsigned(cdiv(v.N, kWgFeatures)), 1u};
   auto go = [&](auto KS) {
     constexpr int S = decltype(KS)::value;
-    auto* kernel = moe_fp4_wgmma_kernel<PAIR, S>;
+    auto* kernel = moe_fp4_wgmma_kernel<PAIR, S, PIPE>;
     const size_t smem = fp4_wgmma_smem(v.K, S, PAIR ? 2 : 1);
     allow_smem(op, kernel, smem, optin);
     launch_kernel(op, kernel, grid, 128 * S, smem, st, v);
@@ -1929,10 +1968,15 @@ void CudaBackend::moe_experts_mxfp4(Stream s, const Tensor& out, const Tensor& x
   // W4A8 on the FP8 tensor cores (mxfp4-w4a8=wgmma, in builds for sm_90a): the kernels quantize
   // x and h as they stage them (the values round_fp8_rows gives), so neither rounding launch
   // runs; w1 x and w3 x rounded to bf16 before the SwiGLU as on the other paths.
-  if (fp8_act && variants().mxfp4_w4a8 == Mxfp4W4a8::Wgmma && fp4_wgmma_ok(m1, m2, m3)) {
+  if (fp8_act && variants().mxfp4_w4a8 != Mxfp4W4a8::Mma && fp4_wgmma_ok(m1, m2, m3)) {
     es.up.bf16_in = 1;
-    launch_fp4_wgmma<true>(op, st, max_tiles, es.up, sm_count(), smem_optin());
-    launch_fp4_wgmma<false>(op, st, max_tiles, es.down, sm_count(), smem_optin());
+    if (variants().mxfp4_w4a8 == Mxfp4W4a8::WgmmaPipe) {
+      launch_fp4_wgmma<true, true>(op, st, max_tiles, es.up, sm_count(), smem_optin());
+      launch_fp4_wgmma<false, true>(op, st, max_tiles, es.down, sm_count(), smem_optin());
+    } else {
+      launch_fp4_wgmma<true, false>(op, st, max_tiles, es.up, sm_count(), smem_optin());
+      launch_fp4_wgmma<false, false>(op, st, max_tiles, es.down, sm_count(), smem_optin());
+    }
     launch_moe_combine(op, st, L, ws, out, weights, T, k, D);
     return;
   }

@@ -69,6 +69,8 @@ TEST(KernelVariants, EveryKeyParsesAndPrintsBack) {
   EXPECT_EQ(KernelVariants::parse("mxfp4-prefill=auto"), KernelVariants{});
   EXPECT_EQ(KernelVariants::parse("mxfp4-w4a8=mma"), KernelVariants{});
   EXPECT_EQ(KernelVariants::parse("mxfp4-w4a8=wgmma").changes(), "mxfp4-w4a8=wgmma");
+  EXPECT_EQ(KernelVariants::parse("mxfp4-w4a8=wgmma-pipe").mxfp4_w4a8, Mxfp4W4a8::WgmmaPipe);
+  EXPECT_EQ(KernelVariants::parse("mxfp4-w4a8=wgmma-pipe").changes(), "mxfp4-w4a8=wgmma-pipe");
   EXPECT_EQ(KernelVariants::parse("mxfp4-prefill=mma").mxfp4_prefill, Mxfp4Prefill::Mma);
   EXPECT_EQ(KernelVariants::parse("mxfp4-prefill=mma").changes(), "mxfp4-prefill=mma");
   EXPECT_EQ(KernelVariants::parse("mxfp4-swap=auto"), KernelVariants{});
@@ -146,6 +148,7 @@ TEST(KernelVariants, BadInputNamesTheKeyAndWhatItTakes) {
                         Case{"mxfp4-swap-pipeline=on", "2026-12-05-h100-swap-pipeline"},
                         Case{"mxfp4-decode=lut", "expected table, shift or shift-quad"},
                         Case{"mxfp4-prefill=on", "expected mma, gemm or auto"},
+                        Case{"mxfp4-w4a8=on", "expected mma, wgmma or wgmma-pipe"},
                         Case{"mxfp4-swap=yes", "expected on, off or auto"},
                         Case{"mxfp4-mma-blocks=4", "expected 2 or 3"},
                         Case{"fp8-wide-blocks=3", "expected 1 or 2"},
