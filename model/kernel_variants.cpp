@@ -10,7 +10,7 @@ namespace sl {
 
 const char* const kKernelVariantsHelp =
     "CUDA kernel variants, key=value[,key=value...]: attn-decode=on|off, attn-splits=N (0 = auto, at most 16), "
-    "gemv-bf16-max-mb=N, pdl=on|off, pdl-prefetch=on|off, cublas-workspace-kb=N, mxfp4-mma=on|off, fp8-decode=auto|warp|wide, "
+    "gemv-bf16-max-mb=N, pdl=on|off, cublas-workspace-kb=N, mxfp4-mma=on|off, fp8-decode=auto|warp|wide, "
     "mxfp4-wide=on|off, mxfp4-decode=table|shift|shift-quad, mxfp4-swap=on|off|auto, mxfp4-mma-blocks=2|3, "
     "mxfp4-prefill=mma|gemm|auto, mxfp4-w4a8=mma|wgmma|wgmma-pipe, fp8-pair=on|off, fp8-wide-blocks=1|2, hc-decode=split|fused, "
     "fp8-kv=packed|emulated (default: the "
@@ -98,8 +98,6 @@ KernelVariants KernelVariants::parse(const std::string& spec) {
       k.pdl = on_off(key, v);
     } else if (key == "cublas-workspace-kb") {
       k.cublas_workspace_bytes = size_t(integer(key, v, 0, int64_t(1) << 30)) << 10;  // up to 1 TiB
-    } else if (key == "pdl-prefetch") {
-      k.pdl_prefetch = on_off(key, v);
     } else if (key == "mxfp4-mma") {
       k.mxfp4_mma = on_off(key, v);
     } else if (key == "fp8-decode") {
@@ -146,8 +144,8 @@ KernelVariants KernelVariants::parse(const std::string& spec) {
       fail("--kernel-variants: '", key, "' is no longer a variant: ", why);
     } else {
       fail("--kernel-variants: unknown key '", key,
-           "' (attn-decode, attn-splits, gemv-bf16-max-mb, pdl, pdl-prefetch, cublas-workspace-kb, mxfp4-mma, fp8-decode, "
-           "mxfp4-wide, mxfp4-decode, mxfp4-swap, mxfp4-mma-blocks, mxfp4-prefill, mxfp4-w4a8, fp8-pair, fp8-wide-blocks, hc-decode, fp8-kv)");
+           "' (attn-decode, attn-splits, gemv-bf16-max-mb, pdl, cublas-workspace-kb, mxfp4-mma, fp8-decode, mxfp4-wide, "
+           "mxfp4-decode, mxfp4-swap, mxfp4-mma-blocks, mxfp4-prefill, mxfp4-w4a8, fp8-pair, fp8-wide-blocks, hc-decode, fp8-kv)");
     }
   }
   return k;
@@ -162,7 +160,7 @@ std::string KernelVariants::str() const {
   auto oo = [](bool b) { return b ? "on" : "off"; };
   std::ostringstream s;
   s << "attn-decode=" << oo(attention_decode_kernel) << ",attn-splits=" << attention_splits
-    << ",gemv-bf16-max-mb=" << gemv_bf16_max_mb << ",pdl=" << oo(pdl) << ",pdl-prefetch=" << oo(pdl_prefetch)
+    << ",gemv-bf16-max-mb=" << gemv_bf16_max_mb << ",pdl=" << oo(pdl)
     << ",cublas-workspace-kb=" << (cublas_workspace_bytes >> 10) << ",mxfp4-mma=" << oo(mxfp4_mma)
     << ",fp8-decode=" << fp8_decode_names[int(fp8_decode)] << ",mxfp4-wide=" << oo(mxfp4_wide)
     << ",mxfp4-decode=" << mxfp4_decode_names[int(mxfp4_decode)] << ",mxfp4-swap=" << mxfp4_swap_names[int(mxfp4_swap)]

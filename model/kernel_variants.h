@@ -45,10 +45,6 @@ struct KernelVariants {
   // Programmatic dependent launch between our kernels (a process-wide setting of the CUDA
   // backend: the last backend constructed decides).
   bool pdl = true;
-  // The decode GEMV kernels (FP8 warp and wide, bf16) ask the L2 for their block's weight rows
-  // before they wait for the kernel before them (pdl_enter), so the weights' DRAM latency passes
-  // under that kernel (true). Not yet timed on a GPU, so off.
-  bool pdl_prefetch = false;
   // cuBLAS workspace per handle: 0 disables cuBLAS's split-K kernels.
   size_t cublas_workspace_bytes = size_t(32) << 20;
   // The MXFP4 routed experts: on the tensor cores, e2m1 decoded to bf16 in registers (true), or
@@ -143,7 +139,7 @@ struct KernelVariants {
   bool fp8_kv_packed = false;
 
   // "key=value,key=value": attn-decode=on|off, attn-splits=N, gemv-bf16-max-mb=N, pdl=on|off,
-  // pdl-prefetch=on|off, cublas-workspace-kb=N, mxfp4-mma=on|off, fp8-decode=auto|warp|wide, mxfp4-wide=on|off,
+  // cublas-workspace-kb=N, mxfp4-mma=on|off, fp8-decode=auto|warp|wide, mxfp4-wide=on|off,
   // mxfp4-decode=table|shift|shift-quad, mxfp4-swap=on|off|auto, mxfp4-mma-blocks=2|3,
   // mxfp4-prefill=mma|gemm|auto, mxfp4-w4a8=mma|wgmma|wgmma-pipe, fp8-pair=on|off,
   // fp8-wide-blocks=1|2, hc-decode=split|fused, fp8-kv=packed|emulated.

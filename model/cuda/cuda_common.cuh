@@ -38,20 +38,6 @@ __device__ __forceinline__ void pdl_enter() {
 #endif
 }
 
-// A kernel launched under PDL may be resident while the kernel before it still runs (its blocks
-// wait in pdl_enter). Weights, which no kernel of a step writes, can be asked of the L2 before
-// that wait, so their DRAM latency passes under the kernel before instead of after it (variant
-// pdl-prefetch). Only the L2 is filled, the device's point of coherence, so nothing stale can
-// reach a kernel even for bytes that are written. One bulk request per call: p and bytes must be
-// multiples of 16 (a call that is not asks nothing).
-__device__ __forceinline__ void prefetch_l2(const void* p, int64_t bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if (bytes <= 0 || ((reinterpret_cast<uintptr_t>(p) | uintptr_t(bytes)) & 15) != 0) return;
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "r"(uint32_t(min(bytes, int64_t(1) << 30)))
-               : "memory");
-#endif
-}
-
 // True unless STREAMLAB_PDL=0 (read once).
 bool pdl_enabled();
 

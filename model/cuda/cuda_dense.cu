@@ -31,7 +31,6 @@ struct GemmArgs {
   float limit = 0.f;
   void* out2 = nullptr;
   int64_t N2 = 0, ldo2 = 0;
-  int prefetch = 0;  // pdl-prefetch: each warp's share of its weight rows asked of the L2 before pdl_enter
 };
 
 // What a GEMV launch computes: out = a . w^T; out = swiglu(a . w^T, a . w3^T) (gemm_swiglu); or
@@ -150,6 +149,7 @@ constexpr int kGemvMaxRows = 8;
 // of its own matrix would.
 template <int WPC, class TA, class TW, class TO, GemvMode MODE = GemvMode::Plain>
 __global__ __launch_bounds__(256) void gemv_kernel(GemmArgs g) {
+  pdl_enter();
   constexpr bool SWIGLU = MODE == GemvMode::Swiglu;
   constexpr int CPB = 8 / WPC;  // columns per block
   constexpr int NM = SWIGLU ? 2 : 1;  // matrices streamed: w, and w3 with SWIGLU
@@ -172,11 +172,6 @@ __global__ __launch_bounds__(256) void gemv_kernel(GemmArgs g) {
   const int part = warp % WPC;
   const int64_t kchunk = g.K / WPC;  // a multiple of 8 (launch_gemv)
   const int M = int(g.M);
-  if (g.prefetch && lane < NM && n < N) {  // pdl-prefetch: the warp's share of its row of w (and w3)
-    const TW* wm = lane == 0 ? w : static_cast<const TW*>(g.w3) + blockIdx.z * g.sw;
-    prefetch_l2(wm + n * g.ldw + part * kchunk, kchunk * int64_t(sizeof(TW)));
-  }
-  pdl_enter();
   float acc[NM][kGemvMaxRows] = {};
   if (n < N) {
     const TW* wr[NM];
@@ -254,10 +249,9 @@ int gemv_warps_per_column(int64_t N, int64_t K, int batch, int sms) {
 // A Pair launch covers N + N2 columns and takes the warps per column of that total (wq_a and wkv
 // together: 1536 columns).
 template <class TA, class TW, class TO, GemvMode MODE = GemvMode::Plain>
-void launch_gemv(const char* op, cudaStream_t st, GemmArgs g, int batch, const CudaBackend& be) {
+void launch_gemv(const char* op, cudaStream_t st, const GemmArgs& g, int batch, int sms) {
   const int64_t cols = g.N + (MODE == GemvMode::Pair ? g.N2 : 0);
-  const int wpc = gemv_warps_per_column(cols, g.K, batch, be.sm_count());
-  g.prefetch = be.variants().pdl_prefetch;
+  const int wpc = gemv_warps_per_column(cols, g.K, batch, sms);
   const dim3 grid(unsigned(cdiv(cols, 8 / wpc)), 1, unsigned(batch));
   switch (wpc) {
     case 1: launch_kernel(op, gemv_kernel<1, TA, TW, TO, MODE>, grid, 256, 0, st, g); break;
@@ -390,7 +384,7 @@ static void gemm_any(CudaBackend& be, const char* op, Stream s, const GemmArgs& 
     using TW = decltype(w);
     using TO = decltype(o);
     if (gemv)
-      launch_gemv<TA, TW, TO>(op, st, g, batch, be);
+      launch_gemv<TA, TW, TO>(op, st, g, batch, be.sm_count());
     else
       launch_gemm_fallback<TA, TW, TO>(op, st, g, batch);
   });
@@ -406,9 +400,9 @@ void gemv_split_k(CudaBackend& be, const char* op, Stream s, float* out, const v
   GemmArgs g{out, x, w, T, N, Ks, K, K, int64_t(splits) * N, Ks, Ks, N};
   cudaStream_t st = be.stream(s, op);
   if (xdt == DType::BF16)
-    launch_gemv<bf16, float, float>(op, st, g, splits, be);
+    launch_gemv<bf16, float, float>(op, st, g, splits, be.sm_count());
   else
-    launch_gemv<float, float, float>(op, st, g, splits, be);
+    launch_gemv<float, float, float>(op, st, g, splits, be.sm_count());
 }
 }  // namespace cuda
 
@@ -444,7 +438,7 @@ void CudaBackend::gemm_swiglu(Stream s, const Tensor& act, const Tensor& g, cons
     return;
   }
   note_gemm(s, op);
-  launch_gemv<bf16, bf16, bf16, GemvMode::Swiglu>(op, stream(s, op), ga, 1, *this);
+  launch_gemv<bf16, bf16, bf16, GemvMode::Swiglu>(op, stream(s, op), ga, 1, sm_count());
 }
 
 // Two projections of one input (wq_a and wkv; the compressors' wkv and wgate) as one GEMV launch
@@ -475,9 +469,9 @@ void CudaBackend::gemm_pair(Stream s, const Tensor& out1, const Tensor& out2, co
   cudaStream_t st = stream(s, op);
   note_gemm(s, op);
   if (out1.dtype == DType::F32)
-    launch_gemv<bf16, bf16, float, GemvMode::Pair>(op, st, ga, 1, *this);
+    launch_gemv<bf16, bf16, float, GemvMode::Pair>(op, st, ga, 1, sm_count());
   else
-    launch_gemv<bf16, bf16, bf16, GemvMode::Pair>(op, st, ga, 1, *this);
+    launch_gemv<bf16, bf16, bf16, GemvMode::Pair>(op, st, ga, 1, sm_count());
 }
 
 void CudaBackend::gemm_grouped(Stream s, const Tensor& out, const Tensor& a, const Tensor& w, int groups) {

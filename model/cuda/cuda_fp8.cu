@@ -235,7 +235,6 @@ struct Fp8MmaArgs {
   const float* w2_scale;
   void* out2;
   int64_t ldo2;
-  int prefetch = 0;  // pdl-prefetch: the block's weight rows asked of the L2 before pdl_enter
 };
 
 // The matrix of the columns starting at n0 (a warp's or a block's): g itself, or, past N1, g
@@ -338,6 +337,7 @@ __device__ __forceinline__ void sum_warps_and_store(float (&red)[8][NT][64], con
 
 template <int WPC, class TA>
 __global__ __launch_bounds__(256) void gemm_fp8_mma_kernel(Fp8MmaArgs g) {
+  pdl_enter();
   constexpr int GPB = 8 / WPC;  // groups of 8 columns per block
   constexpr int kChunks = 2;    // 128-value chunks of K in flight per thread
   __shared__ float red[8][64];
@@ -348,9 +348,6 @@ __global__ __launch_bounds__(256) void gemm_fp8_mma_kernel(Fp8MmaArgs g) {
   const int part = warp % WPC;
   const int64_t KB = g.K / kBlk;
   const int64_t kb0 = part * KB / WPC, kb1 = (part + 1) * KB / WPC;
-  // The warp's share of its 8 rows, one lane a row (pdl-prefetch).
-  if (g.prefetch && lane < 8 && n0 + lane < g.N) prefetch_l2(g.w + (n0 + lane) * g.K + kb0 * kBlk, (kb1 - kb0) * kBlk);
-  pdl_enter();
   float acc0 = 0.f, acc1 = 0.f;
   const bool cols = n0 < g.N;  // uniform per warp: the quad shuffles below need every lane
   const uint8_t* wr = g.w + min(n0 + grp, g.N - 1) * g.K + tig * 32;
@@ -425,15 +422,13 @@ __global__ __launch_bounds__(256) void gemm_fp8_mma_kernel(Fp8MmaArgs g) {
 // fp8-wide-blocks=2 caps it at 128 for two.
 template <int NT, class TA, int MINB>
 __global__ __launch_bounds__(256, MINB > 1 ? MINB : 0) void gemm_fp8_wide_kernel(Fp8MmaArgs g) {
+  pdl_enter();
   constexpr int CH = 4 / NT;  // 128-value chunks per warp step
   __shared__ float red[8][NT][64];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int grp = lane >> 2, tig = lane & 3;
   int64_t n0 = int64_t(blockIdx.x) * NT * 8;
   fp8_select_matrix(g, n0);
-  // The block's NT x 8 rows, one thread a row (pdl-prefetch).
-  if (g.prefetch && threadIdx.x < NT * 8 && n0 + threadIdx.x < g.N) prefetch_l2(g.w + (n0 + threadIdx.x) * g.K, g.K);
-  pdl_enter();
   const int64_t KB = g.K / kBlk;
   const bool row_ok = grp < g.M;
   // The block's columns lie in one activation group and one row of weight blocks (the host picks
@@ -554,8 +549,7 @@ Fp8Decode fp8_decode_kernel(Fp8Decode v, int64_t N) {
 // One decode launch of up to 8 rows, the kernel chosen for g's width under the variant (bf: bf16
 // activations, else F32). The wide kernel's column tiles shrink until no block crosses g.N1 (a
 // pair's second matrix; for one matrix N1 = N, a multiple of the tiles already).
-void launch_fp8_decode(CudaBackend& be, const char* op, cudaStream_t st, Fp8MmaArgs g, bool bf) {
-  g.prefetch = be.variants().pdl_prefetch;
+void launch_fp8_decode(CudaBackend& be, const char* op, cudaStream_t st, const Fp8MmaArgs& g, bool bf) {
   if (fp8_decode_kernel(be.variants().fp8_decode, g.N) == Fp8Decode::Wide) {
     int nt = fp8_wide_tiles(g.N, g.Ng, be.sm_count());
     while (nt > 1 && g.N1 % (8 * nt) != 0) nt /= 2;

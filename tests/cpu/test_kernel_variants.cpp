@@ -31,7 +31,6 @@ TEST(KernelVariants, EmptyIsTheDefaults) {
   EXPECT_TRUE(d.attention_decode_kernel);
   EXPECT_EQ(d.attention_splits, 0);
   EXPECT_TRUE(d.pdl);
-  EXPECT_FALSE(d.pdl_prefetch);
   EXPECT_EQ(d.cublas_workspace_bytes, size_t(32) << 20);
   EXPECT_EQ(d.gemv_bf16_max_mb, 20);
   EXPECT_TRUE(d.mxfp4_mma);
@@ -96,8 +95,6 @@ TEST(KernelVariants, EveryKeyParsesAndPrintsBack) {
   // The changes list names only what differs; a later setting of a key wins.
   EXPECT_EQ(KernelVariants::parse("attn-splits=4,attn-splits=16").attention_splits, 16);
   EXPECT_EQ(KernelVariants::parse("pdl=off").changes(), "pdl=off");
-  EXPECT_TRUE(KernelVariants::parse("pdl-prefetch=on").pdl_prefetch);
-  EXPECT_EQ(KernelVariants::parse("pdl-prefetch=on").changes(), "pdl-prefetch=on");
   EXPECT_EQ(KernelVariants::parse("cublas-workspace-kb=64").cublas_workspace_bytes, 65536u);
 }
 
@@ -123,7 +120,7 @@ TEST(KernelVariants, BadInputNamesTheKeyAndWhatItTakes) {
     const char* spec;
     const char* says;
   };
-  for (const Case& c : {Case{"pdl=0", "expected on or off"}, Case{"pdl-prefetch=1", "expected on or off"}, Case{"attn-decode=yes", "expected on or off"},
+  for (const Case& c : {Case{"pdl=0", "expected on or off"}, Case{"attn-decode=yes", "expected on or off"},
                         Case{"fp8-decode=fast", "expected auto, warp or wide"},
                         Case{"fp8-wide=on", "became fp8-decode"},
                         Case{"attn-splits=-1", "0..16"}, Case{"attn-splits=8x", "0..16"},

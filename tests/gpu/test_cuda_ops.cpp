@@ -79,7 +79,7 @@ double rel_err(const std::vector<float>& got, const std::vector<float>& ref) {
 const char* const kVariants[] = {
     "",  // the defaults
     "attn-decode=off", "attn-splits=1", "attn-splits=16",
-    "gemv-bf16-max-mb=0", "pdl=off", "pdl-prefetch=on", "cublas-workspace-kb=0", "mxfp4-mma=off", "fp8-decode=warp", "fp8-decode=wide",
+    "gemv-bf16-max-mb=0", "pdl=off", "cublas-workspace-kb=0", "mxfp4-mma=off", "fp8-decode=warp", "fp8-decode=wide",
     "mxfp4-decode=table,mxfp4-swap=off", "mxfp4-decode=table,mxfp4-wide=on,mxfp4-swap=off", "mxfp4-swap=off",
     "mxfp4-wide=on,mxfp4-swap=off", "mxfp4-decode=shift,mxfp4-swap=off",
     "mxfp4-decode=shift,mxfp4-wide=on,mxfp4-swap=off", "mxfp4-swap=on", "mxfp4-decode=shift,mxfp4-swap=on", "mxfp4-mma-blocks=3,mxfp4-swap=off", "mxfp4-prefill=gemm", "mxfp4-prefill=mma", "mxfp4-w4a8=wgmma", "mxfp4-w4a8=wgmma-pipe", "fp8-pair=off",
