@@ -1382,15 +1382,13 @@ __global__ __launch_bounds__(128 * KS) void moe_fp4_wgmma_kernel(MoeGemvArgs g) 
 #pragma unroll
       for (int r = 0; r < 2; ++r)
         cp_async16(b + j * 16 * 64 + wgmma_fp8::ring_piece(grp + 8 * r, tig), wrow[j][r] + kk / 2, in ? 16 : 0);
-      const unsigned d = unsigned(__cvta_generic_to_shared(b + NM * 16 * 64 + j * 64 + (grp + 8 * (tig & 1)) * 4));
-      const unsigned char* src = (tig & 1 ? srow[j][1] : srow[j][0]) + kk / 32;
-      asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %2, 0;\n@p cp.async.ca.shared.global [%0], [%1], 4, %3;\n}\n" ::"r"(d),
-                   "l"(src), "r"(int(tig < 2)), "r"(in ? 4 : 0));
+      cp_async4_if(tig < 2, b + NM * 16 * 64 + j * 64 + (grp + 8 * (tig & 1)) * 4,
+                   (tig & 1 ? srow[j][1] : srow[j][0]) + kk / 32, in ? 4 : 0);
     }
     cp_async_commit();
   };
-  // The first chunks in flight while the activations are staged (an empty group past the slice
-  // keeps the group count the waits assume).
+  // The first chunks in flight while the activations are staged (past the slice, zero-filled
+  // stages: every chunk is one commit group, as the waits assume).
 #pragma unroll
   for (int c = 0; c < S - 1; ++c) issue_chunk(k_lo + 128 * c, c);
 
@@ -1614,22 +1612,29 @@ int fp4_wgmma_k_slices(int64_t max_tiles, int64_t N, int64_t K, int sms) {
   return max_tiles * cdiv(N, kWgFeatures) < 2 * int64_t(sms) && K % 256 == 0 ? 2 : 1;
 }
 
-template <bool PAIR, bool PIPE>
-void launch_fp4_wgmma(const char* op, cudaStream_t st, int64_t max_tiles, const MoeGemvArgs& v, int sms,
+// pipe: mxfp4-w4a8=wgmma-pipe's form of the kernel.
+template <bool PAIR>
+void launch_fp4_wgmma(const char* op, cudaStream_t st, int64_t max_tiles, const MoeGemvArgs& v, bool pipe, int sms,
                       size_t optin) {
   const int ks = fp4_wgmma_k_slices(max_tiles, v.N, v.K, sms);
   const dim3 grid{unsigned(max_tiles), unsigned(cdiv(v.N, kWgFeatures)), 1u};
-  auto go = [&](auto KS) {
+  auto go = [&](auto KS, auto PIPE) {
     constexpr int S = decltype(KS)::value;
-    auto* kernel = moe_fp4_wgmma_kernel<PAIR, S, PIPE>;
+    auto* kernel = moe_fp4_wgmma_kernel<PAIR, S, decltype(PIPE)::value>;
     const size_t smem = fp4_wgmma_smem(v.K, S, PAIR ? 2 : 1);
     allow_smem(op, kernel, smem, optin);
     launch_kernel(op, kernel, grid, 128 * S, smem, st, v);
   };
-  if (ks == 1)
-    go(std::integral_constant<int, 1>{});
+  auto with_slices = [&](auto PIPE) {
+    if (ks == 1)
+      go(std::integral_constant<int, 1>{}, PIPE);
+    else
+      go(std::integral_constant<int, 2>{}, PIPE);
+  };
+  if (pipe)
+    with_slices(std::true_type{});
   else
-    go(std::integral_constant<int, 2>{});
+    with_slices(std::false_type{});
   CUDA_LAUNCH_CHECK(op, st);
 }
 
@@ -1970,13 +1975,9 @@ void CudaBackend::moe_experts_mxfp4(Stream s, const Tensor& out, const Tensor& x
   // runs; w1 x and w3 x rounded to bf16 before the SwiGLU as on the other paths.
   if (fp8_act && variants().mxfp4_w4a8 != Mxfp4W4a8::Mma && fp4_wgmma_ok(m1, m2, m3)) {
     es.up.bf16_in = 1;
-    if (variants().mxfp4_w4a8 == Mxfp4W4a8::WgmmaPipe) {
-      launch_fp4_wgmma<true, true>(op, st, max_tiles, es.up, sm_count(), smem_optin());
-      launch_fp4_wgmma<false, true>(op, st, max_tiles, es.down, sm_count(), smem_optin());
-    } else {
-      launch_fp4_wgmma<true, false>(op, st, max_tiles, es.up, sm_count(), smem_optin());
-      launch_fp4_wgmma<false, false>(op, st, max_tiles, es.down, sm_count(), smem_optin());
-    }
+    const bool pipe = variants().mxfp4_w4a8 == Mxfp4W4a8::WgmmaPipe;
+    launch_fp4_wgmma<true>(op, st, max_tiles, es.up, pipe, sm_count(), smem_optin());
+    launch_fp4_wgmma<false>(op, st, max_tiles, es.down, pipe, sm_count(), smem_optin());
     launch_moe_combine(op, st, L, ws, out, weights, T, k, D);
     return;
   }
