@@ -100,36 +100,48 @@ void DeepSeekV4::target_forward(const Step& st) {
   const Tensor e = buf_->e.rows(0, st.T), X = buf_->x.rows(0, st.T), Xtmp = buf_->xtmp.rows(0, st.T);
   ops_.embed(main, "embed", e, st.tokens, w_.embed, st.pos, false);
   ops_.hc_expand(main, "hc_expand", X, e);
-  for (int l = 0; l < cfg_.num_hidden_layers; ++l) decoder_layer(l, w_.layers[size_t(l)], caches_[size_t(l)], X, Xtmp, st);
+  const int L = cfg_.num_hidden_layers;
+  for (int l = 0; l < L; ++l)
+    decoder_layer(l, w_.layers[size_t(l)], caches_[size_t(l)], X, Xtmp, st, l > 0,
+                  l + 1 < L ? &w_.layers[size_t(l + 1)] : nullptr);
 }
 
 // docs/model.md 4: two sub-layers, each hc_pre -> RMSNorm -> f -> hc_post. X is the residual in
-// and out; Xtmp holds it between the two sub-layers.
+// and out; Xtmp holds it between the two sub-layers. Where one sub-layer follows another, its
+// hc_post and the next one's hc_pre -> RMSNorm are one op (hc_post_pre_norm, as vLLM fuses them),
+// so that a backend may run them as one kernel: in a layer between attn and ffn, and between
+// layers when the caller passes `next` (the ffn's end then runs the next layer's attn hc_pre, in
+// this layer's ffn scope).
 void DeepSeekV4::decoder_layer(int layer, const BlockWeights& bw, LayerCache& cache, const Tensor& X,
-                               const Tensor& Xtmp, const Step& st) {
+                               const Tensor& Xtmp, const Step& st, bool entered, const BlockWeights* next) {
   const Stream main{};
   const float eps = float(cfg_.rms_norm_eps), hc_eps = float(cfg_.hc_eps);
   const int it = cfg_.hc_sinkhorn_iters;
   const int64_t T = st.T;
   Ops::Scope scope(ops_, layer_label(cfg_, layer) + "." + layer_type_name(cfg_.layer_type(layer)));
   const Tensor y = buf_->y.rows(0, T), post = buf_->post.rows(0, T), comb = buf_->comb.rows(0, T);
-  const Tensor a = buf_->a.rows(0, T);
+  const Tensor a = buf_->a.rows(0, T), f = buf_->f.rows(0, T);
   {
     Ops::Scope s(ops_, "attn");
-    // hc_pre and attn_norm in one op (a backend may fuse them).
-    ops_.hc_pre_norm(main, "hc_pre.attn", a, y, post, comb, X, bw.hc_attn_fn, bw.hc_attn_scale, bw.hc_attn_base, it,
-                     hc_eps, eps, bw.attn_norm, eps);
-    attention(layer, bw.attn, cache, a, buf_->f.rows(0, T), st);
-    ops_.hc_post(main, "hc_post.attn", Xtmp, buf_->f.rows(0, T), X, post, comb);
+    if (!entered)
+      ops_.hc_pre_norm(main, "hc_pre.attn", a, y, post, comb, X, bw.hc_attn_fn, bw.hc_attn_scale, bw.hc_attn_base,
+                       it, hc_eps, eps, bw.attn_norm, eps);
+    attention(layer, bw.attn, cache, a, f, st);
   }
   {
     Ops::Scope s(ops_, "ffn");
-    ops_.hc_pre_norm(main, "hc_pre.ffn", a, y, post, comb, Xtmp, bw.hc_ffn_fn, bw.hc_ffn_scale, bw.hc_ffn_base, it,
-                     hc_eps, eps, bw.ffn_norm, eps);
+    ops_.hc_post_pre_norm(main, "hc_post.attn+hc_pre.ffn", Xtmp, f, Tensor{}, Tensor{}, X, post, comb, a, y,
+                          bw.hc_ffn_fn, bw.hc_ffn_scale, bw.hc_ffn_base, it, hc_eps, eps, bw.ffn_norm, eps);
     const Tensor routed = buf_->moe_out.rows(0, T), shared = buf_->sh_out.rows(0, T);
     moe(layer, bw.ffn, a, routed, shared, st);
-    // routed + shared ("moe_combine") and hc_post in one op (a backend may fuse them).
-    ops_.add_hc_post(main, "moe_combine+hc_post.ffn", X, buf_->f.rows(0, T), routed, shared, Xtmp, post, comb);
+    // routed + shared ("moe_combine") and hc_post in one op (a backend may fuse them), and with
+    // `next` the next layer's hc_pre -> RMSNorm too.
+    if (next)
+      ops_.hc_post_pre_norm(main, "moe_combine+hc_post.ffn+hc_pre.attn", X, f, routed, shared, Xtmp, post, comb, a,
+                            y, next->hc_attn_fn, next->hc_attn_scale, next->hc_attn_base, it, hc_eps, eps,
+                            next->attn_norm, eps);
+    else
+      ops_.add_hc_post(main, "moe_combine+hc_post.ffn", X, f, routed, shared, Xtmp, post, comb);
   }
 }
 

@@ -220,8 +220,10 @@ class DeepSeekV4 {
 
   // Forward pieces (decoder_layer.cpp, attention.cpp, moe.cpp, mtp.cpp).
   void target_forward(const Step& st);
+  // A layer's first op, hc_pre_norm, ran already when `entered` (the previous layer's last op
+  // took it); with `next`, this layer's last op also runs the next layer's first.
   void decoder_layer(int layer, const BlockWeights& bw, LayerCache& cache, const Tensor& X, const Tensor& Xtmp,
-                     const Step& st);
+                     const Step& st, bool entered = false, const BlockWeights* next = nullptr);
   void attention(int layer, const AttentionWeights& aw, LayerCache& cache, const Tensor& a, const Tensor& out,
                  const Step& st);
   // Routed experts into `routed`, the shared expert into `shared` (joined to the main stream);

@@ -50,4 +50,15 @@ void Backend::add_hc_post(Stream s, const Tensor& X_out, const Tensor& f, const 
   hc_post(s, X_out, f, res, post, comb);
 }
 
+void Backend::hc_post_pre_norm(Stream s, const Tensor& X_out, const Tensor& f, const Tensor& f1, const Tensor& f2,
+                               const Tensor& res, const Tensor& post, const Tensor& comb, const Tensor& out,
+                               const Tensor& y, const Tensor& fn, const Tensor& scale, const Tensor& base,
+                               int sinkhorn_iters, float hc_eps, float rms_eps, const Tensor& norm_w, float norm_eps) {
+  if (f1.empty())
+    hc_post(s, X_out, f, res, post, comb);
+  else
+    add_hc_post(s, X_out, f, f1, f2, res, post, comb);
+  hc_pre_norm(s, out, y, post, comb, X_out, fn, scale, base, sinkhorn_iters, hc_eps, rms_eps, norm_w, norm_eps);
+}
+
 }  // namespace sl

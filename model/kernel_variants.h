@@ -39,6 +39,13 @@ struct KernelVariants {
   // 32 blocks per token each dot a range of the token's 4D values with fn, and the last of them
   // to finish runs the finish.
   bool hc_decode_fused = true;
+  // hc_post_pre_norm (a sub-layer's hc_post, f = f1 + f2 first for the FFN's, and the next
+  // sub-layer's hc_pre + RMSNorm) at decode sizes: folded into hc-decode=fused's launch (true:
+  // each block first computes its range of X_out from f and the old residual, writes it and dots
+  // it; vLLM fuses the same three), or hc_post's kernel and then hc_pre_norm's (false). Saves a
+  // launch per sub-layer (14 in a flash-6l decode step with one MTP layer). Not yet timed on a
+  // GPU, so off.
+  bool hc_post_fused = false;
   // bf16 GEMMs at decode (M <= 2) with a weight of at most this many MB run on our GEMV instead
   // of cuBLAS (0 = cuBLAS for all).
   int gemv_bf16_max_mb = 20;
@@ -142,7 +149,8 @@ struct KernelVariants {
   // cublas-workspace-kb=N, mxfp4-mma=on|off, fp8-decode=auto|warp|wide, mxfp4-wide=on|off,
   // mxfp4-decode=table|shift|shift-quad, mxfp4-swap=on|off|auto, mxfp4-mma-blocks=2|3,
   // mxfp4-prefill=mma|gemm|auto, mxfp4-w4a8=mma|wgmma|wgmma-pipe, fp8-pair=on|off,
-  // fp8-wide-blocks=1|2, hc-decode=split|fused, fp8-kv=packed|emulated.
+  // fp8-wide-blocks=1|2, hc-decode=split|fused, hc-post=split|fused,
+  // fp8-kv=packed|emulated.
   // Unknown keys and bad values are errors naming the key and the accepted values (a retired key
   // says why it went). An empty spec is the defaults.
   static KernelVariants parse(const std::string& spec);

@@ -45,6 +45,14 @@ struct HcArgs {
   const void* norm_w;
   int dtnw;
   float norm_eps;
+  // hc_post_pre_norm (hc-post=fused, the fused decode kernel only): hc_post first writes X (its
+  // X_out) from these, all bf16 [T, D] / [T, 4, D], with post and comb as hc_post reads them (the
+  // finish then overwrites them with hc_pre's). pf1 set: f = pf1 + pf2 is computed and stored to
+  // pf (add_hc_post). Null pres: X is an input.
+  const bf16* pres;
+  bf16* pf;
+  const bf16* pf1;
+  const bf16* pf2;
 };
 
 // From a token's MIX raw dots and its sum of squares (tot, shared memory): the stream weights
@@ -175,15 +183,19 @@ __device__ __forceinline__ void hc_finish_tail(const HcArgs& a, int64_t t, const
     return;
   }
   if constexpr (VEC) {
-    // Otherwise the second read of X hits L2 (32 KiB per token at D = 4096).
+    // Otherwise the second read of X hits L2 (32 KiB per token at D = 4096). When this kernel
+    // wrote X (hc_post_pre_norm), the other blocks' ranges are read from L2 (ld.cg): the L1 of
+    // this SM is not coherent with their stores.
     const uint4* xr = reinterpret_cast<const uint4*>(static_cast<const bf16*>(a.X) + t * HC * a.D);
+    const bool fresh = a.pres != nullptr;
     uint4* yr = reinterpret_cast<uint4*>(static_cast<bf16*>(a.y) + t * a.D);
     float nss = 0.f;                      // hc_pre_norm: sum of squares of the rounded y
     uint4 ykeep = make_uint4(0, 0, 0, 0);  // and this thread's y vector (when single)
     for (int64_t j = threadIdx.x; j < a.D / 8; j += kHcThreads) {
       uint4 v[HC];
 #pragma unroll
-      for (int s = 0; s < HC; ++s) v[s] = single ? keep[s] : xr[s * (a.D / 8) + j];
+      for (int s = 0; s < HC; ++s)
+        v[s] = single ? keep[s] : fresh ? __ldcg(xr + s * (a.D / 8) + j) : xr[s * (a.D / 8) + j];
       float acc[8] = {};
 #pragma unroll
       for (int s = 0; s < HC; ++s) {
@@ -285,6 +297,62 @@ __global__ __launch_bounds__(kHcThreads + kHcSinkhornWarp) void hc_finish_kernel
   hc_finish_tail<MIX, HEAD, VEC>(a, t, tot, wts, red, keep, single);
 }
 
+// hc_post for one block's range [k0, k0 + Ks) of token t's 4D values of X (within one stream j,
+// as Ks divides D): X[t, j, d] = post[t, j] * f[t, d] + sum_i comb[t, i, j] * res[t, i, d] in
+// hc_post_kernel's order of operations, rounded to bf16, stored to X and handed to
+// stage(vector index in the range, the 8 rounded values). With pf1, f = pf1 + pf2 (rounded) is
+// stored to pf by the blocks of stream 0. The old post and comb are read here, before the token's
+// ticket; the finish overwrites them only after every block of the token has taken it.
+template <class Stage>
+__device__ __forceinline__ void hc_post_range(const HcArgs& a, int64_t t, int64_t k0, int64_t Ks, Stage&& stage) {
+  const int64_t Dv = a.D / 8;
+  const int j = int(k0 / a.D);
+  const int64_t dv0 = (k0 % a.D) / 8;
+  const float pj = a.post[t * HC + j];
+  float cj[HC];
+#pragma unroll
+  for (int i = 0; i < HC; ++i) cj[i] = a.comb[t * HC * HC + i * HC + j];
+  const uint4* res = reinterpret_cast<const uint4*>(a.pres) + t * HC * Dv;
+  uint4* xo = reinterpret_cast<uint4*>(const_cast<void*>(a.X)) + t * HC * Dv + j * Dv;
+  for (int64_t v = threadIdx.x; v < Ks / 8; v += blockDim.x) {
+    const int64_t dv = dv0 + v;
+    uint4 old[HC];
+#pragma unroll
+    for (int i = 0; i < HC; ++i) old[i] = res[i * Dv + dv];
+    float fv[8];
+    if (a.pf1) {
+      const uint4 u1 = reinterpret_cast<const uint4*>(a.pf1)[t * Dv + dv];
+      const uint4 u2 = reinterpret_cast<const uint4*>(a.pf2)[t * Dv + dv];
+      const bf16* e1 = reinterpret_cast<const bf16*>(&u1);
+      const bf16* e2 = reinterpret_cast<const bf16*>(&u2);
+      uint4 fo;
+      bf16* fe = reinterpret_cast<bf16*>(&fo);
+#pragma unroll
+      for (int q = 0; q < 8; ++q) {
+        fe[q] = __float2bfloat16_rn(__bfloat162float(e1[q]) + __bfloat162float(e2[q]));
+        fv[q] = __bfloat162float(fe[q]);
+      }
+      if (j == 0) reinterpret_cast<uint4*>(a.pf)[t * Dv + dv] = fo;
+    } else {
+      const uint4 u = reinterpret_cast<const uint4*>(a.pf)[t * Dv + dv];
+      const bf16* e = reinterpret_cast<const bf16*>(&u);
+#pragma unroll
+      for (int q = 0; q < 8; ++q) fv[q] = __bfloat162float(e[q]);
+    }
+    uint4 o;
+    bf16* oe = reinterpret_cast<bf16*>(&o);
+#pragma unroll
+    for (int q = 0; q < 8; ++q) {
+      float acc = pj * fv[q];
+#pragma unroll
+      for (int i = 0; i < HC; ++i) acc += cj[i] * __bfloat162float(reinterpret_cast<const bf16*>(&old[i])[q]);
+      oe[q] = __float2bfloat16_rn(acc);
+    }
+    xo[dv] = o;
+    stage(v, o);
+  }
+}
+
 // hc-decode=fused (up to kHcFusedMaxTokens tokens, the vector path): the mix GEMV (1-2 tokens) or
 // the split tensor-core GEMM (more), and the finish, in one launch.
 // Block (z, t) takes the z-th of kHcFusedSplits equal ranges of token t's 4D values: it stages
@@ -330,11 +398,10 @@ __global__ __launch_bounds__(kHcThreads + kHcSinkhornWarp) void hc_fused_kernel(
       pre[r][u] = (m < MIX && i < n4) ? fn_row(m)[i] : make_float4(0.f, 0.f, 0.f, 0.f);
     }
   pdl_enter();
-  // 1. The range's values (8 per 16-byte load) as floats, and their sum of squares.
-  const uint4* xr = reinterpret_cast<const uint4*>(static_cast<const bf16*>(a.X) + t * HD + k0);
+  // 1. The range's values (8 per 16-byte load) as floats, and their sum of squares; under
+  // hc_post_pre_norm computed first, as hc_post_kernel computes them, and stored to X.
   float ss = 0.f;
-  for (int64_t j = threadIdx.x; j < Ks / 8; j += blockDim.x) {
-    const uint4 v = xr[j];
+  auto stage = [&](int64_t j, const uint4& v) {
     const bf16* e = reinterpret_cast<const bf16*>(&v);
 #pragma unroll
     for (int q = 0; q < 8; ++q) {
@@ -342,6 +409,12 @@ __global__ __launch_bounds__(kHcThreads + kHcSinkhornWarp) void hc_fused_kernel(
       xs[8 * j + q] = f;
       ss += f * f;
     }
+  };
+  if (a.pres) {
+    hc_post_range(a, t, k0, Ks, stage);
+  } else {
+    const uint4* xr = reinterpret_cast<const uint4*>(static_cast<const bf16*>(a.X) + t * HD + k0);
+    for (int64_t j = threadIdx.x; j < Ks / 8; j += blockDim.x) stage(j, xr[j]);
   }
   ss = block_sum(ss, red);  // its barriers also publish xs
   // 2. The range's dot with each logit's row of fn: lane l takes the 16-byte pieces i = l + 32 u
@@ -388,6 +461,30 @@ bool hc_vec_path(const HcArgs& a, DType xdt) {
          (reinterpret_cast<uintptr_t>(a.X) | reinterpret_cast<uintptr_t>(a.y)) % 16 == 0;
 }
 
+// Whether hc-decode=fused's one launch takes the call: decode sizes on the vector path, 4D a
+// multiple of the splits' 8-value vectors, each split's range within shared memory.
+bool hc_fused_takes(const CudaBackend& be, const HcArgs& a, DType xdt) {
+  const int64_t HD = HC * a.D;
+  return a.T <= kHcFusedMaxTokens && hc_vec_path(a, xdt) && be.variants().hc_decode_fused &&
+         HD % (8 * kHcFusedSplits) == 0 && HD / kHcFusedSplits <= kHcFusedMaxSlice &&
+         reinterpret_cast<uintptr_t>(a.fn) % 16 == 0;
+}
+
+// The fused launch (the caller checked hc_fused_takes); false when the stream has too few
+// tickets for a.T tokens (the caller takes another path).
+template <int MIX, bool HEAD>
+bool launch_hc_fused(CudaBackend& be, const char* op, Stream s, const HcArgs& a) {
+  int* tickets = be.tickets(s, op, size_t(a.T));
+  if (!tickets) return false;
+  cudaStream_t st = be.stream(s, op);
+  CudaBackend::Scratch sc = be.scratch(s, op, size_t(a.T) * kHcFusedSplits * (MIX + 1) * 4);
+  const unsigned threads = kHcThreads + (HEAD ? 0 : kHcSinkhornWarp);
+  launch_kernel(op, hc_fused_kernel<MIX, HEAD>, dim3(kHcFusedSplits, unsigned(a.T)), threads, 0, st, a,
+                static_cast<float*>(sc.ptr), tickets);
+  CUDA_LAUNCH_CHECK(op, st);
+  return true;
+}
+
 template <int MIX, bool HEAD>
 void launch_hc(CudaBackend& be, const char* op, Stream s, HcArgs a, DType xdt) {
   cudaStream_t st = be.stream(s, op);
@@ -403,17 +500,8 @@ void launch_hc(CudaBackend& be, const char* op, Stream s, HcArgs a, DType xdt) {
       launch_kernel(op, hc_finish_kernel<MIX, HEAD, false>, unsigned(rows), threads, 0, st, a, t0);
     CUDA_LAUNCH_CHECK(op, st);
   };
-  if (a.T <= kHcFusedMaxTokens && vec && be.variants().hc_decode_fused && HD % (8 * kHcFusedSplits) == 0 &&
-      HD / kHcFusedSplits <= kHcFusedMaxSlice && reinterpret_cast<uintptr_t>(a.fn) % 16 == 0) {
-    if (int* tickets = be.tickets(s, op, size_t(a.T))) {
-      CudaBackend::Scratch sc = be.scratch(s, op, size_t(a.T) * kHcFusedSplits * (MIX + 1) * 4);
-      const unsigned threads = kHcThreads + (HEAD ? 0 : kHcSinkhornWarp);
-      launch_kernel(op, hc_fused_kernel<MIX, HEAD>, dim3(kHcFusedSplits, unsigned(a.T)), threads, 0, st, a,
-                    static_cast<float*>(sc.ptr), tickets);
-      CUDA_LAUNCH_CHECK(op, st);
-      return;
-    }
-  }
+  if (hc_fused_takes(be, a, xdt) && launch_hc_fused<MIX, HEAD>(be, op, s, a)) return;
+  SL_CHECK(!a.pres, op, ": hc_post's part runs only in the fused decode kernel");
   if (a.T <= 2) {
     // Decode at 1-2 tokens: the mix GEMM straight from the F32 fn (bf16 x F32 -> F32: the
     // backend's decode GEMV, exact fp32 products), no hi/lo split: two launches instead of four
@@ -572,23 +660,70 @@ void CudaBackend::hc_pre(Stream s, const Tensor& y, const Tensor& post, const Te
 // hc_pre with the sub-layer's RMSNorm folded into the finish kernel (the block that collapses a
 // token's streams also normalises the result): one launch instead of two per sub-layer. Shapes
 // the vector path does not take (f32 activations, unaligned rows) run the two ops.
+namespace {
+// hc_pre's arguments with the sub-layer's RMSNorm folded into the finish (a.nout set), or false
+// where the finish cannot fold it (not the bf16 vector path, unaligned, out aliasing y).
+bool hc_pre_norm_args(HcArgs& a, const Tensor& out, const Tensor& y, const Tensor& X, const Tensor& norm_w,
+                      float norm_eps) {
+  const auto [rows, dim] = checks::validate_rmsnorm<OpRules>(out, y, norm_w);
+  if (!(hc_vec_path(a, X.dtype) && out.dtype == DType::BF16 && rows == a.T && dim == a.D &&
+        reinterpret_cast<uintptr_t>(out.data) % 16 == 0 && out.data != y.data))
+    return false;
+  a.nout = static_cast<bf16*>(out.data);
+  a.norm_w = norm_w.empty() ? nullptr : norm_w.data;
+  a.dtnw = norm_w.empty() ? kF32 : fcode(norm_w.dtype);
+  a.norm_eps = norm_eps;
+  return true;
+}
+}  // namespace
+
 void CudaBackend::hc_pre_norm(Stream s, const Tensor& out, const Tensor& y, const Tensor& post, const Tensor& comb,
                               const Tensor& X, const Tensor& fn, const Tensor& scale, const Tensor& base,
                               int sinkhorn_iters, float hc_eps, float rms_eps, const Tensor& norm_w, float norm_eps) {
   const char* op = "hc_pre_norm";
   HcArgs a = hc_pre_args(y, post, comb, X, fn, scale, base, sinkhorn_iters, hc_eps, rms_eps);
-  const auto [rows, dim] = checks::validate_rmsnorm<OpRules>(out, y, norm_w);
-  const bool fuse = hc_vec_path(a, X.dtype) && out.dtype == DType::BF16 && rows == a.T && dim == a.D &&
-                    reinterpret_cast<uintptr_t>(out.data) % 16 == 0 && out.data != y.data;
-  if (!fuse) {
+  if (!hc_pre_norm_args(a, out, y, X, norm_w, norm_eps)) {
     Backend::hc_pre_norm(s, out, y, post, comb, X, fn, scale, base, sinkhorn_iters, hc_eps, rms_eps, norm_w, norm_eps);
     return;
   }
-  a.nout = static_cast<bf16*>(out.data);
-  a.norm_w = norm_w.empty() ? nullptr : norm_w.data;
-  a.dtnw = norm_w.empty() ? kF32 : fcode(norm_w.dtype);
-  a.norm_eps = norm_eps;
   launch_hc<(2 + HC) * HC, false>(*this, op, s, a, X.dtype);
+}
+
+// Under hc-post=fused, at the sizes hc-decode=fused takes with the norm folded, one launch: each
+// block of the fused decode kernel first computes its range of X_out (hc_post, and the MoE's sum
+// when f1 is given), then goes on as hc_pre_norm's. X_out may not overlap res, nor f overlap f1 or
+// f2 (other blocks still read them); everything bf16 and 16-byte aligned. Otherwise the parts.
+void CudaBackend::hc_post_pre_norm(Stream s, const Tensor& X_out, const Tensor& f, const Tensor& f1,
+                                   const Tensor& f2, const Tensor& res, const Tensor& post, const Tensor& comb,
+                                   const Tensor& out, const Tensor& y, const Tensor& fn, const Tensor& scale,
+                                   const Tensor& base, int sinkhorn_iters, float hc_eps, float rms_eps,
+                                   const Tensor& norm_w, float norm_eps) {
+  const char* op = "hc_post_pre_norm";
+  const auto parts = [&] {
+    Backend::hc_post_pre_norm(s, X_out, f, f1, f2, res, post, comb, out, y, fn, scale, base, sinkhorn_iters, hc_eps,
+                              rms_eps, norm_w, norm_eps);
+  };
+  const bool add = !f1.empty();
+  if (add) checks::validate_add<OpRules>(f, f1, f2);
+  checks::validate_hc_post<OpRules>(X_out, f, res, post, comb, {HC, HC});
+  HcArgs a = hc_pre_args(y, post, comb, X_out, fn, scale, base, sinkhorn_iters, hc_eps, rms_eps);
+  auto vec16 = [](const Tensor& t) {
+    return t.dtype == DType::BF16 && reinterpret_cast<uintptr_t>(t.data) % 16 == 0;
+  };
+  const bool fits = variants().hc_post_fused && hc_pre_norm_args(a, out, y, X_out, norm_w, norm_eps) &&
+                    hc_fused_takes(*this, a, X_out.dtype) && vec16(f) && vec16(res) &&
+                    (!add || (vec16(f1) && vec16(f2) && !checks::overlaps(f, f1) && !checks::overlaps(f, f2))) &&
+                    !checks::overlaps(X_out, res);
+  if (!fits || a.T == 0) {
+    if (a.T == 0) return;
+    parts();
+    return;
+  }
+  a.pres = static_cast<const bf16*>(res.data);
+  a.pf = static_cast<bf16*>(f.data);
+  a.pf1 = add ? static_cast<const bf16*>(f1.data) : nullptr;
+  a.pf2 = add ? static_cast<const bf16*>(f2.data) : nullptr;
+  if (!launch_hc_fused<(2 + HC) * HC, false>(*this, op, s, a)) parts();
 }
 
 void CudaBackend::hc_head(Stream s, const Tensor& h, const Tensor& X, const Tensor& fn, const Tensor& scale,

@@ -141,7 +141,7 @@ TEST(CheckBackend, CpuAgainstCpuIsExactEverywhere) {
                          "rmsnorm_rope",
                          "gemm_pair",
                          "gemm_swiglu",
-                         "hc_post",
+                         "hc_post_pre_norm",
                          "add_hc_post",
                          "hc_head",
                          "hc_expand",
@@ -435,7 +435,8 @@ TEST(CheckBackend, StopsAtFirstFailureWithItsPath) {
   auto ref = make_cpu_backend();
   FaultyCpu dut;
   dut.hook = [&](const std::string& op, const std::string& path, const std::vector<Tensor>& outs) {
-    if (op == "hc_post" && starts_with(path, "decode#1/target/L2.")) outs[0].ptr<float>()[0] += 100.f;
+    // outs[0]: X_out, hc_post's result (the later parts of the op read it uncorrupted).
+    if (op == "hc_post_pre_norm" && starts_with(path, "decode#1/target/L2.")) outs[0].ptr<float>()[0] += 100.f;
   };
   CheckOptions opt;
   opt.stop_at_first_failure = true;
@@ -445,12 +446,21 @@ TEST(CheckBackend, StopsAtFirstFailureWithItsPath) {
     FAIL() << "no failure reported";
   } catch (const Error& e) {
     const std::string what = e.what();
-    EXPECT_NE(what.find("decode#1/target/L2.c4a/attn/hc_post.attn hc_post.X_out"), std::string::npos) << what;
+    EXPECT_NE(what.find("decode#1/target/L2.c4a/ffn/hc_post.attn+hc_pre.ffn hc_post_pre_norm.X_out"),
+              std::string::npos)
+        << what;
   }
   const auto& recs = check_records(*check);
   ASSERT_FALSE(recs.empty());
-  EXPECT_TRUE(recs.back().failed);
-  EXPECT_TRUE(ends_with(recs.back().path, "/hc_post.attn"));
+  // The failing op's results are all recorded, X_out failed, and nothing after that op.
+  const auto bad = std::find_if(recs.begin(), recs.end(), [](const CheckRecord& r) { return r.failed; });
+  ASSERT_NE(bad, recs.end());
+  EXPECT_TRUE(ends_with(bad->path, "/hc_post.attn+hc_pre.ffn"));
+  EXPECT_EQ(bad->output, "X_out");
+  for (auto r = bad; r != recs.end(); ++r) {
+    EXPECT_EQ(r->path, bad->path);
+    EXPECT_EQ(r->failed, r == bad) << r->describe();
+  }
 }
 
 // A bf16 dut against the f32 reference, as with CUDA: views translate by elements on both

@@ -84,6 +84,7 @@ const char* const kVariants[] = {
     "mxfp4-wide=on,mxfp4-swap=off", "mxfp4-decode=shift,mxfp4-swap=off",
     "mxfp4-decode=shift,mxfp4-wide=on,mxfp4-swap=off", "mxfp4-swap=on", "mxfp4-decode=shift,mxfp4-swap=on", "mxfp4-mma-blocks=3,mxfp4-swap=off", "mxfp4-prefill=gemm", "mxfp4-prefill=mma", "mxfp4-w4a8=wgmma", "mxfp4-w4a8=wgmma-pipe", "fp8-pair=off",
     "fp8-pair=on,fp8-decode=wide", "fp8-wide-blocks=1,fp8-decode=wide", "fp8-wide-blocks=1", "hc-decode=split",
+    "hc-post=fused", "hc-post=fused,hc-decode=split",
 };
 
 std::string variant_test_name(const ::testing::TestParamInfo<const char*>& info) {
@@ -891,6 +892,76 @@ TEST_P(CudaOps, HcPreNorm) {
     ASSERT_EQ(a.size(), b.size());
     for (size_t i = 0; i < a.size(); ++i)
       ASSERT_LE(std::fabs(a[i] - b[i]), std::ldexp(std::fabs(b[i]), -7) + 1e-30f) << "out[" << i << "]" << tag;
+  }
+}
+
+// hc_post_pre_norm (under hc-post=fused the CUDA backend computes hc_post's X_out inside the
+// fused decode kernel of hc_pre_norm) against the CPU reference's parts, with and without the
+// MoE's sum (f = f1 + f2), at decode sizes that kernel takes (T <= 16, D = 4096, 512), at T = 40
+// and D = 200 (the parts run). Also against the CUDA backend's own parts on the same inputs:
+// X_out, f, y, post and comb bit for bit, the normalised rows within one bf16 rounding.
+TEST_P(CudaOps, HcPostPreNorm) {
+  struct Case {
+    int64_t T, D;
+  };
+  for (const Case& c : {Case{1, 4096}, Case{2, 4096}, Case{8, 4096}, Case{16, 512}, Case{40, 256}, Case{1, 200}}) {
+    for (const bool add : {false, true}) {
+      const int64_t hc = 4, mix = 24, T = c.T, D = c.D;
+      const std::string tag =
+          " T=" + std::to_string(T) + " D=" + std::to_string(D) + (add ? " (f = f1 + f2)" : " (f given)");
+      T2 res = make_rand("res", Kind::Act, {T, hc, D}, -2.f, 2.f);
+      const std::vector<float> f0 = rand(size_t(T * D), -2.f, 2.f);
+      T2 f = make("f", Kind::Act, {T, D}, f0);
+      T2 f1 = make_rand("f1", Kind::Act, {T, D}), f2 = make_rand("f2", Kind::Act, {T, D});
+      // hc_post's post and comb as hc_pre leaves them (post in [0, 2], comb near doubly stochastic).
+      const std::vector<float> post0 = rand(size_t(T * hc), 0.f, 2.f), comb0 = rand(size_t(T * hc * hc), 0.f, 0.5f);
+      T2 fn = make_rand("fn", Kind::F32, {mix, hc * D}, -0.1f, 0.1f);
+      T2 scale = make("scale", Kind::F32, {3}, {0.7f, 1.3f, 0.9f});
+      T2 base = make_rand("base", Kind::F32, {mix}, -0.5f, 0.5f);
+      T2 nw = make_rand("norm_w", Kind::Act, {D}, 0.5f, 1.5f);
+      // One side's call: the fused op, or its parts (the CUDA backend's own kernels for each).
+      auto run = [&](Backend& be, bool cpu, bool fused, T2& fx, T2& Xo, T2& post, T2& comb, T2& y, T2& out) {
+        auto t = [&](const T2& x) -> const Tensor& { return cpu ? x.c : x.g; };
+        const Tensor none;
+        if (fused) {
+          be.hc_post_pre_norm(Stream{}, t(Xo), t(fx), add ? t(f1) : none, add ? t(f2) : none, t(res), t(post),
+                              t(comb), t(out), t(y), t(fn), t(scale), t(base), 20, 1e-6f, 1e-6f, t(nw), 1e-6f);
+          return;
+        }
+        if (add)
+          be.add_hc_post(Stream{}, t(Xo), t(fx), t(f1), t(f2), t(res), t(post), t(comb));
+        else
+          be.hc_post(Stream{}, t(Xo), t(fx), t(res), t(post), t(comb));
+        be.hc_pre_norm(Stream{}, t(out), t(y), t(post), t(comb), t(Xo), t(fn), t(scale), t(base), 20, 1e-6f, 1e-6f,
+                       t(nw), 1e-6f);
+      };
+      T2 Xo = zeros("X_out", Kind::Act, {T, hc, D}), y = zeros("y", Kind::Act, {T, D});
+      T2 post = make("post", Kind::F32, {T, hc}, post0), comb = make("comb", Kind::F32, {T, hc, hc}, comb0);
+      T2 out = zeros("out", Kind::Act, {T, D});
+      run(*cpu_, true, false, f, Xo, post, comb, y, out);
+      run(*gpu_, false, true, f, Xo, post, comb, y, out);
+      expect_close(Xo, "X_out" + tag);
+      if (add) expect_close(f, "f" + tag);
+      expect_close(y, "y" + tag);
+      expect_close(post, "post" + tag, 1e-4);
+      expect_close(comb, "comb" + tag, 1e-4);
+      expect_close(out, "out" + tag);
+
+      // The CUDA parts on the same inputs (a fresh f: the fused call may have written it).
+      T2 fb = make("f", Kind::Act, {T, D}, f0), Xo2 = zeros("X_out2", Kind::Act, {T, hc, D});
+      T2 y2 = zeros("y2", Kind::Act, {T, D}), out2 = zeros("out2", Kind::Act, {T, D});
+      T2 post2 = make("post2", Kind::F32, {T, hc}, post0), comb2 = make("comb2", Kind::F32, {T, hc, hc}, comb0);
+      run(*gpu_, false, false, fb, Xo2, post2, comb2, y2, out2);
+      EXPECT_EQ(gg(f), gg(fb)) << "f" << tag;
+      EXPECT_EQ(gg(Xo), gg(Xo2)) << "X_out" << tag;
+      EXPECT_EQ(gg(y), gg(y2)) << "y" << tag;
+      EXPECT_EQ(gg(post), gg(post2)) << "post" << tag;
+      EXPECT_EQ(gg(comb), gg(comb2)) << "comb" << tag;
+      const std::vector<float> a = gg(out), b = gg(out2);
+      ASSERT_EQ(a.size(), b.size());
+      for (size_t i = 0; i < a.size(); ++i)
+        ASSERT_LE(std::fabs(a[i] - b[i]), std::ldexp(std::fabs(b[i]), -7) + 1e-30f) << "out[" << i << "]" << tag;
+    }
   }
 }
 
