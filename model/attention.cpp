@@ -57,7 +57,9 @@ void DeepSeekV4::attention(int layer, const AttentionWeights& aw, LayerCache& ca
     }
     execute_in_parallel(ops_, ls, ev, parallel, main_fn, aux, phase_a_fault(layer));
   }
-  ops_.rmsnorm_pair(Stream{}, "q_norm+kv_norm", qr, qr_raw, aw.q_norm, eps, kv, kv, aw.kv_norm, eps);
+  // The key's RoPE with its norm (it reads nothing phase B writes).
+  ops_.rmsnorm_pair(Stream{}, "q_norm+kv_norm+rope_k", qr, qr_raw, aw.q_norm, eps, kv, kv, aw.kv_norm, eps, st.pos,
+                    table);
 
   // ---- Phase B (vLLM 6fb3f7b46): the query path on the main stream; the whole indexer (c4a)
   // or the main compressor (c128a) on aux0.
@@ -100,7 +102,6 @@ void DeepSeekV4::attention(int layer, const AttentionWeights& aw, LayerCache& ca
     StreamFn main_fn = [&](Stream s) {
       linear(ops_, s, "wq_b", q.view({T, H * Dh}), qr, aw.wq_b);
       ops_.rmsnorm_rope(s, "q_head_norm+rope_q", q, q, Tensor{}, eps, st.pos, table);
-      ops_.rope(s, "rope_k", kv.view({T, 1, Dh}), st.pos, table, false);
       if (round_caches) ops_.round_fp8_blocks(s, "kv_fp8", kv, kv_nope, kvfp8::kBlock, Tensor{}, Tensor{}, 1);
       ops_.swa_insert(s, "swa_insert", cache.swa, cache.swa_tags, kv, st.pos, st.seq);
     };
@@ -117,7 +118,6 @@ void DeepSeekV4::attention(int layer, const AttentionWeights& aw, LayerCache& ca
     StreamFn main_fn = [&](Stream s) {
       linear(ops_, s, "wq_b", q.view({T, H * Dh}), qr, aw.wq_b);
       ops_.rmsnorm_rope(s, "q_head_norm+rope_q", q, q, Tensor{}, eps, st.pos, table);
-      ops_.rope(s, "rope_k", kv.view({T, 1, Dh}), st.pos, table, false);
       if (round_caches) ops_.round_fp8_blocks(s, "kv_fp8", kv, kv_nope, kvfp8::kBlock, Tensor{}, Tensor{}, 1);
       ops_.swa_insert(s, "swa_insert", cache.swa, cache.swa_tags, kv, st.pos, st.seq);
       if (type == LayerType::C4A) main_compressor(s);

@@ -6,9 +6,14 @@
 namespace sl {
 
 void Backend::rmsnorm_pair(Stream s, const Tensor& out1, const Tensor& x1, const Tensor& w1, float eps1,
-                           const Tensor& out2, const Tensor& x2, const Tensor& w2, float eps2) {
+                           const Tensor& out2, const Tensor& x2, const Tensor& w2, float eps2, const Tensor& pos,
+                           const Tensor& table) {
   rmsnorm(s, out1, x1, w1, eps1);
   rmsnorm(s, out2, x2, w2, eps2);
+  if (!table.empty()) {
+    const int64_t dim = out2.dim(-1);
+    rope(s, out2.view({out2.numel() / dim, 1, dim}), pos, table, false);
+  }
 }
 
 void Backend::rmsnorm_rope(Stream s, const Tensor& out, const Tensor& x, const Tensor& w, float eps,

@@ -13,7 +13,7 @@ const char* const kKernelVariantsHelp =
     "gemv-bf16-max-mb=N, pdl=on|off, cublas-workspace-kb=N, mxfp4-mma=on|off, fp8-decode=auto|warp|wide, "
     "mxfp4-wide=on|off, mxfp4-decode=table|shift|shift-quad, mxfp4-swap=on|off|auto, mxfp4-mma-blocks=2|3, "
     "mxfp4-prefill=mma|gemm|auto, mxfp4-w4a8=mma|wgmma|wgmma-pipe, fp8-pair=on|off, fp8-wide-blocks=1|2, hc-decode=split|fused, "
-    "hc-post=split|fused, fp8-kv=packed|emulated (default: the "
+    "hc-post=split|fused, kv-norm-rope=split|fused, fp8-kv=packed|emulated (default: the "
     "measured best of each; variants not yet timed on a GPU are off)";
 
 namespace {
@@ -112,6 +112,8 @@ KernelVariants KernelVariants::parse(const std::string& spec) {
       k.hc_decode_fused = either(key, v, "split", "fused");
     } else if (key == "hc-post") {
       k.hc_post_fused = either(key, v, "split", "fused");
+    } else if (key == "kv-norm-rope") {
+      k.kv_norm_rope_fused = either(key, v, "split", "fused");
     } else if (key == "fp8-wide-blocks") {
       k.fp8_wide_blocks = either(key, v, "1", "2") ? 2 : 1;
     } else if (key == "mxfp4-wide") {
@@ -147,7 +149,7 @@ KernelVariants KernelVariants::parse(const std::string& spec) {
     } else {
       fail("--kernel-variants: unknown key '", key,
            "' (attn-decode, attn-splits, gemv-bf16-max-mb, pdl, cublas-workspace-kb, mxfp4-mma, fp8-decode, mxfp4-wide, "
-           "mxfp4-decode, mxfp4-swap, mxfp4-mma-blocks, mxfp4-prefill, mxfp4-w4a8, fp8-pair, fp8-wide-blocks, hc-decode, hc-post, fp8-kv)");
+           "mxfp4-decode, mxfp4-swap, mxfp4-mma-blocks, mxfp4-prefill, mxfp4-w4a8, fp8-pair, fp8-wide-blocks, hc-decode, hc-post, kv-norm-rope, fp8-kv)");
     }
   }
   return k;
@@ -171,6 +173,7 @@ std::string KernelVariants::str() const {
     << ",mxfp4-w4a8=" << mxfp4_w4a8_names[int(mxfp4_w4a8)] << ",fp8-pair=" << oo(fp8_pair)
     << ",fp8-wide-blocks=" << fp8_wide_blocks << ",hc-decode=" << (hc_decode_fused ? "fused" : "split")
     << ",hc-post=" << (hc_post_fused ? "fused" : "split")
+    << ",kv-norm-rope=" << (kv_norm_rope_fused ? "fused" : "split")
     << ",fp8-kv=" << (fp8_kv_packed ? "packed" : "emulated");
   return s.str();
 }

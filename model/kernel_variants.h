@@ -46,6 +46,10 @@ struct KernelVariants {
   // launch per sub-layer (14 in a flash-6l decode step with one MTP layer). Not yet timed on a
   // GPU, so off.
   bool hc_post_fused = false;
+  // rmsnorm_pair with the key's RoPE (q_norm + kv_norm + rope_k): the rotation in the norm's
+  // launch, as rmsnorm_rope rotates the query (true), or rope's kernel after it (false). Saves a
+  // launch per layer. Not yet timed on a GPU, so off.
+  bool kv_norm_rope_fused = false;
   // bf16 GEMMs at decode (M <= 2) with a weight of at most this many MB run on our GEMV instead
   // of cuBLAS (0 = cuBLAS for all).
   int gemv_bf16_max_mb = 20;
@@ -150,7 +154,7 @@ struct KernelVariants {
   // mxfp4-decode=table|shift|shift-quad, mxfp4-swap=on|off|auto, mxfp4-mma-blocks=2|3,
   // mxfp4-prefill=mma|gemm|auto, mxfp4-w4a8=mma|wgmma|wgmma-pipe, fp8-pair=on|off,
   // fp8-wide-blocks=1|2, hc-decode=split|fused, hc-post=split|fused,
-  // fp8-kv=packed|emulated.
+  // kv-norm-rope=split|fused, fp8-kv=packed|emulated.
   // Unknown keys and bad values are errors naming the key and the accepted values (a retired key
   // says why it went). An empty spec is the defaults.
   static KernelVariants parse(const std::string& spec);

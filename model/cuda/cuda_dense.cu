@@ -513,9 +513,10 @@ __device__ __forceinline__ float row_rsqrt(float ss, float* red, int64_t dim, fl
 // TPR threads per row, 256 / TPR rows per block (TPR <= 256) or one row per block (TPR = 1024).
 //
 // One launch may normalise two tensors (rmsnorm_pair: q_norm and kv_norm): blocks below blocks0
-// take job j0, the rest j1. With rope.table set (rmsnorm_rope: the per-head q norm, then RoPE),
-// the rounded normalised values of each head's last R dims are rotated as rope_kernel rotates
-// them (x viewed as [T, rope.heads, dim]), before the store.
+// take job j0, the rest j1. With rope.table set, in the jobs marked rope (rmsnorm_rope: the
+// per-head q norm, then RoPE; rmsnorm_pair: the key's norm, then RoPE), the rounded normalised
+// values of each head's last R dims are rotated as rope_kernel rotates them (x viewed as
+// [T, rope.heads, dim]), before the store.
 struct NormJob {
   bf16* out;
   const bf16* x;
@@ -523,6 +524,7 @@ struct NormJob {
   int dtw;
   int64_t rows, dim;
   float eps;
+  bool rope = false;  // the launch's NormRope applies to this job
 };
 struct NormRope {
   const int32_t* pos = nullptr;
@@ -574,7 +576,7 @@ __global__ __launch_bounds__(TPR > 256 ? TPR : 256) void rmsnorm_bf16_kernel(Nor
     const int64_t j = lane + int64_t(k) * TPR;
     if (j >= nvec) break;
     uint4 o = rmsnorm_scale8(v[k], r, w, dtw, j);
-    if (rope.table && j * 8 >= dim - rope.R) {  // R and dim - R are multiples of 8 (the launcher)
+    if (J.rope && rope.table && j * 8 >= dim - rope.R) {  // R and dim - R are multiples of 8 (the launcher)
       const int32_t p = rope.pos[row / rope.heads];
       if (p >= 0 && p < rope.P) {
         bf16* oe = reinterpret_cast<bf16*>(&o);
@@ -837,22 +839,36 @@ static bool warp_norm_fits(const Tensor& out, const Tensor& x, int64_t dim) {
   return bf16_norm_fits(out, x, dim) && dim <= 32 * 8 * 4;
 }
 
-// q_norm and kv_norm (two independent row norms) in one launch.
+// q_norm and kv_norm (two independent row norms) in one launch; the key's RoPE (table given) in
+// the same launch under kv-norm-rope=fused, else rope's kernel after it.
 void CudaBackend::rmsnorm_pair(Stream s, const Tensor& out1, const Tensor& x1, const Tensor& w1, float eps1,
-                               const Tensor& out2, const Tensor& x2, const Tensor& w2, float eps2) {
+                               const Tensor& out2, const Tensor& x2, const Tensor& w2, float eps2, const Tensor& pos,
+                               const Tensor& table) {
   const char* op = "rmsnorm_pair";
   const auto [rows1, dim1] = checks::validate_rmsnorm<OpRules>(out1, x1, w1);
   const auto [rows2, dim2] = checks::validate_rmsnorm<OpRules>(out2, x2, w2);
+  const Tensor out2h = out2.view({rows2, 1, dim2});
+  NormRope nr;
+  if (!table.empty()) {
+    const auto [T, heads, dim, P, R] = checks::validate_rope<OpRules>(out2h, pos, table);
+    nr.pos = pos.ptr<int32_t>();
+    nr.table = table.ptr<float>();
+    nr.R = R;
+    nr.P = P;
+  }
+  const bool fold = nr.table && variants().kv_norm_rope_fused && nr.R % 8 == 0 && nr.R <= dim2;
   if (rows1 == 0 || rows2 == 0 || !warp_norm_fits(out1, x1, dim1) || !warp_norm_fits(out2, x2, dim2)) {
-    Backend::rmsnorm_pair(s, out1, x1, w1, eps1, out2, x2, w2, eps2);
+    Backend::rmsnorm_pair(s, out1, x1, w1, eps1, out2, x2, w2, eps2, pos, table);
     return;
   }
   cudaStream_t st = stream(s, op);
   const int64_t blocks1 = cdiv(rows1, 8), blocks2 = cdiv(rows2, 8);
+  NormJob j2 = norm_job(out2, x2, w2, rows2, dim2, eps2);
+  j2.rope = fold;
   launch_kernel(op, rmsnorm_bf16_kernel<32, 4>, unsigned(blocks1 + blocks2), 256, 0, st,
-                norm_job(out1, x1, w1, rows1, dim1, eps1), norm_job(out2, x2, w2, rows2, dim2, eps2), blocks1,
-                NormRope{});
+                norm_job(out1, x1, w1, rows1, dim1, eps1), j2, blocks1, fold ? nr : NormRope{});
   CUDA_LAUNCH_CHECK(op, st);
+  if (nr.table && !fold) rope(s, out2h, pos, table, false);
 }
 
 // The per-head q norm and the q RoPE in one launch (x [T, heads, dim]).
@@ -875,7 +891,8 @@ void CudaBackend::rmsnorm_rope(Stream s, const Tensor& out, const Tensor& x, con
   rope.heads = heads;
   rope.R = R;
   rope.P = P;
-  const NormJob job = norm_job(outr, xr, w, rows, dim, eps);
+  NormJob job = norm_job(outr, xr, w, rows, dim, eps);
+  job.rope = true;
   const int64_t blocks = cdiv(rows, 8);
   launch_kernel(op, rmsnorm_bf16_kernel<32, 4>, unsigned(blocks), 256, 0, st, job, job, blocks, rope);
   CUDA_LAUNCH_CHECK(op, st);

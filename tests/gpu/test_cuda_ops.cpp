@@ -84,7 +84,7 @@ const char* const kVariants[] = {
     "mxfp4-wide=on,mxfp4-swap=off", "mxfp4-decode=shift,mxfp4-swap=off",
     "mxfp4-decode=shift,mxfp4-wide=on,mxfp4-swap=off", "mxfp4-swap=on", "mxfp4-decode=shift,mxfp4-swap=on", "mxfp4-mma-blocks=3,mxfp4-swap=off", "mxfp4-prefill=gemm", "mxfp4-prefill=mma", "mxfp4-w4a8=wgmma", "mxfp4-w4a8=wgmma-pipe", "fp8-pair=off",
     "fp8-pair=on,fp8-decode=wide", "fp8-wide-blocks=1,fp8-decode=wide", "fp8-wide-blocks=1", "hc-decode=split",
-    "hc-post=fused", "hc-post=fused,hc-decode=split",
+    "hc-post=fused,kv-norm-rope=fused", "hc-post=fused,hc-decode=split",
 };
 
 std::string variant_test_name(const ::testing::TestParamInfo<const char*>& info) {
@@ -557,7 +557,7 @@ TEST_P(CudaOps, RmsNormPairAndRope) {
     T2 o1b = zeros("o1b", Kind::Act, {T, 1024});
     cpu_->rmsnorm(Stream{}, o1.c, x1.c, w1.c, 1e-6f);
     cpu_->rmsnorm(Stream{}, x2.c, x2.c, w2.c, 1e-6f);
-    gpu_->rmsnorm_pair(Stream{}, o1.g, x1.g, w1.g, 1e-6f, x2.g, x2.g, w2.g, 1e-6f);
+    gpu_->rmsnorm_pair(Stream{}, o1.g, x1.g, w1.g, 1e-6f, x2.g, x2.g, w2.g, 1e-6f, Tensor{}, Tensor{});
     expect_close(o1, "rmsnorm_pair out1" + tag);
     expect_close(x2, "rmsnorm_pair out2 (in place)" + tag);
     gpu_->rmsnorm(Stream{}, o1b.g, x1.g, w1.g, 1e-6f);
@@ -581,6 +581,24 @@ TEST_P(CudaOps, RmsNormPairAndRope) {
     gpu_->rmsnorm(Stream{}, qr_g, qr_g, Tensor{}, 1e-6f);
     gpu_->rope(Stream{}, qb.g, pos.g, table.g, false);
     EXPECT_EQ(gg(q), gg(qb)) << "rmsnorm_rope vs rmsnorm + rope" << tag;
+
+    // rmsnorm_pair with the key's RoPE (kv [T, 512], its last 64 dims rotated), against the CPU's
+    // parts and the CUDA backend's own rmsnorm + rope.
+    T2 k = make_rand("k", Kind::Act, {T, Dh}, -3.f, 3.f), wk = make_rand("wk", Kind::Wt, {Dh}, 0.5f, 1.5f);
+    T2 kb = make("kb", Kind::Act, {T, Dh}, gc(k));
+    const T2& posk = pos;
+    T2 o3 = zeros("o3", Kind::Act, {T, 1024}), o3b = zeros("o3b", Kind::Act, {T, 1024});
+    cpu_->rmsnorm(Stream{}, o3.c, x1.c, w1.c, 1e-6f);
+    cpu_->rmsnorm(Stream{}, k.c, k.c, wk.c, 1e-6f);
+    cpu_->rope(Stream{}, k.c.view({T, 1, Dh}), posk.c, table.c, false);
+    gpu_->rmsnorm_pair(Stream{}, o3.g, x1.g, w1.g, 1e-6f, k.g, k.g, wk.g, 1e-6f, posk.g, table.g);
+    expect_close(o3, "rmsnorm_pair + rope out1" + tag);
+    expect_close(k, "rmsnorm_pair + rope out2" + tag);
+    gpu_->rmsnorm(Stream{}, o3b.g, x1.g, w1.g, 1e-6f);
+    gpu_->rmsnorm(Stream{}, kb.g, kb.g, wk.g, 1e-6f);
+    gpu_->rope(Stream{}, kb.g.view({T, 1, Dh}), posk.g, table.g, false);
+    EXPECT_EQ(gg(o3), gg(o3b)) << "rmsnorm_pair + rope out1 vs rmsnorm" << tag;
+    EXPECT_EQ(gg(k), gg(kb)) << "rmsnorm_pair + rope out2 vs rmsnorm + rope" << tag;
   }
 }
 
