@@ -44,13 +44,15 @@ TEST(KernelVariants, EmptyIsTheDefaults) {
   EXPECT_TRUE(d.fp8_pair);
   EXPECT_EQ(d.fp8_wide_blocks, 2);
   EXPECT_TRUE(d.hc_decode_fused);
+  EXPECT_FALSE(d.hc_post_fused);
+  EXPECT_FALSE(d.kv_norm_rope_fused);
 }
 
 TEST(KernelVariants, EveryKeyParsesAndPrintsBack) {
   const KernelVariants k = KernelVariants::parse(
       "attn-decode=off,attn-splits=8,gemv-bf16-max-mb=0,pdl=off,cublas-workspace-kb=0,mxfp4-mma=off,fp8-decode=wide,mxfp4-wide=on,"
       "mxfp4-decode=table,mxfp4-swap=on,mxfp4-mma-blocks=3,mxfp4-prefill=gemm,mxfp4-w4a8=wgmma,fp8-pair=off,fp8-wide-blocks=1,"
-      "hc-decode=split,fp8-kv=packed");
+      "hc-decode=split,hc-post=fused,kv-norm-rope=fused,fp8-kv=packed");
   EXPECT_FALSE(k.attention_decode_kernel);
   EXPECT_EQ(k.mxfp4_mma_blocks, 3);
   EXPECT_TRUE(k.fp8_kv_packed);
@@ -63,7 +65,12 @@ TEST(KernelVariants, EveryKeyParsesAndPrintsBack) {
   EXPECT_FALSE(k.fp8_pair);
   EXPECT_EQ(k.fp8_wide_blocks, 1);
   EXPECT_FALSE(k.hc_decode_fused);
+  EXPECT_TRUE(k.hc_post_fused);
+  EXPECT_TRUE(k.kv_norm_rope_fused);
   EXPECT_EQ(KernelVariants::parse("hc-decode=fused"), KernelVariants{});
+  EXPECT_EQ(KernelVariants::parse("hc-post=split"), KernelVariants{});
+  EXPECT_EQ(KernelVariants::parse("kv-norm-rope=split"), KernelVariants{});
+  EXPECT_EQ(KernelVariants::parse("hc-post=fused,kv-norm-rope=fused").changes(), "hc-post=fused,kv-norm-rope=fused");
   EXPECT_EQ(KernelVariants::parse("fp8-kv=emulated"), KernelVariants{});
   EXPECT_EQ(KernelVariants::parse("fp8-wide-blocks=2"), KernelVariants{});
   EXPECT_EQ(KernelVariants::parse("mxfp4-prefill=auto"), KernelVariants{});
@@ -153,6 +160,8 @@ TEST(KernelVariants, BadInputNamesTheKeyAndWhatItTakes) {
                         Case{"mxfp4-mma-blocks=4", "expected 2 or 3"},
                         Case{"fp8-wide-blocks=3", "expected 1 or 2"},
                         Case{"hc-decode=on", "expected split or fused"},
+                        Case{"hc-post=on", "expected split or fused"},
+                        Case{"kv-norm-rope=yes", "expected split or fused"},
                         Case{"cublas-workspace-kb=-5", "cublas-workspace-kb"}, Case{"speed=max", "unknown key 'speed'"},
                         Case{"pdl", "expected key=value"}}) {
     SCOPED_TRACE(c.spec);
