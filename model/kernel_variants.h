@@ -43,12 +43,13 @@ struct KernelVariants {
   // sub-layer's hc_pre + RMSNorm) at decode sizes: folded into hc-decode=fused's launch (true:
   // each block first computes its range of X_out from f and the old residual, writes it and dots
   // it; vLLM fuses the same three), or hc_post's kernel and then hc_pre_norm's (false). Saves a
-  // launch per sub-layer (14 in a flash-6l decode step with one MTP layer). Not yet timed on a
-  // GPU, so off.
+  // launch per sub-layer (14 in a flash-6l decode step with one MTP layer). Measured with
+  // kv-norm-rope=fused on an H100: native steps -0.69 % at batch 1, +0.11 % at batch 8, inside the
+  // noise (results/2026-12-07-h100-fewer-launches), so off until an H200 round says otherwise.
   bool hc_post_fused = false;
   // rmsnorm_pair with the key's RoPE (q_norm + kv_norm + rope_k): the rotation in the norm's
   // launch, as rmsnorm_rope rotates the query (true), or rope's kernel after it (false). Saves a
-  // launch per layer. Not yet timed on a GPU, so off.
+  // launch per layer. Measured only together with hc-post=fused (see there), so off.
   bool kv_norm_rope_fused = false;
   // bf16 GEMMs at decode (M <= 2) with a weight of at most this many MB run on our GEMV instead
   // of cuBLAS (0 = cuBLAS for all).

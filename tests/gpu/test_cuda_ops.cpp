@@ -961,8 +961,12 @@ TEST_P(CudaOps, HcPostPreNorm) {
       expect_close(Xo, "X_out" + tag);
       if (add) expect_close(f, "f" + tag);
       expect_close(y, "y" + tag);
-      expect_close(post, "post" + tag, 1e-4);
-      expect_close(comb, "comb" + tag, 1e-4);
+      // Not HcPreNorm's 1e-4: here hc_pre reads the X that hc_post wrote, which the GPU rounds to
+      // bf16 (as vLLM stores X) and the CPU reference keeps in fp32, so the mix logits differ by
+      // that rounding (measured on an H100 at 5045085: 4e-4 to 3.4e-3, the CUDA parts and the
+      // fused launch alike). The bit-for-bit comparison with the CUDA parts below is the tight one.
+      expect_close(post, "post" + tag);
+      expect_close(comb, "comb" + tag);
       expect_close(out, "out" + tag);
 
       // The CUDA parts on the same inputs (a fresh f: the fused call may have written it).
