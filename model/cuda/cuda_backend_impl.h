@@ -5,7 +5,8 @@
 //                      upload/download, init_uniform/fill/copy, error helpers
 //   cuda_dense.cu      gemm, gemm_grouped (cuBLAS; a SIMT kernel for mixed dtypes), rmsnorm, add,
 //                      rope, rmsnorm_pair, rmsnorm_rope, swiglu, gemm_pair, gemm_swiglu, embed, argmax, gather_rows, shift_tokens
-//   cuda_mhc.cu        hc_pre, hc_pre_norm, hc_post, add_hc_post, hc_head, hc_expand, mtp_combine
+//   cuda_mhc.cu        hc_pre, hc_pre_norm, hc_post, add_hc_post, hc_post_pre_norm, hc_head, hc_expand,
+//                      mtp_combine
 //   cuda_attention.cu  swa_insert, compressor_save, compressor_pool, indexer_topk,
 //                      sparse_attention
 //   cuda_moe.cu        route, moe_experts (device-side permutation + grouped tensor-core GEMM),
