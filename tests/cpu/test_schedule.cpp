@@ -193,6 +193,41 @@ TEST(ModelSchedule, EveryAuxOpIsBetweenForkAndJoinAndNothingRaces) {
     }
 }
 
+// Sub-layer boundaries (docs/model.md 4): one decode step of tiny (6 target layers) with 3 draft
+// steps on 2 MTP layers. Each sub-layer's hc_post and the next one's hc_pre + norm are one op;
+// only the target's first layer and each draft step's MTP layer start with hc_pre_norm, and only
+// the last layer of each ends with add_hc_post. The key's RoPE is part of rmsnorm_pair.
+TEST(ModelSchedule, SubLayerBoundariesAreOneOp) {
+  Recorded r("shared", 2, 0, 3);
+  std::map<std::string, int> n;
+  std::vector<std::string> main_ops;
+  for (const auto& e : r.sched.entries())
+    if (e.kind == ScheduleEntry::Op) {
+      ++n[e.name];
+      if (e.stream == 0) main_ops.push_back(e.name);
+    }
+  const int L = 6, drafts = 3, forwards = 1 + drafts;  // the target, then one MTP layer per draft
+  EXPECT_EQ(n["hc_pre.attn"], forwards);
+  EXPECT_EQ(n["hc_post.attn+hc_pre.ffn"], L + drafts);
+  EXPECT_EQ(n["moe_combine+hc_post.ffn+hc_pre.attn"], L - 1);
+  EXPECT_EQ(n["moe_combine+hc_post.ffn"], forwards);
+  EXPECT_EQ(n["q_norm+kv_norm+rope_k"], L + drafts);
+  EXPECT_EQ(n.count("hc_pre.ffn") + n.count("hc_post.attn") + n.count("rope_k") + n.count("q_norm+kv_norm"), 0u);
+  // In the main stream's order an FFN's start (hc_post.attn+hc_pre.ffn) and its end alternate.
+  ASSERT_FALSE(main_ops.empty());
+  int open = 0;
+  for (const std::string& op : main_ops) {
+    if (op == "hc_post.attn+hc_pre.ffn") {
+      EXPECT_EQ(open, 0) << "two FFN starts without an end between";
+      open = 1;
+    } else if (op == "moe_combine+hc_post.ffn+hc_pre.attn" || op == "moe_combine+hc_post.ffn") {
+      EXPECT_EQ(open, 1) << op << " without an FFN start before it";
+      open = 0;
+    }
+  }
+  EXPECT_EQ(open, 0);
+}
+
 TEST(ModelSchedule, PlacementFollowsVllm) {
   Recorded r("shared", 2, 0);
   std::map<std::string, std::set<std::string>> ops_on;  // stream name -> op names
