@@ -362,7 +362,9 @@ __device__ __forceinline__ void hc_post_range(const HcArgs& a, int64_t t, int64_
 // blocks to finish (last_block_to_finish on the token's ticket) adds the splits' values in split
 // order into tot and runs the finish (hc_finish_tail), reading X again from L2. The two-kernel
 // path sums the logits and the sum of squares in other orders: they agree to fp32 rounding, not
-// bit for bit.
+// bit for bit. Under hc_post_pre_norm (a.pres set, hc-post=fused) each block first computes its
+// range of X as hc_post (hc_post_range) instead of loading it, so the previous sub-layer's
+// hc_post needs no launch of its own.
 constexpr int kHcFusedSplits = 32;
 constexpr int64_t kHcFusedMaxSlice = 4096;  // floats of X per block (16 KiB of shared memory)
 constexpr int kHcFusedPre = 4;               // fn loads per lane and logit issued before the X pass
