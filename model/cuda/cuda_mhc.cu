@@ -128,6 +128,15 @@ __device__ __forceinline__ void hc_collapse(const HcArgs& a, int64_t t, const fl
   }
 }
 
+// One element of hc_post's output: post_j * f + sum_i comb_ij * old_i, in this order, so that
+// hc_post_kernel and the fused decode kernel under hc_post_pre_norm round alike (bit for bit).
+__device__ __forceinline__ float hc_post_mix(float pj, const float (&cj)[HC], float fv, const float (&old)[HC]) {
+  float acc = pj * fv;
+#pragma unroll
+  for (int i = 0; i < HC; ++i) acc += cj[i] * old[i];
+  return acc;
+}
+
 // fn F32 [n] -> W bf16 [2, n]: W[0] = bf16(fn), W[1] = bf16(fn - W[0]) (one thread per element).
 __global__ void split_bf16_kernel(bf16* W, const float* fn, int64_t n) {
   pdl_enter();
@@ -298,8 +307,8 @@ __global__ __launch_bounds__(kHcThreads + kHcSinkhornWarp) void hc_finish_kernel
 }
 
 // hc_post for one block's range [k0, k0 + Ks) of token t's 4D values of X (within one stream j,
-// as Ks divides D): X[t, j, d] = post[t, j] * f[t, d] + sum_i comb[t, i, j] * res[t, i, d] in
-// hc_post_kernel's order of operations, rounded to bf16, stored to X and handed to
+// as Ks divides D): X[t, j, d] = post[t, j] * f[t, d] + sum_i comb[t, i, j] * res[t, i, d] by
+// hc_post_mix (as hc_post_kernel), rounded to bf16, stored to X and handed to
 // stage(vector index in the range, the 8 rounded values). With pf1, f = pf1 + pf2 (rounded) is
 // stored to pf by the blocks of stream 0. The old post and comb are read here, before the token's
 // ticket; the finish overwrites them only after every block of the token has taken it.
@@ -343,10 +352,10 @@ __device__ __forceinline__ void hc_post_range(const HcArgs& a, int64_t t, int64_
     bf16* oe = reinterpret_cast<bf16*>(&o);
 #pragma unroll
     for (int q = 0; q < 8; ++q) {
-      float acc = pj * fv[q];
+      float oq[HC];
 #pragma unroll
-      for (int i = 0; i < HC; ++i) acc += cj[i] * __bfloat162float(reinterpret_cast<const bf16*>(&old[i])[q]);
-      oe[q] = __float2bfloat16_rn(acc);
+      for (int i = 0; i < HC; ++i) oq[i] = __bfloat162float(reinterpret_cast<const bf16*>(&old[i])[q]);
+      oe[q] = __float2bfloat16_rn(hc_post_mix(pj, cj, fv[q], oq));
     }
     xo[dv] = o;
     stage(v, o);
@@ -503,7 +512,6 @@ void launch_hc(CudaBackend& be, const char* op, Stream s, HcArgs a, DType xdt) {
     CUDA_LAUNCH_CHECK(op, st);
   };
   if (hc_fused_takes(be, a, xdt) && launch_hc_fused<MIX, HEAD>(be, op, s, a)) return;
-  SL_CHECK(!a.pres, op, ": hc_post's part runs only in the fused decode kernel");
   if (a.T <= 2) {
     // Decode at 1-2 tokens: the mix GEMM straight from the F32 fn (bf16 x F32 -> F32: the
     // backend's decode GEMV, exact fp32 products), no hi/lo split: two launches instead of four
@@ -569,7 +577,8 @@ void launch_hc(CudaBackend& be, const char* op, Stream s, HcArgs a, DType xdt) {
 }
 
 // X_out[t, j, d] = post[t, j] * f[t, d] + sum_i comb[t, i, j] * res[t, i, d]: one thread per
-// (t, d) computes all 4 destinations from the 4 sources it read first (so X_out may alias res).
+// (t, d) computes all 4 destinations from the 4 sources it read first (so X_out may alias res),
+// each by hc_post_mix.
 //
 // add_hc_post: with f1 set, f = f1 + f2 is computed here (stored to f in f's dtype, as add
 // stores it, and used as rounded) instead of read.
@@ -594,10 +603,10 @@ __global__ void hc_post_kernel(void* xo, int dto, void* f, int dtf, const void* 
     }
 #pragma unroll
     for (int j = 0; j < HC; ++j) {
-      float acc = post[t * HC + j] * fv;
+      float cj[HC];
 #pragma unroll
-      for (int i = 0; i < HC; ++i) acc += comb[t * HC * HC + i * HC + j] * old[i];
-      stf(xo, dto, (t * HC + j) * D + d, acc);
+      for (int i = 0; i < HC; ++i) cj[i] = comb[t * HC * HC + i * HC + j];
+      stf(xo, dto, (t * HC + j) * D + d, hc_post_mix(post[t * HC + j], cj, fv, old));
     }
   }
 }
@@ -709,18 +718,15 @@ void CudaBackend::hc_post_pre_norm(Stream s, const Tensor& X_out, const Tensor& 
   if (add) checks::validate_add<OpRules>(f, f1, f2);
   checks::validate_hc_post<OpRules>(X_out, f, res, post, comb, {HC, HC});
   HcArgs a = hc_pre_args(y, post, comb, X_out, fn, scale, base, sinkhorn_iters, hc_eps, rms_eps);
+  if (a.T == 0) return;
   auto vec16 = [](const Tensor& t) {
     return t.dtype == DType::BF16 && reinterpret_cast<uintptr_t>(t.data) % 16 == 0;
   };
-  const bool fits = variants().hc_post_fused && hc_pre_norm_args(a, out, y, X_out, norm_w, norm_eps) &&
-                    hc_fused_takes(*this, a, X_out.dtype) && vec16(f) && vec16(res) &&
-                    (!add || (vec16(f1) && vec16(f2) && !checks::overlaps(f, f1) && !checks::overlaps(f, f2))) &&
-                    !checks::overlaps(X_out, res);
-  if (!fits || a.T == 0) {
-    if (a.T == 0) return;
-    parts();
-    return;
-  }
+  const bool operands_fit = vec16(f) && vec16(res) && !checks::overlaps(X_out, res) &&
+                            (!add || (vec16(f1) && vec16(f2) && !checks::overlaps(f, f1) && !checks::overlaps(f, f2)));
+  if (!variants().hc_post_fused || !operands_fit || !hc_pre_norm_args(a, out, y, X_out, norm_w, norm_eps) ||
+      !hc_fused_takes(*this, a, X_out.dtype))
+    return parts();
   a.pres = static_cast<const bf16*>(res.data);
   a.pf = static_cast<bf16*>(f.data);
   a.pf1 = add ? static_cast<const bf16*>(f1.data) : nullptr;
