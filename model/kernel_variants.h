@@ -111,6 +111,12 @@ struct KernelVariants {
   // its cycles stalled on loads, issue slots 54 % busy (results/2026-12-05-h100-ncu-experts).
   // Not yet timed on a GPU, so 2.
   int mxfp4_mma_blocks = 2;
+  // The 8-row MXFP4 kernel's loads (shift-quad only; the other decodes keep the register form):
+  // each warp streams its chunks (the packed weights, their scales, the row's activations) through
+  // a ring of 4 stages in shared memory by cp.async, 4 chunks in flight while it decodes one (on),
+  // or loads two chunks into registers and waits for them before decoding (off). Aimed at the load
+  // stalls Nsight Compute found above; not yet timed on a GPU, so off.
+  bool mxfp4_ring = false;
   // The MXFP4 experts past decode sizes (more than 64 token-expert pairs): the grouped GEMM of the
   // bf16 experts with each 64-column weight tile decoded in shared memory once per 16- or 64-row
   // tile (gemm), or the 8-row tensor-core kernels as at decode (mma), which decode every weight
@@ -153,7 +159,7 @@ struct KernelVariants {
   // "key=value,key=value": attn-decode=on|off, attn-splits=N, gemv-bf16-max-mb=N, pdl=on|off,
   // cublas-workspace-kb=N, mxfp4-mma=on|off, fp8-decode=auto|warp|wide, mxfp4-wide=on|off,
   // mxfp4-decode=table|shift|shift-quad, mxfp4-swap=on|off|auto, mxfp4-mma-blocks=2|3,
-  // mxfp4-prefill=mma|gemm|auto, mxfp4-w4a8=mma|wgmma|wgmma-pipe, fp8-pair=on|off,
+  // mxfp4-ring=on|off, mxfp4-prefill=mma|gemm|auto, mxfp4-w4a8=mma|wgmma|wgmma-pipe, fp8-pair=on|off,
   // fp8-wide-blocks=1|2, hc-decode=split|fused, hc-post=split|fused,
   // kv-norm-rope=split|fused, fp8-kv=packed|emulated.
   // Unknown keys and bad values are errors naming the key and the accepted values (a retired key

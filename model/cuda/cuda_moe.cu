@@ -866,6 +866,25 @@ __device__ __forceinline__ Fp4WarpSlice fp4_warp_slice(const MoeGemvArgs& g) {
   return {(int(blockIdx.y) * (8 / KS) + warp / KS) * W, k_lo, k_lo + Kc};
 }
 
+// The end of an 8-row kernel (8 token rows x 8 columns per warp MMA): the K slices' partial sums
+// met (sum_k_slices), then the lane's outputs (row grp, columns n0 + 2 tig + h) stored where in range.
+template <bool PAIR, int KS, Mxfp4Decode DEC, int NM>
+__device__ __forceinline__ void store_row_tile(const MoeGemvArgs& g, const float (&c)[NM][kMxAcc<DEC>],
+                                               float (&red)[8][32][2 * NM], int n0, int row0, int rows) {
+  const int lane = threadIdx.x & 31, grp = lane >> 2, tig = lane & 3;
+  float acc[NM][2];
+#pragma unroll
+  for (int j = 0; j < NM; ++j) acc[j][0] = mx_group_out<DEC>(c[j], 0), acc[j][1] = mx_group_out<DEC>(c[j], 1);
+  if (!sum_k_slices<KS>(acc, red)) return;
+  if (n0 >= g.N || grp >= rows) return;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int n = n0 + 2 * tig + h;
+    if (n >= g.N) continue;
+    store_expert_out<PAIR>(g, int64_t(row0 + grp) * g.N + n, acc[0][h], acc[NM - 1][h]);
+  }
+}
+
 // MINB (mxfp4-mma-blocks=3, shift-quad only): registers budgeted for 3 blocks per SM (at most 80;
 // w1 + w3 takes 94 unbudgeted, which leaves an SM 2 blocks, 16 warps).
 template <bool PAIR, int KS, Mxfp4Decode DEC, int MINB = 0>
@@ -917,17 +936,93 @@ __global__ __launch_bounds__(256, MINB) void moe_fp4_mma_kernel(MoeGemvArgs g) {
       }
     }
   }
-  float acc[NM][2];
+  store_row_tile<PAIR, KS, DEC>(g, c, red, n0, row0, rows);
+}
+
+// mxfp4-ring=on: moe_fp4_mma_kernel's tiles, decode and MMAs (shift-quad), with each warp's
+// chunks streamed through a ring of kFp4RingStages stages in shared memory by cp.async instead of
+// loaded into registers two at a time. Nsight Compute found the 8-token w1 + w3 kernel's warps
+// waiting on loads a third of their cycles at 54 % of the issue slots and 57 % of the DRAM
+// bandwidth (H100, results/2026-12-05-h100-ncu-experts): its registers hold one batch of loads,
+// which every warp then waits out before it decodes. Here a warp reads chunk k from the ring and
+// at once asks for chunk k + 128 S into the stage it freed, so S chunks stay in flight while it
+// decodes, and no register holds a load in flight. A stage, each part in lane order so that a
+// lane's cp.async and its read back are 16 contiguous bytes per lane (no bank conflicts): the
+// NM matrices' 16 packed bytes of the lane's column and group [NM][32 lanes][16], its row's 32
+// activations [4][32 lanes][16] (zeros for a tile's missing rows, which read nothing), and the 4
+// group scales of each of the 8 columns [NM][8][4] (copied by lanes tig = 0).
+constexpr int kFp4RingStages = 4;
+__host__ __device__ constexpr int fp4_ring_stage_bytes(int NM) { return NM * 512 + 4 * 512 + NM * 32; }
+__host__ __device__ constexpr size_t fp4_ring_smem(int NM) {
+  return size_t(8) * kFp4RingStages * fp4_ring_stage_bytes(NM);
+}
+
+template <bool PAIR, int KS>
+__global__ __launch_bounds__(256) void moe_fp4_ring_kernel(MoeGemvArgs g) {
+  constexpr Mxfp4Decode DEC = Mxfp4Decode::ShiftQuad;
+  constexpr int NM = PAIR ? 2 : 1, S = kFp4RingStages, SB = fp4_ring_stage_bytes(NM);
+  constexpr int kAct = NM * 512, kScale = kAct + 4 * 512;  // offsets in a stage
+  extern __shared__ __align__(16) unsigned char fp4_ring[];
+  __shared__ float red[8][32][2 * NM];
+  pdl_enter();
+  Fp4Tile tile;
+  if (!fp4_tile(g, tile)) return;  // uniform per block
+  const int e = tile.expert, row0 = tile.row0, rows = tile.rows;
+  const int lane = threadIdx.x & 31, grp = lane >> 2, tig = lane & 3;
+  const auto [n0, k_lo, k_hi] = fp4_warp_slice<KS, 8>(g);
+  float c[NM][kMxAcc<DEC>] = {};
+  if (n0 < g.N) {  // uniform per warp
+    const bool row_ok = grp < rows;
+    const int pr = row0 + (row_ok ? grp : 0);
+    const bf16* arow = g.A + (g.a_rows ? int64_t(g.a_rows[pr]) : int64_t(pr)) * g.lda + tig * 32;
+    const int64_t wrow = int64_t(e) * g.N + min(n0 + grp, g.N - 1);  // this lane's column
+    const uint8_t* wm[NM];
+    const uint8_t* sm[NM];
 #pragma unroll
-  for (int j = 0; j < NM; ++j) acc[j][0] = mx_group_out<DEC>(c[j], 0), acc[j][1] = mx_group_out<DEC>(c[j], 1);
-  if (!sum_k_slices<KS>(acc, red)) return;
-  if (n0 >= g.N || grp >= rows) return;
+    for (int j = 0; j < NM; ++j) {
+      wm[j] = static_cast<const uint8_t*>(j == 0 ? g.W : g.W3) + wrow * (g.K / 2) + tig * 16;
+      sm[j] = (j == 0 ? g.Ws : g.W3s) + wrow * (g.K / 32);
+    }
+    unsigned char* ring = fp4_ring + size_t(threadIdx.x >> 5) * S * SB;
+    // Chunk k into stage st, one commit group per chunk; past the slice the stage is zero-filled
+    // and nothing is read, so that every loop iteration waits on the same count of groups.
+    auto issue = [&](int k, int st) {
+      unsigned char* b = ring + st * SB;
+      const bool in = k < k_hi;
+      const int kk = in ? k : k_lo;
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int n = n0 + 2 * tig + h;
-    if (n >= g.N) continue;
-    store_expert_out<PAIR>(g, int64_t(row0 + grp) * g.N + n, acc[0][h], acc[NM - 1][h]);
+      for (int j = 0; j < NM; ++j) cp_async16(b + j * 512 + lane * 16, wm[j] + kk / 2, in ? 16 : 0);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) cp_async16(b + kAct + i * 512 + lane * 16, arow + kk + 8 * i, in && row_ok ? 16 : 0);
+#pragma unroll
+      for (int j = 0; j < NM; ++j) cp_async4_if(tig == 0, b + kScale + j * 32 + grp * 4, sm[j] + kk / 32, in ? 4 : 0);
+      cp_async_commit();
+    };
+#pragma unroll
+    for (int s = 0; s < S; ++s) issue(k_lo + 128 * s, s);
+    int st = 0;
+    for (int k = k_lo; k < k_hi; k += 128) {
+      cp_async_wait<S - 1>();  // chunk k's group is complete (S groups were in flight)
+      __syncwarp();            // and every lane's copies of it (the scales) are visible
+      const unsigned char* b = ring + st * SB;
+      uint4 wv[NM], av[4];
+      uint8_t sc[NM];
+#pragma unroll
+      for (int j = 0; j < NM; ++j) {
+        wv[j] = *reinterpret_cast<const uint4*>(b + j * 512 + lane * 16);
+        sc[j] = b[kScale + j * 32 + grp * 4 + tig];
+      }
+#pragma unroll
+      for (int i = 0; i < 4; ++i) av[i] = *reinterpret_cast<const uint4*>(b + kAct + i * 512 + lane * 16);
+      __syncwarp();  // every lane has read the stage before any copy refills it
+      issue(k + 128 * S, st);
+      st = st + 1 == S ? 0 : st + 1;
+#pragma unroll
+      for (int j = 0; j < NM; ++j) mx_group<DEC>(c[j], wv[j], sc[j], av);
+    }
+    cp_async_wait<0>();  // the zero-filled stages past the slice land before the block's memory is reused
   }
+  store_row_tile<PAIR, KS, DEC>(g, c, red, n0, row0, rows);
 }
 
 // (Measured on the H200 and removed, results/2026-12-05-h200-stream-kernels: a persistent kernel
@@ -1212,6 +1307,20 @@ void launch_fp4_mma(const char* op, cudaStream_t st, int64_t max_tiles, const Mo
     launch_fp4_mma_ks<PAIR, Mxfp4Decode::Shift>(op, st, ks, grid, v);
   else
     launch_fp4_mma_ks<PAIR, Mxfp4Decode::Table>(op, st, ks, grid, v);
+  CUDA_LAUNCH_CHECK(op, st);
+}
+
+// mxfp4-ring=on's kernel on moe_fp4_mma_kernel's grid and K slices.
+template <bool PAIR>
+void launch_fp4_ring(const char* op, cudaStream_t st, int64_t max_tiles, const MoeGemvArgs& v, int sms, size_t optin) {
+  const int ks = fp4_mma_k_slices(max_tiles, v.N, v.K, sms, 8);
+  const dim3 grid{unsigned(max_tiles), unsigned(cdiv(v.N, 8 * (8 / ks))), 1u};
+  const size_t smem = fp4_ring_smem(PAIR ? 2 : 1);
+  with_k_slices(ks, [&](auto KS) {
+    auto* kernel = moe_fp4_ring_kernel<PAIR, KS>;
+    allow_smem(op, kernel, smem, optin);
+    launch_kernel(op, kernel, grid, 256, smem, st, v);
+  });
   CUDA_LAUNCH_CHECK(op, st);
 }
 
@@ -1998,6 +2107,8 @@ void CudaBackend::moe_experts_mxfp4(Stream s, const Tensor& out, const Tensor& x
       launch_fp4_swap<PAIR>(op, st, max_tiles, v, sm_count(), dec);
     else if (variants().mxfp4_wide)
       launch_fp4_wide<PAIR>(op, st, max_tiles, v, sm_count(), dec);
+    else if (variants().mxfp4_ring && dec == Mxfp4Decode::ShiftQuad)
+      launch_fp4_ring<PAIR>(op, st, max_tiles, v, sm_count(), smem_optin());
     else
       launch_fp4_mma<PAIR>(op, st, max_tiles, v, sm_count(), dec, variants().mxfp4_mma_blocks);
   };

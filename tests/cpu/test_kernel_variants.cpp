@@ -39,6 +39,7 @@ TEST(KernelVariants, EmptyIsTheDefaults) {
   EXPECT_EQ(d.mxfp4_decode, Mxfp4Decode::ShiftQuad);
   EXPECT_EQ(d.mxfp4_swap, Mxfp4Swap::Auto);
   EXPECT_EQ(d.mxfp4_mma_blocks, 2);
+  EXPECT_FALSE(d.mxfp4_ring);
   EXPECT_EQ(d.mxfp4_prefill, Mxfp4Prefill::Auto);
   EXPECT_EQ(d.mxfp4_w4a8, Mxfp4W4a8::Mma);
   EXPECT_TRUE(d.fp8_pair);
@@ -51,10 +52,14 @@ TEST(KernelVariants, EmptyIsTheDefaults) {
 TEST(KernelVariants, EveryKeyParsesAndPrintsBack) {
   const KernelVariants k = KernelVariants::parse(
       "attn-decode=off,attn-splits=8,gemv-bf16-max-mb=0,pdl=off,cublas-workspace-kb=0,mxfp4-mma=off,fp8-decode=wide,mxfp4-wide=on,"
-      "mxfp4-decode=table,mxfp4-swap=on,mxfp4-mma-blocks=3,mxfp4-prefill=gemm,mxfp4-w4a8=wgmma,fp8-pair=off,fp8-wide-blocks=1,"
+      "mxfp4-decode=table,mxfp4-swap=on,mxfp4-mma-blocks=3,mxfp4-ring=on,mxfp4-prefill=gemm,mxfp4-w4a8=wgmma,fp8-pair=off,"
+      "fp8-wide-blocks=1,"
       "hc-decode=split,hc-post=fused,kv-norm-rope=fused,fp8-kv=packed");
   EXPECT_FALSE(k.attention_decode_kernel);
   EXPECT_EQ(k.mxfp4_mma_blocks, 3);
+  EXPECT_TRUE(k.mxfp4_ring);
+  EXPECT_EQ(KernelVariants::parse("mxfp4-ring=off"), KernelVariants{});
+  EXPECT_EQ(KernelVariants::parse("mxfp4-ring=on").changes(), "mxfp4-ring=on");
   EXPECT_TRUE(k.fp8_kv_packed);
   EXPECT_EQ(k.fp8_decode, Fp8Decode::Wide);
   EXPECT_TRUE(k.mxfp4_wide);
@@ -158,6 +163,7 @@ TEST(KernelVariants, BadInputNamesTheKeyAndWhatItTakes) {
                         Case{"mxfp4-w4a8=on", "expected mma, wgmma or wgmma-pipe"},
                         Case{"mxfp4-swap=yes", "expected on, off or auto"},
                         Case{"mxfp4-mma-blocks=4", "expected 2 or 3"},
+                        Case{"mxfp4-ring=yes", "expected on or off"},
                         Case{"fp8-wide-blocks=3", "expected 1 or 2"},
                         Case{"hc-decode=on", "expected split or fused"},
                         Case{"hc-post=on", "expected split or fused"},
