@@ -109,13 +109,15 @@ struct KernelVariants {
   // default: unbudgeted, w1 + w3 at 94 registers, which is 2 blocks of 8 warps) or 3 (at most 80
   // registers). Nsight Compute on an H100 at 8 tokens: 23 % occupancy for w1 + w3, a third of
   // its cycles stalled on loads, issue slots 54 % busy (results/2026-12-05-h100-ncu-experts).
-  // Not yet timed on a GPU, so 2.
+  // Measured on an H100: the experts at 8 tokens 232.8 against 231.8 us, native steps 0.6-1.5 %
+  // slower (results/2026-12-06-h100-staged-w4a8), so 2.
   int mxfp4_mma_blocks = 2;
-  // The 8-row MXFP4 kernel's loads (shift-quad only; the other decodes keep the register form):
-  // each warp streams its chunks (the packed weights, their scales, the row's activations) through
-  // a ring of 4 stages in shared memory by cp.async, 4 chunks in flight while it decodes one (on),
-  // or loads two chunks into registers and waits for them before decoding (off). Aimed at the load
-  // stalls Nsight Compute found above; not yet timed on a GPU, so off.
+  // The loads of the 8-row MXFP4 kernel (shift-quad only; the other decodes keep the register
+  // form) and of the swapped one: each warp streams its chunks (the packed weights, their scales,
+  // the token's activations) through a ring of 4 (8-row) or 3 (swapped) stages in shared memory by
+  // cp.async, that many chunks in flight while it decodes one (on), or loads one or two chunks
+  // into registers and waits for them before decoding (off). Aimed at the load stalls Nsight
+  // Compute found above; the same products, bit for bit. Not yet timed on a GPU, so off.
   bool mxfp4_ring = false;
   // The MXFP4 experts past decode sizes (more than 64 token-expert pairs): the grouped GEMM of the
   // bf16 experts with each 64-column weight tile decoded in shared memory once per 16- or 64-row

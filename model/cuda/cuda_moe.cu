@@ -1183,6 +1183,41 @@ __device__ __forceinline__ void store_swapped_tile(const MoeGemvArgs& g, float (
     }
 }
 
+// One 128-value chunk of one matrix in the swapped layout: the lane's MX groups of features grp
+// and grp + 8 (w[0], w[1]; scales sc) decoded by the shift decode and multiplied with its token's
+// 32 activations at the same K positions (a[q]: values [8q, 8q + 8)), into c (feature grp + 8 f,
+// token 2 tig + h at c[2 f + h]). Every lane of the warp must be here (the scale vote).
+template <bool MUL>
+__device__ __forceinline__ void swap_group_mma(float (&c)[4], const uint4 (&w)[2], const uint8_t (&sc)[2],
+                                               const uint4 (&a)[4]) {
+  const e2m1::Bf16Scale f0 = e2m1::scale_factors(sc[0]), f1 = e2m1::scale_factors(sc[1]);
+  const bool second = __any_sync(0xFFFFFFFFu, f0.two || f1.two);
+  const uint32_t w0[4] = {w[0].x, w[0].y, w[0].z, w[0].w};
+  const uint32_t w1[4] = {w[1].x, w[1].y, w[1].z, w[1].w};
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    // Features grp and grp + 8: pairs of values 8q .. 8q + 7. (Not two scaled_pairs calls: one
+    // branch for both second multiplies compiles to 0.15 fewer instructions per weight.)
+    uint32_t lo[4], hi[4];
+    pairs_2m126<MUL>(w0[q], lo);
+    pairs_2m126<MUL>(w1[q], hi);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      lo[i] = bf16x2_mul(lo[i], f0.first);
+      hi[i] = bf16x2_mul(hi[i], f1.first);
+    }
+    if (second) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        lo[i] = bf16x2_mul(lo[i], f0.second);
+        hi[i] = bf16x2_mul(hi[i], f1.second);
+      }
+    }
+    mma_bf16(c, lo[0], hi[0], lo[1], hi[1], a[q].x, a[q].y);
+    mma_bf16(c, lo[2], hi[2], lo[3], hi[3], a[q].z, a[q].w);
+  }
+}
+
 // MUL (mxfp4-decode=shift-quad): the pairs by one multiply (pairs_2m126).
 template <bool PAIR, int KS, bool MUL>
 __global__ __launch_bounds__(256) void moe_fp4_swap_kernel(MoeGemvArgs g) {
@@ -1233,36 +1268,96 @@ __global__ __launch_bounds__(256) void moe_fp4_swap_kernel(MoeGemvArgs g) {
       for (int u = 0; u < CH; ++u) {
         if (k0 + 128 * u >= k_hi) break;  // uniform per warp
 #pragma unroll
-        for (int j = 0; j < NM; ++j) {
-          const e2m1::Bf16Scale f0 = e2m1::scale_factors(sc[u][j][0]), f1 = e2m1::scale_factors(sc[u][j][1]);
-          const bool second = __any_sync(0xFFFFFFFFu, f0.two || f1.two);  // uniform: all lanes are here
-          const uint32_t w0[4] = {wv[u][j][0].x, wv[u][j][0].y, wv[u][j][0].z, wv[u][j][0].w};
-          const uint32_t w1[4] = {wv[u][j][1].x, wv[u][j][1].y, wv[u][j][1].z, wv[u][j][1].w};
-#pragma unroll
-          for (int q = 0; q < 4; ++q) {
-            // Features grp and grp + 8: pairs of values 8q .. 8q + 7. (Not two scaled_pairs calls:
-            // one branch for both second multiplies compiles to 0.15 fewer instructions per weight.)
-            uint32_t lo[4], hi[4];
-            pairs_2m126<MUL>(w0[q], lo);
-            pairs_2m126<MUL>(w1[q], hi);
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-              lo[i] = bf16x2_mul(lo[i], f0.first);
-              hi[i] = bf16x2_mul(hi[i], f1.first);
-            }
-            if (second) {
-#pragma unroll
-              for (int i = 0; i < 4; ++i) {
-                lo[i] = bf16x2_mul(lo[i], f0.second);
-                hi[i] = bf16x2_mul(hi[i], f1.second);
-              }
-            }
-            mma_bf16(c[j], lo[0], hi[0], lo[1], hi[1], av[u][q].x, av[u][q].y);
-            mma_bf16(c[j], lo[2], hi[2], lo[3], hi[3], av[u][q].z, av[u][q].w);
-          }
-        }
+        for (int j = 0; j < NM; ++j) swap_group_mma<MUL>(c[j], wv[u][j], sc[u][j], av[u]);
       }
     }
+  }
+  store_swapped_tile<PAIR, KS>(g, c, red, n0, row0, rows);
+}
+
+// mxfp4-ring=on at up to 16 token-expert pairs: moe_fp4_swap_kernel's tiles, decode and MMAs
+// with each warp's chunks streamed through a ring of kFp4SwapRingStages stages, as
+// moe_fp4_ring_kernel streams the 8-row kernel's (there the why). A stage, each part in lane
+// order: the NM matrices' 16 packed bytes of the lane's group for features grp and grp + 8
+// [NM][2][32 lanes][16], its token's 32 activations [4][32 lanes][16], and the 4 group scales of
+// each of the 16 features [NM][16][4] (copied by lanes tig < 2, feature grp + 8 tig). Three stages
+// keep two blocks per SM (101 KB each for w1 + w3).
+constexpr int kFp4SwapRingStages = 3;
+__host__ __device__ constexpr int fp4_swap_ring_stage_bytes(int NM) { return NM * 1024 + 4 * 512 + NM * 64; }
+__host__ __device__ constexpr size_t fp4_swap_ring_smem(int NM) {
+  return size_t(8) * kFp4SwapRingStages * fp4_swap_ring_stage_bytes(NM);
+}
+
+template <bool PAIR, int KS, bool MUL>
+__global__ __launch_bounds__(256) void moe_fp4_swap_ring_kernel(MoeGemvArgs g) {
+  constexpr int NM = PAIR ? 2 : 1, S = kFp4SwapRingStages, SB = fp4_swap_ring_stage_bytes(NM);
+  constexpr int kAct = NM * 1024, kScale = kAct + 4 * 512;  // offsets in a stage
+  extern __shared__ __align__(16) unsigned char fp4_ring[];
+  __shared__ float red[8][32][4 * NM];
+  pdl_enter();
+  Fp4Tile tile;
+  if (!fp4_tile(g, tile)) return;  // uniform per block
+  const int e = tile.expert, row0 = tile.row0, rows = tile.rows;
+  const int lane = threadIdx.x & 31, grp = lane >> 2, tig = lane & 3;
+  const auto [n0, k_lo, k_hi] = fp4_warp_slice<KS, kFp4SwapFeatures>(g);
+  float c[NM][4] = {};
+  if (n0 < g.N) {  // uniform per warp
+    const bool row_ok = grp < rows;  // this lane's token
+    const int pr = row0 + (row_ok ? grp : 0);
+    const bf16* arow = g.A + (g.a_rows ? int64_t(g.a_rows[pr]) : int64_t(pr)) * g.lda + tig * 32;
+    const uint8_t* wm[NM][2];
+    const uint8_t* sm[NM];  // the scales of feature grp + 8 (tig & 1), which lanes tig < 2 copy
+#pragma unroll
+    for (int j = 0; j < NM; ++j) {
+#pragma unroll
+      for (int f = 0; f < 2; ++f) {
+        const int64_t wrow = int64_t(e) * g.N + min(n0 + grp + 8 * f, g.N - 1);
+        wm[j][f] = static_cast<const uint8_t*>(j == 0 ? g.W : g.W3) + wrow * (g.K / 2) + tig * 16;
+      }
+      const int64_t srow = int64_t(e) * g.N + min(n0 + grp + 8 * (tig & 1), g.N - 1);
+      sm[j] = (j == 0 ? g.Ws : g.W3s) + srow * (g.K / 32);
+    }
+    unsigned char* ring = fp4_ring + size_t(threadIdx.x >> 5) * S * SB;
+    auto issue = [&](int k, int st) {  // as moe_fp4_ring_kernel's
+      unsigned char* b = ring + st * SB;
+      const bool in = k < k_hi;
+      const int kk = in ? k : k_lo;
+#pragma unroll
+      for (int j = 0; j < NM; ++j)
+#pragma unroll
+        for (int f = 0; f < 2; ++f) cp_async16(b + (2 * j + f) * 512 + lane * 16, wm[j][f] + kk / 2, in ? 16 : 0);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) cp_async16(b + kAct + i * 512 + lane * 16, arow + kk + 8 * i, in && row_ok ? 16 : 0);
+#pragma unroll
+      for (int j = 0; j < NM; ++j)
+        cp_async4_if(tig < 2, b + kScale + j * 64 + (grp + 8 * (tig & 1)) * 4, sm[j] + kk / 32, in ? 4 : 0);
+      cp_async_commit();
+    };
+#pragma unroll
+    for (int s = 0; s < S; ++s) issue(k_lo + 128 * s, s);
+    int st = 0;
+    for (int k = k_lo; k < k_hi; k += 128) {
+      cp_async_wait<S - 1>();
+      __syncwarp();
+      const unsigned char* b = ring + st * SB;
+      uint4 wv[NM][2], av[4];
+      uint8_t sc[NM][2];
+#pragma unroll
+      for (int j = 0; j < NM; ++j)
+#pragma unroll
+        for (int f = 0; f < 2; ++f) {
+          wv[j][f] = *reinterpret_cast<const uint4*>(b + (2 * j + f) * 512 + lane * 16);
+          sc[j][f] = b[kScale + j * 64 + (grp + 8 * f) * 4 + tig];
+        }
+#pragma unroll
+      for (int i = 0; i < 4; ++i) av[i] = *reinterpret_cast<const uint4*>(b + kAct + i * 512 + lane * 16);
+      __syncwarp();
+      issue(k + 128 * S, st);
+      st = st + 1 == S ? 0 : st + 1;
+#pragma unroll
+      for (int j = 0; j < NM; ++j) swap_group_mma<MUL>(c[j], wv[j], sc[j], av);
+    }
+    cp_async_wait<0>();
   }
   store_swapped_tile<PAIR, KS>(g, c, red, n0, row0, rows);
 }
@@ -1329,11 +1424,28 @@ void launch_fp4_swap_ks(const char* op, cudaStream_t st, int ks, dim3 grid, cons
   with_k_slices(ks, [&](auto KS) { launch_kernel(op, moe_fp4_swap_kernel<PAIR, KS, MUL>, grid, 256, 0, st, v); });
 }
 
+// ring: mxfp4-ring=on's form of the kernel.
 template <bool PAIR>
 void launch_fp4_swap(const char* op, cudaStream_t st, int64_t max_tiles, const MoeGemvArgs& v, int sms,
-                     Mxfp4Decode dec) {
+                     Mxfp4Decode dec, bool ring, size_t optin) {
   const int ks = fp4_mma_k_slices(max_tiles, v.N, v.K, sms, kFp4SwapFeatures);
   const dim3 grid{unsigned(max_tiles), unsigned(cdiv(v.N, kFp4SwapFeatures * (8 / ks))), 1u};
+  if (ring) {
+    const size_t smem = fp4_swap_ring_smem(PAIR ? 2 : 1);
+    auto go = [&](auto MUL) {
+      with_k_slices(ks, [&](auto KS) {
+        auto* kernel = moe_fp4_swap_ring_kernel<PAIR, KS, decltype(MUL)::value>;
+        allow_smem(op, kernel, smem, optin);
+        launch_kernel(op, kernel, grid, 256, smem, st, v);
+      });
+    };
+    if (dec == Mxfp4Decode::ShiftQuad)
+      go(std::true_type{});
+    else
+      go(std::false_type{});
+    CUDA_LAUNCH_CHECK(op, st);
+    return;
+  }
   if (dec == Mxfp4Decode::ShiftQuad)
     launch_fp4_swap_ks<PAIR, true>(op, st, ks, grid, v);
   else
@@ -2104,7 +2216,7 @@ void CudaBackend::moe_experts_mxfp4(Stream s, const Tensor& out, const Tensor& x
   auto step = [&](auto pair, const MoeGemvArgs& v) {
     constexpr bool PAIR = decltype(pair)::value;
     if (swap)
-      launch_fp4_swap<PAIR>(op, st, max_tiles, v, sm_count(), dec);
+      launch_fp4_swap<PAIR>(op, st, max_tiles, v, sm_count(), dec, variants().mxfp4_ring, smem_optin());
     else if (variants().mxfp4_wide)
       launch_fp4_wide<PAIR>(op, st, max_tiles, v, sm_count(), dec);
     else if (variants().mxfp4_ring && dec == Mxfp4Decode::ShiftQuad)
