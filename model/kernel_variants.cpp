@@ -12,7 +12,7 @@ const char* const kKernelVariantsHelp =
     "CUDA kernel variants, key=value[,key=value...]: attn-decode=on|off, attn-splits=N (0 = auto, at most 16), "
     "gemv-bf16-max-mb=N, pdl=on|off, cublas-workspace-kb=N, mxfp4-mma=on|off, fp8-decode=auto|warp|wide, "
     "mxfp4-wide=on|off, mxfp4-decode=table|shift|shift-quad, mxfp4-swap=on|off|auto, mxfp4-mma-blocks=2|3, "
-    "mxfp4-ring=on|off, mxfp4-prefill=mma|gemm|auto, mxfp4-w4a8=mma|wgmma|wgmma-pipe, fp8-pair=on|off, fp8-wide-blocks=1|2, hc-decode=split|fused, "
+    "mxfp4-prefill=mma|gemm|auto, fp8-pair=on|off, fp8-wide-blocks=1|2, hc-decode=split|fused, "
     "hc-post=split|fused, kv-norm-rope=split|fused, fp8-kv=packed|emulated (default: the "
     "measured best of each; variants not yet timed on a GPU are off)";
 
@@ -71,6 +71,15 @@ const char* removed(const std::string& key) {
     return "loading the swapped MXFP4 kernel's next chunk before decoding the current one was removed: "
            "bit-identical, and the experts at 1 token no faster (64.2 -> 66.1 us) on an H100 "
            "(results/2026-12-05-h100-swap-pipeline)";
+  if (key == "mxfp4-ring")
+    return "streaming the MXFP4 kernels' chunks through a cp.async ring was removed: bit-identical, and slower on an "
+           "H100 (the experts at 8 tokens 231.0 -> 299.0 us, steps 12.2 % slower at batch 8 and 3.8 % at batch 1; "
+           "results/2026-12-07-h100-ring-and-wgmma)";
+  if (key == "mxfp4-w4a8")
+    return "the W4A8 experts on the FP8 wgmma were removed: slower than the mma.sync kernels on FP8-rounded "
+           "activations in both forms measured on an H100 (82.0 against 66.6 us at 1 token and 336.0 against 235.8 "
+           "at 8; streamed through a cp.async ring 75.8 against 67.3 and 273.0 against 235.5; "
+           "results/2026-12-06-h100-w4a8-wgmma, results/2026-12-07-h100-ring-and-wgmma)";
   if (key == "route")
     return "the warp-per-token routing top-k was removed: steps no faster on an H100 "
            "(results/2026-12-05-h100-decode-candidates)";
@@ -132,18 +141,11 @@ KernelVariants KernelVariants::parse(const std::string& spec) {
       k.mxfp4_mma_blocks = either(key, v, "2", "3") ? 3 : 2;
     } else if (key == "fp8-pair") {
       k.fp8_pair = on_off(key, v);
-    } else if (key == "mxfp4-ring") {
-      k.mxfp4_ring = on_off(key, v);
     } else if (key == "mxfp4-prefill") {
       if (v == "mma") k.mxfp4_prefill = Mxfp4Prefill::Mma;
       else if (v == "gemm") k.mxfp4_prefill = Mxfp4Prefill::Gemm;
       else if (v == "auto") k.mxfp4_prefill = Mxfp4Prefill::Auto;
       else fail("--kernel-variants: ", key, "=", v, ": expected mma, gemm or auto");
-    } else if (key == "mxfp4-w4a8") {
-      if (v == "mma") k.mxfp4_w4a8 = Mxfp4W4a8::Mma;
-      else if (v == "wgmma") k.mxfp4_w4a8 = Mxfp4W4a8::Wgmma;
-      else if (v == "wgmma-pipe") k.mxfp4_w4a8 = Mxfp4W4a8::WgmmaPipe;
-      else fail("--kernel-variants: ", key, "=", v, ": expected mma, wgmma or wgmma-pipe");
     } else if (key == "fp8-kv") {
       k.fp8_kv_packed = !either(key, v, "packed", "emulated");
     } else if (const char* why = removed(key)) {
@@ -151,7 +153,7 @@ KernelVariants KernelVariants::parse(const std::string& spec) {
     } else {
       fail("--kernel-variants: unknown key '", key,
            "' (attn-decode, attn-splits, gemv-bf16-max-mb, pdl, cublas-workspace-kb, mxfp4-mma, fp8-decode, mxfp4-wide, "
-           "mxfp4-decode, mxfp4-swap, mxfp4-mma-blocks, mxfp4-ring, mxfp4-prefill, mxfp4-w4a8, fp8-pair, fp8-wide-blocks, hc-decode, hc-post, kv-norm-rope, fp8-kv)");
+           "mxfp4-decode, mxfp4-swap, mxfp4-mma-blocks, mxfp4-prefill, fp8-pair, fp8-wide-blocks, hc-decode, hc-post, kv-norm-rope, fp8-kv)");
     }
   }
   return k;
@@ -162,7 +164,6 @@ std::string KernelVariants::str() const {
   static const char* const mxfp4_decode_names[] = {"table", "shift", "shift-quad"};
   static const char* const mxfp4_swap_names[] = {"off", "on", "auto"};
   static const char* const mxfp4_prefill_names[] = {"mma", "gemm", "auto"};
-  static const char* const mxfp4_w4a8_names[] = {"mma", "wgmma", "wgmma-pipe"};
   auto oo = [](bool b) { return b ? "on" : "off"; };
   std::ostringstream s;
   s << "attn-decode=" << oo(attention_decode_kernel) << ",attn-splits=" << attention_splits
@@ -170,9 +171,9 @@ std::string KernelVariants::str() const {
     << ",cublas-workspace-kb=" << (cublas_workspace_bytes >> 10) << ",mxfp4-mma=" << oo(mxfp4_mma)
     << ",fp8-decode=" << fp8_decode_names[int(fp8_decode)] << ",mxfp4-wide=" << oo(mxfp4_wide)
     << ",mxfp4-decode=" << mxfp4_decode_names[int(mxfp4_decode)] << ",mxfp4-swap=" << mxfp4_swap_names[int(mxfp4_swap)]
-    << ",mxfp4-mma-blocks=" << mxfp4_mma_blocks << ",mxfp4-ring=" << oo(mxfp4_ring)
+    << ",mxfp4-mma-blocks=" << mxfp4_mma_blocks
     << ",mxfp4-prefill=" << mxfp4_prefill_names[int(mxfp4_prefill)]
-    << ",mxfp4-w4a8=" << mxfp4_w4a8_names[int(mxfp4_w4a8)] << ",fp8-pair=" << oo(fp8_pair)
+    << ",fp8-pair=" << oo(fp8_pair)
     << ",fp8-wide-blocks=" << fp8_wide_blocks << ",hc-decode=" << (hc_decode_fused ? "fused" : "split")
     << ",hc-post=" << (hc_post_fused ? "fused" : "split")
     << ",kv-norm-rope=" << (kv_norm_rope_fused ? "fused" : "split")

@@ -22,7 +22,6 @@ enum class Fp8Decode { Auto, Warp, Wide };
 enum class Mxfp4Decode { Table, Shift, ShiftQuad };
 enum class Mxfp4Swap { Off, On, Auto };
 enum class Mxfp4Prefill { Mma, Gemm, Auto };
-enum class Mxfp4W4a8 { Mma, Wgmma, WgmmaPipe };
 
 struct KernelVariants {
   // Sparse attention at decode (at most 2 tokens, head dims 64..512): the CUDA-core decode kernel
@@ -44,8 +43,10 @@ struct KernelVariants {
   // each block first computes its range of X_out from f and the old residual, writes it and dots
   // it; vLLM fuses the same three), or hc_post's kernel and then hc_pre_norm's (false). Saves a
   // launch per sub-layer (14 in a flash-6l decode step with one MTP layer). Measured with
-  // kv-norm-rope=fused on an H100: native steps -0.69 % at batch 1, +0.11 % at batch 8, inside the
-  // noise (results/2026-12-07-h100-fewer-launches), so off until an H200 round says otherwise.
+  // kv-norm-rope=fused on an H100: native steps -0.69 % at batch 1, +0.11 % at batch 8
+  // (results/2026-12-07-h100-fewer-launches), and again -1.47 % and -0.37 % against a baseline
+  // that moved 0.93 % and 0.43 % when repeated (results/2026-12-07-h100-ring-and-wgmma): inside
+  // the noise, so off until an H200 round says otherwise.
   bool hc_post_fused = false;
   // rmsnorm_pair with the key's RoPE (q_norm + kv_norm + rope_k): the rotation in the norm's
   // launch, as rmsnorm_rope rotates the query (true), or rope's kernel after it (false). Saves a
@@ -112,13 +113,6 @@ struct KernelVariants {
   // Measured on an H100: the experts at 8 tokens 232.8 against 231.8 us, native steps 0.6-1.5 %
   // slower (results/2026-12-06-h100-staged-w4a8), so 2.
   int mxfp4_mma_blocks = 2;
-  // The loads of the 8-row MXFP4 kernel (shift-quad only; the other decodes keep the register
-  // form) and of the swapped one: each warp streams its chunks (the packed weights, their scales,
-  // the token's activations) through a ring of 4 (8-row) or 3 (swapped) stages in shared memory by
-  // cp.async, that many chunks in flight while it decodes one (on), or loads one or two chunks
-  // into registers and waits for them before decoding (off). Aimed at the load stalls Nsight
-  // Compute found above; the same products, bit for bit. Not yet timed on a GPU, so off.
-  bool mxfp4_ring = false;
   // The MXFP4 experts past decode sizes (more than 64 token-expert pairs): the grouped GEMM of the
   // bf16 experts with each 64-column weight tile decoded in shared memory once per 16- or 64-row
   // tile (gemm), or the 8-row tensor-core kernels as at decode (mma), which decode every weight
@@ -138,18 +132,6 @@ struct KernelVariants {
     if (mxfp4_prefill == Mxfp4Prefill::Auto) return P >= kMxfp4GemmAutoRowsPerExpert * E;
     return mxfp4_prefill == Mxfp4Prefill::Gemm;
   }
-  // The MXFP4 experts with FP8 activations (W4A8, --weights native-w4a8) at the sizes the 8-row
-  // and swapped kernels take (everything but mxfp4-prefill's GEMM): mma (the default) = the bf16
-  // mma.sync kernels on activations rounded to FP8 values first, as W4A16 runs; wgmma = Hopper's
-  // FP8 warpgroup MMA, e2m1 turned into e4m3 operands in registers (7 integer instructions per 8
-  // weights), each MX group's scale applied to its product, the activations quantized in the
-  // kernel (model/cuda/cuda_moe.cu, moe_fp4_wgmma_kernel; needs a build for sm_90a, else mma).
-  // Its first form, operand words loaded straight from global memory, was correct and slower on
-  // an H100: the experts 82.0 against 66.6 us at 1 token and 336.0 against 235.8 us at 8
-  // (results/2026-12-06-h100-w4a8-wgmma); the weights now stream through a cp.async ring, not
-  // yet timed, so mma stays the default. wgmma-pipe: the same kernel decoding the next chunk
-  // while a chunk's MMAs run.
-  Mxfp4W4a8 mxfp4_w4a8 = Mxfp4W4a8::Mma;
   // --kv-cache fp8 on the GPU: caches packed as vLLM stores them (true: U8 entries, 584 bytes
   // per flash KV entry, model/kv_fp8_entry.h; the readers decode while loading) or emulated
   // (false: bf16 entries rounded to the same FP8 values, 1024 bytes). The same values either way.
@@ -161,7 +143,7 @@ struct KernelVariants {
   // "key=value,key=value": attn-decode=on|off, attn-splits=N, gemv-bf16-max-mb=N, pdl=on|off,
   // cublas-workspace-kb=N, mxfp4-mma=on|off, fp8-decode=auto|warp|wide, mxfp4-wide=on|off,
   // mxfp4-decode=table|shift|shift-quad, mxfp4-swap=on|off|auto, mxfp4-mma-blocks=2|3,
-  // mxfp4-ring=on|off, mxfp4-prefill=mma|gemm|auto, mxfp4-w4a8=mma|wgmma|wgmma-pipe, fp8-pair=on|off,
+  // mxfp4-prefill=mma|gemm|auto, fp8-pair=on|off,
   // fp8-wide-blocks=1|2, hc-decode=split|fused, hc-post=split|fused,
   // kv-norm-rope=split|fused, fp8-kv=packed|emulated.
   // Unknown keys and bad values are errors naming the key and the accepted values (a retired key

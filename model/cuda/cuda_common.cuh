@@ -221,13 +221,6 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, int src
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(src_bytes));
 }
-// 4-byte global -> shared copy (through L1) where p holds, else nothing: predicated, not branched,
-// so it may sit in code that must not diverge (the wgmma kernels'). src_bytes 0 zero-fills.
-__device__ __forceinline__ void cp_async4_if(bool p, void* smem, const void* gmem, int src_bytes) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %2, 0;\n@p cp.async.ca.shared.global [%0], [%1], 4, %3;\n}\n" ::"r"(s),
-               "l"(gmem), "r"(int(p)), "r"(src_bytes));
-}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {

@@ -41,7 +41,6 @@
 
 #include "model/cuda/cuda_common.cuh"
 #include "model/cuda/e2m1_bits.h"
-#include "model/cuda/wgmma_fp8_layout.h"
 
 namespace sl {
 
@@ -939,98 +938,17 @@ __global__ __launch_bounds__(256, MINB) void moe_fp4_mma_kernel(MoeGemvArgs g) {
   store_row_tile<PAIR, KS, DEC>(g, c, red, n0, row0, rows);
 }
 
-// mxfp4-ring=on: moe_fp4_mma_kernel's tiles, decode and MMAs (shift-quad), with each warp's
-// chunks streamed through a ring of kFp4RingStages stages in shared memory by cp.async instead of
-// loaded into registers two at a time. Nsight Compute found the 8-token w1 + w3 kernel's warps
-// waiting on loads a third of their cycles at 54 % of the issue slots and 57 % of the DRAM
-// bandwidth (H100, results/2026-12-05-h100-ncu-experts): its registers hold one batch of loads,
-// which every warp then waits out before it decodes. Here a warp reads chunk k from the ring and
-// at once asks for chunk k + 128 S into the stage it freed, so S chunks stay in flight while it
-// decodes, and no register holds a load in flight. A stage, each part in lane order so that a
-// lane's cp.async and its read back are 16 contiguous bytes per lane (no bank conflicts): the
-// NM matrices' 16 packed bytes of the lane's column and group [NM][32 lanes][16], its row's 32
-// activations [4][32 lanes][16] (zeros for a tile's missing rows, which read nothing), and the 4
-// group scales of each of the 8 columns [NM][8][4] (copied by lanes tig = 0).
-constexpr int kFp4RingStages = 4;
-__host__ __device__ constexpr int fp4_ring_stage_bytes(int NM) { return NM * 512 + 4 * 512 + NM * 32; }
-__host__ __device__ constexpr size_t fp4_ring_smem(int NM) {
-  return size_t(8) * kFp4RingStages * fp4_ring_stage_bytes(NM);
-}
-
-template <bool PAIR, int KS>
-__global__ __launch_bounds__(256) void moe_fp4_ring_kernel(MoeGemvArgs g) {
-  constexpr Mxfp4Decode DEC = Mxfp4Decode::ShiftQuad;
-  constexpr int NM = PAIR ? 2 : 1, S = kFp4RingStages, SB = fp4_ring_stage_bytes(NM);
-  constexpr int kAct = NM * 512, kScale = kAct + 4 * 512;  // offsets in a stage
-  extern __shared__ __align__(16) unsigned char fp4_ring[];
-  __shared__ float red[8][32][2 * NM];
-  pdl_enter();
-  Fp4Tile tile;
-  if (!fp4_tile(g, tile)) return;  // uniform per block
-  const int e = tile.expert, row0 = tile.row0, rows = tile.rows;
-  const int lane = threadIdx.x & 31, grp = lane >> 2, tig = lane & 3;
-  const auto [n0, k_lo, k_hi] = fp4_warp_slice<KS, 8>(g);
-  float c[NM][kMxAcc<DEC>] = {};
-  if (n0 < g.N) {  // uniform per warp
-    const bool row_ok = grp < rows;
-    const int pr = row0 + (row_ok ? grp : 0);
-    const bf16* arow = g.A + (g.a_rows ? int64_t(g.a_rows[pr]) : int64_t(pr)) * g.lda + tig * 32;
-    const int64_t wrow = int64_t(e) * g.N + min(n0 + grp, g.N - 1);  // this lane's column
-    const uint8_t* wm[NM];
-    const uint8_t* sm[NM];
-#pragma unroll
-    for (int j = 0; j < NM; ++j) {
-      wm[j] = static_cast<const uint8_t*>(j == 0 ? g.W : g.W3) + wrow * (g.K / 2) + tig * 16;
-      sm[j] = (j == 0 ? g.Ws : g.W3s) + wrow * (g.K / 32);
-    }
-    unsigned char* ring = fp4_ring + size_t(threadIdx.x >> 5) * S * SB;
-    // Chunk k into stage st, one commit group per chunk; past the slice the stage is zero-filled
-    // and nothing is read, so that every loop iteration waits on the same count of groups.
-    auto issue = [&](int k, int st) {
-      unsigned char* b = ring + st * SB;
-      const bool in = k < k_hi;
-      const int kk = in ? k : k_lo;
-#pragma unroll
-      for (int j = 0; j < NM; ++j) cp_async16(b + j * 512 + lane * 16, wm[j] + kk / 2, in ? 16 : 0);
-#pragma unroll
-      for (int i = 0; i < 4; ++i) cp_async16(b + kAct + i * 512 + lane * 16, arow + kk + 8 * i, in && row_ok ? 16 : 0);
-#pragma unroll
-      for (int j = 0; j < NM; ++j) cp_async4_if(tig == 0, b + kScale + j * 32 + grp * 4, sm[j] + kk / 32, in ? 4 : 0);
-      cp_async_commit();
-    };
-#pragma unroll
-    for (int s = 0; s < S; ++s) issue(k_lo + 128 * s, s);
-    int st = 0;
-    for (int k = k_lo; k < k_hi; k += 128) {
-      cp_async_wait<S - 1>();  // chunk k's group is complete (S groups were in flight)
-      __syncwarp();            // and every lane's copies of it (the scales) are visible
-      const unsigned char* b = ring + st * SB;
-      uint4 wv[NM], av[4];
-      uint8_t sc[NM];
-#pragma unroll
-      for (int j = 0; j < NM; ++j) {
-        wv[j] = *reinterpret_cast<const uint4*>(b + j * 512 + lane * 16);
-        sc[j] = b[kScale + j * 32 + grp * 4 + tig];
-      }
-#pragma unroll
-      for (int i = 0; i < 4; ++i) av[i] = *reinterpret_cast<const uint4*>(b + kAct + i * 512 + lane * 16);
-      __syncwarp();  // every lane has read the stage before any copy refills it
-      issue(k + 128 * S, st);
-      st = st + 1 == S ? 0 : st + 1;
-#pragma unroll
-      for (int j = 0; j < NM; ++j) mx_group<DEC>(c[j], wv[j], sc[j], av);
-    }
-    cp_async_wait<0>();  // the zero-filled stages past the slice land before the block's memory is reused
-  }
-  store_row_tile<PAIR, KS, DEC>(g, c, red, n0, row0, rows);
-}
-
 // (Measured on the H200 and removed, results/2026-12-05-h200-stream-kernels: a persistent kernel
 // streaming each warp's chunks through a cp.async ring, 1.3-1.6x slower, and an L2 prefetch of
 // each block's expert rows, 1.2x slower. ncu: moe_fp4_mma_kernel is bound by the ALU pipe that
 // decodes e2m1, 74 % busy at 30 % of the DRAM bandwidth, not by memory latency. A decode by lookup
 // in a shared-memory table, one copy per lane, was 1.2x slower end to end: it moved the bound to
-// the L1 / shared-memory path, results/2026-12-05-h200-mxfp4-lut.)
+// the L1 / shared-memory path, results/2026-12-05-h200-mxfp4-lut. With the shift-quad decode,
+// streaming each warp's chunks through a cp.async ring again (4 stages for this kernel, 3 for the
+// swapped one, the same products) was slower still on an H100: the experts 231.0 -> 299.0 us at 8
+// tokens and 63.6 -> 67.9 us at 1, steps 12.2 % and 3.8 % slower; as was W4A8 on the FP8 wgmma
+// with the codes turned into e4m3 operands, 13-16 % slower than these kernels on FP8-rounded
+// activations; results/2026-12-07-h100-ring-and-wgmma.)
 //
 // The wide variant (mxfp4-wide=on; off by default: 3 % faster than moe_fp4_mma_kernel at 1 token,
 // 9 % slower at 8, results/2026-12-04-h200-fp8-decode): a block takes one tile of rows and NT x 8
@@ -1275,93 +1193,6 @@ __global__ __launch_bounds__(256) void moe_fp4_swap_kernel(MoeGemvArgs g) {
   store_swapped_tile<PAIR, KS>(g, c, red, n0, row0, rows);
 }
 
-// mxfp4-ring=on at up to 16 token-expert pairs: moe_fp4_swap_kernel's tiles, decode and MMAs
-// with each warp's chunks streamed through a ring of kFp4SwapRingStages stages, as
-// moe_fp4_ring_kernel streams the 8-row kernel's (there the why). A stage, each part in lane
-// order: the NM matrices' 16 packed bytes of the lane's group for features grp and grp + 8
-// [NM][2][32 lanes][16], its token's 32 activations [4][32 lanes][16], and the 4 group scales of
-// each of the 16 features [NM][16][4] (copied by lanes tig < 2, feature grp + 8 tig). Three stages
-// keep two blocks per SM (101 KB each for w1 + w3).
-constexpr int kFp4SwapRingStages = 3;
-__host__ __device__ constexpr int fp4_swap_ring_stage_bytes(int NM) { return NM * 1024 + 4 * 512 + NM * 64; }
-__host__ __device__ constexpr size_t fp4_swap_ring_smem(int NM) {
-  return size_t(8) * kFp4SwapRingStages * fp4_swap_ring_stage_bytes(NM);
-}
-
-template <bool PAIR, int KS, bool MUL>
-__global__ __launch_bounds__(256) void moe_fp4_swap_ring_kernel(MoeGemvArgs g) {
-  constexpr int NM = PAIR ? 2 : 1, S = kFp4SwapRingStages, SB = fp4_swap_ring_stage_bytes(NM);
-  constexpr int kAct = NM * 1024, kScale = kAct + 4 * 512;  // offsets in a stage
-  extern __shared__ __align__(16) unsigned char fp4_ring[];
-  __shared__ float red[8][32][4 * NM];
-  pdl_enter();
-  Fp4Tile tile;
-  if (!fp4_tile(g, tile)) return;  // uniform per block
-  const int e = tile.expert, row0 = tile.row0, rows = tile.rows;
-  const int lane = threadIdx.x & 31, grp = lane >> 2, tig = lane & 3;
-  const auto [n0, k_lo, k_hi] = fp4_warp_slice<KS, kFp4SwapFeatures>(g);
-  float c[NM][4] = {};
-  if (n0 < g.N) {  // uniform per warp
-    const bool row_ok = grp < rows;  // this lane's token
-    const int pr = row0 + (row_ok ? grp : 0);
-    const bf16* arow = g.A + (g.a_rows ? int64_t(g.a_rows[pr]) : int64_t(pr)) * g.lda + tig * 32;
-    const uint8_t* wm[NM][2];
-    const uint8_t* sm[NM];  // the scales of feature grp + 8 (tig & 1), which lanes tig < 2 copy
-#pragma unroll
-    for (int j = 0; j < NM; ++j) {
-#pragma unroll
-      for (int f = 0; f < 2; ++f) {
-        const int64_t wrow = int64_t(e) * g.N + min(n0 + grp + 8 * f, g.N - 1);
-        wm[j][f] = static_cast<const uint8_t*>(j == 0 ? g.W : g.W3) + wrow * (g.K / 2) + tig * 16;
-      }
-      const int64_t srow = int64_t(e) * g.N + min(n0 + grp + 8 * (tig & 1), g.N - 1);
-      sm[j] = (j == 0 ? g.Ws : g.W3s) + srow * (g.K / 32);
-    }
-    unsigned char* ring = fp4_ring + size_t(threadIdx.x >> 5) * S * SB;
-    auto issue = [&](int k, int st) {  // as moe_fp4_ring_kernel's
-      unsigned char* b = ring + st * SB;
-      const bool in = k < k_hi;
-      const int kk = in ? k : k_lo;
-#pragma unroll
-      for (int j = 0; j < NM; ++j)
-#pragma unroll
-        for (int f = 0; f < 2; ++f) cp_async16(b + (2 * j + f) * 512 + lane * 16, wm[j][f] + kk / 2, in ? 16 : 0);
-#pragma unroll
-      for (int i = 0; i < 4; ++i) cp_async16(b + kAct + i * 512 + lane * 16, arow + kk + 8 * i, in && row_ok ? 16 : 0);
-#pragma unroll
-      for (int j = 0; j < NM; ++j)
-        cp_async4_if(tig < 2, b + kScale + j * 64 + (grp + 8 * (tig & 1)) * 4, sm[j] + kk / 32, in ? 4 : 0);
-      cp_async_commit();
-    };
-#pragma unroll
-    for (int s = 0; s < S; ++s) issue(k_lo + 128 * s, s);
-    int st = 0;
-    for (int k = k_lo; k < k_hi; k += 128) {
-      cp_async_wait<S - 1>();
-      __syncwarp();
-      const unsigned char* b = ring + st * SB;
-      uint4 wv[NM][2], av[4];
-      uint8_t sc[NM][2];
-#pragma unroll
-      for (int j = 0; j < NM; ++j)
-#pragma unroll
-        for (int f = 0; f < 2; ++f) {
-          wv[j][f] = *reinterpret_cast<const uint4*>(b + (2 * j + f) * 512 + lane * 16);
-          sc[j][f] = b[kScale + j * 64 + (grp + 8 * f) * 4 + tig];
-        }
-#pragma unroll
-      for (int i = 0; i < 4; ++i) av[i] = *reinterpret_cast<const uint4*>(b + kAct + i * 512 + lane * 16);
-      __syncwarp();
-      issue(k + 128 * S, st);
-      st = st + 1 == S ? 0 : st + 1;
-#pragma unroll
-      for (int j = 0; j < NM; ++j) swap_group_mma<MUL>(c[j], wv[j], sc[j], av);
-    }
-    cp_async_wait<0>();
-  }
-  store_swapped_tile<PAIR, KS>(g, c, red, n0, row0, rows);
-}
-
 // K slices per block of 8 warps whose output tiles are `tile_cols` wide: enough warps for the grid
 // to fill the GPU when few tiles run (decode), each slice whole 128-value chunks.
 int fp4_mma_k_slices(int64_t max_tiles, int64_t N, int64_t K, int sms, int tile_cols) {
@@ -1405,457 +1236,20 @@ void launch_fp4_mma(const char* op, cudaStream_t st, int64_t max_tiles, const Mo
   CUDA_LAUNCH_CHECK(op, st);
 }
 
-// mxfp4-ring=on's kernel on moe_fp4_mma_kernel's grid and K slices.
-template <bool PAIR>
-void launch_fp4_ring(const char* op, cudaStream_t st, int64_t max_tiles, const MoeGemvArgs& v, int sms, size_t optin) {
-  const int ks = fp4_mma_k_slices(max_tiles, v.N, v.K, sms, 8);
-  const dim3 grid{unsigned(max_tiles), unsigned(cdiv(v.N, 8 * (8 / ks))), 1u};
-  const size_t smem = fp4_ring_smem(PAIR ? 2 : 1);
-  with_k_slices(ks, [&](auto KS) {
-    auto* kernel = moe_fp4_ring_kernel<PAIR, KS>;
-    allow_smem(op, kernel, smem, optin);
-    launch_kernel(op, kernel, grid, 256, smem, st, v);
-  });
-  CUDA_LAUNCH_CHECK(op, st);
-}
-
 template <bool PAIR, bool MUL>
 void launch_fp4_swap_ks(const char* op, cudaStream_t st, int ks, dim3 grid, const MoeGemvArgs& v) {
   with_k_slices(ks, [&](auto KS) { launch_kernel(op, moe_fp4_swap_kernel<PAIR, KS, MUL>, grid, 256, 0, st, v); });
 }
 
-// ring: mxfp4-ring=on's form of the kernel.
 template <bool PAIR>
 void launch_fp4_swap(const char* op, cudaStream_t st, int64_t max_tiles, const MoeGemvArgs& v, int sms,
-                     Mxfp4Decode dec, bool ring, size_t optin) {
+                     Mxfp4Decode dec) {
   const int ks = fp4_mma_k_slices(max_tiles, v.N, v.K, sms, kFp4SwapFeatures);
   const dim3 grid{unsigned(max_tiles), unsigned(cdiv(v.N, kFp4SwapFeatures * (8 / ks))), 1u};
-  if (ring) {
-    const size_t smem = fp4_swap_ring_smem(PAIR ? 2 : 1);
-    auto go = [&](auto MUL) {
-      with_k_slices(ks, [&](auto KS) {
-        auto* kernel = moe_fp4_swap_ring_kernel<PAIR, KS, decltype(MUL)::value>;
-        allow_smem(op, kernel, smem, optin);
-        launch_kernel(op, kernel, grid, 256, smem, st, v);
-      });
-    };
-    if (dec == Mxfp4Decode::ShiftQuad)
-      go(std::true_type{});
-    else
-      go(std::false_type{});
-    CUDA_LAUNCH_CHECK(op, st);
-    return;
-  }
   if (dec == Mxfp4Decode::ShiftQuad)
     launch_fp4_swap_ks<PAIR, true>(op, st, ks, grid, v);
   else
     launch_fp4_swap_ks<PAIR, false>(op, st, ks, grid, v);
-  CUDA_LAUNCH_CHECK(op, st);
-}
-
-// ================================================================ W4A8 on the FP8 tensor cores
-// mxfp4-w4a8=wgmma (W4A8, --weights native-w4a8; the default is mma): the MXFP4 experts times FP8
-// activations on Hopper's warpgroup MMA (wgmma, sm_90a), the one MMA of sm_90 that multiplies
-// FP8 at its own rate (mma.sync converts FP8 operands to f16: the removed staged kernel).
-// - The weights are the MMA's A operand, decoded in registers. An e2m1 code s e1 e0 m placed in
-//   a byte as s << 7 | e1 e0 m << 2 is an e4m3 worth the e2m1 value times 2^-6 (e = 0 included:
-//   m * 2^-7), 7 integer instructions per 8 weights (e2m1_bits.h, e4m3_even / e4m3_odd) against about 19 for
-//   bf16 pairs and their scale multiply in the mma.sync kernels.
-// - One wgmma m64n8k32 takes 64 output features x 8 tokens x 32 K: exactly one MX group of each
-//   feature row. So the group's scale multiplies the product after the MMA (a fresh accumulator
-//   per group, then acc += 2^(scale - 127) D) instead of every weight before it.
-// - The activations are B: the tile's <= 8 tokens, quantized per 1 x 128 block exactly as
-//   round_fp8_rows rounds them (the same scale and codes, so the same values the other W4A8 paths
-//   multiply), staged once per block in shared memory in wgmma's K-major core-matrix layout; a
-//   block's scale multiplies its 4 groups' sum.
-// - A warpgroup (128 threads) takes 64 features; KS warpgroups of a block split K and meet in
-//   shared memory in a fixed order, so results do not depend on scheduling.
-// Where each value goes (the K order within a group, the codes' layout, the ring's swizzle):
-// model/cuda/wgmma_fp8_layout.h, checked on the host against wgmma's operand layouts.
-constexpr int kWgFeatures = 64;  // wgmma M: output features per warpgroup
-constexpr int kWgTokens = 8;     // wgmma N: the 8-token tiles of the permutation (kFp4TileRows)
-static_assert(kWgTokens == kFp4TileRows, "a wgmma's N columns are one permutation tile's rows");
-
-// 2^(s - 127) for byte q of a word of 4 e8m0 scales: the byte moved into a float's exponent
-// field (two integer instructions where q is a constant). s = 0 (2^-127, a float subnormal)
-// gives 0: such a group's weights are at most 6 * 2^-127, below fp32's normal range.
-__device__ __forceinline__ float e8m0_byte_value(uint32_t s, int q) {
-  return __uint_as_float((q < 3 ? s << (23 - 8 * q) : s >> 1) & 0x7F800000u);
-}
-
-#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define SL_HAVE_WGMMA 1
-#endif
-
-// The wgmma shared-memory descriptor of a K-major B tile without swizzle: core matrices of 8
-// token rows x 16 bytes (128 contiguous bytes), consecutive along K (leading byte offset 128; the
-// stride byte offset is for further 8-row groups, which N = 8 does not have).
-__device__ __forceinline__ uint64_t wgmma_desc_b(const void* smem) {
-  const uint32_t a = uint32_t(__cvta_generic_to_shared(smem));
-  return uint64_t((a & 0x3FFFF) >> 4) | uint64_t(128 >> 4) << 16 | uint64_t(256 >> 4) << 32;
-}
-
-// D = A . B (the accumulator's previous value is not read): m64n8k32, e4m3 x e4m3, fp32.
-__device__ __forceinline__ void wgmma_fp8_m64n8k32(float (&d)[4], const uint32_t (&a)[4], uint64_t desc_b) {
-#ifdef SL_HAVE_WGMMA
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0,%1,%2,%3}, {%4,%5,%6,%7}, %8, p, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(0));
-#else
-  __trap();  // built without sm_90a: the host never launches this kernel then (STREAMLAB_SM90A)
-#endif
-}
-__device__ __forceinline__ void wgmma_fence() {
-#ifdef SL_HAVE_WGMMA
-  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void wgmma_commit() {
-#ifdef SL_HAVE_WGMMA
-  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-#endif
-}
-template <int N>
-__device__ __forceinline__ void wgmma_wait() {
-#ifdef SL_HAVE_WGMMA
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-#endif
-}
-// Keeps the compiler from moving a register's uses across a wgmma's asynchronous window (its
-// operands must stay put and its results are only there after the wait).
-__device__ __forceinline__ void wgmma_pin(float& r) { asm volatile("" : "+f"(r)::"memory"); }
-__device__ __forceinline__ void wgmma_pin(uint32_t& r) { asm volatile("" : "+r"(r)::"memory"); }
-
-// Each warp streams its 16 rows' weights through a ring of chunks in shared memory (cp.async, 16
-// bytes a lane: a warp's copy is 8 rows x 64 contiguous bytes per instruction; loading each lane's
-// operand words straight from global memory took 4-byte loads, each touching 8 rows for 16 bytes,
-// with one chunk in flight, and measured 1.4x slower than the mma.sync kernels at 8 tokens). A
-// stage: per matrix 16 rows of the chunk's 64 packed bytes, then the 16 rows' 4 group scales.
-// Row r's 16-byte pieces are stored XOR-swizzled (piece t at t ^ ((r >> 1) & 3)), so that the
-// lanes' 4-byte reads of their words (row grp, word 4 q + tig) hit 32 different banks.
-// fp4_wgmma_stages: chunks in the ring (stages - 1 in flight ahead of the one multiplied), as many as
-// keep three blocks of w1 + w3 (33 KiB of activations each at D = 4096) within an SM.
-__host__ __device__ constexpr int fp4_wgmma_stages(int NM) { return NM == 2 ? 4 : 6; }
-__host__ __device__ constexpr int fp4_wgmma_stage_bytes(int NM) { return NM * (16 * 64 + 16 * 4); }
-
-// The block's shared memory: the token scales [K / 128][8] (times 2^6, the decode's factor), the
-// codes, B [K / 16 core matrices][8 tokens][16 bytes] (after the main loop: the K slices' partial
-// sums), then the warps' weight rings.
-__host__ __device__ constexpr size_t fp4_wgmma_scales_bytes(int K) {
-  return (size_t(K / 128) * kWgTokens * 4 + 127) / 128 * 128;
-}
-__host__ __device__ constexpr size_t fp4_wgmma_codes_bytes(int K, int KS, int NM) {
-  const size_t codes = size_t(K) * kWgTokens, red = KS > 1 ? size_t(KS) * 128 * NM * 4 * 4 : 0;
-  return codes > red ? codes : red;
-}
-__host__ __device__ constexpr size_t fp4_wgmma_smem(int K, int KS, int NM) {
-  return fp4_wgmma_scales_bytes(K) + fp4_wgmma_codes_bytes(K, KS, NM) +
-         size_t(4 * KS) * fp4_wgmma_stages(NM) * fp4_wgmma_stage_bytes(NM);
-}
-
-template <bool PAIR, int KS, bool PIPE>
-__global__ __launch_bounds__(128 * KS) void moe_fp4_wgmma_kernel(MoeGemvArgs g) {
-  constexpr int NM = PAIR ? 2 : 1;  // weight matrices streamed (w1 and w3, or w2)
-  extern __shared__ __align__(128) unsigned char wg_smem[];
-  __shared__ int64_t arow[kWgTokens];
-  pdl_enter();
-  Fp4Tile tile;
-  if (!fp4_tile(g, tile)) return;  // uniform per block
-  const int e = tile.expert, row0 = tile.row0, rows = tile.rows;
-  const int K = g.K;
-  float* tok_scale = reinterpret_cast<float*>(wg_smem);
-  unsigned char* codes = wg_smem + fp4_wgmma_scales_bytes(K);
-  const int tid = threadIdx.x, lane = tid & 31, grp = lane >> 2, tig = lane & 3;
-  // The warpgroup (K slice), uniform to the compiler (a shuffle from lane 0; with one slice, 0),
-  // so the chunk loop is not divergent code, where ptxas would serialize the MMAs; the warp.
-  const int wg = KS == 1 ? 0 : __shfl_sync(0xFFFFFFFFu, tid >> 7, 0), w4 = (tid >> 5) & 3;
-  const int k_lo = wg * (K / KS), k_hi = k_lo + K / KS;
-
-  // This lane's two weight rows (features n0 + grp, n0 + grp + 8 of the tile) in each matrix: it
-  // copies their chunks' 16 bytes [16 tig, 16 tig + 16) and (lanes tig < 2) the scales of row
-  // grp + 8 tig, and reads back word tig of each group of both.
-  const int n0 = int(blockIdx.y) * kWgFeatures + w4 * 16 + grp;
-  const unsigned char* wrow[NM][2];
-  const unsigned char* srow[NM][2];
-#pragma unroll
-  for (int j = 0; j < NM; ++j)
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int64_t row = int64_t(e) * g.N + min(n0 + 8 * r, g.N - 1);
-      wrow[j][r] = static_cast<const unsigned char*>(j == 0 ? g.W : g.W3) + row * (K / 2) + tig * 16;
-      srow[j][r] = (j == 0 ? g.Ws : g.W3s) + row * (K / 32);
-    }
-  constexpr int SB = fp4_wgmma_stage_bytes(NM), S = fp4_wgmma_stages(NM);
-  unsigned char* ring = wg_smem + fp4_wgmma_scales_bytes(K) + fp4_wgmma_codes_bytes(K, KS, NM) +
-                        size_t(tid >> 5) * S * SB;
-  auto stage_of = [&](int st) { return ring + st * SB; };
-  // Chunk k into stage st, without branches (the wgmma kernels' MMAs must not sit in divergent
-  // code, or ptxas serializes them): past the slice it fills the stage with zeros and reads
-  // nothing, and lanes tig < 2 copy the scales of row grp + 8 tig, the others nothing.
-  auto issue_chunk = [&](int k, int st) {
-    unsigned char* b = stage_of(st);
-    const bool in = k < k_hi;
-    const int kk = in ? k : k_lo;
-#pragma unroll
-    for (int j = 0; j < NM; ++j) {
-#pragma unroll
-      for (int r = 0; r < 2; ++r)
-        cp_async16(b + j * 16 * 64 + wgmma_fp8::ring_piece(grp + 8 * r, tig), wrow[j][r] + kk / 2, in ? 16 : 0);
-      cp_async4_if(tig < 2, b + NM * 16 * 64 + j * 64 + (grp + 8 * (tig & 1)) * 4,
-                   (tig & 1 ? srow[j][1] : srow[j][0]) + kk / 32, in ? 4 : 0);
-    }
-    cp_async_commit();
-  };
-  // The first chunks in flight while the activations are staged (past the slice, zero-filled
-  // stages: every chunk is one commit group, as the waits assume).
-#pragma unroll
-  for (int c = 0; c < S - 1; ++c) issue_chunk(k_lo + 128 * c, c);
-
-  // 1. The tile's tokens as e4m3 codes and block scales. 16 lanes take one (token, 128-block), 8
-  // values each: the block's amax by a butterfly over the 16, then the lane's even elements to K
-  // positions [4 tig', 4 tig' + 4) of its group's first core matrix, the odd ones to the second
-  // (tig' = lane & 3, the group (lane & 15) / 4).
-  if (tid < kWgTokens) arow[tid] = tid < rows ? (g.a_rows ? int64_t(g.a_rows[row0 + tid]) : int64_t(row0 + tid)) : -1;
-  __syncthreads();
-  {
-    const int vecs = kWgTokens * (K / 8);  // 16-byte vectors of the tile's activations
-    constexpr int kBatch = 8;              // loads in flight per thread
-    for (int v0 = tid; v0 < vecs; v0 += kBatch * 128 * KS) {
-      uint4 x[kBatch];
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b) {
-        const int v = v0 + b * 128 * KS;
-        const int n = v / (K / 8), kv = v % (K / 8);
-        x[b] = make_uint4(0, 0, 0, 0);
-        if (v < vecs && arow[n] >= 0) x[b] = *reinterpret_cast<const uint4*>(g.A + arow[n] * g.lda + kv * 8);
-      }
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b) {
-        // A warp's 32 vectors lie in one token row (K / 8 is a multiple of 32): past the end, and
-        // for the tile's missing tokens (zero codes, scale 1), the whole warp skips the shuffles.
-        const int v = v0 + b * 128 * KS;
-        if (v - lane >= vecs) break;
-        const int n = v / (K / 8), kv = v % (K / 8), blk = kv / 16, q = (kv & 15) >> 2, t4 = kv & 3;
-        // The lane's elements e = 8 t4 + i of group 4 blk + q: the even ones land on 4 consecutive
-        // bytes from b_offset(.., 8 t4, n), the odd ones on 4 from b_offset(.., 8 t4 + 1, n).
-        unsigned char* cm = codes + wgmma_fp8::b_offset(4 * blk + q, 8 * t4, n);
-        unsigned char* cm_odd = codes + wgmma_fp8::b_offset(4 * blk + q, 8 * t4 + 1, n);
-        if (arow[n] < 0) {
-          *reinterpret_cast<uint32_t*>(cm) = 0u;
-          *reinterpret_cast<uint32_t*>(cm_odd) = 0u;
-          if ((lane & 15) == 0) tok_scale[blk * kWgTokens + n] = 64.f;
-          continue;
-        }
-        const bf16* h = reinterpret_cast<const bf16*>(&x[b]);
-        float f[8], amax = 0.f;
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          f[i] = __bfloat162float(h[i]);
-          amax = fmaxf(amax, fabsf(f[i]));
-        }
-#pragma unroll
-        for (int o = 8; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, o));
-        const float s = fp8_group_scale(amax), rs = 1.f / s;  // x * rs == x / s exactly
-        uint32_t even = 0, odd = 0;
-#pragma unroll
-        for (int i = 0; i < 8; i += 2) {
-          even |= uint32_t(e4m3_code(f[i] * rs)) << (4 * i);
-          odd |= uint32_t(e4m3_code(f[i + 1] * rs)) << (4 * i);
-        }
-        *reinterpret_cast<uint32_t*>(cm) = even;
-        *reinterpret_cast<uint32_t*>(cm_odd) = odd;
-        if ((lane & 15) == 0) tok_scale[blk * kWgTokens + n] = s * 64.f;
-      }
-    }
-  }
-#ifdef SL_HAVE_WGMMA
-  // The codes were written through the generic proxy; wgmma reads them through the async one.
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-#endif
-  __syncthreads();
-
-  // 2. The warpgroup's K slice, a 128-value chunk (4 groups, 4 MMAs per matrix) at a time, the
-  // next chunks' loads in flight in the ring. A chunk: its words read from the ring and decoded
-  // into A registers (the stage is then free), its MMAs, then the group and token scales on their
-  // products. PIPE (mxfp4-w4a8=wgmma-pipe) decodes chunk k + 128 while chunk k's MMAs run, at the
-  // cost of a second set of A registers; without it a warpgroup waits out each chunk's MMAs.
-  float acc[NM][4] = {};
-  const uint64_t desc0 = wgmma_desc_b(codes);
-  int st = 0;  // the ring stage of the next chunk to decode
-  struct Chunk {
-    uint32_t a[NM][4][4];  // A registers: matrix j, group q, register r
-    uint32_t s[NM][2];     // the 4 group scales of rows grp and grp + 8
-  };
-  // Chunk k into registers: chunk k + 128 (S - 1) into the stage chunk k - 128 used (every lane
-  // is past reading it: the __syncwarp after its read), then wait for chunk k and read it.
-  auto decode_chunk = [&](int k, Chunk& c) {
-    issue_chunk(k + 128 * (S - 1), st == 0 ? S - 1 : st - 1);
-    cp_async_wait<S - 1>();
-    __syncwarp();
-    const unsigned char* b = stage_of(st);
-    uint32_t w[NM][2][4];
-#pragma unroll
-    for (int j = 0; j < NM; ++j)
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-#pragma unroll
-        for (int q = 0; q < 4; ++q)
-          w[j][r][q] = *reinterpret_cast<const uint32_t*>(b + j * 16 * 64 + wgmma_fp8::ring_piece(grp + 8 * r, q) + tig * 4);
-        c.s[j][r] = *reinterpret_cast<const uint32_t*>(b + NM * 16 * 64 + j * 64 + (grp + 8 * r) * 4);
-      }
-    __syncwarp();  // the stage is read: a later chunk refills it
-    st = st == S - 1 ? 0 : st + 1;
-#pragma unroll
-    for (int j = 0; j < NM; ++j)
-#pragma unroll
-      for (int q = 0; q < 4; ++q)
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const uint32_t x = w[j][wgmma_fp8::a_register_row(r)][q];
-          c.a[j][q][r] = wgmma_fp8::a_register_odd(r) ? e2m1::e4m3_odd(x) : e2m1::e4m3_even(x);
-        }
-  };
-  // Pins: the compiler keeps a chunk's A registers and the products where the asynchronous MMAs
-  // read and write them, from the fence to the wait.
-  float d[NM][4][4];
-  auto pin = [&](Chunk& c) {
-#pragma unroll
-    for (int j = 0; j < NM; ++j)
-#pragma unroll
-      for (int q = 0; q < 4; ++q)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          wgmma_pin(d[j][q][i]);
-          wgmma_pin(c.a[j][q][i]);
-        }
-  };
-  // Chunk k's MMAs, committed as one group. Group q's two core matrices start (k + 32 q) / 16 *
-  // 128 bytes in: 16 q + k bytes / 16 in the descriptor's 16-byte units.
-  auto issue_mmas = [&](int k, Chunk& c) {
-#pragma unroll
-    for (int j = 0; j < NM; ++j)
-#pragma unroll
-      for (int q = 0; q < 4; ++q)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) d[j][q][i] = 0.f;
-    pin(c);
-    wgmma_fence();
-#pragma unroll
-    for (int j = 0; j < NM; ++j)
-#pragma unroll
-      for (int q = 0; q < 4; ++q) wgmma_fp8_m64n8k32(d[j][q], c.a[j][q], desc0 + uint64_t(k / 16 * 8 + 16 * q));
-    wgmma_commit();
-  };
-  // Chunk k's products, once its MMAs are done: D[i] is feature row grp (i < 2) or grp + 8,
-  // token 2 tig + (i & 1).
-  auto accumulate = [&](int k, const Chunk& c) {
-    const float t0 = tok_scale[(k / 128) * kWgTokens + 2 * tig], t1 = tok_scale[(k / 128) * kWgTokens + 2 * tig + 1];
-#pragma unroll
-    for (int j = 0; j < NM; ++j) {
-      float p[4] = {};
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        const float r0 = e8m0_byte_value(c.s[j][0], q), r1 = e8m0_byte_value(c.s[j][1], q);
-        p[0] += r0 * d[j][q][0];
-        p[1] += r0 * d[j][q][1];
-        p[2] += r1 * d[j][q][2];
-        p[3] += r1 * d[j][q][3];
-      }
-      acc[j][0] += t0 * p[0];
-      acc[j][1] += t1 * p[1];
-      acc[j][2] += t0 * p[2];
-      acc[j][3] += t1 * p[3];
-    }
-  };
-  if constexpr (!PIPE) {
-    for (int k = k_lo; k < k_hi; k += 128) {
-      Chunk c;
-      decode_chunk(k, c);
-      issue_mmas(k, c);
-      wgmma_wait<0>();
-      pin(c);
-      accumulate(k, c);
-    }
-  } else {
-    // No branch between a chunk's MMAs and their wait (ptxas serializes wgmma in divergent code):
-    // the last chunk's successor is a dummy, decoded from the zero-filled stages past the slice and
-    // multiplied (on the slice's first codes) but never accumulated.
-    Chunk cur, nxt;
-    decode_chunk(k_lo, cur);
-    issue_mmas(k_lo, cur);
-    for (int k = k_lo; k < k_hi; k += 128) {
-      decode_chunk(k + 128, nxt);
-      wgmma_wait<0>();
-      pin(cur);
-      accumulate(k, cur);
-      cur = nxt;
-      issue_mmas(k + 128 < k_hi ? k + 128 : k_lo, cur);
-    }
-    wgmma_wait<0>();
-    pin(cur);
-  }
-
-  // 3. The K slices' sums in slice order (warpgroup 0 finishes), then the outputs.
-  if constexpr (KS > 1) {
-    __syncthreads();  // every warpgroup is past its MMAs: the codes' space is free
-    float* red = reinterpret_cast<float*>(codes);  // [KS][128][NM * 4]
-#pragma unroll
-    for (int j = 0; j < NM; ++j)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) red[(wg * 128 + (tid & 127)) * NM * 4 + j * 4 + i] = acc[j][i];
-    __syncthreads();
-    if (wg != 0) return;
-#pragma unroll
-    for (int j = 0; j < NM; ++j)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        float v = 0.f;
-#pragma unroll
-        for (int s = 0; s < KS; ++s) v += red[(s * 128 + tid) * NM * 4 + j * 4 + i];
-        acc[j][i] = v;
-      }
-  }
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const int n = n0 + 8 * (i >> 1), r = 2 * tig + (i & 1);
-    if (n >= g.N || r >= rows) continue;
-    store_expert_out<PAIR>(g, int64_t(row0 + r) * g.N + n, acc[0][i], acc[NM - 1][i]);
-  }
-}
-
-// K slices per block (1 or 2): two warpgroups per block where one each would leave fewer than
-// two per SM at the tile count the call reserves (a decode step of 1-2 tokens), each slice a whole
-// number of 128-value chunks. (Four would cap the registers at 128 a thread, below what w1 + w3
-// holds.)
-int fp4_wgmma_k_slices(int64_t max_tiles, int64_t N, int64_t K, int sms) {
-  return max_tiles * cdiv(N, kWgFeatures) < 2 * int64_t(sms) && K % 256 == 0 ? 2 : 1;
-}
-
-// pipe: mxfp4-w4a8=wgmma-pipe's form of the kernel.
-template <bool PAIR>
-void launch_fp4_wgmma(const char* op, cudaStream_t st, int64_t max_tiles, const MoeGemvArgs& v, bool pipe, int sms,
-                      size_t optin) {
-  const int ks = fp4_wgmma_k_slices(max_tiles, v.N, v.K, sms);
-  const dim3 grid{unsigned(max_tiles), unsigned(cdiv(v.N, kWgFeatures)), 1u};
-  auto go = [&](auto KS, auto PIPE) {
-    constexpr int S = decltype(KS)::value;
-    auto* kernel = moe_fp4_wgmma_kernel<PAIR, S, decltype(PIPE)::value>;
-    const size_t smem = fp4_wgmma_smem(v.K, S, PAIR ? 2 : 1);
-    allow_smem(op, kernel, smem, optin);
-    launch_kernel(op, kernel, grid, 128 * S, smem, st, v);
-  };
-  auto with_slices = [&](auto PIPE) {
-    if (ks == 1)
-      go(std::integral_constant<int, 1>{}, PIPE);
-    else
-      go(std::integral_constant<int, 2>{}, PIPE);
-  };
-  if (pipe)
-    with_slices(std::true_type{});
-  else
-    with_slices(std::false_type{});
   CUDA_LAUNCH_CHECK(op, st);
 }
 
@@ -1897,19 +1291,6 @@ struct ExpertMatrix {
   const void* w;
   const uint8_t* scales;
 };
-
-// Whether the wgmma kernel takes these expert matrices: built for sm_90a, and its 4-byte loads of
-// the packed codes and scales aligned (D and F are multiples of 128 under W4A8, so every row is).
-bool fp4_wgmma_ok(const ExpertMatrix& m1, const ExpertMatrix& m2, const ExpertMatrix& m3) {
-#ifdef STREAMLAB_SM90A
-  uintptr_t bits = 0;
-  for (const ExpertMatrix* m : {&m1, &m2, &m3})
-    bits |= reinterpret_cast<uintptr_t>(m->w) | reinterpret_cast<uintptr_t>(m->scales);
-  return bits % 4 == 0;
-#else
-  return false;
-#endif
-}
 
 // The two GEMM steps of the routed experts as kernel arguments, read from the permutation in the
 // workspace: up, h1 = swiglu(w1 x, w3 x) over the gathered token rows (N = F, K = D), and down,
@@ -2191,17 +1572,6 @@ void CudaBackend::moe_experts_mxfp4(Stream s, const Tensor& out, const Tensor& x
   launch_moe_permute(op, st, L, ws, ids, P, k, E, kFp4TileRows, smem_optin());
   const int64_t max_tiles = cdiv(P, kFp4TileRows) + std::min<int64_t>(P, E);
   ExpertSteps es = expert_steps(L, ws, x, D, E, F, swiglu_limit, m1, m2, m3);
-  // W4A8 on the FP8 tensor cores (mxfp4-w4a8=wgmma, in builds for sm_90a): the kernels quantize
-  // x and h as they stage them (the values round_fp8_rows gives), so neither rounding launch
-  // runs; w1 x and w3 x rounded to bf16 before the SwiGLU as on the other paths.
-  if (fp8_act && variants().mxfp4_w4a8 != Mxfp4W4a8::Mma && fp4_wgmma_ok(m1, m2, m3)) {
-    es.up.bf16_in = 1;
-    const bool pipe = variants().mxfp4_w4a8 == Mxfp4W4a8::WgmmaPipe;
-    launch_fp4_wgmma<true>(op, st, max_tiles, es.up, pipe, sm_count(), smem_optin());
-    launch_fp4_wgmma<false>(op, st, max_tiles, es.down, pipe, sm_count(), smem_optin());
-    launch_moe_combine(op, st, L, ws, out, weights, T, k, D);
-    return;
-  }
   // W4A8 on the mma.sync kernels: x rounded to FP8 groups, w1 x and w3 x to bf16 before the
   // SwiGLU (as the grouped GEMM stores them), h rounded to FP8 groups before w2.
   if (fp8_act) {
@@ -2216,11 +1586,9 @@ void CudaBackend::moe_experts_mxfp4(Stream s, const Tensor& out, const Tensor& x
   auto step = [&](auto pair, const MoeGemvArgs& v) {
     constexpr bool PAIR = decltype(pair)::value;
     if (swap)
-      launch_fp4_swap<PAIR>(op, st, max_tiles, v, sm_count(), dec, variants().mxfp4_ring, smem_optin());
+      launch_fp4_swap<PAIR>(op, st, max_tiles, v, sm_count(), dec);
     else if (variants().mxfp4_wide)
       launch_fp4_wide<PAIR>(op, st, max_tiles, v, sm_count(), dec);
-    else if (variants().mxfp4_ring && dec == Mxfp4Decode::ShiftQuad)
-      launch_fp4_ring<PAIR>(op, st, max_tiles, v, sm_count(), smem_optin());
     else
       launch_fp4_mma<PAIR>(op, st, max_tiles, v, sm_count(), dec, variants().mxfp4_mma_blocks);
   };

@@ -89,13 +89,4 @@ SL_E2M1_HD Bf16Scale scale_factors(uint32_t scale) {
   return {f1 * 0x00800080u, f2 * 0x00800080u, s > 128u};
 }
 
-// The same codes as FP8 e4m3 operands (the W4A8 wgmma kernel, mxfp4-w4a8=wgmma): a code
-// s e1 e0 m placed in a byte as s << 7 | (e1 e0 m) << 2 has exponent field e and mantissa 0m0, so
-// it is exactly the e2m1 value times 2^-6 (e = 0: the e4m3 subnormal m * 2^-7). A word of 8 codes
-// (the even element in each byte's low nibble) gives its 4 even elements as the bytes of
-// e4m3_even and its 4 odd ones as the bytes of e4m3_odd, each byte at its byte's position:
-// 4 and 3 integer instructions.
-SL_E2M1_HD uint32_t e4m3_even(uint32_t w) { return ((w << 2) & 0x1C1C1C1Cu) | ((w << 4) & 0x80808080u); }
-SL_E2M1_HD uint32_t e4m3_odd(uint32_t w) { return ((w >> 2) & 0x1C1C1C1Cu) | (w & 0x80808080u); }
-
 }  // namespace sl::e2m1

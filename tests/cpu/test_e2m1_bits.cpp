@@ -130,24 +130,3 @@ TEST(E2m1Bits, PairsFollowElementOrder) {
 }
 
 }  // namespace
-
-// The W4A8 kernel's operands (mxfp4-w4a8=wgmma): every byte at every position of a word (the
-// others random) gives, at that position, the e4m3 of its low nibble's e2m1 value times 2^-6
-// (e4m3_even) and of its high nibble's (e4m3_odd), signs and the two zeros included, by core/fp8.h's
-// e4m3 and e2m1 tables.
-TEST(E2m1Bits, E4m3OperandsAreTheValuesTimes2ToMinus6) {
-  std::mt19937 rng(7);
-  for (int pos = 0; pos < 4; ++pos)
-    for (uint32_t b = 0; b < 256; ++b) {
-      const uint32_t other = rng() & ~(0xFFu << (8 * pos));
-      const uint32_t w = other | b << (8 * pos);
-      const uint8_t even = uint8_t(sl::e2m1::e4m3_even(w) >> (8 * pos));
-      const uint8_t odd = uint8_t(sl::e2m1::e4m3_odd(w) >> (8 * pos));
-      for (const auto& [code, nibble] : {std::pair{even, b & 15u}, std::pair{odd, b >> 4}}) {
-        const float want = std::ldexp(sl::lowp::e2m1_to_float(uint8_t(nibble)), -6);
-        const float got = sl::lowp::e4m3_to_float(code);
-        EXPECT_EQ(got, want) << "byte " << b << " at position " << pos << ", nibble " << nibble;
-        EXPECT_EQ(std::signbit(got), std::signbit(want)) << "byte " << b << ", nibble " << nibble;
-      }
-    }
-}

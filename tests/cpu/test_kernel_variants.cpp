@@ -11,7 +11,6 @@ using sl::Fp8Decode;
 using sl::Mxfp4Decode;
 using sl::Mxfp4Swap;
 using sl::Mxfp4Prefill;
-using sl::Mxfp4W4a8;
 
 namespace {
 std::string error_of(const std::string& spec) {
@@ -39,9 +38,7 @@ TEST(KernelVariants, EmptyIsTheDefaults) {
   EXPECT_EQ(d.mxfp4_decode, Mxfp4Decode::ShiftQuad);
   EXPECT_EQ(d.mxfp4_swap, Mxfp4Swap::Auto);
   EXPECT_EQ(d.mxfp4_mma_blocks, 2);
-  EXPECT_FALSE(d.mxfp4_ring);
   EXPECT_EQ(d.mxfp4_prefill, Mxfp4Prefill::Auto);
-  EXPECT_EQ(d.mxfp4_w4a8, Mxfp4W4a8::Mma);
   EXPECT_TRUE(d.fp8_pair);
   EXPECT_EQ(d.fp8_wide_blocks, 2);
   EXPECT_TRUE(d.hc_decode_fused);
@@ -52,21 +49,16 @@ TEST(KernelVariants, EmptyIsTheDefaults) {
 TEST(KernelVariants, EveryKeyParsesAndPrintsBack) {
   const KernelVariants k = KernelVariants::parse(
       "attn-decode=off,attn-splits=8,gemv-bf16-max-mb=0,pdl=off,cublas-workspace-kb=0,mxfp4-mma=off,fp8-decode=wide,mxfp4-wide=on,"
-      "mxfp4-decode=table,mxfp4-swap=on,mxfp4-mma-blocks=3,mxfp4-ring=on,mxfp4-prefill=gemm,mxfp4-w4a8=wgmma,fp8-pair=off,"
-      "fp8-wide-blocks=1,"
+      "mxfp4-decode=table,mxfp4-swap=on,mxfp4-mma-blocks=3,mxfp4-prefill=gemm,fp8-pair=off,fp8-wide-blocks=1,"
       "hc-decode=split,hc-post=fused,kv-norm-rope=fused,fp8-kv=packed");
   EXPECT_FALSE(k.attention_decode_kernel);
   EXPECT_EQ(k.mxfp4_mma_blocks, 3);
-  EXPECT_TRUE(k.mxfp4_ring);
-  EXPECT_EQ(KernelVariants::parse("mxfp4-ring=off"), KernelVariants{});
-  EXPECT_EQ(KernelVariants::parse("mxfp4-ring=on").changes(), "mxfp4-ring=on");
   EXPECT_TRUE(k.fp8_kv_packed);
   EXPECT_EQ(k.fp8_decode, Fp8Decode::Wide);
   EXPECT_TRUE(k.mxfp4_wide);
   EXPECT_EQ(k.mxfp4_decode, Mxfp4Decode::Table);
   EXPECT_EQ(k.mxfp4_swap, Mxfp4Swap::On);
   EXPECT_EQ(k.mxfp4_prefill, Mxfp4Prefill::Gemm);
-  EXPECT_EQ(k.mxfp4_w4a8, Mxfp4W4a8::Wgmma);
   EXPECT_FALSE(k.fp8_pair);
   EXPECT_EQ(k.fp8_wide_blocks, 1);
   EXPECT_FALSE(k.hc_decode_fused);
@@ -79,10 +71,6 @@ TEST(KernelVariants, EveryKeyParsesAndPrintsBack) {
   EXPECT_EQ(KernelVariants::parse("fp8-kv=emulated"), KernelVariants{});
   EXPECT_EQ(KernelVariants::parse("fp8-wide-blocks=2"), KernelVariants{});
   EXPECT_EQ(KernelVariants::parse("mxfp4-prefill=auto"), KernelVariants{});
-  EXPECT_EQ(KernelVariants::parse("mxfp4-w4a8=mma"), KernelVariants{});
-  EXPECT_EQ(KernelVariants::parse("mxfp4-w4a8=wgmma").changes(), "mxfp4-w4a8=wgmma");
-  EXPECT_EQ(KernelVariants::parse("mxfp4-w4a8=wgmma-pipe").mxfp4_w4a8, Mxfp4W4a8::WgmmaPipe);
-  EXPECT_EQ(KernelVariants::parse("mxfp4-w4a8=wgmma-pipe").changes(), "mxfp4-w4a8=wgmma-pipe");
   EXPECT_EQ(KernelVariants::parse("mxfp4-prefill=mma").mxfp4_prefill, Mxfp4Prefill::Mma);
   EXPECT_EQ(KernelVariants::parse("mxfp4-prefill=mma").changes(), "mxfp4-prefill=mma");
   EXPECT_EQ(KernelVariants::parse("mxfp4-swap=auto"), KernelVariants{});
@@ -160,10 +148,11 @@ TEST(KernelVariants, BadInputNamesTheKeyAndWhatItTakes) {
                         Case{"mxfp4-swap-pipeline=on", "2026-12-05-h100-swap-pipeline"},
                         Case{"mxfp4-decode=lut", "expected table, shift or shift-quad"},
                         Case{"mxfp4-prefill=on", "expected mma, gemm or auto"},
-                        Case{"mxfp4-w4a8=on", "expected mma, wgmma or wgmma-pipe"},
+                        Case{"mxfp4-w4a8=wgmma", "'mxfp4-w4a8' is no longer a variant: the W4A8 experts on the FP8 wgmma"},
+                        Case{"mxfp4-w4a8=mma", "2026-12-07-h100-ring-and-wgmma"},
+                        Case{"mxfp4-ring=on", "'mxfp4-ring' is no longer a variant: streaming the MXFP4 kernels' chunks"},
                         Case{"mxfp4-swap=yes", "expected on, off or auto"},
                         Case{"mxfp4-mma-blocks=4", "expected 2 or 3"},
-                        Case{"mxfp4-ring=yes", "expected on or off"},
                         Case{"fp8-wide-blocks=3", "expected 1 or 2"},
                         Case{"hc-decode=on", "expected split or fused"},
                         Case{"hc-post=on", "expected split or fused"},

@@ -351,7 +351,7 @@ std::vector<std::string> default_variants(const std::string& op) {
   if (op == "moe_experts") return {"", "pdl=off"};
   // W4A8: moe_experts_mxfp4's kernels on activations rounded to FP8 first (the default), or the
   // FP8 warpgroup-MMA kernel.
-  if (op == "moe_experts_w4a8") return {"", "mxfp4-swap=off", "mxfp4-w4a8=wgmma", "mxfp4-w4a8=wgmma-pipe"};
+  if (op == "moe_experts_w4a8") return {"", "mxfp4-swap=off"};
   if (op == "hc_pre") return {"", "hc-decode=split"};
   return {"", "attn-splits=1", "attn-splits=16", "attn-decode=off"};
 }
