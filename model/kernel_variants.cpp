@@ -12,7 +12,7 @@ const char* const kKernelVariantsHelp =
     "CUDA kernel variants, key=value[,key=value...]: attn-decode=on|off, attn-splits=N (0 = auto, at most 16), "
     "gemv-bf16-max-mb=N, pdl=on|off, cublas-workspace-kb=N, mxfp4-mma=on|off, fp8-decode=auto|warp|wide, "
     "mxfp4-wide=on|off, mxfp4-decode=table|shift|shift-quad, mxfp4-swap=on|off|auto, mxfp4-mma-blocks=2|3, "
-    "mxfp4-prefill=mma|gemm|auto, fp8-pair=on|off, fp8-wide-blocks=1|2, hc-decode=split|fused, "
+    "mxfp4-load=plain|noalloc|stream, mxfp4-prefill=mma|gemm|auto, fp8-pair=on|off, fp8-wide-blocks=1|2, hc-decode=split|fused, "
     "hc-post=split|fused, kv-norm-rope=split|fused, fp8-kv=packed|emulated (default: the "
     "measured best of each; variants not yet timed on a GPU are off)";
 
@@ -139,6 +139,11 @@ KernelVariants KernelVariants::parse(const std::string& spec) {
       else fail("--kernel-variants: ", key, "=", v, ": expected on, off or auto");
     } else if (key == "mxfp4-mma-blocks") {
       k.mxfp4_mma_blocks = either(key, v, "2", "3") ? 3 : 2;
+    } else if (key == "mxfp4-load") {
+      if (v == "plain") k.mxfp4_load = Mxfp4Load::Plain;
+      else if (v == "noalloc") k.mxfp4_load = Mxfp4Load::NoAlloc;
+      else if (v == "stream") k.mxfp4_load = Mxfp4Load::Stream;
+      else fail("--kernel-variants: ", key, "=", v, ": expected plain, noalloc or stream");
     } else if (key == "fp8-pair") {
       k.fp8_pair = on_off(key, v);
     } else if (key == "mxfp4-prefill") {
@@ -153,7 +158,7 @@ KernelVariants KernelVariants::parse(const std::string& spec) {
     } else {
       fail("--kernel-variants: unknown key '", key,
            "' (attn-decode, attn-splits, gemv-bf16-max-mb, pdl, cublas-workspace-kb, mxfp4-mma, fp8-decode, mxfp4-wide, "
-           "mxfp4-decode, mxfp4-swap, mxfp4-mma-blocks, mxfp4-prefill, fp8-pair, fp8-wide-blocks, hc-decode, hc-post, kv-norm-rope, fp8-kv)");
+           "mxfp4-decode, mxfp4-swap, mxfp4-mma-blocks, mxfp4-load, mxfp4-prefill, fp8-pair, fp8-wide-blocks, hc-decode, hc-post, kv-norm-rope, fp8-kv)");
     }
   }
   return k;
@@ -164,6 +169,7 @@ std::string KernelVariants::str() const {
   static const char* const mxfp4_decode_names[] = {"table", "shift", "shift-quad"};
   static const char* const mxfp4_swap_names[] = {"off", "on", "auto"};
   static const char* const mxfp4_prefill_names[] = {"mma", "gemm", "auto"};
+  static const char* const mxfp4_load_names[] = {"plain", "noalloc", "stream"};
   auto oo = [](bool b) { return b ? "on" : "off"; };
   std::ostringstream s;
   s << "attn-decode=" << oo(attention_decode_kernel) << ",attn-splits=" << attention_splits
@@ -171,7 +177,7 @@ std::string KernelVariants::str() const {
     << ",cublas-workspace-kb=" << (cublas_workspace_bytes >> 10) << ",mxfp4-mma=" << oo(mxfp4_mma)
     << ",fp8-decode=" << fp8_decode_names[int(fp8_decode)] << ",mxfp4-wide=" << oo(mxfp4_wide)
     << ",mxfp4-decode=" << mxfp4_decode_names[int(mxfp4_decode)] << ",mxfp4-swap=" << mxfp4_swap_names[int(mxfp4_swap)]
-    << ",mxfp4-mma-blocks=" << mxfp4_mma_blocks
+    << ",mxfp4-mma-blocks=" << mxfp4_mma_blocks << ",mxfp4-load=" << mxfp4_load_names[int(mxfp4_load)]
     << ",mxfp4-prefill=" << mxfp4_prefill_names[int(mxfp4_prefill)]
     << ",fp8-pair=" << oo(fp8_pair)
     << ",fp8-wide-blocks=" << fp8_wide_blocks << ",hc-decode=" << (hc_decode_fused ? "fused" : "split")

@@ -22,6 +22,7 @@ enum class Fp8Decode { Auto, Warp, Wide };
 enum class Mxfp4Decode { Table, Shift, ShiftQuad };
 enum class Mxfp4Swap { Off, On, Auto };
 enum class Mxfp4Prefill { Mma, Gemm, Auto };
+enum class Mxfp4Load { Plain, NoAlloc, Stream };
 
 struct KernelVariants {
   // Sparse attention at decode (at most 2 tokens, head dims 64..512): the CUDA-core decode kernel
@@ -113,6 +114,15 @@ struct KernelVariants {
   // Measured on an H100: the experts at 8 tokens 232.8 against 231.8 us, native steps 0.6-1.5 %
   // slower (results/2026-12-06-h100-staged-w4a8), so 2.
   int mxfp4_mma_blocks = 2;
+  // How the MXFP4 decode kernels (the 8-row shift-quad kernel and the swapped one) load their
+  // packed weights: plain (the default) = ordinary 16-byte loads, which also fill L1; noalloc =
+  // read-only loads that leave L1 alone (each weight is read once per tile, while the tile's
+  // activations are read again by every warp of its K slice, so L1 is better spent on those);
+  // stream = noalloc and a hint that each L2 miss fetch 256 bytes, the next three 64-byte chunks
+  // of the same weight row that the warp reads next, so that more of the bytes are in flight per
+  // load (Nsight Compute on an H100 found a warp waiting on a load a third of its cycles,
+  // results/2026-12-05-h100-ncu-experts). The same products either way. Not yet timed: plain.
+  Mxfp4Load mxfp4_load = Mxfp4Load::Plain;
   // The MXFP4 experts past decode sizes (more than 64 token-expert pairs): the grouped GEMM of the
   // bf16 experts with each 64-column weight tile decoded in shared memory once per 16- or 64-row
   // tile (gemm), or the 8-row tensor-core kernels as at decode (mma), which decode every weight
@@ -143,7 +153,7 @@ struct KernelVariants {
   // "key=value,key=value": attn-decode=on|off, attn-splits=N, gemv-bf16-max-mb=N, pdl=on|off,
   // cublas-workspace-kb=N, mxfp4-mma=on|off, fp8-decode=auto|warp|wide, mxfp4-wide=on|off,
   // mxfp4-decode=table|shift|shift-quad, mxfp4-swap=on|off|auto, mxfp4-mma-blocks=2|3,
-  // mxfp4-prefill=mma|gemm|auto, fp8-pair=on|off,
+  // mxfp4-load=plain|noalloc|stream, mxfp4-prefill=mma|gemm|auto, fp8-pair=on|off,
   // fp8-wide-blocks=1|2, hc-decode=split|fused, hc-post=split|fused,
   // kv-norm-rope=split|fused, fp8-kv=packed|emulated.
   // Unknown keys and bad values are errors naming the key and the accepted values (a retired key

@@ -884,9 +884,33 @@ __device__ __forceinline__ void store_row_tile(const MoeGemvArgs& g, const float
   }
 }
 
+// The 16 packed bytes of a lane's MX group (mxfp4-load, model/kernel_variants.h): an ordinary
+// load (plain, which also fills L1), a read-only one that leaves L1 to the activations (noalloc:
+// a weight is read once per tile, a tile's activations by every warp of its K slice), or that
+// and a 256-byte L2 fetch per miss (stream: the next chunks of the same weight row, which this
+// lane loads next). The same bytes either way.
+template <Mxfp4Load LD>
+__device__ __forceinline__ uint4 load_fp4_group(const uint8_t* p) {
+  if constexpr (LD == Mxfp4Load::Plain) {
+    return *reinterpret_cast<const uint4*>(p);
+  } else {
+    uint4 r;
+    if constexpr (LD == Mxfp4Load::Stream)
+      asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+          : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+          : "l"(p));
+    else
+      asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+          : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+          : "l"(p));
+    return r;
+  }
+}
+
 // MINB (mxfp4-mma-blocks=3, shift-quad only): registers budgeted for 3 blocks per SM (at most 80;
 // w1 + w3 takes 94 unbudgeted, which leaves an SM 2 blocks, 16 warps).
-template <bool PAIR, int KS, Mxfp4Decode DEC, int MINB = 0>
+// LD: how the packed weights are loaded (mxfp4-load; shift-quad with MINB 0 only).
+template <bool PAIR, int KS, Mxfp4Decode DEC, int MINB = 0, Mxfp4Load LD = Mxfp4Load::Plain>
 __global__ __launch_bounds__(256, MINB) void moe_fp4_mma_kernel(MoeGemvArgs g) {
   constexpr int NM = PAIR ? 2 : 1;  // weight matrices streamed (w1 and w3, or w2)
   __shared__ float red[8][32][2 * NM];
@@ -918,7 +942,7 @@ __global__ __launch_bounds__(256, MINB) void moe_fp4_mma_kernel(MoeGemvArgs g) {
         const bool in = k < k_hi;
 #pragma unroll
         for (int j = 0; j < NM; ++j) {
-          wv[j][u] = in ? *reinterpret_cast<const uint4*>(wm[j] + k / 2) : make_uint4(0, 0, 0, 0);
+          wv[j][u] = in ? load_fp4_group<LD>(wm[j] + k / 2) : make_uint4(0, 0, 0, 0);
           sc[j][u] = in ? sm[j][k / 32] : uint8_t(127);
         }
 #pragma unroll
@@ -1137,7 +1161,8 @@ __device__ __forceinline__ void swap_group_mma(float (&c)[4], const uint4 (&w)[2
 }
 
 // MUL (mxfp4-decode=shift-quad): the pairs by one multiply (pairs_2m126).
-template <bool PAIR, int KS, bool MUL>
+// LD: how the packed weights are loaded (mxfp4-load; with MUL only).
+template <bool PAIR, int KS, bool MUL, Mxfp4Load LD = Mxfp4Load::Plain>
 __global__ __launch_bounds__(256) void moe_fp4_swap_kernel(MoeGemvArgs g) {
   constexpr int NM = PAIR ? 2 : 1;  // weight matrices streamed (w1 and w3, or w2)
   constexpr int CH = PAIR ? 1 : 2;  // 128-value chunks in flight: 64 packed bytes per lane either way
@@ -1175,7 +1200,7 @@ __global__ __launch_bounds__(256) void moe_fp4_swap_kernel(MoeGemvArgs g) {
         for (int j = 0; j < NM; ++j)
 #pragma unroll
           for (int f = 0; f < 2; ++f) {
-            wv[u][j][f] = in ? *reinterpret_cast<const uint4*>(wm[j][f] + k / 2) : make_uint4(0, 0, 0, 0);
+            wv[u][j][f] = in ? load_fp4_group<LD>(wm[j][f] + k / 2) : make_uint4(0, 0, 0, 0);
             sc[u][j][f] = in ? sm[j][f][k / 32] : uint8_t(127);
           }
 #pragma unroll
@@ -1215,18 +1240,22 @@ void with_k_slices(int ks, F&& f) {
   }
 }
 
-template <bool PAIR, Mxfp4Decode DEC, int MINB = 0>
+template <bool PAIR, Mxfp4Decode DEC, int MINB = 0, Mxfp4Load LD = Mxfp4Load::Plain>
 void launch_fp4_mma_ks(const char* op, cudaStream_t st, int ks, dim3 grid, const MoeGemvArgs& v) {
-  with_k_slices(ks, [&](auto KS) { launch_kernel(op, moe_fp4_mma_kernel<PAIR, KS, DEC, MINB>, grid, 256, 0, st, v); });
+  with_k_slices(ks, [&](auto KS) { launch_kernel(op, moe_fp4_mma_kernel<PAIR, KS, DEC, MINB, LD>, grid, 256, 0, st, v); });
 }
 
 template <bool PAIR>
 void launch_fp4_mma(const char* op, cudaStream_t st, int64_t max_tiles, const MoeGemvArgs& v, int sms,
-                    Mxfp4Decode dec, int blocks_per_sm) {
+                    Mxfp4Decode dec, int blocks_per_sm, Mxfp4Load ld) {
   const int ks = fp4_mma_k_slices(max_tiles, v.N, v.K, sms, 8);
   const dim3 grid{unsigned(max_tiles), unsigned(cdiv(v.N, 8 * (8 / ks))), 1u};
   if (dec == Mxfp4Decode::ShiftQuad && blocks_per_sm >= 3)
     launch_fp4_mma_ks<PAIR, Mxfp4Decode::ShiftQuad, 3>(op, st, ks, grid, v);
+  else if (dec == Mxfp4Decode::ShiftQuad && ld == Mxfp4Load::Stream)
+    launch_fp4_mma_ks<PAIR, Mxfp4Decode::ShiftQuad, 0, Mxfp4Load::Stream>(op, st, ks, grid, v);
+  else if (dec == Mxfp4Decode::ShiftQuad && ld == Mxfp4Load::NoAlloc)
+    launch_fp4_mma_ks<PAIR, Mxfp4Decode::ShiftQuad, 0, Mxfp4Load::NoAlloc>(op, st, ks, grid, v);
   else if (dec == Mxfp4Decode::ShiftQuad)
     launch_fp4_mma_ks<PAIR, Mxfp4Decode::ShiftQuad>(op, st, ks, grid, v);
   else if (dec == Mxfp4Decode::Shift)
@@ -1236,17 +1265,21 @@ void launch_fp4_mma(const char* op, cudaStream_t st, int64_t max_tiles, const Mo
   CUDA_LAUNCH_CHECK(op, st);
 }
 
-template <bool PAIR, bool MUL>
+template <bool PAIR, bool MUL, Mxfp4Load LD = Mxfp4Load::Plain>
 void launch_fp4_swap_ks(const char* op, cudaStream_t st, int ks, dim3 grid, const MoeGemvArgs& v) {
-  with_k_slices(ks, [&](auto KS) { launch_kernel(op, moe_fp4_swap_kernel<PAIR, KS, MUL>, grid, 256, 0, st, v); });
+  with_k_slices(ks, [&](auto KS) { launch_kernel(op, moe_fp4_swap_kernel<PAIR, KS, MUL, LD>, grid, 256, 0, st, v); });
 }
 
 template <bool PAIR>
 void launch_fp4_swap(const char* op, cudaStream_t st, int64_t max_tiles, const MoeGemvArgs& v, int sms,
-                     Mxfp4Decode dec) {
+                     Mxfp4Decode dec, Mxfp4Load ld) {
   const int ks = fp4_mma_k_slices(max_tiles, v.N, v.K, sms, kFp4SwapFeatures);
   const dim3 grid{unsigned(max_tiles), unsigned(cdiv(v.N, kFp4SwapFeatures * (8 / ks))), 1u};
-  if (dec == Mxfp4Decode::ShiftQuad)
+  if (dec == Mxfp4Decode::ShiftQuad && ld == Mxfp4Load::Stream)
+    launch_fp4_swap_ks<PAIR, true, Mxfp4Load::Stream>(op, st, ks, grid, v);
+  else if (dec == Mxfp4Decode::ShiftQuad && ld == Mxfp4Load::NoAlloc)
+    launch_fp4_swap_ks<PAIR, true, Mxfp4Load::NoAlloc>(op, st, ks, grid, v);
+  else if (dec == Mxfp4Decode::ShiftQuad)
     launch_fp4_swap_ks<PAIR, true>(op, st, ks, grid, v);
   else
     launch_fp4_swap_ks<PAIR, false>(op, st, ks, grid, v);
@@ -1586,11 +1619,12 @@ void CudaBackend::moe_experts_mxfp4(Stream s, const Tensor& out, const Tensor& x
   auto step = [&](auto pair, const MoeGemvArgs& v) {
     constexpr bool PAIR = decltype(pair)::value;
     if (swap)
-      launch_fp4_swap<PAIR>(op, st, max_tiles, v, sm_count(), dec);
+      launch_fp4_swap<PAIR>(op, st, max_tiles, v, sm_count(), dec, variants().mxfp4_load);
     else if (variants().mxfp4_wide)
       launch_fp4_wide<PAIR>(op, st, max_tiles, v, sm_count(), dec);
     else
-      launch_fp4_mma<PAIR>(op, st, max_tiles, v, sm_count(), dec, variants().mxfp4_mma_blocks);
+      launch_fp4_mma<PAIR>(op, st, max_tiles, v, sm_count(), dec, variants().mxfp4_mma_blocks,
+                           variants().mxfp4_load);
   };
   step(std::true_type{}, es.up);
   if (fp8_act) round_fp8_experts_hidden(op, st, L, ws, P, F);

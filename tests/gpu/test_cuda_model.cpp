@@ -276,7 +276,7 @@ TEST(CudaModel, BitIdenticalAcrossPoliciesAndGraphs) {
 //   them graph replays, would show it; its eager run against eager only shows that runs repeat).
 //   Its values are held to the CPU reference by every CPU-reference test here (the default);
 // - fp8-wide-blocks=2 changes only the wide FP8 kernel's register budget, mxfp4-mma-blocks=3 only
-//   the 8-row MXFP4 kernel's.
+//   the 8-row MXFP4 kernel's; mxfp4-load only how the MXFP4 kernels load the same weight bytes.
 TEST(CudaModel, SameResultVariantsBitIdentical) {
   REQUIRE_GPU();
   if (cpu_pair()) GTEST_SKIP() << "needs CUDA graphs";
@@ -313,7 +313,9 @@ TEST(CudaModel, SameResultVariantsBitIdentical) {
   };
   const Pair pairs[] = {{"hc-decode=fused", "hc-decode=fused", WeightFormat::Bf16},
                         {"fp8-wide-blocks=2,fp8-decode=wide", "fp8-wide-blocks=1,fp8-decode=wide", WeightFormat::Native},
-                        {"mxfp4-mma-blocks=3,mxfp4-swap=off", "mxfp4-swap=off", WeightFormat::Native}};
+                        {"mxfp4-mma-blocks=3,mxfp4-swap=off", "mxfp4-swap=off", WeightFormat::Native},
+                        {"mxfp4-load=stream", "", WeightFormat::Native},
+                        {"mxfp4-load=stream,mxfp4-swap=off", "mxfp4-swap=off", WeightFormat::Native}};
   for (const auto& [v, base, weights] : pairs) {
     const auto ref = run(base, false, weights);
     for (bool graph : {false, true}) {
