@@ -12,7 +12,7 @@ const char* const kKernelVariantsHelp =
     "CUDA kernel variants, key=value[,key=value...]: attn-decode=on|off, attn-splits=N (0 = auto, at most 16), "
     "gemv-bf16-max-mb=N, pdl=on|off, cublas-workspace-kb=N, mxfp4-mma=on|off, fp8-decode=auto|warp|wide, "
     "mxfp4-wide=on|off, mxfp4-decode=table|shift|shift-quad, mxfp4-swap=on|off|auto, mxfp4-mma-blocks=2|3, "
-    "mxfp4-load=plain|noalloc|stream, mxfp4-prefill=mma|gemm|auto, fp8-pair=on|off, fp8-wide-blocks=1|2, hc-decode=split|fused, "
+    "mxfp4-load=plain|noalloc, mxfp4-prefill=mma|gemm|auto, fp8-pair=on|off, fp8-wide-blocks=1|2, hc-decode=split|fused, "
     "hc-post=split|fused, kv-norm-rope=split|fused, fp8-kv=packed|emulated (default: the "
     "measured best of each; variants not yet timed on a GPU are off)";
 
@@ -142,8 +142,11 @@ KernelVariants KernelVariants::parse(const std::string& spec) {
     } else if (key == "mxfp4-load") {
       if (v == "plain") k.mxfp4_load = Mxfp4Load::Plain;
       else if (v == "noalloc") k.mxfp4_load = Mxfp4Load::NoAlloc;
-      else if (v == "stream") k.mxfp4_load = Mxfp4Load::Stream;
-      else fail("--kernel-variants: ", key, "=", v, ": expected plain, noalloc or stream");
+      else if (v == "stream")
+        fail("--kernel-variants: mxfp4-load=stream is no longer a variant: the 256-byte L2 fetch per weight load was "
+             "removed, slower on an H100 (the experts at 1 token 64.0 -> 73.2 us, batch-1 steps 4.8 % slower; "
+             "results/2026-12-07-h100-mxfp4-load)");
+      else fail("--kernel-variants: ", key, "=", v, ": expected plain or noalloc");
     } else if (key == "fp8-pair") {
       k.fp8_pair = on_off(key, v);
     } else if (key == "mxfp4-prefill") {
@@ -169,7 +172,7 @@ std::string KernelVariants::str() const {
   static const char* const mxfp4_decode_names[] = {"table", "shift", "shift-quad"};
   static const char* const mxfp4_swap_names[] = {"off", "on", "auto"};
   static const char* const mxfp4_prefill_names[] = {"mma", "gemm", "auto"};
-  static const char* const mxfp4_load_names[] = {"plain", "noalloc", "stream"};
+  static const char* const mxfp4_load_names[] = {"plain", "noalloc"};
   auto oo = [](bool b) { return b ? "on" : "off"; };
   std::ostringstream s;
   s << "attn-decode=" << oo(attention_decode_kernel) << ",attn-splits=" << attention_splits

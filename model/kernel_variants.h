@@ -22,7 +22,7 @@ enum class Fp8Decode { Auto, Warp, Wide };
 enum class Mxfp4Decode { Table, Shift, ShiftQuad };
 enum class Mxfp4Swap { Off, On, Auto };
 enum class Mxfp4Prefill { Mma, Gemm, Auto };
-enum class Mxfp4Load { Plain, NoAlloc, Stream };
+enum class Mxfp4Load { Plain, NoAlloc };
 
 struct KernelVariants {
   // Sparse attention at decode (at most 2 tokens, head dims 64..512): the CUDA-core decode kernel
@@ -117,11 +117,12 @@ struct KernelVariants {
   // How the MXFP4 decode kernels (the 8-row shift-quad kernel and the swapped one) load their
   // packed weights: plain (the default) = ordinary 16-byte loads, which also fill L1; noalloc =
   // read-only loads that leave L1 alone (each weight is read once per tile, while the tile's
-  // activations are read again by every warp of its K slice, so L1 is better spent on those);
-  // stream = noalloc and a hint that each L2 miss fetch 256 bytes, the next three 64-byte chunks
-  // of the same weight row that the warp reads next, so that more of the bytes are in flight per
-  // load (Nsight Compute on an H100 found a warp waiting on a load a third of its cycles,
-  // results/2026-12-05-h100-ncu-experts). The same products either way. Not yet timed: plain.
+  // activations are read again by every warp of its K slice, so L1 is better spent on those).
+  // The same products either way. Measured on an H100 at 43fdf02
+  // (results/2026-12-07-h100-mxfp4-load): the experts 64.0 -> 60.0 us at 1 token and 230.6 ->
+  // 233.8 us at 8, native steps -0.42 % at batch 1 and -0.85 % at batch 8 against a baseline that
+  // moved 0.55 % and 0.24 % when repeated: inside the 1 % bar, so plain until an H200 round says
+  // otherwise. (A third form, each L2 miss fetching 256 bytes, was slower and went.)
   Mxfp4Load mxfp4_load = Mxfp4Load::Plain;
   // The MXFP4 experts past decode sizes (more than 64 token-expert pairs): the grouped GEMM of the
   // bf16 experts with each 64-column weight tile decoded in shared memory once per 16- or 64-row
@@ -153,7 +154,7 @@ struct KernelVariants {
   // "key=value,key=value": attn-decode=on|off, attn-splits=N, gemv-bf16-max-mb=N, pdl=on|off,
   // cublas-workspace-kb=N, mxfp4-mma=on|off, fp8-decode=auto|warp|wide, mxfp4-wide=on|off,
   // mxfp4-decode=table|shift|shift-quad, mxfp4-swap=on|off|auto, mxfp4-mma-blocks=2|3,
-  // mxfp4-load=plain|noalloc|stream, mxfp4-prefill=mma|gemm|auto, fp8-pair=on|off,
+  // mxfp4-load=plain|noalloc, mxfp4-prefill=mma|gemm|auto, fp8-pair=on|off,
   // fp8-wide-blocks=1|2, hc-decode=split|fused, hc-post=split|fused,
   // kv-norm-rope=split|fused, fp8-kv=packed|emulated.
   // Unknown keys and bad values are errors naming the key and the accepted values (a retired key

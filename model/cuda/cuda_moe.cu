@@ -885,24 +885,19 @@ __device__ __forceinline__ void store_row_tile(const MoeGemvArgs& g, const float
 }
 
 // The 16 packed bytes of a lane's MX group (mxfp4-load, model/kernel_variants.h): an ordinary
-// load (plain, which also fills L1), a read-only one that leaves L1 to the activations (noalloc:
-// a weight is read once per tile, a tile's activations by every warp of its K slice), or that
-// and a 256-byte L2 fetch per miss (stream: the next chunks of the same weight row, which this
-// lane loads next). The same bytes either way.
+// load (plain, which also fills L1), or a read-only one that leaves L1 to the activations
+// (noalloc: a weight is read once per tile, a tile's activations by every warp of its K slice).
+// The same bytes either way. (Asking the L2 for 256 bytes per miss on top, the next chunks of the
+// row, was slower on an H100: results/2026-12-07-h100-mxfp4-load.)
 template <Mxfp4Load LD>
 __device__ __forceinline__ uint4 load_fp4_group(const uint8_t* p) {
   if constexpr (LD == Mxfp4Load::Plain) {
     return *reinterpret_cast<const uint4*>(p);
   } else {
     uint4 r;
-    if constexpr (LD == Mxfp4Load::Stream)
-      asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-          : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-          : "l"(p));
-    else
-      asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-          : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-          : "l"(p));
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+        : "l"(p));
     return r;
   }
 }
@@ -1252,8 +1247,6 @@ void launch_fp4_mma(const char* op, cudaStream_t st, int64_t max_tiles, const Mo
   const dim3 grid{unsigned(max_tiles), unsigned(cdiv(v.N, 8 * (8 / ks))), 1u};
   if (dec == Mxfp4Decode::ShiftQuad && blocks_per_sm >= 3)
     launch_fp4_mma_ks<PAIR, Mxfp4Decode::ShiftQuad, 3>(op, st, ks, grid, v);
-  else if (dec == Mxfp4Decode::ShiftQuad && ld == Mxfp4Load::Stream)
-    launch_fp4_mma_ks<PAIR, Mxfp4Decode::ShiftQuad, 0, Mxfp4Load::Stream>(op, st, ks, grid, v);
   else if (dec == Mxfp4Decode::ShiftQuad && ld == Mxfp4Load::NoAlloc)
     launch_fp4_mma_ks<PAIR, Mxfp4Decode::ShiftQuad, 0, Mxfp4Load::NoAlloc>(op, st, ks, grid, v);
   else if (dec == Mxfp4Decode::ShiftQuad)
@@ -1275,9 +1268,7 @@ void launch_fp4_swap(const char* op, cudaStream_t st, int64_t max_tiles, const M
                      Mxfp4Decode dec, Mxfp4Load ld) {
   const int ks = fp4_mma_k_slices(max_tiles, v.N, v.K, sms, kFp4SwapFeatures);
   const dim3 grid{unsigned(max_tiles), unsigned(cdiv(v.N, kFp4SwapFeatures * (8 / ks))), 1u};
-  if (dec == Mxfp4Decode::ShiftQuad && ld == Mxfp4Load::Stream)
-    launch_fp4_swap_ks<PAIR, true, Mxfp4Load::Stream>(op, st, ks, grid, v);
-  else if (dec == Mxfp4Decode::ShiftQuad && ld == Mxfp4Load::NoAlloc)
+  if (dec == Mxfp4Decode::ShiftQuad && ld == Mxfp4Load::NoAlloc)
     launch_fp4_swap_ks<PAIR, true, Mxfp4Load::NoAlloc>(op, st, ks, grid, v);
   else if (dec == Mxfp4Decode::ShiftQuad)
     launch_fp4_swap_ks<PAIR, true>(op, st, ks, grid, v);

@@ -51,11 +51,11 @@ TEST(KernelVariants, EmptyIsTheDefaults) {
 TEST(KernelVariants, EveryKeyParsesAndPrintsBack) {
   const KernelVariants k = KernelVariants::parse(
       "attn-decode=off,attn-splits=8,gemv-bf16-max-mb=0,pdl=off,cublas-workspace-kb=0,mxfp4-mma=off,fp8-decode=wide,mxfp4-wide=on,"
-      "mxfp4-decode=table,mxfp4-swap=on,mxfp4-mma-blocks=3,mxfp4-load=stream,mxfp4-prefill=gemm,fp8-pair=off,fp8-wide-blocks=1,"
+      "mxfp4-decode=table,mxfp4-swap=on,mxfp4-mma-blocks=3,mxfp4-load=noalloc,mxfp4-prefill=gemm,fp8-pair=off,fp8-wide-blocks=1,"
       "hc-decode=split,hc-post=fused,kv-norm-rope=fused,fp8-kv=packed");
   EXPECT_FALSE(k.attention_decode_kernel);
   EXPECT_EQ(k.mxfp4_mma_blocks, 3);
-  EXPECT_EQ(k.mxfp4_load, Mxfp4Load::Stream);
+  EXPECT_EQ(k.mxfp4_load, Mxfp4Load::NoAlloc);
   EXPECT_TRUE(k.fp8_kv_packed);
   EXPECT_EQ(k.fp8_decode, Fp8Decode::Wide);
   EXPECT_TRUE(k.mxfp4_wide);
@@ -83,7 +83,7 @@ TEST(KernelVariants, EveryKeyParsesAndPrintsBack) {
   EXPECT_EQ(KernelVariants::parse("mxfp4-mma-blocks=3").changes(), "mxfp4-mma-blocks=3");
   EXPECT_EQ(KernelVariants::parse("mxfp4-load=plain"), KernelVariants{});
   EXPECT_EQ(KernelVariants::parse("mxfp4-load=noalloc").mxfp4_load, Mxfp4Load::NoAlloc);
-  EXPECT_EQ(KernelVariants::parse("mxfp4-load=stream").changes(), "mxfp4-load=stream");
+  EXPECT_EQ(KernelVariants::parse("mxfp4-load=noalloc").changes(), "mxfp4-load=noalloc");
   EXPECT_EQ(KernelVariants::parse("mxfp4-decode=shift-quad"), KernelVariants{});
   EXPECT_EQ(KernelVariants::parse("mxfp4-decode=table").changes(), "mxfp4-decode=table");
   EXPECT_EQ(KernelVariants::parse("mxfp4-decode=shift").mxfp4_decode, Mxfp4Decode::Shift);
@@ -159,7 +159,8 @@ TEST(KernelVariants, BadInputNamesTheKeyAndWhatItTakes) {
                         Case{"mxfp4-ring=on", "'mxfp4-ring' is no longer a variant: streaming the MXFP4 kernels' chunks"},
                         Case{"mxfp4-swap=yes", "expected on, off or auto"},
                         Case{"mxfp4-mma-blocks=4", "expected 2 or 3"},
-                        Case{"mxfp4-load=l2", "expected plain, noalloc or stream"},
+                        Case{"mxfp4-load=l2", "expected plain or noalloc"},
+                        Case{"mxfp4-load=stream", "2026-12-07-h100-mxfp4-load"},
                         Case{"fp8-wide-blocks=3", "expected 1 or 2"},
                         Case{"hc-decode=on", "expected split or fused"},
                         Case{"hc-post=on", "expected split or fused"},

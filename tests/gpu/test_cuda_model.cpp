@@ -314,8 +314,8 @@ TEST(CudaModel, SameResultVariantsBitIdentical) {
   const Pair pairs[] = {{"hc-decode=fused", "hc-decode=fused", WeightFormat::Bf16},
                         {"fp8-wide-blocks=2,fp8-decode=wide", "fp8-wide-blocks=1,fp8-decode=wide", WeightFormat::Native},
                         {"mxfp4-mma-blocks=3,mxfp4-swap=off", "mxfp4-swap=off", WeightFormat::Native},
-                        {"mxfp4-load=stream", "", WeightFormat::Native},
-                        {"mxfp4-load=stream,mxfp4-swap=off", "mxfp4-swap=off", WeightFormat::Native}};
+                        {"mxfp4-load=noalloc", "", WeightFormat::Native},
+                        {"mxfp4-load=noalloc,mxfp4-swap=off", "mxfp4-swap=off", WeightFormat::Native}};
   for (const auto& [v, base, weights] : pairs) {
     const auto ref = run(base, false, weights);
     for (bool graph : {false, true}) {

@@ -82,7 +82,7 @@ const char* const kVariants[] = {
     "gemv-bf16-max-mb=0", "pdl=off", "cublas-workspace-kb=0", "mxfp4-mma=off", "fp8-decode=warp", "fp8-decode=wide",
     "mxfp4-decode=table,mxfp4-swap=off", "mxfp4-decode=table,mxfp4-wide=on,mxfp4-swap=off", "mxfp4-swap=off",
     "mxfp4-wide=on,mxfp4-swap=off", "mxfp4-decode=shift,mxfp4-swap=off",
-    "mxfp4-decode=shift,mxfp4-wide=on,mxfp4-swap=off", "mxfp4-swap=on", "mxfp4-decode=shift,mxfp4-swap=on", "mxfp4-mma-blocks=3,mxfp4-swap=off", "mxfp4-load=stream", "mxfp4-load=noalloc,mxfp4-swap=off", "mxfp4-prefill=gemm", "mxfp4-prefill=mma", "fp8-pair=off",
+    "mxfp4-decode=shift,mxfp4-wide=on,mxfp4-swap=off", "mxfp4-swap=on", "mxfp4-decode=shift,mxfp4-swap=on", "mxfp4-mma-blocks=3,mxfp4-swap=off", "mxfp4-load=noalloc", "mxfp4-load=noalloc,mxfp4-swap=off", "mxfp4-prefill=gemm", "mxfp4-prefill=mma", "fp8-pair=off",
     "fp8-pair=on,fp8-decode=wide", "fp8-wide-blocks=1,fp8-decode=wide", "fp8-wide-blocks=1", "hc-decode=split",
     "hc-post=fused,kv-norm-rope=fused", "hc-post=fused,hc-decode=split",
 };

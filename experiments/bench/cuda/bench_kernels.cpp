@@ -345,8 +345,7 @@ std::vector<std::string> default_variants(const std::string& op) {
     return {"", "fp8-decode=warp", "fp8-decode=wide", "fp8-wide-blocks=1", "pdl=off"};
   if (op == "moe_experts_mxfp4")
     return {"", "mxfp4-decode=shift", "mxfp4-decode=table,mxfp4-swap=off", "mxfp4-swap=off",
-            "mxfp4-swap=on", "mxfp4-wide=on,mxfp4-swap=off", "mxfp4-mma=off", "mxfp4-load=noalloc",
-            "mxfp4-load=stream"};
+            "mxfp4-swap=on", "mxfp4-wide=on,mxfp4-swap=off", "mxfp4-mma=off", "mxfp4-load=noalloc"};
   // The routed experts have one decode kernel now (the split-K and w2-column variants measured
   // slower: results/2026-12-04-h200-kernel-workbench); PDL and the GEMV limit still apply.
   if (op == "moe_experts") return {"", "pdl=off"};
