@@ -917,9 +917,8 @@ __global__ __launch_bounds__(256, MINB) void moe_fp4_mma_kernel(MoeGemvArgs g) {
   const auto [n0, k_lo, k_hi] = fp4_warp_slice<KS, 8>(g);
   float c[NM][kMxAcc<DEC>] = {};
   if (n0 < g.N) {
-    // A lane past the tile's rows reads row 0's activations: its MMA rows are its own token's
-    // (no row of an MMA mixes with another), and store_row_tile never stores them.
-    const int pr = row0 + (grp < rows ? grp : 0);
+    const bool row_ok = grp < rows;
+    const int pr = row0 + (row_ok ? grp : 0);
     const bf16* arow = g.A + (g.a_rows ? int64_t(g.a_rows[pr]) : int64_t(pr)) * g.lda + tig * 32;
     const int64_t wrow = int64_t(e) * g.N + min(n0 + grp, g.N - 1);  // this thread's B column
     const uint8_t* wm[NM];
@@ -929,33 +928,31 @@ __global__ __launch_bounds__(256, MINB) void moe_fp4_mma_kernel(MoeGemvArgs g) {
       wm[j] = static_cast<const uint8_t*>(j == 0 ? g.W : g.W3) + wrow * (g.K / 2) + tig * 16;
       sm[j] = (j == 0 ? g.Ws : g.W3s) + wrow * (g.K / 32) + tig;
     }
-    // CH chunks from k0, all inside the slice: their loads first, then their MMAs. No load is
-    // predicated, so no register is zeroed for a chunk past the slice (the predicated form
-    // compiled to 24 register-pair clears per 32 MMAs).
-    auto chunks = [&](auto ch, int k0) {
-      constexpr int CH = decltype(ch)::value;
-      uint4 wv[NM][CH], av[CH][4];
-      uint8_t sc[NM][CH];
+    for (int k0 = k_lo; k0 < k_hi; k0 += 128 * kFp4Chunks) {
+      uint4 wv[NM][kFp4Chunks], av[kFp4Chunks][4];
+      uint8_t sc[NM][kFp4Chunks];
 #pragma unroll
-      for (int u = 0; u < CH; ++u) {
+      for (int u = 0; u < kFp4Chunks; ++u) {
         const int k = k0 + 128 * u;
+        const bool in = k < k_hi;
 #pragma unroll
         for (int j = 0; j < NM; ++j) {
-          wv[j][u] = load_fp4_group<LD>(wm[j] + k / 2);
-          sc[j][u] = sm[j][k / 32];
+          wv[j][u] = in ? load_fp4_group<LD>(wm[j] + k / 2) : make_uint4(0, 0, 0, 0);
+          sc[j][u] = in ? sm[j][k / 32] : uint8_t(127);
         }
 #pragma unroll
-        for (int i = 0; i < 4; ++i) av[u][i] = reinterpret_cast<const uint4*>(arow + k)[i];
+        for (int i = 0; i < 4; ++i)
+          av[u][i] = in && row_ok ? reinterpret_cast<const uint4*>(arow + k)[i] : make_uint4(0, 0, 0, 0);
       }
 #pragma unroll
-      for (int u = 0; u < CH; ++u)
+      for (int u = 0; u < kFp4Chunks; ++u) {
+        if (k0 + 128 * u >= k_hi) break;
 #pragma unroll
-        for (int j = 0; j < NM; ++j) mx_group<DEC>(c[j], wv[j][u], sc[j][u], av[u]);
-    };
-    // kFp4Chunks at a time, then a last single chunk where the slice has an odd number of them.
-    int k0 = k_lo;
-    for (; k0 + 128 * kFp4Chunks <= k_hi; k0 += 128 * kFp4Chunks) chunks(std::integral_constant<int, kFp4Chunks>{}, k0);
-    for (; k0 < k_hi; k0 += 128) chunks(std::integral_constant<int, 1>{}, k0);
+        for (int j = 0; j < NM; ++j) {
+          mx_group<DEC>(c[j], wv[j][u], sc[j][u], av[u]);
+        }
+      }
+    }
   }
   store_row_tile<PAIR, KS, DEC>(g, c, red, n0, row0, rows);
 }
@@ -1173,9 +1170,8 @@ __global__ __launch_bounds__(256) void moe_fp4_swap_kernel(MoeGemvArgs g) {
   const auto [n0, k_lo, k_hi] = fp4_warp_slice<KS, kFp4SwapFeatures>(g);
   float c[NM][4] = {};
   if (n0 < g.N) {
-    // A lane past the tile's tokens reads token 0's activations: each token is its own column of
-    // the MMA, and store_swapped_tile never stores the others.
-    const int pr = row0 + (grp < rows ? grp : 0);  // this lane's token
+    const bool row_ok = grp < rows;  // this lane's token
+    const int pr = row0 + (row_ok ? grp : 0);
     const bf16* arow = g.A + (g.a_rows ? int64_t(g.a_rows[pr]) : int64_t(pr)) * g.lda + tig * 32;
     const uint8_t* wm[NM][2];
     const uint8_t* sm[NM][2];
@@ -1188,33 +1184,31 @@ __global__ __launch_bounds__(256) void moe_fp4_swap_kernel(MoeGemvArgs g) {
         sm[j][f] = (j == 0 ? g.Ws : g.W3s) + wrow * (g.K / 32) + tig;
       }
     }
-    // NCH chunks from k0, all inside the slice: loads first, then MMAs, none predicated (as in
-    // moe_fp4_mma_kernel).
-    auto chunks = [&](auto ch, int k0) {
-      constexpr int NCH = decltype(ch)::value;
-      uint4 wv[NCH][NM][2], av[NCH][4];
-      uint8_t sc[NCH][NM][2];
+    for (int k0 = k_lo; k0 < k_hi; k0 += 128 * CH) {
+      uint4 wv[CH][NM][2], av[CH][4];
+      uint8_t sc[CH][NM][2];
 #pragma unroll
-      for (int u = 0; u < NCH; ++u) {
+      for (int u = 0; u < CH; ++u) {
         const int k = k0 + 128 * u;
+        const bool in = k < k_hi;
 #pragma unroll
         for (int j = 0; j < NM; ++j)
 #pragma unroll
           for (int f = 0; f < 2; ++f) {
-            wv[u][j][f] = load_fp4_group<LD>(wm[j][f] + k / 2);
-            sc[u][j][f] = sm[j][f][k / 32];
+            wv[u][j][f] = in ? load_fp4_group<LD>(wm[j][f] + k / 2) : make_uint4(0, 0, 0, 0);
+            sc[u][j][f] = in ? sm[j][f][k / 32] : uint8_t(127);
           }
 #pragma unroll
-        for (int i = 0; i < 4; ++i) av[u][i] = reinterpret_cast<const uint4*>(arow + k)[i];
+        for (int i = 0; i < 4; ++i)
+          av[u][i] = in && row_ok ? reinterpret_cast<const uint4*>(arow + k)[i] : make_uint4(0, 0, 0, 0);
       }
 #pragma unroll
-      for (int u = 0; u < NCH; ++u)
+      for (int u = 0; u < CH; ++u) {
+        if (k0 + 128 * u >= k_hi) break;  // uniform per warp
 #pragma unroll
         for (int j = 0; j < NM; ++j) swap_group_mma<MUL>(c[j], wv[u][j], sc[u][j], av[u]);
-    };
-    int k0 = k_lo;
-    for (; k0 + 128 * CH <= k_hi; k0 += 128 * CH) chunks(std::integral_constant<int, CH>{}, k0);
-    for (; k0 < k_hi; k0 += 128) chunks(std::integral_constant<int, 1>{}, k0);
+      }
+    }
   }
   store_swapped_tile<PAIR, KS>(g, c, red, n0, row0, rows);
 }
