@@ -23,6 +23,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/build_info.h"
 #include "core/error.h"
 
 // Every CUDA call of a benchmark: a failure throws sl::Error naming the benchmark, the call and
@@ -60,7 +61,9 @@ inline nlohmann::json tuning_environment() {
   return env;
 }
 
-// The commit comes from STREAMLAB_COMMIT (scripts/gpu_round.sh sets it from .gpu/COMMIT).
+// The commit is the one the binary was built from (core/build_info.h; STREAMLAB_COMMIT, which
+// scripts/gpu_round.sh sets from the pack's COMMIT file, overrides it), so that a bench run by
+// hand still names its code.
 inline nlohmann::json provenance(const std::string& command) {
   cudaDeviceProp prop{};
   int dev = 0, drv = 0, rt = 0;
@@ -70,13 +73,12 @@ inline nlohmann::json provenance(const std::string& command) {
   std::time_t t = std::time(nullptr);
   char date[64];
   std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-  const char* commit = std::getenv("STREAMLAB_COMMIT");
   return {{"gpu", prop.name},
           {"sm_count", prop.multiProcessorCount},
           {"memory_bytes", prop.totalGlobalMem},
           {"cuda_driver_version", drv},
           {"cuda_runtime_version", rt},
-          {"commit", commit ? commit : "unknown"},
+          {"commit", build_commit()},
           {"date", date},
           {"command", command},
           {"environment", tuning_environment()}};
