@@ -121,8 +121,11 @@ struct KernelVariants {
   // The same products either way. Measured on an H100 at 43fdf02
   // (results/2026-12-07-h100-mxfp4-load): the experts 64.0 -> 60.0 us at 1 token and 230.6 ->
   // 233.8 us at 8, native steps -0.42 % at batch 1 and -0.85 % at batch 8 against a baseline that
-  // moved 0.55 % and 0.24 % when repeated: inside the 1 % bar, so plain until an H200 round says
-  // otherwise. (A third form, each L2 miss fetching 256 bytes, was slower and went.)
+  // moved 0.55 % and 0.24 % when repeated: inside the 1 % bar. On an H200 the experts alone
+  // 56.8 -> 53.8 us at 1 token and the same at 8 (results/2026-12-07-h200-mxfp4-loop); its steps
+  // there are not timed yet, so plain. The 8-row kernel under mxfp4-mma-blocks=3 and the table
+  // and shift decodes load plainly either way. (A third form, each L2 miss fetching 256 bytes,
+  // was slower and went.)
   Mxfp4Load mxfp4_load = Mxfp4Load::Plain;
   // The MXFP4 experts past decode sizes (more than 64 token-expert pairs): the grouped GEMM of the
   // bf16 experts with each 64-column weight tile decoded in shared memory once per 16- or 64-row
