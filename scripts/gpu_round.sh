@@ -3,7 +3,7 @@
 # carried; see scripts/gpu_build.sh): GPU tests, sanitizer, model runs at real shapes, writes
 # logs and JSON under $OUT. Stages are independent: one failing does not stop the rest; the
 # summary at the end lists each stage's exit code.
-#   STAGES="tests sanitizer tiny flash" (default: all)
+#   STAGES="tests sanitizer tiny flash" (default: all; `ab` times two builds, see there)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/streamlab-out}
@@ -16,8 +16,9 @@ export STREAMLAB_CONFIG_DIR="$PWD/model/configs"
 B=${GPU_BIN:-.gpu}
 # GPU_PACK: gpu_build.sh's archive (PACK=1), unpacked into $B first (python's lzma: no xz needed).
 if [ -n "${GPU_PACK:-}" ]; then
-  mkdir -p "$B" && python3 -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])" "$GPU_PACK" "$B" \
-    && chmod +x "$B"/* || { echo "gpu_round: cannot unpack $GPU_PACK into $B"; exit 1; }
+  # (A base build left from an earlier pack on a warm machine must not pass for this one's.)
+  rm -rf "$B/base" && mkdir -p "$B" && python3 -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])" "$GPU_PACK" "$B" \
+    && chmod -R +x "$B" || { echo "gpu_round: cannot unpack $GPU_PACK into $B"; exit 1; }
 fi
 export LD_LIBRARY_PATH="$PWD/$B${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export STREAMLAB_COMMIT="$(head -c 40 $B/COMMIT)$(grep -q dirty $B/COMMIT && echo -dirty)"
@@ -146,6 +147,37 @@ for st in $stages; do case $st in
         --policy=shared --steps=${BENCH_STEPS:-20} \
         --out="$W/pdl_$pdl.json"
     done ;;
+  ab)
+    # Two builds of the same code path against each other (a change that is no variant, e.g. a
+    # kernel's loop rewritten): $B/base holds the earlier build's bench_decode and bench_kernels
+    # (gpu_build.sh BASE_PACK=...). bench_decode alternates base and new AB_ROUNDS times (default 3:
+    # base, new, base2, new2, ...), so that each side is repeated and drift shows; the table reads
+    # new against base with base's repeats as the noise. AB_OPS (e.g. moe_experts_mxfp4): the same
+    # ops in bench_kernels, once per build. Each bench names its own build's commit.
+    if [ ! -x "$B/base/bench_decode" ]; then
+      echo "ab: no $B/base/bench_decode (pack the earlier build with gpu_build.sh BASE_PACK=...)"; rc[ab]=1
+    else
+      mkdir -p "$W/ab"
+      for r in $(seq 1 "${AB_ROUNDS:-3}"); do
+        sfx=$([ "$r" = 1 ] || echo "$r")
+        for side in base new; do
+          bin=$B/bench_decode; [ $side = base ] && bin=$B/base/bench_decode
+          # The build's own commit (bench_util.h), not the pack's, for the base side.
+          env -u STREAMLAB_COMMIT "$bin" "${BENCH_FLASH[@]}" ${AB_ARGS:---weights=native --batches=1,8 --modes=graph} \
+            --policy=shared --steps=${BENCH_STEPS:-20} --out="$W/ab/sweep_$side$sfx.json" > "$W/ab_$side$sfx.log" 2>&1
+          rc[ab_$side$sfx]=$?
+        done
+      done
+      python3 scripts/variant_table.py "$W/ab" --base base 2>&1 | tee "$W/ab_table.log"
+      for op in ${AB_OPS:-}; do
+        for side in base new; do
+          bin=$B/bench_kernels; [ $side = base ] && bin=$B/base/bench_kernels
+          run "ab_kernels_${op}_$side" ${KERNELS_SECONDS:-150} env -u STREAMLAB_COMMIT "$bin" --config=flash-6l \
+            --batches=1,8 --ops="$op" --reps=10 --variants= --out="$W/ab/kernels_${op}_$side.json"
+        done
+      done
+      tar czf "$OUT/round.tar.gz" -C "$W" .
+    fi ;;
   variantsweep)
     # bench_decode (batch 1 and 8, eager and graph) once per kernel-variant setting:
     # VARIANT_SWEEP="name:key=v,key2=w name2:..." (--kernel-variants; empty after the colon = the defaults);
