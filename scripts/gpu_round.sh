@@ -168,7 +168,7 @@ for st in $stages; do case $st in
           rc[ab_$side$sfx]=$?
         done
       done
-      python3 scripts/variant_table.py "$W/ab" --base base 2>&1 | tee "$W/ab_table.log"
+      python3 scripts/variant_table.py "$W/ab" --base base --vary commit 2>&1 | tee "$W/ab_table.log"
       for op in ${AB_OPS:-}; do
         for side in base new; do
           bin=$B/bench_kernels; [ $side = base ] && bin=$B/base/bench_kernels

@@ -24,8 +24,12 @@ weights_NAME.json, one per --weights; --prefix weights_ finds them in a folder):
 then differ in their weight format, which the table shows beside their variants, and in nothing
 else. Each row's ratio is over its own bytes floor then: the formats read different bytes.
 
+--vary commit compares builds instead (gpu_round.sh's stage `ab`: the same settings run by an
+earlier build, named base, base2, ..., and by the new one): the settings may then differ in their
+commit, which the table shows beside their variants, and in nothing else.
+
   scripts/variant_table.py DIR_OR_FILES... [--base default] [--threshold 0.01] [--json OUT.json]
-                           [--prefix sweep_] [--vary weights]
+                           [--prefix sweep_] [--vary weights|commit]
 """
 import argparse
 import glob
@@ -86,7 +90,7 @@ def main():
     ap.add_argument("--threshold", type=float, default=0.01, help="smallest relative change called a change")
     ap.add_argument("--json", help="also write the table here")
     ap.add_argument("--prefix", default="sweep_", help="the files' name before the setting (in a folder: PREFIX*.json)")
-    ap.add_argument("--vary", choices=["weights"], help="let the settings differ in this (and show it)")
+    ap.add_argument("--vary", choices=["weights", "commit"], help="let the settings differ in this (and show it)")
     a = ap.parse_args()
     if not (a.threshold >= 0 and math.isfinite(a.threshold)):
         fail(f"--threshold {a.threshold} must be a non-negative number")
@@ -111,7 +115,7 @@ def main():
         fail(f"no file for the base setting '{a.base}' (settings: {', '.join(sorted(runs))})")
     base = runs[a.base]
     for name, r in runs.items():
-        if r["commit"] != base["commit"]:
+        if r["commit"] != base["commit"] and a.vary != "commit":
             fail(f"setting '{name}' ran at commit {r['commit'] or '?'}, the base at {base['commit'] or '?'}")
         for k in same:
             if r["same"][k] != base["same"][k]:
@@ -120,7 +124,8 @@ def main():
 
     table = []
     weights = "weights varying" if a.vary == "weights" else f"weights {base['same']['weights']}"
-    print(f"commit {base['commit'][:12] or '?'}, {base['same']['config']}, {weights}, "
+    commits = "commits varying" if a.vary == "commit" else f"commit {base['commit'][:12] or '?'}"
+    print(f"{commits}, {base['same']['config']}, {weights}, "
           f"base '{a.base}'" + (f", repeated as {', '.join(repeats)}" if repeats else ", not repeated (noise unknown)"))
     for key in sorted(base["rows"]):
         bmed, floor = base["rows"][key]
@@ -148,6 +153,8 @@ def main():
             var = changes(r["variants"], base["variants"])
             if a.vary == "weights":
                 var = f"weights={r['same']['weights']}" + ("" if var == "(the base's)" else "," + var)
+            elif a.vary == "commit":
+                var = f"commit={r['commit'][:12] or '?'}" + ("" if var == "(the base's)" else "," + var)
             own_floor = r["rows"][key][1]
             # Varying the weights, each format over its own floor (they read different bytes).
             over = own_floor if a.vary == "weights" else floor
@@ -158,7 +165,7 @@ def main():
                           "bar": bar, "verdict": verdict, "variants": var})
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"commit": base["commit"], "base": a.base, "rows": table}, f, indent=1)
+            json.dump({"commit": base["commit"], "base": a.base, "vary": a.vary, "rows": table}, f, indent=1)
     return 0
 
 

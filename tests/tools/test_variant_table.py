@@ -102,6 +102,27 @@ with tempfile.TemporaryDirectory() as d:
     sweep(wd, "ctx", 2.0, 4.0, commit="other", prefix="weights_")
     r = run(wd, "--prefix", "weights_", "--vary", "weights", "--base", "native")
     check(r.returncode == 2 and "ran at commit other" in r.stderr, f"--vary weights, another commit: {r.stderr}")
+
+    # --vary commit (gpu_round's stage ab: an earlier build against the new one): the commits may
+    # differ and are shown; a different weight format is still refused.
+    cd_ = os.path.join(d, "ab")
+    os.mkdir(cd_)
+    sweep(cd_, "base", 2.0, 4.0, commit="aaaaaaaaaaaaaaaa")
+    sweep(cd_, "base2", 2.002, 4.0004, commit="aaaaaaaaaaaaaaaa")
+    sweep(cd_, "new", 2.0, 4.2, commit="bbbbbbbbbbbbbbbb")
+    r = run(cd_, "--base", "base", "--vary", "commit", "--json", out)
+    check(r.returncode == 0, f"--vary commit: exit {r.returncode}: {r.stderr}")
+    rows = {(x["batch"], x["setting"]): x for x in json.load(open(out))["rows"]}
+    n8 = rows.get((8, "new"))
+    check(n8 and abs(n8["change"] - 0.05) < 1e-9 and n8["verdict"] == "slower", f"new b8 {n8}")
+    check(n8 and n8["variants"] == "commit=bbbbbbbbbbbb", f"new's label {n8 and n8['variants']}")
+    check(rows.get((1, "new"), {}).get("verdict") == "same", f"new b1 {rows.get((1, 'new'))}")
+    check("commits varying" in r.stdout, f"the header says the commits vary:\n{r.stdout}")
+    r = run(cd_, "--base", "base")
+    check(r.returncode == 2 and "ran at commit bbbb" in r.stderr, f"without --vary commit: {r.stderr}")
+    sweep(cd_, "w4a8", 2.0, 4.0, weights="native-w4a8")
+    r = run(cd_, "--base", "base", "--vary", "commit")
+    check(r.returncode == 2 and "weights = 'native-w4a8'" in r.stderr, f"--vary commit, another format: {r.stderr}")
     r = run(wd, "--vary", "kernels")
     check(r.returncode == 2 and "invalid choice" in r.stderr, f"--vary kernels: {r.returncode} {r.stderr}")
 
