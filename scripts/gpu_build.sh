@@ -63,7 +63,8 @@ if [ -n "${PACK:-}" ]; then
     done
     for lib in .gpu/*.so*; do [ -f "$lib" ] && members+=("$(basename "$lib")"); done
   fi
-  [ -z "${PACK_ONLY:-}" ] || [ ! -d .gpu/base ] || members+=(base)
+  # (Without PACK_ONLY, "." holds the base already.)
+  if [ -n "${PACK_ONLY:-}" ] && [ -d .gpu/base ]; then members+=(base); fi
   # One 256 MiB dictionary over the whole archive (xz -9e alone keeps 64 MiB, less than the
   # binaries together), so that code they share is stored once.
   tar cf - -C .gpu "${members[@]}" | xz --lzma2=preset=9e,dict=256MiB -T1 > .gpu-pack/bins.txz

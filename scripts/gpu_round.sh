@@ -163,9 +163,9 @@ for st in $stages; do case $st in
         for side in base new; do
           bin=$B/bench_decode; [ $side = base ] && bin=$B/base/bench_decode
           # The build's own commit (bench_util.h), not the pack's, for the base side.
-          env -u STREAMLAB_COMMIT "$bin" "${BENCH_FLASH[@]}" ${AB_ARGS:---weights=native --batches=1,8 --modes=graph} \
-            --policy=shared --steps=${BENCH_STEPS:-20} --out="$W/ab/sweep_$side$sfx.json" > "$W/ab_$side$sfx.log" 2>&1
-          rc[ab_$side$sfx]=$?
+          run "ab_$side$sfx" ${SWEEP_SECONDS_EACH:-150} env -u STREAMLAB_COMMIT "$bin" "${BENCH_FLASH[@]}" \
+            ${AB_ARGS:---weights=native --batches=1,8 --modes=graph} --policy=shared --steps=${BENCH_STEPS:-20} \
+            --out="$W/ab/sweep_$side$sfx.json"
         done
       done
       python3 scripts/variant_table.py "$W/ab" --base base --vary commit 2>&1 | tee "$W/ab_table.log"

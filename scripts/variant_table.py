@@ -151,10 +151,9 @@ def main():
             else:
                 verdict = "faster" if ch < 0 else "slower"
             var = changes(r["variants"], base["variants"])
-            if a.vary == "weights":
-                var = f"weights={r['same']['weights']}" + ("" if var == "(the base's)" else "," + var)
-            elif a.vary == "commit":
-                var = f"commit={r['commit'][:12] or '?'}" + ("" if var == "(the base's)" else "," + var)
+            if a.vary:
+                shown = (r["commit"][:12] or "?") if a.vary == "commit" else r["same"][a.vary]
+                var = f"{a.vary}={shown}" + ("" if var == "(the base's)" else "," + var)
             own_floor = r["rows"][key][1]
             # Varying the weights, each format over its own floor (they read different bytes).
             over = own_floor if a.vary == "weights" else floor
