@@ -11,9 +11,9 @@ namespace sl {
 const char* const kKernelVariantsHelp =
     "CUDA kernel variants, key=value[,key=value...]: attn-decode=on|off, attn-splits=N (0 = auto, at most 16), "
     "gemv-bf16-max-mb=N, pdl=on|off, cublas-workspace-kb=N, mxfp4-mma=on|off, fp8-decode=auto|warp|wide, "
-    "mxfp4-wide=on|off, mxfp4-decode=table|shift|shift-quad, mxfp4-swap=on|off|auto, mxfp4-mma-blocks=2|3, "
-    "mxfp4-load=plain|noalloc, mxfp4-prefill=mma|gemm|auto, fp8-pair=on|off, fp8-wide-blocks=1|2, hc-decode=split|fused, "
-    "hc-post=split|fused, kv-norm-rope=split|fused, fp8-kv=packed|emulated (default: the "
+    "mxfp4-wide=on|off, mxfp4-decode=table|shift|shift-quad, mxfp4-swap=on|off|auto, mxfp4-swap-ks=auto|1|2|4|8, "
+    "mxfp4-mma-blocks=2|3, mxfp4-load=plain|noalloc, mxfp4-prefill=mma|gemm|auto, fp8-pair=on|off, fp8-wide-blocks=1|2, "
+    "hc-decode=split|fused, hc-splits=16|32|64|128, hc-post=split|fused, kv-norm-rope=split|fused, fp8-kv=packed|emulated (default: the "
     "measured best of each; variants not yet timed on a GPU are off)";
 
 namespace {
@@ -137,6 +137,13 @@ KernelVariants KernelVariants::parse(const std::string& spec) {
       else if (v == "off") k.mxfp4_swap = Mxfp4Swap::Off;
       else if (v == "auto") k.mxfp4_swap = Mxfp4Swap::Auto;
       else fail("--kernel-variants: ", key, "=", v, ": expected on, off or auto");
+    } else if (key == "mxfp4-swap-ks") {
+      if (v == "auto") k.mxfp4_swap_ks = 0;
+      else if (v == "1" || v == "2" || v == "4" || v == "8") k.mxfp4_swap_ks = v[0] - '0';
+      else fail("--kernel-variants: ", key, "=", v, ": expected auto, 1, 2, 4 or 8");
+    } else if (key == "hc-splits") {
+      if (v == "16" || v == "32" || v == "64" || v == "128") k.hc_fused_splits = std::stoi(v);
+      else fail("--kernel-variants: ", key, "=", v, ": expected 16, 32, 64 or 128");
     } else if (key == "mxfp4-mma-blocks") {
       k.mxfp4_mma_blocks = either(key, v, "2", "3") ? 3 : 2;
     } else if (key == "mxfp4-load") {
@@ -161,7 +168,8 @@ KernelVariants KernelVariants::parse(const std::string& spec) {
     } else {
       fail("--kernel-variants: unknown key '", key,
            "' (attn-decode, attn-splits, gemv-bf16-max-mb, pdl, cublas-workspace-kb, mxfp4-mma, fp8-decode, mxfp4-wide, "
-           "mxfp4-decode, mxfp4-swap, mxfp4-mma-blocks, mxfp4-load, mxfp4-prefill, fp8-pair, fp8-wide-blocks, hc-decode, hc-post, kv-norm-rope, fp8-kv)");
+           "mxfp4-decode, mxfp4-swap, mxfp4-swap-ks, mxfp4-mma-blocks, mxfp4-load, mxfp4-prefill, fp8-pair, fp8-wide-blocks, "
+           "hc-decode, hc-splits, hc-post, kv-norm-rope, fp8-kv)");
     }
   }
   return k;
@@ -180,10 +188,12 @@ std::string KernelVariants::str() const {
     << ",cublas-workspace-kb=" << (cublas_workspace_bytes >> 10) << ",mxfp4-mma=" << oo(mxfp4_mma)
     << ",fp8-decode=" << fp8_decode_names[int(fp8_decode)] << ",mxfp4-wide=" << oo(mxfp4_wide)
     << ",mxfp4-decode=" << mxfp4_decode_names[int(mxfp4_decode)] << ",mxfp4-swap=" << mxfp4_swap_names[int(mxfp4_swap)]
+    << ",mxfp4-swap-ks=" << (mxfp4_swap_ks ? std::to_string(mxfp4_swap_ks) : std::string("auto"))
     << ",mxfp4-mma-blocks=" << mxfp4_mma_blocks << ",mxfp4-load=" << mxfp4_load_names[int(mxfp4_load)]
     << ",mxfp4-prefill=" << mxfp4_prefill_names[int(mxfp4_prefill)]
     << ",fp8-pair=" << oo(fp8_pair)
     << ",fp8-wide-blocks=" << fp8_wide_blocks << ",hc-decode=" << (hc_decode_fused ? "fused" : "split")
+    << ",hc-splits=" << hc_fused_splits
     << ",hc-post=" << (hc_post_fused ? "fused" : "split")
     << ",kv-norm-rope=" << (kv_norm_rope_fused ? "fused" : "split")
     << ",fp8-kv=" << (fp8_kv_packed ? "packed" : "emulated");

@@ -39,6 +39,13 @@ struct KernelVariants {
   // 32 blocks per token each dot a range of the token's 4D values with fn, and the last of them
   // to finish runs the finish.
   bool hc_decode_fused = true;
+  // Blocks per token of hc-decode=fused's launch (16, 32, 64 or 128; 32 by default): each dots
+  // 4D / splits values with fn's rows, and the last of them sums the splits' partials and
+  // finishes. More splits spread fn's 1.5 MiB (flash) over more SMs and shorten each block's
+  // loop; the finish then adds more partials. Not yet timed on a GPU, so 32. Shapes whose 4D
+  // does not split into 8-value vectors, or whose slice exceeds the block's shared memory, take
+  // the two-launch path as before.
+  int hc_fused_splits = 32;
   // hc_post_pre_norm (a sub-layer's hc_post, f = f1 + f2 first for the FFN's, and the next
   // sub-layer's hc_pre + RMSNorm) at decode sizes: folded into hc-decode=fused's launch (true:
   // each block first computes its range of X_out from f and the old residual, writes it and dots
@@ -107,6 +114,13 @@ struct KernelVariants {
   // 8 tokens 307.2 us on, 263.6 us off; whole steps the same way round. Takes precedence over
   // mxfp4-wide; of mxfp4-decode it takes only shift-quad's multiply (its decode is shift's).
   Mxfp4Swap mxfp4_swap = Mxfp4Swap::Auto;
+  // K slices of the swapped MXFP4 kernel (each warp of a block takes 1/KS of K, and the block
+  // 8/KS feature tiles): 0 = auto (the default: the most slices, up to 8, until the grid reaches
+  // 4 blocks per SM; at 1 token that is 8 slices, about 2 waves of blocks for w1 + w3 and 3 for
+  // w2 at their register counts), or 1, 2, 4 or 8 (fewer slices: fewer blocks, each warp a longer
+  // stretch of K, so fewer waves each paying the kernel's start). A forced count that K does not
+  // split into whole 128-value chunks is halved until it does. Not yet timed on a GPU, so auto.
+  int mxfp4_swap_ks = 0;
   // Blocks per SM the 8-row MXFP4 kernel's registers are budgeted for (shift-quad only): 2 (the
   // default: unbudgeted, w1 + w3 at 94 registers, which is 2 blocks of 8 warps) or 3 (at most 80
   // registers). Nsight Compute on an H100 at 8 tokens: 23 % occupancy for w1 + w3, a third of
@@ -156,9 +170,9 @@ struct KernelVariants {
 
   // "key=value,key=value": attn-decode=on|off, attn-splits=N, gemv-bf16-max-mb=N, pdl=on|off,
   // cublas-workspace-kb=N, mxfp4-mma=on|off, fp8-decode=auto|warp|wide, mxfp4-wide=on|off,
-  // mxfp4-decode=table|shift|shift-quad, mxfp4-swap=on|off|auto, mxfp4-mma-blocks=2|3,
-  // mxfp4-load=plain|noalloc, mxfp4-prefill=mma|gemm|auto, fp8-pair=on|off,
-  // fp8-wide-blocks=1|2, hc-decode=split|fused, hc-post=split|fused,
+  // mxfp4-decode=table|shift|shift-quad, mxfp4-swap=on|off|auto, mxfp4-swap-ks=auto|1|2|4|8,
+  // mxfp4-mma-blocks=2|3, mxfp4-load=plain|noalloc, mxfp4-prefill=mma|gemm|auto, fp8-pair=on|off,
+  // fp8-wide-blocks=1|2, hc-decode=split|fused, hc-splits=16|32|64|128, hc-post=split|fused,
   // kv-norm-rope=split|fused, fp8-kv=packed|emulated.
   // Unknown keys and bad values are errors naming the key and the accepted values (a retired key
   // says why it went). An empty spec is the defaults.

@@ -364,9 +364,10 @@ __device__ __forceinline__ void hc_post_range(const HcArgs& a, int64_t t, int64_
 
 // hc-decode=fused (up to kHcFusedMaxTokens tokens, the vector path): the mix GEMV (1-2 tokens) or
 // the split tensor-core GEMM (more), and the finish, in one launch.
-// Block (z, t) takes the z-th of kHcFusedSplits equal ranges of token t's 4D values: it stages
-// them in shared memory as floats, sums their squares, and each warp dots them with the rows of fn
-// of its logits (warp w: logits w, w + warps, ...), 16-byte loads of fn, a butterfly per logit.
+// Block (z, t) takes the z-th of S equal ranges of token t's 4D values (S = hc-splits, 32 by
+// default): it stages them in shared memory as floats, sums their squares, and each warp dots
+// them with the rows of fn of its logits (warp w: logits w, w + warps, ...), 16-byte loads of
+// fn, a butterfly per logit.
 // The MIX dots and the sum of squares go to `part` (the stream's scratch); the last of the token's
 // blocks to finish (last_block_to_finish on the token's ticket) adds the splits' values in split
 // order into tot and runs the finish (hc_finish_tail), reading X again from L2. The two-kernel
@@ -374,7 +375,6 @@ __device__ __forceinline__ void hc_post_range(const HcArgs& a, int64_t t, int64_
 // bit for bit. Under hc_post_pre_norm (a.pres set, hc-post=fused) each block first computes its
 // range of X as hc_post (hc_post_range) instead of loading it, so the previous sub-layer's
 // hc_post needs no launch of its own.
-constexpr int kHcFusedSplits = 32;
 constexpr int64_t kHcFusedMaxSlice = 4096;  // floats of X per block (16 KiB of shared memory)
 constexpr int kHcFusedPre = 4;               // fn loads per lane and logit issued before the X pass
 // Up to this many tokens (decode, also batch 8 with drafts to verify): each token's blocks read
@@ -477,7 +477,7 @@ bool hc_vec_path(const HcArgs& a, DType xdt) {
 bool hc_fused_takes(const CudaBackend& be, const HcArgs& a, DType xdt) {
   const int64_t HD = HC * a.D;
   return a.T <= kHcFusedMaxTokens && hc_vec_path(a, xdt) && be.variants().hc_decode_fused &&
-         HD % (8 * kHcFusedSplits) == 0 && HD / kHcFusedSplits <= kHcFusedMaxSlice &&
+         HD % (8 * be.variants().hc_fused_splits) == 0 && HD / be.variants().hc_fused_splits <= kHcFusedMaxSlice &&
          reinterpret_cast<uintptr_t>(a.fn) % 16 == 0;
 }
 
@@ -488,9 +488,10 @@ bool launch_hc_fused(CudaBackend& be, const char* op, Stream s, const HcArgs& a)
   int* tickets = be.tickets(s, op, size_t(a.T));
   if (!tickets) return false;
   cudaStream_t st = be.stream(s, op);
-  CudaBackend::Scratch sc = be.scratch(s, op, size_t(a.T) * kHcFusedSplits * (MIX + 1) * 4);
+  const int splits = be.variants().hc_fused_splits;
+  CudaBackend::Scratch sc = be.scratch(s, op, size_t(a.T) * splits * (MIX + 1) * 4);
   const unsigned threads = kHcThreads + (HEAD ? 0 : kHcSinkhornWarp);
-  launch_kernel(op, hc_fused_kernel<MIX, HEAD>, dim3(kHcFusedSplits, unsigned(a.T)), threads, 0, st, a,
+  launch_kernel(op, hc_fused_kernel<MIX, HEAD>, dim3(unsigned(splits), unsigned(a.T)), threads, 0, st, a,
                 static_cast<float*>(sc.ptr), tickets);
   CUDA_LAUNCH_CHECK(op, st);
   return true;

@@ -1267,10 +1267,19 @@ void launch_fp4_swap_ks(const char* op, cudaStream_t st, int ks, dim3 grid, cons
   with_k_slices(ks, [&](auto KS) { launch_kernel(op, moe_fp4_swap_kernel<PAIR, KS, MUL, LD>, grid, 256, 0, st, v); });
 }
 
+// The swapped kernel's K slices: mxfp4-swap-ks's count (halved until each slice is whole
+// 128-value chunks), or fp4_mma_k_slices's choice under auto (0).
+int fp4_swap_k_slices(int forced, int64_t max_tiles, int64_t N, int64_t K, int sms) {
+  if (forced == 0) return fp4_mma_k_slices(max_tiles, N, K, sms, kFp4SwapFeatures);
+  int ks = forced;
+  while (ks > 1 && K % (128 * ks) != 0) ks /= 2;
+  return ks;
+}
+
 template <bool PAIR>
 void launch_fp4_swap(const char* op, cudaStream_t st, int64_t max_tiles, const MoeGemvArgs& v, int sms,
-                     Mxfp4Decode dec, Mxfp4Load ld) {
-  const int ks = fp4_mma_k_slices(max_tiles, v.N, v.K, sms, kFp4SwapFeatures);
+                     Mxfp4Decode dec, Mxfp4Load ld, int forced_ks) {
+  const int ks = fp4_swap_k_slices(forced_ks, max_tiles, v.N, v.K, sms);
   const dim3 grid{unsigned(max_tiles), unsigned(cdiv(v.N, kFp4SwapFeatures * (8 / ks))), 1u};
   if (dec == Mxfp4Decode::ShiftQuad && ld == Mxfp4Load::NoAlloc)
     launch_fp4_swap_ks<PAIR, true, Mxfp4Load::NoAlloc>(op, st, ks, grid, v);
@@ -1614,7 +1623,7 @@ void CudaBackend::moe_experts_mxfp4(Stream s, const Tensor& out, const Tensor& x
   auto step = [&](auto pair, const MoeGemvArgs& v) {
     constexpr bool PAIR = decltype(pair)::value;
     if (swap)
-      launch_fp4_swap<PAIR>(op, st, max_tiles, v, sm_count(), dec, variants().mxfp4_load);
+      launch_fp4_swap<PAIR>(op, st, max_tiles, v, sm_count(), dec, variants().mxfp4_load, variants().mxfp4_swap_ks);
     else if (variants().mxfp4_wide)
       launch_fp4_wide<PAIR>(op, st, max_tiles, v, sm_count(), dec);
     else

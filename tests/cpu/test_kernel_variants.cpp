@@ -38,6 +38,8 @@ TEST(KernelVariants, EmptyIsTheDefaults) {
   EXPECT_FALSE(d.mxfp4_wide);
   EXPECT_EQ(d.mxfp4_decode, Mxfp4Decode::ShiftQuad);
   EXPECT_EQ(d.mxfp4_swap, Mxfp4Swap::Auto);
+  EXPECT_EQ(d.mxfp4_swap_ks, 0);
+  EXPECT_EQ(d.hc_fused_splits, 32);
   EXPECT_EQ(d.mxfp4_mma_blocks, 2);
   EXPECT_EQ(d.mxfp4_load, Mxfp4Load::Plain);
   EXPECT_EQ(d.mxfp4_prefill, Mxfp4Prefill::Auto);
@@ -51,10 +53,12 @@ TEST(KernelVariants, EmptyIsTheDefaults) {
 TEST(KernelVariants, EveryKeyParsesAndPrintsBack) {
   const KernelVariants k = KernelVariants::parse(
       "attn-decode=off,attn-splits=8,gemv-bf16-max-mb=0,pdl=off,cublas-workspace-kb=0,mxfp4-mma=off,fp8-decode=wide,mxfp4-wide=on,"
-      "mxfp4-decode=table,mxfp4-swap=on,mxfp4-mma-blocks=3,mxfp4-load=noalloc,mxfp4-prefill=gemm,fp8-pair=off,fp8-wide-blocks=1,"
+      "mxfp4-decode=table,mxfp4-swap=on,mxfp4-swap-ks=2,hc-splits=128,mxfp4-mma-blocks=3,mxfp4-load=noalloc,mxfp4-prefill=gemm,fp8-pair=off,fp8-wide-blocks=1,"
       "hc-decode=split,hc-post=fused,kv-norm-rope=fused,fp8-kv=packed");
   EXPECT_FALSE(k.attention_decode_kernel);
   EXPECT_EQ(k.mxfp4_mma_blocks, 3);
+  EXPECT_EQ(k.mxfp4_swap_ks, 2);
+  EXPECT_EQ(k.hc_fused_splits, 128);
   EXPECT_EQ(k.mxfp4_load, Mxfp4Load::NoAlloc);
   EXPECT_TRUE(k.fp8_kv_packed);
   EXPECT_EQ(k.fp8_decode, Fp8Decode::Wide);
@@ -79,6 +83,12 @@ TEST(KernelVariants, EveryKeyParsesAndPrintsBack) {
   EXPECT_EQ(KernelVariants::parse("mxfp4-swap=auto"), KernelVariants{});
   EXPECT_EQ(KernelVariants::parse("mxfp4-swap=off").mxfp4_swap, Mxfp4Swap::Off);
   EXPECT_EQ(KernelVariants::parse("mxfp4-mma-blocks=2"), KernelVariants{});
+  EXPECT_EQ(KernelVariants::parse("mxfp4-swap-ks=auto"), KernelVariants{});
+  EXPECT_EQ(KernelVariants::parse("mxfp4-swap-ks=8").mxfp4_swap_ks, 8);
+  EXPECT_EQ(KernelVariants::parse("mxfp4-swap-ks=1").changes(), "mxfp4-swap-ks=1");
+  EXPECT_EQ(KernelVariants::parse("hc-splits=32"), KernelVariants{});
+  EXPECT_EQ(KernelVariants::parse("hc-splits=16").hc_fused_splits, 16);
+  EXPECT_EQ(KernelVariants::parse("hc-splits=64").changes(), "hc-splits=64");
   EXPECT_EQ(KernelVariants::parse("mxfp4-mma-blocks=3").mxfp4_mma_blocks, 3);
   EXPECT_EQ(KernelVariants::parse("mxfp4-mma-blocks=3").changes(), "mxfp4-mma-blocks=3");
   EXPECT_EQ(KernelVariants::parse("mxfp4-load=plain"), KernelVariants{});
@@ -159,6 +169,12 @@ TEST(KernelVariants, BadInputNamesTheKeyAndWhatItTakes) {
                         Case{"mxfp4-ring=on", "'mxfp4-ring' is no longer a variant: streaming the MXFP4 kernels' chunks"},
                         Case{"mxfp4-swap=yes", "expected on, off or auto"},
                         Case{"mxfp4-mma-blocks=4", "expected 2 or 3"},
+                        Case{"mxfp4-swap-ks=3", "expected auto, 1, 2, 4 or 8"},
+                        Case{"mxfp4-swap-ks=0", "expected auto, 1, 2, 4 or 8"},
+                        Case{"mxfp4-swap-ks=08", "expected auto, 1, 2, 4 or 8"},
+                        Case{"hc-splits=31", "expected 16, 32, 64 or 128"},
+                        Case{"hc-splits=+32", "expected 16, 32, 64 or 128"},
+                        Case{"hc-splits=", "expected 16, 32, 64 or 128"},
                         Case{"mxfp4-load=l2", "expected plain or noalloc"},
                         Case{"mxfp4-load=stream", "2026-12-07-h100-mxfp4-load"},
                         Case{"fp8-wide-blocks=3", "expected 1 or 2"},
