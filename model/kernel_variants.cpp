@@ -13,7 +13,7 @@ const char* const kKernelVariantsHelp =
     "gemv-bf16-max-mb=N, pdl=on|off, cublas-workspace-kb=N, mxfp4-mma=on|off, fp8-decode=auto|warp|wide, "
     "mxfp4-wide=on|off, mxfp4-decode=table|shift|shift-quad, mxfp4-swap=on|off|auto, mxfp4-swap-ks=auto|1|2|4|8, "
     "mxfp4-mma-blocks=2|3, mxfp4-load=plain|noalloc, mxfp4-prefill=mma|gemm|auto, fp8-pair=on|off, fp8-wide-blocks=1|2, "
-    "hc-decode=split|fused, hc-splits=16|32|64|128, hc-post=split|fused, kv-norm-rope=split|fused, fp8-kv=packed|emulated (default: the "
+    "hc-decode=split|fused, hc-splits=auto|8|16|32|64|128, hc-post=split|fused, kv-norm-rope=split|fused, fp8-kv=packed|emulated (default: the "
     "measured best of each; variants not yet timed on a GPU are off)";
 
 namespace {
@@ -142,8 +142,9 @@ KernelVariants KernelVariants::parse(const std::string& spec) {
       else if (v == "1" || v == "2" || v == "4" || v == "8") k.mxfp4_swap_ks = v[0] - '0';
       else fail("--kernel-variants: ", key, "=", v, ": expected auto, 1, 2, 4 or 8");
     } else if (key == "hc-splits") {
-      if (v == "16" || v == "32" || v == "64" || v == "128") k.hc_fused_splits = std::stoi(v);
-      else fail("--kernel-variants: ", key, "=", v, ": expected 16, 32, 64 or 128");
+      if (v == "auto") k.hc_fused_splits = 0;
+      else if (v == "8" || v == "16" || v == "32" || v == "64" || v == "128") k.hc_fused_splits = std::stoi(v);
+      else fail("--kernel-variants: ", key, "=", v, ": expected auto, 8, 16, 32, 64 or 128");
     } else if (key == "mxfp4-mma-blocks") {
       k.mxfp4_mma_blocks = either(key, v, "2", "3") ? 3 : 2;
     } else if (key == "mxfp4-load") {
@@ -193,7 +194,7 @@ std::string KernelVariants::str() const {
     << ",mxfp4-prefill=" << mxfp4_prefill_names[int(mxfp4_prefill)]
     << ",fp8-pair=" << oo(fp8_pair)
     << ",fp8-wide-blocks=" << fp8_wide_blocks << ",hc-decode=" << (hc_decode_fused ? "fused" : "split")
-    << ",hc-splits=" << hc_fused_splits
+    << ",hc-splits=" << (hc_fused_splits ? std::to_string(hc_fused_splits) : std::string("auto"))
     << ",hc-post=" << (hc_post_fused ? "fused" : "split")
     << ",kv-norm-rope=" << (kv_norm_rope_fused ? "fused" : "split")
     << ",fp8-kv=" << (fp8_kv_packed ? "packed" : "emulated");

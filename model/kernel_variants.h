@@ -39,13 +39,21 @@ struct KernelVariants {
   // 32 blocks per token each dot a range of the token's 4D values with fn, and the last of them
   // to finish runs the finish.
   bool hc_decode_fused = true;
-  // Blocks per token of hc-decode=fused's launch (16, 32, 64 or 128; 32 by default): each dots
-  // 4D / splits values with fn's rows, and the last of them sums the splits' partials and
-  // finishes. More splits spread fn's 1.5 MiB (flash) over more SMs and shorten each block's
-  // loop; the finish then adds more partials. Not yet timed on a GPU, so 32. Shapes whose 4D
-  // does not split into 8-value vectors, or whose slice exceeds the block's shared memory, take
-  // the two-launch path as before.
-  int hc_fused_splits = 32;
+  // Blocks per token of hc-decode=fused's launch: each dots 4D / splits values with fn's rows,
+  // and the last of them sums the splits' partials and finishes. 0 = auto (the default): about
+  // 128 blocks in all, at most 32 per token (32 up to 4 tokens, 16 up to 8, 8 above); or 8, 16,
+  // 32, 64 or 128 per token. Each token's blocks read all of fn (1.5 MiB at flash's width), so
+  // more tokens want fewer, longer blocks. bench_kernels on an H100 (bf9c48b,
+  // results/2026-12-07-h100-swap-ks-hc-splits): hc_pre at 1 token 13.6 / 12.8 / 13.8 / 15.4 us at
+  // 16 / 32 / 64 / 128 splits, at 8 tokens 13.8 / 15.8 / 22.4 / 35.6 us (32 was the fixed count
+  // before). Shapes whose 4D does not split into 8-value vectors, or whose slice exceeds the
+  // block's shared memory, take the two-launch path.
+  int hc_fused_splits = 0;
+  // The splits hc-decode=fused takes for T tokens under this setting.
+  int hc_splits_for(long long T) const {
+    if (hc_fused_splits) return hc_fused_splits;
+    return T <= 4 ? 32 : T <= 8 ? 16 : 8;
+  }
   // hc_post_pre_norm (a sub-layer's hc_post, f = f1 + f2 first for the FFN's, and the next
   // sub-layer's hc_pre + RMSNorm) at decode sizes: folded into hc-decode=fused's launch (true:
   // each block first computes its range of X_out from f and the old residual, writes it and dots
@@ -119,7 +127,10 @@ struct KernelVariants {
   // 4 blocks per SM; at 1 token that is 8 slices, about 2 waves of blocks for w1 + w3 and 3 for
   // w2 at their register counts), or 1, 2, 4 or 8 (fewer slices: fewer blocks, each warp a longer
   // stretch of K, so fewer waves each paying the kernel's start). A forced count that K does not
-  // split into whole 128-value chunks is halved until it does. Not yet timed on a GPU, so auto.
+  // split into whole 128-value chunks is halved until it does. Measured on an H100 (bf9c48b,
+  // results/2026-12-07-h100-swap-ks-hc-splits): the experts at 1 token 83.9 / 68.8 / 63.7 us at
+  // 1 / 2 / 4 slices against auto's 63.9, and native steps at 4 slices the same (+0.6 % at batch
+  // 1), at 2 3.4 % slower: the waves are not what holds the kernel back. auto stays.
   int mxfp4_swap_ks = 0;
   // Blocks per SM the 8-row MXFP4 kernel's registers are budgeted for (shift-quad only): 2 (the
   // default: unbudgeted, w1 + w3 at 94 registers, which is 2 blocks of 8 warps) or 3 (at most 80
@@ -172,7 +183,7 @@ struct KernelVariants {
   // cublas-workspace-kb=N, mxfp4-mma=on|off, fp8-decode=auto|warp|wide, mxfp4-wide=on|off,
   // mxfp4-decode=table|shift|shift-quad, mxfp4-swap=on|off|auto, mxfp4-swap-ks=auto|1|2|4|8,
   // mxfp4-mma-blocks=2|3, mxfp4-load=plain|noalloc, mxfp4-prefill=mma|gemm|auto, fp8-pair=on|off,
-  // fp8-wide-blocks=1|2, hc-decode=split|fused, hc-splits=16|32|64|128, hc-post=split|fused,
+  // fp8-wide-blocks=1|2, hc-decode=split|fused, hc-splits=auto|8|16|32|64|128, hc-post=split|fused,
   // kv-norm-rope=split|fused, fp8-kv=packed|emulated.
   // Unknown keys and bad values are errors naming the key and the accepted values (a retired key
   // says why it went). An empty spec is the defaults.

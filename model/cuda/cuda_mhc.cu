@@ -364,8 +364,8 @@ __device__ __forceinline__ void hc_post_range(const HcArgs& a, int64_t t, int64_
 
 // hc-decode=fused (up to kHcFusedMaxTokens tokens, the vector path): the mix GEMV (1-2 tokens) or
 // the split tensor-core GEMM (more), and the finish, in one launch.
-// Block (z, t) takes the z-th of S equal ranges of token t's 4D values (S = hc-splits, 32 by
-// default): it stages them in shared memory as floats, sums their squares, and each warp dots
+// Block (z, t) takes the z-th of S equal ranges of token t's 4D values (S = hc-splits; auto: 32
+// per token up to 4 tokens, fewer above): it stages them in shared memory as floats, sums their squares, and each warp dots
 // them with the rows of fn of its logits (warp w: logits w, w + warps, ...), 16-byte loads of
 // fn, a butterfly per logit.
 // The MIX dots and the sum of squares go to `part` (the stream's scratch); the last of the token's
@@ -477,7 +477,7 @@ bool hc_vec_path(const HcArgs& a, DType xdt) {
 bool hc_fused_takes(const CudaBackend& be, const HcArgs& a, DType xdt) {
   const int64_t HD = HC * a.D;
   return a.T <= kHcFusedMaxTokens && hc_vec_path(a, xdt) && be.variants().hc_decode_fused &&
-         HD % (8 * be.variants().hc_fused_splits) == 0 && HD / be.variants().hc_fused_splits <= kHcFusedMaxSlice &&
+         HD % (8 * be.variants().hc_splits_for(a.T)) == 0 && HD / be.variants().hc_splits_for(a.T) <= kHcFusedMaxSlice &&
          reinterpret_cast<uintptr_t>(a.fn) % 16 == 0;
 }
 
@@ -488,7 +488,7 @@ bool launch_hc_fused(CudaBackend& be, const char* op, Stream s, const HcArgs& a)
   int* tickets = be.tickets(s, op, size_t(a.T));
   if (!tickets) return false;
   cudaStream_t st = be.stream(s, op);
-  const int splits = be.variants().hc_fused_splits;
+  const int splits = be.variants().hc_splits_for(a.T);
   CudaBackend::Scratch sc = be.scratch(s, op, size_t(a.T) * splits * (MIX + 1) * 4);
   const unsigned threads = kHcThreads + (HEAD ? 0 : kHcSinkhornWarp);
   launch_kernel(op, hc_fused_kernel<MIX, HEAD>, dim3(unsigned(splits), unsigned(a.T)), threads, 0, st, a,

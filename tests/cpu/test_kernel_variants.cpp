@@ -39,7 +39,13 @@ TEST(KernelVariants, EmptyIsTheDefaults) {
   EXPECT_EQ(d.mxfp4_decode, Mxfp4Decode::ShiftQuad);
   EXPECT_EQ(d.mxfp4_swap, Mxfp4Swap::Auto);
   EXPECT_EQ(d.mxfp4_swap_ks, 0);
-  EXPECT_EQ(d.hc_fused_splits, 32);
+  EXPECT_EQ(d.hc_fused_splits, 0);  // auto
+  EXPECT_EQ(d.hc_splits_for(1), 32);
+  EXPECT_EQ(d.hc_splits_for(4), 32);
+  EXPECT_EQ(d.hc_splits_for(5), 16);
+  EXPECT_EQ(d.hc_splits_for(8), 16);
+  EXPECT_EQ(d.hc_splits_for(9), 8);
+  EXPECT_EQ(d.hc_splits_for(16), 8);
   EXPECT_EQ(d.mxfp4_mma_blocks, 2);
   EXPECT_EQ(d.mxfp4_load, Mxfp4Load::Plain);
   EXPECT_EQ(d.mxfp4_prefill, Mxfp4Prefill::Auto);
@@ -86,8 +92,10 @@ TEST(KernelVariants, EveryKeyParsesAndPrintsBack) {
   EXPECT_EQ(KernelVariants::parse("mxfp4-swap-ks=auto"), KernelVariants{});
   EXPECT_EQ(KernelVariants::parse("mxfp4-swap-ks=8").mxfp4_swap_ks, 8);
   EXPECT_EQ(KernelVariants::parse("mxfp4-swap-ks=1").changes(), "mxfp4-swap-ks=1");
-  EXPECT_EQ(KernelVariants::parse("hc-splits=32"), KernelVariants{});
+  EXPECT_EQ(KernelVariants::parse("hc-splits=auto"), KernelVariants{});
+  EXPECT_EQ(KernelVariants::parse("hc-splits=32").changes(), "hc-splits=32");
   EXPECT_EQ(KernelVariants::parse("hc-splits=16").hc_fused_splits, 16);
+  EXPECT_EQ(KernelVariants::parse("hc-splits=8").hc_splits_for(1), 8);  // a forced count holds at every T
   EXPECT_EQ(KernelVariants::parse("hc-splits=64").changes(), "hc-splits=64");
   EXPECT_EQ(KernelVariants::parse("mxfp4-mma-blocks=3").mxfp4_mma_blocks, 3);
   EXPECT_EQ(KernelVariants::parse("mxfp4-mma-blocks=3").changes(), "mxfp4-mma-blocks=3");
@@ -172,9 +180,9 @@ TEST(KernelVariants, BadInputNamesTheKeyAndWhatItTakes) {
                         Case{"mxfp4-swap-ks=3", "expected auto, 1, 2, 4 or 8"},
                         Case{"mxfp4-swap-ks=0", "expected auto, 1, 2, 4 or 8"},
                         Case{"mxfp4-swap-ks=08", "expected auto, 1, 2, 4 or 8"},
-                        Case{"hc-splits=31", "expected 16, 32, 64 or 128"},
-                        Case{"hc-splits=+32", "expected 16, 32, 64 or 128"},
-                        Case{"hc-splits=", "expected 16, 32, 64 or 128"},
+                        Case{"hc-splits=31", "expected auto, 8, 16, 32, 64 or 128"},
+                        Case{"hc-splits=+32", "expected auto, 8, 16, 32, 64 or 128"},
+                        Case{"hc-splits=", "expected auto, 8, 16, 32, 64 or 128"},
                         Case{"mxfp4-load=l2", "expected plain or noalloc"},
                         Case{"mxfp4-load=stream", "2026-12-07-h100-mxfp4-load"},
                         Case{"fp8-wide-blocks=3", "expected 1 or 2"},

@@ -85,7 +85,7 @@ const char* const kVariants[] = {
     "mxfp4-decode=shift,mxfp4-wide=on,mxfp4-swap=off", "mxfp4-swap=on", "mxfp4-decode=shift,mxfp4-swap=on", "mxfp4-mma-blocks=3,mxfp4-swap=off", "mxfp4-load=noalloc", "mxfp4-load=noalloc,mxfp4-swap=off", "mxfp4-prefill=gemm", "mxfp4-prefill=mma", "fp8-pair=off",
     "fp8-pair=on,fp8-decode=wide", "fp8-wide-blocks=1,fp8-decode=wide", "fp8-wide-blocks=1", "hc-decode=split",
     "hc-post=fused,kv-norm-rope=fused", "hc-post=fused,hc-decode=split", "mxfp4-swap-ks=1", "mxfp4-swap-ks=2",
-    "hc-splits=16", "hc-splits=128", "hc-splits=128,hc-post=fused",
+    "hc-splits=8", "hc-splits=32", "hc-splits=128", "hc-splits=128,hc-post=fused",
 };
 
 std::string variant_test_name(const ::testing::TestParamInfo<const char*>& info) {

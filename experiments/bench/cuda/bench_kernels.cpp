@@ -346,14 +346,14 @@ std::vector<std::string> default_variants(const std::string& op) {
   if (op == "moe_experts_mxfp4")
     return {"", "mxfp4-decode=shift", "mxfp4-decode=table,mxfp4-swap=off", "mxfp4-swap=off",
             "mxfp4-swap=on", "mxfp4-wide=on,mxfp4-swap=off", "mxfp4-mma=off", "mxfp4-load=noalloc",
-            "mxfp4-swap-ks=1", "mxfp4-swap-ks=2", "mxfp4-swap-ks=4", "mxfp4-swap-ks=8"};
+            "mxfp4-swap-ks=4"};
   // The routed experts have one decode kernel now (the split-K and w2-column variants measured
   // slower: results/2026-12-04-h200-kernel-workbench); PDL and the GEMV limit still apply.
   if (op == "moe_experts") return {"", "pdl=off"};
   // W4A8: moe_experts_mxfp4's kernels on activations rounded to FP8 first (the swapped kernel up
   // to 16 token-expert pairs, the default), or the 8-row kernel at every size.
   if (op == "moe_experts_w4a8") return {"", "mxfp4-swap=off"};
-  if (op == "hc_pre") return {"", "hc-decode=split", "hc-splits=16", "hc-splits=64", "hc-splits=128"};
+  if (op == "hc_pre") return {"", "hc-decode=split", "hc-splits=8", "hc-splits=16", "hc-splits=32", "hc-splits=64"};
   return {"", "attn-splits=1", "attn-splits=16", "attn-decode=off"};
 }
 
