@@ -46,8 +46,10 @@ struct KernelVariants {
   // more tokens want fewer, longer blocks. bench_kernels on an H100 (bf9c48b,
   // results/2026-12-07-h100-swap-ks-hc-splits): hc_pre at 1 token 13.6 / 12.8 / 13.8 / 15.4 us at
   // 16 / 32 / 64 / 128 splits, at 8 tokens 13.8 / 15.8 / 22.4 / 35.6 us (32 was the fixed count
-  // before). Shapes whose 4D does not split into 8-value vectors, or whose slice exceeds the
-  // block's shared memory, take the two-launch path.
+  // before); again at cc6767e, auto against 32: 13.3 against 16.1 us at 8 tokens, 14.8 against
+  // 24.2 at 16, and native batch-8 steps 1.78 % faster (3.762 against 3.829 ms, the defaults
+  // repeating within 0.90 %), batch 1 the same. Shapes whose 4D does not split into 8-value
+  // vectors, or whose slice exceeds the block's shared memory, take the two-launch path.
   int hc_fused_splits = 0;
   // The splits hc-decode=fused takes for T tokens under this setting.
   int hc_splits_for(long long T) const {
