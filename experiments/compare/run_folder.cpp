@@ -7,6 +7,7 @@
 #include <map>
 
 #include "core/error.h"
+#include "core/gzip.h"
 
 namespace sl::compare {
 
@@ -27,10 +28,12 @@ json plan_to_json(const std::vector<PlannedRun>& plan) {
 
 namespace {
 
+// Plain or gzip (recorded folders keep summary.json gzipped to travel small in the repository).
 json read_json_file(const std::string& path) {
-  std::ifstream f(path);
-  SL_CHECK(f, "cannot read '", path, "'");
   try {
+    if (is_gzip_file(path)) return json::parse(gunzip_file(path));
+    std::ifstream f(path);
+    SL_CHECK(f, "cannot read '", path, "'");
     return json::parse(f);
   } catch (const json::exception& e) {
     fail("'", path, "' is not valid JSON: ", e.what());
@@ -55,8 +58,8 @@ RunFolder read_run_folder(const std::string& path) {
   RunFolder f;
   f.path = path;
   SL_CHECK(fs::is_directory(path), "'", path, "' is not a folder");
-  const std::string sp = path + "/summary.json";
-  SL_CHECK(fs::is_regular_file(sp), "'", path, "' is not a compare run folder: it has no summary.json");
+  const std::string sp = plain_or_gz(path + "/summary.json");
+  SL_CHECK(fs::is_regular_file(sp), "'", path, "' is not a compare run folder: it has no summary.json (or summary.json.gz)");
   f.summary = read_json_file(sp);
   const std::string where = "'" + sp + "'";
   SL_CHECK(f.summary.is_object() && f.summary.value("schema", "") == "streamlab.compare/1", where,
@@ -120,12 +123,11 @@ RecordedRun find_recorded_run(const std::string& root, const std::vector<std::st
   std::string best, best_date, match, match_date;
   for (const auto& e : fs::directory_iterator(root, ec)) {
     if (!e.is_directory() || e.path().filename().string().rfind('.', 0) == 0) continue;
-    const std::string sp = e.path().string() + "/summary.json";
+    const std::string sp = plain_or_gz(e.path().string() + "/summary.json");
     if (!fs::is_regular_file(sp)) continue;
     json j;
     try {
-      std::ifstream in(sp);
-      j = json::parse(in);
+      j = read_json_file(sp);
     } catch (...) {
       continue;  // not ours or damaged: never the one shown
     }

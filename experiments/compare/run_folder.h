@@ -1,8 +1,9 @@
-// A compare run folder (results/compare/<date>_<gpu>_<commit>/): summary.json, report.md,
-// report.html, runs/ (one measurement per untraced child process), traces/ (the traced
-// processes: measurement, Kineto JSON, SQLite), logs/. summary.json lists every run with its side,
-// so that the folder can be read back (compare FOLDER, and compare without a GPU, which reads
-// the runs recorded on an H200 that ship in the repository).
+// A compare run folder (results/compare/<date>_<gpu>_<commit>/): summary.json (gzipped as
+// summary.json.gz in the recorded folders), report.md, report.html, runs/ (one measurement per
+// untraced child process), traces/ (the traced processes: measurement, Kineto JSON, SQLite),
+// logs/. summary.json lists every run with its side, so that the folder can be read back (compare
+// FOLDER, and compare without a GPU, which reads the runs recorded on a GPU that ship in the
+// repository).
 #pragma once
 #include <optional>
 #include <string>

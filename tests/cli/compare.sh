@@ -207,15 +207,21 @@ fi
 #    viewer under Xvfb, when this build has it); the measurements stay untouched.
 rec=$(ls -d "$(dirname "$0")"/../../results/compare/*/ | head -n 1)
 cp -r "$rec" "$tmp/rec"
+# A folder's summary, plain or gzipped (the recorded folders keep summary.json.gz).
+summary_json() { python3 -c 'import gzip, json, os, sys
+p = sys.argv[1] if os.path.exists(sys.argv[1]) else sys.argv[1] + ".gz"
+print(json.dumps(json.load(gzip.open(p, "rt") if p.endswith(".gz") else open(p))))' "$1"; }
 if "$bin" view --help 2>&1 | grep -q -- "--screenshot" && command -v xvfb-run >/dev/null; then
   (cd "$tmp/rec" && find runs traces -type f | sort | xargs md5sum) > "$tmp/before.md5"
   # `view --help` lists --screenshot in every build; only running it tells a build without the viewer.
   if xvfb-run -a "$bin" compare "$tmp/rec" --rewrite-report --screenshots > /dev/null 2> "$tmp/rw.err"; then
     (cd "$tmp/rec" && find runs traces -type f | sort | xargs md5sum) | cmp -s - "$tmp/before.md5" || fail "the measurements changed"
-    n=$(python3 -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["settings"]["policies"]))' "$tmp/rec/summary.json")
+    n=$(summary_json "$tmp/rec/summary.json" | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["settings"]["policies"]))')
     test "$(ls "$tmp"/rec/screenshots/*.png | wc -l)" = "$n" || fail "expected a screenshot per policy ($n)"
     grep -q "data:image/png;base64," "$tmp/rec/report.html" || fail "report.html does not embed the screenshots"
-    python3 -c "import json,sys; s=json.load(open(sys.argv[1])); assert s['report_written_by'] and s['settings']['runs']" "$tmp/rec/summary.json"
+    summary_json "$tmp/rec/summary.json" |
+      python3 -c "import json,sys; s=json.load(sys.stdin); assert s['report_written_by'] and s['settings']['runs']" ||
+      fail "the rewritten summary lacks its writer or its runs"
   elif grep -q "built without the viewer" "$tmp/rw.err"; then
     echo "compare: no viewer in this build (STREAMLAB_UI=OFF): the screenshot check is skipped"
   else
@@ -226,6 +232,21 @@ else
   echo "compare: no viewer in this build or no xvfb-run: the screenshot check is skipped"
 fi
 expect_error "exactly one run folder" "$bin" compare "$tmp/night1" "$tmp/night2" --rewrite-report
+
+# 7b. summary.json gzipped (as the recorded folders keep it) reads as the plain file does, and
+#     --rewrite-report keeps the form it found, its reports linking the file by that name.
+cp -r "$rec" "$tmp/recgz"; cp -r "$rec" "$tmp/recplain"
+if [ -f "$tmp/recplain/summary.json.gz" ]; then gunzip "$tmp/recplain/summary.json.gz"; else gzip "$tmp/recgz/summary.json"; fi
+"$bin" compare "$tmp/recplain" | sed 1d > "$tmp/plain.txt" || fail "compare on a plain summary failed"
+"$bin" compare "$tmp/recgz" | sed 1d > "$tmp/gz.txt" || fail "compare on a gzipped summary failed"
+test -s "$tmp/gz.txt" && cmp -s "$tmp/plain.txt" "$tmp/gz.txt" || fail "a gzipped summary.json reads differently from the plain one"
+"$bin" compare "$tmp/recgz" --rewrite-report > /dev/null 2>&1 || fail "--rewrite-report on a gzipped summary failed"
+test -f "$tmp/recgz/summary.json.gz" && ! test -e "$tmp/recgz/summary.json" || fail "--rewrite-report did not keep summary.json gzipped"
+grep -q "^- \[summary.json.gz\](summary.json.gz)$" "$tmp/recgz/report.md" || fail "report.md does not link summary.json.gz"
+"$bin" compare "$tmp/recplain" --rewrite-report > /dev/null 2>&1 || fail "--rewrite-report on a plain summary failed"
+test -f "$tmp/recplain/summary.json" && ! test -e "$tmp/recplain/summary.json.gz" || fail "--rewrite-report gzipped a plain summary"
+head -c 300 "$tmp/recgz/summary.json.gz" > "$tmp/cut.gz" && mv "$tmp/cut.gz" "$tmp/recgz/summary.json.gz"
+expect_error "summary.json.gz" "$bin" compare "$tmp/recgz"
 
 # 8. Bad input: clear errors, exit 1, never a crash.
 expect_error "does not exist" "$bin" compare "$tmp/nope" "$tmp/night1"
