@@ -26,7 +26,8 @@ done
 git rev-parse HEAD > .gpu/COMMIT
 git diff --quiet HEAD || echo "dirty" >> .gpu/COMMIT
 du -sh .gpu; ls -la .gpu
-# The device tool carries at most 64 MiB with the tracked tree (45 MB on 2026-12-07, 41 MB of it results: the recorded compare folders keep summary.json gzipped), so
+# The device tool carries at most 64 MiB with the tracked tree (45 MB on 2026-12-07, 41 MB of it
+# results; the recorded compare folders keep summary.json gzipped to stay so), so
 # the binaries travel as one solid xz archive (they share most of their code: about 6.4 MB for all
 # of them): .gpu-pack/bins.txz, which gpu_round.sh unpacks when GPU_PACK names it. PACK_ONLY packs
 # only the binaries it names (e.g. PACK_ONLY="streamlab" for compare rounds, about 4 MB), with
