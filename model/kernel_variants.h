@@ -148,7 +148,8 @@ struct KernelVariants {
   // The same products either way. Measured on an H100 at 43fdf02
   // (results/2026-12-07-h100-mxfp4-load): the experts 64.0 -> 60.0 us at 1 token and 230.6 ->
   // 233.8 us at 8, native steps -0.42 % at batch 1 and -0.85 % at batch 8 against a baseline that
-  // moved 0.55 % and 0.24 % when repeated: inside the 1 % bar. On an H200 the experts alone
+  // moved 0.55 % and 0.24 % when repeated: inside the 1 % bar; again -0.75 % and -0.62 % at
+  // bf9c48b (results/2026-12-07-h100-swap-ks-hc-splits). On an H200 the experts alone
   // 56.8 -> 53.8 us at 1 token and the same at 8 (results/2026-12-07-h200-mxfp4-loop); its steps
   // there are not timed yet, so plain. The 8-row kernel under mxfp4-mma-blocks=3 and the table
   // and shift decodes load plainly either way. (A third form, each L2 miss fetching 256 bytes,
