@@ -10,6 +10,7 @@ namespace sl {
 
 const char* const kKernelVariantsHelp =
     "CUDA kernel variants, key=value[,key=value...]: attn-decode=on|off, attn-splits=N (0 = auto, at most 16), "
+    "attn-decode-splits=N (0 = auto, at most 16), "
     "gemv-bf16-max-mb=N, pdl=on|off, cublas-workspace-kb=N, mxfp4-mma=on|off, fp8-decode=auto|warp|wide, "
     "mxfp4-wide=on|off, mxfp4-decode=table|shift|shift-quad, mxfp4-swap=on|off|auto, mxfp4-swap-ks=auto|1|2|4|8, "
     "mxfp4-mma-blocks=2|3, mxfp4-load=plain|noalloc, mxfp4-prefill=mma|gemm|auto, fp8-pair=on|off, fp8-wide-blocks=1|2, "
@@ -101,6 +102,8 @@ KernelVariants KernelVariants::parse(const std::string& spec) {
       k.attention_decode_kernel = on_off(key, v);
     } else if (key == "attn-splits") {
       k.attention_splits = int(integer(key, v, 0, 16));  // the merge takes at most 16
+    } else if (key == "attn-decode-splits") {
+      k.attention_decode_splits = int(integer(key, v, 0, 16));  // the same merge
     } else if (key == "gemv-bf16-max-mb") {
       k.gemv_bf16_max_mb = int(integer(key, v, 0, 1000000));
     } else if (key == "pdl") {
@@ -168,7 +171,7 @@ KernelVariants KernelVariants::parse(const std::string& spec) {
       fail("--kernel-variants: '", key, "' is no longer a variant: ", why);
     } else {
       fail("--kernel-variants: unknown key '", key,
-           "' (attn-decode, attn-splits, gemv-bf16-max-mb, pdl, cublas-workspace-kb, mxfp4-mma, fp8-decode, mxfp4-wide, "
+           "' (attn-decode, attn-splits, attn-decode-splits, gemv-bf16-max-mb, pdl, cublas-workspace-kb, mxfp4-mma, fp8-decode, mxfp4-wide, "
            "mxfp4-decode, mxfp4-swap, mxfp4-swap-ks, mxfp4-mma-blocks, mxfp4-load, mxfp4-prefill, fp8-pair, fp8-wide-blocks, "
            "hc-decode, hc-splits, hc-post, kv-norm-rope, fp8-kv)");
     }
@@ -185,6 +188,7 @@ std::string KernelVariants::str() const {
   auto oo = [](bool b) { return b ? "on" : "off"; };
   std::ostringstream s;
   s << "attn-decode=" << oo(attention_decode_kernel) << ",attn-splits=" << attention_splits
+    << ",attn-decode-splits=" << attention_decode_splits
     << ",gemv-bf16-max-mb=" << gemv_bf16_max_mb << ",pdl=" << oo(pdl)
     << ",cublas-workspace-kb=" << (cublas_workspace_bytes >> 10) << ",mxfp4-mma=" << oo(mxfp4_mma)
     << ",fp8-decode=" << fp8_decode_names[int(fp8_decode)] << ",mxfp4-wide=" << oo(mxfp4_wide)

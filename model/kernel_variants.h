@@ -33,6 +33,12 @@ struct KernelVariants {
   // N, as far as the split partials fit the scratch buffer (the merge of the splits takes at most
   // 16). The decode kernel (1-2 tokens) chooses its own.
   int attention_splits = 0;
+  // KV splits of the CUDA-core decode kernel (1-2 tokens): 0 = chosen from the shape (the
+  // default: about two blocks per SM, at least 16 candidates a split, at most 16 splits; a
+  // batch-1 flash layer of 640 candidates takes 16 splits and then the merge's launch), or N in
+  // 1..16 (1: no merge launch, each block walks all candidates), as far as the partials fit the
+  // scratch. Not yet timed on a GPU.
+  int attention_decode_splits = 0;
   // mHC's hc_pre / hc_head at decode sizes (up to 16 tokens): the mix GEMV (1-2 tokens) or the
   // split tensor-core GEMM (3-16) and the finish as separate launches (false), or one launch
   // (true, the default: a batch-8 step 1.4 % faster on an H100, batch 1 the same; results/2026-12-05-h100-decode-candidates):
@@ -182,7 +188,8 @@ struct KernelVariants {
   // than the KV bytes it saves there; results/2026-12-05-h200-defaults-packed-kv).
   bool fp8_kv_packed = false;
 
-  // "key=value,key=value": attn-decode=on|off, attn-splits=N, gemv-bf16-max-mb=N, pdl=on|off,
+  // "key=value,key=value": attn-decode=on|off, attn-splits=N, attn-decode-splits=N,
+  // gemv-bf16-max-mb=N, pdl=on|off,
   // cublas-workspace-kb=N, mxfp4-mma=on|off, fp8-decode=auto|warp|wide, mxfp4-wide=on|off,
   // mxfp4-decode=table|shift|shift-quad, mxfp4-swap=on|off|auto, mxfp4-swap-ks=auto|1|2|4|8,
   // mxfp4-mma-blocks=2|3, mxfp4-load=plain|noalloc, mxfp4-prefill=mma|gemm|auto, fp8-pair=on|off,

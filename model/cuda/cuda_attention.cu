@@ -1233,6 +1233,9 @@ void CudaBackend::sparse_attention(Stream s, const Tensor& o, const Tensor& q, c
     const size_t per_split = size_t(T) * a.HP * size_t(Dh + 2) * 4;
     int64_t ns = std::min<int64_t>({int64_t(kAttnMaxSplits), int64_t(cdiv(2 * sm_count(), dgroups * T)),
                                     std::max<int64_t>(1, cand_max / 16), int64_t(kScratchBytes / per_split)});
+    // Variant attn-decode-splits=N forces N (as far as the partials fit the scratch).
+    if (const int forced = variants().attention_decode_splits; forced > 0)
+      ns = std::min<int64_t>(forced, int64_t(kScratchBytes / per_split));
     ns = std::max<int64_t>(1, ns);
     a.nsplit = int(ns);
     a.part = ns > 1 ? static_cast<float*>(scratch(s, op, size_t(T) * a.HP * ns * size_t(Dh + 2) * 4).ptr) : nullptr;

@@ -30,6 +30,7 @@ TEST(KernelVariants, EmptyIsTheDefaults) {
   const KernelVariants d;
   EXPECT_TRUE(d.attention_decode_kernel);
   EXPECT_EQ(d.attention_splits, 0);
+  EXPECT_EQ(d.attention_decode_splits, 0);
   EXPECT_TRUE(d.pdl);
   EXPECT_EQ(d.cublas_workspace_bytes, size_t(32) << 20);
   EXPECT_EQ(d.gemv_bf16_max_mb, 20);
@@ -58,7 +59,7 @@ TEST(KernelVariants, EmptyIsTheDefaults) {
 
 TEST(KernelVariants, EveryKeyParsesAndPrintsBack) {
   const KernelVariants k = KernelVariants::parse(
-      "attn-decode=off,attn-splits=8,gemv-bf16-max-mb=0,pdl=off,cublas-workspace-kb=0,mxfp4-mma=off,fp8-decode=wide,mxfp4-wide=on,"
+      "attn-decode=off,attn-splits=8,attn-decode-splits=2,gemv-bf16-max-mb=0,pdl=off,cublas-workspace-kb=0,mxfp4-mma=off,fp8-decode=wide,mxfp4-wide=on,"
       "mxfp4-decode=table,mxfp4-swap=on,mxfp4-swap-ks=2,hc-splits=128,mxfp4-mma-blocks=3,mxfp4-load=noalloc,mxfp4-prefill=gemm,fp8-pair=off,fp8-wide-blocks=1,"
       "hc-decode=split,hc-post=fused,kv-norm-rope=fused,fp8-kv=packed");
   EXPECT_FALSE(k.attention_decode_kernel);
@@ -111,6 +112,9 @@ TEST(KernelVariants, EveryKeyParsesAndPrintsBack) {
   EXPECT_EQ(KernelVariants::parse("fp8-decode=wide").changes(), "fp8-decode=wide");
   EXPECT_FALSE(k.mxfp4_mma);
   EXPECT_EQ(k.attention_splits, 8);
+  EXPECT_EQ(k.attention_decode_splits, 2);
+  EXPECT_EQ(KernelVariants::parse("attn-decode-splits=0"), KernelVariants{});
+  EXPECT_EQ(KernelVariants::parse("attn-decode-splits=1").changes(), "attn-decode-splits=1");
   EXPECT_EQ(k.gemv_bf16_max_mb, 0);
   EXPECT_FALSE(k.pdl);
   EXPECT_EQ(k.cublas_workspace_bytes, 0u);
@@ -148,7 +152,8 @@ TEST(KernelVariants, BadInputNamesTheKeyAndWhatItTakes) {
                         Case{"fp8-decode=fast", "expected auto, warp or wide"},
                         Case{"fp8-wide=on", "became fp8-decode"},
                         Case{"attn-splits=-1", "0..16"}, Case{"attn-splits=8x", "0..16"},
-                        Case{"attn-splits=17", "0..16"},
+                        Case{"attn-splits=17", "0..16"}, Case{"attn-decode-splits=17", "0..16"},
+                        Case{"attn-decode-splits=-2", "0..16"},
                         Case{"attn-splits=99999999999999999999", "0..16"}, Case{"gemv-bf16-max-mb=1e3", "0..1000000"},
                         // Variants that measurements retired say so, and where.
                         Case{"moe-decode=splitk", "'moe-decode' is no longer a variant: the split-K MoE decode path"},

@@ -354,7 +354,8 @@ std::vector<std::string> default_variants(const std::string& op) {
   // to 16 token-expert pairs, the default), or the 8-row kernel at every size.
   if (op == "moe_experts_w4a8") return {"", "mxfp4-swap=off"};
   if (op == "hc_pre") return {"", "hc-decode=split", "hc-splits=8", "hc-splits=16", "hc-splits=32", "hc-splits=64"};
-  return {"", "attn-splits=1", "attn-splits=16", "attn-decode=off"};
+  return {"", "attn-splits=1", "attn-splits=16", "attn-decode=off", "attn-decode-splits=1", "attn-decode-splits=4",
+          "attn-decode-splits=8"};
 }
 
 // ---------------------------------------------------------------- measuring
