@@ -13,8 +13,9 @@ const char* const kKernelVariantsHelp =
     "attn-decode-splits=N (0 = auto, at most 16), "
     "gemv-bf16-max-mb=N, pdl=on|off, cublas-workspace-kb=N, mxfp4-mma=on|off, fp8-decode=auto|warp|wide, "
     "mxfp4-wide=on|off, mxfp4-decode=table|shift|shift-quad, mxfp4-swap=on|off|auto, mxfp4-swap-ks=auto|1|2|4|8, "
-    "mxfp4-mma-blocks=2|3, mxfp4-load=plain|noalloc, mxfp4-prefill=mma|gemm|auto, fp8-pair=on|off, fp8-wide-blocks=1|2, "
-    "hc-decode=split|fused, hc-splits=auto|8|16|32|64|128, hc-post=split|fused, kv-norm-rope=split|fused, fp8-kv=packed|emulated (default: the "
+    "mxfp4-mma-blocks=2|3, mxfp4-load=plain|noalloc, mxfp4-prefill=mma|gemm|auto, fp8-pair=on|off, "
+    "fp8-wide-blocks=1|2, hc-decode=split|fused, hc-splits=auto|8|16|32|64|128, hc-post=split|fused, "
+    "kv-norm-rope=split|fused, fp8-kv=packed|emulated (default: the "
     "measured best of each; variants not yet timed on a GPU are off)";
 
 namespace {
@@ -171,9 +172,9 @@ KernelVariants KernelVariants::parse(const std::string& spec) {
       fail("--kernel-variants: '", key, "' is no longer a variant: ", why);
     } else {
       fail("--kernel-variants: unknown key '", key,
-           "' (attn-decode, attn-splits, attn-decode-splits, gemv-bf16-max-mb, pdl, cublas-workspace-kb, mxfp4-mma, fp8-decode, mxfp4-wide, "
-           "mxfp4-decode, mxfp4-swap, mxfp4-swap-ks, mxfp4-mma-blocks, mxfp4-load, mxfp4-prefill, fp8-pair, fp8-wide-blocks, "
-           "hc-decode, hc-splits, hc-post, kv-norm-rope, fp8-kv)");
+           "' (attn-decode, attn-splits, attn-decode-splits, gemv-bf16-max-mb, pdl, cublas-workspace-kb, mxfp4-mma, "
+           "fp8-decode, mxfp4-wide, mxfp4-decode, mxfp4-swap, mxfp4-swap-ks, mxfp4-mma-blocks, mxfp4-load, "
+           "mxfp4-prefill, fp8-pair, fp8-wide-blocks, hc-decode, hc-splits, hc-post, kv-norm-rope, fp8-kv)");
     }
   }
   return k;

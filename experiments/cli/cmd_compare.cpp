@@ -485,7 +485,8 @@ void add_compare_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "compare",
       "The verdict on stream policies: with no inputs, run per-layer vs shared (serial as the reference) on this GPU "
-      "and write a report folder, or without a GPU show the comparison recorded in results/compare (on an H200, or an H100 where no H200 ran it); with inputs (run "
+      "and write a report folder, or without a GPU show the comparison recorded in results/compare (on an H200, or an "
+      "H100 where no H200 ran it); with inputs (run "
       "folders, our JSON / SQLite traces, PyTorch profiler JSON), compare those");
   cmd->add_option("inputs", o->inputs, "run folders or trace files to compare (the first is the baseline A)");
   add_model_options(cmd, o->model);

@@ -59,7 +59,8 @@ RunFolder read_run_folder(const std::string& path) {
   f.path = path;
   SL_CHECK(fs::is_directory(path), "'", path, "' is not a folder");
   const std::string sp = plain_or_gz(path + "/summary.json");
-  SL_CHECK(fs::is_regular_file(sp), "'", path, "' is not a compare run folder: it has no summary.json (or summary.json.gz)");
+  SL_CHECK(fs::is_regular_file(sp), "'", path,
+           "' is not a compare run folder: it has no summary.json (or summary.json.gz)");
   f.summary = read_json_file(sp);
   const std::string where = "'" + sp + "'";
   SL_CHECK(f.summary.is_object() && f.summary.value("schema", "") == "streamlab.compare/1", where,

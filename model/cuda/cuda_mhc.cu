@@ -365,9 +365,9 @@ __device__ __forceinline__ void hc_post_range(const HcArgs& a, int64_t t, int64_
 // hc-decode=fused (up to kHcFusedMaxTokens tokens, the vector path): the mix GEMV (1-2 tokens) or
 // the split tensor-core GEMM (more), and the finish, in one launch.
 // Block (z, t) takes the z-th of S equal ranges of token t's 4D values (S = hc-splits; auto: 32
-// per token up to 4 tokens, fewer above): it stages them in shared memory as floats, sums their squares, and each warp dots
-// them with the rows of fn of its logits (warp w: logits w, w + warps, ...), 16-byte loads of
-// fn, a butterfly per logit.
+// per token up to 4 tokens, fewer above): it stages them in shared memory as floats, sums their
+// squares, and each warp dots them with the rows of fn of its logits (warp w: logits w,
+// w + warps, ...), 16-byte loads of fn, a butterfly per logit.
 // The MIX dots and the sum of squares go to `part` (the stream's scratch); the last of the token's
 // blocks to finish (last_block_to_finish on the token's ticket) adds the splits' values in split
 // order into tot and runs the finish (hc_finish_tail), reading X again from L2. The two-kernel
@@ -475,9 +475,9 @@ bool hc_vec_path(const HcArgs& a, DType xdt) {
 // Whether hc-decode=fused's one launch takes the call: decode sizes on the vector path, 4D a
 // multiple of the splits' 8-value vectors, each split's range within shared memory.
 bool hc_fused_takes(const CudaBackend& be, const HcArgs& a, DType xdt) {
-  const int64_t HD = HC * a.D;
+  const int64_t HD = HC * a.D, S = be.variants().hc_splits_for(a.T);
   return a.T <= kHcFusedMaxTokens && hc_vec_path(a, xdt) && be.variants().hc_decode_fused &&
-         HD % (8 * be.variants().hc_splits_for(a.T)) == 0 && HD / be.variants().hc_splits_for(a.T) <= kHcFusedMaxSlice &&
+         HD % (8 * S) == 0 && HD / S <= kHcFusedMaxSlice &&
          reinterpret_cast<uintptr_t>(a.fn) % 16 == 0;
 }
 
