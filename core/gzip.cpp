@@ -80,10 +80,9 @@ std::string gunzip_file(const std::string& path) {
   return text;
 }
 
-void gzip_file_in_place(const std::string& path) {
-  const std::string in = read_whole(path);
+std::string gzip_string(std::string_view in, const std::string& what) {
   z_stream z{};
-  SL_CHECK(deflateInit2(&z, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) == Z_OK, "'", path, "': cannot start zlib");
+  SL_CHECK(deflateInit2(&z, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) == Z_OK, what, ": cannot start zlib");
   std::string out;
   out.resize(deflateBound(&z, uLong(in.size())) + 64);
   z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
@@ -93,8 +92,12 @@ void gzip_file_in_place(const std::string& path) {
   const int rc = deflate(&z, Z_FINISH);
   out.resize(out.size() - z.avail_out);
   deflateEnd(&z);
-  SL_CHECK(rc == Z_STREAM_END, "'", path, "': compression failed (", rc, ")");
-  write_file_atomic(path + ".gz", out);
+  SL_CHECK(rc == Z_STREAM_END, what, ": compression failed (", rc, ")");
+  return out;
+}
+
+void gzip_file_in_place(const std::string& path) {
+  write_file_atomic(path + ".gz", gzip_string(read_whole(path), "'" + path + "'"));
   std::error_code ec;
   std::filesystem::remove(path, ec);
   SL_CHECK(!ec, "cannot remove '", path, "' after compressing it: ", ec.message());

@@ -16,6 +16,8 @@ bool is_gzip_file(const std::string& path);  // starts with 1f 8b; false when un
 void gunzip_file(const std::string& path, const std::function<void(const char*, size_t)>& out);
 // The whole decompressed content.
 std::string gunzip_file(const std::string& path);
+// `in` gzipped (one member). `what` names the content in an error.
+std::string gzip_string(std::string_view in, const std::string& what);
 // Compresses `path` into `path + ".gz"` (written atomically), then removes `path`.
 void gzip_file_in_place(const std::string& path);
 // `path` if it exists, else `path + ".gz"` if that exists, else `path` (for the error message).

@@ -31,7 +31,7 @@ struct KernelVariants {
   // KV splits of the tensor-core sparse attention (prefill, decode past 2 tokens, and all decode
   // under attn-decode=off): 0 = chosen from the shape (about two blocks per SM); N in 1..16 forces
   // N, as far as the split partials fit the scratch buffer (the merge of the splits takes at most
-  // 16). The decode kernel (1-2 tokens) chooses its own.
+  // 16). The decode kernel (1-2 tokens) takes attn-decode-splits instead.
   int attention_splits = 0;
   // KV splits of the CUDA-core decode kernel (1-2 tokens): 0 = chosen from the shape (the
   // default: about two blocks per SM, at least 16 candidates a split, at most 16 splits; a
@@ -42,8 +42,8 @@ struct KernelVariants {
   // mHC's hc_pre / hc_head at decode sizes (up to 16 tokens): the mix GEMV (1-2 tokens) or the
   // split tensor-core GEMM (3-16) and the finish as separate launches (false), or one launch
   // (true, the default: a batch-8 step 1.4 % faster on an H100, batch 1 the same; results/2026-12-05-h100-decode-candidates):
-  // 32 blocks per token each dot a range of the token's 4D values with fn, and the last of them
-  // to finish runs the finish.
+  // hc-splits blocks per token each dot a range of the token's 4D values with fn, and the last of
+  // them to finish runs the finish.
   bool hc_decode_fused = true;
   // Blocks per token of hc-decode=fused's launch: each dots 4D / splits values with fn's rows,
   // and the last of them sums the splits' partials and finishes. 0 = auto (the default): about

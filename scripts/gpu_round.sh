@@ -58,6 +58,9 @@ for st in $stages; do case $st in
     # H200, and 1368 tests at 36 settings ran past 420 s on an H100 at cc6767e.) One shard writes
     # test_cuda_ops.log, more write test_cuda_ops_shardI.log, each with its own exit code.
     nsh=${OPS_SHARDS:-4}; pids=()
+    if ! [[ $nsh =~ ^[1-9][0-9]?$ ]]; then
+      echo "tests: OPS_SHARDS=$nsh: expected a count of 1 to 99; the op tests did not run"; rc[test_cuda_ops]=2; nsh=0
+    fi
     for i in $(seq 0 $((nsh - 1))); do
       log=test_cuda_ops; [ "$nsh" -gt 1 ] && log=test_cuda_ops_shard$i
       echo "=== $log: $B/test_cuda_ops (shard $i of $nsh)"

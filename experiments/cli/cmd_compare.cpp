@@ -419,7 +419,8 @@ int run_inputs(const CompareCliOptions& o) {
           if (!r.screenshots.empty() && std::find(r.files.begin(), r.files.end(), "screenshots/") == r.files.end())
             r.files.push_back("screenshots/");
           compare::write_report_files(r, in);
-          std::fprintf(stderr, "compare: rewrote %s/report.md, report.html and summary.json\n", in.c_str());
+          std::fprintf(stderr, "compare: rewrote %s/report.md, report.html and %s\n", in.c_str(),
+                       fs::path(compare::summary_path(in)).filename().c_str());
         }
         return finish(r, o);
       }

@@ -11,6 +11,7 @@
 #include "core/gzip.h"
 #include "core/stats.h"
 #include "experiments/compare/report.h"
+#include "experiments/compare/run_folder.h"
 #include "experiments/compare/structure.h"
 #include "experiments/compare/svg_plot.h"
 
@@ -211,7 +212,7 @@ void write_report_files(const Report& r, const std::string& folder) {
   // A folder whose summary is gzipped (recorded folders in the repository: about 1 MB plain, a
   // tenth gzipped) keeps it gzipped, and its reports link the file by that name.
   const std::string plain = folder + "/summary.json";
-  const bool gz = !std::filesystem::exists(plain) && std::filesystem::exists(plain + ".gz");
+  const bool gz = summary_path(folder) == plain + ".gz";
   Report rr = r;
   const std::string kPlain = "summary.json", kGz = "summary.json.gz";
   std::replace(rr.files.begin(), rr.files.end(), gz ? kPlain : kGz, gz ? kGz : kPlain);
@@ -219,8 +220,11 @@ void write_report_files(const Report& r, const std::string& folder) {
   // The plan, so that the folder can be read back (compare FOLDER, recorded runs). Compact: with
   // the structure tables it is about 1 MB, a quarter of that indentation, and recorded folders
   // travel with the repository (report.md is the readable form).
-  write_file_atomic(plain, j.dump() + "\n");
-  if (gz) gzip_file_in_place(plain);
+  // Gzipped in memory and written in one atomic step: no plain copy appears beside it.
+  if (gz)
+    write_file_atomic(plain + ".gz", gzip_string(j.dump() + "\n", "'" + plain + ".gz'"));
+  else
+    write_file_atomic(plain, j.dump() + "\n");
   write_file_atomic(folder + "/report.md", report_markdown(rr));
   write_file_atomic(folder + "/report.html", report_html(rr));
 }

@@ -54,11 +54,19 @@ std::string inside(const std::string& folder, const std::string& rel, const std:
 
 }  // namespace
 
+std::string summary_path(const std::string& folder) {
+  const std::string plain = folder + "/summary.json";
+  std::error_code ec;
+  SL_CHECK(!(fs::exists(plain, ec) && fs::exists(plain + ".gz", ec)), "'", folder,
+           "' holds both summary.json and summary.json.gz: keep the current one");
+  return plain_or_gz(plain);
+}
+
 RunFolder read_run_folder(const std::string& path) {
   RunFolder f;
   f.path = path;
   SL_CHECK(fs::is_directory(path), "'", path, "' is not a folder");
-  const std::string sp = plain_or_gz(path + "/summary.json");
+  const std::string sp = summary_path(path);
   SL_CHECK(fs::is_regular_file(sp), "'", path,
            "' is not a compare run folder: it has no summary.json (or summary.json.gz)");
   f.summary = read_json_file(sp);
@@ -124,10 +132,10 @@ RecordedRun find_recorded_run(const std::string& root, const std::vector<std::st
   std::string best, best_date, match, match_date;
   for (const auto& e : fs::directory_iterator(root, ec)) {
     if (!e.is_directory() || e.path().filename().string().rfind('.', 0) == 0) continue;
-    const std::string sp = plain_or_gz(e.path().string() + "/summary.json");
-    if (!fs::is_regular_file(sp)) continue;
     json j;
     try {
+      const std::string sp = summary_path(e.path().string());  // throws on two summaries: skipped
+      if (!fs::is_regular_file(sp)) continue;
       j = read_json_file(sp);
     } catch (...) {
       continue;  // not ours or damaged: never the one shown

@@ -27,6 +27,11 @@ struct RunFolder {
   std::optional<std::string> baseline_again, reference;
 };
 
+// The folder's summary: summary.json, or summary.json.gz where only that exists. A folder holding
+// both is refused (which one is current cannot be told). Without either, summary.json (for the
+// caller's error message).
+std::string summary_path(const std::string& folder);
+
 // Throws sl::Error naming the folder and what is missing or malformed.
 RunFolder read_run_folder(const std::string& path);
 

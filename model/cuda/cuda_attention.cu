@@ -1237,6 +1237,7 @@ void CudaBackend::sparse_attention(Stream s, const Tensor& o, const Tensor& q, c
     if (const int forced = variants().attention_decode_splits; forced > 0)
       ns = std::min<int64_t>(forced, int64_t(kScratchBytes / per_split));
     ns = std::max<int64_t>(1, ns);
+    SL_CHECK(ns <= kAttnMaxSplits, op, ": ", ns, " KV splits, more than the merge's ", kAttnMaxSplits);
     a.nsplit = int(ns);
     a.part = ns > 1 ? static_cast<float*>(scratch(s, op, size_t(T) * a.HP * ns * size_t(Dh + 2) * 4).ptr) : nullptr;
     const size_t smem = attn_decode_smem_bytes(int(Dh));

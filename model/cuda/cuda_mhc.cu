@@ -477,7 +477,7 @@ bool hc_vec_path(const HcArgs& a, DType xdt) {
 bool hc_fused_takes(const CudaBackend& be, const HcArgs& a, DType xdt) {
   const int64_t HD = HC * a.D, S = be.variants().hc_splits_for(a.T);
   return a.T <= kHcFusedMaxTokens && hc_vec_path(a, xdt) && be.variants().hc_decode_fused &&
-         HD % (8 * S) == 0 && HD / S <= kHcFusedMaxSlice &&
+         HD % (8 * S) == 0 && HD / S <= kHcFusedMaxSlice && a.D % (HD / S) == 0 &&  // a range within one stream
          reinterpret_cast<uintptr_t>(a.fn) % 16 == 0;
 }
 

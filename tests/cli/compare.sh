@@ -243,10 +243,18 @@ test -s "$tmp/gz.txt" && cmp -s "$tmp/plain.txt" "$tmp/gz.txt" || fail "a gzippe
 "$bin" compare "$tmp/recgz" --rewrite-report > /dev/null 2>&1 || fail "--rewrite-report on a gzipped summary failed"
 test -f "$tmp/recgz/summary.json.gz" && ! test -e "$tmp/recgz/summary.json" || fail "--rewrite-report did not keep summary.json gzipped"
 grep -q "^- \[summary.json.gz\](summary.json.gz)$" "$tmp/recgz/report.md" || fail "report.md does not link summary.json.gz"
+summary_json "$tmp/recgz/summary.json" | python3 -c "import json,sys; assert 'summary.json.gz' in json.load(sys.stdin)['files']" ||
+  fail "the rewritten gzipped summary does not list itself as summary.json.gz"
 "$bin" compare "$tmp/recplain" --rewrite-report > /dev/null 2>&1 || fail "--rewrite-report on a plain summary failed"
 test -f "$tmp/recplain/summary.json" && ! test -e "$tmp/recplain/summary.json.gz" || fail "--rewrite-report gzipped a plain summary"
+grep -q "^- \[summary.json\](summary.json)$" "$tmp/recplain/report.md" || fail "report.md of a plain summary does not link summary.json"
+# Both forms at once: which is current cannot be told, so the folder is refused (and a recorded
+# folder like it is never the one shown).
+cp "$tmp/recplain/summary.json" "$tmp/recgz/"
+expect_error "holds both summary.json and summary.json.gz" "$bin" compare "$tmp/recgz"
+rm "$tmp/recgz/summary.json"
 head -c 300 "$tmp/recgz/summary.json.gz" > "$tmp/cut.gz" && mv "$tmp/cut.gz" "$tmp/recgz/summary.json.gz"
-expect_error "summary.json.gz" "$bin" compare "$tmp/recgz"
+expect_error "summary.json.gz': the gzip data ends early" "$bin" compare "$tmp/recgz"
 
 # 8. Bad input: clear errors, exit 1, never a crash.
 expect_error "does not exist" "$bin" compare "$tmp/nope" "$tmp/night1"

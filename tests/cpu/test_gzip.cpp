@@ -54,3 +54,17 @@ TEST(Gzip, TruncatedOrDamagedDataIsAnError) {
   std::ofstream(d.path + "/bad.gz", std::ios::binary) << all;
   EXPECT_THROW(load_trace(d.path + "/bad.gz"), sl::Error);
 }
+
+// gzip_string's output is a gzip file that gunzip_file reads back byte for byte (empty and
+// binary content included); zlib's own gzip format, checked by its magic bytes.
+TEST(Gzip, StringRoundTrip) {
+  TempDir d;
+  std::string binary(70000, '\0');
+  for (size_t i = 0; i < binary.size(); ++i) binary[i] = char((i * 2654435761u) >> 13);
+  for (const std::string& s : {std::string(), std::string("{\"a\": 1}\n"), binary}) {
+    const std::string path = d.path + "/s.gz";
+    std::ofstream(path, std::ios::binary) << sl::gzip_string(s, "test");
+    ASSERT_TRUE(sl::is_gzip_file(path));
+    EXPECT_EQ(sl::gunzip_file(path), s);
+  }
+}

@@ -78,7 +78,7 @@ double rel_err(const std::vector<float>& got, const std::vector<float>& ref) {
 // never takes (the tensor-core attention at decode, cuBLAS for every GEMM, ...).
 const char* const kVariants[] = {
     "",  // the defaults
-    "attn-decode=off", "attn-splits=1", "attn-splits=16", "attn-decode-splits=1", "attn-decode-splits=4",
+    "attn-decode=off", "attn-splits=1", "attn-splits=16", "attn-decode-splits=1", "attn-decode-splits=16",
     "gemv-bf16-max-mb=0", "pdl=off", "cublas-workspace-kb=0", "mxfp4-mma=off", "fp8-decode=warp", "fp8-decode=wide",
     "mxfp4-decode=table,mxfp4-swap=off", "mxfp4-decode=table,mxfp4-wide=on,mxfp4-swap=off", "mxfp4-swap=off",
     "mxfp4-wide=on,mxfp4-swap=off", "mxfp4-decode=shift,mxfp4-swap=off",
