@@ -1225,19 +1225,25 @@ void CudaBackend::sparse_attention(Stream s, const Tensor& o, const Tensor& q, c
 
   // Decode: the CUDA-core kernel (sparse_attention_decode_kernel) for a few tokens and head dims
   // of 64..512 (variant attn-decode=off keeps the tensor-core kernel, for comparison runs).
+  // The KV splits a kernel takes: `want` (chosen from the shape, or a variant's count), at least
+  // one, as far as the split partials fit the stream's scratch, and never more than the merge takes.
+  const size_t per_split = size_t(T) * a.HP * size_t(Dh + 2) * 4;
+  auto fit_splits = [&](int64_t want) {
+    const int64_t n = std::max<int64_t>(1, std::min<int64_t>(want, int64_t(kScratchBytes / per_split)));
+    SL_CHECK(n <= kAttnMaxSplits, op, ": ", n, " KV splits, more than the merge's ", kAttnMaxSplits);
+    return int(n);
+  };
   if (variants().attention_decode_kernel && T <= kDecodeAttnMaxTokens && (Dh == 64 || Dh == 128 || Dh == 256 || Dh == 512)) {
     const int64_t dgroups = cdiv(H, DHPB);
     const int64_t cand_max = int64_t(window) + (mode == CompressedKeys::Selected ? K
                                                 : mode == CompressedKeys::All ? n_max : 0);
-    // About two blocks per SM, at least 16 candidates per split, partials within the scratch.
-    const size_t per_split = size_t(T) * a.HP * size_t(Dh + 2) * 4;
-    int64_t ns = std::min<int64_t>({int64_t(kAttnMaxSplits), int64_t(cdiv(2 * sm_count(), dgroups * T)),
-                                    std::max<int64_t>(1, cand_max / 16), int64_t(kScratchBytes / per_split)});
-    // Variant attn-decode-splits=N forces N (as far as the partials fit the scratch).
-    if (const int forced = variants().attention_decode_splits; forced > 0)
-      ns = std::min<int64_t>(forced, int64_t(kScratchBytes / per_split));
-    ns = std::max<int64_t>(1, ns);
-    SL_CHECK(ns <= kAttnMaxSplits, op, ": ", ns, " KV splits, more than the merge's ", kAttnMaxSplits);
+    // About two blocks per SM and at least 16 candidates per split; variant attn-decode-splits=N
+    // forces N.
+    const int forced = variants().attention_decode_splits;
+    const int64_t ns = fit_splits(forced > 0 ? forced
+                                             : std::min<int64_t>({int64_t(kAttnMaxSplits),
+                                                                  int64_t(cdiv(2 * sm_count(), dgroups * T)),
+                                                                  std::max<int64_t>(1, cand_max / 16)}));
     a.nsplit = int(ns);
     a.part = ns > 1 ? static_cast<float*>(scratch(s, op, size_t(T) * a.HP * ns * size_t(Dh + 2) * 4).ptr) : nullptr;
     const size_t smem = attn_decode_smem_bytes(int(Dh));
@@ -1262,21 +1268,12 @@ void CudaBackend::sparse_attention(Stream s, const Tensor& o, const Tensor& q, c
 
   // Split the candidates over several blocks when the (head group, token) grid alone would leave
   // most SMs idle (decode), as far as the partials fit the stream's scratch.
+  // Tuning experiments: variant attn-splits=N (N <= kAttnMaxSplits, parse's limit) forces N splits.
   const int64_t groups = cdiv(H, AHG);
-  int nsplit = 1;
-  if (groups * T < sm_count()) {
-    const int64_t want = std::min<int64_t>(16, cdiv(sm_count(), groups * T));
-    const size_t per_split = size_t(T) * a.HP * size_t(Dh + 2) * 4;
-    const int64_t fit = int64_t(kScratchBytes / per_split);
-    nsplit = int(std::max<int64_t>(1, std::min(want, fit)));
-  }
-  // Tuning experiments: variant attn-splits=N (N <= kAttnMaxSplits, parse's limit) forces N splits
-  // (as far as they fit the scratch).
-  if (const int forced_split = variants().attention_splits; forced_split > 0) {
-    const size_t per_split = size_t(T) * a.HP * size_t(Dh + 2) * 4;
-    nsplit = int(std::max<int64_t>(1, std::min<int64_t>(forced_split, int64_t(kScratchBytes / per_split))));
-  }
-  SL_CHECK(nsplit <= kAttnMaxSplits, op, ": ", nsplit, " KV splits, more than the merge's ", kAttnMaxSplits);
+  const int forced_split = variants().attention_splits;
+  const int nsplit = fit_splits(forced_split > 0 ? forced_split
+                                : groups * T < sm_count() ? std::min<int64_t>(16, cdiv(sm_count(), groups * T))
+                                                          : 1);
   a.nsplit = nsplit;
   if (nsplit > 1) a.part = static_cast<float*>(scratch(s, op, size_t(T) * a.HP * nsplit * size_t(Dh + 2) * 4).ptr);
 
