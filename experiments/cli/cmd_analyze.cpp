@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/input_file.h"
 #include "experiments/cli/commands.h"
+#include "experiments/cli/number_checks.h"
 #include "profiler/analysis.h"
 #include "profiler/job_ranks.h"
 #include "profiler/summary.h"
@@ -189,15 +190,20 @@ void add_analyze_command(CLI::App& app) {
                 "kernel start");
   cmd->add_option("--main-stream", o->main_stream,
                   "CUPTI stream id of the main (current) stream; other streams count as aux streams (default: the "
-                  "stream with the most kernel time)");
+                  "stream with the most kernel time)")
+      ->check(CLI::Range(int64_t(0), int64_t(UINT32_MAX)));
   cmd->add_flag("--json", o->json, "print the full result as JSON (times in ns) instead of the text report");
   cmd->add_option("--kernel-wait-us", o->kernel_wait_us,
                   "HTA idle breakdown: gaps under this many microseconds are 'kernel wait'")
+      ->check(finite_in(0, 1e9))
       ->capture_default_str();
   cmd->add_option("--false-dep-epsilon-ns", o->false_dep_epsilon_ns,
                   "a queue wait ending within this many ns of another stream's kernel end is a suspected false dependency")
+      ->check(CLI::Range(int64_t(0), int64_t(1'000'000'000'000)))
       ->capture_default_str();
-  cmd->add_option("--top", o->top, "kernel names listed in the text report")->capture_default_str();
+  cmd->add_option("--top", o->top, "kernel names listed in the text report")
+      ->check(CLI::Range(size_t(0), size_t(1'000'000)))
+      ->capture_default_str();
   cmd->add_flag("--allow-invalid-records", o->allow_invalid,
                 "exit 0 even when the trace reports dropped / zero-timestamp / end<start records or records the "
                 "loader rejected (the rest of the trace is analysed)");

@@ -25,6 +25,7 @@
 #include "core/gzip.h"
 #include "experiments/cli/backend_choice.h"
 #include "experiments/cli/commands.h"
+#include "experiments/cli/number_checks.h"
 #include "experiments/cli/model_options.h"
 #include "experiments/cli/provenance.h"
 #include "experiments/compare/child_process.h"
@@ -533,8 +534,10 @@ void add_compare_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--fail-if-slower", o->fail_if_slower,
                   "exit 3 when the 95 % interval says a contender's whole step is slower than A by more than PCT "
-                  "percent");
+                  "percent")
+      ->check(finite_in(0, 1000));
   cmd->add_option("--child-timeout", o->child_timeout_s, "live: seconds one child process may take")
+      ->check(finite_in(0, 1e6, true))
       ->capture_default_str();
   cmd->add_flag("--json", o->json, "print the summary as JSON on stdout (progress stays on stderr)");
   cmd->add_flag("--screenshots", o->screenshots,

@@ -25,6 +25,7 @@
 #include "core/stats.h"
 #include "experiments/cli/backend_choice.h"
 #include "experiments/cli/commands.h"
+#include "experiments/cli/number_checks.h"
 #include "experiments/cli/model_options.h"
 #include "experiments/cli/provenance.h"
 #include "experiments/compare/child_process.h"
@@ -418,8 +419,11 @@ int sweep_main(const SweepOptions& o) {
   }
   size_t failed = 0;
   for (const auto& [id, r] : done) failed += r.status != "ok";
-  if (failed) std::fprintf(stderr, "sweep: %zu cells failed (reasons in summary.json and logs/)\n", failed);
-  return 0;
+  if (!failed) return 0;
+  // A nightly job must notice: the table above has the cells that ran, the exit status says not all did.
+  std::fprintf(stderr, "sweep: %zu of %zu cells failed (reasons in summary.json and logs/; --resume --retry-failed "
+               "runs them again)\n", failed, total);
+  return 1;
 }
 
 }  // namespace
@@ -428,7 +432,8 @@ void add_sweep_command(CLI::App& app) {
   auto o = std::make_shared<SweepOptions>();
   CLI::App* cmd = app.add_subcommand(
       "sweep", "Stream policies over a grid (policy x MTP layers x MTP compress x hardware queues x eager/graph x "
-               "batch), each cell in its own process; resumable after a kill (--resume)");
+               "batch), each cell in its own process; resumable after a kill (--resume). Exit status: 0 every cell ran, 1 "
+               "an error or a cell that failed (the others' results are still written), 130 interrupted");
   cmd->add_option("--policies", o->policies, "policies (the first two are compared per setting)")->capture_default_str();
   cmd->add_option("--mtp-layers", o->mtp_layers, "MTP layer counts")->capture_default_str();
   cmd->add_option("--mtp-compress", o->mtp_compress, "MTP compress ratios (0, 4, 128)")->capture_default_str();
@@ -471,9 +476,22 @@ void add_sweep_command(CLI::App& app) {
       ->each([o](const std::string&) { o->out_dir_given = true; });
   cmd->add_option("--resume", o->resume, "continue the sweep in this folder (its grid and settings)");
   cmd->add_flag("--retry-failed", o->retry_failed, "with --resume: run failed cells again");
-  cmd->add_option("--child-timeout", o->child_timeout_s, "seconds one cell may take")->capture_default_str();
+  cmd->add_option("--child-timeout", o->child_timeout_s, "seconds one cell may take")
+      ->check(finite_in(0, 1e6, true))
+      ->capture_default_str();
   cmd->add_flag("--json", o->json_out, "print summary.json instead of the table");
-  cmd->callback([o] {
+  cmd->callback([o, cmd] {
+    // A resumed sweep runs the folder's own grid and settings (sweep.json): an option that would
+    // change them is refused rather than silently ignored.
+    if (!o->resume.empty()) {
+      std::string given;
+      for (const CLI::Option* opt : cmd->get_options())
+        if (opt->count() > 0 && opt->get_name() != "--resume" && opt->get_name() != "--retry-failed" &&
+            opt->get_name() != "--child-timeout" && opt->get_name() != "--json" && opt->get_name() != "--help")
+          given += (given.empty() ? "" : ", ") + opt->get_name();
+      SL_CHECK(given.empty(), "sweep --resume: the folder's sweep.json fixes the grid and settings; ", given,
+               " cannot change them (start a new sweep for another grid)");
+    }
     if (o->gpus > 0) {
       o->backend = "cuda";
       o->expert_ranks = o->gpus;

@@ -12,6 +12,17 @@ expect_error "draft_steps (100000) must be <= 4096" "$bin" schedule --draft-step
 expect_error "needs more positions than the config's max_position_embeddings" \
   "$bin" run --backend cpu --steps 2147483647
 expect_error "must be a whole number >= 0, not '-1'" "$bin" run --backend cpu --seed -1 --steps 1
+# Numeric thresholds: NaN, infinities and values out of range refused by name (CLI11's range
+# check alone lets NaN through, which switched compare's --fail-if-slower gate off).
+trace=$(ls "$(dirname "$0")"/../../results/compare/*/traces/*.json.gz | head -n 1)
+expect_error "'nan' is not a finite number" "$bin" analyze --kernel-wait-us nan "$trace"
+expect_error "-5 is outside" "$bin" analyze --kernel-wait-us -5 "$trace"
+expect_error "not in range" "$bin" analyze --top -1 "$trace"
+expect_error "not in range" "$bin" analyze --false-dep-epsilon-ns 99999999999999999999 "$trace"
+expect_error "not in range" "$bin" analyze --main-stream -1 "$trace"
+expect_error "'nan' is not a finite number" "$bin" compare "$trace" "$trace" --fail-if-slower nan
+expect_error "-5 is outside" "$bin" compare "$trace" "$trace" --fail-if-slower -5
+expect_error "'-inf' is not a finite number" "$bin" compare "$trace" "$trace" --child-timeout -inf
 # flash in f32 on the CPU: about 1.1 TB of weights.
 expect_error "GiB are available" "$bin" run --config flash --backend cpu --steps 1
 grep -q "GiB of weights" "$tmp/out" || fail "the memory refusal does not name the weights' size"

@@ -43,4 +43,16 @@ expect_error "not an integer" "$bin" sweep --backend cpu --mtp-layers 1,x --out-
 expect_error "must be 0, 4 or 128" "$bin" sweep --backend cpu --mtp-compress 3 --out-dir "$tmp"
 expect_error "unknown stream policy" "$bin" sweep --backend cpu --policies shared,bogus --modes eager --out-dir "$tmp"
 expect_error "no sweep.json" "$bin" sweep --resume "$tmp"
+# --resume runs the folder's own grid: an option that would change it is refused, not ignored.
+expect_error "cannot change them" "$bin" sweep --resume "$folder" --steps 100 --batches 7
+expect_error "is outside (0" "$bin" sweep --backend cpu --child-timeout 0 --out-dir "$tmp"
+expect_error "not a finite number" "$bin" sweep --backend cpu --child-timeout nan --out-dir "$tmp"
+# Cells that fail (here: every child past a 50 ms limit) leave the summary written and exit 1, so
+# that a nightly job notices; --resume --retry-failed would run them again.
+mkdir "$tmp/failing"
+rc=0; "$bin" sweep --backend cpu --config tiny --context 16 --modes eager --mtp-layers 1 --mtp-compress 0 \
+  --connections 0 --batches 1 --child-timeout 0.05 --out-dir "$tmp/failing" > /dev/null 2> "$tmp/failing.err" || rc=$?
+[ "$rc" = 1 ] || fail "a sweep whose cells failed should exit 1, not $rc: $(tail -n 3 "$tmp/failing.err")"
+grep -q "2 of 2 cells failed" "$tmp/failing.err" || fail "the failed cells are not reported: $(cat "$tmp/failing.err")"
+test -s "$(ls -d "$tmp"/failing/*_sweep)/summary.json" || fail "a sweep with failed cells should still write its summary"
 echo "sweep: all checks passed"
