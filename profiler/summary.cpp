@@ -1,6 +1,7 @@
 #include "profiler/summary.h"
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -398,37 +399,58 @@ void write_gpu_ops_csv(const Trace& t, std::ostream& o) {
       << m.bytes << ",," << m.graph_node_id << '\n';
 }
 
-// A new folder is built under a temporary name and renamed into place when every table is
-// written (complete or absent); in an existing folder each table replaces its file atomically.
+// Every table is written and synced in a staging folder first, so that a failed write (a full
+// disk) leaves the destination as it was. A new folder is that staging folder renamed into place.
+// In an existing folder the staging folder lies inside it (the same filesystem) and its tables are
+// then renamed over the old ones; an earlier export's ranges.csv that this one does not write is
+// removed (reported in *removed), so that the folder's tables all come from one trace.
 // The folder's parent must exist: nothing is created behind the user's back.
-std::vector<std::string> write_csv_dir(const Trace& t, const AnalysisResult& r, const std::string& dir) {
+std::vector<std::string> write_csv_dir(const Trace& t, const AnalysisResult& r, const std::string& dir,
+                                       std::vector<std::string>* removed) {
+  namespace fs = std::filesystem;
   std::error_code ec;
-  std::unique_ptr<StagedDir> staged;
-  if (std::filesystem::exists(dir, ec)) {
-    SL_CHECK(std::filesystem::is_directory(dir, ec), "cannot write the CSV tables to '", dir,
-             "': it exists and is not a folder");
+  const bool existing = fs::exists(dir, ec);
+  if (existing) {
+    SL_CHECK(fs::is_directory(dir, ec), "cannot write the CSV tables to '", dir, "': it exists and is not a folder");
+    remove_stale_staging(dir);  // left by an export that was killed
   } else {
-    const std::filesystem::path parent = std::filesystem::path(dir).has_parent_path()
-                                             ? std::filesystem::path(dir).parent_path()
-                                             : std::filesystem::path(".");
-    SL_CHECK(std::filesystem::is_directory(parent, ec), "cannot write the CSV tables to '", dir, "': its folder '",
+    const fs::path parent = fs::path(dir).has_parent_path() ? fs::path(dir).parent_path() : fs::path(".");
+    SL_CHECK(fs::is_directory(parent, ec), "cannot write the CSV tables to '", dir, "': its folder '",
              parent.string(), "' does not exist");
-    staged = std::make_unique<StagedDir>(dir);
   }
-  const std::string into = staged ? staged->path() : dir;
-  std::vector<std::string> files;
+  StagedDir staged(existing ? (fs::path(dir) / ".csv-tables").string() : dir);
+  std::vector<std::string> names, files;
   auto one = [&](const std::string& name, auto&& writer) {
     std::ostringstream os;
     writer(os);
-    write_file_atomic((std::filesystem::path(into) / name).string(), os.str());
-    files.push_back((std::filesystem::path(dir) / name).string());
+    write_file_atomic((fs::path(staged.path()) / name).string(), os.str());
+    names.push_back(name);
+    files.push_back((fs::path(dir) / name).string());
   };
-  one("summary.csv", [&](std::ostream& o) { write_summary_csv(r, o); });
-  one("streams.csv", [&](std::ostream& o) { write_streams_csv(r, o); });
-  one("kernel_stats.csv", [&](std::ostream& o) { write_kernel_stats_csv(r, o); });
-  one("gpu_ops.csv", [&](std::ostream& o) { write_gpu_ops_csv(t, o); });
-  if (r.range) one("ranges.csv", [&](std::ostream& o) { write_ranges_csv(r, o); });
-  if (staged) staged->commit();
+  try {
+    one("summary.csv", [&](std::ostream& o) { write_summary_csv(r, o); });
+    one("streams.csv", [&](std::ostream& o) { write_streams_csv(r, o); });
+    one("kernel_stats.csv", [&](std::ostream& o) { write_kernel_stats_csv(r, o); });
+    one("gpu_ops.csv", [&](std::ostream& o) { write_gpu_ops_csv(t, o); });
+    if (r.range) one("ranges.csv", [&](std::ostream& o) { write_ranges_csv(r, o); });
+  } catch (const Error& e) {
+    fail("the CSV tables were not written to '", dir, "' (", existing ? "its tables are as they were" : "no folder was created",
+         "): ", e.what());
+  }
+  if (!existing) {
+    staged.commit();
+    return files;
+  }
+  for (const auto& name : names) {
+    const std::string from = (fs::path(staged.path()) / name).string(), to = (fs::path(dir) / name).string();
+    if (::rename(from.c_str(), to.c_str()) != 0)
+      fail("cannot rename '", from, "' to '", to, "': ", std::strerror(errno));
+  }
+  const fs::path stale = fs::path(dir) / "ranges.csv";
+  if (!r.range && fs::is_regular_file(stale, ec)) {
+    SL_CHECK(fs::remove(stale, ec) && !ec, "cannot remove the earlier export's '", stale.string(), "': ", ec.message());
+    if (removed) removed->push_back(stale.string());
+  }
   return files;
 }
 

@@ -25,8 +25,11 @@ void write_summary_csv(const AnalysisResult& r, std::ostream& out);    // key,va
 void write_gpu_ops_csv(const Trace& t, std::ostream& out);             // one row per kernel / memcpy / memset
 
 // Writes summary.csv, streams.csv, kernel_stats.csv, gpu_ops.csv and (with a range) ranges.csv
-// into `dir` (created when missing). Returns the files written. Throws sl::Error on I/O errors.
-std::vector<std::string> write_csv_dir(const Trace& t, const AnalysisResult& r, const std::string& dir);
+// into `dir` (created when missing; its parent must exist), all or none: on an I/O error (thrown
+// as sl::Error) the folder is left as it was. Returns the files written; an earlier export's
+// ranges.csv that this one does not replace is removed and named in *removed.
+std::vector<std::string> write_csv_dir(const Trace& t, const AnalysisResult& r, const std::string& dir,
+                                       std::vector<std::string>* removed = nullptr);
 
 // Resource counts seen as API calls (ResourceSummary::api): JSON object and one line of text.
 // Shared with the trace profile's report.

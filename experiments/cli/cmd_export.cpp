@@ -63,7 +63,10 @@ void run(const ExportOptions& o) {
     ao.range = o.range;
     if (o.main_stream >= 0) ao.main_stream = uint32_t(o.main_stream);
     prof::AnalysisResult r = prof::analyze(trace, ao);
-    for (const auto& f : prof::write_csv_dir(trace, r, o.out)) std::fprintf(stderr, "streamlab: wrote %s\n", f.c_str());
+    std::vector<std::string> removed;
+    for (const auto& f : prof::write_csv_dir(trace, r, o.out, &removed)) std::fprintf(stderr, "streamlab: wrote %s\n", f.c_str());
+    for (const auto& f : removed)
+      std::fprintf(stderr, "streamlab: removed %s (an earlier export's table; this one has no --range)\n", f.c_str());
   } else {
     fail("--to ", o.to, ": expected kineto, sqlite or csv");
   }

@@ -14,7 +14,8 @@ expect_error "needs more positions than the config's max_position_embeddings" \
 expect_error "must be a whole number >= 0, not '-1'" "$bin" run --backend cpu --seed -1 --steps 1
 # Numeric thresholds: NaN, infinities and values out of range refused by name (CLI11's range
 # check alone lets NaN through, which switched compare's --fail-if-slower gate off).
-trace=$(ls "$(dirname "$0")"/../../results/compare/*/traces/*.json.gz | head -n 1)
+traces=("$(dirname "$0")"/../../results/compare/*/traces/*.json.gz); trace=${traces[0]}  # (no `ls | head`: SIGPIPE under pipefail)
+[ -f "$trace" ] || fail "no recorded trace under results/compare/*/traces/"
 expect_error "'nan' is not a finite number" "$bin" analyze --kernel-wait-us nan "$trace"
 expect_error "-5 is outside" "$bin" analyze --kernel-wait-us -5 "$trace"
 expect_error "not in range" "$bin" analyze --top -1 "$trace"

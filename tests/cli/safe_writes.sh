@@ -41,6 +41,27 @@ expect_error "does not exist" "$bin" export "$trace" --to csv "$tmp/nowhere/tabl
 "$bin" export "$trace" --to csv "$tmp/out_dir/tables" 2> /dev/null
 test -s "$tmp/out_dir/tables/gpu_ops.csv" || fail "csv export wrote no gpu_ops.csv"
 ls -A "$tmp/out_dir" | grep -q staging && fail "a staging folder was left"
+# In an existing folder too: a write that fails part-way (the small tables fit under the limit,
+# gpu_ops.csv does not) leaves every table as it was; a later export without --range removes the
+# earlier ranges.csv, so that the folder's tables all come from one trace.
+etraces=("$root"/results/compare/*/traces/shared.eager.json.gz); etrace=${etraces[0]}  # (graph traces hold no NVTX ranges)
+"$bin" export "$etrace" --to csv --range decode "$tmp/out_dir/tables" 2> /dev/null
+test -s "$tmp/out_dir/tables/ranges.csv" || fail "csv export --range decode wrote no ranges.csv"
+(cd "$tmp/out_dir/tables" && md5sum *.csv) > "$tmp/tables.md5"
+# The limit: just under the graph trace's gpu_ops.csv, above its other tables (measured from a
+# scratch export), so that the failing export below writes three tables before the fourth fails.
+"$bin" export "$trace" --to csv "$tmp/scratch_tables" 2> /dev/null
+big=$(stat -c %s "$tmp/scratch_tables/gpu_ops.csv")
+for f in summary streams kernel_stats; do
+  [ "$(stat -c %s "$tmp/scratch_tables/$f.csv")" -lt "$big" ] || fail "the test needs gpu_ops.csv larger than $f.csv"
+done
+STREAMLAB_WRITE_FAIL_AFTER=$((big - 1)) expect_error "its tables are as they were" \
+  "$bin" export "$trace" --to csv "$tmp/out_dir/tables"
+(cd "$tmp/out_dir/tables" && md5sum --quiet -c "$tmp/tables.md5") || fail "a failed csv export changed the folder's tables"
+ls -A "$tmp/out_dir/tables" | grep -q staging && fail "a staging folder was left in the tables' folder"
+"$bin" export "$trace" --to csv "$tmp/out_dir/tables" 2> "$tmp/csv.err"
+[ ! -e "$tmp/out_dir/tables/ranges.csv" ] || fail "an earlier export's ranges.csv was left beside new tables"
+grep -q "removed .*ranges.csv" "$tmp/csv.err" || fail "the removal of ranges.csv is not reported: $(cat "$tmp/csv.err")"
 
 # A kill in the middle of a large export: the destination is the old file or a complete new one.
 # A process killed with SIGKILL cannot remove its hidden temporary file (.NAME.tmp.*), so these
