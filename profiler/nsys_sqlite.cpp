@@ -659,6 +659,13 @@ class TableReader {
       problem_.clear();
       return false;
     }
+    // As the JSON loaders: no GPU op or API call runs 11.6 days (1e12 us); a longer record is a
+    // corrupt value, rejected and counted rather than stretching the trace's span.
+    if (end - start > kMaxDurationNs) {
+      counts.reject(table_ + ": end - start longer than 1e12 us (11.6 days): a corrupt value", uint64_t(row_),
+                    std::to_string(end - start) + " ns");
+      return false;
+    }
     if (end < start) counts.end_before_start++;
     if (start == 0) counts.zero_timestamps++;
     return true;
@@ -675,6 +682,7 @@ class TableReader {
     if (!problem_.empty()) bad(problem_ + " (value " + value_ + ")");
   }
   static constexpr Ns kMaxTimeNs = Ns(1) << 62;
+  static constexpr Ns kMaxDurationNs = Ns(1'000'000'000'000'000);
 
  private:
   Db& db_;

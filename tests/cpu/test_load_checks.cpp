@@ -263,6 +263,17 @@ TEST(LoadChecks, SqliteRowsOutsideTheModelAreRejected) {
   expect_one_rejected(t, "CUPTI_ACTIVITY_KIND_KERNEL: streamId outside 0..4294967294", 3, "1099511627776");
 }
 
+TEST(LoadChecks, SqliteDurationsLongerThanTheJsonLimitAreRejected) {
+  // The JSON loaders reject a "dur" over 1e12 us; the same record in SQLite is rejected alike
+  // (it used to stretch the span to 2e15 us and analyze exited 0).
+  const std::string path = exported_sqlite("long_kernel.sqlite");
+  const Trace before = load_nsys_sqlite(path);
+  exec(path, "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET end = start + 2000000000000000000 WHERE rowid = 5");
+  Trace t = load_nsys_sqlite(path);
+  EXPECT_EQ(t.kernels.size(), before.kernels.size() - 1);
+  expect_one_rejected(t, "CUPTI_ACTIVITY_KIND_KERNEL: end - start longer than 1e12 us", 5, "2000000000000000000 ns");
+}
+
 TEST(LoadChecks, SqliteEndBeforeStartIsCounted) {
   const std::string path = exported_sqlite("end_before_start.sqlite");
   exec(path, "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET end = start - 100 WHERE rowid IN (2, 5)");
