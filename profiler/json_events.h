@@ -197,12 +197,8 @@ struct FieldCheck {
 // them (2^64-1 must not come back as -1).
 inline int64_t saturated(uint64_t u) { return u > uint64_t(INT64_MAX) ? INT64_MAX : int64_t(u); }
 
-// The largest time the loaders accept, in ns from the epoch or the base time (2^62: year 2116):
-// spans and sums of a few such values stay inside int64.
-inline constexpr Ns kMaxTraceNs = Ns(1) << 62;
-// The longest record: no GPU op or API call runs 11 days; a longer one is a corrupt value (and
-// sums of them would overflow).
-inline constexpr double kMaxDurationUs = 1e12;
+// The longest record (trace.h's kMaxDurationNs), in the JSON's microseconds.
+inline constexpr double kMaxDurationUs = double(kMaxDurationNs) / 1000.0;
 
 struct EventContext {
   Ns base = 0;  // baseTimeNanoseconds

@@ -648,7 +648,7 @@ class TableReader {
     return v == -1 ? none : fit<uint32_t>(c, v, 0, int64_t(none) - 1);
   }
   // A time in ns: inside +-2^62 (what the JSON loaders accept, so that spans fit int64).
-  Ns time(const std::string& c) { return fit<Ns>(c, i(c), -kMaxTimeNs, kMaxTimeNs); }
+  Ns time(const std::string& c) { return fit<Ns>(c, i(c), -kMaxTraceNs, kMaxTraceNs); }
   Ns time_or_none(const std::string& c) { return is_null(c) ? kNoTime : time(c); }
 
   // Whether the row read goes into the trace: not when a column was out of range (counted with
@@ -659,8 +659,7 @@ class TableReader {
       problem_.clear();
       return false;
     }
-    // As the JSON loaders: no GPU op or API call runs 11.6 days (1e12 us); a longer record is a
-    // corrupt value, rejected and counted rather than stretching the trace's span.
+    // The longest record any loader accepts (trace.h).
     if (end - start > kMaxDurationNs) {
       counts.reject(table_ + ": end - start longer than 1e12 us (11.6 days): a corrupt value", uint64_t(row_),
                     std::to_string(end - start) + " ns");
@@ -681,8 +680,6 @@ class TableReader {
   void require_fit() const {
     if (!problem_.empty()) bad(problem_ + " (value " + value_ + ")");
   }
-  static constexpr Ns kMaxTimeNs = Ns(1) << 62;
-  static constexpr Ns kMaxDurationNs = Ns(1'000'000'000'000'000);
 
  private:
   Db& db_;
@@ -787,7 +784,7 @@ bool read_meta(Db& db, Trace& t, bool ours, RecordCounts& given) {
       }
     };
     if (k == "base_time_ns") {
-      if (num() > uint64_t(TableReader::kMaxTimeNs)) r.bad("base_time_ns " + v + " outside 0..2^62");
+      if (num() > uint64_t(kMaxTraceNs)) r.bad("base_time_ns " + v + " outside 0..2^62");
       t.base_time = Ns(num());
     } else if (k.rfind("count.", 0) == 0) {
       counts_given = true;

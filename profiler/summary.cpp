@@ -419,13 +419,12 @@ std::vector<std::string> write_csv_dir(const Trace& t, const AnalysisResult& r, 
              parent.string(), "' does not exist");
   }
   StagedDir staged(existing ? (fs::path(dir) / ".csv-tables").string() : dir);
-  std::vector<std::string> names, files;
+  std::vector<std::string> names;  // the tables written, in order
   auto one = [&](const std::string& name, auto&& writer) {
     std::ostringstream os;
     writer(os);
     write_file_atomic((fs::path(staged.path()) / name).string(), os.str());
     names.push_back(name);
-    files.push_back((fs::path(dir) / name).string());
   };
   try {
     one("summary.csv", [&](std::ostream& o) { write_summary_csv(r, o); });
@@ -437,14 +436,16 @@ std::vector<std::string> write_csv_dir(const Trace& t, const AnalysisResult& r, 
     fail("the CSV tables were not written to '", dir, "' (", existing ? "its tables are as they were" : "no folder was created",
          "): ", e.what());
   }
+  std::vector<std::string> files;
+  for (const auto& name : names) files.push_back((fs::path(dir) / name).string());
   if (!existing) {
     staged.commit();
     return files;
   }
-  for (const auto& name : names) {
-    const std::string from = (fs::path(staged.path()) / name).string(), to = (fs::path(dir) / name).string();
-    if (::rename(from.c_str(), to.c_str()) != 0)
-      fail("cannot rename '", from, "' to '", to, "': ", std::strerror(errno));
+  for (size_t i = 0; i < names.size(); ++i) {
+    const std::string from = (fs::path(staged.path()) / names[i]).string();
+    if (::rename(from.c_str(), files[i].c_str()) != 0)
+      fail("cannot rename '", from, "' to '", files[i], "': ", std::strerror(errno));
   }
   const fs::path stale = fs::path(dir) / "ranges.csv";
   if (!r.range && fs::is_regular_file(stale, ec)) {

@@ -28,6 +28,13 @@ inline constexpr Ns kNoTime = std::numeric_limits<Ns>::min();
 inline constexpr uint32_t kNoStream = 0xFFFFFFFFu;  // context / device scope (CUPTI's invalid value)
 inline constexpr uint32_t kNoId = 0xFFFFFFFFu;
 
+// What every loader (JSON, SQLite) accepts. Times: ns from the epoch or the base time, within
+// +-2^62 (year 2116), so that spans and sums of a few such values stay inside int64. Durations:
+// no GPU op or API call runs 11.6 days (1e12 us); a longer record is a corrupt value, rejected and
+// counted (sums of them would overflow, and one would stretch the trace's span).
+inline constexpr Ns kMaxTraceNs = Ns(1) << 62;
+inline constexpr Ns kMaxDurationNs = Ns(1'000'000'000'000'000);
+
 // Interned strings. Ids are dense and stable; lookups by content are O(1).
 class StringTable {
  public:
