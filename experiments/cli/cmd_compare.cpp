@@ -394,13 +394,13 @@ int run_recorded(const CompareCliOptions& o, const std::string& why_no_gpu) {
 }
 
 int run_inputs(const CompareCliOptions& o) {
+  for (const auto& in : o.inputs) SL_CHECK(fs::exists(in), "compare: '", in, "' does not exist");
   SL_CHECK(o.inputs.size() >= 2 || fs::is_directory(o.inputs[0]),
            "compare: give two or more inputs (run folders or trace files), or one run folder");
   std::vector<compare::Side> sides;
   bool all_folders = true;
   nlohmann::json inputs = nlohmann::json::array();
   for (const auto& in : o.inputs) {
-    SL_CHECK(fs::exists(in), "compare: '", in, "' does not exist");
     inputs.push_back(in);
     if (fs::is_directory(in)) {
       const compare::RunFolder f = compare::read_run_folder(in);

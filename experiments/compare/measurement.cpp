@@ -114,13 +114,19 @@ class Reader {
     SL_CHECK(v.is_boolean(), where_, ".", key, ": expected true or false");
     return v.get<bool>();
   }
-  std::vector<double> nums(const char* key) const {
+  // Times: finite and not negative; `positive` also refuses zero (a step that took no time is
+  // a broken measurement, and a ratio against it would be infinite or would flip the verdict).
+  std::vector<double> times(const char* key, bool positive = false) const {
     const json& v = at(key);
     SL_CHECK(v.is_array(), where_, ".", key, ": expected an array of numbers");
     std::vector<double> out;
-    for (const auto& x : v) {
-      SL_CHECK(x.is_number() && std::isfinite(x.get<double>()), where_, ".", key, ": expected finite numbers");
-      out.push_back(x.get<double>());
+    for (size_t i = 0; i < v.size(); ++i) {
+      const json& x = v[i];
+      SL_CHECK(x.is_number() && std::isfinite(x.get<double>()), where_, ".", key, "[", i, "]: expected a finite number");
+      const double t = x.get<double>();
+      SL_CHECK(positive ? t > 0 : t >= 0, where_, ".", key, "[", i, "]: ", t, " ms, expected a time ",
+               positive ? "above 0" : "of 0 or more");
+      out.push_back(t);
     }
     return out;
   }
@@ -195,11 +201,14 @@ Measurement measurement_from_json(const json& j, const std::string& origin) {
     ModeSamples s;
     s.mode = mr.str("mode");
     SL_CHECK(s.mode == "eager" || s.mode == "graph", mr.where(), ".mode: \"", s.mode, "\", expected eager or graph");
-    s.step_ms = mr.nums("step_ms");
-    s.target_ms = mr.nums("target_ms");
-    s.draft_ms = mr.nums("draft_ms");
-    s.host_ms = mr.nums("host_ms");
-    s.enqueue_ms = mr.nums("enqueue_ms");
+    for (const ModeSamples& earlier : m.modes)
+      SL_CHECK(earlier.mode != s.mode, mr.where(), ".mode: \"", s.mode,
+               "\" is listed twice (each mode's samples come once; a copy would weigh them double)");
+    s.step_ms = mr.times("step_ms", true);
+    s.target_ms = mr.times("target_ms");
+    s.draft_ms = mr.times("draft_ms");
+    s.host_ms = mr.times("host_ms");
+    s.enqueue_ms = mr.times("enqueue_ms");
     SL_CHECK(s.target_ms.size() == s.step_ms.size() && s.draft_ms.size() == s.step_ms.size(), mr.where(),
              ": step_ms, target_ms and draft_ms must have one value per step");
     if (s.mode == "graph") {
@@ -227,8 +236,8 @@ Measurement measurement_from_json(const json& j, const std::string& origin) {
     t.mode = tr.str("mode");
     t.trace_json = tr.str("trace_json");
     t.trace_sqlite = tr.str("trace_sqlite");
-    t.traced_step_ms = tr.nums("traced_step_ms");
-    t.untraced_step_ms = tr.nums("untraced_step_ms");
+    t.traced_step_ms = tr.times("traced_step_ms", true);
+    t.untraced_step_ms = tr.times("untraced_step_ms", true);
     if (traced[i].contains("rank_traces")) {
       const json& rt = traced[i].at("rank_traces");
       SL_CHECK(rt.is_array(), origin, ".traced[", i, "].rank_traces: expected an array of file names");

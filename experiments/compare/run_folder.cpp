@@ -84,7 +84,10 @@ RunFolder read_run_folder(const std::string& path) {
     r.log = j.value("log", "");
     r.traced = j.value("traced", false);
     r.repetition = j.value("repetition", 0);
-    inside(path, r.out, where);
+    const fs::path file = fs::path(inside(path, r.out, where)).lexically_normal();
+    for (const PlannedRun& earlier : f.runs)
+      SL_CHECK(fs::path(inside(path, earlier.out, where)).lexically_normal() != file, where, ": settings.runs lists '",
+               r.out, "' twice (its steps would count double in the verdict)");
     f.runs.push_back(r);
     if (std::find(f.side_labels.begin(), f.side_labels.end(), r.side) == f.side_labels.end())
       f.side_labels.push_back(r.side);

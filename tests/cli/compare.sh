@@ -112,6 +112,27 @@ grep -q "slower than" "$tmp/gate.err" || fail "the gate should say what is slowe
 "$bin" compare "$tmp/night1" "$tmp/night2" --policy shared --fail-if-slower 15 > /dev/null || fail "15 % gate should pass"
 "$bin" compare "$tmp/night1" "$tmp/night1" --policy shared --fail-if-slower 1 | grep -q "no meaningful difference" \
   || fail "a folder against itself should be no meaningful difference"
+# 4b. Inputs that would bend the verdict are refused, naming the file and field: a run listed twice
+#     in summary.json (its steps would count double), a step of zero time; a missing input is named.
+cp -r "$tmp/night2" "$tmp/dup"
+python3 - "$tmp/dup/summary.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1])); s["settings"]["runs"].append(dict(s["settings"]["runs"][0])); json.dump(s, open(sys.argv[1], "w"))
+PY
+rc=0; "$bin" compare "$tmp/night1" "$tmp/dup" --policy shared > /dev/null 2> "$tmp/dup.err" || rc=$?
+test $rc = 1 && grep -q "settings.runs lists 'runs/shared_r1.json' twice" "$tmp/dup.err" ||
+  { cat "$tmp/dup.err"; fail "a run listed twice should be refused (exit $rc)"; }
+cp -r "$tmp/night2" "$tmp/zero"
+python3 - "$tmp/zero/runs/shared_r3.json" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1])); m["modes"][0]["step_ms"][4] = 0; json.dump(m, open(sys.argv[1], "w"))
+PY
+rc=0; "$bin" compare "$tmp/night1" "$tmp/zero" --policy shared > /dev/null 2> "$tmp/zero.err" || rc=$?
+test $rc = 1 && grep -q "shared_r3.json'.modes\[0\].step_ms\[4\]: 0 ms, expected a time above 0" "$tmp/zero.err" ||
+  { cat "$tmp/zero.err"; fail "a step of 0 ms should be refused (exit $rc)"; }
+rc=0; "$bin" compare "$tmp/no-such-folder" > /dev/null 2> "$tmp/missing.err" || rc=$?
+test $rc = 1 && grep -q "'$tmp/no-such-folder' does not exist" "$tmp/missing.err" ||
+  { cat "$tmp/missing.err"; fail "a missing input should be named as missing (exit $rc)"; }
 
 # 5. Two PyTorch profiler traces of another framework: steps from ProfilerStep ranges, kernels
 #    matched by role across different stream ids, events counted from the runtime calls.
