@@ -2,6 +2,7 @@
 
 #include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -94,6 +95,51 @@ std::string gzip_string(std::string_view in, const std::string& what) {
   deflateEnd(&z);
   SL_CHECK(rc == Z_STREAM_END, what, ": compression failed (", rc, ")");
   return out;
+}
+
+struct GzipWriter::Stream {
+  z_stream z{};
+  std::vector<unsigned char> buf = std::vector<unsigned char>(1 << 18);
+  bool finished = false;
+};
+
+GzipWriter::GzipWriter(std::FILE* out, std::string what) : z_(new Stream), out_(out), what_(std::move(what)) {
+  SL_CHECK(deflateInit2(&z_->z, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) == Z_OK, what_, ": cannot start zlib");
+}
+
+GzipWriter::~GzipWriter() { deflateEnd(&z_->z); }
+
+void GzipWriter::deflate_into_file(int flush) {
+  for (;;) {
+    z_->z.next_out = z_->buf.data();
+    z_->z.avail_out = uInt(z_->buf.size());
+    const int rc = deflate(&z_->z, flush);
+    SL_CHECK(rc == Z_OK || rc == Z_STREAM_END || rc == Z_BUF_ERROR, what_, ": compression failed (", rc, ")");
+    const size_t have = z_->buf.size() - z_->z.avail_out;
+    SL_CHECK(std::fwrite(z_->buf.data(), 1, have, out_) == have, what_, ": write failed: ", std::strerror(errno));
+    if (flush == Z_FINISH ? rc == Z_STREAM_END : z_->z.avail_out != 0) return;
+  }
+}
+
+void GzipWriter::write(const char* p, size_t n) {
+  SL_CHECK(!z_->finished, what_, ": written after the gzip stream was finished");
+  // zlib counts in uInt: feed a piece of more than 4 GiB in slices.
+  while (n > 0) {
+    const size_t k = std::min<size_t>(n, size_t(1) << 30);
+    z_->z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(p));
+    z_->z.avail_in = uInt(k);
+    deflate_into_file(Z_NO_FLUSH);
+    p += k;
+    n -= k;
+  }
+}
+
+void GzipWriter::finish() {
+  if (z_->finished) return;
+  z_->z.next_in = nullptr;
+  z_->z.avail_in = 0;
+  deflate_into_file(Z_FINISH);
+  z_->finished = true;
 }
 
 void gzip_file_in_place(const std::string& path) {

@@ -3,7 +3,9 @@
 // recognised by its magic bytes, not by the name).
 #pragma once
 #include <cstddef>
+#include <cstdio>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -18,6 +20,27 @@ void gunzip_file(const std::string& path, const std::function<void(const char*, 
 std::string gunzip_file(const std::string& path);
 // `in` gzipped (one member). `what` names the content in an error.
 std::string gzip_string(std::string_view in, const std::string& what);
+// Compresses a stream of unknown length (a trace being written) into an open file, piece by
+// piece, so that neither the text nor its compressed form is held whole. finish() ends the gzip
+// stream; destroyed without finish(), the file holds an unfinished stream (the caller's
+// AtomicFile then discards it). `what` names the destination in errors.
+class GzipWriter {
+ public:
+  GzipWriter(std::FILE* out, std::string what);
+  ~GzipWriter();
+  GzipWriter(const GzipWriter&) = delete;
+  GzipWriter& operator=(const GzipWriter&) = delete;
+  void write(const char* p, size_t n);
+  void finish();
+
+ private:
+  void deflate_into_file(int flush);
+  struct Stream;
+  std::unique_ptr<Stream> z_;
+  std::FILE* out_;
+  std::string what_;
+};
+
 // Compresses `path` into `path + ".gz"` (written atomically), then removes `path`.
 void gzip_file_in_place(const std::string& path);
 // `path` if it exists, else `path + ".gz"` if that exists, else `path` (for the error message).

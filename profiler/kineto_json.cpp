@@ -18,6 +18,7 @@
 #include <unordered_map>
 
 #include "core/atomic_file.h"
+#include "core/gzip.h"
 #include "core/error.h"
 #include "profiler/export_fields.h"
 #include "profiler/kineto_fields.h"
@@ -1077,11 +1078,22 @@ size_t write_kineto_json(const Trace& t, std::ostream& os, const KinetoOptions& 
 
 // Through a temporary file renamed into place on success (core/atomic_file.h): a killed or
 // failing export leaves the old file or none, never half a trace.
+// A name ending in ".gz" gets gzip-compressed JSON (what the loaders, Perfetto and HTA read as
+// such; the traces of a compare run folder are kept so), written as it is produced.
 size_t write_kineto_json_file(const Trace& t, const std::string& path, const KinetoOptions& opts) {
   AtomicFile out(path);
+  const bool gz = path.size() > 3 && path.compare(path.size() - 3, 3, ".gz") == 0;
   size_t n;
   try {
-    n = write_kineto_json(t, out.file(), opts);
+    if (gz) {
+      GzipWriter z(out.file(), "'" + path + "'");
+      Out sink([&](const char* p, size_t k) { z.write(p, k); });
+      Emitter e(t, opts, sink);
+      n = e.run();
+      z.finish();
+    } else {
+      n = write_kineto_json(t, out.file(), opts);
+    }
   } catch (const Error& e) {
     fail("'", path, "': ", e.what());
   }

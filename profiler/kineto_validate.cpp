@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/gzip.h"
 #include "profiler/kineto_fields.h"
 #include "profiler/kineto_json.h"
 
@@ -508,6 +509,7 @@ KinetoValidation validate_kineto_json(std::string_view text, size_t max_errors) 
 }
 
 KinetoValidation validate_kineto_file(const std::string& path, size_t max_errors) {
+  if (is_gzip_file(path)) return validate_kineto_json(gunzip_file(path), max_errors);
   std::ifstream f(path, std::ios::binary);
   if (!f) fail("cannot open '", path, "' for reading");
   std::ostringstream ss;

@@ -8,6 +8,8 @@
 #include <iostream>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/error.h"
 #include "experiments/cli/commands.h"
@@ -100,7 +102,18 @@ void add_export_command(CLI::App& app) {
   cmd->add_flag("--no-gpu-annotations", o->no_annotations,
                 "kineto: leave out gpu_user_annotation (NVTX ranges projected onto the GPU streams)");
   cmd->add_flag("--validate", o->validate, "kineto: check the written file against the layout rules (slower)");
-  cmd->callback([o] { run(*o); });
+  // An option of one format given with another would be ignored without a word (an HTA user's
+  // --rank on an SQLite export): refused instead, naming the format it belongs to.
+  const std::vector<std::pair<std::string, std::string>> owner = {
+      {"--range", "csv"},         {"--main-stream", "csv"}, {"--rank", "kineto"},
+      {"--world-size", "kineto"}, {"--no-flows", "kineto"}, {"--no-sync", "kineto"},
+      {"--no-gpu-annotations", "kineto"}, {"--validate", "kineto"}};
+  cmd->callback([o, cmd, owner] {
+    for (const auto& [name, format] : owner)
+      if (cmd->count(name) > 0 && o->to != format)
+        fail(name, " applies to --to ", format, " only; this export is --to ", o->to);
+    run(*o);
+  });
 }
 
 }  // namespace sl::cli

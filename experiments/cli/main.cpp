@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "experiments/cli/commands.h"
+#include "experiments/cli/number_checks.h"
 
 int main(int argc, char** argv) {
   // NVLink multicast (NVLS) stays off in NCCL unless the user asked for it: on shared hosts a
@@ -28,6 +29,7 @@ int main(int argc, char** argv) {
   sl::cli::add_measure_command(app);
   sl::cli::add_compare_command(app);
   sl::cli::add_sweep_command(app);
+  sl::cli::refuse_empty_numbers(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,5 +1,7 @@
 #include "experiments/cli/model_options.h"
 
+#include "experiments/cli/number_checks.h"
+
 #include <algorithm>
 
 #include "core/error.h"
@@ -65,15 +67,7 @@ void add_model_options(CLI::App* cmd, ModelOptions& o) {
   cmd->add_option("--context", o.context, "prompt tokens per sequence");
   cmd->add_option("--draft-steps", o.draft_steps, "MTP draft steps k per decode step");
   cmd->add_option("--prefill-chunk", o.prefill_chunk, "most prompt tokens per step, over the whole batch");
-  cmd->add_option("--seed", o.seed, "seed of the random weights (a whole number >= 0)")
-      ->check(CLI::Validator(
-          [](std::string& v) {
-            // Checked on the text: an unsigned option would wrap -1 to 2^64 - 1 silently.
-            return v.find_first_not_of("0123456789") == std::string::npos && !v.empty()
-                       ? std::string()
-                       : "must be a whole number >= 0, not '" + v + "'";
-          },
-          "UINT"));
+  cmd->add_option("--seed", o.seed, "seed of the random weights (a whole number >= 0)")->check(whole_uint64());
   cmd->add_option("--rope", o.rope,
                   "RoPE of sliding-window and MTP layers: yarn (vLLM) or plain (DeepSeek reference / HF)")
       ->check(CLI::IsMember({"yarn", "plain"}));

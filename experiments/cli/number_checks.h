@@ -3,7 +3,9 @@
 // quietly switch a check off or print impossible figures; these reject them with the option's
 // name and the range.
 #pragma once
+#include <cerrno>
 #include <cmath>
+#include <cstdlib>
 #include <sstream>
 #include <string>
 
@@ -25,6 +27,36 @@ inline CLI::Validator finite_in(double lo, double hi, bool lo_open = false) {
         return std::string();
       },
       desc);
+}
+
+// A whole number in 0..2^64-1 given as digits only: an unsigned option would wrap -1 to 2^64 - 1,
+// and CLI11 clamps a value past 2^64 - 1 to it, both silently (checked on the text).
+inline CLI::Validator whole_uint64() {
+  return CLI::Validator(
+      [](std::string& v) -> std::string {
+        if (v.empty() || v.find_first_not_of("0123456789") != std::string::npos)
+          return "must be a whole number >= 0, not '" + v + "'";
+        errno = 0;
+        (void)std::strtoull(v.c_str(), nullptr, 10);
+        if (errno == ERANGE) return v + " is past the largest seed, 18446744073709551615";
+        return std::string();
+      },
+      "");
+}
+
+// CLI11 reads an empty value of a number option ("--steps ''", "--batch=") as 0, so an empty
+// shell variable would run zero steps without a word; every option of `app` and its subcommands
+// whose value is a number refuses an empty value (options taking text keep theirs: an empty
+// --kernel-variants means the defaults).
+inline void refuse_empty_numbers(CLI::App& app) {
+  for (CLI::Option* opt : app.get_options()) {
+    const std::string t = opt->get_type_name();
+    if (opt->get_expected_max() == 0 || (t != "INT" && t != "UINT" && t != "FLOAT" && t != "NUMBER")) continue;
+    opt->check(CLI::Validator(
+        [](std::string& v) { return v.empty() ? std::string("an empty value is not a number") : std::string(); },
+        "", "non-empty"));
+  }
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) refuse_empty_numbers(*sub);
 }
 
 }  // namespace sl::cli

@@ -9,7 +9,7 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 EXPECT_ERROR_TIMEOUT=60
 . "$(dirname "${BASH_SOURCE[0]}")/../tools/refusals.sh"  # $tmp, fail, expect_error
 no_temp_left() { ! ls -A "$1" | grep -q '\.tmp\.' || fail "a temporary file was left in $1: $(ls -A "$1")"; }
-trace=$(ls "$root"/results/compare/*/traces/shared.graph.json.gz | head -n 1)
+traces=("$root"/results/compare/*/traces/shared.graph.json.gz); trace=${traces[0]}  # (no `ls | head`: SIGPIPE under pipefail)
 
 mkdir "$tmp/out_dir"
 for to in kineto sqlite; do
@@ -28,6 +28,21 @@ for to in kineto sqlite; do
   "$bin" export "$trace" --to $to "$dst" 2> /dev/null
   "$bin" analyze "$dst" > /dev/null || fail "--to $to: the exported file does not load"
 done
+# A Kineto export named .gz is gzipped as it is written (it was plain JSON under a .gz name); a
+# full disk part-way leaves the old file.
+echo OLD > "$tmp/out_dir/k.json.gz"
+STREAMLAB_WRITE_FAIL_AFTER=1000 expect_error "No space left on device" "$bin" export "$trace" --to kineto "$tmp/out_dir/k.json.gz"
+[ "$(cat "$tmp/out_dir/k.json.gz")" = OLD ] || fail "a failed gzipped export changed the destination"
+no_temp_left "$tmp/out_dir"
+"$bin" export "$trace" --to kineto "$tmp/out_dir/k.json.gz" --validate 2> /dev/null
+"$bin" export "$trace" --to kineto "$tmp/out_dir/k.json" 2> /dev/null
+gzip -t "$tmp/out_dir/k.json.gz" && zcat "$tmp/out_dir/k.json.gz" | cmp -s - "$tmp/out_dir/k.json" ||
+  fail "the .gz export is not the plain export gzipped"
+# An option of another format is refused, not ignored.
+expect_error "--rank applies to --to kineto only; this export is --to sqlite" \
+  "$bin" export "$trace" --to sqlite "$tmp/out_dir/r.sqlite" --rank 1
+expect_error "--range applies to --to csv only" "$bin" export "$trace" --to kineto "$tmp/out_dir/r.json" --range step
+[ ! -e "$tmp/out_dir/r.sqlite" ] && [ ! -e "$tmp/out_dir/r.json" ] || fail "a refused export wrote its file"
 # A device: written in place, the write error reported (kineto); refused where a path is needed.
 if [ -e /dev/full ]; then
   expect_error "No space left on device" "$bin" export "$trace" --to kineto /dev/full

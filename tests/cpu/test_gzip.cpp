@@ -68,3 +68,40 @@ TEST(Gzip, StringRoundTrip) {
     EXPECT_EQ(sl::gunzip_file(path), s);
   }
 }
+
+// GzipWriter streams: pieces of any size (empty, one byte, larger than its buffer) make one gzip
+// stream that gunzip_file reads back as their concatenation.
+TEST(Gzip, WriterStreamsPiecesIntoOneStream) {
+  TempDir d;
+  std::string expected;
+  const std::string path = d.path + "/w.gz";
+  {
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    sl::GzipWriter z(f, "test");
+    for (size_t n : {size_t(0), size_t(1), size_t(300), size_t(1) << 20, size_t(7)}) {
+      std::string piece(n, '\0');
+      for (size_t i = 0; i < n; ++i) piece[i] = char((expected.size() + i) * 2654435761u >> 11);
+      z.write(piece.data(), piece.size());
+      expected += piece;
+    }
+    z.finish();
+    EXPECT_THROW(z.write("x", 1), sl::Error);
+    std::fclose(f);
+  }
+  ASSERT_TRUE(sl::is_gzip_file(path));
+  EXPECT_EQ(sl::gunzip_file(path), expected);
+}
+
+// A Kineto export to a name ending in .gz is the plain export, gzipped (it used to be plain JSON
+// under a .gz name).
+TEST(Gzip, KinetoExportToGzNameIsGzipped) {
+  TempDir d;
+  const Trace t = make_sample_trace();
+  write_kineto_json_file(t, d.path + "/t.json");
+  write_kineto_json_file(t, d.path + "/t.json.gz");
+  ASSERT_TRUE(sl::is_gzip_file(d.path + "/t.json.gz"));
+  std::ifstream in(d.path + "/t.json", std::ios::binary);
+  const std::string plain((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(sl::gunzip_file(d.path + "/t.json.gz"), plain);
+}
