@@ -24,10 +24,17 @@ void add_view_command(CLI::App& app) {
     bool log = false;
   };
   auto o = std::make_shared<Opts>();
+#ifdef STREAMLAB_HAVE_UI
+  const std::string built = "";
+#else
+  // Said in --help too, not only when the command runs: a user reading the help of a GPU build
+  // (no ImGui / GLFW there) should not have to find out by trying.
+  const std::string built = " [NOT IN THIS BUILD: streamlab was built without the viewer (STREAMLAB_UI=OFF)]";
+#endif
   CLI::App* cmd = app.add_subcommand(
       "view", "Interactive timeline of a trace (our JSON, PyTorch/Kineto JSON or our SQLite): GPU streams, NVTX "
               "ranges, CUDA API calls; wheel zooms, left drag pans, right drag selects a range, click selects; two traces: the A/B view; "
-              "the traces of one job's ranks (distributedInfo): the ranks view");
+              "the traces of one job's ranks (distributedInfo): the ranks view" + built);
   cmd->add_option("trace", o->trace, "trace file")->required()->check(CLI::ExistingFile);
   cmd->add_option("trace_b", o->trace_b, "a second trace: the A/B view, both on one time axis, B under A, streams "
                                          "grouped by role, a selected range compared role by role")
