@@ -127,6 +127,7 @@ AtomicFile::AtomicFile(const std::string& path, Kind kind) : path_(path) {
   tmp_ = parent_of(path) + "/." + fs::path(path).filename().string() + ".tmp.XXXXXX";
   const int fd = ::mkstemp(tmp_.data());
   SL_CHECK(fd >= 0, "cannot create a temporary file beside '", path, "': ", std::strerror(errno));
+  cleanup_.reset(tmp_);
   if (::fchmod(fd, default_file_mode()) != 0) {
     const int err = errno;
     ::close(fd);
@@ -188,6 +189,7 @@ void AtomicFile::commit() {
     ::close(fd);
   }
   if (!device_ && ::rename(tmp_.c_str(), path_.c_str()) != 0) give_up("rename", errno);
+  cleanup_.release();  // renamed into place: the name now belongs to the destination
   committed_ = true;
 }
 

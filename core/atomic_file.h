@@ -12,6 +12,8 @@
 #include <string_view>
 #include <vector>
 
+#include "core/interrupt_cleanup.h"
+
 namespace sl {
 
 // Throws sl::Error naming the path on any failure (the temporary file is removed).
@@ -37,6 +39,7 @@ class AtomicFile {
 
  private:
   std::string path_, tmp_;
+  InterruptCleanup cleanup_;  // the temporary file goes on Ctrl-C too
   std::FILE* f_ = nullptr;
   bool device_ = false, committed_ = false;
 };

@@ -26,6 +26,7 @@
 #include "core/error.h"
 #include "core/host_memory.h"
 #include "core/gzip.h"
+#include "core/interrupt_cleanup.h"
 #include "core/input_file.h"
 #include "profiler/kineto_json.h"
 #include "profiler/json_events.h"
@@ -907,6 +908,7 @@ class TempCopy {
     fd_ = ::mkstemp(path_.data());
     SL_CHECK(fd_ >= 0, "cannot read trace '", of, "': no temporary file in ",
              std::filesystem::temp_directory_path().string(), " (", std::strerror(errno), ")");
+    cleanup_.reset(path_);
   }
   ~TempCopy() {
     if (fd_ >= 0) ::close(fd_);
@@ -934,6 +936,7 @@ class TempCopy {
 
  private:
   std::string of_, path_;
+  InterruptCleanup cleanup_;  // as large as the trace: not left in /tmp by a Ctrl-C
   int fd_ = -1;
 };
 

@@ -93,6 +93,41 @@ for to in kineto sqlite; do
   fi
 done
 
+# Ctrl-C (SIGINT) or SIGTERM in the middle: the process ends by the signal and leaves no temporary
+# file, neither the unpacked copy of a gzipped trace (in TMPDIR, as large as the trace) nor the
+# hidden .NAME.tmp.* beside an export (core/interrupt_cleanup.h). A trace of 200000 kernels (about
+# 60 MB unpacked) keeps each command busy for longer than the earliest signal; several delays hit
+# it at different points, and at least one must land while it runs.
+python3 - "$tmp/many.json" <<'PY'
+import json, sys
+with open(sys.argv[1], "w") as f:
+    f.write('{"schemaVersion": 1, "traceEvents": [\n')
+    t = 1_000_000.0
+    for i in range(200000):
+        f.write(json.dumps({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": t, "dur": 2,
+                            "args": {"correlation": i + 1}}) + ",\n")
+        f.write(json.dumps({"ph": "X", "cat": "kernel", "name": "k%d" % (i % 50), "pid": 0, "tid": 7 + i % 2, "ts": t + 3,
+                            "dur": 4, "args": {"correlation": i + 1, "stream": 7 + i % 2, "device": 0}}) + ",\n")
+        t += 5
+    f.write('{"ph": "M", "name": "process_name", "pid": 0, "args": {"name": "GPU 0"}}]}\n')
+PY
+gzip -1 "$tmp/many.json"
+mkdir -p "$tmp/tmpdir" "$tmp/int_dir"
+interrupted=0
+for sig in INT TERM; do
+  for d in 0.05 0.15 0.3; do
+    rc=0; TMPDIR="$tmp/tmpdir" timeout -s $sig $d "$bin" analyze "$tmp/many.json.gz" > /dev/null 2>&1 || rc=$?
+    [ $rc = 124 ] && interrupted=$((interrupted + 1))
+    [ -z "$(ls -A "$tmp/tmpdir")" ] || fail "SIG$sig after $d s left the trace's unpacked copy: $(ls -A "$tmp/tmpdir")"
+    for to in kineto sqlite; do
+      rc=0; timeout -s $sig $d "$bin" export "$tmp/many.json.gz" --to $to "$tmp/int_dir/out.$to" > /dev/null 2>&1 || rc=$?
+      [ $rc = 124 ] && interrupted=$((interrupted + 1))
+      no_temp_left "$tmp/int_dir"
+    done
+  done
+done
+[ $interrupted -gt 0 ] || fail "no command was still running when its signal came: the interruption was not tested"
+
 # Model outputs: --dump-logits through the same checks.
 expect_error "not a regular file" "$bin" run --config tiny --backend cpu --steps 1 --dump-logits "$tmp/out_dir/folder_kineto"
 expect_error "does not exist" "$bin" run --config tiny --backend cpu --steps 1 --dump-logits "$tmp/nowhere/l.npy"
