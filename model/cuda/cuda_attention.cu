@@ -1021,6 +1021,15 @@ __global__ void attn_combine_kernel(AttnArgs a) {
   const int64_t t = blockIdx.y;
   const int64_t rec = a.Dh + 2;
   const float* base = a.part + (t * a.HP + h) * a.nsplit * rec;
+  // Each thread's partials of its first value are loaded before the split weights are known (the
+  // launch gives a thread per value: attn_combine_threads), so that they and warp 0's m and l
+  // loads are one round trip to L2 instead of two.
+  auto load = [&](int d, float (&v)[16]) {
+#pragma unroll
+    for (int z = 0; z < 16; ++z) v[z] = z < a.nsplit ? __ldcg(base + z * rec + d) : 0.f;
+  };
+  float v[16];
+  if (int(threadIdx.x) < a.Dh) load(threadIdx.x, v);
   if (threadIdx.x < 32) {
     const int z = threadIdx.x;
     const float mz = z < a.nsplit ? __ldcg(base + z * rec + a.Dh) : kNegInf;
@@ -1037,17 +1046,17 @@ __global__ void attn_combine_kernel(AttnArgs a) {
   __syncthreads();
   const float den = den_s;
   for (int d = threadIdx.x; d < a.Dh; d += blockDim.x) {
-    // All nsplit (<= 16) loads in flight, then the sum in split order.
-    float v[16];
-#pragma unroll
-    for (int z = 0; z < 16; ++z) v[z] = z < a.nsplit ? __ldcg(base + z * rec + d) : 0.f;
-    float acc = 0.f;
+    if (d != int(threadIdx.x)) load(d, v);  // (Dh past the launch's threads)
+    float acc = 0.f;  // the sum in split order
 #pragma unroll
     for (int z = 0; z < 16; ++z)
       if (z < a.nsplit) acc += wz[z] * v[z];
     a.o[(t * a.H + h) * a.Dh + d] = __float2bfloat16_rn(den == 0.f ? 0.f : acc / den);
   }
 }
+
+// attn_combine_kernel's block: a thread per output value (Dh <= 512, sparse_attention's limit).
+unsigned attn_combine_threads(int64_t Dh) { return unsigned(std::min<int64_t>(512, (Dh + 31) / 32 * 32)); }
 
 
 }  // namespace
@@ -1260,7 +1269,7 @@ void CudaBackend::sparse_attention(Stream s, const Tensor& o, const Tensor& q, c
       default: go(sparse_attention_decode_kernel<16>); break;
     }
     if (ns > 1) {
-      launch_kernel(op, attn_combine_kernel, dim3(unsigned(H), unsigned(T)), 128, 0, st, a);
+      launch_kernel(op, attn_combine_kernel, dim3(unsigned(H), unsigned(T)), attn_combine_threads(Dh), 0, st, a);
       CUDA_LAUNCH_CHECK(op, st);
     }
     return;
@@ -1292,7 +1301,7 @@ void CudaBackend::sparse_attention(Stream s, const Tensor& o, const Tensor& q, c
   else
     go(sparse_attention_kernel<4>);
   if (nsplit > 1) {
-    launch_kernel(op, attn_combine_kernel, dim3(unsigned(H), unsigned(T)), 128, 0, st, a);
+    launch_kernel(op, attn_combine_kernel, dim3(unsigned(H), unsigned(T)), attn_combine_threads(Dh), 0, st, a);
     CUDA_LAUNCH_CHECK(op, st);
   }
 }
