@@ -67,66 +67,71 @@ static long long injected_write_limit() {
   return v;
 }
 
+// One writer for both: the destination checks, the temporary file, the interrupt cleanup and
+// the injected failures live in AtomicFile.
 void write_file_atomic(const std::string& path, std::string_view content) {
-  SL_CHECK(!path.empty(), "cannot write a file with an empty name");
-  check_parent(path);
-  struct stat st {};
-  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
-    // A terminal or /dev/stdout is written in place (a rename would replace the device node);
-    // anything else that is not a regular file is refused.
-    SL_CHECK(S_ISCHR(st.st_mode), "refusing to write '", path, "': it exists and is not a regular file");
-    const int fd = ::open(path.c_str(), O_WRONLY);
-    SL_CHECK(fd >= 0, "cannot open '", path, "' for writing: ", std::strerror(errno));
-    const bool ok = write_all(fd, content);
-    const int err = errno;
-    ::close(fd);
-    SL_CHECK(ok, "writing '", path, "' failed: ", std::strerror(err));
-    return;
-  }
-  const std::string name = fs::path(path).filename().string();
-  std::string tmp = parent_of(path) + "/." + name + ".tmp.XXXXXX";
-  const int fd = ::mkstemp(tmp.data());
-  SL_CHECK(fd >= 0, "cannot create a temporary file beside '", path, "': ", std::strerror(errno));
-  auto give_up = [&](const char* what) {
-    const int err = errno;
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    fail("writing '", path, "' failed (", what, "): ", std::strerror(err), "; the destination was left as it was");
-  };
-  if (::fchmod(fd, default_file_mode()) != 0) give_up("fchmod");
-  if (!write_all(fd, content)) give_up("write");
-  if (injected_write_limit() >= 0 && (long long)content.size() > injected_write_limit()) {
-    errno = ENOSPC;
-    give_up("write");
-  }
-  if (::fsync(fd) != 0) give_up("fsync");
-  if (::close(fd) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    fail("writing '", path, "' failed (close): ", std::strerror(err), "; the destination was left as it was");
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    fail("cannot rename '", tmp, "' to '", path, "': ", std::strerror(err));
-  }
+  AtomicFile out(path);
+  if (!content.empty() && std::fwrite(content.data(), 1, content.size(), out.file()) != content.size())
+    fail("writing '", path, "' failed: ", std::strerror(errno));
+  out.commit();
 }
+
+namespace {
+
+// Names that stand for an open stream of this process (/dev/stdout, /dev/fd/3, /proc/self/fd/1):
+// written in place whatever they lead to. Resolving them would find a pipe (no path) or the file
+// the shell opened, and renaming a new file over that would take the output from the stream.
+bool names_a_stream(const std::string& path) {
+  for (const char* prefix : {"/dev/stdout", "/dev/stderr", "/dev/fd/", "/proc/self/fd/"})
+    if (path.rfind(prefix, 0) == 0) return true;
+  return false;
+}
+
+// The temporary file's name beside `dest`: ".NAME.tmp.XXXXXX", or a short one where NAME is so
+// long that the temporary name would pass the file-name limit (255 bytes on most filesystems).
+std::string temp_name_beside(const std::string& dest) {
+  const std::string name = fs::path(dest).filename().string();
+  return parent_of(dest) + (name.size() > 200 ? std::string("/.streamlab.tmp.XXXXXX") : "/." + name + ".tmp.XXXXXX");
+}
+
+}  // namespace
 
 AtomicFile::AtomicFile(const std::string& path, Kind kind) : path_(path) {
   SL_CHECK(!path.empty(), "cannot write a file with an empty name");
   check_parent(path);
   struct stat st {};
-  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
-    SL_CHECK(S_ISCHR(st.st_mode) && kind == Kind::Stream, "refusing to write '", path,
-             "': it exists and is not a regular file");
-    f_ = std::fopen(path.c_str(), "wb");
-    SL_CHECK(f_, "cannot open '", path, "' for writing: ", std::strerror(errno));
+  const bool exists = ::stat(path.c_str(), &st) == 0;  // (through symbolic links)
+  if (names_a_stream(path) || (exists && !S_ISREG(st.st_mode))) {
+    // A terminal, a pipe, /dev/stdout: written in place (a rename would replace the device node,
+    // or the link, and the output would not reach the stream); anything else that is not a
+    // regular file (a folder) is refused, and so is every stream for writers that need a path.
+    SL_CHECK(kind == Kind::Stream && (names_a_stream(path) || S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode)),
+             "refusing to write '", path, "': it exists and is not a regular file");
+    // Opened without blocking first: a FIFO that no process reads is an error, not a hang.
+    const bool regular = exists && S_ISREG(st.st_mode);  // /dev/stdout redirected to a file
+    const int fd = ::open(path.c_str(), O_WRONLY | O_NONBLOCK | (regular ? O_TRUNC : 0));
+    if (fd < 0 && errno == ENXIO) fail("refusing to write '", path, "': it is a FIFO that no process is reading");
+    SL_CHECK(fd >= 0, "cannot open '", path, "' for writing: ", std::strerror(errno));
+    const int flags = ::fcntl(fd, F_GETFL);
+    if (flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0 || !(f_ = ::fdopen(fd, "wb"))) {
+      const int err = errno;
+      ::close(fd);
+      fail("cannot open '", path, "' for writing: ", std::strerror(err));
+    }
     device_ = true;
     return;
   }
-  tmp_ = parent_of(path) + "/." + fs::path(path).filename().string() + ".tmp.XXXXXX";
+  if (struct stat lst {}; ::lstat(path.c_str(), &lst) == 0 && S_ISLNK(lst.st_mode)) {
+    // A link to a regular file: the file is replaced and the link kept (renaming over the link
+    // would turn it into a file of its own).
+    SL_CHECK(exists, "refusing to write '", path, "': it is a symbolic link to a missing file");
+    std::error_code ec;
+    path_ = fs::canonical(path, ec).string();
+    SL_CHECK(!ec, "cannot write '", path, "': cannot resolve the symbolic link (", ec.message(), ")");
+  }
+  tmp_ = temp_name_beside(path_);
   const int fd = ::mkstemp(tmp_.data());
-  SL_CHECK(fd >= 0, "cannot create a temporary file beside '", path, "': ", std::strerror(errno));
+  SL_CHECK(fd >= 0, "cannot create a temporary file beside '", path_, "': ", std::strerror(errno));
   cleanup_.reset(tmp_);
   if (::fchmod(fd, default_file_mode()) != 0) {
     const int err = errno;

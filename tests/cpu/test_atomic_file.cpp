@@ -2,6 +2,7 @@
 // part; bad destinations are refused; a killed writer leaves no partial file.
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -53,7 +54,59 @@ TEST(AtomicFile, RefusesBadDestinations) {
   EXPECT_THROW(sl::write_file_atomic(d.path + "/adir", "x"), sl::Error);
   EXPECT_TRUE(fs::is_directory(d.path + "/adir"));
   ASSERT_EQ(::mkfifo((d.path + "/fifo").c_str(), 0600), 0);
-  EXPECT_THROW(sl::write_file_atomic(d.path + "/fifo", "x"), sl::Error);
+  EXPECT_THROW(sl::write_file_atomic(d.path + "/fifo", "x"), sl::Error);  // no reader: refused, no hang
+  ASSERT_EQ(::symlink("nothing-here", (d.path + "/dangling").c_str()), 0);
+  EXPECT_THROW(sl::write_file_atomic(d.path + "/dangling", "x"), sl::Error);
+  EXPECT_FALSE(fs::exists(d.path + "/nothing-here"));
+}
+
+// A symbolic link to a regular file: the file gets the new content and the link stays a link (a
+// rename over the link replaced it with a file of its own).
+TEST(AtomicFile, ALinkKeepsPointingAtTheReplacedFile) {
+  TempDir d;
+  sl::write_file_atomic(d.path + "/real.json", "old");
+  ASSERT_EQ(::symlink("real.json", (d.path + "/link.json").c_str()), 0);
+  sl::write_file_atomic(d.path + "/link.json", "new");
+  EXPECT_TRUE(fs::is_symlink(d.path + "/link.json"));
+  EXPECT_EQ(read_all(d.path + "/real.json"), "new");
+  EXPECT_EQ(entries(d.path), 2u);
+}
+
+// Names of this process's open streams are written in place, whatever they lead to: a pipe (which
+// has no path to rename over) and a file the shell opened (/dev/stdout > file).
+TEST(AtomicFile, StreamNamesAreWrittenInPlace) {
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  sl::write_file_atomic("/proc/self/fd/" + std::to_string(fds[1]), "through the pipe");
+  char buf[64] = {};
+  const ssize_t n = ::read(fds[0], buf, sizeof buf);
+  EXPECT_EQ(std::string(buf, size_t(n > 0 ? n : 0)), "through the pipe");
+  ::close(fds[0]);
+  ::close(fds[1]);
+  TempDir d;
+  const std::string file = d.path + "/captured";
+  sl::write_file_atomic(file, "old content, longer");
+  const int fd = ::open(file.c_str(), O_WRONLY);
+  ASSERT_GE(fd, 0);
+  sl::write_file_atomic("/proc/self/fd/" + std::to_string(fd), "new");
+  ::close(fd);
+  EXPECT_EQ(read_all(file), "new");
+  EXPECT_EQ(entries(d.path), 1u);
+  // A FIFO that a process reads is written to.
+  const std::string fifo = d.path + "/fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  std::string got;
+  std::thread reader([&] { got = read_all(fifo); });
+  for (int i = 0; i < 2000; ++i) {
+    try {
+      sl::write_file_atomic(fifo, "via the fifo");
+      break;
+    } catch (const sl::Error&) {  // the reader has not opened it yet
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+  reader.join();
+  EXPECT_EQ(got, "via the fifo");
 }
 
 TEST(AtomicFile, DeviceWriteErrorsAreReported) {
