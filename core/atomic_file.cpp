@@ -264,6 +264,7 @@ StagedDir::StagedDir(std::string final_path) : final_(std::move(final_path)) {
   std::error_code ec;
   fs::remove_all(staging_, ec);
   SL_CHECK(fs::create_directory(staging_, ec) && !ec, "cannot create the folder '", staging_, "': ", ec.message());
+  cleanup_.reset(staging_, /*folder=*/true);
 }
 
 StagedDir::~StagedDir() {
@@ -278,6 +279,7 @@ void StagedDir::commit() {
            staging_, "'");
   if (::rename(staging_.c_str(), final_.c_str()) != 0)
     fail("cannot rename '", staging_, "' to '", final_, "': ", std::strerror(errno));
+  cleanup_.release();  // (after the rename: a signal in between finds no staging folder to remove)
   committed_ = true;
 }
 

@@ -72,6 +72,7 @@ class StagedDir {
 
  private:
   std::string final_, staging_;
+  InterruptCleanup cleanup_;  // Ctrl-C removes the staging folder and what it holds
   bool committed_ = false;
 };
 

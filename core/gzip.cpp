@@ -22,6 +22,12 @@ bool is_gzip_file(const std::string& path) {
   return m[0] == 0x1f && m[1] == 0x8b;
 }
 
+bool has_gz_suffix(const std::string& path) {
+  if (path.size() < 3) return false;
+  const std::string end = path.substr(path.size() - 3);
+  return end[0] == '.' && (end[1] == 'g' || end[1] == 'G') && (end[2] == 'z' || end[2] == 'Z');
+}
+
 namespace {
 
 std::string read_whole(const std::string& path) {
@@ -140,6 +146,22 @@ void GzipWriter::finish() {
   z_->z.avail_in = 0;
   deflate_into_file(Z_FINISH);
   z_->finished = true;
+}
+
+void gzip_file_into(const std::string& src, std::FILE* out) {
+  std::FILE* in = std::fopen(src.c_str(), "rb");
+  SL_CHECK(in, "cannot open '", src, "': ", std::strerror(errno));
+  try {
+    GzipWriter z(out, "gzip of '" + src + "'");
+    std::vector<char> buf(size_t(1) << 20);
+    for (size_t n; (n = std::fread(buf.data(), 1, buf.size(), in)) > 0;) z.write(buf.data(), n);
+    SL_CHECK(!std::ferror(in), "reading '", src, "' failed: ", std::strerror(errno));
+    z.finish();
+  } catch (...) {
+    std::fclose(in);
+    throw;
+  }
+  std::fclose(in);
 }
 
 void gzip_file_in_place(const std::string& path) {

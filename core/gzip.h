@@ -12,6 +12,8 @@
 namespace sl {
 
 bool is_gzip_file(const std::string& path);  // starts with 1f 8b; false when unreadable
+// A name that asks for gzip output: ends in ".gz", in any case ("T.JSON.GZ").
+bool has_gz_suffix(const std::string& path);
 // The decompressed content (every gzip member), handed to `out` piece by piece as it is
 // inflated: neither the file nor its content is held whole. Throws sl::Error naming the file on
 // a damaged or truncated stream (after `out` saw the good part).
@@ -40,6 +42,9 @@ class GzipWriter {
   std::FILE* out_;
   std::string what_;
 };
+
+// Streams the file `src` through a GzipWriter into `out` (finished). Errors name `src`.
+void gzip_file_into(const std::string& src, std::FILE* out);
 
 // Compresses `path` into `path + ".gz"` (written atomically), then removes `path`.
 void gzip_file_in_place(const std::string& path);

@@ -1,10 +1,14 @@
 #include "core/interrupt_cleanup.h"
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdint>
 #include <cstring>
 #include <mutex>  // std::call_once
 
@@ -15,14 +19,63 @@ constexpr int kSlots = 64;
 // A slot is written only while free (state 0), then published with state 2; the handler reads
 // only published slots. State 1: being filled or emptied.
 char g_path[kSlots][PATH_MAX];
+bool g_folder[kSlots];
 std::atomic<int> g_state[kSlots];
 constexpr int kSignals[] = {SIGINT, SIGTERM, SIGHUP};
 struct sigaction g_previous[sizeof(kSignals) / sizeof(kSignals[0])];
 std::once_flag g_installed;
 
+// Removes what the folder `dir_fd` holds, then the folder, with async-signal-safe calls only
+// (getdents64, unlinkat, openat: no opendir, which allocates). Staging folders are shallow; past
+// kMaxDepth levels what is left stays.
+constexpr int kMaxDepth = 4;
+alignas(8) char g_dirents[kMaxDepth][4096];
+
+void remove_folder_contents(int dir_fd, int depth) {
+  for (;;) {
+    const long n = ::syscall(SYS_getdents64, dir_fd, g_dirents[depth], sizeof g_dirents[depth]);
+    if (n <= 0) return;
+    for (long off = 0; off < n;) {
+      struct Entry {
+        uint64_t ino;
+        int64_t off;
+        unsigned short reclen;
+        unsigned char type;
+        char name[1];
+      };
+      const Entry* e = reinterpret_cast<const Entry*>(g_dirents[depth] + off);
+      off += e->reclen;
+      if (e->name[0] == '.' && (e->name[1] == 0 || (e->name[1] == '.' && e->name[2] == 0))) continue;
+      if (e->type == DT_DIR) {
+        if (depth + 1 < kMaxDepth) {
+          const int sub = ::openat(dir_fd, e->name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
+          if (sub >= 0) {
+            remove_folder_contents(sub, depth + 1);
+            ::close(sub);
+          }
+        }
+        ::unlinkat(dir_fd, e->name, AT_REMOVEDIR);
+      } else {
+        ::unlinkat(dir_fd, e->name, 0);
+      }
+    }
+  }
+}
+
 void on_interrupt(int sig) {
-  for (int i = 0; i < kSlots; ++i)
-    if (g_state[i].load(std::memory_order_acquire) == 2) ::unlink(g_path[i]);
+  for (int i = 0; i < kSlots; ++i) {
+    if (g_state[i].load(std::memory_order_acquire) != 2) continue;
+    if (!g_folder[i]) {
+      ::unlink(g_path[i]);
+      continue;
+    }
+    const int fd = ::open(g_path[i], O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
+    if (fd >= 0) {
+      remove_folder_contents(fd, 0);
+      ::close(fd);
+    }
+    ::rmdir(g_path[i]);
+  }
   // End the process as the signal would have (the shell sees "killed by SIGINT"): the default
   // action back, and the signal raised again. It is blocked while this handler runs, so it is
   // delivered, and ends the process, as the handler returns.
@@ -52,13 +105,14 @@ void install() {
 
 }  // namespace
 
-int remove_on_interrupt(const std::string& path) {
+int remove_on_interrupt(const std::string& path, bool folder) {
   if (path.empty() || path.size() >= PATH_MAX) return -1;
   std::call_once(g_installed, install);
   for (int i = 0; i < kSlots; ++i) {
     int free_state = 0;
     if (!g_state[i].compare_exchange_strong(free_state, 1, std::memory_order_acq_rel)) continue;
     std::memcpy(g_path[i], path.c_str(), path.size() + 1);
+    g_folder[i] = folder;
     g_state[i].store(2, std::memory_order_release);
     return i;
   }

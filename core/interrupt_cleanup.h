@@ -1,6 +1,6 @@
 // Temporary files that must not outlive a Ctrl-C: a killed process runs no destructors, so a
 // trace's unpacked copy in /tmp (as large as the trace) or a half-written ".NAME.tmp.*" beside an
-// export would stay behind. A file registered here is removed by a SIGINT / SIGTERM / SIGHUP
+// export would stay behind, and so would a staging folder of CSV tables. A file (or folder) registered here is removed by a SIGINT / SIGTERM / SIGHUP
 // handler, which then lets the signal end the process as it would have.
 //
 // The handler is installed only for signals whose disposition is still the default: a program
@@ -12,9 +12,10 @@
 
 namespace sl {
 
-// Registers `path` for removal on an interrupting signal. Returns a slot to pass to
-// keep_after_interrupt (-1 when none was free; harmless to pass back).
-int remove_on_interrupt(const std::string& path);
+// Registers `path` for removal on an interrupting signal; a `folder` goes with what it holds (a
+// staging folder of tables being written). Returns a slot to pass to keep_after_interrupt (-1
+// when none was free; harmless to pass back).
+int remove_on_interrupt(const std::string& path, bool folder = false);
 // Unregisters: the file was renamed into place or removed by its owner.
 void keep_after_interrupt(int slot);
 
@@ -22,13 +23,13 @@ void keep_after_interrupt(int slot);
 class InterruptCleanup {
  public:
   InterruptCleanup() = default;
-  explicit InterruptCleanup(const std::string& path) : slot_(remove_on_interrupt(path)) {}
+  explicit InterruptCleanup(const std::string& path, bool folder = false) : slot_(remove_on_interrupt(path, folder)) {}
   ~InterruptCleanup() { release(); }
   InterruptCleanup(const InterruptCleanup&) = delete;
   InterruptCleanup& operator=(const InterruptCleanup&) = delete;
-  void reset(const std::string& path) {
+  void reset(const std::string& path, bool folder = false) {
     release();
-    slot_ = remove_on_interrupt(path);
+    slot_ = remove_on_interrupt(path, folder);
   }
   void release() {
     keep_after_interrupt(slot_);

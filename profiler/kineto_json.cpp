@@ -1082,11 +1082,11 @@ size_t write_kineto_json(const Trace& t, std::ostream& os, const KinetoOptions& 
 // such; the traces of a compare run folder are kept so), written as it is produced.
 size_t write_kineto_json_file(const Trace& t, const std::string& path, const KinetoOptions& opts) {
   AtomicFile out(path);
-  const bool gz = path.size() > 3 && path.compare(path.size() - 3, 3, ".gz") == 0;
+  const bool gz = has_gz_suffix(path);
   size_t n;
   try {
     if (gz) {
-      GzipWriter z(out.file(), "'" + path + "'");
+      GzipWriter z(out.file(), "gzip");  // (the caller's message names the file)
       Out sink([&](const char* p, size_t k) { z.write(p, k); });
       Emitter e(t, opts, sink);
       n = e.run();

@@ -17,6 +17,8 @@
 #include <vector>
 
 #include "core/atomic_file.h"
+#include "core/gzip.h"
+#include "core/interrupt_cleanup.h"
 #include "core/error.h"
 #include "profiler/export_fields.h"
 
@@ -324,9 +326,30 @@ void write_nsys_sqlite_db(const Trace& t, const std::string& path);
 
 // Written to a temporary file beside `path` and renamed over it only when complete: a killed or
 // failing export never leaves a database that reads as a (smaller) valid trace.
+// A name ending in ".gz" gets the database gzipped (as compare keeps its traces; the loaders read
+// it so): built in a second temporary file beside the first, then streamed through gzip into it.
 void write_nsys_sqlite(const Trace& t, const std::string& path) {
-  AtomicFile out(path, AtomicFile::Kind::Path);
-  write_nsys_sqlite_db(t, out.temp_path());  // the database is closed when this returns
+  if (!has_gz_suffix(path)) {
+    AtomicFile out(path, AtomicFile::Kind::Path);
+    write_nsys_sqlite_db(t, out.temp_path());  // the database is closed when this returns
+    out.commit();
+    return;
+  }
+  AtomicFile out(path);
+  SL_CHECK(!out.temp_path().empty(), "refusing to write '", path,
+           "': a gzipped SQLite export needs a file, not a device or stream");
+  const std::string db = out.temp_path() + ".db";
+  InterruptCleanup cleanup(db);
+  struct RemoveDb {
+    const std::string& p;
+    ~RemoveDb() { std::remove(p.c_str()); }
+  } remove_db{db};
+  write_nsys_sqlite_db(t, db);
+  try {
+    gzip_file_into(db, out.file());
+  } catch (const Error& e) {
+    fail("'", path, "': ", e.what());
+  }
   out.commit();
 }
 

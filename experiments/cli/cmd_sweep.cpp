@@ -398,7 +398,7 @@ int sweep_main(const SweepOptions& o) {
   const size_t total = grid.cells().size();
   std::fprintf(stderr, "sweep: %zu cells, %zu done, %zu to run; folder %s\n", total, total - todo.size(), todo.size(),
                folder.c_str());
-  if (!run_cells(o, todo, total, settings, folder, done)) return 130;
+  if (!run_cells(o, todo, total, settings, folder, done)) return 128 + compare::interrupt_signal();
   const std::string head = "streamlab sweep: " + settings.value("config", std::string()) + " (" +
                            settings.value("weights", std::string("bf16")) + " weights" +
                            (settings.value("expert_ranks", 1) > 1
@@ -433,7 +433,7 @@ void add_sweep_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "sweep", "Stream policies over a grid (policy x MTP layers x MTP compress x hardware queues x eager/graph x "
                "batch), each cell in its own process; resumable after a kill (--resume). Exit status: 0 every cell ran, 1 "
-               "an error or a cell that failed (the others' results are still written), 130 interrupted");
+               "an error or a cell that failed (the others' results are still written), 128 + the signal when interrupted (130 for Ctrl-C, 143 for SIGTERM)");
   cmd->add_option("--policies", o->policies, "policies (the first two are compared per setting)")->capture_default_str();
   cmd->add_option("--mtp-layers", o->mtp_layers, "MTP layer counts")->capture_default_str();
   cmd->add_option("--mtp-compress", o->mtp_compress, "MTP compress ratios (0, 4, 128)")->capture_default_str();

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "experiments/cli/commands.h"
 #include "experiments/cli/number_checks.h"
+#include "experiments/compare/child_process.h"
 
 int main(int argc, char** argv) {
   // NVLink multicast (NVLS) stays off in NCCL unless the user asked for it: on shared hosts a
@@ -36,7 +37,9 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const sl::Error& e) {
     std::fprintf(stderr, "streamlab: error: %s\n", e.what());
-    return 1;
+    // compare and sweep stop in order on Ctrl-C / SIGTERM / SIGHUP: the status says which signal.
+    const int sig = sl::compare::interrupt_signal();
+    return sig ? 128 + sig : 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "streamlab: error: %s\n", e.what());
     return 1;

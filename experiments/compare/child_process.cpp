@@ -21,8 +21,8 @@ namespace sl::compare {
 
 namespace {
 
-volatile sig_atomic_t g_interrupted = 0;
-void on_signal(int) { g_interrupted = 1; }
+volatile sig_atomic_t g_interrupted = 0;  // the signal that arrived (0: none)
+void on_signal(int sig) { g_interrupted = sig; }
 
 }  // namespace
 
@@ -34,6 +34,7 @@ void install_interrupt_handlers() {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGHUP, &sa, nullptr);  // a closed terminal: the same orderly stop
   installed = true;
 }
 
@@ -41,6 +42,8 @@ bool interrupt_requested() {
   install_interrupt_handlers();
   return g_interrupted != 0;
 }
+
+int interrupt_signal() { return int(g_interrupted); }
 
 std::string ChildResult::describe() const {
   if (interrupted) return "interrupted";

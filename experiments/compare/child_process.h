@@ -31,8 +31,11 @@ std::string self_executable();
 // "45s", "3m05s", "1h02m": a duration for progress lines.
 std::string clock_text(double seconds);
 
-// True once SIGINT or SIGTERM arrived (installs the handlers on first call).
+// True once SIGINT, SIGTERM or SIGHUP arrived (installs the handlers on first call).
 bool interrupt_requested();
+// That signal's number (0 when none arrived): the process exits with 128 + it, as the shell
+// reports a process the signal ended.
+int interrupt_signal();
 void install_interrupt_handlers();
 
 }  // namespace sl::compare

@@ -114,8 +114,10 @@ class Reader {
     SL_CHECK(v.is_boolean(), where_, ".", key, ": expected true or false");
     return v.get<bool>();
   }
-  // Times: finite and not negative; `positive` also refuses zero (a step that took no time is
-  // a broken measurement, and a ratio against it would be infinite or would flip the verdict).
+  // Times in ms: finite, not negative and at most kMaxMs; `positive` also refuses anything below
+  // a nanosecond (a step that took no time is a broken measurement, and a ratio against it would
+  // be infinite or flip the verdict; so would a step of 1e308 ms, which made the interval NaN).
+  static constexpr double kMaxMs = 1e7, kMinPositiveMs = 1e-6;
   std::vector<double> times(const char* key, bool positive = false) const {
     const json& v = at(key);
     SL_CHECK(v.is_array(), where_, ".", key, ": expected an array of numbers");
@@ -124,8 +126,8 @@ class Reader {
       const json& x = v[i];
       SL_CHECK(x.is_number() && std::isfinite(x.get<double>()), where_, ".", key, "[", i, "]: expected a finite number");
       const double t = x.get<double>();
-      SL_CHECK(positive ? t > 0 : t >= 0, where_, ".", key, "[", i, "]: ", t, " ms, expected a time ",
-               positive ? "above 0" : "of 0 or more");
+      SL_CHECK((positive ? t >= kMinPositiveMs : t >= 0) && t <= kMaxMs, where_, ".", key, "[", i, "]: ", t,
+               " ms, expected a time ", positive ? "of 1 ns (1e-06 ms)" : "of 0", " to ", kMaxMs, " ms (2.8 hours)");
       out.push_back(t);
     }
     return out;

@@ -71,8 +71,15 @@ head -1 "$tmp/rec.txt" | grep -q "^Showing the comparison recorded on the CPU" |
 #    removes (SIGKILL).
 mkdir "$tmp/int"
 "$bin" compare "${M[@]}" --repetitions 50 --steps 6 --out-dir "$tmp/int" > /dev/null 2>&1 & pid=$!
-sleep 1.5; kill -INT $pid; wait $pid && fail "an interrupted compare exited 0" || true
+sleep 1.5; kill -INT $pid; rc=0; wait $pid || rc=$?
+test $rc = 130 || fail "a compare stopped by SIGINT should exit 130 (128 + 2), got $rc"
 test -z "$(ls -A "$tmp/int")" || { ls -la "$tmp/int"; fail "an interrupted compare left files"; }
+#    SIGHUP (a closed terminal) stops it in the same order, exit 129 (it used to die, leaving its
+#    staging folder).
+"$bin" compare "${M[@]}" --repetitions 50 --steps 6 --out-dir "$tmp/int" > /dev/null 2>&1 & pid=$!
+sleep 1.5; kill -HUP $pid; rc=0; wait $pid || rc=$?
+test $rc = 129 || fail "a compare stopped by SIGHUP should exit 129, got $rc"
+test -z "$(ls -A "$tmp/int")" || { ls -la "$tmp/int"; fail "a compare stopped by SIGHUP left files"; }
 "$bin" compare "${M[@]}" --repetitions 50 --steps 6 --out-dir "$tmp/int" > /dev/null 2>&1 & pid=$!
 sleep 1.5; { kill -KILL $pid; wait $pid; } 2>/dev/null || true
 ls -A "$tmp/int" | grep -vq staging && fail "SIGKILL left a final folder"
@@ -128,7 +135,7 @@ import json, sys
 m = json.load(open(sys.argv[1])); m["modes"][0]["step_ms"][4] = 0; json.dump(m, open(sys.argv[1], "w"))
 PY
 rc=0; "$bin" compare "$tmp/night1" "$tmp/zero" --policy shared > /dev/null 2> "$tmp/zero.err" || rc=$?
-test $rc = 1 && grep -q "shared_r3.json'.modes\[0\].step_ms\[4\]: 0 ms, expected a time above 0" "$tmp/zero.err" ||
+test $rc = 1 && grep -q "shared_r3.json'.modes\[0\].step_ms\[4\]: 0 ms, expected a time of 1 ns" "$tmp/zero.err" ||
   { cat "$tmp/zero.err"; fail "a step of 0 ms should be refused (exit $rc)"; }
 rc=0; "$bin" compare "$tmp/no-such-folder" > /dev/null 2> "$tmp/missing.err" || rc=$?
 test $rc = 1 && grep -q "'$tmp/no-such-folder' does not exist" "$tmp/missing.err" ||

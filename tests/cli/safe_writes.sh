@@ -127,6 +127,13 @@ for sig in INT TERM; do
   done
 done
 [ $interrupted -gt 0 ] || fail "no command was still running when its signal came: the interruption was not tested"
+# The same for CSV tables into a new folder: its hidden staging folder (.NAME.staging-*, tables
+# already written in it) goes too; the tables are written last, so the delays reach further.
+for d in 0.1 0.2 0.3 0.4 0.5 0.6 0.8; do
+  timeout -s INT $d "$bin" export "$tmp/many.json.gz" --to csv "$tmp/int_dir/tables" > /dev/null 2>&1 || true
+  [ -z "$(ls -A "$tmp/int_dir" | grep staging)" ] || fail "SIGINT after $d s left a staging folder: $(ls -A "$tmp/int_dir")"
+  rm -rf "$tmp/int_dir/tables"
+done
 
 # Model outputs: --dump-logits through the same checks.
 expect_error "not a regular file" "$bin" run --config tiny --backend cpu --steps 1 --dump-logits "$tmp/out_dir/folder_kineto"

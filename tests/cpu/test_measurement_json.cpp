@@ -81,13 +81,20 @@ nlohmann::json with_graph_steps(const std::vector<double>& step_ms) {
 
 TEST(MeasurementJson, StepTimesMustBePositive) {
   EXPECT_EQ(error_of(with_graph_steps({1.0, 1.25})), "");
-  EXPECT_NE(error_of(with_graph_steps({1.0, 0.0})).find("bad.json.modes[0].step_ms[1]: 0 ms, expected a time above 0"),
+  EXPECT_NE(error_of(with_graph_steps({1.0, 0.0})).find("bad.json.modes[0].step_ms[1]: 0 ms, expected a time of 1 ns (1e-06 ms) to 1e+07 ms"),
             std::string::npos)
       << error_of(with_graph_steps({1.0, 0.0}));
   EXPECT_NE(error_of(with_graph_steps({-2.0})).find("step_ms[0]: -2 ms"), std::string::npos);
   nlohmann::json j = with_graph_steps({1.0});
   j["modes"][0]["draft_ms"] = {-0.5};
-  EXPECT_NE(error_of(j).find("draft_ms[0]: -0.5 ms, expected a time of 0 or more"), std::string::npos) << error_of(j);
+  EXPECT_NE(error_of(j).find("draft_ms[0]: -0.5 ms, expected a time of 0 to 1e+07 ms"), std::string::npos) << error_of(j);
+  // Finite but absurd: 1e308 ms made the verdict's interval NaN and its gate pass; a subnormal
+  // step read as 100 % faster.
+  EXPECT_NE(error_of(with_graph_steps({1.0, 1e308})).find("step_ms[1]: 1e+308 ms"), std::string::npos);
+  EXPECT_NE(error_of(with_graph_steps({1e-320})).find("step_ms[0]: "), std::string::npos);
+  j = with_graph_steps({1.0});
+  j["modes"][0]["target_ms"] = {2e7};
+  EXPECT_NE(error_of(j).find("target_ms[0]: 2e+07 ms"), std::string::npos) << error_of(j);
   j = with_graph_steps({1.0});
   j["traced"][0]["untraced_step_ms"] = {0.0};
   EXPECT_NE(error_of(j).find("traced[0].untraced_step_ms[0]: 0 ms"), std::string::npos) << error_of(j);
