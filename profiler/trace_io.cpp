@@ -898,16 +898,27 @@ Trace load_kineto_json_file(const std::string& path) { return load_kineto_json_f
 
 namespace {
 
+// Where the copies go: TMPDIR, or /tmp when TMPDIR is unset or empty; a TMPDIR that is not a
+// folder is an error naming it (std::filesystem said only "No such file or directory").
+std::filesystem::path temp_folder(const std::string& of) {
+  const char* env = std::getenv("TMPDIR");
+  if (!env || !*env) return "/tmp";
+  std::error_code ec;
+  SL_CHECK(std::filesystem::is_directory(env, ec), "cannot read trace '", of, "': it needs a temporary copy, and TMPDIR '",
+           env, "' is not a folder");
+  return env;
+}
+
 // A copy of a trace that cannot be read in place (a stream, a gzip file) in a temporary file,
 // written piece by piece as it is read or unpacked: the loaders then read it as any file, in
 // chunks, so the trace is never held whole in memory. Removed when done.
 class TempCopy {
  public:
   explicit TempCopy(const std::string& of) : of_(of) {
-    path_ = (std::filesystem::temp_directory_path() / "streamlab-trace-XXXXXX").string();
+    path_ = (temp_folder(of) / "streamlab-trace-XXXXXX").string();
     fd_ = ::mkstemp(path_.data());
-    SL_CHECK(fd_ >= 0, "cannot read trace '", of, "': no temporary file in ",
-             std::filesystem::temp_directory_path().string(), " (", std::strerror(errno), ")");
+    SL_CHECK(fd_ >= 0, "cannot read trace '", of, "': no temporary file in ", temp_folder(of).string(), " (",
+             std::strerror(errno), "; TMPDIR chooses where it goes)");
     cleanup_.reset(path_);
   }
   ~TempCopy() {

@@ -29,6 +29,9 @@ expect_error "not in range" "$bin" analyze --main-stream -1 "$trace"
 expect_error "'nan' is not a finite number" "$bin" compare "$trace" "$trace" --fail-if-slower nan
 expect_error "-5 is outside" "$bin" compare "$trace" "$trace" --fail-if-slower -5
 expect_error "'-inf' is not a finite number" "$bin" compare "$trace" "$trace" --child-timeout -inf
+# A gzipped trace is unpacked into TMPDIR: one that is not a folder is named; an empty one means /tmp.
+expect_error "TMPDIR '$tmp/none' is not a folder" env TMPDIR="$tmp/none" "$bin" analyze "$trace"
+TMPDIR= "$bin" analyze "$trace" > /dev/null || fail "an empty TMPDIR should fall back to /tmp"
 # flash in f32 on the CPU: about 1.1 TB of weights.
 expect_error "GiB are available" "$bin" run --config flash --backend cpu --steps 1
 grep -q "GiB of weights" "$tmp/out" || fail "the memory refusal does not name the weights' size"
