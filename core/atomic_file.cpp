@@ -33,22 +33,6 @@ void check_parent(const std::string& path) {
   SL_CHECK(S_ISDIR(st.st_mode), "cannot write '", path, "': '", parent, "' is not a folder");
 }
 
-// Writes all of `data` to fd, retrying short writes and EINTR; false with errno set on failure.
-bool write_all(int fd, std::string_view data) {
-  const char* p = data.data();
-  size_t left = data.size();
-  while (left > 0) {
-    const ssize_t n = ::write(fd, p, left);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    p += n;
-    left -= size_t(n);
-  }
-  return true;
-}
-
 mode_t default_file_mode() {
   const mode_t mask = ::umask(0);
   ::umask(mask);
