@@ -30,7 +30,7 @@ int main(int argc, char** argv) {
   sl::cli::add_measure_command(app);
   sl::cli::add_compare_command(app);
   sl::cli::add_sweep_command(app);
-  sl::cli::refuse_empty_numbers(app);
+  sl::cli::refuse_empty_values(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

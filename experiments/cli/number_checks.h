@@ -44,19 +44,27 @@ inline CLI::Validator whole_uint64() {
       "");
 }
 
-// CLI11 reads an empty value of a number option ("--steps ''", "--batch=") as 0, so an empty
-// shell variable would run zero steps without a word; every option of `app` and its subcommands
-// whose value is a number refuses an empty value (options taking text keep theirs: an empty
-// --kernel-variants means the defaults).
-inline void refuse_empty_numbers(CLI::App& app) {
+// CLI11 reads an empty value of a number option ("--steps ''", "--batch=") as 0, and an empty file
+// name as the option not given, so an empty shell variable would run zero steps or write no trace
+// without a word. Every option of `app` and its subcommands whose value is a number, or names a
+// file or folder, refuses an empty value (other text keeps it: an empty --kernel-variants means
+// the defaults).
+inline void refuse_empty_values(CLI::App& app) {
+  static const char* const kPathOptions[] = {"--config",   "--checkpoint",  "--tokens", "--dump-logits",
+                                             "--dump-decode-logits",        "--save-checkpoint", "--trace",
+                                             "--sqlite",   "--screenshot",  "--out",    "--out-dir",
+                                             "--recorded", "--resume"};
   for (CLI::Option* opt : app.get_options()) {
+    if (opt->get_expected_max() == 0) continue;  // a flag
     const std::string t = opt->get_type_name();
-    if (opt->get_expected_max() == 0 || (t != "INT" && t != "UINT" && t != "FLOAT" && t != "NUMBER")) continue;
+    bool refuse = t == "INT" || t == "UINT" || t == "FLOAT" || t == "NUMBER";
+    for (const char* name : kPathOptions) refuse = refuse || opt->check_lname(name + 2);
+    if (!refuse) continue;
     opt->check(CLI::Validator(
-        [](std::string& v) { return v.empty() ? std::string("an empty value is not a number") : std::string(); },
-        "", "non-empty"));
+        [](std::string& v) { return v.empty() ? std::string("an empty value is not allowed") : std::string(); }, "",
+        "non-empty"));
   }
-  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) refuse_empty_numbers(*sub);
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) refuse_empty_values(*sub);
 }
 
 }  // namespace sl::cli

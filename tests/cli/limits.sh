@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Limits checked before any work: counts bounded with a message naming the bound, --steps checked
 # in 64 bits against the config's positions, --seed refused when negative (it used to wrap) or past
-# 2^64 - 1 (it was clamped), an empty number refused (it read as 0), and a
+# 2^64 - 1 (it was clamped), an empty number or file name refused (it read as 0, or as not given), and a
 # model larger than the memory the backend can still allocate refused with both figures before
 # anything is allocated. Each must fail fast (20 s) with a clear error, not run until killed.
 set -euo pipefail
@@ -15,8 +15,11 @@ expect_error "needs more positions than the config's max_position_embeddings" \
 expect_error "must be a whole number >= 0, not '-1'" "$bin" run --backend cpu --seed -1 --steps 1
 expect_error "18446744073709551616 is past the largest seed" "$bin" run --backend cpu --seed 18446744073709551616 --steps 1
 # An empty number (an unset shell variable) is refused, not read as 0 steps or batch 0.
-expect_error "--steps: an empty value is not a number" "$bin" run --backend cpu --steps ''
-expect_error "--repetitions: an empty value is not a number" "$bin" compare --backend cpu --repetitions ''
+expect_error "--steps: an empty value is not allowed" "$bin" run --backend cpu --steps ''
+expect_error "--repetitions: an empty value is not allowed" "$bin" compare --backend cpu --repetitions ''
+# ... and so is an empty file name, which read as the option not given (no trace written, exit 0).
+expect_error "--trace: an empty value is not allowed" "$bin" run --backend cpu --steps 1 --trace ''
+expect_error "--resume: an empty value is not allowed" "$bin" sweep --resume ''
 # Numeric thresholds: NaN, infinities and values out of range refused by name (CLI11's range
 # check alone lets NaN through, which switched compare's --fail-if-slower gate off).
 traces=("$(dirname "$0")"/../../results/compare/*/traces/*.json.gz); trace=${traces[0]}  # (no `ls | head`: SIGPIPE under pipefail)
