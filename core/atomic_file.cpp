@@ -63,12 +63,22 @@ void write_file_atomic(const std::string& path, std::string_view content) {
 namespace {
 
 // Names that stand for an open stream of this process (/dev/stdout, /dev/fd/3, /proc/self/fd/1):
-// written in place whatever they lead to. Resolving them would find a pipe (no path) or the file
-// the shell opened, and renaming a new file over that would take the output from the stream.
-bool names_a_stream(const std::string& path) {
-  for (const char* prefix : {"/dev/stdout", "/dev/stderr", "/dev/fd/", "/proc/self/fd/"})
-    if (path.rfind(prefix, 0) == 0) return true;
-  return false;
+// the descriptor's number, else -1. Such a name is written through a duplicate of the descriptor,
+// whatever it leads to: resolving it would find a pipe (no path) or the file the shell opened,
+// and opening that again would start a new file offset (over `>> log`'s earlier lines, or over
+// what the program wrote to stdout before) where the duplicate shares the shell's offset and its
+// O_APPEND.
+int stream_descriptor(const std::string& path) {
+  if (path == "/dev/stdout") return 1;
+  if (path == "/dev/stderr") return 2;
+  for (const char* prefix : {"/dev/fd/", "/proc/self/fd/"}) {
+    const size_t n = std::strlen(prefix);
+    if (path.compare(0, n, prefix) != 0) continue;
+    const std::string num = path.substr(n);
+    if (num.empty() || num.size() > 9 || num.find_first_not_of("0123456789") != std::string::npos) return -1;
+    return std::atoi(num.c_str());
+  }
+  return -1;
 }
 
 // The temporary file's name beside `dest`: ".NAME.tmp.XXXXXX", or a short one where NAME is so
@@ -85,15 +95,27 @@ AtomicFile::AtomicFile(const std::string& path, Kind kind) : path_(path) {
   check_parent(path);
   struct stat st {};
   const bool exists = ::stat(path.c_str(), &st) == 0;  // (through symbolic links)
-  if (names_a_stream(path) || (exists && !S_ISREG(st.st_mode))) {
-    // A terminal, a pipe, /dev/stdout: written in place (a rename would replace the device node,
-    // or the link, and the output would not reach the stream); anything else that is not a
-    // regular file (a folder) is refused, and so is every stream for writers that need a path.
-    SL_CHECK(kind == Kind::Stream && (names_a_stream(path) || S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode)),
-             "refusing to write '", path, "': it exists and is not a regular file");
+  if (const int stream = stream_descriptor(path); stream >= 0) {
+    SL_CHECK(kind == Kind::Stream, "refusing to write '", path, "': this writer needs a file, not a stream");
+    const int fd = ::dup(stream);
+    SL_CHECK(fd >= 0, "cannot write '", path, "': descriptor ", stream, " is not open (", std::strerror(errno), ")");
+    f_ = ::fdopen(fd, "wb");
+    if (!f_) {
+      const int err = errno;
+      ::close(fd);
+      fail("cannot open '", path, "' for writing: ", std::strerror(err));
+    }
+    device_ = true;
+    return;
+  }
+  if (exists && !S_ISREG(st.st_mode)) {
+    // A terminal, a device, a named pipe: written in place (a rename would replace the node and
+    // the output would not reach it); anything else that is not a regular file (a folder) is
+    // refused, and so is every such destination for writers that need a path.
+    SL_CHECK(kind == Kind::Stream && (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode)), "refusing to write '", path,
+             "': it exists and is not a regular file");
     // Opened without blocking first: a FIFO that no process reads is an error, not a hang.
-    const bool regular = exists && S_ISREG(st.st_mode);  // /dev/stdout redirected to a file
-    const int fd = ::open(path.c_str(), O_WRONLY | O_NONBLOCK | (regular ? O_TRUNC : 0));
+    const int fd = ::open(path.c_str(), O_WRONLY | O_NONBLOCK);
     if (fd < 0 && errno == ENXIO) fail("refusing to write '", path, "': it is a FIFO that no process is reading");
     SL_CHECK(fd >= 0, "cannot open '", path, "' for writing: ", std::strerror(errno));
     const int flags = ::fcntl(fd, F_GETFL);
@@ -243,7 +265,9 @@ StagedDir::StagedDir(std::string final_path) : final_(std::move(final_path)) {
   while (!final_.empty() && final_.size() > 1 && final_.back() == '/') final_.pop_back();
   check_parent(final_);
   SL_CHECK(!fs::exists(final_), "'", final_, "' already exists: not writing over it");
-  staging_ = parent_of(final_) + "/." + fs::path(final_).filename().string() + ".staging-" +
+  // (".NAME.staging-PID-N", or ".streamlab.staging-PID-N" where NAME is too long for that.)
+  const std::string name = fs::path(final_).filename().string();
+  staging_ = parent_of(final_) + "/." + (name.size() > 200 ? std::string("streamlab") : name) + ".staging-" +
              std::to_string(::getpid()) + "-" + std::to_string(g_staged_counter++);
   std::error_code ec;
   fs::remove_all(staging_, ec);

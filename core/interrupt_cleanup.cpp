@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <mutex>  // std::call_once
@@ -16,8 +17,10 @@ namespace sl {
 namespace {
 
 constexpr int kSlots = 64;
-// A slot is written only while free (state 0), then published with state 2; the handler reads
-// only published slots. State 1: being filled or emptied.
+// A slot is written only while free (state 0), then published with state 2. The handler claims
+// a published slot (2 -> 3) before it reads it, and an owner releasing its slot (2 -> 1 -> 0)
+// leaves a claimed one alone: a path is never read while it is rewritten. State 1: being filled
+// or emptied.
 char g_path[kSlots][PATH_MAX];
 bool g_folder[kSlots];
 std::atomic<int> g_state[kSlots];
@@ -46,7 +49,8 @@ void remove_folder_contents(int dir_fd, int depth) {
       const Entry* e = reinterpret_cast<const Entry*>(g_dirents[depth] + off);
       off += e->reclen;
       if (e->name[0] == '.' && (e->name[1] == 0 || (e->name[1] == '.' && e->name[2] == 0))) continue;
-      if (e->type == DT_DIR) {
+      // (Some filesystems do not give the type, DT_UNKNOWN: a failed unlink of a folder says so.)
+      if (e->type == DT_DIR || (::unlinkat(dir_fd, e->name, 0) != 0 && (errno == EISDIR || errno == EPERM))) {
         if (depth + 1 < kMaxDepth) {
           const int sub = ::openat(dir_fd, e->name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
           if (sub >= 0) {
@@ -55,16 +59,23 @@ void remove_folder_contents(int dir_fd, int depth) {
           }
         }
         ::unlinkat(dir_fd, e->name, AT_REMOVEDIR);
-      } else {
-        ::unlinkat(dir_fd, e->name, 0);
       }
     }
   }
 }
 
+std::atomic<int> g_handling{0};
+
 void on_interrupt(int sig) {
+  // One thread cleans. The mask blocks these signals only on the thread running the handler, and
+  // `timeout` sends its signal twice: a second thread would share the folder buffers. It waits
+  // here until the first ends the process.
+  if (g_handling.exchange(1)) {
+    for (;;) ::pause();
+  }
   for (int i = 0; i < kSlots; ++i) {
-    if (g_state[i].load(std::memory_order_acquire) != 2) continue;
+    int published = 2;
+    if (!g_state[i].compare_exchange_strong(published, 3, std::memory_order_acq_rel)) continue;
     if (!g_folder[i]) {
       ::unlink(g_path[i]);
       continue;
@@ -121,7 +132,8 @@ int remove_on_interrupt(const std::string& path, bool folder) {
 
 void keep_after_interrupt(int slot) {
   if (slot < 0 || slot >= kSlots) return;
-  g_state[slot].store(1, std::memory_order_release);
+  int published = 2;
+  if (!g_state[slot].compare_exchange_strong(published, 1, std::memory_order_acq_rel)) return;  // being cleaned
   g_path[slot][0] = '\0';
   g_state[slot].store(0, std::memory_order_release);
 }

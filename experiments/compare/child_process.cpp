@@ -34,7 +34,12 @@ void install_interrupt_handlers() {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
-  sigaction(SIGHUP, &sa, nullptr);  // a closed terminal: the same orderly stop
+  // SIGHUP (a closed terminal) stops in the same order, unless the caller ignores it: under
+  // `nohup` a long sweep must outlive its terminal, and its children keep the ignored disposition
+  // across exec.
+  struct sigaction hup {};
+  if (!(sigaction(SIGHUP, nullptr, &hup) == 0 && !(hup.sa_flags & SA_SIGINFO) && hup.sa_handler == SIG_IGN))
+    sigaction(SIGHUP, &sa, nullptr);
   installed = true;
 }
 

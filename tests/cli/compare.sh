@@ -80,6 +80,11 @@ test -z "$(ls -A "$tmp/int")" || { ls -la "$tmp/int"; fail "an interrupted compa
 sleep 1.5; kill -HUP $pid; rc=0; wait $pid || rc=$?
 test $rc = 129 || fail "a compare stopped by SIGHUP should exit 129, got $rc"
 test -z "$(ls -A "$tmp/int")" || { ls -la "$tmp/int"; fail "a compare stopped by SIGHUP left files"; }
+#    Under nohup (SIGHUP ignored) it carries on.
+nohup "$bin" compare "${M[@]}" --repetitions 2 --steps 2 --no-trace --out-dir "$tmp/int" > /dev/null 2>&1 & pid=$!
+sleep 1.5; kill -HUP $pid 2> /dev/null || true; rc=0; wait $pid || rc=$?
+test $rc = 0 || fail "a compare under nohup should ignore SIGHUP and finish, got $rc"
+rm -rf "$tmp/int"/*
 "$bin" compare "${M[@]}" --repetitions 50 --steps 6 --out-dir "$tmp/int" > /dev/null 2>&1 & pid=$!
 sleep 1.5; { kill -KILL $pid; wait $pid; } 2>/dev/null || true
 ls -A "$tmp/int" | grep -vq staging && fail "SIGKILL left a final folder"

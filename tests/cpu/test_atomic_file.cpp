@@ -85,12 +85,16 @@ TEST(AtomicFile, StreamNamesAreWrittenInPlace) {
   ::close(fds[1]);
   TempDir d;
   const std::string file = d.path + "/captured";
-  sl::write_file_atomic(file, "old content, longer");
-  const int fd = ::open(file.c_str(), O_WRONLY);
+  sl::write_file_atomic(file, "earlier lines\n");
+  // As `>> log`: the descriptor's own offset and O_APPEND are kept (opening the name again would
+  // start at offset 0, or truncate).
+  const int fd = ::open(file.c_str(), O_WRONLY | O_APPEND);
   ASSERT_GE(fd, 0);
-  sl::write_file_atomic("/proc/self/fd/" + std::to_string(fd), "new");
+  sl::write_file_atomic("/proc/self/fd/" + std::to_string(fd), "new\n");
+  sl::write_file_atomic("/dev/fd/" + std::to_string(fd), "more\n");
   ::close(fd);
-  EXPECT_EQ(read_all(file), "new");
+  EXPECT_EQ(read_all(file), "earlier lines\nnew\nmore\n");
+  EXPECT_THROW(sl::write_file_atomic("/dev/fd/987654", "x"), sl::Error);  // not open
   EXPECT_EQ(entries(d.path), 1u);
   // A FIFO that a process reads is written to.
   const std::string fifo = d.path + "/fifo";
