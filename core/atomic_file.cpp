@@ -81,11 +81,23 @@ int stream_descriptor(const std::string& path) {
   return -1;
 }
 
-// The temporary file's name beside `dest`: ".NAME.tmp.XXXXXX", or a short one where NAME is so
-// long that the temporary name would pass the file-name limit (255 bytes on most filesystems).
-std::string temp_name_beside(const std::string& dest) {
+// A hidden name beside `dest` for its temporary form: ".NAME" + suffix, or ".streamlab" + suffix
+// where NAME is so long that the result would pass the file-name limit (255 bytes on most
+// filesystems).
+std::string hidden_name_beside(const std::string& dest, const std::string& suffix) {
   const std::string name = fs::path(dest).filename().string();
-  return parent_of(dest) + (name.size() > 200 ? std::string("/.streamlab.tmp.XXXXXX") : "/." + name + ".tmp.XXXXXX");
+  return parent_of(dest) + "/." + (name.size() > 200 ? std::string("streamlab") : name) + suffix;
+}
+
+// `fd` as a stdio stream for writing; on failure `fd` is closed and the error names `path`.
+std::FILE* stream_of(int fd, const std::string& path) {
+  std::FILE* f = ::fdopen(fd, "wb");
+  if (!f) {
+    const int err = errno;
+    ::close(fd);
+    fail("cannot open '", path, "' for writing: ", std::strerror(err));
+  }
+  return f;
 }
 
 }  // namespace
@@ -99,12 +111,7 @@ AtomicFile::AtomicFile(const std::string& path, Kind kind) : path_(path) {
     SL_CHECK(kind == Kind::Stream, "refusing to write '", path, "': this writer needs a file, not a stream");
     const int fd = ::dup(stream);
     SL_CHECK(fd >= 0, "cannot write '", path, "': descriptor ", stream, " is not open (", std::strerror(errno), ")");
-    f_ = ::fdopen(fd, "wb");
-    if (!f_) {
-      const int err = errno;
-      ::close(fd);
-      fail("cannot open '", path, "' for writing: ", std::strerror(err));
-    }
+    f_ = stream_of(fd, path);
     device_ = true;
     return;
   }
@@ -119,11 +126,12 @@ AtomicFile::AtomicFile(const std::string& path, Kind kind) : path_(path) {
     if (fd < 0 && errno == ENXIO) fail("refusing to write '", path, "': it is a FIFO that no process is reading");
     SL_CHECK(fd >= 0, "cannot open '", path, "' for writing: ", std::strerror(errno));
     const int flags = ::fcntl(fd, F_GETFL);
-    if (flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0 || !(f_ = ::fdopen(fd, "wb"))) {
+    if (flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
       const int err = errno;
       ::close(fd);
       fail("cannot open '", path, "' for writing: ", std::strerror(err));
     }
+    f_ = stream_of(fd, path);
     device_ = true;
     return;
   }
@@ -135,7 +143,7 @@ AtomicFile::AtomicFile(const std::string& path, Kind kind) : path_(path) {
     path_ = fs::canonical(path, ec).string();
     SL_CHECK(!ec, "cannot write '", path, "': cannot resolve the symbolic link (", ec.message(), ")");
   }
-  tmp_ = temp_name_beside(path_);
+  tmp_ = hidden_name_beside(path_, ".tmp.XXXXXX");
   const int fd = ::mkstemp(tmp_.data());
   SL_CHECK(fd >= 0, "cannot create a temporary file beside '", path_, "': ", std::strerror(errno));
   cleanup_.reset(tmp_);
@@ -265,10 +273,8 @@ StagedDir::StagedDir(std::string final_path) : final_(std::move(final_path)) {
   while (!final_.empty() && final_.size() > 1 && final_.back() == '/') final_.pop_back();
   check_parent(final_);
   SL_CHECK(!fs::exists(final_), "'", final_, "' already exists: not writing over it");
-  // (".NAME.staging-PID-N", or ".streamlab.staging-PID-N" where NAME is too long for that.)
-  const std::string name = fs::path(final_).filename().string();
-  staging_ = parent_of(final_) + "/." + (name.size() > 200 ? std::string("streamlab") : name) + ".staging-" +
-             std::to_string(::getpid()) + "-" + std::to_string(g_staged_counter++);
+  staging_ = hidden_name_beside(final_, ".staging-" + std::to_string(::getpid()) + "-" +
+                                            std::to_string(g_staged_counter++));
   std::error_code ec;
   fs::remove_all(staging_, ec);
   SL_CHECK(fs::create_directory(staging_, ec) && !ec, "cannot create the folder '", staging_, "': ", ec.message());

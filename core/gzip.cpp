@@ -28,16 +28,6 @@ bool has_gz_suffix(const std::string& path) {
   return end[0] == '.' && (end[1] == 'g' || end[1] == 'G') && (end[2] == 'z' || end[2] == 'Z');
 }
 
-namespace {
-
-std::string read_whole(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  SL_CHECK(f, "cannot open '", path, "': ", std::strerror(errno));
-  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-}
-
-}  // namespace
-
 void gunzip_file(const std::string& path, const std::function<void(const char*, size_t)>& out) {
   std::FILE* f = std::fopen(path.c_str(), "rb");
   SL_CHECK(f, "cannot open '", path, "': ", std::strerror(errno));
@@ -87,42 +77,33 @@ std::string gunzip_file(const std::string& path) {
   return text;
 }
 
-std::string gzip_string(std::string_view in, const std::string& what) {
-  z_stream z{};
-  SL_CHECK(deflateInit2(&z, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) == Z_OK, what, ": cannot start zlib");
-  std::string out;
-  out.resize(deflateBound(&z, uLong(in.size())) + 64);
-  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
-  z.avail_in = uInt(in.size());
-  z.next_out = reinterpret_cast<Bytef*>(out.data());
-  z.avail_out = uInt(out.size());
-  const int rc = deflate(&z, Z_FINISH);
-  out.resize(out.size() - z.avail_out);
-  deflateEnd(&z);
-  SL_CHECK(rc == Z_STREAM_END, what, ": compression failed (", rc, ")");
-  return out;
-}
-
 struct GzipWriter::Stream {
   z_stream z{};
   std::vector<unsigned char> buf = std::vector<unsigned char>(1 << 18);
   bool finished = false;
 };
 
-GzipWriter::GzipWriter(std::FILE* out, std::string what) : z_(new Stream), out_(out), what_(std::move(what)) {
+GzipWriter::GzipWriter(Sink sink, std::string what) : z_(new Stream), sink_(std::move(sink)), what_(std::move(what)) {
   SL_CHECK(deflateInit2(&z_->z, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) == Z_OK, what_, ": cannot start zlib");
 }
 
+GzipWriter::GzipWriter(std::FILE* out, std::string what)
+    : GzipWriter(
+          [out, what](const char* p, size_t n) {
+            SL_CHECK(std::fwrite(p, 1, n, out) == n, what, ": write failed: ", std::strerror(errno));
+          },
+          what) {}
+
 GzipWriter::~GzipWriter() { deflateEnd(&z_->z); }
 
-void GzipWriter::deflate_into_file(int flush) {
+void GzipWriter::deflate_into_sink(int flush) {
   for (;;) {
     z_->z.next_out = z_->buf.data();
     z_->z.avail_out = uInt(z_->buf.size());
     const int rc = deflate(&z_->z, flush);
     SL_CHECK(rc == Z_OK || rc == Z_STREAM_END || rc == Z_BUF_ERROR, what_, ": compression failed (", rc, ")");
     const size_t have = z_->buf.size() - z_->z.avail_out;
-    SL_CHECK(std::fwrite(z_->buf.data(), 1, have, out_) == have, what_, ": write failed: ", std::strerror(errno));
+    if (have) sink_(reinterpret_cast<const char*>(z_->buf.data()), have);
     if (flush == Z_FINISH ? rc == Z_STREAM_END : z_->z.avail_out != 0) return;
   }
 }
@@ -134,7 +115,7 @@ void GzipWriter::write(const char* p, size_t n) {
     const size_t k = std::min<size_t>(n, size_t(1) << 30);
     z_->z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(p));
     z_->z.avail_in = uInt(k);
-    deflate_into_file(Z_NO_FLUSH);
+    deflate_into_sink(Z_NO_FLUSH);
     p += k;
     n -= k;
   }
@@ -144,7 +125,7 @@ void GzipWriter::finish() {
   if (z_->finished) return;
   z_->z.next_in = nullptr;
   z_->z.avail_in = 0;
-  deflate_into_file(Z_FINISH);
+  deflate_into_sink(Z_FINISH);
   z_->finished = true;
 }
 
@@ -164,8 +145,18 @@ void gzip_file_into(const std::string& src, std::FILE* out) {
   std::fclose(in);
 }
 
+std::string gzip_string(std::string_view in, const std::string& what) {
+  std::string out;
+  GzipWriter z([&](const char* p, size_t n) { out.append(p, n); }, what);
+  z.write(in.data(), in.size());
+  z.finish();
+  return out;
+}
+
 void gzip_file_in_place(const std::string& path) {
-  write_file_atomic(path + ".gz", gzip_string(read_whole(path), "'" + path + "'"));
+  AtomicFile out(path + ".gz");
+  gzip_file_into(path, out.file());
+  out.commit();
   std::error_code ec;
   std::filesystem::remove(path, ec);
   SL_CHECK(!ec, "cannot remove '", path, "' after compressing it: ", ec.message());

@@ -22,13 +22,15 @@ void gunzip_file(const std::string& path, const std::function<void(const char*, 
 std::string gunzip_file(const std::string& path);
 // `in` gzipped (one member). `what` names the content in an error.
 std::string gzip_string(std::string_view in, const std::string& what);
-// Compresses a stream of unknown length (a trace being written) into an open file, piece by
-// piece, so that neither the text nor its compressed form is held whole. finish() ends the gzip
-// stream; destroyed without finish(), the file holds an unfinished stream (the caller's
+// Compresses a stream of unknown length (a trace being written) piece by piece into `sink` (or
+// an open file), so that neither the text nor its compressed form is held whole. finish() ends
+// the gzip stream; destroyed without finish(), the output holds an unfinished stream (a caller's
 // AtomicFile then discards it). `what` names the destination in errors.
 class GzipWriter {
  public:
-  GzipWriter(std::FILE* out, std::string what);
+  using Sink = std::function<void(const char*, size_t)>;
+  GzipWriter(Sink sink, std::string what);
+  GzipWriter(std::FILE* out, std::string what);  // write errors are sl::Error naming `what`
   ~GzipWriter();
   GzipWriter(const GzipWriter&) = delete;
   GzipWriter& operator=(const GzipWriter&) = delete;
@@ -36,17 +38,17 @@ class GzipWriter {
   void finish();
 
  private:
-  void deflate_into_file(int flush);
+  void deflate_into_sink(int flush);
   struct Stream;
   std::unique_ptr<Stream> z_;
-  std::FILE* out_;
+  Sink sink_;
   std::string what_;
 };
 
 // Streams the file `src` through a GzipWriter into `out` (finished). Errors name `src`.
 void gzip_file_into(const std::string& src, std::FILE* out);
 
-// Compresses `path` into `path + ".gz"` (written atomically), then removes `path`.
+// Compresses `path` into `path + ".gz"` (written atomically, streamed), then removes `path`.
 void gzip_file_in_place(const std::string& path);
 // `path` if it exists, else `path + ".gz"` if that exists, else `path` (for the error message).
 std::string plain_or_gz(const std::string& path);

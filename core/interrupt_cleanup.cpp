@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <iterator>  // std::size
 #include <mutex>  // std::call_once
 
 namespace sl {
@@ -25,7 +26,7 @@ char g_path[kSlots][PATH_MAX];
 bool g_folder[kSlots];
 std::atomic<int> g_state[kSlots];
 constexpr int kSignals[] = {SIGINT, SIGTERM, SIGHUP};
-struct sigaction g_previous[sizeof(kSignals) / sizeof(kSignals[0])];
+struct sigaction g_previous[std::size(kSignals)];
 std::once_flag g_installed;
 
 // Removes what the folder `dir_fd` holds, then the folder, with async-signal-safe calls only
@@ -90,13 +91,13 @@ void on_interrupt(int sig) {
   // End the process as the signal would have (the shell sees "killed by SIGINT"): the default
   // action back, and the signal raised again. It is blocked while this handler runs, so it is
   // delivered, and ends the process, as the handler returns.
-  for (size_t k = 0; k < sizeof(kSignals) / sizeof(kSignals[0]); ++k)
+  for (size_t k = 0; k < std::size(kSignals); ++k)
     if (kSignals[k] == sig) ::sigaction(sig, &g_previous[k], nullptr);
   ::raise(sig);
 }
 
 void install() {
-  for (size_t k = 0; k < sizeof(kSignals) / sizeof(kSignals[0]); ++k) {
+  for (size_t k = 0; k < std::size(kSignals); ++k) {
     struct sigaction current {};
     if (::sigaction(kSignals[k], nullptr, &current) != 0) continue;
     // Ignored, or handled by the program: leave it be.

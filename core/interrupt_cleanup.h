@@ -1,7 +1,8 @@
 // Temporary files that must not outlive a Ctrl-C: a killed process runs no destructors, so a
-// trace's unpacked copy in /tmp (as large as the trace) or a half-written ".NAME.tmp.*" beside an
-// export would stay behind, and so would a staging folder of CSV tables. A file (or folder) registered here is removed by a SIGINT / SIGTERM / SIGHUP
-// handler, which then lets the signal end the process as it would have.
+// trace's unpacked copy in /tmp (as large as the trace), a half-written ".NAME.tmp.*" beside an
+// export or a staging folder of CSV tables would stay behind. A file (or folder) registered here
+// is removed by a SIGINT / SIGTERM / SIGHUP handler, which then lets the signal end the process as
+// it would have.
 //
 // The handler is installed only for signals whose disposition is still the default: a program
 // that handles them itself (compare and sweep wait for their children and report the interruption)

@@ -1055,23 +1055,26 @@ class Emitter {
   std::unordered_map<uint64_t, std::vector<const CudaEventRecord*>> event_index_;
 };
 
+// The trace's events, in pieces, to `sink`. Returns the number of trace events written.
+size_t emit(const Trace& t, const KinetoOptions& opts, std::function<void(const char*, size_t)> sink) {
+  Out out(std::move(sink));
+  Emitter e(t, opts, out);
+  return e.run();
+}
+
 }  // namespace
 
 size_t write_kineto_json(const Trace& t, std::FILE* f, const KinetoOptions& opts) {
   bool failed = false;
-  Out out([&](const char* p, size_t n) {
-    if (!failed && std::fwrite(p, 1, n, f) != n) failed = true;
+  const size_t n = emit(t, opts, [&](const char* p, size_t k) {
+    if (!failed && std::fwrite(p, 1, k, f) != k) failed = true;
   });
-  Emitter e(t, opts, out);
-  size_t n = e.run();
   if (failed) fail("writing the Kineto JSON trace failed: ", std::strerror(errno));
   return n;
 }
 
 size_t write_kineto_json(const Trace& t, std::ostream& os, const KinetoOptions& opts) {
-  Out out([&](const char* p, size_t n) { os.write(p, std::streamsize(n)); });
-  Emitter e(t, opts, out);
-  size_t n = e.run();
+  const size_t n = emit(t, opts, [&](const char* p, size_t k) { os.write(p, std::streamsize(k)); });
   if (!os) fail("writing the Kineto JSON trace to a stream failed");
   return n;
 }
@@ -1082,14 +1085,11 @@ size_t write_kineto_json(const Trace& t, std::ostream& os, const KinetoOptions& 
 // such; the traces of a compare run folder are kept so), written as it is produced.
 size_t write_kineto_json_file(const Trace& t, const std::string& path, const KinetoOptions& opts) {
   AtomicFile out(path);
-  const bool gz = has_gz_suffix(path);
   size_t n;
   try {
-    if (gz) {
+    if (has_gz_suffix(path)) {
       GzipWriter z(out.file(), "gzip");  // (the caller's message names the file)
-      Out sink([&](const char* p, size_t k) { z.write(p, k); });
-      Emitter e(t, opts, sink);
-      n = e.run();
+      n = emit(t, opts, [&](const char* p, size_t k) { z.write(p, k); });
       z.finish();
     } else {
       n = write_kineto_json(t, out.file(), opts);
@@ -1103,9 +1103,7 @@ size_t write_kineto_json_file(const Trace& t, const std::string& path, const Kin
 
 std::string kineto_json_string(const Trace& t, const KinetoOptions& opts) {
   std::string s;
-  Out out([&](const char* p, size_t n) { s.append(p, n); });
-  Emitter e(t, opts, out);
-  e.run();
+  emit(t, opts, [&](const char* p, size_t k) { s.append(p, k); });
   return s;
 }
 

@@ -1,7 +1,7 @@
-// CLI11 validators for numeric options. CLI::Range alone lets NaN through (every comparison with
-// NaN is false) and says nothing of infinities, so a threshold given as "nan" or "-inf" would
-// quietly switch a check off or print impossible figures; these reject them with the option's
-// name and the range.
+// Checks of option values that CLI11 lets through. CLI::Range alone lets NaN through (every
+// comparison with NaN is false) and says nothing of infinities, so a threshold given as "nan" or
+// "-inf" would quietly switch a check off or print impossible figures; a seed past 2^64 - 1 is
+// clamped; an empty number reads as 0. These reject them with the option's name.
 #pragma once
 #include <cerrno>
 #include <cmath>

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 
 #include "core/error.h"
 #include "core/gzip.h"
@@ -76,6 +77,7 @@ RunFolder read_run_folder(const std::string& path) {
   const json& settings = f.summary["settings"];
   SL_CHECK(settings.is_object() && settings.contains("runs") && settings["runs"].is_array(), where,
            ": settings.runs is missing (a summary of inputs, not of a live run?)");
+  std::set<fs::path> run_files;  // each run file once (normalised: "runs/./a.json" is "runs/a.json")
   for (const auto& j : settings["runs"]) {
     PlannedRun r;
     r.side = str_at(j, "side", where + " settings.runs[]");
@@ -84,10 +86,8 @@ RunFolder read_run_folder(const std::string& path) {
     r.log = j.value("log", "");
     r.traced = j.value("traced", false);
     r.repetition = j.value("repetition", 0);
-    const fs::path file = fs::path(inside(path, r.out, where)).lexically_normal();
-    for (const PlannedRun& earlier : f.runs)
-      SL_CHECK(fs::path(inside(path, earlier.out, where)).lexically_normal() != file, where, ": settings.runs lists '",
-               r.out, "' twice (its steps would count double in the verdict)");
+    SL_CHECK(run_files.insert(fs::path(inside(path, r.out, where)).lexically_normal()).second, where,
+             ": settings.runs lists '", r.out, "' twice (its steps would count double in the verdict)");
     f.runs.push_back(r);
     if (std::find(f.side_labels.begin(), f.side_labels.end(), r.side) == f.side_labels.end())
       f.side_labels.push_back(r.side);
