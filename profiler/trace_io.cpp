@@ -2,10 +2,12 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -928,6 +930,26 @@ class TempCopy {
   TempCopy(const TempCopy&) = delete;
   TempCopy& operator=(const TempCopy&) = delete;
   void append(const char* p, size_t n) {
+    // A stream without end (`analyze /dev/zero` after its head, a gzip bomb) would fill the disk
+    // before failing: every 256 MiB the folder's free space is looked at, and the copy stops while
+    // 1 GiB is still free (STREAMLAB_TMP_RESERVE_GIB sets how much, for tests).
+    static const double reserve_gib = [] {
+      const char* v = std::getenv("STREAMLAB_TMP_RESERVE_GIB");
+      return v && std::atof(v) > 0 ? std::atof(v) : 1.0;
+    }();
+    written_ += n;
+    if (written_ >= next_space_check_) {
+      next_space_check_ = written_ + (size_t(256) << 20);
+      struct statvfs vfs {};
+      const std::string folder = std::filesystem::path(path_).parent_path().string();
+      if (::statvfs(folder.c_str(), &vfs) == 0) {
+        const double free_gib = double(vfs.f_bavail) * double(vfs.f_frsize) / double(1 << 30);
+        SL_CHECK(free_gib >= reserve_gib, "cannot read trace '", of_, "': its temporary copy in ", folder, " reached ",
+                 double(written_) / double(1 << 30), " GiB with only ", free_gib,
+                 " GiB left there; stopped so as not to fill the disk (it keeps ", reserve_gib,
+                 " GiB free; TMPDIR chooses where the copy goes)");
+      }
+    }
     while (n > 0) {
       const ssize_t w = ::write(fd_, p, n);
       if (w < 0 && errno == EINTR) continue;
@@ -947,6 +969,7 @@ class TempCopy {
 
  private:
   std::string of_, path_;
+  size_t written_ = 0, next_space_check_ = 0;
   InterruptCleanup cleanup_;  // as large as the trace: not left in /tmp by a Ctrl-C
   int fd_ = -1;
 };
@@ -979,6 +1002,40 @@ Trace load_file(const std::string& file, const std::string& shown) {
   }
 }
 
+// The first bytes of a stream, checked as they arrive: a trace begins with gzip's magic, SQLite's
+// header or (after blanks) JSON's '{'. Anything else (`analyze /dev/zero`, a binary) is refused at
+// once instead of copied whole into TMPDIR first.
+class StreamHead {
+ public:
+  explicit StreamHead(const std::string& of) : of_(of) {}
+  void look(const char* p, size_t n) {
+    for (size_t i = 0; i < n && !known_; ++i) {
+      const unsigned char c = static_cast<unsigned char>(p[i]);
+      if (head_.empty() && std::isspace(c)) {
+        SL_CHECK(++blanks_ <= (size_t(1) << 20), "trace '", of_, "': the stream begins with more than 1 MiB of blanks");
+        continue;
+      }
+      head_ += char(c);
+      if (head_[0] == '{') return void(known_ = true);
+      static const std::string gzip("\x1f\x8b", 2), sqlite("SQLite format 3\0", 16);
+      const std::string& magic = head_[0] == '\x1f' ? gzip : sqlite;
+      if (magic.compare(0, head_.size(), head_) != 0)
+        fail("trace '", of_, "': not a trace streamlab can read (a stream must begin with JSON's '{', the SQLite "
+             "header or gzip's magic; byte ", blanks_ + head_.size() - 1, " is 0x", hex_byte(c), ")");
+      known_ = head_.size() == magic.size();
+    }
+  }
+
+ private:
+  static std::string hex_byte(unsigned char c) {
+    const char* d = "0123456789abcdef";
+    return {d[c >> 4], d[c & 15]};
+  }
+  std::string of_, head_;
+  size_t blanks_ = 0;
+  bool known_ = false;
+};
+
 }  // namespace
 
 Trace load_trace(const std::string& path) {
@@ -992,7 +1049,9 @@ Trace load_trace(const std::string& path) {
   }();
   TempCopy copy(path);
   size_t bytes = 0;
+  StreamHead head(path);
   read_stream(path, "trace", wait_s, size_t(1) << 40, [&](const char* p, size_t n) {
+    head.look(p, n);
     copy.append(p, n);
     bytes += n;
   });

@@ -520,7 +520,10 @@ void add_compare_command(CLI::App& app) {
       ->excludes(cmd->get_option("--expert-ranks"));
   cmd->add_option("--connections", o->connections,
                   "live: CUDA_DEVICE_MAX_CONNECTIONS for the children (hardware queues, 1..32)")
-      ->check(CLI::Range(1, 32));
+      ->check(CLI::Range(1, 32))
+      // Text (empty = unset), passed on as written: made plain decimal first, so "0x3" or "1.5" is
+      // refused rather than handed to the driver.
+      ->transform(CLI::Validator(decimal_whole_number, "", "decimal"));
   cmd->add_option("--out-dir", o->out_dir, "live: where the report folder <date>_<gpu>_<commit>/ goes")
       ->capture_default_str()
       ->each([o](const std::string&) { o->out_dir_given = true; });

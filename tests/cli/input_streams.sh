@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Inputs that are not plain files, as a hostile user gives them: JSON nested 100 000 levels deep, a
 # trace on a pipe (`analyze /dev/stdin`, plain and gzipped), a FIFO without a writer named as a
-# trace, a config, a checkpoint shard or a token file, and a directory named as a trace. Each must
+# trace, a config, a checkpoint shard or a token file, a directory named as a trace, a stream that
+# is no trace and a copy that would fill TMPDIR. Each must
 # end with a clear error or a correct result, never a crash or a hang.
 set -euo pipefail
 bin=$(realpath "$1")
@@ -71,4 +72,16 @@ truncate -s $((avail_mib / 2))M "$tmp/huge.json"
 expect_error "the precise JSON loader would need about" "$bin" analyze "$tmp/huge.json"
 grep -q "GiB available" "$tmp/out" || fail "no available figure: $(cat "$tmp/out")"
 rm "$tmp/huge.json"
+# 7. A stream that is no trace is refused at its first bytes, not copied whole into TMPDIR first
+# (`analyze /dev/zero` filled the disk before failing); a copy that would leave TMPDIR with less
+# than 1 GiB (here: more than the disk holds) stops, and leaves nothing behind.
+expect_error "not a trace streamlab can read .*byte 0 is 0x00" "$bin" analyze /dev/zero
+# (Pipes by process substitution: the writer of a pipe that streamlab stops reading gets SIGPIPE,
+# which a `|` pipeline would report under pipefail.)
+expect_error "byte 0 is 0x7f" "$bin" analyze /dev/stdin < <(head -c 100000 /bin/sh)
+mkdir "$tmp/tmpd"
+expect_error "stopped so as not to fill the disk (it keeps 1e+12 GiB free" \
+  env TMPDIR="$tmp/tmpd" STREAMLAB_TMP_RESERVE_GIB=1e12 "$bin" analyze /dev/stdin < <(cat "$trace")
+expect_error "stopped so as not to fill the disk" env TMPDIR="$tmp/tmpd" STREAMLAB_TMP_RESERVE_GIB=1e12 "$bin" analyze "$trace"
+[ -z "$(ls -A "$tmp/tmpd")" ] || fail "a stopped copy was left in TMPDIR: $(ls "$tmp/tmpd")"
 echo "input_streams: ok"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Limits checked before any work: counts bounded with a message naming the bound, --steps checked
 # in 64 bits against the config's positions, --seed refused when negative (it used to wrap) or past
-# 2^64 - 1 (it was clamped), an empty number or file name refused (it read as 0, or as not given), and a
+# 2^64 - 1 (it was clamped), an empty number or file name refused (it read as 0, or as not given), a
+# number read in decimal only ("010" was octal 8), and a
 # model larger than the memory the backend can still allocate refused with both figures before
 # anything is allocated. Each must fail fast (20 s) with a clear error, not run until killed.
 set -euo pipefail
@@ -20,6 +21,14 @@ expect_error "--repetitions: an empty value is not allowed" "$bin" compare --bac
 # ... and so is an empty file name, which read as the option not given (no trace written, exit 0).
 expect_error "--trace: an empty value is not allowed" "$bin" run --backend cpu --steps 1 --trace ''
 expect_error "--resume: an empty value is not allowed" "$bin" sweep --resume ''
+# A number is read in decimal: CLI11 read "010" as octal 8 and "0x10" as hex 16, without a word.
+"$bin" run --backend cpu --steps 010 --seed 010 > "$tmp/dec.out" 2>&1 || fail "--steps 010: $(cat "$tmp/dec.out")"
+grep -q "decode steps 10\$" "$tmp/dec.out" || fail "--steps 010 is not 10 steps: $(head -3 "$tmp/dec.out")"
+grep -q "from seed 10\$" "$tmp/dec.out" || fail "--seed 010 is not seed 10: $(head -3 "$tmp/dec.out")"
+expect_error "--steps: '0x10' is not a whole number in decimal digits" "$bin" run --backend cpu --steps 0x10
+expect_error "--seed: '0x5' is not a whole number in decimal digits" "$bin" run --backend cpu --seed 0x5 --steps 1
+expect_error "--margin: '0x1p3' is not a number in decimal notation" "$bin" compare --backend cpu --margin 0x1p3
+expect_error "--connections: '0x3' is not a whole number in decimal digits" "$bin" compare --backend cpu --connections 0x3
 # Numeric thresholds: NaN, infinities and values out of range refused by name (CLI11's range
 # check alone lets NaN through, which switched compare's --fail-if-slower gate off).
 traces=("$(dirname "$0")"/../../results/compare/*/traces/*.json.gz); trace=${traces[0]}  # (no `ls | head`: SIGPIPE under pipefail)
@@ -31,6 +40,9 @@ expect_error "not in range" "$bin" analyze --false-dep-epsilon-ns 99999999999999
 expect_error "not in range" "$bin" analyze --main-stream -1 "$trace"
 expect_error "'nan' is not a finite number" "$bin" compare "$trace" "$trace" --fail-if-slower nan
 expect_error "-5 is outside" "$bin" compare "$trace" "$trace" --fail-if-slower -5
+# (An empty value of a checked option is named as empty, not as out of range.)
+expect_error "--fail-if-slower: an empty value is not allowed" "$bin" compare "$trace" "$trace" --fail-if-slower ''
+expect_error "--top: an empty value is not allowed" "$bin" analyze --top '' "$trace"
 expect_error "'-inf' is not a finite number" "$bin" compare "$trace" "$trace" --child-timeout -inf
 # A gzipped trace is unpacked into TMPDIR: one that is not a folder is named; an empty one means /tmp.
 expect_error "TMPDIR '$tmp/none' is not a folder" env TMPDIR="$tmp/none" "$bin" analyze "$trace"
