@@ -475,8 +475,12 @@ GpuOpTally tally_gpu_ops(const Trace& t, const LaunchIndex& launches, StreamInde
     if (kind == 1) sm[d].memcpys++;
     if (kind == 2) sm[d].memsets++;
     // HTA's idle breakdown: the gap before an op is host wait when its launch came after the
-    // previous op ended, kernel wait when short, other otherwise.
-    if (prev_end[d] != kNoTime) {
+    // previous op ended, kernel wait when short, other otherwise. Ops of one stream may overlap
+    // (under programmatic dependent launch a kernel starts while the one before it finishes): HTA
+    // then adds the negative gap to kernel wait (and measures from the previous op's end even when
+    // an earlier op still runs); here the gap is measured from the latest end so far and only a
+    // positive one is idle, so no idle figure goes below 0. Without overlap the two agree.
+    if (prev_end[d] != kNoTime && s > prev_end[d]) {
       const Ns gap = s - prev_end[d];
       const uint32_t ai = launches.find(pid, corr);
       if (ai != kNoId && t.api_calls[ai].start > prev_end[d])
@@ -486,7 +490,7 @@ GpuOpTally tally_gpu_ops(const Trace& t, const LaunchIndex& launches, StreamInde
       else
         sm[d].idle_other += gap;
     }
-    prev_end[d] = e;
+    prev_end[d] = prev_end[d] == kNoTime ? e : std::max(prev_end[d], e);
     first = first == kNoTime ? s : first;
     last = last == kNoTime ? e : std::max(last, e);
     busy.add(s, e);

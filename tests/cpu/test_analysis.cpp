@@ -483,6 +483,24 @@ TEST(Analysis, HtaIdleBreakdownPerStream) {
   EXPECT_EQ(s->idle_other, 99'990);
 }
 
+// Kernels of one stream that overlap (programmatic dependent launch): no idle figure below 0, and
+// the gap counted from the latest end so far. HTA's own rule would give -5, -10 and +15 (sum 0).
+TEST(Analysis, IdleBreakdownWithOverlappingKernelsOfOneStream) {
+  Trace t;
+  TraceBuilder b(t);
+  b.kernel(1, 0, 100, "k1", 0, 1);
+  b.kernel(1, 95, 150, "k2", 2, 3);   // starts 5 before k1 ends: no idle
+  b.kernel(1, 140, 145, "k3", 4, 5);  // inside k2: no idle
+  b.kernel(1, 160, 170, "k4", 6, 7);  // 10 after k2's end (the latest), not 15 after k3's
+  t.finalize();
+  AnalysisResult r = analyze(t);
+  const StreamMetrics* s = stream_of(r, 1);
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->idle_kernel_wait, 10);
+  EXPECT_EQ(s->idle_host_wait, 0);
+  EXPECT_EQ(s->idle_other, 0);
+}
+
 TEST(Analysis, KernelStatsByName) {
   Trace t;
   TraceBuilder b(t);
