@@ -7,12 +7,20 @@
 // summary.json, summary.md and summary.html. A sweep killed at any point (Ctrl-C, SIGKILL, a lost
 // machine) resumes with `streamlab sweep --resume DIR`: the cells with a line are kept, a cell
 // cut short has none and runs again.
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <chrono>
+#include <cmath>
+#include <cstring>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <set>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -34,6 +42,7 @@
 #include "experiments/compare/run_folder.h"
 #include "experiments/compare/svg_plot.h"
 #include "experiments/compare/sweep_grid.h"
+#include "model/config.h"
 
 namespace sl::cli {
 namespace {
@@ -77,7 +86,8 @@ std::vector<std::string> split(const std::string& s) {
 }
 
 std::vector<std::string> cell_argv(const json& settings, const SweepCell& c, const std::string& folder) {
-  const int draft = settings["draft_steps"].get<int>() > 0 ? settings["draft_steps"].get<int>() : std::max(1, c.mtp_layers);
+  // 0 draft steps: one per MTP layer, none without MTP layers (a plain decode step).
+  const int draft = settings["draft_steps"].get<int>() > 0 ? settings["draft_steps"].get<int>() : c.mtp_layers;
   std::vector<std::string> argv{compare::self_executable(), "measure",
           "--backend", settings["backend"].get<std::string>(),
           "--config", settings["config"].get<std::string>(),
@@ -268,6 +278,82 @@ void write_summary(const std::string& folder, const SweepGrid& g, const json& se
   write_file_atomic(folder + "/summary.html", html);
 }
 
+// One sweep per folder at a time: two runs of `--resume DIR` would run the same cells at once (on
+// one GPU, each spoiling the other's timings) and both append to cells.jsonl. An flock on
+// DIR/sweep.lock, held until the process ends (the kernel drops it on any death, SIGKILL included).
+void lock_sweep_folder(const std::string& folder) {
+  const std::string path = folder + "/sweep.lock";
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  SL_CHECK(fd >= 0, "sweep: cannot open '", path, "': ", std::strerror(errno));
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    char pid[32] = {};
+    const ssize_t n = ::pread(fd, pid, sizeof pid - 1, 0);
+    ::close(fd);
+    SL_CHECK(err != EWOULDBLOCK, "sweep: '", folder, "' is in use by another sweep",
+             n > 0 ? " (process " + std::string(pid, size_t(n)) + ")" : std::string(),
+             "; two sweeps of one folder would run the same cells at once");
+    fail("sweep: cannot lock '", path, "': ", std::strerror(err));
+  }
+  const std::string me = std::to_string(::getpid());
+  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, me.data(), me.size(), 0) != ssize_t(me.size()))
+    std::fprintf(stderr, "sweep: warning: cannot write the process id into '%s' (%s)\n", path.c_str(),
+                 std::strerror(errno));
+  // The descriptor stays open (and the lock held) for the life of the process.
+}
+
+// sweep.json as read back on --resume: every key the cells use, of its type and range, so that a
+// damaged or hand-edited file is named here rather than failing each cell in turn.
+void check_settings(const json& st, const std::string& sp) {
+  SL_CHECK(st.is_object(), "'", sp, "': expected a JSON object");
+  SL_CHECK(st.value("schema", std::string()) == "streamlab.sweep/1", "'", sp, "': \"schema\" must be "
+           "\"streamlab.sweep/1\" (not a sweep's settings?), not ", st.contains("schema") ? st["schema"].dump() : "absent");
+  auto need = [&](const char* k, bool ok, const char* what) {
+    SL_CHECK(st.contains(k) && ok, "'", sp, "': \"", k, "\" must be ", what,
+             st.contains(k) ? ", not " + st[k].dump() : std::string(" (absent)"));
+  };
+  auto whole = [&](const char* k, int lo, int hi) {
+    const bool ok = st.contains(k) && st[k].is_number_integer() && st[k].get<int64_t>() >= lo && st[k].get<int64_t>() <= hi;
+    need(k, ok, ("a whole number in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]").c_str());
+  };
+  need("config", st.contains("config") && st["config"].is_string() && !st["config"].get<std::string>().empty(),
+       "a config name or path");
+  whole("context", 1, 1 << 24);
+  whole("draft_steps", 0, 4096);
+  whole("steps", 1, 1 << 24);
+  whole("warmup", 1, 1 << 24);
+  const std::string backend = st.contains("backend") && st["backend"].is_string() ? st["backend"].get<std::string>() : "";
+  need("backend", backend == "cpu" || backend == "cuda", "\"cpu\" or \"cuda\"");
+  // Keys added later are optional (older sweeps), but typed when present.
+  if (st.contains("weights")) {
+    const std::string w = st["weights"].is_string() ? st["weights"].get<std::string>() : "";
+    need("weights", w == "bf16" || w == "native" || w == "native-w4a8", "bf16, native or native-w4a8");
+  }
+  if (st.contains("kernel_variants")) {
+    need("kernel_variants", st["kernel_variants"].is_string(), "a string");
+    const std::string why = kernel_variants_error(st["kernel_variants"].get<std::string>());
+    SL_CHECK(why.empty(), "'", sp, "': \"kernel_variants\": ", why);
+  }
+  if (st.contains("expert_ranks")) whole("expert_ranks", 1, 1024);
+  if (st.contains("attention_tp")) need("attention_tp", st["attention_tp"].is_boolean(), "true or false");
+  if (st.contains("config_json")) need("config_json", st["config_json"].is_object(), "an object");
+  need("provenance", st.contains("provenance") && st["provenance"].is_object(), "an object");
+  if (st.contains("commit")) need("commit", st["commit"].is_string(), "a string");
+}
+
+// The grid's MTP layer counts against the draft steps: with N > 0 draft steps every cell needs an
+// MTP layer (a cell of 0 MTP layers would fail in its child, after the others had run).
+void check_draft_steps(const SweepGrid& grid, int draft_steps, const std::string& where) {
+  if (draft_steps <= 0) return;
+  for (int n : grid.mtp_layers)
+    SL_CHECK(n >= 1, where, ": --draft-steps ", draft_steps, " needs MTP layers, and --mtp-layers has 0 (leave "
+             "--draft-steps at 0: one draft step per MTP layer, none without)");
+}
+
+// The config a sweep starts with, as DeepSeek-layout JSON: recorded in sweep.json, so that a
+// resumed sweep whose config file changed in between is refused instead of mixing two models.
+json config_snapshot(const std::string& name_or_path) { return config_to_json(load_config(name_or_path)); }
+
 // --resume FOLDER: the grid and settings the sweep started with.
 std::string resume_sweep(const SweepOptions& o, SweepGrid& grid, json& settings) {
   const std::string folder = o.resume;
@@ -279,7 +365,28 @@ std::string resume_sweep(const SweepOptions& o, SweepGrid& grid, json& settings)
   } catch (const json::exception& e) {
     fail("'", sp, "' is not valid JSON: ", e.what());
   }
+  check_settings(settings, sp);
   grid = SweepGrid::from_json(settings.value("grid", json::object()), "'" + sp + "' grid");
+  check_draft_steps(grid, settings["draft_steps"].get<int>(), "'" + sp + "'");
+  const std::string config = settings["config"].get<std::string>();
+  if (settings.contains("config_json")) {
+    json now;
+    try {
+      now = config_snapshot(config);
+    } catch (const Error& e) {
+      fail("sweep --resume: the sweep's config '", config, "' no longer loads: ", e.what());
+    }
+    if (now != settings["config_json"]) {
+      std::string key;
+      for (const auto& [k, v] : settings["config_json"].items())
+        if (!now.contains(k) || now[k] != v) {
+          key = k + ": was " + v.dump() + ", now " + (now.contains(k) ? now[k].dump() : std::string("absent"));
+          break;
+        }
+      fail("sweep --resume: the config '", config, "' changed since the sweep started (", key.empty() ? "a key added" : key,
+           "): its cells would mix two models. Restore it, or start a new sweep");
+    }
+  }
   const std::string was = settings.value("commit", std::string());
   if (was != build_commit())
     std::fprintf(stderr, "sweep: warning: the sweep started at commit %s, this binary is %s: its cells will mix "
@@ -300,7 +407,14 @@ std::string start_sweep(const SweepOptions& o, SweepGrid& grid, json& settings) 
   grid.placements = split(o.placements);
   grid.graph_scopes = split(o.graph_scopes);
   grid.validate();
+  check_draft_steps(grid, o.draft_steps, "sweep");
   for (const auto& p : grid.policies) StreamPolicy::parse(p);  // a bad name fails before any child runs
+  // A config given as a file is recorded by its absolute path (a resume from another folder must
+  // find it), and its content with it; a bad config fails here, before any child runs.
+  std::error_code ec;
+  const std::string config = fs::is_regular_file(o.config, ec) ? fs::absolute(o.config).lexically_normal().string()
+                                                                : o.config;
+  const json config_json = config_snapshot(config);
   SL_CHECK(o.steps >= 1 && o.warmup >= 1, "sweep: --steps and --warmup must be >= 1");
   if (o.backend == "cpu")
     for (const auto& m : grid.modes) SL_CHECK(m == "eager", "sweep --backend cpu: only --modes eager");
@@ -324,7 +438,8 @@ std::string start_sweep(const SweepOptions& o, SweepGrid& grid, json& settings) 
   for (int k = 2; fs::exists(folder); ++k)
     folder = o.out_dir + "/" + compare::run_folder_name(date, gpu, build_commit_short()) + "_sweep_" + std::to_string(k);
   fs::create_directory(folder);
-  settings = {{"schema", "streamlab.sweep/1"}, {"grid", grid.to_json()},   {"config", o.config},
+  settings = {{"schema", "streamlab.sweep/1"}, {"grid", grid.to_json()},   {"config", config},
+              {"config_json", config_json},
               {"context", o.context},          {"draft_steps", o.draft_steps}, {"steps", o.steps},
               {"warmup", o.warmup},            {"backend", o.backend},    {"kernel_variants", o.kernel_variants},
               {"weights", o.weights},
@@ -355,8 +470,11 @@ bool run_cells(const SweepOptions& o, const std::vector<SweepCell>& todo, size_t
     const std::string log = folder + "/logs/" + c.id() + ".log";
     const compare::ChildResult res = compare::run_child(cell_argv(settings, c, folder), log, o.child_timeout_s, env);
     if (res.interrupted) {
-      std::fprintf(stderr, "sweep: interrupted; %zu of %zu cells are done. Resume with: streamlab sweep --resume %s\n",
-                   done.size(), total, folder.c_str());
+      size_t ok = 0, failed = 0;
+      for (const auto& [id, r] : done) (r.status == "ok" ? ok : failed)++;
+      std::fprintf(stderr, "sweep: interrupted; %zu of %zu cells have a result (%zu ok, %zu failed). Resume with: "
+                   "streamlab sweep --resume %s%s\n", ok + failed, total, ok, failed, folder.c_str(),
+                   o.retry_failed && failed ? " --retry-failed" : "");
       return false;
     }
     CellRecord r;
@@ -381,6 +499,7 @@ int sweep_main(const SweepOptions& o) {
   SweepGrid grid;
   json settings;
   const std::string folder = o.resume.empty() ? start_sweep(o, grid, settings) : resume_sweep(o, grid, settings);
+  lock_sweep_folder(folder);
   for (const char* sub : {"cells", "logs"}) fs::create_directories(folder + "/" + sub);
   const std::string log_path = folder + "/cells.jsonl";
   size_t torn = 0;
@@ -389,6 +508,19 @@ int sweep_main(const SweepOptions& o) {
     drop_torn_tail(log_path);
     std::fprintf(stderr, "sweep: the last line of cells.jsonl was cut short (a kill mid-write): removed, its cell "
                  "runs again\n");
+  }
+  {
+    // A record of a cell the grid does not hold (a hand-edited log) is no result of this sweep.
+    std::set<std::string> ids;
+    for (const auto& c : grid.cells()) ids.insert(c.id());
+    for (auto it = done.begin(); it != done.end();)
+      if (ids.count(it->first)) {
+        ++it;
+      } else {
+        std::fprintf(stderr, "sweep: warning: cells.jsonl holds the cell %s, which is not in the sweep's grid: "
+                     "ignored\n", it->first.c_str());
+        it = done.erase(it);
+      }
   }
   std::vector<SweepCell> todo;
   for (const auto& c : grid.cells()) {

@@ -52,7 +52,11 @@ int interrupt_signal() { return int(g_interrupted); }
 
 std::string ChildResult::describe() const {
   if (interrupted) return "interrupted";
-  if (timed_out) return "timed out after " + std::to_string(int(seconds)) + " s";
+  if (timed_out) {
+    char t[32];
+    std::snprintf(t, sizeof t, seconds < 10 ? "%.1f" : "%.0f", seconds);  // --child-timeout 0.3 is not "0 s"
+    return "timed out after " + std::string(t) + " s";
+  }
   if (signal) return std::string("killed by signal ") + std::to_string(signal) + " (" + strsignal(signal) + ")";
   return "exit " + std::to_string(exit_code);
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <set>
 
 #include "core/atomic_file.h"
@@ -35,6 +36,20 @@ int int_at(const json& j, const char* k, const std::string& where) {
 std::string str_at(const json& j, const char* k, const std::string& where) {
   SL_CHECK(j.is_object() && j.contains(k) && j[k].is_string(), where, ": expected a string \"", k, "\"");
   return j[k].get<std::string>();
+}
+// A number in [lo, hi] (finite); `fallback` when the key is absent and not required. A record
+// edited by hand or damaged must not become a step of 0 or -5 ms in the summary.
+double num_at(const json& j, const char* k, const std::string& where, bool required, double lo, double hi,
+              double fallback = 0) {
+  if (!j.contains(k)) {
+    SL_CHECK(!required, where, ": expected a number \"", k, "\"");
+    return fallback;
+  }
+  SL_CHECK(j[k].is_number(), where, ": \"", k, "\" must be a number, not ", j[k].dump());
+  const double v = j[k].get<double>();
+  SL_CHECK(std::isfinite(v) && v >= lo && v <= hi, where, ": \"", k, "\" is ", j[k].dump(), ", outside [", lo, ", ",
+           hi, "]");
+  return v;
 }
 template <class T>
 std::vector<T> list_at(const json& j, const char* k, const std::string& where) {
@@ -156,20 +171,21 @@ CellRecord CellRecord::from_json(const json& j, const std::string& where) {
   r.cell = SweepCell::from_json(j["cell"], where + ".cell");
   r.status = str_at(j, "status", where);
   SL_CHECK(r.status == "ok" || r.status == "failed", where, ": status must be ok or failed, not '", r.status, "'");
-  r.seconds = j.value("seconds", 0.0);
+  r.seconds = num_at(j, "seconds", where, false, 0, 1e9);
   if (r.status == "ok") {
+    constexpr double kMaxMs = 1e10, kMaxCount = 1e12, kMaxBytes = 1e18;
     r.measurement = str_at(j, "measurement", where);
-    r.step_ms = j.value("step_ms", 0.0);
-    r.target_ms = j.value("target_ms", 0.0);
-    r.draft_ms = j.value("draft_ms", 0.0);
-    r.spread_pct = j.value("spread_pct", 0.0);
-    r.streams_created = j.value("streams_created", 0);
-    r.graph_nodes = j.value("graph_nodes", size_t(0));
-    r.graph_edges = j.value("graph_edges", size_t(0));
-    r.peak_bytes = j.value("peak_bytes", 0.0);
-    r.library_bytes = j.value("library_bytes", 0.0);
+    r.step_ms = num_at(j, "step_ms", where, true, 1e-6, kMaxMs);  // a step takes time: 0 would be a fake result
+    r.target_ms = num_at(j, "target_ms", where, false, 0, kMaxMs);
+    r.draft_ms = num_at(j, "draft_ms", where, false, 0, kMaxMs);
+    r.spread_pct = num_at(j, "spread_pct", where, false, 0, 1e6);
+    r.streams_created = int(num_at(j, "streams_created", where, false, 0, 1e6));
+    r.graph_nodes = size_t(num_at(j, "graph_nodes", where, false, 0, kMaxCount));
+    r.graph_edges = size_t(num_at(j, "graph_edges", where, false, 0, kMaxCount));
+    r.peak_bytes = num_at(j, "peak_bytes", where, false, 0, kMaxBytes);
+    r.library_bytes = num_at(j, "library_bytes", where, false, 0, kMaxBytes);
   } else {
-    r.reason = j.value("reason", std::string());
+    if (j.contains("reason")) r.reason = str_at(j, "reason", where);
   }
   return r;
 }
