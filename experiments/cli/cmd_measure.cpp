@@ -9,8 +9,10 @@
 // one window per mode with CUPTI (the structure compare analyses), then stops tracing and times
 // the same number of steps untraced: the tracing on/off ratio inside one process.
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -374,6 +376,10 @@ void measure(const MeasureOptions& o) {
              prof::CuptiSession::instance().message());
   }
 #endif
+  // --out is checked (its folder exists, it is no folder or FIFO) before minutes of measuring, not
+  // after: the file is opened beside its destination now and renamed into place at the end. (After
+  // the re-exec above, which would leave the temporary file behind.)
+  AtomicFile out(o.out);
   const int per_mode = o.warmup + o.steps + (o.trace ? 2 * o.steps : 0);
   RunShape shape = run_shape(cfg, o.model, per_mode * int(o.modes.size()) + 1, false);
   std::fprintf(stderr, "measure: %s, policy %s, batch %d, context %d, %d MTP layers (compress %d), %d draft steps%s\n",
@@ -408,7 +414,10 @@ void measure(const MeasureOptions& o) {
         SL_CHECK(std::filesystem::exists(folder / f), "measure: a rank ended well but its trace ", (folder / f).string(),
                  " is missing");
   }
-  write_file_atomic(o.out, compare::to_json(m).dump(1) + "\n");
+  const std::string text = compare::to_json(m).dump(1) + "\n";
+  SL_CHECK(std::fwrite(text.data(), 1, text.size(), out.file()) == text.size(), "measure: writing '", o.out,
+           "' failed: ", std::strerror(errno));
+  out.commit();
   std::fprintf(stderr, "measure: wrote %s\n", o.out.c_str());
 }
 

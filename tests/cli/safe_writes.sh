@@ -143,4 +143,14 @@ STREAMLAB_WRITE_FAIL_AFTER=100 expect_error "No space left on device" "$bin" run
   --dump-logits "$tmp/out_dir/l.npy"
 [ "$(cat "$tmp/out_dir/l.npy")" = OLD ] || fail "a failed --dump-logits changed the destination"
 no_temp_left "$tmp/out_dir"
+# measure checks --out before measuring (it used to fail only after the whole run): 100 000 steps
+# would take minutes, the refusal must come at once (expect_error's limit, 10 s here).
+EXPECT_ERROR_TIMEOUT=10 expect_error "its folder '$tmp/nowhere' does not exist" "$bin" measure --backend cpu \
+  --config tiny --modes eager --steps 100000 --context 16 --out "$tmp/nowhere/m.json"
+EXPECT_ERROR_TIMEOUT=10 expect_error "not a regular file" "$bin" measure --backend cpu --config tiny --modes eager \
+  --steps 100000 --context 16 --out "$tmp/out_dir"
+STREAMLAB_WRITE_FAIL_AFTER=100 expect_error "No space left on device" "$bin" measure --backend cpu --config tiny \
+  --modes eager --steps 2 --warmup 1 --context 16 --out "$tmp/out_dir/m.json"
+[ ! -e "$tmp/out_dir/m.json" ] || fail "a failed measure left its output"
+no_temp_left "$tmp/out_dir"
 echo "safe_writes: ok"
