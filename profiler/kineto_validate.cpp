@@ -292,8 +292,8 @@ class EventCheck {
       return;
     }
     const std::string cat = e_[kCat];
-    if (!e_.contains(kName) || !e_[kName].is_string() || e_[kName].get<std::string>().empty())
-      c_.err("event ", i_, " (", cat, "): name missing");
+    // An empty name is a name (the loaders keep it, Perfetto and HTA read it); a missing one is not.
+    if (!e_.contains(kName) || !e_[kName].is_string()) c_.err("event ", i_, " (", cat, "): name missing");
     if (!get_int(kPid, pid) || !get_int(kTid, tid) || !get_ts(kTs, ts) || !get_ts(kDur, dur)) return;
     if (dur < 0) c_.err("event ", i_, " (", cat, "): negative dur");
     const std::string name = e_.value(kName, "");

@@ -20,6 +20,7 @@
 #include "core/gzip.h"
 #include "core/interrupt_cleanup.h"
 #include "core/error.h"
+#include "core/utf8.h"
 #include "profiler/export_fields.h"
 
 namespace sl::prof {
@@ -558,6 +559,10 @@ void write_streamlab_tables(Db& db, const Trace& t) {
   for (const RecordCountField& f : kRecordCountFields)
     m.row(std::string("count.") + f.name, std::to_string(t.counts.*f.member));
   for (const auto& [k, v] : t.metadata) m.row("meta." + k, v);
+  // Which rank of a job recorded it (Kineto's distributedInfo): kept, so that a rank's trace
+  // exported to SQLite and back does not claim rank 0.
+  if (t.rank >= 0) m.row("rank", std::to_string(t.rank));
+  if (t.world_size > 0) m.row("world_size", std::to_string(t.world_size));
 }
 
 void write_nsys_sqlite_db(const Trace& t, const std::string& path) {
@@ -640,8 +645,11 @@ class TableReader {
   std::string s(const std::string& c) const {
     auto it = index_.find(c);
     if (it == index_.end() || sqlite3_column_type(stmt_->get(), it->second + 1) == SQLITE_NULL) return {};
+    // Text as valid UTF-8 (another tool's file may hold other bytes, which no JSON writer could
+    // then write), its full length (a NUL inside a value would end a C string).
     const unsigned char* p = sqlite3_column_text(stmt_->get(), it->second + 1);
-    return p ? reinterpret_cast<const char*>(p) : "";
+    const int n = sqlite3_column_bytes(stmt_->get(), it->second + 1);
+    return p ? valid_utf8(std::string_view(reinterpret_cast<const char*>(p), size_t(n))) : std::string();
   }
   int64_t row() const { return row_; }
   [[noreturn]] void bad(const std::string& what) const {
@@ -799,13 +807,16 @@ bool read_meta(Db& db, Trace& t, bool ours, RecordCounts& given) {
   TableReader r(db, "STREAMLAB_META", {"name", "value"}, {});
   while (r.next()) {
     std::string k = r.s("name"), v = r.s("value");
+    // Decimal digits only: stoull alone read "-1" as 2^64 - 1, "5abc" as 5 and "0x10" as 0.
     auto num = [&]() -> uint64_t {
-      try {
-        return std::stoull(v);
-      } catch (...) {
-        r.bad("value of \"" + k + "\" is not a number: " + v);
-      }
+      if (v.empty() || v.size() > 20 || v.find_first_not_of("0123456789") != std::string::npos)
+        r.bad("value of \"" + k + "\" is not a whole number >= 0: '" + v + "'");
+      errno = 0;
+      const unsigned long long x = std::strtoull(v.c_str(), nullptr, 10);
+      if (errno == ERANGE) r.bad("value of \"" + k + "\" is past 2^64 - 1: " + v);
+      return x;
     };
+    constexpr uint64_t kMaxWorld = uint64_t(1) << 20;
     if (k == "base_time_ns") {
       if (num() > uint64_t(kMaxTraceNs)) r.bad("base_time_ns " + v + " outside 0..2^62");
       t.base_time = Ns(num());
@@ -815,8 +826,14 @@ bool read_meta(Db& db, Trace& t, bool ours, RecordCounts& given) {
         if (k.compare(6, std::string::npos, f.name) == 0) given.*f.member = num();
     } else if (k.rfind("meta.", 0) == 0) {
       t.metadata[k.substr(5)] = v;
+    } else if (k == "rank" || k == "world_size") {
+      const uint64_t x = num();
+      if (x > kMaxWorld) r.bad(k + " " + v + " outside 0.." + std::to_string(kMaxWorld));
+      (k == "rank" ? t.rank : t.world_size) = int(x);
     }
   }
+  if (t.world_size > 0 && t.rank >= t.world_size)
+    fail("'", db.path(), "': table STREAMLAB_META: rank ", t.rank, " is outside world_size ", t.world_size);
   return counts_given;
 }
 

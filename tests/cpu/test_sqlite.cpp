@@ -6,8 +6,11 @@
 #include <map>
 #include <set>
 
+#include <nlohmann/json.hpp>
+
 #include "core/error.h"
 #include "profiler/analysis.h"
+#include "profiler/kineto_json.h"
 #include "profiler/nsys_sqlite.h"
 #include "profiler/synthetic.h"
 #include "profiler/trace_io.h"
@@ -362,4 +365,71 @@ TEST(NsysSqlite, TruncatedFileIsAnErrorNotACrash) {
       EXPECT_NE(std::string(e.what()).find("sl_trunc_cut.sqlite"), std::string::npos) << e.what();
     }
   }
+}
+
+// A rank's trace keeps its rank and world size through SQLite (it came back as rank 0, so that
+// every rank's re-export claimed rank 0 and HTA would merge them).
+TEST(NsysSqlite, RankAndWorldSizeRoundTrip) {
+  Trace t = make_sample_trace();
+  t.rank = 3;
+  t.world_size = 4;
+  const Trace back = load_nsys_sqlite(write_sample(t, "sl_rank.sqlite"));
+  EXPECT_EQ(back.rank, 3);
+  EXPECT_EQ(back.world_size, 4);
+  Trace none = make_sample_trace();
+  const Trace none_back = load_nsys_sqlite(write_sample(none, "sl_norank.sqlite"));
+  EXPECT_EQ(none_back.rank, none.rank);
+  EXPECT_EQ(none_back.world_size, none.world_size);
+}
+
+// STREAMLAB_META's numbers are decimal digits: std::stoull alone read "-1" as 2^64 - 1 (a clean
+// trace reported 18446744073709551615 dropped records), "5abc" as 5 and "0x10" as 0.
+TEST(NsysSqlite, MetaNumbersAreDecimalDigitsOnly) {
+  Trace t = make_sample_trace();
+  const std::string path = write_sample(t, "sl_meta.sqlite");
+  for (const char* bad : {"-1", "5abc", "0x10", "1e3", "", " 7", "99999999999999999999999"}) {
+    {
+      Db db(path);
+      db.exec(std::string("UPDATE STREAMLAB_META SET value = '") + bad + "' WHERE name = 'count.dropped'");
+    }
+    try {
+      load_nsys_sqlite(path);
+      ADD_FAILURE() << "count.dropped = '" << bad << "' was accepted";
+    } catch (const sl::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("\"count.dropped\""), std::string::npos) << e.what();
+    }
+  }
+  {
+    Db db(path);
+    db.exec("UPDATE STREAMLAB_META SET value = '12' WHERE name = 'count.dropped'");
+    db.exec("INSERT INTO STREAMLAB_META VALUES ('rank', '4'), ('world_size', '2')");
+  }
+  try {
+    load_nsys_sqlite(path);
+    ADD_FAILURE() << "rank 4 of 2 was accepted";
+  } catch (const sl::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 4 is outside world_size 2"), std::string::npos) << e.what();
+  }
+}
+
+// Names that are not UTF-8 (another tool's SQLite): read as U+FFFD per bad byte, with a NUL kept,
+// so that the JSON writers write a file JSON readers accept (analyze --json threw, and the Kineto
+// export was not JSON).
+TEST(NsysSqlite, NonUtf8NamesAreReadAsReplacementCharacters) {
+  Trace t = make_sample_trace();
+  const std::string path = write_sample(t, "sl_utf8.sqlite");
+  {
+    Db db(path);
+    db.exec("UPDATE StringIds SET value = X'41FF00FE42' WHERE id = (SELECT demangledName FROM "
+            "CUPTI_ACTIVITY_KIND_KERNEL ORDER BY rowid LIMIT 1)");
+  }
+  const Trace back = load_nsys_sqlite(path);
+  const std::string want = std::string("A\xEF\xBF\xBD") + '\0' + "\xEF\xBF\xBD" + "B";
+  bool found = false;
+  for (const auto& k : back.kernels) found = found || back.str(k.name) == want;
+  EXPECT_TRUE(found) << "no kernel named A<U+FFFD><NUL><U+FFFD>B";
+  const nlohmann::json j = nlohmann::json::parse(kineto_json_string(back));  // throws on invalid JSON
+  bool in_json = false;
+  for (const auto& e : j["traceEvents"]) in_json = in_json || (e.contains("name") && e["name"] == want);
+  EXPECT_TRUE(in_json);
 }
