@@ -415,7 +415,12 @@ void load_block_counts(dom::element e, Trace& t) {
   Fields c;
   if (is_type(e, Type::OBJECT)) c = fields_of(get_obj(e));
   RecordCounts given;
-  for (const RecordCountField& f : kRecordCountFields) given.*f.member = value_or<uint64_t>(c, f.name, 0);
+  for (const RecordCountField& f : kRecordCountFields) {
+    // A count is a whole number: 1.5 dropped records is a damaged file, not 1.
+    if (const dom::element* v = find(c, f.name); v && v->type() == Type::DOUBLE)
+      throw Malformed{"\"" + std::string(f.name) + "\": expected a whole number >= 0, found " + brief(*v)};
+    given.*f.member = value_or<uint64_t>(c, f.name, 0);
+  }
   t.counts = counts_with_rejections(std::move(given), t.counts);
 }
 

@@ -90,7 +90,8 @@ void add_export_command(CLI::App& app) {
       ->check(CLI::IsMember({"kineto", "sqlite", "csv"}));
   cmd->add_option("OUT", o->out, "output file (kineto, sqlite; replaced if present) or directory (csv)")->required();
   cmd->add_option("--range", o->range, "csv: also write ranges.csv for instances of this NVTX range");
-  cmd->add_option("--main-stream", o->main_stream, "csv: CUPTI stream id of the main stream (default: most kernel time)");
+  cmd->add_option("--main-stream", o->main_stream, "csv: CUPTI stream id of the main stream (default: most kernel time)")
+      ->check(CLI::Range(int64_t(0), int64_t(UINT32_MAX)));  // as analyze: -1 was ignored, 2^32 + 13 read as 13
   cmd->add_option("--rank", o->rank,
                   "kineto: distributedInfo.rank (HTA keys traces by rank; default: the trace's own, else 0)")
       ->check(CLI::Range(0, 1 << 20));

@@ -259,6 +259,24 @@ TEST(Loader, FuzzTruncatedAndCorruptedJson) {
   }
 }
 
+// A record count is a whole number >= 0: 1.5 dropped records is a damaged file (it read as 1).
+TEST(Loader, RecordCountsAreWholeNumbers) {
+  json doc = json::parse(kineto_json_string(make_sample_trace()));
+  for (const json& bad : {json(1.5), json(-1), json("3"), json(1e30)}) {
+    json d = doc;
+    d["streamlab"]["counts"]["dropped"] = bad;
+    try {
+      load_kineto_json(d.dump(), "counts.json");
+      ADD_FAILURE() << "counts.dropped = " << bad.dump() << " was accepted";
+    } catch (const sl::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("\"dropped\""), std::string::npos) << e.what();
+    }
+  }
+  json d = doc;
+  d["streamlab"]["counts"]["dropped"] = 7;
+  EXPECT_EQ(load_kineto_json(d.dump(), "counts.json").counts.dropped, 7u);
+}
+
 // The parser (simdjson) rejects exactly the documents nlohmann::json rejects, and reports them
 // with nlohmann's byte offset and expectation.
 TEST(Loader, RejectsWhatNlohmannRejects) {
