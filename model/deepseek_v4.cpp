@@ -383,6 +383,7 @@ void DeepSeekV4::plant_fault(const std::string& name) {
 JoinFault DeepSeekV4::phase_a_fault(int layer) const {
   JoinFault f;
   f.skip_fork = planted_ == "mtp-early-fork" && layer >= cfg_.num_hidden_layers;
+  f.applied = &planted_sites_;
   return f;
 }
 
@@ -392,6 +393,7 @@ JoinFault DeepSeekV4::phase_b_fault(int layer) const {
   f.skip_join = planted_ == "missing-join" || (planted_ == "mtp-missing-join" && mtp);
   f.rerecord = planted_ == "rerecord";
   f.skip_fork = planted_ == "mtp-early-fork" && mtp;
+  f.applied = &planted_sites_;
   return f;
 }
 

@@ -161,6 +161,9 @@ class DeepSeekV4 {
   // without waiting on the current stream). "" = none. Throws on an unknown name.
   void plant_fault(const std::string& name);
   static const std::vector<std::string>& fault_names();  // the names plant_fault takes
+  // How many joins and forks the planted fault has changed so far: 0 after a step means the
+  // policy has no site for it (nothing was planted).
+  int planted_sites() const { return planted_sites_; }
   // Before the first decode_replay: one graph per step (default) or split as vLLM does.
   void set_graph_scope(GraphScope g);
   GraphScope graph_scope() const { return graph_scope_; }
@@ -287,6 +290,7 @@ class DeepSeekV4 {
   };
   PiecewiseState pw_;
   std::string planted_;
+  mutable int planted_sites_ = 0;  // counted by the JoinFaults phase_a_fault / phase_b_fault hand out
   std::function<void(int, int)> prefill_progress_;
   JoinFault phase_a_fault(int layer) const;
   JoinFault phase_b_fault(int layer) const;

@@ -28,12 +28,20 @@ using StreamFn = std::function<void(Stream)>;
 // `skip_fork`: the aux streams start without waiting on the current stream's fork event, so their
 // work overlaps whatever the current stream did before (an MTP layer's indexer rewriting the
 // shared top-k buffer while the target's sparse attention may still read it).
+// `applied`, when set, counts the joins and forks a fault changed: a fault planted where the
+// policy has no such join or fork (serial streams, MTP layers without aux work) changes nothing,
+// and a "no race" from it must not pass for a checked fault.
 struct JoinFault {
   bool skip_join = false, rerecord = false, skip_fork = false;
+  int* applied = nullptr;
+  void count() const {
+    if (applied) ++*applied;
+  }
 };
 
 // The join of one aux stream back into `main`, with the planted fault if any.
 inline void join(Ops& ops, Stream main, Event done, const JoinFault& f) {
+  if (f.skip_join || f.rerecord) f.count();
   if (f.skip_join) return;
   if (f.rerecord) ops.record(done, main);
   ops.wait(main, done);
@@ -57,6 +65,7 @@ inline void execute_in_parallel(Ops& ops, const LayerStreams& ls, const std::arr
     if (!aux_fn[size_t(r)] || !ls.has_aux(r)) continue;
     const Stream aux = ls.aux[size_t(r)];
     if (!fault.skip_fork) ops.wait(aux, ev[0]);
+    else fault.count();
     aux_fn[size_t(r)](aux);
     ops.record(ev[size_t(r) + 1], aux);
     forked[size_t(r)] = true;
@@ -85,6 +94,7 @@ inline void maybe_execute_in_parallel_from(Ops& ops, Stream main, Stream aux, Ev
   ops.record(fork, main);
   main_fn(main);
   if (!fault.skip_fork) ops.wait(aux, fork);
+  else fault.count();
   aux_fn(aux);
   ops.record(done, aux);
   join(ops, main, done, fault);

@@ -62,6 +62,16 @@ int check_races(const CheckRacesOptions& o) {
 
   size_t races = 0;
   for (const auto& p : parts) races += p.hazards.size();
+  // A fault with no site under this policy changed nothing: say so, with a status of its own (2),
+  // rather than report a "no race" that reads as the fault having been checked (and 1, races found,
+  // is what a test of a planted fault expects).
+  if (!o.plant.empty() && model.planted_sites() == 0) {
+    std::fprintf(stderr, "streamlab: error: check-races: nothing was planted: --plant %s has no site under policy %s "
+                 "with %d MTP layers of compress %d (no aux stream forks or joins there; try another policy, or MTP "
+                 "compress 4)\n", o.plant.c_str(), policy.str().c_str(), cfg.num_nextn_predict_layers,
+                 cfg.mtp_compress_ratio);
+    return 2;
+  }
   const std::string what = "policy " + policy.str() + ", source " + stream_source_name(policy.source) +
                            ", placement " + placement_name(policy.placement) + ", config " + cfg.name + " (" +
                            std::to_string(cfg.num_nextn_predict_layers) + " MTP layers, compress " +
@@ -91,7 +101,8 @@ void add_check_races_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "check-races",
       "Check the stream schedule of a prefill and decode steps for races (cross-stream accesses to one buffer "
-      "that no event orders); exits 1 on any, naming both ops, their layers and streams and the buffer");
+      "that no event orders); exits 1 on any, naming both ops, their layers and streams and the buffer, and 2 when "
+      "--plant has no site under the policy (nothing was planted)");
   add_model_options(cmd, o->model);
   add_speculative_options(cmd, o->spec);
   cmd->add_option("--steps", o->steps, "decode steps to check")->capture_default_str();

@@ -733,6 +733,9 @@ void run_rank0(const RunOptions& o, std::optional<RankGroup>& processes) {
   StepReporter rep(o.json);
   run_prefill(model, cfg, prompt, o, rep, info);
   const DecodeTotals tot = run_decode(model, cfg, shape, o, tracer, rep, info);
+  if (!o.plant.empty() && model.planted_sites() == 0)
+    std::fprintf(stderr, "streamlab: warning: --plant %s changed nothing: policy %s has no aux stream fork or join "
+                 "for it here (this run is a clean one)\n", o.plant.c_str(), policy.str().c_str());
   tracer.finish(info);
   if (others) {
     group[0]->finish();  // the ranks' final barrier

@@ -45,4 +45,11 @@ expect_race "write-after-read on topk_indices: 'sparse_attention' (prefill/targe
 "$bin" check-races --plant missing-join --json > "$tmp/j.json" || true
 python3 -c "import json,sys; j=json.load(open(sys.argv[1])); assert j['races'] > 0 and j['parts'][0]['races'], j" "$tmp/j.json"
 if "$bin" check-races --plant nonsense > "$tmp/o" 2>&1; then fail "an unknown fault was accepted"; fi
+# A fault with no site under the policy (serial: no aux stream; MTP compress 0: no MTP aux work)
+# plants nothing: exit 2 and say so, not a "no race" (0) or the races-found status (1).
+for args in "--plant missing-join --policy serial" "--plant mtp-missing-join --mtp-compress 0"; do
+  rc=0; "$bin" check-races $args > "$tmp/o" 2>&1 || rc=$?
+  [ "$rc" = 2 ] || fail "check-races $args: status $rc, expected 2: $(cat "$tmp/o")"
+  grep -q "nothing was planted" "$tmp/o" || fail "check-races $args does not say nothing was planted: $(cat "$tmp/o")"
+done
 echo "check_races: ok"
