@@ -16,7 +16,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/atomic_file.h"
 #include "core/bf16.h"
+#include "core/interrupt_cleanup.h"
 #include "core/error.h"
 #include "core/fp8.h"
 #include "core/rng.h"
@@ -634,6 +636,47 @@ void add_native_tensors(Backend& be, const WeightSpec& s, std::vector<FileTensor
                  [bytes](const SafetensorsWriter::Sink& sink) { sink(bytes->data(), bytes->size()); }});
 }
 
+// The files of a checkpoint being saved into `dir`, each under a hidden staging name beside its
+// final name until commit() renames them all into place in the order staged, config.json moved to
+// the end (a reader that finds the new config.json finds the new weights). Destroyed before
+// commit(), it removes the staged files, and `dir` itself when the save created it.
+class StagedCheckpoint {
+ public:
+  StagedCheckpoint(std::string dir, bool created) : dir_(std::move(dir)), created_(created) {}
+  ~StagedCheckpoint() {
+    if (committed_) return;
+    std::error_code ec;
+    for (const auto& f : files_) fs::remove(staging(f), ec);
+    if (created_) fs::remove_all(dir_, ec);
+  }
+  StagedCheckpoint(const StagedCheckpoint&) = delete;
+  StagedCheckpoint& operator=(const StagedCheckpoint&) = delete;
+  // Where to write `name`: a hidden name in the folder (Ctrl-C removes it too).
+  std::string stage(const std::string& name) {
+    files_.push_back(name);
+    cleanups_.push_back(std::make_unique<InterruptCleanup>(staging(name)));
+    return staging(name);
+  }
+  void commit() {
+    std::stable_partition(files_.begin(), files_.end(), [](const std::string& f) { return f != "config.json"; });
+    for (const auto& f : files_) {
+      std::error_code ec;
+      fs::rename(staging(f), fs::path(dir_) / f, ec);
+      SL_CHECK(!ec, "save_checkpoint: cannot move ", staging(f), " into place as ", (fs::path(dir_) / f).string(), ": ",
+               ec.message());
+    }
+    committed_ = true;
+    cleanups_.clear();
+  }
+
+ private:
+  std::string staging(const std::string& name) const { return (fs::path(dir_) / (".saving." + name)).string(); }
+  std::string dir_;
+  bool created_, committed_ = false;
+  std::vector<std::string> files_;
+  std::vector<std::unique_ptr<InterruptCleanup>> cleanups_;
+};
+
 }  // namespace
 
 void save_checkpoint(Backend& be, const ModelConfig& c, ModelWeights& w, const std::string& dir, DType file_dtype) {
@@ -645,14 +688,15 @@ void save_checkpoint(Backend& be, const ModelConfig& c, ModelWeights& w, const s
   SL_CHECK(!w.attention_split(c), "save_checkpoint: this process holds ", w.held_heads(c), " of ",
            c.num_attention_heads, " attention heads (tensor parallelism): save from a run on one rank");
   std::error_code ec;
+  const bool created = !fs::exists(dir, ec);
   fs::create_directories(dir, ec);
   SL_CHECK(!ec && fs::is_directory(dir), "save_checkpoint: cannot create directory ", dir, ": ", ec.message());
-  {
-    std::ofstream cfg(fs::path(dir) / "config.json");
-    SL_CHECK(bool(cfg), "save_checkpoint: cannot write ", (fs::path(dir) / "config.json").string());
-    cfg << config_to_json(c).dump(2) << "\n";
-    SL_CHECK(bool(cfg), "save_checkpoint: write failed: ", (fs::path(dir) / "config.json").string());
-  }
+  // All or nothing: every file is written under a hidden staging name first, and only when all of
+  // them are complete are they renamed into place, config.json last. A failed save (a full disk)
+  // leaves the old checkpoint as it was (it used to leave the new config.json beside the old
+  // weights, which then loaded without a word), or no folder where there was none.
+  StagedCheckpoint staged(dir, created);
+  write_file_atomic(staged.stage("config.json"), config_to_json(c).dump(2) + "\n");
 
   const std::vector<WeightSpec> specs = weight_specs(c, w);
   // The file's tensors: each spec's values, and a native spec's scales beside them.
@@ -697,7 +741,7 @@ void save_checkpoint(Backend& be, const ModelConfig& c, ModelWeights& w, const s
   const int n = int(shards.size());
   for (int k = 0; k < n; ++k) {
     const std::string fname = shard_name(k + 1, n);
-    SafetensorsWriter wr((fs::path(dir) / fname).string());
+    SafetensorsWriter wr(staged.stage(fname));
     for (size_t i : shards[k]) {
       weight_map[tensors[i].name] = fname;
       wr.add(tensors[i].name, tensors[i].dtype, tensors[i].shape, tensors[i].fill);
@@ -708,11 +752,8 @@ void save_checkpoint(Backend& be, const ModelConfig& c, ModelWeights& w, const s
   nlohmann::ordered_json index;
   index["metadata"] = {{"total_size", total}};
   index["weight_map"] = weight_map;
-  const std::string ipath = (fs::path(dir) / "model.safetensors.index.json").string();
-  std::ofstream out(ipath);
-  SL_CHECK(bool(out), "save_checkpoint: cannot write ", ipath);
-  out << index.dump(2) << "\n";
-  SL_CHECK(bool(out), "save_checkpoint: write failed: ", ipath);
+  write_file_atomic(staged.stage("model.safetensors.index.json"), index.dump(2) + "\n");
+  staged.commit();  // the shards, the index, then config.json
 }
 
 // The index of the first NaN / Inf element of a floating-point tensor, or -1. Read from the
@@ -907,9 +948,12 @@ static CheckpointFiles open_checkpoint_files(const std::string& dir, const std::
       index_map[it.key()] = f;
       if (seen.insert(f).second) fnames.push_back(f);
     }
+    if (fnames.empty()) fail(ipath.string(), ": its weight_map is empty (no tensor is mapped to a file)");
   } else {
+    // (Hidden files are not shards: a save killed mid-way leaves its staged ".saving.*" files.)
     for (const auto& e : fs::directory_iterator(dir))
-      if (e.is_regular_file() && e.path().extension() == ".safetensors") fnames.push_back(e.path().filename().string());
+      if (e.is_regular_file() && e.path().extension() == ".safetensors" && e.path().filename().string()[0] != '.')
+        fnames.push_back(e.path().filename().string());
     std::sort(fnames.begin(), fnames.end());
   }
   if (fnames.empty()) fail(where, ": no *.safetensors files (and no model.safetensors.index.json)");

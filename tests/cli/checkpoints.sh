@@ -102,4 +102,28 @@ expect_error "tensor layers.0.attn.wq_b.weight in .* is F8_E4M3 but has no layer
 mutate fp8nan 'b = hdr["layers.0.attn.wkv.weight"]["data_offsets"][0]; data[b + 5] = 0x7F'
 expect_error "tensor layers.0.attn.wkv.weight in .* holds an FP8 NaN at element 5" \
   "$bin" run --backend cpu --weights native --steps 1 --checkpoint "$tmp/fp8nan"
+# An index whose weight_map is empty is named as such (it read "no *.safetensors files").
+cp -r "$tmp/good" "$tmp/emptymap"
+printf '{"metadata": {}, "weight_map": {}}' > "$tmp/emptymap/model.safetensors.index.json"
+expect_error "weight_map is empty" "$bin" run --config tiny --backend cpu --steps 1 --checkpoint "$tmp/emptymap"
+
+# A save that fails (a full disk: here a file-size limit) leaves the checkpoint it was writing over
+# as it was, config.json included (it used to leave a new config.json beside the old weights, which
+# loaded without a word), and no folder where there was none.
+cp -r "$tmp/good" "$tmp/over"
+rc=0; ( trap '' XFSZ; ulimit -f 20000; exec "$bin" run --config tiny-clamp --backend cpu --steps 1 \
+  --save-checkpoint "$tmp/over" --save-dtype f32 ) > "$tmp/save.out" 2>&1 || rc=$?
+[ "$rc" = 1 ] || fail "a save past the file-size limit should fail with status 1, not $rc: $(tail -n 2 "$tmp/save.out")"
+grep -q "File too large" "$tmp/save.out" || fail "the failed save does not say why: $(tail -n 2 "$tmp/save.out")"
+for f in config.json model.safetensors.index.json model-00001-of-00001.safetensors; do
+  cmp -s "$tmp/good/$f" "$tmp/over/$f" || fail "a failed save changed $f"
+done
+[ -z "$(ls -A "$tmp/over" | grep '^\.')" ] || fail "a failed save left staged files: $(ls -A "$tmp/over")"
+rc=0; ( trap '' XFSZ; ulimit -f 20000; exec "$bin" run --config tiny --backend cpu --steps 1 \
+  --save-checkpoint "$tmp/fresh" --save-dtype f32 ) > /dev/null 2>&1 || rc=$?
+[ "$rc" = 1 ] && [ ! -e "$tmp/fresh" ] || fail "a failed save into a new folder left it behind (status $rc)"
+# ... and a save that completes replaces it whole.
+"$bin" run --config tiny-clamp --backend cpu --steps 1 --save-checkpoint "$tmp/over" --save-dtype f32 > /dev/null 2>&1
+grep -q '"swiglu_limit": 0.5' "$tmp/over/config.json" || fail "the completed save did not write its config"
+"$bin" run --backend cpu --steps 1 --checkpoint "$tmp/over" > /dev/null 2>&1 || fail "the re-saved checkpoint does not load"
 echo "checkpoints: ok"
