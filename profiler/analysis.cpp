@@ -832,6 +832,7 @@ RangeSummary range_summary(const Trace& t, const AnalysisOptions& opts, const La
     members_of.of(*n, members);
     RangeInstance ri;
     ri.index = index++;
+    ri.name = t.str(n->name);
     ri.start = n->start;
     ri.end = n->end;
     ri.pid = n->pid;

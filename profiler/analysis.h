@@ -149,6 +149,7 @@ struct FalseDependency {
 
 struct RangeInstance {
   uint64_t index = 0;           // n-th instance of the range name in time order
+  std::string name;             // the range's own name (what a "PREFIX*" pattern matched)
   Ns start = 0, end = 0;        // the NVTX range itself (CPU side)
   uint32_t pid = 0, tid = 0;
   uint16_t depth = 0;

@@ -192,6 +192,7 @@ json analysis_to_json(const AnalysisResult& r) {
     for (const auto& i : r.range->per_instance) {
       json x = scope_json(i.metrics);
       x["index"] = i.index;
+      x["name"] = i.name;
       x["range_start_ns"] = i.start;
       x["range_end_ns"] = i.end;
       x["pid"] = i.pid;
@@ -291,7 +292,7 @@ std::string analysis_to_text(const AnalysisResult& r, size_t top) {
         o << "  ... " << rs.instances - 10 << " more instances (see --json)\n";
         break;
       }
-      o << "  #" << i.index << " kernels " << i.metrics.kernels << ", busy " << us(i.metrics.busy) << " us, overlap "
+      o << "  #" << i.index << (i.name != rs.name ? " " + i.name : std::string()) << ": kernels " << i.metrics.kernels << ", busy " << us(i.metrics.busy) << " us, overlap "
         << pct(i.metrics.overlap_fraction) << ", aux hidden " << pct(i.metrics.aux_hidden_fraction) << "\n";
     }
   }
@@ -353,11 +354,12 @@ void write_kernel_stats_csv(const AnalysisResult& r, std::ostream& o) {
 }
 
 void write_ranges_csv(const AnalysisResult& r, std::ostream& o) {
-  o << "range,index,range_start_ns,range_end_ns,pid,tid,depth,kernels,span_ns,busy_ns,overlap_ns,overlap_fraction,"
+  // `range` is the --range given (a name or a "PREFIX*" pattern), `name` each instance's own.
+  o << "range,index,name,range_start_ns,range_end_ns,pid,tid,depth,kernels,span_ns,busy_ns,overlap_ns,overlap_fraction,"
        "aux_time_ns,aux_hidden_ns,aux_hidden_fraction,stream_overlap_ns\n";
   if (!r.range) return;
   for (const auto& i : r.range->per_instance)
-    o << csv_field(r.range->name) << ',' << i.index << ',' << i.start << ',' << i.end << ',' << i.pid << ',' << i.tid
+    o << csv_field(r.range->name) << ',' << i.index << ',' << csv_field(i.name) << ',' << i.start << ',' << i.end << ',' << i.pid << ',' << i.tid
       << ',' << i.depth << ',' << i.metrics.kernels << ',' << i.metrics.span << ',' << i.metrics.busy << ','
       << i.metrics.overlap << ',' << i.metrics.overlap_fraction << ',' << i.metrics.aux_time << ','
       << i.metrics.aux_hidden << ',' << i.metrics.aux_hidden_fraction << ',' << i.metrics.stream_overlap << '\n';

@@ -202,7 +202,12 @@ TEST(Analysis, PerRangeInstancesWithNesting) {
   EXPECT_DOUBLE_EQ(rs.total.aux_hidden_fraction, 30.0 / 60.0);
   // A prefix matches both L3 instances and L4.
   o.range = "L*";
-  EXPECT_EQ(analyze(t, o).range->instances, 3u);
+  const AnalysisResult rp = analyze(t, o);
+  ASSERT_EQ(rp.range->instances, 3u);
+  // Each instance carries its own name, in time order (the pattern alone would not say which).
+  EXPECT_EQ(rp.range->per_instance[0].name, "L3");
+  EXPECT_EQ(rp.range->per_instance[1].name, "L4");
+  EXPECT_EQ(rp.range->per_instance[2].name, "L3");
   // The outer range contains everything.
   o.range = "step";
   AnalysisResult r2 = analyze(t, o);
