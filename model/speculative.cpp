@@ -14,9 +14,13 @@ namespace {
 
 constexpr const char* kForms = "expected greedy, N (a count >= 0) or rate:R[:SEED] (0 <= R <= 1)";
 
-// Whole-string integer / number parses: "3x" and "" are errors, not 3 and 0.
+// Whole-string integer / number parses in decimal: "3x", "" and " 2" are errors, not 3, 0 and 2,
+// and "0x1p-1" is not 0.5 (strtod reads hex floats).
+bool decimal_text(const std::string& s) {
+  return !s.empty() && s.find_first_not_of("0123456789+-.eE") == std::string::npos;
+}
 bool parse_int(const std::string& s, long long& v) {
-  if (s.empty()) return false;
+  if (!decimal_text(s)) return false;
   char* end = nullptr;
   errno = 0;
   v = std::strtoll(s.c_str(), &end, 10);
@@ -24,7 +28,7 @@ bool parse_int(const std::string& s, long long& v) {
 }
 
 bool parse_double(const std::string& s, double& v) {
-  if (s.empty()) return false;
+  if (!decimal_text(s)) return false;
   char* end = nullptr;
   errno = 0;
   v = std::strtod(s.c_str(), &end);

@@ -178,8 +178,9 @@ void add_analyze_command(CLI::App& app) {
       ->required()
       ->check(CLI::ExistingFile);
   cmd->add_option("--range", o->range,
-                  "also break the analysis down by instances of this NVTX range (e.g. step, L3; \"domain:name\" and a "
-                  "prefix like \"ProfilerStep*\" work too); a kernel belongs to an instance when it starts inside it on "
+                  "also break the analysis down by instances of this NVTX range (in streamlab's traces e.g. decode, "
+                  "L3.c128a or the prefix \"L*\"; in PyTorch's \"ProfilerStep*\"; \"domain:name\" works too; an "
+                  "unknown name lists the names present); a kernel belongs to an instance when it starts inside it on "
                   "the same process");
   cmd->add_flag("--by-op", o->by_op,
                 "also list kernel time by operation: each kernel goes to the innermost NVTX push/pop range around "

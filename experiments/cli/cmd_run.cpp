@@ -118,6 +118,9 @@ std::vector<int32_t> prompt_tokens(const RunOptions& o, ModelConfig& cfg) {
     for (int64_t id : ids)
       SL_CHECK(id >= 0 && id < cfg.vocab_size, o.tokens_file, ": token id ", id, " outside the vocabulary [0, ",
                cfg.vocab_size, ")");
+    // The prompt's length is the context: a --context that says otherwise was ignored silently.
+    SL_CHECK(!o.model.context || *o.model.context == T0, "--context ", o.model.context.value_or(0), " disagrees with ",
+             o.tokens_file, ", a prompt of ", T0, " tokens per sequence (the prompt sets the context: leave --context out)");
     cfg.context_length = int(T0);
     return out;
   }

@@ -21,6 +21,15 @@ expect_error "--repetitions: an empty value is not allowed" "$bin" compare --bac
 # ... and so is an empty file name, which read as the option not given (no trace written, exit 0).
 expect_error "--trace: an empty value is not allowed" "$bin" run --backend cpu --steps 1 --trace ''
 expect_error "--resume: an empty value is not allowed" "$bin" sweep --resume ''
+# --tokens sets the context: a --context that disagrees is refused (it was ignored).
+python3 -c "
+import struct, sys
+h = \"{'descr': '<i8', 'fortran_order': False, 'shape': (48,), }\"
+h += ' ' * ((64 - (10 + len(h) + 1) % 64) % 64) + '\\n'
+open(sys.argv[1], 'wb').write(b'\\x93NUMPY\\x01\\x00' + struct.pack('<H', len(h)) + h.encode() + struct.pack('<48q', *range(48)))" "$tmp/t48.npy"
+expect_error "--context 10 disagrees with .*t48.npy, a prompt of 48 tokens" "$bin" run --backend cpu --steps 1 \
+  --tokens "$tmp/t48.npy" --context 10
+"$bin" run --backend cpu --steps 1 --tokens "$tmp/t48.npy" --context 48 > /dev/null 2>&1 || fail "--context equal to the prompt's length should run"
 # A number is read in decimal: CLI11 read "010" as octal 8 and "0x10" as hex 16, without a word.
 "$bin" run --backend cpu --steps 010 --seed 010 > "$tmp/dec.out" 2>&1 || fail "--steps 010: $(cat "$tmp/dec.out")"
 grep -q "decode steps 10\$" "$tmp/dec.out" || fail "--steps 010 is not 10 steps: $(head -3 "$tmp/dec.out")"

@@ -184,7 +184,8 @@ TEST(AcceptRule, ParsesAndPrints) {
   EXPECT_EQ(r.seed, 42u);
   EXPECT_EQ(parse_accept_rule("rate:1").seed, 0u);
   for (const char* s : {"greedy", "0", "3", "rate:0.25:42"}) EXPECT_EQ(accept_rule_str(parse_accept_rule(s)), s);
-  for (const char* bad : {"", "x", "-1", "3x", "rate:", "rate:1.5", "rate:-0.1", "rate:0.5:", "rate:0.5:x", "rate0.5"})
+  for (const char* bad : {"", "x", "-1", "3x", "rate:", "rate:1.5", "rate:-0.1", "rate:0.5:", "rate:0.5:x", "rate0.5",
+                          " 2", "2 ", "0x3", "rate:0x1p-1", "rate: 0.5", "rate:inf", "rate:nan"})
     EXPECT_THROW(parse_accept_rule(bad), Error) << bad;
 }
 
