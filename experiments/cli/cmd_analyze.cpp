@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/gzip.h"
 #include "core/input_file.h"
 #include "experiments/cli/commands.h"
 #include "experiments/cli/number_checks.h"
@@ -65,7 +66,12 @@ Analysed analyse_one(const AnalyzeOptions& o, const std::string& path) {
   if (!a.gpu_activity)
     std::fprintf(stderr, "streamlab: note: '%s' has no GPU activity (no kernels, copies or sets): every GPU figure "
                  "below is zero\n", path.c_str());
-  a.format = is_stream(path) ? std::string("stream") : prof::to_string(prof::detect_trace_format(path));
+  // A gzipped file is named by what its head shows (JSON or SQLite): telling our JSON from Kineto's
+  // would take unpacking it to its end a second time.
+  const prof::TraceFormat f = is_stream(path) ? prof::TraceFormat::Unknown : prof::detect_trace_format(path);
+  a.format = is_stream(path)      ? std::string("stream")
+             : is_gzip_file(path) ? std::string(f == prof::TraceFormat::Sqlite ? "gzipped SQLite" : "gzipped JSON")
+                                  : std::string(prof::to_string(f));
   return a;
 }
 
