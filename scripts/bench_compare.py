@@ -15,8 +15,13 @@ iterations' entries), the ratio new / old, and a verdict:
                    counts as a regression, so that a benchmark cannot drop out unnoticed.
   new benchmark    only in the new file: reported, nothing to compare, not a failure.
 
+Of the aggregates only a run's median is used; its mean, stddev and cv, and a Complexity()
+benchmark's BigO and RMS fits, are not benchmarks of their own (files from older Google Benchmark
+versions, without run_type, name them NAME_mean, NAME_median, ...).
+
 Unusable input exits 2 with a message naming the file (and the benchmark): unreadable or
-malformed JSON, an empty benchmark list, a time that is not a positive finite number.
+malformed JSON, an empty benchmark list, a time that is not a positive finite number (a boolean
+or a string is not a number), a --json destination that cannot be written.
 
 Exit status: 0 no regression, 3 at least one regression (slower, failed or missing in new; with
 --strict also slower with noise unknown), 2 unusable input.
@@ -52,7 +57,11 @@ def jtype(v):
 def real_time_ns(path, name, b):
     """The entry's real time in ns; unusable input (exit 2) unless a positive finite number."""
     try:
-        t = float(b["real_time"]) * UNIT_NS[b.get("time_unit", "ns")]
+        v = b["real_time"]
+        # A number, not a boolean (float(True) is 1.0: "real_time": true read as 1 ns) or a string.
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise TypeError("real_time is a %s, not a number" % jtype(v))
+        t = float(v) * UNIT_NS[b.get("time_unit", "ns")]
     except (KeyError, ValueError, TypeError) as e:
         fail("%s: benchmark %s: no usable real time (%s: %s)" % (path, name, type(e).__name__, e))
     # A time of 0, below 0 or NaN is a broken measurement, not a fast one: compared, it would
@@ -81,16 +90,29 @@ def load(path):
         name = b.get("run_name", b.get("name"))
         if not isinstance(name, str) or not name:
             fail("%s: benchmark entry %d has no name" % (path, i))
+        run_type, aggregate = b.get("run_type"), b.get("aggregate_name")
+        if run_type is None:
+            # Older Google Benchmark files have no run_type / run_name: their aggregates are named
+            # NAME_mean, NAME_median, NAME_stddev (and NAME_cv), which are not benchmarks of their own.
+            for suffix in ("_mean", "_median", "_stddev", "_cv", "_BigO", "_RMS"):
+                if name.endswith(suffix) and len(name) > len(suffix):
+                    run_type, aggregate, name = "aggregate", suffix[1:], name[:-len(suffix)]
+                    break
+        # A Complexity() benchmark's fit (BigO, RMS) names the family, not a run, and holds no real
+        # time: no benchmark of its own.
+        if run_type == "aggregate" and aggregate in ("BigO", "RMS"):
+            continue
         r = runs.setdefault(name, {"median": None, "samples": [], "error": None})
+        # Of a run's aggregates only the median is used; the others (stddev 0 when all repetitions
+        # agree, cv in percent) are not times to check.
+        if run_type == "aggregate" and aggregate != "median":
+            continue
         # An errored entry's time (often 0) means nothing: look at the error first.
         if b.get("error_occurred") or b.get("skipped"):
             r["error"] = str(b.get("error_message") or "error")
             continue
-        if b.get("run_type") == "aggregate":
-            # Only the median is used; the others (stddev 0 when all repetitions agree, cv in
-            # percent, BigO) are not times to check.
-            if b.get("aggregate_name") == "median":
-                r["median"] = real_time_ns(path, name, b)
+        if run_type == "aggregate":
+            r["median"] = real_time_ns(path, name, b)
         else:
             r["samples"].append(real_time_ns(path, name, b))
     out = {}
@@ -131,6 +153,12 @@ def main():
     a = ap.parse_args()
     if not (a.threshold > 0 and math.isfinite(a.threshold)):
         fail("--threshold must be a number > 0")
+    # Where --json goes is checked before comparing: failing to write it afterwards would end in a
+    # traceback (status 1) that hides the comparison's own status.
+    if a.json is not None:
+        folder = os.path.dirname(a.json) or "."
+        if not a.json or os.path.isdir(a.json) or not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+            fail("--json %r: not a file name in a writable folder" % a.json)
     old, new = load(a.old), load(a.new)
     rows = []
     regressions, missing, added, unknown = [], [], [], []  # names, for the summary
@@ -202,10 +230,17 @@ def main():
     if a.json:
         summary = {"regressions": regressions, "missing_in_new": missing, "new": added, "noise_unknown": unknown,
                    "min_repetitions": MIN_REPS, "strict": a.strict, "exit_status": status}
-        with open(a.json + ".part", "w") as f:
-            json.dump({"old": a.old, "new": a.new, "threshold": a.threshold, "summary": summary, "rows": rows}, f,
-                      indent=1)
-        os.replace(a.json + ".part", a.json)
+        try:
+            with open(a.json + ".part", "w") as f:
+                json.dump({"old": a.old, "new": a.new, "threshold": a.threshold, "summary": summary, "rows": rows}, f,
+                          indent=1)
+            os.replace(a.json + ".part", a.json)
+        except OSError as e:
+            try:
+                os.remove(a.json + ".part")
+            except OSError:
+                pass
+            fail("--json %s: cannot write it (%s)" % (a.json, e))
     return status
 
 

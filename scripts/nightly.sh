@@ -247,7 +247,12 @@ PY
 }
 baseline=${BASELINE:+${BASELINE%/}}
 if [ -z "$baseline" ]; then
-  for night in $(ls -d "$out_root"/*Z-"$host" 2>/dev/null | grep -Fvx -- "$dir" | sort -r); do
+  # The earlier nights, newest first, as whole names (an OUT_ROOT with a space split them apart, and
+  # no night was ever a baseline).
+  nights=()
+  for night in "$out_root"/*Z-"$host"; do [ -d "$night" ] && [ "$night" != "$dir" ] && nights+=("$night"); done
+  for ((k = ${#nights[@]} - 1; k >= 0; k--)); do
+    night=${nights[$k]}
     [ "$(cat "$night/status" 2>/dev/null)" = ok ] || { echo "== skipped $night as a baseline: $(cat "$night/status" 2>/dev/null || echo 'no status')"; continue; }
     if why=$(comparable "$night" "$dir" 2>&1); then baseline=$night; break; fi
     echo "== not compared with $night: $why"
@@ -267,7 +272,9 @@ if [ -n "$baseline" ]; then
     case ${PIPESTATUS[0]} in 0) ;; 3) regressed=1 ;; *) failed+=("compare:${name%.json}") ;; esac
   done
   # The policies night over night: tonight's shared against the baseline night's.
-  old_cmp=$(ls -d "$baseline"/compare/*/ 2>/dev/null | head -n 1); new_cmp=$(ls -d "$dir"/compare/*/ 2>/dev/null | head -n 1)
+  old_cmp=; new_cmp=
+  for c in "$baseline"/compare/*/; do [ -d "$c" ] && { old_cmp=$c; break; }; done
+  for c in "$dir"/compare/*/; do [ -d "$c" ] && { new_cmp=$c; break; }; done
   if [ -n "$old_cmp" ] && [ -n "$new_cmp" ]; then
     for p in ${POLICY_NIGHTLY:-shared per-layer}; do
       run_child "the $p compare" "$build/streamlab" compare "$old_cmp" "$new_cmp" --policy "$p" \

@@ -16,6 +16,7 @@
 #include <ctime>
 #include <filesystem>
 #include <memory>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -64,6 +65,7 @@ struct CompareCliOptions {
   std::string step_range;
   std::string connections;
   double margin_pct = 1.0;
+  bool margin_given = false;  // --margin on the command line (else a folder's own margin is used)
   double fail_if_slower = -1;
   double child_timeout_s = 900;
   bool json = false;
@@ -181,12 +183,20 @@ Report folder_report(const compare::RunFolder& f, std::vector<compare::Side> sid
   if (f.baseline_again) again = index_of(*f.baseline_again);
   if (f.reference) ref = index_of(*f.reference);
   compare::CompareOptions co;
-  co.margin_floor = o.margin_pct / 100;
+  // A folder's verdicts use the margin it was measured for, unless --margin is given (then the
+  // rewritten summary records that one).
+  const nlohmann::json settings = f.summary.value("settings", nlohmann::json::object());
+  const bool recorded_margin = !o.margin_given && settings.contains("margin_floor_pct") &&
+                               settings["margin_floor_pct"].is_number() &&
+                               settings["margin_floor_pct"].get<double>() > 0 &&
+                               settings["margin_floor_pct"].get<double>() < 100;
+  co.margin_floor = (recorded_margin ? settings["margin_floor_pct"].get<double>() : o.margin_pct) / 100;
   Report r;
   r.cmp = compare::compare_sides(std::move(sides), a, again, ref, co);
   for (const auto& s : r.cmp.sides) r.resources.push_back(compare::resources_of(s));
   r.provenance = measured_provenance(r.cmp.sides);
-  r.settings = f.summary.value("settings", nlohmann::json::object());
+  r.settings = settings;
+  if (!recorded_margin && r.settings.is_object()) r.settings["margin_floor_pct"] = o.margin_pct;
   if (!r.settings.contains("description")) r.settings["description"] = describe_setup(r.settings);
   r.structure = compare::structure_of_folder(f.path, r.cmp);
   return r;
@@ -373,6 +383,10 @@ int run_recorded(const CompareCliOptions& o, const std::string& why_no_gpu) {
       same_settings = rec.same_settings;
       if (!folder.empty()) break;
     }
+    // A gate asks about this build on this machine: judging a recorded run instead would pass or
+    // fail on someone else's measurement (a nightly job without a GPU reported "passed").
+    SL_CHECK(o.fail_if_slower < 0, "compare --fail-if-slower: no GPU here (", why_no_gpu, "), so nothing can be "
+             "measured and there is nothing to gate; give run folders as inputs to gate on a recorded run");
     SL_CHECK(!folder.empty(), "compare: no GPU here (", why_no_gpu,
              ") and no recorded compare run under results/compare/ to show; run it on a GPU, or give inputs "
              "(streamlab compare A B)");
@@ -472,7 +486,17 @@ int compare_main(CompareCliOptions o) {
   SL_CHECK(!o.modes.empty(), "compare: --modes is empty");
   for (const auto& md : o.modes)
     SL_CHECK(md == "eager" || md == "graph", "compare: --modes takes eager and/or graph, not '", md, "'");
-  for (const auto& p : o.policies) StreamPolicy::parse(p);
+  // Each policy in its one spelling ("pool:+2" and "pool:02" are pool:2): two spellings of one
+  // policy were two sides writing one run file, the second over the first.
+  {
+    std::map<std::string, std::string> seen;
+    for (auto& p : o.policies) {
+      const std::string canon = StreamPolicy::parse(p).str();
+      const auto [it, fresh] = seen.emplace(canon, p);
+      SL_CHECK(fresh, "compare: --policies: ", canon, " is listed twice ('", it->second, "' and '", p, "')");
+      p = canon;
+    }
+  }
   if (!o.inputs.empty()) return run_inputs(o);
   std::string why;
   if (o.backend == "cuda" && o.recorded.empty() && gpu_present(&why)) return run_live(o);
@@ -533,7 +557,9 @@ void add_compare_command(CLI::App& app) {
                   "inputs: the range that delimits a step in traces (a name, or a prefix with *); default decode, "
                   "else ProfilerStep*, else the whole trace");
   cmd->add_option("--margin", o->margin_pct,
-                  "equivalence margin floor in percent (the margin is the larger of this and the A-vs-A noise)")
+                  "equivalence margin floor in percent (the margin is the larger of this and the A-vs-A noise; "
+                  "a run folder shown again uses the margin it was recorded with unless this is given)")
+      ->each([o](const std::string&) { o->margin_given = true; })
       ->capture_default_str();
   cmd->add_option("--fail-if-slower", o->fail_if_slower,
                   "exit 3 when the 95 % interval says a contender's whole step is slower than A by more than PCT "

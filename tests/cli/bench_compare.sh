@@ -155,15 +155,41 @@ echo '[1, 2]' > "$tmp/list.json"; unusable "$tmp/list.json" new "not a Google Be
 printf '\xff\xfe{' > "$tmp/binary.json"; unusable "$tmp/binary.json" new "not a Google Benchmark JSON file"
 # Times that are no measurement: 0, below 0, NaN (literal or string), infinite; either side; in a
 # repetition or in the median aggregate.
-for t in 0 -5 NaN '"nan"' Infinity 1e999; do
+for t in 0 -5 NaN Infinity 1e999; do
   it BM_x "$t" 100 100 | doc "$tmp/time.json"; unusable "$tmp/time.json" new "benchmark BM_x: real time .* is not a positive finite number"
 done
+it BM_x '"nan"' 100 100 | doc "$tmp/time.json"; unusable "$tmp/time.json" new "benchmark BM_x: no usable real time (TypeError: real_time is a string"
 it BM_x 0 0 0 | doc "$tmp/zero_old.json"; unusable "$tmp/zero_old.json" old "benchmark BM_x: real time 0 ns"
 { it BM_x 100 100 100
   echo ' {"name": "BM_x_median", "run_name": "BM_x", "run_type": "aggregate", "aggregate_name": "median", "real_time": NaN, "time_unit": "ns"},'
 } | doc "$tmp/nan_median.json"; unusable "$tmp/nan_median.json" new "benchmark BM_x: real time nan"
 echo '{"benchmarks": [{"name": "BM_x", "run_type": "aggregate", "aggregate_name": "mean", "real_time": 1}]}' > "$tmp/mean_only.json"
 unusable "$tmp/mean_only.json" new "BM_x has neither repetitions nor a median"
+# A Complexity() benchmark: its BigO and RMS fits name the family (run_name BM_Sort, no real
+# time) and are no benchmarks of their own; the runs BM_Sort/8 and BM_Sort/64 are compared.
+cx() { echo '{"benchmarks": [
+ {"name": "BM_Sort/8", "run_name": "BM_Sort/8", "run_type": "iteration", "real_time": '"$1"', "time_unit": "ns"},
+ {"name": "BM_Sort/64", "run_name": "BM_Sort/64", "run_type": "iteration", "real_time": '"$2"', "time_unit": "ns"},
+ {"name": "BM_Sort_BigO", "run_name": "BM_Sort", "run_type": "aggregate", "aggregate_name": "BigO", "cpu_coefficient": 1.2, "real_coefficient": 1.2, "big_o": "N", "time_unit": "ns"},
+ {"name": "BM_Sort_RMS", "run_name": "BM_Sort", "run_type": "aggregate", "aggregate_name": "RMS", "rms": 0.01}]}'; }
+cx 100 800 > "$tmp/cx_old.json"; cx 101 805 > "$tmp/cx_new.json"
+cmp_rc cx "$tmp/cx_old.json" "$tmp/cx_new.json"
+[ $rc = 0 ] && grep -q "BM_Sort/64" "$tmp/cx.txt" && ! grep -q "^BM_Sort " "$tmp/cx.txt" || { cat "$tmp/cx.txt" "$tmp/cx.err"; fail "Complexity() aggregates: exit $rc"; }
+# Older files without run_name / run_type: NAME_mean, NAME_median, NAME_stddev are BM_X's
+# aggregates (the median used), not benchmarks; a stddev of 0 is no time to check.
+old_fmt() { echo '{"benchmarks": [
+ {"name": "BM_X", "real_time": '"$1"', "time_unit": "ns"}, {"name": "BM_X", "real_time": '"$1"', "time_unit": "ns"},
+ {"name": "BM_X_mean", "real_time": '"$1"', "time_unit": "ns"}, {"name": "BM_X_median", "real_time": '"$1"', "time_unit": "ns"},
+ {"name": "BM_X_stddev", "real_time": 0, "time_unit": "ns"}]}'; }
+old_fmt 100 > "$tmp/of_old.json"; old_fmt 100 > "$tmp/of_new.json"
+cmp_rc of "$tmp/of_old.json" "$tmp/of_new.json"
+[ $rc = 0 ] && ! grep -q "BM_X_" "$tmp/of.txt" || { cat "$tmp/of.txt" "$tmp/of.err"; fail "old-format aggregates: exit $rc"; }
+# A real time that is no number: true is not 1 ns.
+it BM_x 100 100 100 | sed 's/"real_time": 100/"real_time": true/' | doc "$tmp/bool.json"
+unusable "$tmp/bool.json" new "real_time is a boolean, not a number"
+# --json where it cannot be written: refused before comparing (exit 2), not a traceback after.
+cmp_rc js "$tmp/x.json" "$tmp/x.json" --json "$tmp/nowhere/out.json"
+[ $rc = 2 ] && grep -q "not a file name in a writable folder" "$tmp/js.err" || { cat "$tmp/js.err"; fail "--json into a missing folder: exit $rc"; }
 cmp_rc thr "$tmp/x.json" "$tmp/x.json" --threshold nan
 [ $rc = 2 ] || fail "--threshold nan: exit $rc"
 # --help documents the verdicts and the exit statuses.

@@ -300,4 +300,17 @@ expect_error "steps must be" "$bin" compare "${M[@]}" --steps 0 --out-dir "$tmp/
 expect_error "unknown stream policy" "$bin" compare "${M[@]}" --policies shared,nope --out-dir "$tmp/out"
 expect_error "modes takes" "$bin" compare --modes warp --out-dir "$tmp/out"
 expect_error "listed twice" "$bin" compare "${M[@]}" --policies shared,shared --out-dir "$tmp/out"
+# Two spellings of one policy are one side (they wrote one run file, the second over the first).
+expect_error "pool:2 is listed twice ('pool:2' and 'pool:+2')" "$bin" compare "${M[@]}" --policies per-layer,pool:2,pool:+2 --out-dir "$tmp/out"
+# Without a GPU a gate has nothing to judge: refused, not passed or failed on a recorded run.
+expect_error "compare --fail-if-slower: no GPU here" "$bin" compare --fail-if-slower 5
+# A folder shown again keeps the margin it was measured for, unless --margin says otherwise.
+mkdir "$tmp/m60"
+"$bin" compare "${M[@]}" -r 2 --steps 3 --warmup 1 --margin 60 --no-baseline-twice --out-dir "$tmp/m60" > /dev/null 2>&1 \
+  || fail "the --margin 60 compare failed"
+m60=$(ls -d "$tmp"/m60/*/)
+"$bin" compare "$m60" | grep -q "margin +-60.00 %" || fail "a folder shown again lost its recorded margin of 60 %"
+"$bin" compare "$m60" --rewrite-report > /dev/null 2>&1 || fail "--rewrite-report of the --margin 60 folder failed"
+python3 -c "import json,sys; s=json.load(open(sys.argv[1])); assert s['settings']['margin_floor_pct'] == 60, s['settings']" "$m60/summary.json"
+"$bin" compare "$m60" --margin 2 | grep -q "margin +-60.00 %" && fail "--margin 2 was not used for the folder shown again"
 echo "compare: all checks passed"
