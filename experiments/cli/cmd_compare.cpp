@@ -418,7 +418,7 @@ int run_inputs(const CompareCliOptions& o) {
     inputs.push_back(in);
     if (fs::is_directory(in)) {
       const compare::RunFolder f = compare::read_run_folder(in);
-      if (o.inputs.size() == 1 && o.policy_filter.empty()) {
+      if (o.inputs.size() == 1 && o.policy_filter.empty()) try {
         // One folder: its own comparison, recomputed from its runs.
         Report r = folder_report(f, compare::load_sides(f), o);
         r.source_line = "streamlab compare: the runs in " + in + ", measured on " + gpu_words(r.provenance) +
@@ -438,6 +438,9 @@ int run_inputs(const CompareCliOptions& o) {
                        fs::path(compare::summary_path(in)).filename().c_str());
         }
         return finish(r, o);
+      } catch (const nlohmann::json::exception& e) {
+        // A field of the wrong type that only the report reads (source, files, description...).
+        fail("'", compare::summary_path(in), "': a field holds a value of the wrong type (", e.what(), ")");
       }
       for (auto& s : compare::load_sides(f)) {
         if (!o.policy_filter.empty() && s.label != o.policy_filter) continue;

@@ -262,7 +262,12 @@ Measurement read_measurement(const std::string& path) {
   } catch (const json::exception& e) {
     fail("'", path, "' is not valid JSON: ", e.what());
   }
-  return measurement_from_json(j, "'" + path + "'");
+  try {
+    return measurement_from_json(j, "'" + path + "'");
+  } catch (const json::exception& e) {
+    // (nlohmann's own words name neither the file nor the field.)
+    fail("'", path, "': a field holds a value of the wrong type (", e.what(), ")");
+  }
 }
 
 }  // namespace sl::compare

@@ -63,15 +63,10 @@ std::string summary_path(const std::string& folder) {
   return plain_or_gz(plain);
 }
 
-RunFolder read_run_folder(const std::string& path) {
-  RunFolder f;
-  f.path = path;
-  SL_CHECK(fs::is_directory(path), "'", path, "' is not a folder");
-  const std::string sp = summary_path(path);
-  SL_CHECK(fs::is_regular_file(sp), "'", path,
-           "' is not a compare run folder: it has no summary.json (or summary.json.gz)");
-  f.summary = read_json_file(sp);
-  const std::string where = "'" + sp + "'";
+namespace {
+
+// The summary's fields into f (nlohmann throws on a field of the wrong type).
+void read_run_folder_fields(RunFolder& f, const std::string& path, const std::string& where) {
   SL_CHECK(f.summary.is_object() && f.summary.value("schema", "") == "streamlab.compare/1", where,
            ": not a streamlab compare summary (schema streamlab.compare/1)");
   const json& settings = f.summary["settings"];
@@ -98,6 +93,25 @@ RunFolder read_run_folder(const std::string& path) {
     f.baseline_again = settings["baseline_again"].get<std::string>();
   if (settings.contains("reference") && settings["reference"].is_string())
     f.reference = settings["reference"].get<std::string>();
+}
+
+}  // namespace
+
+RunFolder read_run_folder(const std::string& path) {
+  RunFolder f;
+  f.path = path;
+  SL_CHECK(fs::is_directory(path), "'", path, "' is not a folder");
+  const std::string sp = summary_path(path);
+  SL_CHECK(fs::is_regular_file(sp), "'", path,
+           "' is not a compare run folder: it has no summary.json (or summary.json.gz)");
+  f.summary = read_json_file(sp);
+  const std::string where = "'" + sp + "'";
+  try {
+    read_run_folder_fields(f, path, where);
+  } catch (const json::exception& e) {
+    // (nlohmann's own words name neither the file nor the field.)
+    fail(where, ": a field holds a value of the wrong type (", e.what(), ")");
+  }
   return f;
 }
 
@@ -143,21 +157,27 @@ RecordedRun find_recorded_run(const std::string& root, const std::vector<std::st
     } catch (...) {
       continue;  // not ours or damaged: never the one shown
     }
-    if (!j.is_object() || j.value("schema", "") != "streamlab.compare/1") continue;
-    const json& prov = j["provenance"];
-    if (!prov.is_object() || !prov.contains("gpu") || !prov["gpu"].is_string()) continue;
-    const std::string gpu = prov["gpu"].get<std::string>();
-    if (gpu.empty() || gpu.rfind("none", 0) == 0) continue;
-    const std::string date = prov.value("date", "");
-    if (best.empty() || date > best_date) {
-      best = e.path().string();
-      best_date = date;
-    }
-    const json& st = j.value("settings", json::object());
-    if (!policies.empty() && st.is_object() && st.value("policies", json()) == json(policies) &&
-        st.value("model_args", json()) == json(model_args) && (match.empty() || date > match_date)) {
-      match = e.path().string();
-      match_date = date;
+    // A field of the wrong type (a damaged or hand-edited summary) skips the folder like any other
+    // damage: one bad folder must not stop every compare without a GPU.
+    try {
+      if (!j.is_object() || j.value("schema", "") != "streamlab.compare/1") continue;
+      const json& prov = j["provenance"];
+      if (!prov.is_object() || !prov.contains("gpu") || !prov["gpu"].is_string()) continue;
+      const std::string gpu = prov["gpu"].get<std::string>();
+      if (gpu.empty() || gpu.rfind("none", 0) == 0) continue;
+      const std::string date = prov.value("date", "");
+      if (best.empty() || date > best_date) {
+        best = e.path().string();
+        best_date = date;
+      }
+      const json st = j.value("settings", json::object());
+      if (!policies.empty() && st.is_object() && st.value("policies", json()) == json(policies) &&
+          st.value("model_args", json()) == json(model_args) && (match.empty() || date > match_date)) {
+        match = e.path().string();
+        match_date = date;
+      }
+    } catch (const json::exception&) {
+      continue;
     }
   }
   if (!match.empty()) return {match, true};
