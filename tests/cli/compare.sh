@@ -295,6 +295,11 @@ mkdir "$tmp/empty"; expect_error "no summary.json" "$bin" compare "$tmp/empty" "
 head -c 100 "$tmp/night1/summary.json" > "$tmp/trunc.json"; mkdir "$tmp/trunc"; cp "$tmp/trunc.json" "$tmp/trunc/summary.json"
 expect_error "not valid JSON" "$bin" compare "$tmp/trunc" "$tmp/night1"
 expect_error "margin" "$bin" compare "$tmp/night1" "$tmp/night2" --margin 0
+# A field of the wrong type is named with its file (it was nlohmann's bare "type must be string").
+cp -r "$tmp/recplain" "$tmp/wrongtype"
+python3 -c "import json,sys; p=sys.argv[1]; j=json.load(open(p)); j['settings']['runs'][0]['traced']='yes'; json.dump(j, open(p, 'w'))" \
+  "$tmp/wrongtype/summary.json"
+expect_error "wrongtype/summary.json': a field holds a value of the wrong type" "$bin" compare "$tmp/wrongtype"
 expect_error "does not exist" "$bin" compare "${M[@]}" --out-dir "$tmp/missing/dir"
 expect_error "steps must be" "$bin" compare "${M[@]}" --steps 0 --out-dir "$tmp/out"
 expect_error "unknown stream policy" "$bin" compare "${M[@]}" --policies shared,nope --out-dir "$tmp/out"
