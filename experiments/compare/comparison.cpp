@@ -91,11 +91,18 @@ Comparison compare_sides(std::vector<Side> sides, size_t baseline, std::optional
       c.diffs.push_back(std::move(d));
     }
   }
-  for (size_t i = 0; i < c.sides.size(); ++i)
+  for (size_t i = 0; i < c.sides.size(); ++i) {
+    size_t processes = 0;
+    for (const auto& [k, g] : c.sides[i].samples) processes = std::max(processes, g.size());
     if (c.sides[i].one_process)
       c.notes.push_back("'" + c.sides[i].label +
                         "' is one process: its interval holds step-to-step noise only, not the "
                         "process-to-process noise of repeated runs");
+    else if (processes == 1)  // a live side of --repetitions 1: no less a single process
+      c.notes.push_back("'" + c.sides[i].label +
+                        "' ran as one process (--repetitions 1): its interval holds step-to-step noise only, not "
+                        "the process-to-process noise of repeated runs; its verdicts are not to be trusted");
+  }
   return c;
 }
 
