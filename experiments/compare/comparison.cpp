@@ -50,6 +50,39 @@ std::vector<std::string> shared_keys(const Side& a, const Side& b) {
 
 }  // namespace
 
+namespace {
+
+// The settings a step time depends on besides the policy, as "key value" pairs, of one
+// measurement (the GPU from its provenance): sides or runs whose settings differ are not
+// differences of policy alone.
+std::vector<std::pair<std::string, std::string>> setup_of(const Measurement& m) {
+  std::string gpu;
+  if (m.provenance.is_object() && m.provenance.contains("gpu") && m.provenance["gpu"].is_string())
+    gpu = m.provenance["gpu"].get<std::string>();
+  return {{"GPU", gpu},
+          {"config", m.config},
+          {"layers", std::to_string(m.layers)},
+          {"MTP layers", std::to_string(m.mtp_layers) + " of compress " + std::to_string(m.mtp_compress)},
+          {"batch", std::to_string(m.batch)},
+          {"context", std::to_string(m.context)},
+          {"draft steps", std::to_string(m.draft_steps)},
+          {"weights", m.weights},
+          {"KV cache", m.kv_cache},
+          {"expert ranks", std::to_string(m.expert_ranks)}};
+}
+
+// "GPU H200 against cpu, batch 1 against 8", or "" when the two setups agree.
+std::string setup_difference(const Measurement& x, const Measurement& y) {
+  const auto a = setup_of(x), b = setup_of(y);
+  std::string out;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i].second != b[i].second)
+      out += (out.empty() ? "" : ", ") + a[i].first + " " + a[i].second + " against " + b[i].second;
+  return out;
+}
+
+}  // namespace
+
 Comparison compare_sides(std::vector<Side> sides, size_t baseline, std::optional<size_t> baseline_again,
                          std::optional<size_t> reference, const CompareOptions& o) {
   SL_CHECK(sides.size() >= 2, "compare: needs at least two sides, got ", sides.size());
@@ -90,6 +123,22 @@ Comparison compare_sides(std::vector<Side> sides, size_t baseline, std::optional
       d.verdict = stats::judge(d.interval, margin, int(std::min(d.sa.processes, d.sb.processes)));
       c.diffs.push_back(std::move(d));
     }
+  }
+  // Sides (or the runs of one side) measured with other settings: said, since the verdict would
+  // otherwise read as the policy's (a CPU run of tiny beside an H200 run of flash-6l).
+  const Side& base = c.sides[baseline];
+  for (size_t i = 0; i < c.sides.size(); ++i) {
+    const Side& s = c.sides[i];
+    if (s.runs.empty()) continue;
+    for (size_t r = 1; r < s.runs.size(); ++r)
+      if (const std::string d = setup_difference(s.runs[0], s.runs[r]); !d.empty()) {
+        c.notes.push_back("'" + s.label + "' mixes runs of different settings (" + d + ")");
+        break;
+      }
+    if (i != baseline && !base.runs.empty())
+      if (const std::string d = setup_difference(base.runs[0], s.runs[0]); !d.empty())
+        c.notes.push_back("'" + s.label + "' was measured with other settings than '" + base.label + "' (" + d +
+                          "): its difference is not the policy's alone");
   }
   for (size_t i = 0; i < c.sides.size(); ++i) {
     size_t processes = 0;

@@ -122,6 +122,12 @@ test $rc = 3 || { cat "$tmp/gate.txt" "$tmp/gate.err"; fail "a 10 % slowdown wit
 grep -q "night1:shared faster" "$tmp/gate.txt" || fail "verdict should say A faster"
 grep -q "slower than" "$tmp/gate.err" || fail "the gate should say what is slower"
 "$bin" compare "$tmp/night1" "$tmp/night2" --policy shared --fail-if-slower 15 > /dev/null || fail "15 % gate should pass"
+# The two nights share their settings: no note. A side measured otherwise is said to be (here the
+# hand-made tiny night beside a recorded flash-6l run on an H200).
+"$bin" compare "$tmp/night1" "$tmp/night2" --policy shared | grep -q "other settings" && fail "a note on settings that agree"
+recorded=$(ls -d "$(dirname "$0")"/../../results/compare/*/ | head -n 1)
+"$bin" compare "$recorded" "$tmp/night1" --policy shared | grep -q "night1:shared. was measured with other settings than .*config flash-6l[-a-z0-9]* against tiny" \
+  || fail "no note that the sides were measured with other settings"
 "$bin" compare "$tmp/night1" "$tmp/night1" --policy shared --fail-if-slower 1 | grep -q "no meaningful difference" \
   || fail "a folder against itself should be no meaningful difference"
 # 4b. Inputs that would bend the verdict are refused, naming the file and field: a run listed twice
