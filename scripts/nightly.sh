@@ -110,7 +110,8 @@ policy=${POLICY_CHECK:-auto}
 case $policy in auto) policy=off; ((gpu)) && policy=gpu ;; gpu|cpu|off) ;; *) bad "POLICY_CHECK must be auto, gpu, cpu or off, not '$policy'" ;; esac
 policy_pct=${POLICY_PCT:-2}
 policy_reps=${POLICY_REPS:-5}
-[[ $policy_pct =~ ^[0-9]+([.][0-9]+)?$ ]] || bad "POLICY_PCT must be a number, not '$policy_pct'"
+[[ $policy_pct =~ ^[0-9]+([.][0-9]+)?$ ]] && python3 -c "import sys; sys.exit(not 0 <= float(sys.argv[1]) <= 1000)" "$policy_pct" \
+  || bad "POLICY_PCT must be a number in 0..1000 (compare --fail-if-slower's range), not '$policy_pct'"
 [[ $policy_reps =~ ^[1-9][0-9]*$ ]] || bad "POLICY_REPS must be a positive integer, not '$policy_reps'"
 policy_args=(--repetitions "$policy_reps")
 [ "$policy" = cpu ] && policy_args+=(--backend cpu --modes eager --config tiny --mtp-layers 2 --draft-steps 2 --context 32 --steps 5)

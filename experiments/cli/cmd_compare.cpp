@@ -448,6 +448,14 @@ int run_inputs(const CompareCliOptions& o) {
         s.label = fs::path(in).filename().string() + ":" + s.label;
         sides.push_back(std::move(s));
       }
+      // Two folders of one name (two nights' <date>_<gpu>_<commit> folders under other parents):
+      // their sides would read "X:shared vs X:shared"; the later one's get the input's number.
+      for (size_t k = sides.size(); k-- > 0;)
+        for (size_t e = 0; e < k; ++e)
+          if (sides[e].label == sides[k].label && sides[k].origin != sides[e].origin) {
+            sides[k].label += " (input " + std::to_string(inputs.size()) + ")";
+            break;
+          }
     } else {
       all_folders = false;
       const prof::Trace t = prof::load_trace(in);
