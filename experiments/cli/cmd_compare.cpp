@@ -586,11 +586,16 @@ void add_compare_command(CLI::App& app) {
   cmd->add_flag("--rewrite-report", o->rewrite_report,
                 "with one run folder: write its report.md, report.html and summary.json again with this binary "
                 "(the measurements are not touched)");
-  cmd->callback([o] {
+  cmd->callback([o, cmd] {
     if (o->gpus > 0) {
       o->backend = "cuda";
       o->model.expert_ranks = o->gpus;
     }
+    // Options that would be ignored where they were given are refused instead.
+    SL_CHECK(!o->rewrite_report || o->policy_filter.empty(), "compare --rewrite-report rewrites the whole folder's "
+             "reports; --policy picks one side of each of several inputs");
+    SL_CHECK(cmd->get_option("--traced-steps")->count() == 0 || (o->backend == "cuda" && o->inputs.empty()),
+             "compare --traced-steps: the traced runs are live CUDA runs (--backend cuda, no inputs)");
     const int rc = compare_main(*o);
     if (rc != 0) throw CLI::RuntimeError(rc);
   });

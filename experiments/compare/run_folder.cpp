@@ -76,6 +76,7 @@ void read_run_folder_fields(RunFolder& f, const std::string& path, const std::st
   for (const auto& j : settings["runs"]) {
     PlannedRun r;
     r.side = str_at(j, "side", where + " settings.runs[]");
+    SL_CHECK(!r.side.empty(), where, ": settings.runs[] has an empty side label");
     r.policy = str_at(j, "policy", where + " settings.runs[]");
     r.out = str_at(j, "out", where + " settings.runs[]");
     r.log = j.value("log", "");
@@ -91,6 +92,10 @@ void read_run_folder_fields(RunFolder& f, const std::string& path, const std::st
   f.baseline = str_at(settings, "baseline", where + " settings");
   if (settings.contains("baseline_again") && settings["baseline_again"].is_string())
     f.baseline_again = settings["baseline_again"].get<std::string>();
+  // The A-vs-A noise of a side against itself would be zero: the margin would be the floor while
+  // saying it was measured.
+  SL_CHECK(!f.baseline_again || *f.baseline_again != f.baseline, where, ": settings.baseline_again names the "
+           "baseline itself ('", f.baseline, "')");
   if (settings.contains("reference") && settings["reference"].is_string())
     f.reference = settings["reference"].get<std::string>();
 }

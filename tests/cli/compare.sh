@@ -301,6 +301,13 @@ mkdir "$tmp/empty"; expect_error "no summary.json" "$bin" compare "$tmp/empty" "
 head -c 100 "$tmp/night1/summary.json" > "$tmp/trunc.json"; mkdir "$tmp/trunc"; cp "$tmp/trunc.json" "$tmp/trunc/summary.json"
 expect_error "not valid JSON" "$bin" compare "$tmp/trunc" "$tmp/night1"
 expect_error "margin" "$bin" compare "$tmp/night1" "$tmp/night2" --margin 0
+# Options that would be ignored, and a summary whose A-vs-A pair is A itself, are refused.
+expect_error "rewrites the whole folder's reports" "$bin" compare "$tmp/night1" --rewrite-report --policy shared
+expect_error "traced runs are live CUDA runs" "$bin" compare "${M[@]}" --traced-steps 3 --out-dir "$tmp/out"
+cp -r "$tmp/night1" "$tmp/selfnoise"
+python3 -c "import json,sys; p=sys.argv[1]; j=json.load(open(p)); j['settings']['baseline_again']='shared'; json.dump(j, open(p, 'w'))" \
+  "$tmp/selfnoise/summary.json"
+expect_error "baseline_again names the baseline itself" "$bin" compare "$tmp/selfnoise"
 # A field of the wrong type is named with its file (it was nlohmann's bare "type must be string").
 cp -r "$tmp/recplain" "$tmp/wrongtype"
 python3 -c "import json,sys; p=sys.argv[1]; j=json.load(open(p)); j['settings']['runs'][0]['traced']='yes'; json.dump(j, open(p, 'w'))" \
