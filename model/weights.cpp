@@ -679,7 +679,10 @@ class StagedCheckpoint {
 
 }  // namespace
 
-void save_checkpoint(Backend& be, const ModelConfig& c, ModelWeights& w, const std::string& dir, DType file_dtype) {
+namespace {
+
+void save_checkpoint_staged(Backend& be, const ModelConfig& c, ModelWeights& w, const std::string& dir,
+                            DType file_dtype) {
   SL_CHECK(file_dtype == DType::BF16 || file_dtype == DType::F32, "save_checkpoint: file dtype must be bf16 or f32, got ",
            dtype_name(file_dtype));
   SL_CHECK(w.held_experts(c) == c.n_routed_experts, "save_checkpoint: this process holds routed experts [",
@@ -754,6 +757,19 @@ void save_checkpoint(Backend& be, const ModelConfig& c, ModelWeights& w, const s
   index["weight_map"] = weight_map;
   write_file_atomic(staged.stage("model.safetensors.index.json"), index.dump(2) + "\n");
   staged.commit();  // the shards, the index, then config.json
+}
+
+}  // namespace
+
+void save_checkpoint(Backend& be, const ModelConfig& c, ModelWeights& w, const std::string& dir, DType file_dtype) {
+  try {
+    save_checkpoint_staged(be, c, w, dir, file_dtype);
+  } catch (const Error& e) {
+    // Errors name the file being saved, not its staging name (".saving.X" is X until renamed).
+    std::string m = e.what();
+    for (size_t at = m.find("/.saving."); at != std::string::npos; at = m.find("/.saving.", at)) m.erase(at + 1, 8);
+    throw Error(m);
+  }
 }
 
 // The index of the first NaN / Inf element of a floating-point tensor, or -1. Read from the
