@@ -124,12 +124,16 @@ grep -q "slower than" "$tmp/gate.err" || fail "the gate should say what is slowe
 "$bin" compare "$tmp/night1" "$tmp/night2" --policy shared --fail-if-slower 15 > /dev/null || fail "15 % gate should pass"
 # The two nights share their settings: no note. A side measured otherwise is said to be (here the
 # hand-made tiny night beside a recorded flash-6l run on an H200).
-"$bin" compare "$tmp/night1" "$tmp/night2" --policy shared | grep -q "other settings" && fail "a note on settings that agree"
-recorded=$(ls -d "$(dirname "$0")"/../../results/compare/*/ | head -n 1)
-"$bin" compare "$recorded" "$tmp/night1" --policy shared | grep -q "night1:shared. was measured with other settings than .*config flash-6l[-a-z0-9]* against tiny" \
-  || fail "no note that the sides were measured with other settings"
-"$bin" compare "$tmp/night1" "$tmp/night1" --policy shared --fail-if-slower 1 | grep -q "no meaningful difference" \
-  || fail "a folder against itself should be no meaningful difference"
+# (Output to a file first: grep -q stops reading at its match, and the writer's SIGPIPE would fail
+# the pipeline under pipefail, now and then.)
+"$bin" compare "$tmp/night1" "$tmp/night2" --policy shared > "$tmp/same.txt"
+grep -q "other settings" "$tmp/same.txt" && fail "a note on settings that agree"
+recorded=("$(dirname "$0")"/../../results/compare/*/)
+"$bin" compare "${recorded[0]}" "$tmp/night1" --policy shared > "$tmp/other_settings.txt"
+grep -q "night1:shared. was measured with other settings than .*config flash-6l[-a-z0-9]* against tiny" \
+  "$tmp/other_settings.txt" || fail "no note that the sides were measured with other settings"
+"$bin" compare "$tmp/night1" "$tmp/night1" --policy shared --fail-if-slower 1 > "$tmp/self.txt"
+grep -q "no meaningful difference" "$tmp/self.txt" || fail "a folder against itself should be no meaningful difference"
 # 4b. Inputs that would bend the verdict are refused, naming the file and field: a run listed twice
 #     in summary.json (its steps would count double), a step of zero time; a missing input is named.
 cp -r "$tmp/night2" "$tmp/dup"
@@ -327,8 +331,10 @@ mkdir "$tmp/m60"
 "$bin" compare "${M[@]}" -r 2 --steps 3 --warmup 1 --margin 60 --no-baseline-twice --out-dir "$tmp/m60" > /dev/null 2>&1 \
   || fail "the --margin 60 compare failed"
 m60=$(ls -d "$tmp"/m60/*/)
-"$bin" compare "$m60" | grep -q "margin +-60.00 %" || fail "a folder shown again lost its recorded margin of 60 %"
+"$bin" compare "$m60" > "$tmp/m60.txt"
+grep -q "margin +-60.00 %" "$tmp/m60.txt" || fail "a folder shown again lost its recorded margin of 60 %"
 "$bin" compare "$m60" --rewrite-report > /dev/null 2>&1 || fail "--rewrite-report of the --margin 60 folder failed"
 python3 -c "import json,sys; s=json.load(open(sys.argv[1])); assert s['settings']['margin_floor_pct'] == 60, s['settings']" "$m60/summary.json"
-"$bin" compare "$m60" --margin 2 | grep -q "margin +-60.00 %" && fail "--margin 2 was not used for the folder shown again"
+"$bin" compare "$m60" --margin 2 > "$tmp/m2.txt"
+grep -q "margin +-60.00 %" "$tmp/m2.txt" && fail "--margin 2 was not used for the folder shown again"
 echo "compare: all checks passed"

@@ -104,7 +104,8 @@ expect_error "needs MTP layers, and --mtp-layers has 0" "$bin" sweep --backend c
 mkdir "$tmp/lock"
 "$bin" sweep --backend cpu --config tiny --context 16 --modes eager --mtp-layers 1 --mtp-compress 0 --connections 0 \
   --batches 1,2 --steps 100000 --warmup 1 --out-dir "$tmp/lock" > /dev/null 2> "$tmp/lock.err" & pid=$!
-for i in $(seq 100); do sleep 0.1; [ -e "$(ls -d "$tmp"/lock/*_sweep 2>/dev/null || true)/sweep.lock" ] && break; done
+# (The lock file holds the process id once the lock is held: wait for that, not for the file.)
+for i in $(seq 100); do sleep 0.1; [ -s "$(ls -d "$tmp"/lock/*_sweep 2>/dev/null || true)/sweep.lock" ] && break; done
 locked=$(ls -d "$tmp"/lock/*_sweep)
 expect_error "is in use by another sweep (process $pid)" "$bin" sweep --resume "$locked"
 kill -INT $pid; wait $pid 2>/dev/null || true
