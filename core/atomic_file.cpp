@@ -55,9 +55,13 @@ static long long injected_write_limit() {
 // the injected failures live in AtomicFile.
 void write_file_atomic(const std::string& path, std::string_view content) {
   AtomicFile out(path);
-  if (!content.empty() && std::fwrite(content.data(), 1, content.size(), out.file()) != content.size())
-    fail("writing '", path, "' failed: ", std::strerror(errno));
+  out.write(content);
   out.commit();
+}
+
+void AtomicFile::write(std::string_view content) {
+  if (!content.empty() && std::fwrite(content.data(), 1, content.size(), f_) != content.size())
+    fail("writing '", path_, "' failed: ", std::strerror(errno));
 }
 
 namespace {

@@ -35,6 +35,7 @@ class AtomicFile {
   std::FILE* file() const { return f_; }                   // Kind::Stream
   const std::string& temp_path() const { return tmp_; }  // Kind::Path: write here, then commit()
   const std::string& path() const { return path_; }
+  void write(std::string_view content);  // Kind::Stream: all of it to file(), or throws naming the path
   void commit();
 
  private:

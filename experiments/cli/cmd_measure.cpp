@@ -9,10 +9,8 @@
 // one window per mode with CUPTI (the structure compare analyses), then stops tracing and times
 // the same number of steps untraced: the tracing on/off ratio inside one process.
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -414,9 +412,7 @@ void measure(const MeasureOptions& o) {
         SL_CHECK(std::filesystem::exists(folder / f), "measure: a rank ended well but its trace ", (folder / f).string(),
                  " is missing");
   }
-  const std::string text = compare::to_json(m).dump(1) + "\n";
-  SL_CHECK(std::fwrite(text.data(), 1, text.size(), out.file()) == text.size(), "measure: writing '", o.out,
-           "' failed: ", std::strerror(errno));
+  out.write(compare::to_json(m).dump(1) + "\n");
   out.commit();
   std::fprintf(stderr, "measure: wrote %s\n", o.out.c_str());
 }

@@ -509,10 +509,11 @@ int sweep_main(const SweepOptions& o) {
     std::fprintf(stderr, "sweep: the last line of cells.jsonl was cut short (a kill mid-write): removed, its cell "
                  "runs again\n");
   }
+  const std::vector<SweepCell> cells = grid.cells();
   {
     // A record of a cell the grid does not hold (a hand-edited log) is no result of this sweep.
     std::set<std::string> ids;
-    for (const auto& c : grid.cells()) ids.insert(c.id());
+    for (const auto& c : cells) ids.insert(c.id());
     for (auto it = done.begin(); it != done.end();)
       if (ids.count(it->first)) {
         ++it;
@@ -523,11 +524,11 @@ int sweep_main(const SweepOptions& o) {
       }
   }
   std::vector<SweepCell> todo;
-  for (const auto& c : grid.cells()) {
+  for (const auto& c : cells) {
     auto it = done.find(c.id());
     if (it == done.end() || (o.retry_failed && it->second.status != "ok")) todo.push_back(c);
   }
-  const size_t total = grid.cells().size();
+  const size_t total = cells.size();
   std::fprintf(stderr, "sweep: %zu cells, %zu done, %zu to run; folder %s\n", total, total - todo.size(), todo.size(),
                folder.c_str());
   if (!run_cells(o, todo, total, settings, folder, done)) return 128 + compare::interrupt_signal();

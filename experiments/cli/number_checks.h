@@ -46,11 +46,16 @@ inline CLI::Validator whole_uint64() {
       "");
 }
 
+// `v` without the blanks around it (CLI11 passes " 5" on as it was typed).
+inline std::string without_blanks(const std::string& v) {
+  const size_t b = v.find_first_not_of(" \t"), e = v.find_last_not_of(" \t");
+  return b == std::string::npos ? std::string() : v.substr(b, e - b + 1);
+}
+
 // The text of a whole number, made plain decimal in place: surrounding blanks dropped and leading
 // zeros removed, so that CLI11 cannot read "010" as octal 8; "0x10", "1e3" or "1_000" refused.
 inline std::string decimal_whole_number(std::string& v) {
-  const size_t b = v.find_first_not_of(" \t"), e = v.find_last_not_of(" \t");
-  std::string t = b == std::string::npos ? std::string() : v.substr(b, e - b + 1);
+  std::string t = without_blanks(v);
   std::string sign;
   if (!t.empty() && (t[0] == '+' || t[0] == '-')) sign = t.substr(0, 1), t.erase(0, 1);
   if (t.empty() || t.find_first_not_of("0123456789") != std::string::npos)
@@ -63,8 +68,7 @@ inline std::string decimal_whole_number(std::string& v) {
 // The text of a real number in decimal notation (digits, a point, an exponent) or inf / nan (which
 // the option's own range check then names): CLI11 would read "0x1p3" as 8.
 inline std::string decimal_real_number(const std::string& v) {
-  const size_t b = v.find_first_not_of(" \t"), e = v.find_last_not_of(" \t");
-  std::string t = b == std::string::npos ? std::string() : v.substr(b, e - b + 1);
+  std::string t = without_blanks(v);
   if (!t.empty() && (t[0] == '+' || t[0] == '-')) t.erase(0, 1);
   std::string lower;
   for (char c : t) lower += char(std::tolower(static_cast<unsigned char>(c)));

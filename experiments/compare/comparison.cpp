@@ -126,29 +126,28 @@ Comparison compare_sides(std::vector<Side> sides, size_t baseline, std::optional
   }
   // Sides (or the runs of one side) measured with other settings: said, since the verdict would
   // otherwise read as the policy's (a CPU run of tiny beside an H200 run of flash-6l).
+  // Per side: runs measured with other settings (said, since the verdict would otherwise read as
+  // the policy's: a CPU run of tiny beside an H200 run of flash-6l), and one process only.
   const Side& base = c.sides[baseline];
   for (size_t i = 0; i < c.sides.size(); ++i) {
     const Side& s = c.sides[i];
-    if (s.runs.empty()) continue;
     for (size_t r = 1; r < s.runs.size(); ++r)
       if (const std::string d = setup_difference(s.runs[0], s.runs[r]); !d.empty()) {
         c.notes.push_back("'" + s.label + "' mixes runs of different settings (" + d + ")");
         break;
       }
-    if (i != baseline && !base.runs.empty())
+    if (i != baseline && !base.runs.empty() && !s.runs.empty())
       if (const std::string d = setup_difference(base.runs[0], s.runs[0]); !d.empty())
         c.notes.push_back("'" + s.label + "' was measured with other settings than '" + base.label + "' (" + d +
                           "): its difference is not the policy's alone");
-  }
-  for (size_t i = 0; i < c.sides.size(); ++i) {
     size_t processes = 0;
-    for (const auto& [k, g] : c.sides[i].samples) processes = std::max(processes, g.size());
-    if (c.sides[i].one_process)
-      c.notes.push_back("'" + c.sides[i].label +
+    for (const auto& [k, g] : s.samples) processes = std::max(processes, g.size());
+    if (s.one_process)
+      c.notes.push_back("'" + s.label +
                         "' is one process: its interval holds step-to-step noise only, not the "
                         "process-to-process noise of repeated runs");
     else if (processes == 1)  // a live side of --repetitions 1: no less a single process
-      c.notes.push_back("'" + c.sides[i].label +
+      c.notes.push_back("'" + s.label +
                         "' ran as one process (--repetitions 1): its interval holds step-to-step noise only, not "
                         "the process-to-process noise of repeated runs; its verdicts are not to be trusted");
   }
